@@ -1,0 +1,28 @@
+//! meshlimit-core: everything the filter (inside Envoy, as WebAssembly) and the agent
+//! must agree on. No I/O, no clock, no async: time is always a `now_ns` argument
+//! (nanoseconds on whatever monotonic or wall clock the caller uses, consistently).
+//!
+//! `unwrap`, `expect` and `panic!` are denied by the workspace lints: this code runs
+//! inside Envoy's Wasm VM, where a panic traps the whole VM, not one request.
+
+pub mod bucket;
+pub mod client_ip;
+pub mod decision;
+pub mod fingerprint;
+pub mod headers;
+pub mod key;
+pub mod limit;
+pub mod rules;
+pub mod slot;
+pub mod wire;
+
+pub use bucket::{Bucket, Take};
+pub use decision::{Outcome, RuleVerdict, Verdict};
+pub use key::DescriptorKey;
+pub use limit::Limit;
+pub use rules::{RequestInfo, RuleSet};
+
+/// Nanoseconds per second, for converting periods and retry times.
+pub const NANOS_PER_SEC: u64 = 1_000_000_000;
+/// Nanoseconds per millisecond.
+pub const NANOS_PER_MS: u64 = 1_000_000;

@@ -1,0 +1,102 @@
+//! A limit: a token bucket of `burst` tokens refilled with `requests` tokens every
+//! `per`. Built only through [`Limit::new`], so a zero rate, burst or period cannot
+//! exist past the rules compiler.
+
+use std::num::{NonZeroU32, NonZeroU64};
+
+use serde::{Deserialize, Serialize};
+
+use crate::NANOS_PER_SEC;
+
+/// A validated token-bucket limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limit {
+    requests: NonZeroU32,
+    per_ns: NonZeroU64,
+    burst: NonZeroU32,
+}
+
+impl Limit {
+    /// A limit of `requests` per `per_ns`, holding at most `burst` tokens.
+    pub fn new(requests: NonZeroU32, per_ns: NonZeroU64, burst: NonZeroU32) -> Self {
+        Self {
+            requests,
+            per_ns,
+            burst,
+        }
+    }
+
+    /// Tokens added per period.
+    pub fn requests(&self) -> u32 {
+        self.requests.get()
+    }
+
+    /// The refill period in nanoseconds.
+    pub fn per_ns(&self) -> u64 {
+        self.per_ns.get()
+    }
+
+    /// Bucket capacity.
+    pub fn burst(&self) -> u32 {
+        self.burst.get()
+    }
+
+    /// Tokens per nanosecond.
+    pub fn rate_per_ns(&self) -> f64 {
+        f64::from(self.requests.get()) / self.per_ns.get() as f64
+    }
+
+    /// Tokens per second, the figure rules are ordered by (strictest first).
+    pub fn rate_per_sec(&self) -> f64 {
+        self.rate_per_ns() * NANOS_PER_SEC as f64
+    }
+
+    /// The period in whole seconds, at least 1 (the `w` of RateLimit-Policy).
+    pub fn window_secs(&self) -> u64 {
+        self.per_ns.get().div_ceil(NANOS_PER_SEC).max(1)
+    }
+
+    /// The same limit with rate and burst scaled by `factor` (a region's share, or
+    /// a node's fail-local slice), never below one token.
+    pub fn scaled(&self, factor: f64) -> Limit {
+        let scale = |n: NonZeroU32| {
+            let v = (f64::from(n.get()) * factor).floor();
+            NonZeroU32::new(v.clamp(1.0, f64::from(u32::MAX)) as u32).unwrap_or(NonZeroU32::MIN)
+        };
+        Limit {
+            requests: scale(self.requests),
+            per_ns: self.per_ns,
+            burst: scale(self.burst),
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) fn limit(requests: u32, per_ns: u64, burst: u32) -> Limit {
+    #![allow(clippy::unwrap_used)]
+    Limit::new(
+        NonZeroU32::new(requests).unwrap(),
+        NonZeroU64::new(per_ns).unwrap(),
+        NonZeroU32::new(burst).unwrap(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_rounds_up_to_whole_seconds() {
+        assert_eq!(limit(5, 250_000_000, 5).window_secs(), 1);
+        assert_eq!(limit(5, 60 * NANOS_PER_SEC, 5).window_secs(), 60);
+        assert_eq!(limit(5, 1_500_000_000, 5).window_secs(), 2);
+    }
+
+    #[test]
+    fn scaled_never_reaches_zero() {
+        let l = limit(10, NANOS_PER_SEC, 20).scaled(0.01);
+        assert_eq!((l.requests(), l.burst()), (1, 1));
+        let l = limit(10, NANOS_PER_SEC, 20).scaled(2.0);
+        assert_eq!((l.requests(), l.burst()), (20, 40));
+    }
+}

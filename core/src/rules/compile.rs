@@ -1,0 +1,301 @@
+//! From what people wrote (`RulesConfig`) to what the request path runs (`RuleSet`):
+//! every check happens here, once, and names the rule and field it refuses.
+
+use std::collections::{BTreeMap, HashSet};
+use std::num::{NonZeroU32, NonZeroU64};
+
+use super::config::*;
+use super::error::{RuleError, RulesError};
+use super::{Limits, Matcher, PathMatch, Rule, RuleSet};
+use crate::fingerprint::fnv1a;
+use crate::limit::Limit;
+use crate::{NANOS_PER_MS, NANOS_PER_SEC};
+
+/// The longest rule name; names become metric labels and key prefixes.
+pub const MAX_RULE_NAME: usize = 64;
+/// The only schema version this build reads.
+pub const SCHEMA_VERSION: u32 = 1;
+
+impl RuleSet {
+    /// Validates and compiles a rules file. Returns every problem found, not just
+    /// the first, so one round of edits fixes a file.
+    pub fn compile(config: &RulesConfig) -> Result<RuleSet, RulesError> {
+        let mut errors = Vec::new();
+        if config.version != SCHEMA_VERSION {
+            errors.push(RuleError::new(
+                None,
+                "version",
+                format!(
+                    "unsupported schema version {}; this agent reads version {SCHEMA_VERSION}",
+                    config.version
+                ),
+            ));
+        }
+        if config.rules.is_empty() {
+            errors.push(RuleError::new(
+                None,
+                "rules",
+                "at least one rule is required",
+            ));
+        }
+        let mut seen = HashSet::new();
+        let mut rules = Vec::with_capacity(config.rules.len());
+        for rule in &config.rules {
+            if !seen.insert(rule.name.as_str()) {
+                errors.push(RuleError::new(
+                    Some(&rule.name),
+                    "name",
+                    "duplicate rule name",
+                ));
+            }
+            match compile_rule(rule, &config.defaults) {
+                Ok(r) => rules.push(r),
+                Err(mut e) => errors.append(&mut e),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(RulesError { errors });
+        }
+        // Strictest first: the lowest rate per second, then the smallest burst.
+        rules.sort_by(|a: &Rule, b: &Rule| {
+            let (ra, rb) = (a.limits.strictest(), b.limits.strictest());
+            ra.rate_per_sec()
+                .total_cmp(&rb.rate_per_sec())
+                .then(ra.burst().cmp(&rb.burst()))
+        });
+        Ok(RuleSet {
+            rules,
+            version: version_of(config),
+            config: config.clone(),
+        })
+    }
+}
+
+/// The rules version: a content hash of the normalised rules, so every agent that
+/// loads the same file announces the same version.
+fn version_of(config: &RulesConfig) -> String {
+    let canonical = serde_json::to_vec(config).unwrap_or_default();
+    format!("{:016x}", fnv1a(&canonical))
+}
+
+fn compile_rule(rule: &RuleConfig, defaults: &DefaultsConfig) -> Result<Rule, Vec<RuleError>> {
+    let name = rule.name.as_str();
+    let mut errors = Vec::new();
+    let mut err = |field: &str, msg: String| errors.push(RuleError::new(Some(name), field, msg));
+    if name.is_empty()
+        || name.len() > MAX_RULE_NAME
+        || !name
+            .chars()
+            .all(|c| matches!(c, 'a'..='z' | '0'..='9' | '.' | '_' | '-'))
+    {
+        err(
+            "name",
+            format!("`{name}` must be 1 to {MAX_RULE_NAME} characters of [a-z0-9._-]"),
+        );
+    }
+    let matcher = compile_match(
+        rule.matches.as_ref().unwrap_or(&MatchConfig::default()),
+        &mut err,
+    );
+    if rule.key.is_empty() {
+        err("key", "at least one key part is required".into());
+    }
+    for (i, part) in rule.key.iter().enumerate() {
+        if let KeyPartConfig::Header(h) = part {
+            check_header_name(h, &format!("key[{i}].header"), &mut err);
+        }
+    }
+    let cost = rule.cost.unwrap_or(1);
+    if cost == 0 {
+        err("cost", "must be at least 1".into());
+    }
+    let limits = match (&rule.limit, &rule.plans) {
+        (Some(l), None) => compile_limit(l, "limit", cost, &mut err).map(Limits::Single),
+        (None, Some(p)) => compile_plans(p, cost, &mut err),
+        (Some(_), Some(_)) => {
+            err("plans", "give either `limit` or `plans`, not both".into());
+            None
+        }
+        (None, None) => {
+            err("limit", "a rule needs `limit` or `plans`".into());
+            None
+        }
+    };
+    match (limits, NonZeroU32::new(cost), errors.is_empty()) {
+        (Some(limits), Some(cost), true) => Ok(Rule {
+            name: rule.name.clone(),
+            matcher,
+            key: rule.key.clone(),
+            limits,
+            cost,
+            mode: rule.mode.or(defaults.mode).unwrap_or(Mode::Enforce),
+            on_failure: rule
+                .on_failure
+                .or(defaults.on_failure)
+                .unwrap_or(FailurePolicy::Local),
+            accuracy: rule
+                .accuracy
+                .or(defaults.accuracy)
+                .unwrap_or(Accuracy::Fast),
+            scope: rule.scope.or(defaults.scope).unwrap_or(Scope::Region),
+        }),
+        _ => Err(errors),
+    }
+}
+
+fn compile_match(m: &MatchConfig, err: &mut impl FnMut(&str, String)) -> Matcher {
+    let path = match (&m.path, &m.path_prefix) {
+        (Some(_), Some(_)) => {
+            err(
+                "match.path",
+                "give either `path` or `path_prefix`, not both".into(),
+            );
+            PathMatch::Any
+        }
+        (Some(p), None) => {
+            check_path(p, "match.path", err);
+            PathMatch::Exact(p.clone())
+        }
+        (None, Some(p)) => {
+            check_path(p, "match.path_prefix", err);
+            PathMatch::Prefix(p.clone())
+        }
+        (None, None) => PathMatch::Any,
+    };
+    let methods = m.methods.as_ref().map(|ms| {
+        if ms.is_empty() {
+            err(
+                "match.methods",
+                "an empty list matches nothing; leave `methods` out to match every method".into(),
+            );
+        }
+        ms.iter()
+            .enumerate()
+            .map(|(i, method)| {
+                if method.is_empty() || !method.chars().all(|c| c.is_ascii_alphabetic()) {
+                    err(
+                        &format!("match.methods[{i}]"),
+                        format!("`{method}` is not an HTTP method"),
+                    );
+                }
+                method.to_ascii_uppercase()
+            })
+            .collect()
+    });
+    let mut headers = Vec::new();
+    for (name, hm) in &m.headers {
+        let field = format!("match.headers.{name}");
+        check_header_name(name, &field, err);
+        match (hm.present, &hm.equals) {
+            (Some(p), None) => {
+                headers.push((name.to_ascii_lowercase(), super::HeaderMatch::Present(p)))
+            }
+            (None, Some(v)) => headers.push((
+                name.to_ascii_lowercase(),
+                super::HeaderMatch::Equals(v.clone()),
+            )),
+            _ => err(&field, "give exactly one of `present` or `equals`".into()),
+        }
+    }
+    Matcher {
+        path,
+        methods,
+        headers,
+    }
+}
+
+fn compile_plans(p: &PlansConfig, cost: u32, err: &mut impl FnMut(&str, String)) -> Option<Limits> {
+    check_header_name(&p.header, "plans.header", err);
+    if p.limits.is_empty() {
+        err("plans.limits", "at least one plan is required".into());
+    }
+    let mut limits = BTreeMap::new();
+    for (plan, l) in &p.limits {
+        if let Some(limit) = compile_limit(l, &format!("plans.limits.{plan}"), cost, err) {
+            limits.insert(plan.clone(), limit);
+        }
+    }
+    if !p.limits.contains_key(&p.default) {
+        err(
+            "plans.default",
+            format!("plan `{}` is not in `plans.limits`", p.default),
+        );
+    }
+    let default = limits.get(&p.default).copied()?;
+    (limits.len() == p.limits.len()).then(|| Limits::Plans {
+        header: p.header.to_ascii_lowercase(),
+        default_plan: p.default.clone(),
+        default,
+        limits,
+    })
+}
+
+fn compile_limit(
+    l: &LimitConfig,
+    field: &str,
+    cost: u32,
+    err: &mut impl FnMut(&str, String),
+) -> Option<Limit> {
+    let requests = NonZeroU32::new(l.requests);
+    if requests.is_none() {
+        err(&format!("{field}.requests"), "must be at least 1".into());
+    }
+    let per = match parse_period(&l.per) {
+        Ok(ns) => NonZeroU64::new(ns),
+        Err(msg) => {
+            err(&format!("{field}.per"), msg);
+            None
+        }
+    };
+    let burst = NonZeroU32::new(l.burst.unwrap_or(l.requests));
+    if l.burst == Some(0) {
+        err(&format!("{field}.burst"), "must be at least 1".into());
+    }
+    let limit = Limit::new(requests?, per?, burst?);
+    if cost > limit.burst() {
+        err(
+            "cost",
+            format!(
+                "cost {cost} is above the burst {} of `{field}`: no request could ever pass",
+                limit.burst()
+            ),
+        );
+        return None;
+    }
+    Some(limit)
+}
+
+/// Parses `250ms`, `1s`, `10s`, `1m`, `1h`, `1d` into nanoseconds.
+pub fn parse_period(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let unit_ns = match unit {
+        "ms" => NANOS_PER_MS,
+        "s" => NANOS_PER_SEC,
+        "m" => 60 * NANOS_PER_SEC,
+        "h" => 3_600 * NANOS_PER_SEC,
+        "d" => 86_400 * NANOS_PER_SEC,
+        _ => return Err(format!("`{text}` is not a period: write a whole number and one of ms, s, m, h, d (e.g. 250ms, 1s, 1m)")),
+    };
+    match num.parse::<u64>().ok().and_then(|n| n.checked_mul(unit_ns)) {
+        Some(ns) if (NANOS_PER_MS..=366 * 86_400 * NANOS_PER_SEC).contains(&ns) => Ok(ns),
+        _ => Err(format!("`{text}` must be between 1ms and 366d")),
+    }
+}
+
+fn check_header_name(name: &str, field: &str, err: &mut impl FnMut(&str, String)) {
+    let ok = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b));
+    if !ok {
+        err(field, format!("`{name}` is not a header name"));
+    }
+}
+
+fn check_path(path: &str, field: &str, err: &mut impl FnMut(&str, String)) {
+    if !path.starts_with('/') {
+        err(field, format!("`{path}` must start with `/`"));
+    }
+}

@@ -1,0 +1,134 @@
+//! Rules: the file's model (`config`), its validation and compilation (`compile`),
+//! parsing from text (`parse`, with the `yaml` feature), and matching a request
+//! against the compiled set (`matching`).
+
+mod compile;
+pub mod config;
+mod error;
+mod matching;
+#[cfg(feature = "yaml")]
+mod parse;
+
+use std::collections::BTreeMap;
+use std::num::NonZeroU32;
+
+pub use compile::{parse_period, MAX_RULE_NAME, SCHEMA_VERSION};
+pub use config::{Accuracy, FailurePolicy, KeyPartConfig as KeyPart, Mode, RulesConfig, Scope};
+pub use error::{RuleError, RulesError};
+pub use matching::{Applicable, RequestInfo};
+#[cfg(feature = "yaml")]
+pub use parse::parse_rules;
+
+use crate::limit::Limit;
+
+/// A validated, compiled rules file, rules ordered strictest first.
+#[derive(Debug, Clone)]
+pub struct RuleSet {
+    rules: Vec<Rule>,
+    version: String,
+    config: RulesConfig,
+}
+
+/// One compiled rule.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    pub name: String,
+    matcher: Matcher,
+    key: Vec<KeyPart>,
+    pub limits: Limits,
+    pub cost: NonZeroU32,
+    pub mode: Mode,
+    pub on_failure: FailurePolicy,
+    pub accuracy: Accuracy,
+    pub scope: Scope,
+}
+
+/// A rule's limit: one for everyone, or one per plan.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Limits {
+    Single(Limit),
+    Plans {
+        header: String,
+        default_plan: String,
+        default: Limit,
+        limits: BTreeMap<String, Limit>,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct Matcher {
+    path: PathMatch,
+    methods: Option<Vec<String>>,
+    headers: Vec<(String, HeaderMatch)>,
+}
+
+#[derive(Debug, Clone)]
+enum PathMatch {
+    Any,
+    Exact(String),
+    Prefix(String),
+}
+
+#[derive(Debug, Clone)]
+enum HeaderMatch {
+    Present(bool),
+    Equals(String),
+}
+
+impl RuleSet {
+    /// The content hash of the rules, the same on every agent for the same file.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// The normalised rules, as served to filters.
+    pub fn config(&self) -> &RulesConfig {
+        &self.config
+    }
+
+    /// Rules, strictest first.
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    pub fn rule(&self, name: &str) -> Option<&Rule> {
+        self.rules.iter().find(|r| r.name == name)
+    }
+}
+
+impl Rule {
+    /// The limit for `plan` (a plan name the rule knows), else the default plan's.
+    pub fn limit_for_plan(&self, plan: Option<&str>) -> (Limit, Option<&str>) {
+        match &self.limits {
+            Limits::Single(l) => (*l, None),
+            Limits::Plans {
+                default_plan,
+                default,
+                limits,
+                ..
+            } => plan
+                .and_then(|p| limits.get_key_value(p))
+                .map(|(name, l)| (*l, Some(name.as_str())))
+                .unwrap_or((*default, Some(default_plan.as_str()))),
+        }
+    }
+}
+
+impl Limits {
+    /// The strictest limit, the one rules are ordered by.
+    pub fn strictest(&self) -> Limit {
+        match self {
+            Limits::Single(l) => *l,
+            Limits::Plans {
+                limits, default, ..
+            } => limits
+                .values()
+                .copied()
+                .min_by(|a, b| a.rate_per_sec().total_cmp(&b.rate_per_sec()))
+                .unwrap_or(*default),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

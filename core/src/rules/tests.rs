@@ -1,0 +1,164 @@
+use super::*;
+use crate::limit::limit;
+use crate::NANOS_PER_SEC;
+
+fn compile(json: serde_json::Value) -> Result<RuleSet, RulesError> {
+    let config: RulesConfig = serde_json::from_value(json)
+        .map_err(|e| RulesError::from(RuleError::new(None, "-", e.to_string())))?;
+    RuleSet::compile(&config)
+}
+
+fn request(path: &str, method: &str, headers: &[(&str, &str)]) -> RequestInfo {
+    let headers = headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    RequestInfo::new(path, method, headers)
+}
+
+fn set() -> RuleSet {
+    let rules = compile(serde_json::json!({
+        "version": 1,
+        "rules": [
+            {"name": "loose", "key": ["method"], "limit": {"requests": 1000, "per": "1s"}},
+            {"name": "per-key", "match": {"path_prefix": "/v1/", "methods": ["get"], "headers": {"x-env": {"equals": "prod"}}},
+             "key": [{"header": "x-api-key"}], "limit": {"requests": 10, "per": "1s", "burst": 20}},
+            {"name": "plans", "key": [{"header": "x-customer"}],
+             "plans": {"header": "x-plan", "default": "free", "limits": {
+                 "free": {"requests": 1, "per": "1m"}, "pro": {"requests": 100, "per": "1m"}}}},
+        ]
+    }));
+    match rules {
+        Ok(r) => r,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[test]
+fn rules_are_ordered_strictest_first() {
+    let s = set();
+    let names: Vec<&str> = s.rules().iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["plans", "per-key", "loose"]);
+}
+
+#[test]
+fn matching_checks_path_method_and_headers() {
+    let s = set();
+    let hit = request(
+        "/v1/search?q=1",
+        "GET",
+        &[("x-env", "prod"), ("x-api-key", "k1")],
+    );
+    let names: Vec<String> = s
+        .applicable(&hit)
+        .iter()
+        .map(|a| a.key.to_string())
+        .collect();
+    assert_eq!(names, ["per-key|k1", "loose|GET"]);
+    for miss in [
+        request(
+            "/v2/search",
+            "GET",
+            &[("x-env", "prod"), ("x-api-key", "k1")],
+        ),
+        request(
+            "/v1/search",
+            "POST",
+            &[("x-env", "prod"), ("x-api-key", "k1")],
+        ),
+        request(
+            "/v1/search",
+            "GET",
+            &[("x-env", "dev"), ("x-api-key", "k1")],
+        ),
+        // The key cannot be formed: the rule does not apply.
+        request("/v1/search", "GET", &[("x-env", "prod")]),
+    ] {
+        assert!(
+            s.applicable(&miss).iter().all(|a| a.rule.name != "per-key"),
+            "{miss:?}"
+        );
+    }
+}
+
+#[test]
+fn plans_pick_their_limit_and_fall_back_to_the_default() {
+    let s = set();
+    let limit_of = |plan: Option<&str>| {
+        let mut h = vec![("x-customer", "c1")];
+        h.extend(plan.map(|p| ("x-plan", p)));
+        let req = request("/", "GET", &h);
+        let a = s
+            .applicable(&req)
+            .into_iter()
+            .find(|a| a.rule.name == "plans")
+            .map(|a| (a.limit.requests(), a.plan.map(str::to_string)));
+        a.unwrap_or_default()
+    };
+    assert_eq!(limit_of(Some("pro")), (100, Some("pro".into())));
+    assert_eq!(limit_of(Some("platinum")), (1, Some("free".into())));
+    assert_eq!(limit_of(None), (1, Some("free".into())));
+}
+
+#[test]
+fn defaults_apply_where_rules_are_silent() {
+    let s = compile(serde_json::json!({
+        "version": 1,
+        "defaults": {"mode": "shadow", "on_failure": "open"},
+        "rules": [
+            {"name": "a", "key": ["client_ip"], "limit": {"requests": 1, "per": "1s"}},
+            {"name": "b", "key": ["client_ip"], "limit": {"requests": 2, "per": "1s"}, "mode": "enforce", "accuracy": "exact"},
+        ]
+    }));
+    let s = s.unwrap_or_else(|e| panic!("{e}"));
+    let a = s.rule("a").unwrap_or_else(|| panic!("rule a"));
+    let b = s.rule("b").unwrap_or_else(|| panic!("rule b"));
+    assert_eq!(
+        (a.mode, a.on_failure, a.accuracy, a.scope),
+        (
+            Mode::Shadow,
+            FailurePolicy::Open,
+            Accuracy::Fast,
+            Scope::Region
+        )
+    );
+    assert_eq!(
+        (b.mode, b.on_failure, b.accuracy),
+        (Mode::Enforce, FailurePolicy::Open, Accuracy::Exact)
+    );
+    assert_eq!(a.limits, Limits::Single(limit(1, NANOS_PER_SEC, 1)));
+}
+
+#[test]
+fn the_version_is_a_content_hash() {
+    assert_eq!(set().version(), set().version());
+    let other = compile(
+        serde_json::json!({"version": 1, "rules": [{"name": "x", "key": ["method"], "limit": {"requests": 1, "per": "1s"}}]}),
+    );
+    assert_ne!(
+        other.map(|s| s.version().to_string()).unwrap_or_default(),
+        set().version()
+    );
+}
+
+#[test]
+fn periods() {
+    assert_eq!(parse_period("250ms"), Ok(250_000_000));
+    assert_eq!(parse_period("1m"), Ok(60 * NANOS_PER_SEC));
+    assert_eq!(parse_period("1d"), Ok(86_400 * NANOS_PER_SEC));
+    for bad in [
+        "",
+        "1",
+        "s",
+        "1.5s",
+        "-1s",
+        "0s",
+        "1w",
+        "99999999999999999999d",
+    ] {
+        assert!(parse_period(bad).is_err(), "{bad}");
+    }
+}
+
+#[cfg(feature = "yaml")]
+mod fixtures;

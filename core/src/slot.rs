@@ -1,0 +1,212 @@
+//! The filter's per-key local state, as kept in one proxy-wasm shared-data slot:
+//! the local lease (tokens the agent granted, until they expire), the denial cache
+//! entry (denied until T), and the fail-local bucket used while the agent is
+//! unreachable. Pure data and logic here; the filter does the get + CAS set.
+//!
+//! Slots are chosen by `fingerprint % slots`, so shared data stays bounded whatever
+//! the key cardinality. A slot holding another key's fingerprint reads as empty: a
+//! collision can drop lease tokens (never hoarded) or forget a denial (the agent is
+//! asked again), but never invents tokens.
+
+use crate::bucket::{Bucket, Take};
+use crate::limit::Limit;
+
+const FORMAT: u8 = 1;
+const ENCODED_LEN: usize = 58;
+
+/// One key's local state.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SlotState {
+    pub fingerprint: u64,
+    /// Unspent leased tokens, usable until `lease_expires_ns`.
+    pub lease_tokens: u32,
+    pub lease_expires_ns: u64,
+    /// The store's remaining tokens when the lease was granted, and when its bucket
+    /// is full again: what the RateLimit fields report between agent calls.
+    pub store_remaining: u32,
+    pub store_reset_at_ns: u64,
+    /// Denial cache: requests before this time are rejected without asking.
+    pub denied_until_ns: u64,
+    /// The fail-local bucket, created on the first failure.
+    pub fallback: Option<Bucket>,
+}
+
+/// What local state alone can decide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalCheck {
+    /// The denial cache holds the key until `retry_after_ns` from now.
+    Denied { retry_after_ns: u64 },
+    /// Tokens were taken from the lease.
+    Taken { remaining: u32, reset_ns: u64 },
+    /// The agent must be asked.
+    Miss,
+}
+
+impl SlotState {
+    /// Empty state for the key with `fingerprint`.
+    pub fn empty(fingerprint: u64) -> Self {
+        Self {
+            fingerprint,
+            lease_tokens: 0,
+            lease_expires_ns: 0,
+            store_remaining: 0,
+            store_reset_at_ns: 0,
+            denied_until_ns: 0,
+            fallback: None,
+        }
+    }
+
+    /// Reads a slot for the key with `fingerprint`: anything else there (another
+    /// key, an old format, garbage) reads as empty.
+    pub fn decode(bytes: Option<&[u8]>, fingerprint: u64) -> Self {
+        bytes
+            .and_then(Self::decode_exact)
+            .filter(|s| s.fingerprint == fingerprint)
+            .unwrap_or_else(|| Self::empty(fingerprint))
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(ENCODED_LEN);
+        out.push(FORMAT);
+        out.extend_from_slice(&self.fingerprint.to_le_bytes());
+        out.extend_from_slice(&self.lease_tokens.to_le_bytes());
+        out.extend_from_slice(&self.lease_expires_ns.to_le_bytes());
+        out.extend_from_slice(&self.store_remaining.to_le_bytes());
+        out.extend_from_slice(&self.store_reset_at_ns.to_le_bytes());
+        out.extend_from_slice(&self.denied_until_ns.to_le_bytes());
+        let (tokens, updated) = self.fallback.map_or((0.0, 0), |b| b.parts());
+        out.push(u8::from(self.fallback.is_some()));
+        out.extend_from_slice(&tokens.to_le_bytes());
+        out.extend_from_slice(&updated.to_le_bytes());
+        out
+    }
+
+    /// Decides from local state, taking `cost` lease tokens when it can.
+    pub fn check(&mut self, now_ns: u64, cost: u32) -> LocalCheck {
+        if self.denied_until_ns > now_ns {
+            return LocalCheck::Denied {
+                retry_after_ns: self.denied_until_ns - now_ns,
+            };
+        }
+        if self.lease_expires_ns > now_ns && self.lease_tokens >= cost {
+            self.lease_tokens -= cost;
+            return LocalCheck::Taken {
+                remaining: self.store_remaining.saturating_add(self.lease_tokens),
+                reset_ns: self.store_reset_at_ns.saturating_sub(now_ns),
+            };
+        }
+        LocalCheck::Miss
+    }
+
+    /// Records a grant of which `cost` went to the current request; the rest joins
+    /// the lease. Expired leftovers are dropped, never carried over.
+    pub fn grant(
+        &mut self,
+        now_ns: u64,
+        tokens: u32,
+        cost: u32,
+        ttl_ns: u64,
+        store_remaining: u32,
+        reset_ns: u64,
+    ) {
+        let carried = if self.lease_expires_ns > now_ns {
+            self.lease_tokens
+        } else {
+            0
+        };
+        self.lease_tokens = carried.saturating_add(tokens.saturating_sub(cost));
+        self.lease_expires_ns = now_ns.saturating_add(ttl_ns);
+        self.store_remaining = store_remaining;
+        self.store_reset_at_ns = now_ns.saturating_add(reset_ns);
+        self.denied_until_ns = 0;
+    }
+
+    /// Records a denial: the key is rejected locally until `retry_after_ns` from now.
+    pub fn deny(&mut self, now_ns: u64, retry_after_ns: u64) {
+        self.denied_until_ns = now_ns.saturating_add(retry_after_ns);
+        self.lease_tokens = 0;
+    }
+
+    /// Takes `cost` from the fail-local bucket of `limit` (the node's slice of the
+    /// rule's limit), creating it full on first use.
+    pub fn fallback_take(&mut self, limit: &Limit, now_ns: u64, cost: u32) -> Take {
+        let bucket = self
+            .fallback
+            .get_or_insert_with(|| Bucket::full(limit, now_ns));
+        bucket.take(limit, now_ns, cost, cost)
+    }
+
+    fn decode_exact(b: &[u8]) -> Option<Self> {
+        if b.len() != ENCODED_LEN || b.first() != Some(&FORMAT) {
+            return None;
+        }
+        let u64_at = |i: usize| {
+            b.get(i..i + 8)
+                .and_then(|s| s.try_into().ok())
+                .map(u64::from_le_bytes)
+        };
+        let u32_at = |i: usize| {
+            b.get(i..i + 4)
+                .and_then(|s| s.try_into().ok())
+                .map(u32::from_le_bytes)
+        };
+        let fallback = match b.get(41)? {
+            0 => None,
+            _ => Some(Bucket::from_parts(f64::from_bits(u64_at(42)?), u64_at(50)?)),
+        };
+        Some(Self {
+            fingerprint: u64_at(1)?,
+            lease_tokens: u32_at(9)?,
+            lease_expires_ns: u64_at(13)?,
+            store_remaining: u32_at(21)?,
+            store_reset_at_ns: u64_at(25)?,
+            denied_until_ns: u64_at(33)?,
+            fallback,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limit::limit;
+
+    #[test]
+    fn round_trips_and_ignores_other_keys() {
+        let mut s = SlotState::empty(42);
+        s.grant(10, 5, 1, 100, 7, 1_000);
+        let _ = s.fallback_take(&limit(3, 1_000, 3), 10, 1);
+        let bytes = s.encode();
+        assert_eq!(bytes.len(), ENCODED_LEN);
+        assert_eq!(SlotState::decode(Some(&bytes), 42), s);
+        assert_eq!(SlotState::decode(Some(&bytes), 43), SlotState::empty(43));
+        assert_eq!(SlotState::decode(Some(b"junk"), 42), SlotState::empty(42));
+        assert_eq!(SlotState::decode(None, 42), SlotState::empty(42));
+    }
+
+    #[test]
+    fn lease_tokens_are_spent_then_expire() {
+        let mut s = SlotState::empty(1);
+        s.grant(0, 3, 1, 100, 10, 50);
+        assert!(matches!(
+            s.check(1, 1),
+            LocalCheck::Taken { remaining: 11, .. }
+        ));
+        assert!(matches!(
+            s.check(2, 1),
+            LocalCheck::Taken { remaining: 10, .. }
+        ));
+        assert_eq!(s.check(3, 1), LocalCheck::Miss);
+        s.grant(10, 5, 1, 100, 0, 0);
+        // Past its expiry the lease is worth nothing.
+        assert_eq!(s.check(200, 1), LocalCheck::Miss);
+    }
+
+    #[test]
+    fn denial_cache_rejects_until_its_time() {
+        let mut s = SlotState::empty(1);
+        s.deny(100, 50);
+        assert_eq!(s.check(120, 1), LocalCheck::Denied { retry_after_ns: 30 });
+        assert_eq!(s.check(150, 1), LocalCheck::Miss);
+    }
+}

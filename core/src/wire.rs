@@ -1,0 +1,178 @@
+//! The filter–agent wire protocol (JSON over HTTP/1.1 on localhost). Every body
+//! carries `v`; an agent refuses a version it does not speak with a 400, so a
+//! filter and an agent of different releases fail loudly, not subtly.
+
+use serde::{Deserialize, Serialize};
+
+use crate::decision::Outcome;
+use crate::key::DescriptorKey;
+use crate::rules::RulesConfig;
+
+/// The protocol version this build speaks.
+pub const WIRE_VERSION: u32 = 1;
+/// The largest request body the agent reads.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// The most items in one lease request (one per applicable rule).
+pub const MAX_LEASE_ITEMS: usize = 64;
+
+pub const LEASE_PATH: &str = "/v1/lease";
+pub const SYNC_PATH: &str = "/v1/sync";
+pub const RULES_PATH: &str = "/v1/rules";
+
+/// `POST /v1/lease`: tokens for the keys a filter could not decide locally.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseRequest {
+    pub v: u32,
+    /// The filter's rules version, for the agent's skew metrics.
+    #[serde(default)]
+    pub rules_version: String,
+    pub items: Vec<LeaseItem>,
+}
+
+/// One key to lease for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseItem {
+    pub rule: String,
+    pub key: DescriptorKey,
+    /// Tokens the current request needs; a grant holds at least this many.
+    pub cost: u32,
+    /// The plan the filter selected, for rules with plans.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<String>,
+}
+
+/// The answers, in the order of the request's items.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LeaseResponse {
+    pub v: u32,
+    pub items: Vec<LeaseAnswer>,
+}
+
+/// The answer for one key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum LeaseAnswer {
+    /// `tokens` granted (the request's cost included), usable for `ttl_ms`;
+    /// the store kept `remaining` and is full again after `reset_ms`.
+    Grant {
+        tokens: u32,
+        ttl_ms: u64,
+        remaining: u32,
+        reset_ms: u64,
+    },
+    /// Over the limit; enough tokens exist again after `retry_after_ms`.
+    Deny { retry_after_ms: u64 },
+    /// The agent could not decide (store failed, shed, unknown rule): the rule's
+    /// failure policy applies.
+    Unavailable { reason: String },
+}
+
+/// `POST /v1/sync`: sent by each filter every second.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SyncRequest {
+    pub v: u32,
+    /// A stable name for the filter (its Envoy node and VM), a metric label.
+    pub filter_id: String,
+    /// The rules version the filter runs, if it has rules.
+    #[serde(default)]
+    pub rules_version: Option<String>,
+    /// Decisions taken since the last successful sync.
+    #[serde(default)]
+    pub decisions: Vec<DecisionCount>,
+}
+
+/// A count of decisions of one outcome for one rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionCount {
+    pub rule: String,
+    pub outcome: Outcome,
+    pub count: u64,
+}
+
+/// The agent's rules version, and the rules when the filter's version differs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SyncResponse {
+    pub v: u32,
+    pub version: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules: Option<RulesConfig>,
+}
+
+/// The body of every 4xx/5xx from the agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+    pub detail: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_round_trip_keeps_the_version() {
+        let req = LeaseRequest {
+            v: WIRE_VERSION,
+            rules_version: "abc".into(),
+            items: vec![LeaseItem {
+                rule: "r".into(),
+                key: DescriptorKey::new("r", ["k"]),
+                cost: 1,
+                plan: None,
+            }],
+        };
+        let text = serde_json::to_string(&req).unwrap_or_default();
+        assert_eq!(serde_json::from_str::<LeaseRequest>(&text).ok(), Some(req));
+
+        let resp = LeaseResponse {
+            v: WIRE_VERSION,
+            items: vec![
+                LeaseAnswer::Grant {
+                    tokens: 5,
+                    ttl_ms: 100,
+                    remaining: 3,
+                    reset_ms: 10,
+                },
+                LeaseAnswer::Deny {
+                    retry_after_ms: 250,
+                },
+                LeaseAnswer::Unavailable {
+                    reason: "store".into(),
+                },
+            ],
+        };
+        let text = serde_json::to_string(&resp).unwrap_or_default();
+        assert!(text.contains(r#""result":"deny""#), "{text}");
+        assert_eq!(
+            serde_json::from_str::<LeaseResponse>(&text).ok(),
+            Some(resp)
+        );
+    }
+
+    #[test]
+    fn sync_round_trip() {
+        let req = SyncRequest {
+            v: WIRE_VERSION,
+            filter_id: "node-1/vm".into(),
+            rules_version: Some("v".into()),
+            decisions: vec![DecisionCount {
+                rule: "r".into(),
+                outcome: Outcome::FailedOpen,
+                count: 3,
+            }],
+        };
+        let text = serde_json::to_string(&req).unwrap_or_default();
+        assert!(text.contains("failed_open"));
+        assert_eq!(serde_json::from_str::<SyncRequest>(&text).ok(), Some(req));
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let text = r#"{"v":1,"items":[],"extra":true}"#;
+        assert!(serde_json::from_str::<LeaseRequest>(text).is_err());
+    }
+}

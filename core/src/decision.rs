@@ -125,7 +125,9 @@ pub fn decide<'a>(results: &[RuleResult<'a>]) -> Verdict<'a> {
     if let Some(r) = enforcing().find(|r| r.verdict == RuleVerdict::Unavailable) {
         return Verdict::Unavailable { rule: r.rule };
     }
+    // A rule decided by a failure policy knows nothing reliable of its quota.
     let tightest = enforcing()
+        .filter(|r| r.failure.is_none())
         .filter_map(|r| match r.verdict {
             RuleVerdict::Allow {
                 remaining,

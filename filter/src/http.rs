@@ -1,0 +1,195 @@
+//! The HTTP context: gathers the request, runs the pipeline, pauses for the agent
+//! when local state cannot decide, and answers 429/503 or lets the request go on.
+
+use std::rc::Rc;
+
+use log::debug;
+use meshlimit_core::decision::Quota;
+use meshlimit_core::headers::{self, HeaderStyle};
+use meshlimit_core::wire::{LeaseResponse, LEASE_PATH, WIRE_VERSION};
+use meshlimit_core::{client_ip, Limit, RequestInfo, Verdict};
+use proxy_wasm::traits::{Context, HttpContext};
+use proxy_wasm::types::Action;
+
+use crate::config::FilterConfig;
+use crate::host::{self, Host, ProxyHost};
+use crate::pipeline::Evaluation;
+use crate::state::{Shared, AGENT_DOWN_KEY};
+
+pub struct Http {
+    vm: Shared,
+    config: Rc<FilterConfig>,
+    /// The evaluation waiting for the agent's answer.
+    pending: Option<Evaluation>,
+    /// The quota the allowed response reports.
+    quota: Option<(String, Limit, u32, u64)>,
+}
+
+impl Http {
+    pub fn new(vm: Shared) -> Self {
+        let config = Rc::clone(&vm.borrow().config);
+        Self {
+            vm,
+            config,
+            pending: None,
+            quota: None,
+        }
+    }
+
+    fn request_info(&self) -> RequestInfo {
+        let headers = host::request_headers();
+        let find = |name: &str| {
+            headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+        };
+        let path = find(":path").unwrap_or_default();
+        let method = find(":method").unwrap_or_default();
+        let xff = find("x-forwarded-for");
+        let downstream = host::property(vec!["source", "address"]);
+        let mut info = RequestInfo::new(&path, &method, headers);
+        info.client_ip = client_ip::resolve(
+            downstream.as_deref(),
+            xff.as_deref(),
+            self.config.trusted_hops,
+        );
+        info.route = host::property(vec!["xds", "route_name"]).filter(|r| !r.is_empty());
+        info
+    }
+
+    /// Counts every rule's decision and carries out the verdict.
+    fn finish(&mut self, eval: &Evaluation) -> Action {
+        {
+            let mut vm = self.vm.borrow_mut();
+            for r in eval.results() {
+                vm.counts.record(r.rule, r.outcome());
+            }
+        }
+        let style = self.config.response_headers;
+        match eval.verdict() {
+            Verdict::Allow { tightest } => {
+                self.quota =
+                    tightest.map(|q| (q.rule.to_string(), q.limit, q.remaining, q.reset_ns));
+                Action::Continue
+            }
+            Verdict::Deny {
+                rule,
+                limit,
+                retry_after_ns,
+            } => {
+                let fields = headers::rejection_fields(style, rule, &limit, retry_after_ns);
+                host::send_response(
+                    429,
+                    &fields,
+                    headers::rejection_body(rule, retry_after_ns).as_bytes(),
+                );
+                Action::Pause
+            }
+            Verdict::Unavailable { rule } => {
+                let (fields, body) = headers::unavailable_response(rule);
+                host::send_response(503, &fields, body.as_bytes());
+                Action::Pause
+            }
+        }
+    }
+
+    fn agent_backing_off(&self, now: u64) -> bool {
+        let (bytes, _) = ProxyHost.shared_get(AGENT_DOWN_KEY);
+        bytes
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+            .is_some_and(|until| until > now)
+    }
+
+    fn mark_agent_down(&self) {
+        let until = ProxyHost
+            .now_ns()
+            .saturating_add(self.config.agent_backoff_ms.saturating_mul(1_000_000));
+        let _ = ProxyHost.shared_set(AGENT_DOWN_KEY, &until.to_le_bytes(), None);
+    }
+}
+
+impl Context for Http {
+    fn on_http_call_response(
+        &mut self,
+        _token_id: u32,
+        _headers: usize,
+        body_size: usize,
+        _trailers: usize,
+    ) {
+        let Some(mut eval) = self.pending.take() else {
+            return;
+        };
+        let (status, body) = host::call_response(body_size);
+        let answer = (status == Some(200))
+            .then(|| serde_json::from_slice::<LeaseResponse>(&body).ok())
+            .flatten()
+            .filter(|r| r.v == WIRE_VERSION);
+        match answer {
+            Some(resp) => eval.apply_answers(&ProxyHost, &self.config, resp.items),
+            None => {
+                debug!("meshlimit: lease call failed (status {status:?})");
+                // A 4xx means we sent something the agent refuses: a bug, not an
+                // outage, but the request must not wait either way.
+                self.mark_agent_down();
+                eval.fail_misses(&ProxyHost, &self.config);
+            }
+        }
+        if let Action::Continue = self.finish(&eval) {
+            host::resume_request();
+        }
+    }
+}
+
+impl HttpContext for Http {
+    fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        let Some(rules) = self.vm.borrow().rules.clone() else {
+            return Action::Continue;
+        };
+        let info = self.request_info();
+        let Some(mut eval) = Evaluation::new(rules, &info) else {
+            return Action::Continue;
+        };
+        if eval.local_pass(&ProxyHost, &self.config) {
+            if self.agent_backing_off(ProxyHost.now_ns()) {
+                eval.fail_misses(&ProxyHost, &self.config);
+            } else {
+                let body = serde_json::to_vec(&eval.lease_request()).unwrap_or_default();
+                let cfg = &self.config;
+                if host::dispatch(
+                    &cfg.agent_cluster,
+                    &cfg.agent_authority,
+                    LEASE_PATH,
+                    &body,
+                    cfg.timeout_ms,
+                )
+                .is_some()
+                {
+                    self.pending = Some(eval);
+                    return Action::Pause;
+                }
+                self.mark_agent_down();
+                eval.fail_misses(&ProxyHost, &self.config);
+            }
+        }
+        self.finish(&eval)
+    }
+
+    fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        if let Some((rule, limit, remaining, reset_ns)) = &self.quota {
+            if self.config.response_headers != HeaderStyle::Off {
+                let quota = Quota {
+                    rule,
+                    limit: *limit,
+                    remaining: *remaining,
+                    reset_ns: *reset_ns,
+                };
+                for (name, value) in headers::quota_fields(self.config.response_headers, &quota) {
+                    host::add_response_header(name, &value);
+                }
+            }
+        }
+        Action::Continue
+    }
+}

@@ -1,0 +1,30 @@
+//! meshlimit's proxy-wasm filter. It decides locally from per-key state in shared
+//! data (denial cache, leased tokens), asks the node's agent only on a miss, and
+//! applies each rule's failure policy when the agent cannot answer in time.
+//!
+//! Layout: `host` is the only module that calls hostcalls; `pipeline` is the
+//! request path as plain code over the `Host` trait (tested natively with a fake
+//! host); `root` and `http` are the proxy-wasm contexts that glue them to Envoy.
+//! `unwrap`, `expect` and `panic!` are denied: a panic traps the whole VM.
+
+pub mod config;
+mod counts;
+pub mod host;
+mod http;
+pub mod pipeline;
+mod root;
+mod slots;
+mod state;
+
+// The SDK's entry point exports `_initialize` (`#[no_mangle]`) and calls the
+// WASI constructors in an `unsafe` block; that is the only unsafe code here.
+#[allow(unsafe_code)]
+mod entry {
+    use proxy_wasm::traits::RootContext;
+    use proxy_wasm::types::LogLevel;
+
+    proxy_wasm::main! {{
+        proxy_wasm::set_log_level(LogLevel::Info);
+        proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(crate::root::Root::new()) });
+    }}
+}

@@ -1,0 +1,287 @@
+//! The request path, as plain code over the [`Host`] trait: which rules apply,
+//! what local state decides, what to ask the agent, how its answers and failures
+//! become rule verdicts. `http.rs` only moves data between this and Envoy.
+
+use std::rc::Rc;
+
+use meshlimit_core::decision::{decide, RuleResult};
+use meshlimit_core::rules::{FailurePolicy, Mode, Rule};
+use meshlimit_core::slot::LocalCheck;
+use meshlimit_core::wire::{LeaseAnswer, LeaseItem, LeaseRequest, WIRE_VERSION};
+use meshlimit_core::{
+    Bucket, DescriptorKey, Limit, Outcome, RequestInfo, RuleSet, RuleVerdict, Take, Verdict,
+    NANOS_PER_MS,
+};
+
+use crate::config::FilterConfig;
+use crate::host::Host;
+use crate::slots;
+
+/// One request's evaluation; it survives the pause while the agent answers.
+pub struct Evaluation {
+    rules: Rc<RuleSet>,
+    checks: Vec<Check>,
+}
+
+struct Check {
+    rule: usize,
+    key: DescriptorKey,
+    fingerprint: u64,
+    limit: Limit,
+    plan: Option<String>,
+    cost: u32,
+    state: State,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum State {
+    /// Decided; `failure` names the policy that decided, if one did.
+    Decided {
+        verdict: RuleVerdict,
+        failure: Option<Outcome>,
+    },
+    /// Local state could not decide: the agent must be asked.
+    Miss,
+    /// Not evaluated: an enforcing rule had already rejected the request.
+    Skipped,
+}
+
+impl Evaluation {
+    /// The rules that apply to `req`, strictest first; `None` when none do.
+    pub fn new(rules: Rc<RuleSet>, req: &RequestInfo) -> Option<Self> {
+        let checks: Vec<Check> = rules
+            .applicable(req)
+            .into_iter()
+            .filter_map(|a| {
+                let rule = rules.rules().iter().position(|r| std::ptr::eq(r, a.rule))?;
+                Some(Check {
+                    rule,
+                    fingerprint: a.key.fingerprint(),
+                    key: a.key,
+                    limit: a.limit,
+                    plan: a.plan.map(str::to_string),
+                    cost: a.rule.cost.get(),
+                    state: State::Miss,
+                })
+            })
+            .collect();
+        (!checks.is_empty()).then_some(Self { rules, checks })
+    }
+
+    /// Decides what local state can: the denial cache, then the lease. Stops at
+    /// the first enforcing denial, so no further tokens are spent on a request that
+    /// is rejected anyway. Returns true when the agent must be asked.
+    pub fn local_pass<H: Host>(&mut self, host: &H, cfg: &FilterConfig) -> bool {
+        let now = host.now_ns();
+        let mut rejected = false;
+        for i in 0..self.checks.len() {
+            let enforcing = self.rule(i).mode == Mode::Enforce;
+            let c = &mut self.checks[i];
+            if rejected {
+                c.state = State::Skipped;
+                continue;
+            }
+            let local = slots::update(host, c.fingerprint, cfg.slots, |s| s.check(now, c.cost));
+            c.state = match local.unwrap_or(LocalCheck::Miss) {
+                LocalCheck::Denied { retry_after_ns } => {
+                    decided(RuleVerdict::Deny { retry_after_ns })
+                }
+                LocalCheck::Taken {
+                    remaining,
+                    reset_ns,
+                } => decided(RuleVerdict::Allow {
+                    remaining,
+                    reset_ns,
+                }),
+                LocalCheck::Miss => State::Miss,
+            };
+            rejected = enforcing
+                && matches!(
+                    c.state,
+                    State::Decided {
+                        verdict: RuleVerdict::Deny { .. },
+                        ..
+                    }
+                );
+        }
+        if rejected {
+            for c in &mut self.checks {
+                if c.state == State::Miss {
+                    c.state = State::Skipped;
+                }
+            }
+        }
+        self.checks.iter().any(|c| c.state == State::Miss)
+    }
+
+    /// The lease request for every key local state could not decide.
+    pub fn lease_request(&self) -> LeaseRequest {
+        let items = self
+            .misses()
+            .map(|i| {
+                let c = &self.checks[i];
+                LeaseItem {
+                    rule: self.rule(i).name.clone(),
+                    key: c.key.clone(),
+                    cost: c.cost,
+                    plan: c.plan.clone(),
+                }
+            })
+            .collect();
+        LeaseRequest {
+            v: WIRE_VERSION,
+            rules_version: self.rules.version().to_string(),
+            items,
+        }
+    }
+
+    /// Applies the agent's answers (in the order of `lease_request`'s items). A
+    /// missing answer takes the failure policy.
+    pub fn apply_answers<H: Host>(
+        &mut self,
+        host: &H,
+        cfg: &FilterConfig,
+        answers: Vec<LeaseAnswer>,
+    ) {
+        let now = host.now_ns();
+        let misses: Vec<usize> = self.misses().collect();
+        let mut answers = answers.into_iter();
+        for i in misses {
+            let c = &self.checks[i];
+            let (fp, cost) = (c.fingerprint, c.cost);
+            let state = match answers.next() {
+                Some(LeaseAnswer::Grant {
+                    tokens,
+                    ttl_ms,
+                    remaining,
+                    reset_ms,
+                }) => {
+                    let reset_ns = reset_ms.saturating_mul(NANOS_PER_MS);
+                    slots::update(host, fp, cfg.slots, |s| {
+                        s.grant(
+                            now,
+                            tokens,
+                            cost,
+                            ttl_ms.saturating_mul(NANOS_PER_MS),
+                            remaining,
+                            reset_ns,
+                        )
+                    });
+                    decided(RuleVerdict::Allow {
+                        remaining,
+                        reset_ns,
+                    })
+                }
+                Some(LeaseAnswer::Deny { retry_after_ms }) => {
+                    let retry_after_ns = retry_after_ms.saturating_mul(NANOS_PER_MS);
+                    slots::update(host, fp, cfg.slots, |s| s.deny(now, retry_after_ns));
+                    decided(RuleVerdict::Deny { retry_after_ns })
+                }
+                Some(LeaseAnswer::Unavailable { .. }) | None => {
+                    self.failure_state(host, cfg, i, now)
+                }
+            };
+            self.checks[i].state = state;
+        }
+    }
+
+    /// The agent could not be asked or did not answer in time: every undecided
+    /// rule takes its failure policy.
+    pub fn fail_misses<H: Host>(&mut self, host: &H, cfg: &FilterConfig) {
+        let now = host.now_ns();
+        let misses: Vec<usize> = self.misses().collect();
+        for i in misses {
+            self.checks[i].state = self.failure_state(host, cfg, i, now);
+        }
+    }
+
+    /// The request's verdict; call once nothing is a miss.
+    pub fn verdict(&self) -> Verdict<'_> {
+        decide(&self.results())
+    }
+
+    /// Each decided rule's result, for counting.
+    pub fn results(&self) -> Vec<RuleResult<'_>> {
+        self.checks
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| match c.state {
+                State::Decided { verdict, failure } => {
+                    let rule = self.rule(i);
+                    Some(RuleResult {
+                        rule: &rule.name,
+                        mode: rule.mode,
+                        limit: c.limit,
+                        verdict,
+                        failure,
+                    })
+                }
+                State::Miss | State::Skipped => None,
+            })
+            .collect()
+    }
+
+    fn failure_state<H: Host>(&self, host: &H, cfg: &FilterConfig, i: usize, now: u64) -> State {
+        let c = &self.checks[i];
+        match self.rule(i).on_failure {
+            FailurePolicy::Open => State::Decided {
+                verdict: RuleVerdict::Allow {
+                    remaining: 0,
+                    reset_ns: 0,
+                },
+                failure: Some(Outcome::FailedOpen),
+            },
+            FailurePolicy::Closed => State::Decided {
+                verdict: RuleVerdict::Unavailable,
+                failure: Some(Outcome::FailedClosed),
+            },
+            FailurePolicy::Local => {
+                let local = c.limit.scaled(cfg.local_share());
+                let take = slots::update(host, c.fingerprint, cfg.slots, |s| {
+                    s.fallback_take(&local, now, c.cost)
+                })
+                // A slot we could not write: decide on a fresh bucket rather than
+                // block; it admits at most one burst more.
+                .unwrap_or_else(|| Bucket::full(&local, now).take(&local, now, c.cost, c.cost));
+                let verdict = match take {
+                    Take::Granted {
+                        remaining,
+                        reset_ns,
+                        ..
+                    } => RuleVerdict::Allow {
+                        remaining,
+                        reset_ns,
+                    },
+                    Take::Denied { retry_after_ns } => RuleVerdict::Deny { retry_after_ns },
+                };
+                State::Decided {
+                    verdict,
+                    failure: Some(Outcome::FailedLocal),
+                }
+            }
+        }
+    }
+
+    fn misses(&self) -> impl Iterator<Item = usize> + '_ {
+        self.checks
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.state == State::Miss)
+            .map(|(i, _)| i)
+    }
+
+    fn rule(&self, i: usize) -> &Rule {
+        // Indices come from this rule set, which the evaluation holds.
+        &self.rules.rules()[self.checks[i].rule]
+    }
+}
+
+fn decided(verdict: RuleVerdict) -> State {
+    State::Decided {
+        verdict,
+        failure: None,
+    }
+}
+
+#[cfg(test)]
+mod tests;

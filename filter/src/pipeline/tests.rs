@@ -1,0 +1,146 @@
+use std::rc::Rc;
+
+use meshlimit_core::rules::RulesConfig;
+use meshlimit_core::wire::LeaseAnswer;
+use meshlimit_core::{RequestInfo, RuleSet, Verdict, NANOS_PER_SEC};
+
+use super::Evaluation;
+use crate::config::FilterConfig;
+use crate::host::fake::FakeHost;
+
+fn rules(json: serde_json::Value) -> Rc<RuleSet> {
+    let config: RulesConfig = serde_json::from_value(json).unwrap();
+    Rc::new(RuleSet::compile(&config).unwrap())
+}
+
+fn two_rules(on_failure: &str) -> Rc<RuleSet> {
+    rules(serde_json::json!({"version": 1, "rules": [
+        {"name": "tight", "key": [{"header": "x-api-key"}], "limit": {"requests": 2, "per": "1s"}, "on_failure": on_failure},
+        {"name": "loose", "key": ["method"], "limit": {"requests": 100, "per": "1s"}, "on_failure": "open"},
+    ]}))
+}
+
+fn req(key: &str) -> RequestInfo {
+    RequestInfo::new("/x", "GET", vec![("x-api-key".into(), key.into())])
+}
+
+fn grant(tokens: u32) -> LeaseAnswer {
+    LeaseAnswer::Grant {
+        tokens,
+        ttl_ms: 100,
+        remaining: 50,
+        reset_ms: 10,
+    }
+}
+
+#[test]
+fn a_grant_fills_the_lease_and_later_requests_stay_local() {
+    let host = FakeHost::default();
+    let cfg = FilterConfig::default();
+    let rs = two_rules("local");
+    let mut e = Evaluation::new(Rc::clone(&rs), &req("k")).unwrap();
+    assert!(e.local_pass(&host, &cfg));
+    assert_eq!(e.lease_request().items.len(), 2);
+    e.apply_answers(&host, &cfg, vec![grant(2), grant(10)]);
+    assert!(matches!(e.verdict(), Verdict::Allow { .. }));
+
+    // The next request spends the leftover lease tokens without asking.
+    let mut e = Evaluation::new(Rc::clone(&rs), &req("k")).unwrap();
+    assert!(!e.local_pass(&host, &cfg));
+    assert!(matches!(e.verdict(), Verdict::Allow { .. }));
+    // The tight rule's lease (2 tokens, 1 per request) is now spent.
+    let mut e = Evaluation::new(rs, &req("k")).unwrap();
+    assert!(e.local_pass(&host, &cfg));
+    assert_eq!(e.lease_request().items.len(), 1);
+}
+
+#[test]
+fn a_denial_is_cached_and_rejects_without_asking_or_spending() {
+    let host = FakeHost::default();
+    let cfg = FilterConfig::default();
+    let rs = two_rules("local");
+    let mut e = Evaluation::new(Rc::clone(&rs), &req("k")).unwrap();
+    e.local_pass(&host, &cfg);
+    e.apply_answers(
+        &host,
+        &cfg,
+        vec![
+            LeaseAnswer::Deny {
+                retry_after_ms: 1500,
+            },
+            grant(10),
+        ],
+    );
+    assert!(matches!(
+        e.verdict(),
+        Verdict::Deny {
+            rule: "tight",
+            retry_after_ns: 1_500_000_000,
+            ..
+        }
+    ));
+
+    host.now.set(NANOS_PER_SEC);
+    let mut e = Evaluation::new(Rc::clone(&rs), &req("k")).unwrap();
+    assert!(!e.local_pass(&host, &cfg), "the denial cache answers");
+    assert!(matches!(
+        e.verdict(),
+        Verdict::Deny {
+            retry_after_ns: 500_000_000,
+            ..
+        }
+    ));
+    // The loose rule was skipped: only the rejecting rule is counted.
+    assert_eq!(e.results().len(), 1);
+}
+
+#[test]
+fn failure_policies() {
+    let cfg = FilterConfig::default();
+    for (policy, expect_503) in [("open", false), ("closed", true), ("local", false)] {
+        let host = FakeHost::default();
+        let mut e = Evaluation::new(two_rules(policy), &req("k")).unwrap();
+        e.local_pass(&host, &cfg);
+        e.fail_misses(&host, &cfg);
+        assert_eq!(
+            matches!(e.verdict(), Verdict::Unavailable { rule: "tight" }),
+            expect_503,
+            "{policy}"
+        );
+        let outcomes: Vec<&str> = e.results().iter().map(|r| r.outcome().as_str()).collect();
+        assert_eq!(outcomes[0], format!("failed_{policy}"));
+    }
+}
+
+#[test]
+fn fail_local_admits_the_nodes_slice_then_rejects() {
+    let host = FakeHost::default();
+    // Limit 2/s, safety factor 2, one node: the local bucket holds 4.
+    let cfg = FilterConfig::default();
+    let rs = two_rules("local");
+    let mut admitted = 0;
+    for _ in 0..20 {
+        let mut e = Evaluation::new(Rc::clone(&rs), &req("k")).unwrap();
+        if e.local_pass(&host, &cfg) {
+            e.fail_misses(&host, &cfg);
+        }
+        admitted += u32::from(matches!(e.verdict(), Verdict::Allow { .. }));
+    }
+    assert_eq!(admitted, 4);
+}
+
+#[test]
+fn key_cardinality_does_not_grow_shared_data_past_the_slots() {
+    let host = FakeHost::default();
+    let cfg = FilterConfig {
+        slots: 64,
+        ..FilterConfig::default()
+    };
+    let rs = two_rules("local");
+    for i in 0..5_000 {
+        let mut e = Evaluation::new(Rc::clone(&rs), &req(&format!("key-{i}"))).unwrap();
+        e.local_pass(&host, &cfg);
+        e.apply_answers(&host, &cfg, vec![grant(3), grant(3)]);
+    }
+    assert!(host.slot_count() <= 64, "{} slots used", host.slot_count());
+}

@@ -1,0 +1,65 @@
+//! Read-modify-write of one key's slot in shared data, with compare-and-swap:
+//! Envoy runs one VM per worker thread and they share the data, so a write that
+//! lost the race reads again and reapplies its change.
+
+use meshlimit_core::slot::SlotState;
+
+use crate::host::{Host, SharedError};
+
+/// Attempts before giving up on a contended slot. Giving up is safe: the caller
+/// treats it as a miss (the agent decides) or drops a grant's leftover tokens.
+const CAS_ATTEMPTS: usize = 8;
+
+/// The shared-data key of the slot for `fingerprint`.
+pub fn slot_key(fingerprint: u64, slots: u32) -> String {
+    format!("meshlimit.slot.{}", fingerprint % u64::from(slots.max(1)))
+}
+
+/// Applies `change` to the key's state and stores it. Returns what `change`
+/// returned on the attempt that was stored, or `None` when every attempt lost.
+pub fn update<H: Host, R>(
+    host: &H,
+    fingerprint: u64,
+    slots: u32,
+    mut change: impl FnMut(&mut SlotState) -> R,
+) -> Option<R> {
+    let key = slot_key(fingerprint, slots);
+    for _ in 0..CAS_ATTEMPTS {
+        let (bytes, cas) = host.shared_get(&key);
+        let mut state = SlotState::decode(bytes.as_deref(), fingerprint);
+        let before = state;
+        let out = change(&mut state);
+        if state == before {
+            return Some(out);
+        }
+        match host.shared_set(&key, &state.encode(), cas) {
+            Ok(()) => return Some(out),
+            Err(SharedError::CasMismatch) => continue,
+            Err(SharedError::Host) => return None,
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::fake::FakeHost;
+
+    #[test]
+    fn a_lost_race_is_retried_on_fresh_state() {
+        let host = FakeHost::default();
+        update(&host, 7, 16, |s| s.grant(0, 10, 0, 1_000_000, 0, 0));
+        // Another worker writes between our read and our write, once.
+        host.interfere_once(slot_key(7, 16), |bytes| {
+            let mut s = SlotState::decode(Some(bytes), 7);
+            s.lease_tokens -= 4;
+            s.encode()
+        });
+        let taken = update(&host, 7, 16, |s| s.check(1, 1));
+        assert!(taken.is_some());
+        let (bytes, _) = host.shared_get(&slot_key(7, 16));
+        // 10 - 4 (the other worker) - 1 (ours): neither write was lost.
+        assert_eq!(SlotState::decode(bytes.as_deref(), 7).lease_tokens, 5);
+    }
+}

@@ -1,0 +1,28 @@
+//! What one VM's root context and its HTTP contexts share. Each VM runs on one
+//! worker thread, so `Rc<RefCell<…>>` is enough; what workers share goes through
+//! proxy-wasm shared data instead.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use meshlimit_core::RuleSet;
+
+use crate::config::FilterConfig;
+use crate::counts::Counts;
+
+pub type Shared = Rc<RefCell<VmState>>;
+
+/// Shared-data key of the last good rules (any VM's), so a new VM starts with
+/// them even while the agent is unreachable.
+pub const RULES_KEY: &str = "meshlimit.rules";
+/// Shared-data key: misses skip the agent until this time (ns, little endian).
+pub const AGENT_DOWN_KEY: &str = "meshlimit.agent_down_until";
+/// Shared-data key: a counter giving each VM a distinct number.
+pub const VM_SEQ_KEY: &str = "meshlimit.vm_seq";
+
+#[derive(Default)]
+pub struct VmState {
+    pub config: Rc<FilterConfig>,
+    pub rules: Option<Rc<RuleSet>>,
+    pub counts: Counts,
+}

@@ -25,6 +25,9 @@ pub struct Root {
     /// A sync in flight, with the counts it carries (restored if it fails).
     in_flight: Option<(u32, Vec<meshlimit_core::wire::DecisionCount>)>,
     ready_gauge: Option<u32>,
+    /// Whether the last sync failed: failures are logged once per outage, not
+    /// once per tick.
+    sync_failing: bool,
 }
 
 impl Root {
@@ -34,6 +37,7 @@ impl Root {
             filter_id: String::new(),
             in_flight: None,
             ready_gauge: host::define_gauge("meshlimit.rules_ready_vms"),
+            sync_failing: false,
         }
     }
 
@@ -139,16 +143,20 @@ impl Context for Root {
             .flatten()
             .filter(|r| r.v == WIRE_VERSION);
         match answer {
-            Some(SyncResponse {
-                rules: Some(rules), ..
-            }) => {
-                self.install(&rules, true);
+            Some(response) => {
+                if self.sync_failing {
+                    info!("meshlimit: agent reachable again");
+                    self.sync_failing = false;
+                }
+                if let Some(rules) = response.rules {
+                    self.install(&rules, true);
+                }
             }
-            Some(_) => {}
             None => {
-                warn!(
-                    "meshlimit: rules sync failed (status {status:?}); keeping the last good rules"
-                );
+                if !self.sync_failing {
+                    warn!("meshlimit: rules sync failed (status {status:?}); keeping the last good rules");
+                    self.sync_failing = true;
+                }
                 self.vm.borrow_mut().counts.restore(decisions);
             }
         }

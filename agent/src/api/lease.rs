@@ -1,0 +1,36 @@
+//! `POST /v1/lease`: validates the request, then hands it to the lease service.
+
+use hyper::StatusCode;
+use meshlimit_core::wire::{LeaseRequest, MAX_LEASE_ITEMS};
+
+use super::{check_version, json, ApiError, ApiResponse, App};
+
+pub(super) async fn handle(app: &App, req: LeaseRequest) -> Result<ApiResponse, ApiError> {
+    check_version(req.v)?;
+    validate(&req)?;
+    let resp = app.inner.leases.lease(&req).await;
+    json(StatusCode::OK, &resp)
+}
+
+/// What serde cannot check: the item count, a zero cost, and that each key belongs
+/// to the rule it is leased under (else a caller could drain one rule's buckets
+/// under another rule's limit).
+fn validate(req: &LeaseRequest) -> Result<(), ApiError> {
+    if req.items.len() > MAX_LEASE_ITEMS {
+        return Err(ApiError::TooManyItems(req.items.len()));
+    }
+    for (i, item) in req.items.iter().enumerate() {
+        if item.cost == 0 {
+            return Err(ApiError::InvalidField(format!(
+                "items[{i}].cost: must be at least 1"
+            )));
+        }
+        if item.key.rule() != item.rule {
+            return Err(ApiError::InvalidField(format!(
+                "items[{i}].key: not a key of rule `{}`",
+                item.rule
+            )));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,199 @@
+//! The agent's HTTP API as a plain value: [`App::handle`] takes a request and returns
+//! a response, so tests call it directly, without a socket (the server module only
+//! feeds it connections).
+//!
+//! Routes: `POST /v1/lease`, `POST /v1/sync`, `GET /v1/rules`, `GET /metrics`,
+//! `GET /healthz`, `GET /readyz`. Every refusal is an [`ApiError`] with its status,
+//! an `ErrorBody`, and (for the caller's mistakes) a count in
+//! `meshlimit_bad_requests_total{reason}`.
+
+mod error;
+mod lease;
+mod probes;
+mod rules;
+mod sync;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::Body;
+use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::http::request::Parts;
+use hyper::{Method, Request, Response, StatusCode};
+use meshlimit_core::wire::{self, MAX_BODY_BYTES, WIRE_VERSION};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+pub use error::ApiError;
+
+use crate::leases::{LeaseService, LeaseSettings};
+use crate::metrics::Metrics;
+use crate::rules_watch::CurrentRules;
+use crate::store::Store;
+
+/// The response type of every route.
+pub type ApiResponse = Response<Full<Bytes>>;
+
+/// The agent's request handler; cheap to clone (one per connection).
+#[derive(Clone)]
+pub struct App {
+    inner: Arc<AppState>,
+}
+
+struct AppState {
+    rules: Arc<CurrentRules>,
+    store: Arc<dyn Store>,
+    metrics: Arc<Metrics>,
+    leases: LeaseService,
+}
+
+impl App {
+    pub fn new(
+        rules: Arc<CurrentRules>,
+        store: Arc<dyn Store>,
+        metrics: Arc<Metrics>,
+        settings: LeaseSettings,
+    ) -> App {
+        let leases = LeaseService::new(rules.clone(), store.clone(), metrics.clone(), settings);
+        App {
+            inner: Arc::new(AppState {
+                rules,
+                store,
+                metrics,
+                leases,
+            }),
+        }
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.inner.metrics
+    }
+
+    pub fn rules(&self) -> &Arc<CurrentRules> {
+        &self.inner.rules
+    }
+
+    /// Serves one request. Never fails: every error becomes its response.
+    pub async fn handle<B>(&self, req: Request<B>) -> ApiResponse
+    where
+        B: Body<Data = Bytes>,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        match self.route(req).await {
+            Ok(resp) => resp,
+            Err(e) => {
+                if let Some(reason) = e.bad_request_reason() {
+                    self.inner.metrics.bad_request(reason);
+                }
+                e.into_response()
+            }
+        }
+    }
+
+    async fn route<B>(&self, req: Request<B>) -> Result<ApiResponse, ApiError>
+    where
+        B: Body<Data = Bytes>,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let (parts, body) = req.into_parts();
+        let path = parts.uri.path();
+        match path {
+            wire::LEASE_PATH => {
+                allow(&parts, &[Method::POST])?;
+                lease::handle(self, decode(&read_body(&parts, body).await?)?).await
+            }
+            wire::SYNC_PATH => {
+                allow(&parts, &[Method::POST])?;
+                sync::handle(self, decode(&read_body(&parts, body).await?)?)
+            }
+            wire::RULES_PATH => {
+                allow(&parts, &[Method::GET, Method::HEAD])?;
+                rules::handle(self, &parts)
+            }
+            "/metrics" => {
+                allow(&parts, &[Method::GET, Method::HEAD])?;
+                probes::metrics(self)
+            }
+            "/healthz" => {
+                allow(&parts, &[Method::GET, Method::HEAD])?;
+                Ok(probes::healthz())
+            }
+            "/readyz" => {
+                allow(&parts, &[Method::GET, Method::HEAD])?;
+                Ok(probes::readyz(self).await)
+            }
+            _ => Err(ApiError::NotFound(path.to_string())),
+        }
+    }
+}
+
+fn allow(parts: &Parts, methods: &'static [Method]) -> Result<(), ApiError> {
+    if methods.contains(&parts.method) {
+        Ok(())
+    } else {
+        Err(ApiError::MethodNotAllowed {
+            method: parts.method.to_string(),
+            allowed: methods,
+        })
+    }
+}
+
+/// Reads a body of at most `MAX_BODY_BYTES`. A declared length over the cap is
+/// refused before reading; an undeclared one is cut off at the cap, so a client
+/// can never make the agent buffer more.
+async fn read_body<B>(parts: &Parts, body: B) -> Result<Bytes, ApiError>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let declared = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(ApiError::TooLarge);
+    }
+    match Limited::new(body, MAX_BODY_BYTES).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(ApiError::TooLarge),
+        Err(e) => Err(ApiError::BodyRead(e.to_string())),
+    }
+}
+
+/// Parses a wire body. When it does not parse, a readable `v` of another version
+/// is named as such: the filter and agent are then of different releases, which
+/// is worth a clearer message than "malformed".
+fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    #[derive(Deserialize)]
+    struct VersionOnly {
+        v: u32,
+    }
+    serde_json::from_slice(bytes).map_err(|e| match serde_json::from_slice::<VersionOnly>(bytes) {
+        Ok(VersionOnly { v }) if v != WIRE_VERSION => ApiError::WrongVersion(v),
+        _ => ApiError::MalformedJson(e.to_string()),
+    })
+}
+
+fn check_version(v: u32) -> Result<(), ApiError> {
+    if v == WIRE_VERSION {
+        Ok(())
+    } else {
+        Err(ApiError::WrongVersion(v))
+    }
+}
+
+/// A JSON response.
+fn json<T: Serialize>(status: StatusCode, value: &T) -> Result<ApiResponse, ApiError> {
+    let body = serde_json::to_vec(value).map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(respond(status, "application/json", body))
+}
+
+fn respond(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> ApiResponse {
+    let mut resp = Response::new(Full::new(body.into()));
+    *resp.status_mut() = status;
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp
+}

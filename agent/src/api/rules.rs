@@ -1,0 +1,50 @@
+//! `GET /v1/rules`: the rules in force, versioned by ETag so pollers get a 304 when
+//! nothing changed.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{HeaderValue, CACHE_CONTROL, ETAG, IF_NONE_MATCH};
+use hyper::http::request::Parts;
+use hyper::{Response, StatusCode};
+use meshlimit_core::wire::{SyncResponse, WIRE_VERSION};
+
+use super::{json, ApiError, ApiResponse, App};
+
+pub(super) fn handle(app: &App, parts: &Parts) -> Result<ApiResponse, ApiError> {
+    let set = app.inner.rules.get().ok_or(ApiError::NoRules)?;
+    let etag = format!("\"{}\"", set.version());
+    let mut resp = if if_none_match(parts, &etag) {
+        let mut resp = Response::new(Full::new(Bytes::new()));
+        *resp.status_mut() = StatusCode::NOT_MODIFIED;
+        resp
+    } else {
+        json(
+            StatusCode::OK,
+            &SyncResponse {
+                v: WIRE_VERSION,
+                version: set.version().to_string(),
+                rules: Some(set.config().clone()),
+            },
+        )?
+    };
+    let headers = resp.headers_mut();
+    // The version is hex, so the header value is always valid.
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        headers.insert(ETAG, v);
+    }
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    Ok(resp)
+}
+
+/// True when any `If-None-Match` entry is `*` or names `etag` (weak or strong: a
+/// content hash compares equal either way).
+fn if_none_match(parts: &Parts, etag: &str) -> bool {
+    parts
+        .headers
+        .get_all(IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .any(|tag| tag == "*" || tag.trim_start_matches("W/") == etag)
+}

@@ -1,0 +1,295 @@
+//! The command line (CONTRACT.md, "Command line and ports"). Every flag also reads a
+//! `MESHLIMIT_*` environment variable, so a DaemonSet can configure the agent without
+//! rewriting its arguments. Parsing never exits the process itself: it returns what
+//! to print and the exit code, so `main` stays the only place that exits.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::error::ErrorKind;
+use clap::{Args, Parser, Subcommand};
+
+/// The exit code for a bad flag or configuration (BSD `EX_USAGE`).
+pub const EXIT_USAGE: u8 = 64;
+
+/// `meshlimit-agent`: the per-node rate limit agent.
+#[derive(Debug, Parser)]
+#[command(name = "meshlimit-agent", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve leases, rules and metrics to the node's filters.
+    Run(RunArgs),
+    /// Validate a rules file: exit 0 when it is valid, else print every error and exit 1.
+    CheckRules(CheckRulesArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// The rules file (YAML or JSON), usually a ConfigMap mount; watched for changes.
+    #[arg(long, env = "MESHLIMIT_RULES", value_name = "PATH")]
+    pub rules: PathBuf,
+    /// Address to serve the filters' API, /metrics and the probes on.
+    #[arg(
+        long,
+        env = "MESHLIMIT_LISTEN",
+        value_name = "ADDR",
+        default_value = "127.0.0.1:8081"
+    )]
+    pub listen: SocketAddr,
+    /// Where buckets live: memory, redis://HOST:PORT or redis+cluster://HOST:PORT,…
+    #[arg(long, env = "MESHLIMIT_STORE", default_value = "memory", value_parser = StoreSpec::parse)]
+    pub store: StoreSpec,
+    /// This agent's region (a metric label; regions share `global` rules).
+    #[arg(long, env = "MESHLIMIT_REGION", default_value = "local", value_parser = parse_region)]
+    pub region: String,
+    /// How long a granted lease may be spent, in milliseconds.
+    #[arg(long, env = "MESHLIMIT_LEASE_TTL_MS", default_value_t = 100,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub lease_ttl_ms: u64,
+    /// A lease holds about this much of the rule's rate, in milliseconds.
+    #[arg(long, env = "MESHLIMIT_LEASE_TARGET_MS", default_value_t = 100,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub lease_target_ms: u64,
+    /// Rules slower than this many requests per second get leases of one request.
+    #[arg(long, env = "MESHLIMIT_EXACT_BELOW_RPS", default_value_t = 0.0, value_parser = parse_rate)]
+    pub exact_below_rps: f64,
+    /// How often the rules file is read for changes, in milliseconds.
+    #[arg(long, env = "MESHLIMIT_RULES_POLL_MS", default_value_t = 500,
+          value_parser = clap::value_parser!(u64).range(10..=600_000))]
+    pub rules_poll_ms: u64,
+    /// Lease requests served at once; more are shed (the failure policy applies).
+    #[arg(long, env = "MESHLIMIT_MAX_INFLIGHT", default_value_t = 1024,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_inflight: u32,
+    /// Log filter, in `tracing_subscriber::EnvFilter` syntax (e.g. `info,meshlimit_agent=debug`).
+    #[arg(long, env = "MESHLIMIT_LOG", default_value = "info")]
+    pub log: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CheckRulesArgs {
+    /// The rules file to check.
+    #[arg(value_name = "PATH")]
+    pub path: PathBuf,
+}
+
+/// Which store backend `--store` names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreSpec {
+    Memory,
+    Redis(String),
+    RedisCluster(Vec<String>),
+}
+
+/// What to do instead of running: print `message` (on stdout for help and version,
+/// on stderr otherwise) and exit with `code`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CliExit {
+    pub code: u8,
+    pub message: String,
+    pub to_stdout: bool,
+}
+
+/// A configuration the flags accepted but this build cannot run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("store {0} is not supported by this build yet")]
+    UnsupportedStore(StoreSpec),
+    #[error("invalid --log filter `{filter}`: {reason}")]
+    LogFilter { filter: String, reason: String },
+}
+
+impl Cli {
+    /// Parses `args` (program name first). Help and version give exit code 0; every
+    /// mistake gives [`EXIT_USAGE`] and a single line saying why.
+    pub fn parse_from_args<I, T>(args: I) -> Result<Cli, CliExit>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        Cli::try_parse_from(args).map_err(|err| match err.kind() {
+            ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => CliExit {
+                code: 0,
+                message: err.render().to_string(),
+                to_stdout: true,
+            },
+            // Without a subcommand clap renders the whole help as the "error".
+            ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => {
+                CliExit {
+                    code: EXIT_USAGE,
+                    message:
+                        "meshlimit-agent: a subcommand is required: run or check-rules (see --help)"
+                            .into(),
+                    to_stdout: false,
+                }
+            }
+            _ => CliExit {
+                code: EXIT_USAGE,
+                message: format!("meshlimit-agent: {}", one_line(&err.render().to_string())),
+                to_stdout: false,
+            },
+        })
+    }
+}
+
+impl RunArgs {
+    pub fn lease_ttl(&self) -> Duration {
+        Duration::from_millis(self.lease_ttl_ms)
+    }
+
+    pub fn lease_target(&self) -> Duration {
+        Duration::from_millis(self.lease_target_ms)
+    }
+
+    pub fn rules_poll(&self) -> Duration {
+        Duration::from_millis(self.rules_poll_ms)
+    }
+}
+
+impl StoreSpec {
+    /// Parses `--store`. Only the shape is checked here; reaching Redis is the
+    /// store's business.
+    pub fn parse(text: &str) -> Result<StoreSpec, String> {
+        let text = text.trim();
+        if text == "memory" {
+            return Ok(StoreSpec::Memory);
+        }
+        if let Some(nodes) = text.strip_prefix("redis+cluster://") {
+            let nodes: Vec<String> = nodes.split(',').map(|n| n.trim().to_string()).collect();
+            if nodes.iter().any(|n| !is_host_port(n)) {
+                return Err(format!(
+                    "`{text}`: expected redis+cluster://HOST:PORT,HOST:PORT,…"
+                ));
+            }
+            return Ok(StoreSpec::RedisCluster(nodes));
+        }
+        if let Some(rest) = text.strip_prefix("redis://") {
+            if rest.is_empty() {
+                return Err(format!("`{text}`: expected redis://HOST:PORT"));
+            }
+            return Ok(StoreSpec::Redis(text.to_string()));
+        }
+        Err(format!(
+            "unknown store `{text}`: expected memory, redis://HOST:PORT or redis+cluster://HOST:PORT,…"
+        ))
+    }
+}
+
+impl fmt::Display for StoreSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreSpec::Memory => f.write_str("memory"),
+            StoreSpec::Redis(url) => f.write_str(url),
+            StoreSpec::RedisCluster(nodes) => write!(f, "redis+cluster://{}", nodes.join(",")),
+        }
+    }
+}
+
+/// clap renders errors over several lines (message, tip, usage); the contract wants
+/// one. Keeps the first paragraph (the message and, for missing arguments, the list
+/// of them), joined by spaces.
+fn one_line(rendered: &str) -> String {
+    let first: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.is_empty())
+        .collect();
+    let line = first.join(" ");
+    line.strip_prefix("error: ").unwrap_or(&line).to_string()
+}
+
+fn is_host_port(node: &str) -> bool {
+    match node.rsplit_once(':') {
+        Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0),
+        None => false,
+    }
+}
+
+fn parse_region(text: &str) -> Result<String, String> {
+    let ok = (1..=63).contains(&text.len())
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(text.to_string())
+    } else {
+        Err("a region is 1 to 63 characters of [A-Za-z0-9._-]".into())
+    }
+}
+
+fn parse_rate(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err("expected a number of requests per second, 0 or more".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, CliExit> {
+        Cli::parse_from_args(std::iter::once("meshlimit-agent").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn defaults_follow_the_contract() {
+        let cli = parse(&["run", "--rules", "r.yaml"]).unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("expected run");
+        };
+        assert_eq!(args.listen.to_string(), "127.0.0.1:8081");
+        assert_eq!(args.store, StoreSpec::Memory);
+        assert_eq!((args.lease_ttl_ms, args.lease_target_ms), (100, 100));
+        assert_eq!(args.rules_poll_ms, 500);
+    }
+
+    #[test]
+    fn mistakes_are_one_line_and_exit_64() {
+        for args in [
+            &["run", "--rules", "r", "--bogus"][..],
+            &["run"],
+            &["run", "--rules", "r", "--listen", "nope"],
+            &["run", "--rules", "r", "--store", "etcd://x"],
+            &["run", "--rules", "r", "--lease-ttl-ms", "0"],
+            &[],
+            &["check-rules"],
+        ] {
+            let exit = parse(args).unwrap_err();
+            assert_eq!(exit.code, EXIT_USAGE, "{args:?}");
+            assert!(!exit.message.contains('\n'), "{args:?}: {}", exit.message);
+        }
+        let missing = parse(&["run"]).unwrap_err().message;
+        assert!(missing.contains("--rules"), "{missing}");
+        let none = parse(&[]).unwrap_err().message;
+        assert!(none.contains("subcommand is required"), "{none}");
+    }
+
+    #[test]
+    fn help_and_version_exit_0() {
+        assert_eq!(parse(&["--help"]).unwrap_err().code, 0);
+        assert_eq!(parse(&["--version"]).unwrap_err().code, 0);
+        assert_eq!(parse(&["run", "--help"]).unwrap_err().code, 0);
+    }
+
+    #[test]
+    fn store_specs() {
+        assert_eq!(
+            StoreSpec::parse("redis+cluster://a:1,b:2"),
+            Ok(StoreSpec::RedisCluster(vec!["a:1".into(), "b:2".into()]))
+        );
+        assert!(StoreSpec::parse("redis+cluster://a").is_err());
+        assert_eq!(
+            StoreSpec::parse("redis://127.0.0.1:6379").map(|s| s.to_string()),
+            Ok("redis://127.0.0.1:6379".to_string())
+        );
+    }
+}

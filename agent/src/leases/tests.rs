@@ -1,0 +1,188 @@
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use async_trait::async_trait;
+use meshlimit_core::rules::parse_rules;
+use meshlimit_core::DescriptorKey;
+
+use super::*;
+use crate::metrics::sample;
+
+const RULES: &str = "version: 1
+rules:
+  - {name: exact, key: [method], limit: {requests: 10, per: 1s}, accuracy: exact}
+  - {name: fast, key: [method], limit: {requests: 1000, per: 1s}}
+  - {name: slow, key: [method], limit: {requests: 5, per: 1m}}
+  - {name: tiny-burst, key: [method], limit: {requests: 1000, per: 1s, burst: 50}}
+  - {name: heavy, key: [method], limit: {requests: 1000, per: 1s}, cost: 200}
+";
+
+fn size(settings: &LeaseSettings, rule: &str, cost: u32) -> u32 {
+    let set = parse_rules("t", RULES).unwrap();
+    let rule = set.rule(rule).unwrap();
+    let (limit, _) = rule.limit_for_plan(None);
+    settings.lease_size(rule, &limit, cost)
+}
+
+#[test]
+fn sizing() {
+    let s = LeaseSettings::default();
+    assert_eq!(size(&s, "exact", 1), 1);
+    assert_eq!(size(&s, "exact", 3), 3);
+    assert_eq!(size(&s, "fast", 1), 100, "100 ms of 1000/s");
+    assert_eq!(size(&s, "tiny-burst", 1), 5, "a tenth of the burst");
+    assert_eq!(size(&s, "slow", 1), 1);
+    assert_eq!(size(&s, "heavy", 200), 200, "never below the cost");
+    let exact_below = LeaseSettings {
+        exact_below_rps: 1001.0,
+        ..s
+    };
+    assert_eq!(size(&exact_below, "fast", 2), 2);
+}
+
+/// A store that fails every item, or answers too few, or waits a second first.
+struct FakeStore {
+    mode: Mode,
+    calls: AtomicUsize,
+}
+
+enum Mode {
+    Fail(StoreError),
+    Short,
+    Slow,
+}
+
+#[async_trait]
+impl Store for FakeStore {
+    async fn acquire(&self, items: &[Acquire]) -> Vec<Acquired> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        match &self.mode {
+            Mode::Fail(e) => vec![Err(e.clone()); items.len()],
+            Mode::Short => Vec::new(),
+            Mode::Slow => {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                vec![Ok(Take::Denied { retry_after_ns: 1 }); items.len()]
+            }
+        }
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn name(&self) -> &'static str {
+        "fake"
+    }
+}
+
+fn service(mode: Mode, max_inflight: usize) -> (Arc<LeaseService>, Arc<Metrics>) {
+    let rules = Arc::new(CurrentRules::empty());
+    rules.install(Arc::new(parse_rules("t", RULES).unwrap()));
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let store = Arc::new(FakeStore {
+        mode,
+        calls: AtomicUsize::new(0),
+    });
+    let settings = LeaseSettings {
+        max_inflight,
+        ..LeaseSettings::default()
+    };
+    let service = LeaseService::new(rules, store, metrics.clone(), settings);
+    (Arc::new(service), metrics)
+}
+
+fn request(rules: &[&str]) -> LeaseRequest {
+    LeaseRequest {
+        v: WIRE_VERSION,
+        rules_version: String::new(),
+        items: rules
+            .iter()
+            .map(|rule| LeaseItem {
+                rule: (*rule).into(),
+                key: DescriptorKey::new(rule, ["GET"]),
+                cost: 1,
+                plan: None,
+            })
+            .collect(),
+    }
+}
+
+fn reasons(resp: &LeaseResponse) -> Vec<String> {
+    resp.items
+        .iter()
+        .map(|a| match a {
+            LeaseAnswer::Unavailable { reason } => reason.clone(),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn store_errors_become_unavailable_answers_and_are_counted() {
+    let (svc, metrics) = service(Mode::Fail(StoreError::Timeout(Duration::from_millis(5))), 8);
+    let resp = svc.lease(&request(&["fast", "exact"])).await;
+    assert_eq!(reasons(&resp), ["store_timeout", "store_timeout"]);
+    let text = metrics.render().unwrap();
+    assert_eq!(
+        sample(
+            &text,
+            "meshlimit_store_requests_total",
+            &[("result", "timeout")]
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(&text, "meshlimit_store_batch_size_count", &[]),
+        Some(1.0),
+        "one call for the batch"
+    );
+
+    let (svc, _) = service(Mode::Fail(StoreError::Unavailable("refused".into())), 8);
+    assert_eq!(
+        reasons(&svc.lease(&request(&["fast"])).await),
+        ["store_unavailable"]
+    );
+}
+
+#[tokio::test]
+async fn a_short_store_answer_never_shifts_answers() {
+    let (svc, _) = service(Mode::Short, 8);
+    let resp = svc.lease(&request(&["fast", "nope", "slow"])).await;
+    assert_eq!(
+        reasons(&resp),
+        ["store_error", "unknown_rule", "store_error"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn work_past_the_inflight_cap_is_shed_not_queued() {
+    let (svc, metrics) = service(Mode::Slow, 1);
+    let first = {
+        let svc = svc.clone();
+        tokio::spawn(async move { svc.lease(&request(&["fast"])).await })
+    };
+    // Let the first request take the only permit and wait in the store.
+    tokio::task::yield_now().await;
+    let second = svc.lease(&request(&["fast", "slow"])).await;
+    assert_eq!(reasons(&second), ["shed", "shed"]);
+    assert!(matches!(
+        first.await.unwrap().items[0],
+        LeaseAnswer::Deny { .. }
+    ));
+    let text = metrics.render().unwrap();
+    assert_eq!(
+        sample(
+            &text,
+            "meshlimit_store_requests_total",
+            &[("result", "shed")]
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "meshlimit_lease_unavailable_total",
+            &[("reason", "shed")]
+        ),
+        Some(2.0)
+    );
+}

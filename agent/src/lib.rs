@@ -1,0 +1,25 @@
+//! meshlimit-agent: the per-node agent. It answers the filters' lease requests from
+//! an authoritative store, serves them the rules file (watched and validated here),
+//! collects their decision reports, and exports Prometheus metrics.
+//!
+//! `main.rs` only wires: parse the command line ([`config`]), then run
+//! [`check_rules`] or [`run`].
+
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod check_rules;
+pub mod config;
+pub mod leases;
+pub mod metrics;
+pub mod rules_watch;
+pub mod run;
+pub mod server;
+pub mod shutdown;
+pub mod store;
+pub mod window;
+
+pub use api::App;
+pub use leases::LeaseSettings;
+pub use metrics::Metrics;
+pub use rules_watch::CurrentRules;

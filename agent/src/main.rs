@@ -1,0 +1,48 @@
+//! The `meshlimit-agent` binary: parses the command line and hands over to the
+//! library. Exit codes: 0 success (and `--help`, `--version`), 1 an invalid rules
+//! file for `check-rules` or a failure at run time, 64 a bad flag or configuration
+//! (with one line on stderr saying why).
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use meshlimit_agent::check_rules::check_rules;
+use meshlimit_agent::config::{Cli, Command, RunArgs};
+use meshlimit_agent::run::{init_logging, run, RunError};
+
+fn main() -> ExitCode {
+    let cli = match Cli::parse_from_args(std::env::args_os()) {
+        Ok(cli) => cli,
+        Err(exit) => {
+            let _ = if exit.to_stdout {
+                write!(std::io::stdout(), "{}", exit.message)
+            } else {
+                writeln!(std::io::stderr(), "{}", exit.message)
+            };
+            return ExitCode::from(exit.code);
+        }
+    };
+    match cli.command {
+        Command::CheckRules(args) => {
+            let code = check_rules(&args.path, &mut std::io::stdout(), &mut std::io::stderr());
+            ExitCode::from(code)
+        }
+        Command::Run(args) => match serve(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                let _ = writeln!(std::io::stderr(), "meshlimit-agent: {e}");
+                ExitCode::from(e.exit_code())
+            }
+        },
+    }
+}
+
+fn serve(args: RunArgs) -> Result<(), RunError> {
+    init_logging(&args.log)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("meshlimit-agent")
+        .build()
+        .map_err(RunError::Runtime)?;
+    runtime.block_on(run(args))
+}

@@ -1,0 +1,93 @@
+//! Metrics of the lease path and the store behind it.
+
+use std::time::Duration;
+
+use prometheus::{Histogram, IntCounterVec};
+
+use super::{inc, Factory, Metrics, MetricsError};
+
+/// Store latency buckets: 50 µs (an in-memory take) to 100 ms (a sick Redis).
+const LATENCY_BUCKETS: [f64; 11] = [
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1,
+];
+/// Items per store call; at most `MAX_LEASE_ITEMS` (64).
+const BATCH_BUCKETS: [f64; 7] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];
+
+pub(super) struct LeaseMetrics {
+    granted: IntCounterVec,
+    tokens: IntCounterVec,
+    denials: IntCounterVec,
+    unavailable: IntCounterVec,
+    store_requests: IntCounterVec,
+    store_latency: Histogram,
+    store_batch_size: Histogram,
+}
+
+impl LeaseMetrics {
+    pub(super) fn new(f: &Factory<'_>) -> Result<Self, MetricsError> {
+        Ok(Self {
+            granted: f.counters(
+                "meshlimit_leases_granted_total",
+                "Leases granted, by rule.",
+                &["rule"],
+            )?,
+            tokens: f.counters(
+                "meshlimit_lease_tokens_granted_total",
+                "Tokens handed out in leases, by rule.",
+                &["rule"],
+            )?,
+            denials: f.counters(
+                "meshlimit_lease_denials_total",
+                "Lease items denied (over the limit), by rule.",
+                &["rule"],
+            )?,
+            unavailable: f.counters(
+                "meshlimit_lease_unavailable_total",
+                "Lease items answered `unavailable`, by reason.",
+                &["reason"],
+            )?,
+            store_requests: f.counters(
+                "meshlimit_store_requests_total",
+                "Store operations (one per lease item), by result.",
+                &["result"],
+            )?,
+            store_latency: f.histogram(
+                "meshlimit_store_latency_seconds",
+                "Time of one store call (one batch).",
+                &LATENCY_BUCKETS,
+            )?,
+            store_batch_size: f.histogram(
+                "meshlimit_store_batch_size",
+                "Items per store call.",
+                &BATCH_BUCKETS,
+            )?,
+        })
+    }
+}
+
+impl Metrics {
+    pub fn lease_granted(&self, rule: &str, tokens: u32) {
+        inc(&self.leases.granted, &[rule], 1);
+        inc(&self.leases.tokens, &[rule], u64::from(tokens));
+    }
+
+    pub fn lease_denied(&self, rule: &str) {
+        inc(&self.leases.denials, &[rule], 1);
+    }
+
+    /// An item answered `unavailable`; `reason` is a fixed word.
+    pub fn lease_unavailable(&self, reason: &str) {
+        inc(&self.leases.unavailable, &[reason], 1);
+    }
+
+    /// One store call of `items` items that took `latency`.
+    pub fn store_call(&self, items: usize, latency: Duration) {
+        self.leases.store_batch_size.observe(items as f64);
+        self.leases.store_latency.observe(latency.as_secs_f64());
+    }
+
+    /// `n` store operations ended with `result` (ok, error, timeout, shed).
+    pub fn store_results(&self, result: &str, n: u64) {
+        inc(&self.leases.store_requests, &[result], n);
+    }
+}

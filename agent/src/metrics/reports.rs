@@ -1,0 +1,203 @@
+//! What the filters' sync reports feed: decision counts, the fail-open ratio per rule
+//! over a sliding window, and each filter's rules version. Decisions are counted
+//! here only, never from lease answers: a filter reports every decision it makes,
+//! local or agent-answered, so counting leases too would count requests twice.
+
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use meshlimit_core::fingerprint::fingerprint;
+use meshlimit_core::wire::SyncRequest;
+use meshlimit_core::{Outcome, RuleSet};
+use tokio::time::Instant;
+
+use prometheus::{GaugeVec, IntCounter, IntCounterVec, IntGaugeVec};
+
+use super::{inc, lock, Factory, Metrics, MetricsError};
+use crate::window::RuleWindows;
+
+/// The rule label for decisions about rules not in the current rules file (a filter
+/// on older rules, or a forged name): folded so that cardinality stays bounded.
+pub const OTHER_RULE: &str = "other";
+/// A filter not heard from for this long leaves `meshlimit_filter_rules_version_info`.
+pub const FILTER_TTL: Duration = Duration::from_secs(60);
+/// At most this many filters are shown at once (a node runs a few Envoys with a few
+/// VMs each; the cap only matters if something floods the agent with ids).
+pub const MAX_FILTERS: usize = 1024;
+/// The longest filter id shown verbatim as a label.
+const MAX_FILTER_LABEL: usize = 160;
+
+pub(super) struct ReportMetrics {
+    decisions: IntCounterVec,
+    fail_open_ratio: GaugeVec,
+    filter_syncs: IntCounter,
+    filter_rules_version: IntGaugeVec,
+    state: std::sync::Mutex<ReportState>,
+}
+
+#[derive(Debug, Default)]
+struct ReportState {
+    windows: RuleWindows,
+    /// Rule labels currently set on `meshlimit_fail_open_ratio`.
+    shown_ratios: HashSet<String>,
+    filters: HashMap<String, FilterSeen>,
+}
+
+#[derive(Debug)]
+struct FilterSeen {
+    version: String,
+    last_seen: Instant,
+}
+
+impl ReportMetrics {
+    pub(super) fn new(f: &Factory<'_>) -> Result<Self, MetricsError> {
+        Ok(Self {
+            decisions: f.counters(
+                "meshlimit_decisions_total",
+                "Decisions reported by the filters, by rule and outcome.",
+                &["rule", "outcome"],
+            )?,
+            fail_open_ratio: f.ratios(
+                "meshlimit_fail_open_ratio",
+                "Share of a rule's decisions that failed open over the last 60 s.",
+                &["rule"],
+            )?,
+            filter_syncs: f.counter(
+                "meshlimit_filter_syncs_total",
+                "Sync reports received from filters.",
+            )?,
+            filter_rules_version: f.gauges(
+                "meshlimit_filter_rules_version_info",
+                "The rules version each filter last reported (1).",
+                &["filter", "version"],
+            )?,
+            state: std::sync::Mutex::new(ReportState::default()),
+        })
+    }
+}
+
+impl Metrics {
+    /// Adds one filter's sync report: its decision counts (into
+    /// `meshlimit_decisions_total` and the fail-open windows) and its rules version.
+    pub fn record_sync(&self, rules: Option<&RuleSet>, report: &SyncRequest) {
+        self.reports.filter_syncs.inc();
+        let now = self.now_secs();
+        let mut state = lock(&self.reports.state);
+        for d in report.decisions.iter().filter(|d| d.count > 0) {
+            let rule = rule_label(rules, &d.rule);
+            inc(
+                &self.reports.decisions,
+                &[rule, d.outcome.as_str()],
+                d.count,
+            );
+            let failed_open = if d.outcome == Outcome::FailedOpen {
+                d.count
+            } else {
+                0
+            };
+            state.windows.add(rule, now, failed_open, d.count);
+        }
+        let version = report.rules_version.as_deref().unwrap_or("none");
+        self.record_filter(&mut state, &filter_label(&report.filter_id), version);
+    }
+
+    /// Brings the time-dependent gauges up to date: the fail-open ratios (every rule
+    /// of the current set is shown, 0 without decisions) and the filters' versions
+    /// (filters silent for [`FILTER_TTL`] are dropped). Called at every scrape and
+    /// every second.
+    pub fn refresh(&self, rules: Option<&RuleSet>) {
+        let now = self.now_secs();
+        let mut state = lock(&self.reports.state);
+        state.windows.prune(now);
+        let mut wanted: HashSet<String> = rules
+            .map(|set| set.rules().iter().map(|r| r.name.clone()).collect())
+            .unwrap_or_default();
+        wanted.extend(state.windows.rules().map(str::to_string));
+        for rule in &wanted {
+            if let Ok(g) = self
+                .reports
+                .fail_open_ratio
+                .get_metric_with_label_values(&[rule])
+            {
+                g.set(state.windows.ratio(rule, now));
+            }
+        }
+        // Labels are removed, not reset, so a concurrent scrape never sees a gap.
+        for gone in state.shown_ratios.difference(&wanted) {
+            let _ = self.reports.fail_open_ratio.remove_label_values(&[gone]);
+        }
+        state.shown_ratios = wanted;
+        let instant = Instant::now();
+        let gauge = &self.reports.filter_rules_version;
+        state.filters.retain(|id, seen| {
+            let alive = instant.duration_since(seen.last_seen) < FILTER_TTL;
+            if !alive {
+                let _ = gauge.remove_label_values(&[id, &seen.version]);
+            }
+            alive
+        });
+    }
+
+    fn record_filter(&self, state: &mut ReportState, filter: &str, version: &str) {
+        let now = Instant::now();
+        let full = state.filters.len() >= MAX_FILTERS;
+        match state.filters.get_mut(filter) {
+            Some(seen) => {
+                if seen.version != version {
+                    let _ = self
+                        .reports
+                        .filter_rules_version
+                        .remove_label_values(&[filter, &seen.version]);
+                    seen.version = version.to_string();
+                }
+                seen.last_seen = now;
+            }
+            None if full => {
+                tracing::debug!(filter, "too many filters to show; not adding one more");
+                return;
+            }
+            None => {
+                state.filters.insert(
+                    filter.to_string(),
+                    FilterSeen {
+                        version: version.to_string(),
+                        last_seen: now,
+                    },
+                );
+            }
+        }
+        if let Ok(g) = self
+            .reports
+            .filter_rules_version
+            .get_metric_with_label_values(&[filter, version])
+        {
+            g.set(1);
+        }
+    }
+}
+
+/// The filter id as a label: kept when short and printable, else a readable prefix
+/// and a fingerprint of the whole (still one label per filter, of bounded size).
+fn filter_label(id: &str) -> Cow<'_, str> {
+    if id.is_empty() {
+        return Cow::Borrowed("unknown");
+    }
+    if id.len() <= MAX_FILTER_LABEL && !id.chars().any(char::is_control) {
+        return Cow::Borrowed(id);
+    }
+    let prefix: String = id
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(MAX_FILTER_LABEL / 2)
+        .collect();
+    Cow::Owned(format!("{prefix}#{:016x}", fingerprint(id.as_bytes())))
+}
+
+/// The rule's own name when the current set has it, else [`OTHER_RULE`].
+fn rule_label<'a>(rules: Option<&RuleSet>, rule: &'a str) -> &'a str {
+    match rules {
+        Some(set) if set.rule(rule).is_some() => rule,
+        _ => OTHER_RULE,
+    }
+}

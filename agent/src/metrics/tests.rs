@@ -1,0 +1,151 @@
+use std::time::Duration;
+
+use meshlimit_core::rules::parse_rules;
+use meshlimit_core::wire::{DecisionCount, SyncRequest, WIRE_VERSION};
+use meshlimit_core::Outcome;
+
+use super::*;
+
+const RULES: &str =
+    "version: 1\nrules:\n  - {name: r, key: [method], limit: {requests: 10, per: 1s}}\n";
+
+fn report(filter: &str, version: &str, decisions: &[(&str, Outcome, u64)]) -> SyncRequest {
+    SyncRequest {
+        v: WIRE_VERSION,
+        filter_id: filter.into(),
+        rules_version: Some(version.into()),
+        decisions: decisions
+            .iter()
+            .map(|(rule, outcome, count)| DecisionCount {
+                rule: (*rule).into(),
+                outcome: *outcome,
+                count: *count,
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn only_the_current_rules_version_is_shown() {
+    let m = Metrics::new("eu").unwrap();
+    m.rules_applied("aaa");
+    m.rules_applied("bbb");
+    m.rules_refused();
+    let text = m.render().unwrap();
+    assert_eq!(
+        sample(&text, "meshlimit_rules_version_info", &[("version", "aaa")]),
+        None
+    );
+    assert_eq!(
+        sample(&text, "meshlimit_rules_version_info", &[("version", "bbb")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&text, "meshlimit_rules_reloads_total", &[("result", "ok")]),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "meshlimit_rules_reloads_total",
+            &[("result", "error")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&text, "meshlimit_rules_last_reload_success", &[]),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(&text, "meshlimit_agent_info", &[("region", "eu")]),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn unknown_rules_fold_into_other() {
+    let m = Metrics::new("eu").unwrap();
+    let set = parse_rules("t", RULES).unwrap();
+    m.record_sync(
+        Some(&set),
+        &report(
+            "f",
+            "v",
+            &[
+                ("r", Outcome::Allowed, 2),
+                ("customer-123", Outcome::Limited, 7),
+            ],
+        ),
+    );
+    let text = m.render().unwrap();
+    let decisions = |rule, outcome| {
+        sample(
+            &text,
+            "meshlimit_decisions_total",
+            &[("rule", rule), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(decisions("r", "allowed"), Some(2.0));
+    assert_eq!(decisions("other", "limited"), Some(7.0));
+    assert!(!text.contains("customer-123"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn silent_filters_leave_the_version_metric() {
+    let m = Metrics::new("eu").unwrap();
+    m.record_sync(None, &report("a", "v1", &[]));
+    m.record_sync(None, &report("b", "v1", &[]));
+    tokio::time::advance(Duration::from_secs(30)).await;
+    m.record_sync(None, &report("b", "v2", &[]));
+    tokio::time::advance(Duration::from_secs(31)).await;
+    m.refresh(None);
+    let text = m.render().unwrap();
+    let version = |filter, v| {
+        sample(
+            &text,
+            "meshlimit_filter_rules_version_info",
+            &[("filter", filter), ("version", v)],
+        )
+    };
+    assert_eq!(version("a", "v1"), None, "a was silent for 61 s");
+    assert_eq!(version("b", "v1"), None, "b moved on to v2");
+    assert_eq!(version("b", "v2"), Some(1.0));
+    assert_eq!(
+        sample(&text, "meshlimit_filter_syncs_total", &[]),
+        Some(3.0)
+    );
+}
+
+#[test]
+fn sample_reads_labelled_and_bare_series() {
+    let text = "# HELP x y\nm_total{a=\"1\",b=\"2\"} 3\nn 4.5\n";
+    assert_eq!(sample(text, "m_total", &[("b", "2")]), Some(3.0));
+    assert_eq!(sample(text, "n", &[]), Some(4.5));
+    assert_eq!(sample(text, "m", &[]), None);
+}
+
+#[test]
+fn long_filter_ids_become_bounded_labels() {
+    let m = Metrics::new("eu").unwrap();
+    let long = format!(
+        "sidecar~10.0.0.1~{}~ns.svc.cluster.local/vm1",
+        "p".repeat(300)
+    );
+    m.record_sync(None, &report(&long, "v", &[]));
+    m.record_sync(None, &report("", "v", &[]));
+    let text = m.render().unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("meshlimit_filter_rules_version_info{filter=\"sidecar"))
+        .unwrap();
+    assert!(line.len() < 260, "{line}");
+    assert!(line.contains('#'), "{line}");
+    assert_eq!(
+        sample(
+            &text,
+            "meshlimit_filter_rules_version_info",
+            &[("filter", "unknown")]
+        ),
+        Some(1.0)
+    );
+}

@@ -1,0 +1,183 @@
+//! The rules in force, and the watcher that keeps them in step with the file.
+//!
+//! Kubernetes updates a ConfigMap volume by swapping a `..data` symlink atomically,
+//! so the watcher re-reads the path (through the symlinks) on every poll and compares
+//! content: an inode or mtime remembered from the last read would name a file that
+//! no longer backs the path. A bad file never replaces a good set: it is refused as
+//! a whole, every problem is logged (file, rule, field) and counted, and the agent
+//! keeps enforcing what it had.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use meshlimit_core::rules::{parse_rules, RulesError};
+use meshlimit_core::RuleSet;
+
+use crate::metrics::Metrics;
+use crate::shutdown::Shutdown;
+
+/// The rule set in force (if any valid file was ever read) and the last problem.
+#[derive(Debug, Default)]
+pub struct CurrentRules {
+    set: ArcSwapOption<RuleSet>,
+    last_error: Mutex<Option<String>>,
+}
+
+/// What one poll found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reload {
+    /// Same content as last time.
+    Unchanged,
+    /// A valid file, now in force.
+    Applied { version: String },
+    /// An invalid file; the previous set (if any) stays.
+    Refused,
+    /// The file could not be read; the previous set (if any) stays.
+    Unreadable,
+}
+
+/// Polls the rules file and installs each new valid version.
+#[derive(Debug)]
+pub struct RulesWatcher {
+    path: PathBuf,
+    rules: Arc<CurrentRules>,
+    metrics: Arc<Metrics>,
+    /// The content last parsed (valid or not), so an unchanged file costs a read
+    /// and a comparison, and a bad file is reported once, not every poll.
+    last_content: Option<String>,
+    last_read_error: Option<String>,
+}
+
+impl CurrentRules {
+    pub fn empty() -> Self {
+        Self::default()
+    }
+
+    /// The set in force. Readers hold their `Arc` for one request, so a swap never
+    /// changes the rules under a request half-way.
+    pub fn get(&self) -> Option<Arc<RuleSet>> {
+        self.set.load_full()
+    }
+
+    /// Puts `set` in force and forgets the last error.
+    pub fn install(&self, set: Arc<RuleSet>) {
+        self.set.store(Some(set));
+        *self
+            .last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    /// The problems of the last refused or unreadable file, one per line, until a
+    /// valid file is installed.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set_error(&self, text: String) {
+        *self
+            .last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(text);
+    }
+}
+
+impl RulesWatcher {
+    pub fn new(path: impl Into<PathBuf>, rules: Arc<CurrentRules>, metrics: Arc<Metrics>) -> Self {
+        Self {
+            path: path.into(),
+            rules,
+            metrics,
+            last_content: None,
+            last_read_error: None,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Reads the file once and applies it if it changed. A blocking read is fine
+    /// here: a rules file is a few KiB on a local (tmpfs) volume, read twice a second.
+    pub fn poll(&mut self) -> Reload {
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(text) => text,
+            Err(e) => return self.unreadable(&e),
+        };
+        self.last_read_error = None;
+        if self.last_content.as_deref() == Some(text.as_str()) {
+            return Reload::Unchanged;
+        }
+        let file = self.path.display().to_string();
+        let parsed = parse_rules(&file, &text);
+        self.last_content = Some(text);
+        match parsed {
+            Ok(set) => self.apply(set),
+            Err(errors) => self.refuse(&errors),
+        }
+    }
+
+    /// Polls every `every` until shutdown.
+    pub async fn run(mut self, every: Duration, mut shutdown: Shutdown) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    self.poll();
+                }
+                _ = shutdown.wait() => return,
+            }
+        }
+    }
+
+    fn apply(&mut self, set: RuleSet) -> Reload {
+        let version = set.version().to_string();
+        let previous = self.rules.get().map(|s| s.version().to_string());
+        tracing::info!(
+            file = %self.path.display(),
+            version = %version,
+            rules = set.rules().len(),
+            previous = previous.as_deref().unwrap_or("none"),
+            "rules applied"
+        );
+        self.rules.install(Arc::new(set));
+        self.metrics.rules_applied(&version);
+        Reload::Applied { version }
+    }
+
+    fn refuse(&mut self, errors: &RulesError) -> Reload {
+        let kept = self.rules.get().map(|s| s.version().to_string());
+        for e in &errors.errors {
+            tracing::error!(
+                kept_version = kept.as_deref().unwrap_or("none"),
+                "rules refused: {e}"
+            );
+        }
+        self.rules.set_error(errors.to_string());
+        self.metrics.rules_refused();
+        Reload::Refused
+    }
+
+    fn unreadable(&mut self, e: &std::io::Error) -> Reload {
+        let text = format!("{}: cannot read: {e}", self.path.display());
+        // Logged and counted once per distinct problem, not every poll.
+        if self.last_read_error.as_deref() != Some(text.as_str()) {
+            tracing::error!("rules unreadable: {text}");
+            self.metrics.rules_refused();
+            self.rules.set_error(text.clone());
+            self.last_read_error = Some(text);
+        }
+        // Forget the content, so the same file reappearing is applied again.
+        self.last_content = None;
+        Reload::Unreadable
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,172 @@
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::time::Instant as StdInstant;
+
+use super::*;
+use crate::metrics::sample;
+use crate::shutdown;
+
+const GOOD_V1: &str =
+    "version: 1\nrules:\n  - {name: api, key: [method], limit: {requests: 10, per: 1s}}\n";
+const GOOD_V2: &str =
+    "version: 1\nrules:\n  - {name: api, key: [method], limit: {requests: 20, per: 1s}}\n";
+const BROKEN: &str =
+    "version: 1\nrules:\n  - {name: api, key: [method], limit: {requests: 20, per: 1 minute}}\n";
+
+/// A ConfigMap-like volume: `..<n>/rules.yaml`, `..data -> ..<n>`,
+/// `rules.yaml -> ..data/rules.yaml`, updated by renaming a new `..data` link over
+/// the old one, as the kubelet does.
+struct ConfigMapDir {
+    dir: tempfile::TempDir,
+    generation: u32,
+}
+
+impl ConfigMapDir {
+    fn new(content: &str) -> Self {
+        let mut cm = ConfigMapDir {
+            dir: tempfile::tempdir().unwrap(),
+            generation: 0,
+        };
+        cm.update(content);
+        symlink("..data/rules.yaml", cm.path()).unwrap();
+        cm
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.path().join("rules.yaml")
+    }
+
+    fn update(&mut self, content: &str) {
+        let root = self.dir.path();
+        let old = fs::read_link(root.join("..data")).ok();
+        self.generation += 1;
+        let version = format!("..{}", self.generation);
+        fs::create_dir(root.join(&version)).unwrap();
+        fs::write(root.join(&version).join("rules.yaml"), content).unwrap();
+        symlink(&version, root.join("..data_tmp")).unwrap();
+        fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+        if let Some(old) = old {
+            fs::remove_dir_all(root.join(old)).unwrap();
+        }
+    }
+}
+
+/// Polls `done` every 5 ms for at most 5 s.
+async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = StdInstant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn reloads(metrics: &Metrics, result: &str) -> f64 {
+    let text = metrics.render().unwrap();
+    sample(
+        &text,
+        "meshlimit_rules_reloads_total",
+        &[("result", result)],
+    )
+    .unwrap_or(0.0)
+}
+
+fn version(rules: &CurrentRules) -> Option<String> {
+    rules.get().map(|s| s.version().to_string())
+}
+
+#[tokio::test]
+async fn follows_a_configmap_symlink_swap_and_refuses_a_broken_file() {
+    let mut cm = ConfigMapDir::new(GOOD_V1);
+    let rules = Arc::new(CurrentRules::empty());
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let mut watcher = RulesWatcher::new(cm.path(), rules.clone(), metrics.clone());
+    assert!(matches!(watcher.poll(), Reload::Applied { .. }));
+    assert_eq!(watcher.poll(), Reload::Unchanged);
+    let v1 = version(&rules).unwrap();
+
+    let (trigger, shutdown) = shutdown::channel();
+    let task = tokio::spawn(watcher.run(Duration::from_millis(10), shutdown));
+
+    cm.update(GOOD_V2);
+    wait_until("the new version", || {
+        version(&rules).is_some_and(|v| v != v1)
+    })
+    .await;
+    let v2 = version(&rules).unwrap();
+    assert_eq!(
+        rules
+            .get()
+            .unwrap()
+            .rule("api")
+            .unwrap()
+            .limits
+            .strictest()
+            .requests(),
+        20
+    );
+    assert_eq!(reloads(&metrics, "ok"), 2.0);
+    let text = metrics.render().unwrap();
+    assert_eq!(
+        sample(&text, "meshlimit_rules_version_info", &[("version", &v2)]),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&text, "meshlimit_rules_version_info", &[("version", &v1)]),
+        None
+    );
+
+    cm.update(BROKEN);
+    wait_until("the refusal", || reloads(&metrics, "error") >= 1.0).await;
+    assert_eq!(
+        version(&rules),
+        Some(v2),
+        "the last good set stays in force"
+    );
+    let error = rules.last_error().unwrap();
+    assert!(
+        error.contains("rules.yaml: rule api: field limit.per:"),
+        "{error}"
+    );
+    let text = metrics.render().unwrap();
+    assert_eq!(
+        sample(&text, "meshlimit_rules_last_reload_success", &[]),
+        Some(0.0)
+    );
+
+    trigger.trigger();
+    task.await.unwrap();
+    // Refused once, not at every poll.
+    assert_eq!(reloads(&metrics, "error"), 1.0);
+}
+
+#[test]
+fn a_broken_file_at_start_leaves_no_rules_until_a_good_one() {
+    let mut cm = ConfigMapDir::new(BROKEN);
+    let rules = Arc::new(CurrentRules::empty());
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let mut watcher = RulesWatcher::new(cm.path(), rules.clone(), metrics);
+    assert_eq!(watcher.poll(), Reload::Refused);
+    assert!(rules.get().is_none());
+    assert!(rules.last_error().is_some());
+    cm.update(GOOD_V1);
+    assert!(matches!(watcher.poll(), Reload::Applied { .. }));
+    assert!(rules.last_error().is_none());
+}
+
+#[test]
+fn a_missing_file_is_reported_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("absent.yaml");
+    let rules = Arc::new(CurrentRules::empty());
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let mut watcher = RulesWatcher::new(&path, rules.clone(), metrics.clone());
+    assert_eq!(watcher.poll(), Reload::Unreadable);
+    assert_eq!(watcher.poll(), Reload::Unreadable);
+    assert_eq!(reloads(&metrics, "error"), 1.0);
+    assert!(rules.last_error().unwrap().contains("cannot read"));
+    fs::write(&path, GOOD_V1).unwrap();
+    assert!(matches!(watcher.poll(), Reload::Applied { .. }));
+}

@@ -1,0 +1,151 @@
+//! `meshlimit-agent run`: wires the store, the rules watcher, the metrics refresher
+//! and the server together, then waits for SIGTERM or SIGINT and shuts down in
+//! order (stop accepting, drain connections, stop the background tasks).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+use crate::api::App;
+use crate::config::{ConfigError, RunArgs, StoreSpec, EXIT_USAGE};
+use crate::leases::LeaseSettings;
+use crate::metrics::{Metrics, MetricsError};
+use crate::rules_watch::{CurrentRules, RulesWatcher};
+use crate::server;
+use crate::shutdown::{self, Shutdown, Signals};
+use crate::store::memory::SWEEP_EVERY;
+use crate::store::{MemoryStore, Store};
+
+/// How often the time-dependent gauges (fail-open ratios, filter versions) are
+/// refreshed between scrapes.
+const REFRESH_EVERY: Duration = Duration::from_secs(1);
+
+/// Why the agent could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot register metrics: {0}")]
+    Metrics(#[from] MetricsError),
+    #[error("cannot install the signal handlers: {0}")]
+    Signals(std::io::Error),
+    #[error("cannot start the runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+impl RunError {
+    /// 64 for what the operator must fix in the configuration, 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            RunError::Config(_) | RunError::Bind { .. } => EXIT_USAGE,
+            RunError::Metrics(_) | RunError::Signals(_) | RunError::Runtime(_) => 1,
+        }
+    }
+}
+
+/// Logs to stderr, filtered by `--log`.
+pub fn init_logging(filter: &str) -> Result<(), ConfigError> {
+    let env_filter =
+        tracing_subscriber::EnvFilter::try_new(filter).map_err(|e| ConfigError::LogFilter {
+            filter: filter.to_string(),
+            reason: e.to_string(),
+        })?;
+    // Colours only on a terminal: in a pod the log goes to a file or a collector.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    // A subscriber already set (tests) is not an error worth stopping for.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(env_filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .try_init();
+    Ok(())
+}
+
+/// Runs the agent until SIGTERM or SIGINT.
+pub async fn run(args: RunArgs) -> Result<(), RunError> {
+    let (trigger, shutdown) = shutdown::channel();
+    let mut tasks = JoinSet::new();
+    // Configuration problems first, before anything binds or logs.
+    let store = start_store(&args.store, &mut tasks, &shutdown)?;
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .map_err(|source| RunError::Bind {
+            addr: args.listen,
+            source,
+        })?;
+    let mut signals = Signals::install().map_err(RunError::Signals)?;
+    let metrics = Arc::new(Metrics::new(&args.region)?);
+    let rules = Arc::new(CurrentRules::empty());
+    let mut watcher = RulesWatcher::new(&args.rules, rules.clone(), metrics.clone());
+    // A bad file at start is logged and leaves /readyz at 503 until a good one
+    // appears; the agent keeps serving /healthz and /metrics meanwhile.
+    watcher.poll();
+    tasks.spawn(watcher.run(args.rules_poll(), shutdown.clone()));
+    tasks.spawn(refresh_gauges(
+        metrics.clone(),
+        rules.clone(),
+        shutdown.clone(),
+    ));
+    let app = App::new(rules, store, metrics, lease_settings(&args));
+    tracing::info!(
+        listen = %args.listen,
+        store = %args.store,
+        region = %args.region,
+        rules = %args.rules.display(),
+        "meshlimit-agent serving"
+    );
+    let server = tokio::spawn(server::serve(listener, app, shutdown.clone()));
+    let signal = signals.recv().await;
+    tracing::info!("{signal}: shutting down");
+    trigger.trigger();
+    let _ = server.await;
+    while tasks.join_next().await.is_some() {}
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Builds the configured store and starts its background work.
+fn start_store(
+    spec: &StoreSpec,
+    tasks: &mut JoinSet<()>,
+    shutdown: &Shutdown,
+) -> Result<Arc<dyn Store>, ConfigError> {
+    match spec {
+        StoreSpec::Memory => {
+            let store = Arc::new(MemoryStore::new());
+            tasks.spawn(store.clone().run_sweeper(SWEEP_EVERY, shutdown.clone()));
+            Ok(store)
+        }
+        // The Redis backends arrive in a later issue; the Store trait is shaped for them.
+        StoreSpec::Redis(_) | StoreSpec::RedisCluster(_) => {
+            Err(ConfigError::UnsupportedStore(spec.clone()))
+        }
+    }
+}
+
+fn lease_settings(args: &RunArgs) -> LeaseSettings {
+    LeaseSettings {
+        ttl: args.lease_ttl(),
+        target: args.lease_target(),
+        exact_below_rps: args.exact_below_rps,
+        max_inflight: usize::try_from(args.max_inflight).unwrap_or(usize::MAX),
+    }
+}
+
+async fn refresh_gauges(metrics: Arc<Metrics>, rules: Arc<CurrentRules>, mut shutdown: Shutdown) {
+    let mut tick = tokio::time::interval(REFRESH_EVERY);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => metrics.refresh(rules.get().as_deref()),
+            _ = shutdown.wait() => return,
+        }
+    }
+}

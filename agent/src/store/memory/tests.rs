@@ -1,0 +1,103 @@
+use std::num::{NonZeroU32, NonZeroU64};
+use std::sync::Arc;
+
+use meshlimit_core::NANOS_PER_SEC;
+use tokio::sync::Barrier;
+
+use super::*;
+
+fn limit(requests: u32, per_secs: u64, burst: u32) -> Limit {
+    Limit::new(
+        NonZeroU32::new(requests).unwrap(),
+        NonZeroU64::new(per_secs * NANOS_PER_SEC).unwrap(),
+        NonZeroU32::new(burst).unwrap(),
+    )
+}
+
+fn item(key: &str, limit: Limit, min: u32, max: u32) -> Acquire {
+    Acquire {
+        key: DescriptorKey::new("r", [key]),
+        limit,
+        min,
+        max,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_token_raced_by_a_thousand_acquires_is_granted_once() {
+    let store = Arc::new(MemoryStore::new());
+    let one = item("hot", limit(1, 3600, 1), 1, 1);
+    let barrier = Arc::new(Barrier::new(1000));
+    let tasks: Vec<_> = (0..1000)
+        .map(|_| {
+            let (store, one, barrier) = (store.clone(), one.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                store.acquire(std::slice::from_ref(&one)).await
+            })
+        })
+        .collect();
+    let mut granted = 0;
+    for task in tasks {
+        for answer in task.await.unwrap() {
+            if let Ok(Take::Granted { tokens, .. }) = answer {
+                assert_eq!(tokens, 1);
+                granted += 1;
+            }
+        }
+    }
+    assert_eq!(granted, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_answers_in_order() {
+    let store = MemoryStore::new();
+    let l = limit(10, 1, 10);
+    let answers = store
+        .acquire(&[
+            item("a", l, 1, 4),
+            item("b", l, 11, 11),
+            item("a", l, 1, 100),
+        ])
+        .await;
+    assert!(matches!(answers[0], Ok(Take::Granted { tokens: 4, .. })));
+    assert!(matches!(answers[1], Ok(Take::Denied { .. })));
+    assert!(matches!(
+        answers[2],
+        Ok(Take::Granted {
+            tokens: 6,
+            remaining: 0,
+            ..
+        })
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_sweep_forgets_only_full_buckets() {
+    let store = MemoryStore::new();
+    let l = limit(10, 1, 10);
+    store.acquire(&[item("a", l, 10, 10)]).await;
+    assert_eq!(store.sweep(), 0, "an empty bucket must be kept");
+    tokio::time::advance(Duration::from_millis(500)).await;
+    assert_eq!(store.sweep(), 0, "a half-full bucket must be kept");
+    tokio::time::advance(Duration::from_millis(500)).await;
+    assert_eq!(store.sweep(), 1);
+    assert!(store.is_empty());
+    // Forgotten and full give the same answer.
+    let again = store.acquire(&[item("a", l, 1, 100)]).await;
+    assert!(matches!(again[0], Ok(Take::Granted { tokens: 10, .. })));
+}
+
+#[tokio::test(start_paused = true)]
+async fn refill_follows_tokio_time() {
+    let store = MemoryStore::new();
+    let l = limit(10, 1, 10);
+    store.acquire(&[item("a", l, 10, 10)]).await;
+    match store.acquire(&[item("a", l, 1, 1)]).await[0] {
+        Ok(Take::Denied { retry_after_ns }) => assert_eq!(retry_after_ns, 100_000_000),
+        ref other => panic!("expected a denial, got {other:?}"),
+    }
+    tokio::time::advance(Duration::from_millis(100)).await;
+    let answers = store.acquire(&[item("a", l, 1, 1)]).await;
+    assert!(matches!(answers[0], Ok(Take::Granted { tokens: 1, .. })));
+}

@@ -1,0 +1,111 @@
+//! Where the authoritative token buckets live. One trait, several backends: the
+//! embedded in-memory store (the default, one node, no setup) and, in a later
+//! issue, single Redis and Redis Cluster. The trait is batch-shaped because the Redis
+//! backends answer a whole lease request with one pipeline: asking per item would
+//! cost a round trip per rule.
+
+pub mod memory;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use meshlimit_core::{DescriptorKey, Limit, Take};
+
+pub use memory::MemoryStore;
+
+/// One bucket operation: take between `min` and `max` tokens from `key`'s bucket
+/// under `limit` (rate and burst travel with every call, so a rules change needs no
+/// migration and no counter reset).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Acquire {
+    pub key: DescriptorKey,
+    pub limit: Limit,
+    /// The request's cost: fewer tokens than this is a denial.
+    pub min: u32,
+    /// The lease size wanted.
+    pub max: u32,
+}
+
+/// One item's answer: tokens granted or a denial with its wait (core's [`Take`]),
+/// or the store could not say.
+pub type Acquired = Result<Take, StoreError>;
+
+/// Why the store could not answer. Every variant says whether trying again later
+/// may help, so callers (and a later retry or cool-down policy) need not parse text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The call missed its deadline; its effect is unknown.
+    #[error("store timed out after {0:?}")]
+    Timeout(Duration),
+    /// The store could not be reached or is cooling down (connection refused,
+    /// cluster failing over): transient.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// Too much work in flight: the call was never made.
+    #[error("shed: too many store calls in flight")]
+    Shed,
+    /// The store answered with something unusable (script error, bad reply): not
+    /// transient, a bug or a misconfiguration.
+    #[error("store failed: {0}")]
+    Failed(String),
+}
+
+/// A bucket store. Implementations enforce their own deadline (returning
+/// [`StoreError::Timeout`]) and never retry: a late answer is worth less than the
+/// rule's failure policy applied now.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Performs every item atomically per key and answers in the same order, one
+    /// answer per item.
+    async fn acquire(&self, items: &[Acquire]) -> Vec<Acquired>;
+
+    /// Checks that the store answers (for `/readyz`).
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    /// The backend's name, for logs.
+    fn name(&self) -> &'static str;
+}
+
+impl StoreError {
+    /// True when the same call may succeed later.
+    pub fn is_transient(&self) -> bool {
+        !matches!(self, StoreError::Failed(_))
+    }
+
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, StoreError::Timeout(_))
+    }
+
+    /// The `result` label of `meshlimit_store_requests_total`.
+    pub fn metric_result(&self) -> &'static str {
+        match self {
+            StoreError::Timeout(_) => "timeout",
+            StoreError::Shed => "shed",
+            StoreError::Unavailable(_) | StoreError::Failed(_) => "error",
+        }
+    }
+
+    /// The `reason` a filter sees in an `unavailable` lease answer.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            StoreError::Timeout(_) => "store_timeout",
+            StoreError::Shed => "shed",
+            StoreError::Unavailable(_) => "store_unavailable",
+            StoreError::Failed(_) => "store_error",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_say_whether_they_are_transient() {
+        assert!(StoreError::Timeout(Duration::from_millis(5)).is_transient());
+        assert!(StoreError::Timeout(Duration::from_millis(5)).is_timeout());
+        assert!(StoreError::Unavailable("refused".into()).is_transient());
+        assert!(!StoreError::Failed("NOSCRIPT".into()).is_transient());
+        assert_eq!(StoreError::Shed.metric_result(), "shed");
+    }
+}

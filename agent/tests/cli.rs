@@ -1,0 +1,237 @@
+//! The built binary, run as an operator would: exit codes and what lands on
+//! stdout and stderr.
+
+// Test helpers outside #[test] functions may unwrap too: a failure is the point.
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_meshlimit-agent");
+const GOOD: &str =
+    "version: 1\nrules:\n  - {name: api, key: [method], limit: {requests: 10, per: 1s}}\n";
+const BAD: &str =
+    "version: 1\nrules:\n  - {name: api, key: [method], limit: {requests: 10, per: 1 minute}}\n";
+
+/// The agent with no `MESHLIMIT_*` variable from the test's environment.
+fn agent(args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("MESHLIMIT_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd
+}
+
+fn run(cmd: &mut Command) -> (i32, String, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = cmd.output().unwrap();
+    (
+        status.code().unwrap_or(-1),
+        String::from_utf8(stdout).unwrap(),
+        String::from_utf8(stderr).unwrap(),
+    )
+}
+
+fn rules_file(dir: &Path, content: &str) -> String {
+    let path = dir.join("rules.yaml");
+    std::fs::write(&path, content).unwrap();
+    path.display().to_string()
+}
+
+#[track_caller]
+fn assert_usage_error(result: (i32, String, String), needle: &str) {
+    let (code, _, stderr) = result;
+    assert_eq!(code, 64, "stderr: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line expected: {stderr:?}");
+    assert!(stderr.contains(needle), "{needle:?} not in {stderr:?}");
+}
+
+#[test]
+fn bad_flags_exit_64_with_one_line() {
+    assert_usage_error(
+        run(&mut agent(&["run", "--rules", "r.yaml", "--bogus"])),
+        "--bogus",
+    );
+    assert_usage_error(run(&mut agent(&["run"])), "--rules");
+    assert_usage_error(
+        run(&mut agent(&["run", "--rules", "r", "--listen", "nowhere"])),
+        "--listen",
+    );
+    assert_usage_error(
+        run(&mut agent(&["run", "--rules", "r", "--store", "etcd://x"])),
+        "unknown store",
+    );
+    assert_usage_error(run(&mut agent(&["frobnicate"])), "frobnicate");
+    let mut env = agent(&["run"]);
+    env.env("MESHLIMIT_RULES", "r")
+        .env("MESHLIMIT_LEASE_TTL_MS", "zero");
+    assert_usage_error(run(&mut env), "--lease-ttl-ms");
+}
+
+#[test]
+fn help_and_version_exit_0() {
+    let (code, stdout, _) = run(&mut agent(&["--help"]));
+    assert_eq!(code, 0);
+    assert!(stdout.contains("check-rules"));
+    let (code, stdout, _) = run(&mut agent(&["--version"]));
+    assert_eq!(code, 0);
+    assert!(stdout.contains(env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn check_rules_good_and_bad() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = rules_file(dir.path(), GOOD);
+    let (code, stdout, _) = run(&mut agent(&["check-rules", &path]));
+    assert_eq!(code, 0);
+    assert!(
+        stdout.starts_with(&format!("{path}: ok (1 rules, version ")),
+        "{stdout}"
+    );
+
+    let path = rules_file(dir.path(), BAD);
+    let (code, _, stderr) = run(&mut agent(&["check-rules", &path]));
+    assert_eq!(code, 1);
+    assert!(
+        stderr.starts_with(&format!(
+            "{path}: rule api: field limit.per: `1 minute` is not a period"
+        )),
+        "{stderr}"
+    );
+
+    let (code, _, stderr) = run(&mut agent(&["check-rules", "/nonexistent/rules.yaml"]));
+    assert_eq!(code, 1);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
+#[test]
+fn unsupported_stores_exit_64() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = rules_file(dir.path(), GOOD);
+    for store in [
+        "redis://127.0.0.1:6379",
+        "redis+cluster://127.0.0.1:7000,127.0.0.1:7001",
+    ] {
+        let result = run(&mut agent(&[
+            "run",
+            "--rules",
+            &path,
+            "--listen",
+            "127.0.0.1:0",
+            "--store",
+            store,
+        ]));
+        assert_usage_error(
+            result,
+            &format!("store {store} is not supported by this build yet"),
+        );
+    }
+    let mut env = agent(&["run", "--rules", &path, "--listen", "127.0.0.1:0"]);
+    env.env("MESHLIMIT_STORE", "redis://127.0.0.1:6379");
+    assert_usage_error(run(&mut env), "not supported by this build yet");
+}
+
+#[test]
+fn a_port_in_use_exits_64() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = rules_file(dir.path(), GOOD);
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    assert_usage_error(
+        run(&mut agent(&["run", "--rules", &path, "--listen", &addr])),
+        "cannot listen on",
+    );
+}
+
+/// Kills the child on drop, so a failed assertion leaves no agent behind.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn http_get(addr: &str, path: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nhost: agent\r\nconnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).ok()?;
+    Some(reply)
+}
+
+#[test]
+fn run_serves_then_stops_cleanly_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = rules_file(dir.path(), GOOD);
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let child = agent(&["run", "--rules", &path])
+        .env("MESHLIMIT_LISTEN", &addr)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut agent = Running(child);
+    let start = Instant::now();
+    let ready = loop {
+        match http_get(&addr, "/readyz") {
+            Some(reply) if reply.starts_with("HTTP/1.1 200") => break reply,
+            _ if start.elapsed() > Duration::from_secs(10) => panic!("agent not ready on {addr}"),
+            _ => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    assert!(ready.ends_with("ready\n"), "{ready}");
+    let metrics = http_get(&addr, "/metrics").unwrap();
+    assert!(
+        metrics.contains("meshlimit_rules_version_info{version="),
+        "{metrics}"
+    );
+
+    let pid = agent.0.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = agent.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "agent ignored SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
+    let mut stderr = String::new();
+    agent
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(stderr.contains("SIGTERM: shutting down"), "{stderr}");
+}

@@ -1,0 +1,133 @@
+//! Helpers shared by the in-process API tests: an `App` over the memory store, and
+//! requests sent straight to `App::handle`.
+
+// Each test binary uses a different subset of these helpers.
+#![allow(dead_code, clippy::unwrap_used, clippy::panic)]
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{HeaderMap, Request, StatusCode};
+use meshlimit_agent::store::MemoryStore;
+use meshlimit_agent::{App, CurrentRules, LeaseSettings, Metrics};
+use meshlimit_core::rules::parse_rules;
+use meshlimit_core::wire::*;
+use meshlimit_core::{DescriptorKey, Outcome};
+
+pub const RULES: &str = "version: 1
+rules:
+  - name: login
+    key: [client_ip]
+    limit: { requests: 10, per: 1m }
+    accuracy: exact
+  - name: search
+    key: [method]
+    limit: { requests: 1000, per: 1s }
+";
+
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: String,
+}
+
+pub fn app(rules: Option<&str>) -> App {
+    let current = Arc::new(CurrentRules::empty());
+    if let Some(yaml) = rules {
+        current.install(Arc::new(parse_rules("rules.yaml", yaml).unwrap()));
+    }
+    App::new(
+        current,
+        Arc::new(MemoryStore::new()),
+        Arc::new(Metrics::new("test").unwrap()),
+        LeaseSettings::default(),
+    )
+}
+
+pub async fn call(
+    app: &App,
+    method: &str,
+    path: &str,
+    body: impl Into<Bytes>,
+    headers: &[(&str, &str)],
+) -> Reply {
+    let mut req = Request::builder().method(method).uri(path);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = app.handle(req.body(Full::new(body.into())).unwrap()).await;
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    Reply {
+        status,
+        headers,
+        body: String::from_utf8(bytes.to_vec()).unwrap(),
+    }
+}
+
+pub async fn get(app: &App, path: &str) -> Reply {
+    call(app, "GET", path, Bytes::new(), &[]).await
+}
+
+pub async fn post<T: serde::Serialize>(app: &App, path: &str, body: &T) -> Reply {
+    call(app, "POST", path, serde_json::to_vec(body).unwrap(), &[]).await
+}
+
+pub fn item(rule: &str, part: &str, cost: u32) -> LeaseItem {
+    LeaseItem {
+        rule: rule.into(),
+        key: DescriptorKey::new(rule, [part]),
+        cost,
+        plan: None,
+    }
+}
+
+pub fn lease_request(items: Vec<LeaseItem>) -> LeaseRequest {
+    LeaseRequest {
+        v: WIRE_VERSION,
+        rules_version: String::new(),
+        items,
+    }
+}
+
+pub async fn lease(app: &App, items: Vec<LeaseItem>) -> Vec<LeaseAnswer> {
+    let reply = post(app, LEASE_PATH, &lease_request(items)).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    serde_json::from_str::<LeaseResponse>(&reply.body)
+        .unwrap()
+        .items
+}
+
+pub async fn metrics(app: &App) -> String {
+    let reply = get(app, "/metrics").await;
+    assert_eq!(reply.status, StatusCode::OK);
+    reply.body
+}
+
+pub fn sync_request(
+    filter: &str,
+    version: Option<&str>,
+    decisions: &[(&str, Outcome, u64)],
+) -> SyncRequest {
+    SyncRequest {
+        v: WIRE_VERSION,
+        filter_id: filter.into(),
+        rules_version: version.map(str::to_string),
+        decisions: decisions
+            .iter()
+            .map(|(rule, outcome, count)| DecisionCount {
+                rule: (*rule).into(),
+                outcome: *outcome,
+                count: *count,
+            })
+            .collect(),
+    }
+}
+
+pub async fn sync(app: &App, req: &SyncRequest) -> SyncResponse {
+    let reply = post(app, SYNC_PATH, req).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    serde_json::from_str(&reply.body).unwrap()
+}

@@ -26,7 +26,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve leases, rules and metrics to the node's filters.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Validate a rules file: exit 0 when it is valid, else print every error and exit 1.
     CheckRules(CheckRulesArgs),
 }
@@ -69,6 +69,26 @@ pub struct RunArgs {
     #[arg(long, env = "MESHLIMIT_MAX_INFLIGHT", default_value_t = 1024,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_inflight: u32,
+    /// Deadline of one Redis pipeline, in milliseconds; never retried. Keep it
+    /// below the filter's lease timeout (5 ms) so an answer can still arrive.
+    #[arg(long, env = "MESHLIMIT_STORE_DEADLINE_MS", default_value_t = 3,
+          value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub store_deadline_ms: u64,
+    /// Lease misses bound for one Redis node are gathered for at most this long
+    /// (microseconds) and sent as one pipeline; 0 sends what is queued at once.
+    #[arg(long, env = "MESHLIMIT_BATCH_WINDOW_US", default_value_t = 500,
+          value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub batch_window_us: u64,
+    /// The most lease items in one pipeline.
+    #[arg(long, env = "MESHLIMIT_MAX_BATCH", default_value_t = 256,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub max_batch: u32,
+    /// Redis ACL user (from a Secret; never on the command line in a pod).
+    #[arg(long, env = "MESHLIMIT_REDIS_USERNAME", hide_env_values = true)]
+    pub redis_username: Option<String>,
+    /// Redis password (from a Secret). Never logged.
+    #[arg(long, env = "MESHLIMIT_REDIS_PASSWORD", hide_env_values = true)]
+    pub redis_password: Option<String>,
     /// Log filter, in `tracing_subscriber::EnvFilter` syntax (e.g. `info,meshlimit_agent=debug`).
     #[arg(long, env = "MESHLIMIT_LOG", default_value = "info")]
     pub log: String,
@@ -101,8 +121,6 @@ pub struct CliExit {
 /// A configuration the flags accepted but this build cannot run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    #[error("store {0} is not supported by this build yet")]
-    UnsupportedStore(StoreSpec),
     #[error("invalid --log filter `{filter}`: {reason}")]
     LogFilter { filter: String, reason: String },
 }
@@ -149,6 +167,14 @@ impl RunArgs {
         Duration::from_millis(self.lease_target_ms)
     }
 
+    pub fn store_deadline(&self) -> Duration {
+        Duration::from_millis(self.store_deadline_ms)
+    }
+
+    pub fn batch_window(&self) -> Duration {
+        Duration::from_micros(self.batch_window_us)
+    }
+
     pub fn rules_poll(&self) -> Duration {
         Duration::from_millis(self.rules_poll_ms)
     }
@@ -172,10 +198,11 @@ impl StoreSpec {
             return Ok(StoreSpec::RedisCluster(nodes));
         }
         if let Some(rest) = text.strip_prefix("redis://") {
-            if rest.is_empty() {
+            let node = rest.trim_end_matches('/');
+            if !is_host_port(node) {
                 return Err(format!("`{text}`: expected redis://HOST:PORT"));
             }
-            return Ok(StoreSpec::Redis(text.to_string()));
+            return Ok(StoreSpec::Redis(node.to_string()));
         }
         Err(format!(
             "unknown store `{text}`: expected memory, redis://HOST:PORT or redis+cluster://HOST:PORT,…"
@@ -187,7 +214,7 @@ impl fmt::Display for StoreSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreSpec::Memory => f.write_str("memory"),
-            StoreSpec::Redis(url) => f.write_str(url),
+            StoreSpec::Redis(node) => write!(f, "redis://{node}"),
             StoreSpec::RedisCluster(nodes) => write!(f, "redis+cluster://{}", nodes.join(",")),
         }
     }

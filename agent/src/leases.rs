@@ -2,23 +2,32 @@
 //! rules in force, sizes the lease, asks the store once for the whole request, and
 //! turns the store's answers into wire answers.
 //!
-//! Lease sizing (issue 4, static): a rule marked `accuracy: exact`, or slower than
+//! Lease sizing: a rule marked `accuracy: exact`, or slower than
 //! `--exact-below-rps`, gets leases of exactly the request's cost, so every request
-//! is checked in the store. Any other rule gets
-//! `max(cost, min(ceil(rate_per_sec × lease_target), max(1, burst / 10)))`:
-//! about `lease_target` (100 ms) of the rule's whole rate, but never more than a
-//! tenth of the burst, so a handful of nodes holding unspent leases cannot drain a
-//! key. A later issue sizes leases by this node's observed demand for the key.
+//! is checked in the store. Any other rule goes through the node pool
+//! ([`crate::pool`]) and, on a pool miss, takes from the store
+//! `max(cost, min(ceil(demand × lease_target), max(1, burst / 10)))` tokens, where
+//! `demand` is this node's recent demand for the key (tokens per second): about
+//! `lease_target` (100 ms) of what the node spends, so a hot key costs the store
+//! about ten calls per second per node whatever its request rate; never more than
+//! a tenth of the burst per node, so what idle nodes hold stays a small part of
+//! the limit; and a cold key starts at one token (every request checked) until its
+//! demand shows. A store denial is cached at the node until a whole lease's worth
+//! of tokens is back, so a key over its limit costs the store the same ten calls
+//! per second per node.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use meshlimit_core::rules::{Accuracy, Rule};
-use meshlimit_core::wire::{LeaseAnswer, LeaseItem, LeaseRequest, LeaseResponse, WIRE_VERSION};
+use meshlimit_core::wire::{LeaseAnswer, LeaseRequest, LeaseResponse, WIRE_VERSION};
 use meshlimit_core::{Limit, Take, NANOS_PER_MS};
 use tokio::sync::Semaphore;
 
 use crate::metrics::Metrics;
+use crate::pool::{PoolTake, Pools, StoreGrant};
 use crate::rules_watch::CurrentRules;
 use crate::store::{Acquire, Acquired, Store, StoreError};
 
@@ -44,22 +53,31 @@ pub struct LeaseService {
     /// Caps the store calls in flight: past it work is shed (the filter applies the
     /// rule's failure policy at once) rather than queued behind a slow store.
     inflight: Semaphore,
+    pools: Pools,
+    epoch: Instant,
 }
 
 /// An item that goes to the store: its place in the answer and its rule's name.
 struct Pending<'a> {
     index: usize,
     rule: &'a str,
+    /// Served through the node pool (not an exact rule).
+    pooled: bool,
 }
 
 impl LeaseSettings {
-    /// The lease size for `cost` under `rule`'s `limit` (see the module docs).
-    pub fn lease_size(&self, rule: &Rule, limit: &Limit, cost: u32) -> u32 {
-        let rate = limit.rate_per_sec();
-        if rule.accuracy == Accuracy::Exact || rate < self.exact_below_rps {
+    /// True when every request of `rule` must be checked in the store.
+    pub fn is_exact(&self, rule: &Rule, limit: &Limit) -> bool {
+        rule.accuracy == Accuracy::Exact || limit.rate_per_sec() < self.exact_below_rps
+    }
+
+    /// The store lease for `cost` under `rule`'s `limit`, given this node's demand
+    /// for the key in tokens per second (see the module docs).
+    pub fn lease_size(&self, rule: &Rule, limit: &Limit, cost: u32, demand_per_sec: f64) -> u32 {
+        if self.is_exact(rule, limit) {
             return cost;
         }
-        let by_rate = (rate * self.target.as_secs_f64()).ceil();
+        let by_rate = (demand_per_sec * self.target.as_secs_f64()).ceil();
         let by_burst = (limit.burst() / 10).max(1);
         // `by_rate` is finite and positive; the cap keeps the cast in range.
         let lease = by_rate.min(f64::from(by_burst)).max(1.0) as u32;
@@ -92,38 +110,66 @@ impl LeaseService {
             // `Semaphore::new` panics above MAX_PERMITS; clamp rather than trust the caller.
             inflight: Semaphore::new(settings.max_inflight.clamp(1, Semaphore::MAX_PERMITS)),
             settings,
+            pools: Pools::default(),
+            epoch: Instant::now(),
         }
     }
 
-    /// Answers every item of a (validated) request, in order.
+    /// Answers every item of a (validated) request, in order: from the node pool
+    /// where it can, otherwise with one store call for the rest.
     pub async fn lease(&self, req: &LeaseRequest) -> LeaseResponse {
         let rules = self.rules.get();
+        let now = self.now_ns();
         let mut answers: Vec<Option<LeaseAnswer>> = vec![None; req.items.len()];
         let mut batch = Vec::with_capacity(req.items.len());
         let mut pending = Vec::with_capacity(req.items.len());
         for (index, item) in req.items.iter().enumerate() {
-            let rule = rules.as_deref().and_then(|set| set.rule(&item.rule));
-            match rule {
-                Some(rule) => {
-                    batch.push(self.acquire_for(rule, item));
-                    pending.push(Pending {
-                        index,
-                        rule: &rule.name,
-                    });
-                }
-                None => {
-                    let reason = if rules.is_some() {
-                        "unknown_rule"
-                    } else {
-                        "no_rules"
-                    };
-                    answers[index] = Some(self.unavailable(reason));
+            let Some(rule) = rules.as_deref().and_then(|set| set.rule(&item.rule)) else {
+                let reason = if rules.is_some() {
+                    "unknown_rule"
+                } else {
+                    "no_rules"
+                };
+                answers[index] = Some(self.unavailable(reason));
+                continue;
+            };
+            let (limit, _plan) = rule.limit_for_plan(item.plan.as_deref());
+            let pooled = !self.settings.is_exact(rule, &limit);
+            let mut demand = 0.0;
+            if pooled {
+                match self.pools.take(&item.key, now, item.cost) {
+                    PoolTake::Served {
+                        tokens,
+                        remaining,
+                        reset_ns,
+                    } => {
+                        answers[index] = Some(self.grant(&rule.name, tokens, remaining, reset_ns));
+                        continue;
+                    }
+                    PoolTake::Denied { retry_after_ns } => {
+                        answers[index] = Some(self.deny(&rule.name, retry_after_ns));
+                        continue;
+                    }
+                    PoolTake::Miss { demand_per_sec } => demand = demand_per_sec,
                 }
             }
+            let max = self.settings.lease_size(rule, &limit, item.cost, demand);
+            batch.push(Acquire {
+                key: item.key.clone(),
+                limit,
+                min: item.cost,
+                max,
+            });
+            pending.push(Pending {
+                index,
+                rule: &rule.name,
+                pooled,
+            });
         }
         let results = self.call_store(&batch).await;
-        for (p, result) in pending.iter().zip(results) {
-            answers[p.index] = Some(self.answer(p.rule, result));
+        let now = self.now_ns();
+        for ((p, acquire), result) in pending.iter().zip(&batch).zip(results) {
+            answers[p.index] = Some(self.answer(p, acquire, now, result));
         }
         LeaseResponse {
             v: WIRE_VERSION,
@@ -134,14 +180,9 @@ impl LeaseService {
         }
     }
 
-    fn acquire_for(&self, rule: &Rule, item: &LeaseItem) -> Acquire {
-        let (limit, _plan) = rule.limit_for_plan(item.plan.as_deref());
-        Acquire {
-            key: item.key.clone(),
-            limit,
-            min: item.cost,
-            max: self.settings.lease_size(rule, &limit, item.cost),
-        }
+    /// Nanoseconds on tokio's clock since the service started.
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// One store call for the whole batch, always one result per item.
@@ -168,7 +209,16 @@ impl LeaseService {
         results
     }
 
-    fn answer(&self, rule: &str, result: Acquired) -> LeaseAnswer {
+    /// Turns a store result into the filter's answer; a pooled key's grant is
+    /// split with the pool, and its denial is cached at the node until a whole
+    /// lease's worth of tokens is back.
+    fn answer(
+        &self,
+        p: &Pending<'_>,
+        acquire: &Acquire,
+        now: u64,
+        result: Acquired,
+    ) -> LeaseAnswer {
         match result {
             Ok(Take::Granted {
                 tokens,
@@ -176,28 +226,57 @@ impl LeaseService {
                 reset_ns,
             }) => {
                 self.metrics.store_results("ok", 1);
-                self.metrics.lease_granted(rule, tokens);
-                LeaseAnswer::Grant {
-                    tokens,
-                    ttl_ms: u64::try_from(self.settings.ttl.as_millis()).unwrap_or(u64::MAX),
-                    remaining,
-                    reset_ms: reset_ns.div_ceil(NANOS_PER_MS),
+                if !p.pooled {
+                    return self.grant(p.rule, tokens, remaining, reset_ns);
                 }
+                let ttl = u64::try_from(self.settings.ttl.as_nanos()).unwrap_or(u64::MAX);
+                let grant = StoreGrant {
+                    tokens,
+                    remaining,
+                    reset_ns,
+                };
+                let filter = self.pools.fill(&acquire.key, now, grant, acquire.min, ttl);
+                self.grant(
+                    p.rule,
+                    filter,
+                    remaining.saturating_add(tokens - filter),
+                    reset_ns,
+                )
             }
             Ok(Take::Denied { retry_after_ns }) => {
                 self.metrics.store_results("ok", 1);
-                self.metrics.lease_denied(rule);
-                LeaseAnswer::Deny {
-                    retry_after_ms: retry_after_ns.div_ceil(NANOS_PER_MS),
+                if !p.pooled {
+                    return self.deny(p.rule, retry_after_ns);
                 }
+                let refill = f64::from(acquire.max - acquire.min) / acquire.limit.rate_per_ns();
+                let wait = retry_after_ns.saturating_add(refill.ceil() as u64);
+                self.pools.deny(&acquire.key, now, acquire.min, wait);
+                self.deny(p.rule, wait)
             }
             Err(e) => {
                 self.metrics.store_results(e.metric_result(), 1);
                 if !matches!(e, StoreError::Shed) {
-                    tracing::warn!(rule, "lease unavailable: {e}");
+                    tracing::warn!(rule = p.rule, "lease unavailable: {e}");
                 }
                 self.unavailable(e.reason())
             }
+        }
+    }
+
+    fn grant(&self, rule: &str, tokens: u32, remaining: u32, reset_ns: u64) -> LeaseAnswer {
+        self.metrics.lease_granted(rule, tokens);
+        LeaseAnswer::Grant {
+            tokens,
+            ttl_ms: u64::try_from(self.settings.ttl.as_millis()).unwrap_or(u64::MAX),
+            remaining,
+            reset_ms: reset_ns.div_ceil(NANOS_PER_MS),
+        }
+    }
+
+    fn deny(&self, rule: &str, retry_after_ns: u64) -> LeaseAnswer {
+        self.metrics.lease_denied(rule);
+        LeaseAnswer::Deny {
+            retry_after_ms: retry_after_ns.div_ceil(NANOS_PER_MS),
         }
     }
 

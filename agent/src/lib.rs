@@ -12,6 +12,7 @@ pub mod check_rules;
 pub mod config;
 pub mod leases;
 pub mod metrics;
+pub mod pool;
 pub mod rules_watch;
 pub mod run;
 pub mod server;

@@ -27,7 +27,7 @@ fn main() -> ExitCode {
             let code = check_rules(&args.path, &mut std::io::stdout(), &mut std::io::stderr());
             ExitCode::from(code)
         }
-        Command::Run(args) => match serve(args) {
+        Command::Run(args) => match serve(*args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 let _ = writeln!(std::io::stderr(), "meshlimit-agent: {e}");

@@ -17,6 +17,7 @@ use crate::rules_watch::{CurrentRules, RulesWatcher};
 use crate::server;
 use crate::shutdown::{self, Shutdown, Signals};
 use crate::store::memory::SWEEP_EVERY;
+use crate::store::redis::{BatchConfig, RedisConfig, RedisStore};
 use crate::store::{MemoryStore, Store};
 
 /// How often the time-dependent gauges (fail-open ratios, filter versions) are
@@ -74,7 +75,8 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let (trigger, shutdown) = shutdown::channel();
     let mut tasks = JoinSet::new();
     // Configuration problems first, before anything binds or logs.
-    let store = start_store(&args.store, &mut tasks, &shutdown)?;
+    let metrics = Arc::new(Metrics::new(&args.region)?);
+    let store = start_store(&args, &metrics, &mut tasks, &shutdown);
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|source| RunError::Bind {
@@ -82,7 +84,6 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
             source,
         })?;
     let mut signals = Signals::install().map_err(RunError::Signals)?;
-    let metrics = Arc::new(Metrics::new(&args.region)?);
     let rules = Arc::new(CurrentRules::empty());
     let mut watcher = RulesWatcher::new(&args.rules, rules.clone(), metrics.clone());
     // A bad file at start is logged and leaves /readyz at 503 until a good one
@@ -112,23 +113,40 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     Ok(())
 }
 
-/// Builds the configured store and starts its background work.
+/// Builds the configured store and starts its background work. Redis stores
+/// connect lazily: an agent whose Redis is down starts, serves its failure
+/// answers and reports not ready until Redis answers.
 fn start_store(
-    spec: &StoreSpec,
+    args: &RunArgs,
+    metrics: &Arc<Metrics>,
     tasks: &mut JoinSet<()>,
     shutdown: &Shutdown,
-) -> Result<Arc<dyn Store>, ConfigError> {
-    match spec {
+) -> Arc<dyn Store> {
+    let (nodes, cluster) = match &args.store {
         StoreSpec::Memory => {
             let store = Arc::new(MemoryStore::new());
             tasks.spawn(store.clone().run_sweeper(SWEEP_EVERY, shutdown.clone()));
-            Ok(store)
+            return store;
         }
-        // The Redis backends arrive in a later issue; the Store trait is shaped for them.
-        StoreSpec::Redis(_) | StoreSpec::RedisCluster(_) => {
-            Err(ConfigError::UnsupportedStore(spec.clone()))
-        }
-    }
+        StoreSpec::Redis(node) => (vec![node.clone()], false),
+        StoreSpec::RedisCluster(nodes) => (nodes.clone(), true),
+    };
+    let config = RedisConfig {
+        nodes,
+        cluster,
+        username: args.redis_username.clone(),
+        password: args.redis_password.clone(),
+        batch: BatchConfig {
+            window: args.batch_window(),
+            max_batch: usize::try_from(args.max_batch).unwrap_or(256),
+            deadline: args.store_deadline(),
+        },
+    };
+    let observer = metrics.clone();
+    Arc::new(RedisStore::new(
+        config,
+        Arc::new(move |size, latency, _| observer.store_pipeline(size, latency)),
+    ))
 }
 
 fn lease_settings(args: &RunArgs) -> LeaseSettings {

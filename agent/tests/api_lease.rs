@@ -70,20 +70,36 @@ async fn an_exact_rule_grants_its_burst_one_by_one_then_denies_with_the_retry_ti
     ));
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_fast_rule_gets_a_multi_token_lease() {
-    let app = app(Some(RULES));
-    match lease(&app, vec![item("search", "GET", 1)]).await[..] {
-        [LeaseAnswer::Grant {
-            tokens,
-            remaining,
-            reset_ms,
-            ..
-        }] => {
-            assert_eq!((tokens, remaining, reset_ms), (100, 900, 100));
-        }
+/// The tokens of a single grant, or a panic naming what came instead.
+async fn granted(app: &meshlimit_agent::api::App) -> u32 {
+    match lease(app, vec![item("search", "GET", 1)]).await[..] {
+        [LeaseAnswer::Grant { tokens, .. }] => tokens,
         ref other => panic!("unexpected {other:?}"),
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fast_rule_gets_leases_sized_by_the_nodes_demand() {
+    let app = app(Some(RULES));
+    // A cold key starts at one token: every request is checked in the store.
+    assert_eq!(granted(&app).await, 1);
+    // The node then spends 1,000 tokens a second (the rule allows that much): each
+    // lease is spent before the next ask. Within a few seconds a store lease is
+    // 100 ms of that demand (100 tokens), half of it for the asking filter.
+    let mut last = 0;
+    for _ in 0..3_000 {
+        last = granted(&app).await;
+        tokio::time::advance(Duration::from_millis(u64::from(last))).await;
+    }
+    assert!((45..=100).contains(&last), "lease {last}");
+    let text = metrics(&app).await;
+    let store_calls = sample(&text, "meshlimit_store_requests_total", &[]).unwrap();
+    let asks = sample(&text, "meshlimit_leases_granted_total", &[]).unwrap();
+    // Asks served from the node pool never reach the store.
+    assert!(
+        store_calls < asks * 0.6,
+        "{store_calls} store calls for {asks} asks"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -2,6 +2,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use meshlimit_core::rules::parse_rules;
+use meshlimit_core::wire::LeaseItem;
 use meshlimit_core::DescriptorKey;
 
 use super::*;
@@ -16,11 +17,12 @@ rules:
   - {name: heavy, key: [method], limit: {requests: 1000, per: 1s}, cost: 200}
 ";
 
+/// The store lease for one ask of `cost`, when the node spends 1,000 tokens/s.
 fn size(settings: &LeaseSettings, rule: &str, cost: u32) -> u32 {
     let set = parse_rules("t", RULES).unwrap();
     let rule = set.rule(rule).unwrap();
     let (limit, _) = rule.limit_for_plan(None);
-    settings.lease_size(rule, &limit, cost)
+    settings.lease_size(rule, &limit, cost, 1_000.0)
 }
 
 #[test]
@@ -30,7 +32,11 @@ fn sizing() {
     assert_eq!(size(&s, "exact", 3), 3);
     assert_eq!(size(&s, "fast", 1), 100, "100 ms of 1000/s");
     assert_eq!(size(&s, "tiny-burst", 1), 5, "a tenth of the burst");
-    assert_eq!(size(&s, "slow", 1), 1);
+    assert_eq!(
+        size(&s, "slow", 1),
+        1,
+        "a tenth of a burst of 5 rounds to one"
+    );
     assert_eq!(size(&s, "heavy", 200), 200, "never below the cost");
     let exact_below = LeaseSettings {
         exact_below_rps: 1001.0,

@@ -10,6 +10,8 @@ use super::{inc, Factory, Metrics, MetricsError};
 const LATENCY_BUCKETS: [f64; 11] = [
     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1,
 ];
+/// Scripts per Redis pipeline: every filter's misses of one batching window.
+const PIPELINE_BUCKETS: [f64; 9] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
 /// Items per store call; at most `MAX_LEASE_ITEMS` (64).
 const BATCH_BUCKETS: [f64; 7] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];
 
@@ -21,6 +23,8 @@ pub(super) struct LeaseMetrics {
     store_requests: IntCounterVec,
     store_latency: Histogram,
     store_batch_size: Histogram,
+    pipeline_size: Histogram,
+    pipeline_latency: Histogram,
 }
 
 impl LeaseMetrics {
@@ -61,6 +65,16 @@ impl LeaseMetrics {
                 "Items per store call.",
                 &BATCH_BUCKETS,
             )?,
+            pipeline_size: f.histogram(
+                "meshlimit_store_pipeline_size",
+                "Lease scripts per Redis pipeline (one round trip to one node).",
+                &PIPELINE_BUCKETS,
+            )?,
+            pipeline_latency: f.histogram(
+                "meshlimit_store_pipeline_seconds",
+                "Time of one Redis pipeline, including its batching window.",
+                &LATENCY_BUCKETS,
+            )?,
         })
     }
 }
@@ -84,6 +98,12 @@ impl Metrics {
     pub fn store_call(&self, items: usize, latency: Duration) {
         self.leases.store_batch_size.observe(items as f64);
         self.leases.store_latency.observe(latency.as_secs_f64());
+    }
+
+    /// One Redis pipeline of `size` scripts that took `latency`.
+    pub fn store_pipeline(&self, size: usize, latency: Duration) {
+        self.leases.pipeline_size.observe(size as f64);
+        self.leases.pipeline_latency.observe(latency.as_secs_f64());
     }
 
     /// `n` store operations ended with `result` (ok, error, timeout, shed).

@@ -5,6 +5,7 @@
 //! cost a round trip per rule.
 
 pub mod memory;
+pub mod redis;
 
 use std::time::Duration;
 

@@ -1,0 +1,94 @@
+use super::*;
+
+const MS: u64 = 1_000_000;
+
+fn grant(tokens: u32, remaining: u32, reset_ns: u64) -> StoreGrant {
+    StoreGrant {
+        tokens,
+        remaining,
+        reset_ns,
+    }
+}
+
+fn key() -> DescriptorKey {
+    DescriptorKey::new("r", ["k"])
+}
+
+#[test]
+fn a_grant_is_split_between_the_filter_and_the_pool() {
+    let p = Pools::default();
+    assert!(matches!(p.take(&key(), 0, 1), PoolTake::Miss { .. }));
+    assert_eq!(p.fill(&key(), 0, grant(10, 50, 0), 1, 100 * MS), 5);
+    assert_eq!(
+        p.take(&key(), MS, 1),
+        PoolTake::Served {
+            tokens: 5,
+            remaining: 50,
+            reset_ns: 0
+        }
+    );
+    assert!(matches!(p.take(&key(), 2 * MS, 1), PoolTake::Miss { .. }));
+    // A second filter asking for more than is left gets what is left.
+    assert_eq!(p.fill(&key(), 3 * MS, grant(7, 0, 0), 1, 100 * MS), 4);
+    assert_eq!(
+        p.take(&key(), 4 * MS, 1),
+        PoolTake::Served {
+            tokens: 3,
+            remaining: 0,
+            reset_ns: 0
+        }
+    );
+}
+
+#[test]
+fn pooled_tokens_expire_unspent() {
+    let p = Pools::default();
+    p.fill(&key(), 0, grant(100, 0, 0), 1, 100 * MS);
+    assert!(matches!(p.take(&key(), 100 * MS, 1), PoolTake::Miss { .. }));
+}
+
+#[test]
+fn a_grant_smaller_than_the_cost_split_never_overdraws() {
+    let p = Pools::default();
+    assert_eq!(p.fill(&key(), 0, grant(3, 0, 0), 3, 100 * MS), 3);
+    assert!(matches!(p.take(&key(), MS, 1), PoolTake::Miss { .. }));
+}
+
+#[test]
+fn denials_are_cached_at_the_node() {
+    let p = Pools::default();
+    p.deny(&key(), 0, 1, 50 * MS);
+    assert_eq!(
+        p.take(&key(), 20 * MS, 1),
+        PoolTake::Denied {
+            retry_after_ns: 30 * MS
+        }
+    );
+    assert!(matches!(p.take(&key(), 50 * MS, 1), PoolTake::Miss { .. }));
+}
+
+#[test]
+fn demand_settles_at_the_offered_rate() {
+    let p = Pools::default();
+    // 1,000 tokens per second, one per millisecond, for 5 s (5 time constants).
+    let mut demand = 0.0;
+    for ms in 0..5_000u64 {
+        p.deny(&key(), ms * MS, 1, 0);
+        if let PoolTake::Miss { demand_per_sec } = p.take(&key(), ms * MS, 0) {
+            demand = demand_per_sec;
+        }
+    }
+    assert!((demand - 1_000.0).abs() < 20.0, "{demand}");
+}
+
+#[test]
+fn memory_is_bounded() {
+    let p = Pools::new(64);
+    for i in 0..10_000 {
+        let k = DescriptorKey::new("r", [i.to_string().as_str()]);
+        p.fill(&k, 0, grant(2, 0, 0), 1, 100 * MS);
+    }
+    assert!(p.len() <= 64, "{}", p.len());
+    p.sweep(200 * MS);
+    assert!(p.len() <= 64);
+}

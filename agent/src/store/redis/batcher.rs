@@ -1,0 +1,167 @@
+//! Per-node batching: lease misses bound for one Redis node are gathered for at
+//! most one window (default 500 µs) and sent as one pipeline of EVALSHA calls
+//! under one deadline, never retried. Each caller gets its answer as soon as its
+//! pipeline returns.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::{Pipeline, Value};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::{timeout, timeout_at, Instant};
+
+use super::script::{self, LEASE_SCRIPT};
+use crate::store::{Acquire, Acquired, StoreError};
+
+/// One lease to perform on this node.
+pub struct Job {
+    pub redis_key: String,
+    pub item: Acquire,
+    pub share: f64,
+    pub reply: oneshot::Sender<Acquired>,
+}
+
+/// Batching settings.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchConfig {
+    pub window: Duration,
+    pub max_batch: usize,
+    pub deadline: Duration,
+}
+
+/// Observes each pipeline sent (batch size, latency, result), for metrics.
+pub type BatchObserver =
+    std::sync::Arc<dyn Fn(usize, Duration, Result<(), &StoreError>) + Send + Sync>;
+
+/// Collects jobs for one node and sends them in windows; runs until every sender
+/// is dropped.
+pub async fn run(
+    conn: ConnectionManager,
+    mut jobs: mpsc::Receiver<Job>,
+    cfg: BatchConfig,
+    observe: BatchObserver,
+) {
+    let sha = script::sha();
+    while let Some(first) = jobs.recv().await {
+        let mut batch = vec![first];
+        let until = Instant::now() + cfg.window;
+        while batch.len() < cfg.max_batch {
+            match timeout_at(until, jobs.recv()).await {
+                Ok(Some(job)) => batch.push(job),
+                _ => break,
+            }
+        }
+        // The pipeline runs on its own task so the next window starts at once.
+        tokio::spawn(send(
+            conn.clone(),
+            batch,
+            sha.clone(),
+            cfg.deadline,
+            observe.clone(),
+        ));
+    }
+}
+
+async fn send(
+    mut conn: ConnectionManager,
+    batch: Vec<Job>,
+    sha: String,
+    deadline: Duration,
+    observe: BatchObserver,
+) {
+    let started = Instant::now();
+    let result = timeout(deadline, pipeline(&mut conn, &batch, &sha)).await;
+    let answers = match result {
+        Ok(Ok(answers)) => answers,
+        Ok(Err(e)) => vec![Err(e); batch.len()],
+        Err(_) => vec![Err(StoreError::Timeout(deadline)); batch.len()],
+    };
+    let failure = answers.iter().find_map(|a| a.as_ref().err());
+    observe(batch.len(), started.elapsed(), failure.map_or(Ok(()), Err));
+    for (job, answer) in batch.into_iter().zip(answers) {
+        let _ = job.reply.send(answer);
+    }
+}
+
+/// Runs the batch; items whose script was missing from the server's cache
+/// (restart, failover, SCRIPT FLUSH) are sent again with the script's text, in
+/// the same deadline: that is loading the script, not retrying a failure.
+async fn pipeline(
+    conn: &mut ConnectionManager,
+    batch: &[Job],
+    sha: &str,
+) -> Result<Vec<Acquired>, StoreError> {
+    let values = query(conn, batch.iter(), |p, job| {
+        p.cmd("EVALSHA").arg(sha).arg(1);
+        args(p, job);
+    })
+    .await?;
+    let mut answers: Vec<Acquired> = Vec::with_capacity(batch.len());
+    let mut missing = Vec::new();
+    for (i, value) in values.iter().enumerate() {
+        match value {
+            Value::ServerError(e) if e.code() == "NOSCRIPT" => {
+                missing.push(i);
+                answers.push(Err(StoreError::Failed("NOSCRIPT".into())));
+            }
+            Value::ServerError(e) => answers.push(Err(server_error(e))),
+            v => answers.push(script::parse_reply(v)),
+        }
+    }
+    if !missing.is_empty() {
+        let again = query(
+            conn,
+            missing.iter().filter_map(|i| batch.get(*i)),
+            |p, job| {
+                p.cmd("EVAL").arg(LEASE_SCRIPT).arg(1);
+                args(p, job);
+            },
+        )
+        .await?;
+        for (i, value) in missing.into_iter().zip(again) {
+            if let Some(slot) = answers.get_mut(i) {
+                *slot = match &value {
+                    Value::ServerError(e) => Err(server_error(e)),
+                    v => script::parse_reply(v),
+                };
+            }
+        }
+    }
+    Ok(answers)
+}
+
+async fn query<'a>(
+    conn: &mut ConnectionManager,
+    jobs: impl Iterator<Item = &'a Job>,
+    mut add: impl FnMut(&mut Pipeline, &Job),
+) -> Result<Vec<Value>, StoreError> {
+    let mut p = redis::pipe();
+    p.ignore_errors();
+    for job in jobs {
+        add(&mut p, job);
+    }
+    p.query_async(conn)
+        .await
+        .map_err(|e| StoreError::Unavailable(e.to_string()))
+}
+
+fn args(p: &mut Pipeline, job: &Job) {
+    let l = &job.item.limit;
+    p.arg(&job.redis_key)
+        .arg(l.requests())
+        .arg(l.per_ns() / 1_000_000)
+        .arg(l.burst())
+        .arg(job.item.min)
+        .arg(job.item.max)
+        .arg(job.share);
+}
+
+fn server_error(e: &redis::ServerError) -> StoreError {
+    match e.code() {
+        // The cluster is moving slots or failing over: transient.
+        "MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN" | "LOADING" | "MASTERDOWN" => {
+            StoreError::Unavailable(format!("{} {}", e.code(), e.details().unwrap_or_default()))
+        }
+        _ => StoreError::Failed(format!("{} {}", e.code(), e.details().unwrap_or_default())),
+    }
+}

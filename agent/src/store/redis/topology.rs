@@ -1,0 +1,119 @@
+//! Which node owns a key: Redis Cluster's 16,384 hash slots (CRC16 of the key's
+//! hash tag) mapped to nodes by `CLUSTER SLOTS`. A single Redis is a topology of
+//! one node owning every slot.
+
+use meshlimit_core::DescriptorKey;
+
+pub const SLOTS: u16 = 16_384;
+
+/// The Redis key of a bucket: the hash tag is the descriptor key's fingerprint,
+/// which spreads keys over slots evenly and is safe whatever the key's text (a
+/// `{` in a header value cannot pick the slot); the readable key follows so an
+/// operator can find a customer's bucket.
+pub fn redis_key(key: &DescriptorKey) -> String {
+    format!("ml:{{{:016x}}}:{}", key.fingerprint(), key.as_str())
+}
+
+/// The slot of a Redis key (CRC16/XMODEM of its hash tag, or of the whole key).
+pub fn slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tagged = key
+        .find('{')
+        .and_then(|open| {
+            let close = key[open + 1..].find('}')?;
+            (close > 0).then(|| &bytes[open + 1..open + 1 + close])
+        })
+        .unwrap_or(bytes);
+    crc16(tagged) % SLOTS
+}
+
+fn crc16(bytes: &[u8]) -> u16 {
+    bytes.iter().fold(0u16, |mut crc, b| {
+        crc ^= u16::from(*b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+        crc
+    })
+}
+
+/// Slot ranges and the node (`host:port`) owning each.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SlotMap {
+    ranges: Vec<(u16, u16, usize)>,
+    pub nodes: Vec<String>,
+}
+
+impl SlotMap {
+    /// Every slot on one node (a single Redis).
+    pub fn single(node: String) -> Self {
+        Self {
+            ranges: vec![(0, SLOTS - 1, 0)],
+            nodes: vec![node],
+        }
+    }
+
+    /// Builds the map from `(first, last, "host:port")` rows of `CLUSTER SLOTS`.
+    pub fn from_rows(rows: Vec<(u16, u16, String)>) -> Self {
+        let mut map = Self::default();
+        for (first, last, node) in rows {
+            let index = match map.nodes.iter().position(|n| *n == node) {
+                Some(i) => i,
+                None => {
+                    map.nodes.push(node);
+                    map.nodes.len() - 1
+                }
+            };
+            map.ranges.push((first, last, index));
+        }
+        map.ranges.sort_unstable();
+        map
+    }
+
+    /// The index (into `nodes`) of the node owning `slot`.
+    pub fn node_of(&self, slot: u16) -> Option<usize> {
+        self.ranges
+            .iter()
+            .find(|(a, b, _)| (*a..=*b).contains(&slot))
+            .map(|(_, _, n)| *n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_match_redis() {
+        // Values from `CLUSTER KEYSLOT` on Redis 7.
+        assert_eq!(slot("foo"), 12182);
+        assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
+        assert_eq!(slot("123456789"), 0x31C3 % SLOTS);
+        // An empty tag does not count: the whole key is hashed.
+        assert_eq!(slot("{}abc"), crc16(b"{}abc") % SLOTS);
+    }
+
+    #[test]
+    fn keys_cannot_choose_their_slot() {
+        let a = redis_key(&DescriptorKey::new("r", ["{x}"]));
+        let b = redis_key(&DescriptorKey::new("r", ["{y}"]));
+        assert!(a.starts_with("ml:{"));
+        assert_ne!(slot(&a), slot(&b));
+    }
+
+    #[test]
+    fn slot_map_lookup() {
+        let m = SlotMap::from_rows(vec![
+            (0, 5460, "a".into()),
+            (5461, 10922, "b".into()),
+            (10923, 16383, "c".into()),
+        ]);
+        assert_eq!(m.node_of(0), Some(0));
+        assert_eq!(m.node_of(10922), Some(1));
+        assert_eq!(m.node_of(16383), Some(2));
+    }
+}

@@ -14,7 +14,7 @@ WASM_TARGET := wasm32-wasip1
 ENVOY_VERSION := 1.40.0
 VENV := $(CURDIR)/.venv
 ENVOY := $(VENV)/bin/envoy
-APT_PACKAGES := redis-server wrk
+APT_PACKAGES := redis-server wrk libfaketime
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # The test harness (tests/) finds Envoy through MESHLIMIT_ENVOY.
@@ -71,6 +71,7 @@ tools-apt:
 	@missing=""; \
 	command -v redis-server >/dev/null && command -v redis-cli >/dev/null || missing="$$missing redis-server"; \
 	command -v wrk >/dev/null || missing="$$missing wrk"; \
+	ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || missing="$$missing libfaketime"; \
 	if [ -n "$$missing" ]; then \
 		echo "tools: apt-get install$$missing"; \
 		$(SUDO) apt-get update -qq; \

@@ -63,6 +63,8 @@ struct Pending<'a> {
     rule: &'a str,
     /// Served through the node pool (not an exact rule).
     pooled: bool,
+    /// The lease size (a pooled key may take up to two).
+    lease: u32,
 }
 
 impl LeaseSettings {
@@ -153,7 +155,15 @@ impl LeaseService {
                     PoolTake::Miss { demand_per_sec } => demand = demand_per_sec,
                 }
             }
-            let max = self.settings.lease_size(rule, &limit, item.cost, demand);
+            let lease = self.settings.lease_size(rule, &limit, item.cost, demand);
+            // A pooled key takes up to two leases: after a hold (below) about one
+            // lease has refilled, plus what refilled while the ask travelled; taking
+            // only one would leave that remainder in the bucket, call after call.
+            let max = if pooled {
+                lease.saturating_mul(2)
+            } else {
+                lease
+            };
             batch.push(Acquire {
                 key: item.key.clone(),
                 limit,
@@ -164,6 +174,7 @@ impl LeaseService {
                 index,
                 rule: &rule.name,
                 pooled,
+                lease,
             });
         }
         let results = self.call_store(&batch).await;
@@ -235,7 +246,13 @@ impl LeaseService {
                     remaining,
                     reset_ns,
                 };
-                let filter = self.pools.fill(&acquire.key, now, grant, acquire.min, ttl);
+                // The store kept fewer tokens than a lease: its bucket is drained.
+                // Ask it again once a lease's worth has refilled, not before.
+                let short = f64::from(p.lease.saturating_sub(remaining));
+                let hold = (short / acquire.limit.rate_per_ns()).ceil() as u64;
+                let filter =
+                    self.pools
+                        .fill_then_hold(&acquire.key, now, grant, acquire.min, ttl, hold);
                 self.grant(
                     p.rule,
                     filter,
@@ -248,7 +265,8 @@ impl LeaseService {
                 if !p.pooled {
                     return self.deny(p.rule, retry_after_ns);
                 }
-                let refill = f64::from(acquire.max - acquire.min) / acquire.limit.rate_per_ns();
+                let refill =
+                    f64::from(p.lease.saturating_sub(acquire.min)) / acquire.limit.rate_per_ns();
                 let wait = retry_after_ns.saturating_add(refill.ceil() as u64);
                 self.pools.deny(&acquire.key, now, acquire.min, wait);
                 self.deny(p.rule, wait)

@@ -80,12 +80,8 @@ impl Pools {
     /// Serves an ask of `cost` tokens from the pool if it can.
     pub fn take(&self, key: &DescriptorKey, now_ns: u64, cost: u32) -> PoolTake {
         self.with(key, now_ns, |e| {
-            if e.denied_until_ns > now_ns {
-                e.add_demand(now_ns, cost);
-                return PoolTake::Denied {
-                    retry_after_ns: e.denied_until_ns - now_ns,
-                };
-            }
+            // Pooled tokens first: a hold set at the last grant starts once they
+            // are spent.
             if e.expires_ns > now_ns && e.tokens >= cost {
                 // The same share the filter of the last store grant got, at least
                 // the cost: with one filter, two asks per store call.
@@ -96,6 +92,12 @@ impl Pools {
                     tokens,
                     remaining: e.remaining.saturating_add(e.tokens),
                     reset_ns: e.reset_at_ns.saturating_sub(now_ns),
+                };
+            }
+            if e.denied_until_ns > now_ns {
+                e.add_demand(now_ns, cost);
+                return PoolTake::Denied {
+                    retry_after_ns: e.denied_until_ns - now_ns,
                 };
             }
             e.tokens = 0;
@@ -119,6 +121,21 @@ impl Pools {
         cost: u32,
         ttl_ns: u64,
     ) -> u32 {
+        self.fill_then_hold(key, now_ns, grant, cost, ttl_ns, 0)
+    }
+
+    /// [`Pools::fill`], and once the pooled tokens are spent, asks are denied at the
+    /// node until `hold_ns` from now: the store's bucket was drained, and asking
+    /// it again before a lease's worth has refilled would only fetch crumbs.
+    pub fn fill_then_hold(
+        &self,
+        key: &DescriptorKey,
+        now_ns: u64,
+        grant: StoreGrant,
+        cost: u32,
+        ttl_ns: u64,
+        hold_ns: u64,
+    ) -> u32 {
         let StoreGrant {
             tokens: granted,
             remaining,
@@ -131,7 +148,7 @@ impl Pools {
             e.expires_ns = now_ns.saturating_add(ttl_ns);
             e.remaining = remaining;
             e.reset_at_ns = now_ns.saturating_add(reset_ns);
-            e.denied_until_ns = 0;
+            e.denied_until_ns = now_ns.saturating_add(hold_ns);
             e.add_demand(now_ns, filter);
         });
         filter

@@ -1,0 +1,121 @@
+//! End to end with the real store: Envoy + filter + agent + Redis, a hot key
+//! offered three times its limit.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::{Duration, Instant};
+
+use meshlimit_tests::{get, AgentOptions, RedisServer, Resp, Stack};
+
+const RATE: u64 = 100;
+const SECONDS: u64 = 10;
+
+/// Script calls so far (EVALSHA and the EVAL that reloads a flushed script).
+fn script_calls(redis: &RedisServer) -> u64 {
+    let Resp::Bulk(Some(info)) = redis.cmd(&["INFO", "commandstats"]) else {
+        panic!("INFO")
+    };
+    String::from_utf8_lossy(&info)
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+#[test]
+fn a_hot_key_at_three_times_its_limit_admits_the_limit() {
+    let redis = RedisServer::start();
+    let rules = format!("version: 1\nrules:\n  - {{name: hot, key: [{{header: x-api-key}}], limit: {{requests: {RATE}, per: 1s}}}}\n");
+    // Generous deadlines: this test measures admission on a loaded 2-core machine,
+    // not latency (that is `make bench`); a timeout would hand the decision to
+    // the fail-local policy and blur what is measured.
+    let agent = AgentOptions::new(&rules)
+        .store(redis.url())
+        .arg("--store-deadline-ms")
+        .arg("40");
+    let stack = Stack::start_with(agent, |c| c.plugin("timeout_ms", 50));
+    let url = stack.envoy.url("/");
+    let calls_before = script_calls(&redis);
+
+    // Offer 3 × RATE per second for SECONDS, on a fixed schedule from 6 threads.
+    let threads = 6;
+    let per_thread = 3 * RATE / threads;
+    let started = Instant::now();
+    let mut log: Vec<(Duration, u16)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let url = url.clone();
+                s.spawn(move || {
+                    let mut log = Vec::new();
+                    for i in 0..per_thread * SECONDS {
+                        let due = started
+                            + Duration::from_secs_f64(
+                                (i as f64 + t as f64 / threads as f64) / per_thread as f64,
+                            );
+                        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                        let sent = started.elapsed();
+                        log.push((sent, get(&url, &[("x-api-key", "hot")]).status));
+                    }
+                    log
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    let elapsed = started.elapsed().as_secs_f64();
+    log.sort();
+    assert!(
+        log.iter().all(|(_, status)| [200, 429].contains(status)),
+        "only 200 and 429 expected"
+    );
+    let admitted = log.iter().filter(|(_, s)| *s == 200).count() as u64;
+    let offered = log.len() as u64;
+    let calls = script_calls(&redis) - calls_before;
+    let metrics = stack.agent.metrics();
+    let leased = meshlimit_tests::sample(&metrics, "meshlimit_lease_tokens_granted_total", &[])
+        .unwrap_or(0.0);
+
+    // What an ideal token bucket (rate and burst RATE) admits of these very
+    // arrivals: on a busy machine the load generator itself stalls now and then,
+    // and the limiter must be judged against the load it really got.
+    let limit = meshlimit_core::Limit::new(
+        std::num::NonZeroU32::new(RATE as u32).unwrap(),
+        std::num::NonZeroU64::new(1_000_000_000).unwrap(),
+        std::num::NonZeroU32::new(RATE as u32).unwrap(),
+    );
+    let mut ideal = meshlimit_core::Bucket::full(&limit, 0);
+    let allowed = log
+        .iter()
+        .filter(|(at, _)| {
+            matches!(
+                ideal.take(&limit, at.as_nanos() as u64, 1, 1),
+                meshlimit_core::Take::Granted { .. }
+            )
+        })
+        .count() as f64;
+    let ratio = admitted as f64 / allowed;
+    println!(
+        "hot key: offered {offered} in {elapsed:.1} s, admitted {admitted}, an ideal bucket {allowed:.0} ({ratio:.3}); \
+         script calls {calls}: {:.1}/s, {:.1} per 1,000 requests; tokens leased to the filter {leased}",
+        calls as f64 / elapsed,
+        calls as f64 * 1000.0 / offered as f64
+    );
+    assert!(
+        (0.95..=1.05).contains(&ratio),
+        "admitted/allowed = {ratio:.3}"
+    );
+    assert_eq!(
+        stack.decisions("hot", "failed_local"),
+        0,
+        "no decision fell to the failure policy"
+    );
+}

@@ -152,7 +152,15 @@ impl LeaseService {
                         answers[index] = Some(self.deny(&rule.name, retry_after_ns));
                         continue;
                     }
-                    PoolTake::Miss { demand_per_sec } => demand = demand_per_sec,
+                    PoolTake::Miss {
+                        demand_per_sec,
+                        dropped,
+                    } => {
+                        if dropped > 0 {
+                            self.metrics.tokens_dropped(&rule.name, dropped);
+                        }
+                        demand = demand_per_sec;
+                    }
                 }
             }
             let lease = self.settings.lease_size(rule, &limit, item.cost, demand);

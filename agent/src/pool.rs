@@ -36,8 +36,9 @@ pub enum PoolTake {
     },
     /// The node knows the key is over its limit until `retry_after_ns` from now.
     Denied { retry_after_ns: u64 },
-    /// Ask the store; `demand_per_sec` is this node's recent demand for the key.
-    Miss { demand_per_sec: f64 },
+    /// Ask the store; `demand_per_sec` is this node's recent demand for the key;
+    /// `dropped` pooled tokens expired unspent.
+    Miss { demand_per_sec: f64, dropped: u32 },
 }
 
 /// What the store granted: tokens, what it kept, and when its bucket is full.
@@ -100,13 +101,15 @@ impl Pools {
                     retry_after_ns: e.denied_until_ns - now_ns,
                 };
             }
-            e.tokens = 0;
+            let dropped = std::mem::take(&mut e.tokens);
             PoolTake::Miss {
                 demand_per_sec: e.demand_at(now_ns),
+                dropped,
             }
         })
         .unwrap_or(PoolTake::Miss {
             demand_per_sec: 0.0,
+            dropped: 0,
         })
     }
 

@@ -3,6 +3,7 @@
 //! order (stop accepting, drain connections, stop the background tasks).
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +24,8 @@ use crate::store::{MemoryStore, Store};
 /// How often the time-dependent gauges (fail-open ratios, filter versions) are
 /// refreshed between scrapes.
 const REFRESH_EVERY: Duration = Duration::from_secs(1);
+/// How often the agent announces itself in the store.
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 
 /// Why the agent could not run.
 #[derive(Debug, thiserror::Error)]
@@ -95,7 +98,14 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         rules.clone(),
         shutdown.clone(),
     ));
-    let app = App::new(rules, store, metrics, lease_settings(&args));
+    let app = App::new(rules, store.clone(), metrics.clone(), lease_settings(&args));
+    tasks.spawn(heartbeat(
+        store,
+        agent_id(&args),
+        app.live_nodes_handle(),
+        metrics.clone(),
+        shutdown.clone(),
+    ));
     tracing::info!(
         listen = %args.listen,
         store = %args.store,
@@ -155,6 +165,36 @@ fn lease_settings(args: &RunArgs) -> LeaseSettings {
         target: args.lease_target(),
         exact_below_rps: args.exact_below_rps,
         max_inflight: usize::try_from(args.max_inflight).unwrap_or(usize::MAX),
+    }
+}
+
+/// A name for this agent among the region's: host, process and port.
+fn agent_id(args: &RunArgs) -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "agent".into());
+    format!("{host}/{}/{}", std::process::id(), args.listen.port())
+}
+
+/// Announces this agent in the store every second and keeps the region's count
+/// of live agents (which sizes the filters' fail-local buckets). When the store
+/// cannot answer, the last count stays: that is when the filters need it.
+async fn heartbeat(
+    store: Arc<dyn Store>,
+    id: String,
+    live: Arc<AtomicU32>,
+    metrics: Arc<Metrics>,
+    mut shutdown: Shutdown,
+) {
+    let mut tick = tokio::time::interval(HEARTBEAT_EVERY);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                if let Ok(Some(n)) = store.heartbeat(&id).await {
+                    live.store(n, Ordering::Relaxed);
+                    metrics.live_nodes(n);
+                }
+            }
+            _ = shutdown.wait() => return,
+        }
     }
 }
 

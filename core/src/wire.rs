@@ -100,6 +100,10 @@ pub struct SyncResponse {
     pub version: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rules: Option<RulesConfig>,
+    /// Agents alive in the region (from their heartbeats in the store), when the
+    /// agent knows: the filter sizes its fail-local bucket by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live_nodes: Option<u32>,
 }
 
 /// The body of every 4xx/5xx from the agent.

@@ -25,7 +25,8 @@ pub struct FilterConfig {
     /// Which quota fields responses carry.
     pub response_headers: HeaderStyle,
     /// Nodes sharing each limit; the fail-local bucket is the limit × safety
-    /// factor / expected nodes.
+    /// factor / expected nodes. Replaced by the live count the agent reports
+    /// (from its region's heartbeats) once it reports one.
     pub expected_nodes: u32,
     pub local_safety_factor: f64,
     /// After a failed agent call, misses skip the agent for this long and take the

@@ -76,6 +76,21 @@ impl Root {
         }
     }
 
+    /// The agent counts the region's live agents; the fail-local bucket is sized
+    /// by it instead of the configured `expected_nodes` (kept while the agent is
+    /// unreachable, which is when the bucket is used).
+    fn set_live_nodes(&mut self, nodes: u32) {
+        let current = Rc::clone(&self.vm.borrow().config);
+        if current.expected_nodes != nodes {
+            info!("meshlimit: {nodes} live nodes share each limit");
+            let config = FilterConfig {
+                expected_nodes: nodes,
+                ..(*current).clone()
+            };
+            self.vm.borrow_mut().config = Rc::new(config);
+        }
+    }
+
     fn next_vm_number() -> u64 {
         for _ in 0..16 {
             let (bytes, cas) = ProxyHost.shared_get(VM_SEQ_KEY);
@@ -147,6 +162,9 @@ impl Context for Root {
                 if self.sync_failing {
                     info!("meshlimit: agent reachable again");
                     self.sync_failing = false;
+                }
+                if let Some(nodes) = response.live_nodes.filter(|n| *n > 0) {
+                    self.set_live_nodes(nodes);
                 }
                 if let Some(rules) = response.rules {
                     self.install(&rules, true);

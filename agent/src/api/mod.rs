@@ -13,6 +13,7 @@ mod probes;
 mod rules;
 mod sync;
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -46,6 +47,8 @@ struct AppState {
     store: Arc<dyn Store>,
     metrics: Arc<Metrics>,
     leases: LeaseService,
+    /// Agents alive in the region, from the heartbeat task; 0 = unknown.
+    live_nodes: Arc<AtomicU32>,
 }
 
 impl App {
@@ -62,8 +65,19 @@ impl App {
                 store,
                 metrics,
                 leases,
+                live_nodes: Arc::default(),
             }),
         }
+    }
+
+    /// The count the heartbeat task keeps up to date (shared with it).
+    pub fn live_nodes_handle(&self) -> Arc<AtomicU32> {
+        self.inner.live_nodes.clone()
+    }
+
+    /// Agents alive in the region, when known.
+    pub fn live_nodes(&self) -> Option<u32> {
+        Some(self.inner.live_nodes.load(Ordering::Relaxed)).filter(|n| *n > 0)
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {

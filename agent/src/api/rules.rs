@@ -24,6 +24,7 @@ pub(super) fn handle(app: &App, parts: &Parts) -> Result<ApiResponse, ApiError> 
                 v: WIRE_VERSION,
                 version: set.version().to_string(),
                 rules: Some(set.config().clone()),
+                live_nodes: None,
             },
         )?
     };

@@ -19,12 +19,14 @@ pub(super) fn handle(app: &App, req: SyncRequest) -> Result<ApiResponse, ApiErro
             version: set.version().to_string(),
             rules: (req.rules_version.as_deref() != Some(set.version()))
                 .then(|| set.config().clone()),
+            live_nodes: app.live_nodes(),
         },
         // Nothing to hand out: the filter keeps its last good rules.
         None => SyncResponse {
             v: WIRE_VERSION,
             version: String::new(),
             rules: None,
+            live_nodes: app.live_nodes(),
         },
     };
     json(StatusCode::OK, &resp)

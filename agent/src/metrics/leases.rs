@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use prometheus::{Histogram, IntCounterVec};
+use prometheus::{Histogram, IntCounterVec, IntGauge};
 
 use super::{inc, Factory, Metrics, MetricsError};
 
@@ -25,6 +25,8 @@ pub(super) struct LeaseMetrics {
     store_batch_size: Histogram,
     pipeline_size: Histogram,
     pipeline_latency: Histogram,
+    dropped: IntCounterVec,
+    live_nodes: IntGauge,
 }
 
 impl LeaseMetrics {
@@ -70,6 +72,15 @@ impl LeaseMetrics {
                 "Lease scripts per Redis pipeline (one round trip to one node).",
                 &PIPELINE_BUCKETS,
             )?,
+            dropped: f.counters(
+                "meshlimit_lease_tokens_dropped_total",
+                "Pooled lease tokens that expired unspent (dropped, never hoarded), by rule.",
+                &["rule"],
+            )?,
+            live_nodes: f.gauge(
+                "meshlimit_live_nodes",
+                "Agents alive in the region, from their heartbeats in the store (0: unknown).",
+            )?,
             pipeline_latency: f.histogram(
                 "meshlimit_store_pipeline_seconds",
                 "Time of one Redis pipeline, including its batching window.",
@@ -104,6 +115,16 @@ impl Metrics {
     pub fn store_pipeline(&self, size: usize, latency: Duration) {
         self.leases.pipeline_size.observe(size as f64);
         self.leases.pipeline_latency.observe(latency.as_secs_f64());
+    }
+
+    /// `tokens` pooled for `rule` expired unspent.
+    pub fn tokens_dropped(&self, rule: &str, tokens: u32) {
+        inc(&self.leases.dropped, &[rule], u64::from(tokens));
+    }
+
+    /// The region's live agents, from the heartbeats.
+    pub fn live_nodes(&self, n: u32) {
+        self.leases.live_nodes.set(i64::from(n));
     }
 
     /// `n` store operations ended with `result` (ok, error, timeout, shed).

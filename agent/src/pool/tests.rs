@@ -44,7 +44,9 @@ fn a_grant_is_split_between_the_filter_and_the_pool() {
 fn pooled_tokens_expire_unspent() {
     let p = Pools::default();
     p.fill(&key(), 0, grant(100, 0, 0), 1, 100 * MS);
-    assert!(matches!(p.take(&key(), 100 * MS, 1), PoolTake::Miss { .. }));
+    // Half went to the filter; the pooled half is dropped, and said to be.
+    assert!(matches!(p.take(&key(), 100 * MS, 1), PoolTake::Miss { dropped: 50, .. }));
+    assert!(matches!(p.take(&key(), 101 * MS, 1), PoolTake::Miss { dropped: 0, .. }));
 }
 
 #[test]
@@ -74,7 +76,7 @@ fn demand_settles_at_the_offered_rate() {
     let mut demand = 0.0;
     for ms in 0..5_000u64 {
         p.deny(&key(), ms * MS, 1, 0);
-        if let PoolTake::Miss { demand_per_sec } = p.take(&key(), ms * MS, 0) {
+        if let PoolTake::Miss { demand_per_sec, .. } = p.take(&key(), ms * MS, 0) {
             demand = demand_per_sec;
         }
     }

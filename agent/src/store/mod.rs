@@ -65,6 +65,13 @@ pub trait Store: Send + Sync + 'static {
 
     /// The backend's name, for logs.
     fn name(&self) -> &'static str;
+
+    /// Announces this agent (`agent_id`) as alive and answers how many agents of
+    /// the region are; `None` when the store cannot tell (the embedded store is
+    /// one node's alone).
+    async fn heartbeat(&self, _agent_id: &str) -> Result<Option<u32>, StoreError> {
+        Ok(None)
+    }
 }
 
 impl StoreError {

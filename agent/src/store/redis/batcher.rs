@@ -71,13 +71,21 @@ async fn send(
 ) {
     let started = Instant::now();
     let result = timeout(deadline, pipeline(&mut conn, &batch, &sha)).await;
-    let answers = match result {
-        Ok(Ok(answers)) => answers,
-        Ok(Err(e)) => vec![Err(e); batch.len()],
-        Err(_) => vec![Err(StoreError::Timeout(deadline)); batch.len()],
+    // The node's health follows the pipeline, not its items: one item's MOVED or
+    // script error says nothing of the node.
+    let (answers, failure) = match result {
+        Ok(Ok(answers)) => (answers, None),
+        Ok(Err(e)) => (vec![Err(e.clone()); batch.len()], Some(e)),
+        Err(_) => {
+            let e = StoreError::Timeout(deadline);
+            (vec![Err(e.clone()); batch.len()], Some(e))
+        }
     };
-    let failure = answers.iter().find_map(|a| a.as_ref().err());
-    observe(batch.len(), started.elapsed(), failure.map_or(Ok(()), Err));
+    observe(
+        batch.len(),
+        started.elapsed(),
+        failure.as_ref().map_or(Ok(()), Err),
+    );
     for (job, answer) in batch.into_iter().zip(answers) {
         let _ = job.reply.send(answer);
     }

@@ -4,20 +4,23 @@
 //! batcher per node, and the lease script run on the server's clock.
 
 mod batcher;
+mod health;
 pub mod script;
 pub mod topology;
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::IntoConnectionInfo;
 use tokio::sync::{mpsc, oneshot};
-use tokio::time::timeout;
+use tokio::time::{timeout, Instant};
 
 pub use batcher::{BatchConfig, BatchObserver};
+use health::Health;
 use topology::{redis_key, slot, SlotMap};
 
 use super::{Acquire, Acquired, Store, StoreError};
@@ -40,6 +43,9 @@ pub struct RedisStore {
     map: RwLock<Arc<SlotMap>>,
     batchers: RwLock<HashMap<String, mpsc::Sender<batcher::Job>>>,
     observe: BatchObserver,
+    health: Arc<Mutex<Health>>,
+    /// Set when a node starts a cool-down: the slot map may be stale (a failover).
+    stale_map: Arc<AtomicBool>,
 }
 
 impl RedisStore {
@@ -55,6 +61,8 @@ impl RedisStore {
             map: RwLock::new(Arc::new(map)),
             batchers: RwLock::default(),
             observe,
+            health: Arc::default(),
+            stale_map: Arc::default(),
         }
     }
 
@@ -97,11 +105,46 @@ impl RedisStore {
         let conn = ConnectionManager::new_lazy_with_config(client, config)
             .map_err(|e| StoreError::Failed(e.to_string()))?;
         let (tx, rx) = mpsc::channel(4_096);
-        tokio::spawn(batcher::run(conn, rx, self.cfg.batch, self.observe.clone()));
+        tokio::spawn(batcher::run(
+            conn,
+            rx,
+            self.cfg.batch,
+            self.node_observer(node),
+        ));
         if let Ok(mut b) = self.batchers.write() {
             b.insert(node.to_string(), tx.clone());
         }
         Ok(tx)
+    }
+
+    /// The batch observer of `node`'s batcher: metrics, plus the node's health.
+    fn node_observer(&self, node: &str) -> BatchObserver {
+        let (observe, health, stale) = (
+            self.observe.clone(),
+            self.health.clone(),
+            self.stale_map.clone(),
+        );
+        let node = node.to_string();
+        let cluster = self.cfg.cluster;
+        Arc::new(move |size, latency, result| {
+            observe(size, latency, result);
+            let Ok(mut h) = health.lock() else { return };
+            match result {
+                Ok(()) => h.succeeded(&node),
+                // A script error is not the node's sickness.
+                Err(StoreError::Failed(_)) => {}
+                Err(_) => {
+                    if h.failed(&node, Instant::now()) {
+                        tracing::warn!(
+                            node,
+                            "Redis node failing: skipped for {:?}",
+                            health::COOL_DOWN
+                        );
+                        stale.store(cluster, Ordering::Relaxed);
+                    }
+                }
+            }
+        })
     }
 
     /// Sends one item to the node owning its slot (or to `node` when a MOVED
@@ -120,6 +163,16 @@ impl RedisStore {
             )));
             return rx;
         };
+        if self
+            .health
+            .lock()
+            .is_ok_and(|h| h.is_cooling(&node, Instant::now()))
+        {
+            let _ = reply.send(Err(StoreError::Unavailable(format!(
+                "{node} cooling down after failures"
+            ))));
+            return rx;
+        }
         let job = batcher::Job {
             redis_key: key,
             item: item.clone(),
@@ -148,7 +201,8 @@ impl RedisStore {
 #[async_trait]
 impl Store for RedisStore {
     async fn acquire(&self, items: &[Acquire]) -> Vec<Acquired> {
-        if self.map.read().map(|m| m.nodes.is_empty()).unwrap_or(true) {
+        let unknown = self.map.read().map(|m| m.nodes.is_empty()).unwrap_or(true);
+        if unknown || self.stale_map.swap(false, Ordering::Relaxed) {
             let _ = self.refresh_topology().await;
         }
         let pending: Vec<_> = items.iter().map(|i| self.submit(i, None)).collect();
@@ -188,6 +242,31 @@ impl Store for RedisStore {
             }
         }
         Ok(())
+    }
+
+    async fn heartbeat(&self, agent_id: &str) -> Result<Option<u32>, StoreError> {
+        let map = self.map.read().map(|m| m.clone()).unwrap_or_default();
+        let node = map
+            .node_of(slot(script::AGENTS_KEY))
+            .and_then(|i| map.nodes.get(i).cloned())
+            .ok_or_else(|| StoreError::Unavailable("topology unknown".into()))?;
+        let client = self.client(&node)?;
+        let beat = async {
+            let mut c = client.get_multiplexed_async_connection().await?;
+            redis::cmd("EVAL")
+                .arg(script::HEARTBEAT_SCRIPT)
+                .arg(1)
+                .arg(script::AGENTS_KEY)
+                .arg(agent_id)
+                .arg(script::HEARTBEAT_WINDOW_MS)
+                .query_async::<u32>(&mut c)
+                .await
+        };
+        match timeout(Duration::from_millis(500), beat).await {
+            Ok(Ok(n)) => Ok(Some(n)),
+            Ok(Err(e)) => Err(StoreError::Unavailable(format!("{node}: {e}"))),
+            Err(_) => Err(StoreError::Timeout(Duration::from_millis(500))),
+        }
     }
 
     fn name(&self) -> &'static str {

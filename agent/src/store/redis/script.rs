@@ -78,3 +78,23 @@ pub fn parse_reply(value: &Value) -> Result<Take, StoreError> {
         }
     })
 }
+
+/// Agent heartbeat, on the server's clock.
+///
+/// - `KEYS[1]`: the region's agents, a sorted set scored by last heartbeat (ms).
+/// - `ARGV[1]`: this agent's id; `ARGV[2]`: how long a heartbeat counts (ms).
+/// - Returns how many agents beat within that window, this one included.
+pub const HEARTBEAT_SCRIPT: &str = r"
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local window = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+redis.call('PEXPIRE', KEYS[1], window * 2)
+return redis.call('ZCARD', KEYS[1])
+";
+
+/// The sorted set of the region's agents (one slot, whatever the cluster).
+pub const AGENTS_KEY: &str = "ml:{agents}";
+/// An agent not heard from for this long no longer counts as live.
+pub const HEARTBEAT_WINDOW_MS: u64 = 5_000;

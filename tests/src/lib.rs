@@ -15,6 +15,7 @@
 mod agent;
 mod envoy;
 mod http;
+mod load;
 mod metrics;
 mod ports;
 mod process;
@@ -29,6 +30,7 @@ use std::path::PathBuf;
 pub use agent::{Agent, AgentOptions};
 pub use envoy::{render_envoy_config, Envoy, EnvoyConfig, EnvoyPorts};
 pub use http::{get, post, request, try_request, Response};
+pub use load::{count_between, latency_quantile, Load, Sample};
 pub use metrics::sample;
 pub use ports::free_port;
 pub use redis::{RedisCluster, RedisServer};

@@ -58,6 +58,11 @@ impl RedisServer {
         command(self.port, args).unwrap_or_else(|e| panic!("redis {}: {args:?}: {e}", self.port))
     }
 
+    /// The server's process id (for SIGSTOP and SIGCONT).
+    pub fn pid(&self) -> Option<u32> {
+        self.proc.as_ref().map(Proc::pid)
+    }
+
     /// Kills the server (SIGKILL): it vanishes as in a crash.
     pub fn kill(&mut self) {
         if let Some(proc) = self.proc.as_mut() {

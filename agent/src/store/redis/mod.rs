@@ -97,11 +97,15 @@ impl RedisStore {
             return Ok(tx);
         }
         let client = self.client(node)?;
+        // Reconnection is the connection's own business, in the background, and
+        // quick (a restarted Redis is used again within about a second); commands
+        // meanwhile fail at once and their items take the failure policy.
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_millis(200)))
             .set_response_timeout(None)
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
+            .set_number_of_retries(3)
+            .set_min_delay(Duration::from_millis(20))
+            .set_max_delay(Duration::from_millis(200));
         let conn = ConnectionManager::new_lazy_with_config(client, config)
             .map_err(|e| StoreError::Failed(e.to_string()))?;
         let (tx, rx) = mpsc::channel(4_096);

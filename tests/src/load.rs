@@ -1,0 +1,123 @@
+//! Open-loop load for chaos tests: requests on a fixed schedule from a few
+//! threads, each recorded with when it was sent, its status and its latency,
+//! until the load is stopped. Bounded: it stops by itself after `max_duration`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::http::try_request;
+
+/// One request's fate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Sample {
+    /// When it was sent.
+    pub at: Instant,
+    /// 0 when no HTTP answer came.
+    pub status: u16,
+    pub latency: Duration,
+}
+
+/// A running load.
+pub struct Load {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<Vec<Sample>>>,
+}
+
+impl Load {
+    /// Offers `rate` requests per second to `url` with `headers`, spread over
+    /// `threads` threads, for at most `max_duration`.
+    pub fn start(
+        url: &str,
+        headers: &[(&str, &str)],
+        rate: f64,
+        threads: usize,
+        max_duration: Duration,
+    ) -> Load {
+        let started = Instant::now();
+        let stop = Arc::new(AtomicBool::new(false));
+        let per_thread = rate / threads as f64;
+        let headers: Vec<(String, String)> = headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let threads = (0..threads)
+            .map(|t| {
+                let (url, headers, stop) = (url.to_string(), headers.clone(), stop.clone());
+                let offset = t as f64 / (per_thread * threads as f64);
+                std::thread::spawn(move || {
+                    run(
+                        &url,
+                        &headers,
+                        per_thread,
+                        offset,
+                        started,
+                        max_duration,
+                        &stop,
+                    )
+                })
+            })
+            .collect();
+        Load { stop, threads }
+    }
+
+    /// Stops the load and returns every sample, in the order sent.
+    pub fn stop(self) -> Vec<Sample> {
+        self.stop.store(true, Ordering::SeqCst);
+        let mut samples: Vec<Sample> = self
+            .threads
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect();
+        samples.sort();
+        samples
+    }
+}
+
+fn run(
+    url: &str,
+    headers: &[(String, String)],
+    rate: f64,
+    offset: f64,
+    started: Instant,
+    max: Duration,
+    stop: &AtomicBool,
+) -> Vec<Sample> {
+    let headers: Vec<(&str, &str)> = headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let mut samples = Vec::new();
+    for i in 0u64.. {
+        let due = started + Duration::from_secs_f64(offset + i as f64 / rate);
+        if stop.load(Ordering::SeqCst) || due - started > max {
+            break;
+        }
+        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+        let sent = Instant::now();
+        let status = try_request("GET", url, &headers, None).map_or(0, |r| r.status);
+        samples.push(Sample {
+            at: sent,
+            status,
+            latency: sent.elapsed(),
+        });
+    }
+    samples
+}
+
+/// Samples sent in `[from, to)` with `status`.
+pub fn count_between(samples: &[Sample], from: Instant, to: Instant, status: u16) -> usize {
+    samples
+        .iter()
+        .filter(|s| s.at >= from && s.at < to && s.status == status)
+        .count()
+}
+
+/// The `q` quantile (0..=1) of the latencies of `samples`.
+pub fn latency_quantile(samples: &[&Sample], q: f64) -> Duration {
+    let mut l: Vec<Duration> = samples.iter().map(|s| s.latency).collect();
+    l.sort();
+    let i = ((l.len() as f64 * q).ceil() as usize).saturating_sub(1);
+    l.get(i).copied().unwrap_or_default()
+}

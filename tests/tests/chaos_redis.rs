@@ -1,0 +1,184 @@
+//! Chaos: the store fails under load. Two nodes (Envoy + filter + agent each)
+//! share one Redis; a fail-local and a fail-open rule are offered 3× their limit.
+//! Redis is then killed (or stalled with SIGSTOP) and brought back.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::{Duration, Instant};
+
+use meshlimit_tests::{
+    count_between, eventually, latency_quantile, sample, AgentOptions, Load, RedisServer, Sample,
+    Stack,
+};
+
+const LIMIT: f64 = 40.0;
+const RULES: &str = r#"
+version: 1
+rules:
+  - name: fails-local
+    match: { path_prefix: /local }
+    key: [{ header: x-api-key }]
+    limit: { requests: 40, per: 1s }
+    on_failure: local
+  - name: fails-open
+    match: { path_prefix: /open }
+    key: [{ header: x-api-key }]
+    limit: { requests: 40, per: 1s }
+    on_failure: open
+"#;
+
+enum Fault {
+    Kill,
+    Stall,
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
+fn node(redis: &RedisServer) -> Stack {
+    Stack::start_with(AgentOptions::new(RULES).store(redis.url()), |c| c)
+}
+
+fn ratio(stack: &Stack) -> f64 {
+    sample(
+        &stack.agent.metrics(),
+        "meshlimit_fail_open_ratio",
+        &[("rule", "fails-open")],
+    )
+    .unwrap_or(0.0)
+}
+
+fn failed_local(nodes: &[Stack]) -> u64 {
+    nodes
+        .iter()
+        .map(|n| n.decisions("fails-local", "failed_local"))
+        .sum()
+}
+
+fn run(fault: Fault) {
+    let mut redis = RedisServer::start();
+    let nodes = [node(&redis), node(&redis)];
+    // Each filter learns from its agent that two agents share the region.
+    for n in &nodes {
+        eventually(
+            Duration::from_secs(10),
+            "filters to learn of 2 live nodes",
+            || n.envoy.log().contains("2 live nodes share each limit"),
+        );
+    }
+    let key = [("x-api-key", "k")];
+    let max = Duration::from_secs(30);
+    let local: Vec<Load> = nodes
+        .iter()
+        .map(|n| Load::start(&n.envoy.url("/local"), &key, 1.5 * LIMIT, 2, max))
+        .collect();
+    std::thread::sleep(Duration::from_secs(2)); // the healthy phase being measured
+    let down_at = Instant::now();
+    let open: Vec<Load> = nodes
+        .iter()
+        .map(|n| Load::start(&n.envoy.url("/open"), &key, 1.5 * LIMIT, 2, max))
+        .collect();
+    let pid = redis.pid().unwrap();
+    match fault {
+        Fault::Kill => redis.kill(),
+        Fault::Stall => signal(pid, "-STOP"),
+    }
+    // The fail-open ratio crosses 0.9 while the store is gone.
+    for n in &nodes {
+        eventually(Duration::from_secs(8), "fail-open ratio above 0.9", || {
+            ratio(n) > 0.9
+        });
+    }
+    let peak = nodes.iter().map(ratio).fold(0.0, f64::max);
+    std::thread::sleep(Duration::from_secs(2)); // the outage being measured
+    let up_at = Instant::now();
+    match fault {
+        Fault::Kill => redis.restart(),
+        Fault::Stall => signal(pid, "-CONT"),
+    }
+    let restored = Instant::now();
+    // Limiting resumes: the fail-local count stops rising while load flows.
+    let mut last = (failed_local(&nodes), Instant::now());
+    eventually(
+        Duration::from_secs(4),
+        "fail-local decisions to stop",
+        || {
+            let now = failed_local(&nodes);
+            if now != last.0 {
+                last = (now, Instant::now());
+            }
+            last.1.elapsed() > Duration::from_millis(600)
+        },
+    );
+    let resumed = last.1.duration_since(restored);
+    std::thread::sleep(Duration::from_secs(2)); // load on the recovered store
+    let local: Vec<Sample> = local.into_iter().flat_map(Load::stop).collect();
+    let open: Vec<Sample> = open.into_iter().flat_map(Load::stop).collect();
+    let after = nodes.iter().map(ratio).fold(0.0, f64::max);
+
+    let down = up_at.duration_since(down_at).as_secs_f64();
+    let admitted_down = count_between(&local, down_at, up_at, 200) as f64;
+    // Each node's fail-local bucket: the limit × 2 (safety) / 2 (live nodes), so
+    // together at most twice the rule's bucket (burst + rate × time), plus the
+    // lease tokens the filters held when the store went (at most a tenth of the
+    // burst per node).
+    let ceiling = 2.0 * (LIMIT + LIMIT * down) + 2.0 * LIMIT / 10.0;
+    let open_down: Vec<&Sample> = open.iter().filter(|s| s.at < up_at).collect();
+    let during: Vec<&Sample> = local
+        .iter()
+        .chain(&open)
+        .filter(|s| s.at >= down_at && s.at < up_at)
+        .collect();
+    let (p99, worst) = (
+        latency_quantile(&during, 0.99),
+        latency_quantile(&during, 1.0),
+    );
+    println!(
+        "store down {down:.1} s: fail-local admitted {admitted_down} ({:.2}× the limit's {:.0}; ceiling {ceiling:.0}), \
+         fail-open admitted {}/{}, latency p99 {p99:?} max {worst:?}; limiting resumed {resumed:?} after the store came back; \
+         fail-open ratio peak {peak:.2}, after recovery {after:.2}",
+        admitted_down / (LIMIT * down),
+        LIMIT * down,
+        open_down.iter().filter(|s| s.status == 200).count(),
+        open_down.len(),
+    );
+    assert!(
+        admitted_down <= ceiling,
+        "fail-local admitted {admitted_down} > {ceiling}"
+    );
+    assert!(
+        open_down.iter().all(|s| s.status == 200),
+        "fail-open must admit everything"
+    );
+    assert!(
+        during.iter().all(|s| s.status == 200 || s.status == 429),
+        "only 200 and 429 while the store is down"
+    );
+    // The budget is 5 ms per agent call and no request waits on a dead store;
+    // what remains is this loaded machine's scheduling.
+    assert!(p99 < Duration::from_millis(100), "p99 {p99:?}");
+    assert!(worst < Duration::from_secs(1), "max {worst:?}");
+    assert!(
+        resumed <= Duration::from_secs(2),
+        "limiting resumed after {resumed:?}"
+    );
+    assert!(
+        after < peak,
+        "the fail-open ratio falls back ({peak} → {after})"
+    );
+}
+
+#[test]
+fn redis_killed_under_load() {
+    run(Fault::Kill);
+}
+
+#[test]
+fn redis_stalled_under_load() {
+    run(Fault::Stall);
+}

@@ -45,8 +45,14 @@ fn pooled_tokens_expire_unspent() {
     let p = Pools::default();
     p.fill(&key(), 0, grant(100, 0, 0), 1, 100 * MS);
     // Half went to the filter; the pooled half is dropped, and said to be.
-    assert!(matches!(p.take(&key(), 100 * MS, 1), PoolTake::Miss { dropped: 50, .. }));
-    assert!(matches!(p.take(&key(), 101 * MS, 1), PoolTake::Miss { dropped: 0, .. }));
+    assert!(matches!(
+        p.take(&key(), 100 * MS, 1),
+        PoolTake::Miss { dropped: 50, .. }
+    ));
+    assert!(matches!(
+        p.take(&key(), 101 * MS, 1),
+        PoolTake::Miss { dropped: 0, .. }
+    ));
 }
 
 #[test]

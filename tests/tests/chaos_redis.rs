@@ -60,7 +60,22 @@ fn failed_local(nodes: &[Stack]) -> u64 {
         .sum()
 }
 
+/// Every decision of the fail-local rule, whoever took it.
+fn decided(nodes: &[Stack]) -> u64 {
+    let outcomes = ["allowed", "limited", "failed_local"];
+    nodes
+        .iter()
+        .flat_map(|n| outcomes.map(|o| n.decisions("fails-local", o)))
+        .sum()
+}
+
+/// The two tests load the machine heavily: one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn run(fault: Fault) {
+    let _serial = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut redis = RedisServer::start();
     let nodes = [node(&redis), node(&redis)];
     // Each filter learns from its agent that two agents share the region.
@@ -102,20 +117,28 @@ fn run(fault: Fault) {
         Fault::Stall => signal(pid, "-CONT"),
     }
     let restored = Instant::now();
-    // Limiting resumes: the fail-local count stops rising while load flows.
-    let mut last = (failed_local(&nodes), Instant::now());
-    eventually(
-        Duration::from_secs(4),
-        "fail-local decisions to stop",
-        || {
-            let now = failed_local(&nodes);
-            if now != last.0 {
-                last = (now, Instant::now());
+    // Limiting resumes once, over half a second of load, fewer than one decision
+    // in ten falls to the fail-local policy (an occasional lease call that misses
+    // its 5 ms budget on this busy machine still does, by design).
+    let mut polls: Vec<(Instant, u64, u64)> = Vec::new();
+    let mut resumed = None;
+    eventually(Duration::from_secs(5), "limiting to resume", || {
+        polls.push((Instant::now(), failed_local(&nodes), decided(&nodes)));
+        let (now, failed, total) = polls[polls.len() - 1];
+        let start = polls
+            .iter()
+            .find(|p| now.duration_since(p.0) <= Duration::from_millis(500));
+        if let Some(&(at, f0, t0)) =
+            start.filter(|p| now.duration_since(p.0) >= Duration::from_millis(400))
+        {
+            if (failed - f0) * 10 <= total - t0 && total > t0 {
+                resumed = Some(at.duration_since(restored));
+                return true;
             }
-            last.1.elapsed() > Duration::from_millis(600)
-        },
-    );
-    let resumed = last.1.duration_since(restored);
+        }
+        false
+    });
+    let resumed = resumed.unwrap();
     std::thread::sleep(Duration::from_secs(2)); // load on the recovered store
     let local: Vec<Sample> = local.into_iter().flat_map(Load::stop).collect();
     let open: Vec<Sample> = open.into_iter().flat_map(Load::stop).collect();
@@ -125,9 +148,9 @@ fn run(fault: Fault) {
     let admitted_down = count_between(&local, down_at, up_at, 200) as f64;
     // Each node's fail-local bucket: the limit × 2 (safety) / 2 (live nodes), so
     // together at most twice the rule's bucket (burst + rate × time), plus the
-    // lease tokens the filters held when the store went (at most a tenth of the
-    // burst per node).
-    let ceiling = 2.0 * (LIMIT + LIMIT * down) + 2.0 * LIMIT / 10.0;
+    // lease tokens the nodes held when the store went: per node, at most two
+    // leases (the filter's and the pool's) of a tenth of the burst each.
+    let ceiling = 2.0 * (LIMIT + LIMIT * down) + 2.0 * 2.0 * LIMIT / 10.0;
     let open_down: Vec<&Sample> = open.iter().filter(|s| s.at < up_at).collect();
     let during: Vec<&Sample> = local
         .iter()

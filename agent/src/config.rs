@@ -92,6 +92,23 @@ pub struct RunArgs {
     /// Log filter, in `tracing_subscriber::EnvFilter` syntax (e.g. `info,meshlimit_agent=debug`).
     #[arg(long, env = "MESHLIMIT_LOG", default_value = "info")]
     pub log: String,
+    /// Another region sharing the `global` rules, and its Redis: NAME=redis://HOST:PORT
+    /// or NAME=redis+cluster://HOST:PORT,…; repeatable (`;` between them in the
+    /// variable). Reached only by background tasks.
+    #[arg(long = "peer-region", env = "MESHLIMIT_PEER_REGIONS", value_name = "NAME=URL",
+          value_delimiter = ';', value_parser = crate::regions::setup::parse_peer)]
+    pub peer_regions: Vec<(String, StoreSpec)>,
+    /// A file of peer regions, one NAME=URL a line (`#` comments), read at start.
+    #[arg(long, env = "MESHLIMIT_PEER_REGIONS_FILE", value_name = "PATH")]
+    pub peer_regions_file: Option<PathBuf>,
+    /// The least share of a `global` limit any region holds (at most 1 / regions).
+    #[arg(long, env = "MESHLIMIT_REGION_FLOOR", default_value_t = 0.1, value_parser = parse_floor)]
+    pub region_floor: f64,
+    /// Deadline of each call the region tasks make to a region's Redis, in
+    /// milliseconds; also how long a rebalancer waits for another region's demand.
+    #[arg(long, env = "MESHLIMIT_REGION_TIMEOUT_MS", default_value_t = 250,
+          value_parser = clap::value_parser!(u64).range(10..=5_000))]
+    pub region_timeout_ms: u64,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -123,6 +140,8 @@ pub struct CliExit {
 pub enum ConfigError {
     #[error("invalid --log filter `{filter}`: {reason}")]
     LogFilter { filter: String, reason: String },
+    #[error("regions: {0}")]
+    Regions(String),
 }
 
 impl Cli {
@@ -252,6 +271,13 @@ fn parse_region(text: &str) -> Result<String, String> {
     }
 }
 
+fn parse_floor(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 0.5 => Ok(v),
+        _ => Err("expected a share above 0 and at most 0.5 (e.g. 0.1)".into()),
+    }
+}
+
 fn parse_rate(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
@@ -314,6 +340,28 @@ mod tests {
             Ok(StoreSpec::RedisCluster(vec!["a:1".into(), "b:2".into()]))
         );
         assert!(StoreSpec::parse("redis+cluster://a").is_err());
+        let cli = parse(&[
+            "run",
+            "--rules",
+            "r",
+            "--peer-region",
+            "us=redis://a:1",
+            "--peer-region",
+            "ap=redis+cluster://b:1,c:2",
+            "--region-floor",
+            "0.2",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("expected run");
+        };
+        assert_eq!(args.peer_regions.len(), 2);
+        assert_eq!(args.peer_regions[1].0, "ap");
+        assert_eq!(args.region_floor, 0.2);
+        for bad in [&["--peer-region", "us"][..], &["--region-floor", "0.7"]] {
+            let args = [&["run", "--rules", "r"][..], bad].concat();
+            assert_eq!(parse(&args).unwrap_err().code, EXIT_USAGE, "{bad:?}");
+        }
         assert_eq!(
             StoreSpec::parse("redis://127.0.0.1:6379").map(|s| s.to_string()),
             Ok("redis://127.0.0.1:6379".to_string())

@@ -28,6 +28,7 @@ use tokio::sync::Semaphore;
 
 use crate::metrics::Metrics;
 use crate::pool::{PoolTake, Pools, StoreGrant};
+use crate::regions::Shares;
 use crate::rules_watch::CurrentRules;
 use crate::store::{Acquire, Acquired, Store, StoreError};
 
@@ -55,6 +56,8 @@ pub struct LeaseService {
     inflight: Semaphore,
     pools: Pools,
     epoch: Instant,
+    /// This region's share of `global` rules, and their demand.
+    shares: Shares,
 }
 
 /// An item that goes to the store: its place in the answer and its rule's name.
@@ -114,7 +117,13 @@ impl LeaseService {
             settings,
             pools: Pools::default(),
             epoch: Instant::now(),
+            shares: Shares::default(),
         }
+    }
+
+    /// The handle through which the region tasks set this service's shares.
+    pub fn shares(&self) -> Shares {
+        self.shares.clone()
     }
 
     /// Answers every item of a (validated) request, in order: from the node pool
@@ -136,6 +145,7 @@ impl LeaseService {
                 continue;
             };
             let (limit, _plan) = rule.limit_for_plan(item.plan.as_deref());
+            let share = self.shares.share(rule, &item.key);
             let pooled = !self.settings.is_exact(rule, &limit);
             let mut demand = 0.0;
             if pooled {
@@ -163,7 +173,8 @@ impl LeaseService {
                     }
                 }
             }
-            let lease = self.settings.lease_size(rule, &limit, item.cost, demand);
+            let enforced = limit.scaled(share.min(1.0));
+            let lease = self.settings.lease_size(rule, &enforced, item.cost, demand);
             // A pooled key takes up to two leases: after a hold (below) about one
             // lease has refilled, plus what refilled while the ask travelled; taking
             // only one would leave that remainder in the bucket, call after call.
@@ -177,6 +188,7 @@ impl LeaseService {
                 limit,
                 min: item.cost,
                 max,
+                share,
             });
             pending.push(Pending {
                 index,
@@ -190,6 +202,8 @@ impl LeaseService {
         for ((p, acquire), result) in pending.iter().zip(&batch).zip(results) {
             answers[p.index] = Some(self.answer(p, acquire, now, result));
         }
+        self.shares
+            .record_offered(rules.as_deref(), &req.items, &answers);
         LeaseResponse {
             v: WIRE_VERSION,
             items: answers
@@ -257,7 +271,7 @@ impl LeaseService {
                 // The store kept fewer tokens than a lease: its bucket is drained.
                 // Ask it again once a lease's worth has refilled, not before.
                 let short = f64::from(p.lease.saturating_sub(remaining));
-                let hold = (short / acquire.limit.rate_per_ns()).ceil() as u64;
+                let hold = (short / acquire.enforced_limit().rate_per_ns()).ceil() as u64;
                 let filter =
                     self.pools
                         .fill_then_hold(&acquire.key, now, grant, acquire.min, ttl, hold);
@@ -273,8 +287,8 @@ impl LeaseService {
                 if !p.pooled {
                     return self.deny(p.rule, retry_after_ns);
                 }
-                let refill =
-                    f64::from(p.lease.saturating_sub(acquire.min)) / acquire.limit.rate_per_ns();
+                let refill = f64::from(p.lease.saturating_sub(acquire.min))
+                    / acquire.enforced_limit().rate_per_ns();
                 let wait = retry_after_ns.saturating_add(refill.ceil() as u64);
                 self.pools.deny(&acquire.key, now, acquire.min, wait);
                 self.deny(p.rule, wait)

@@ -13,6 +13,7 @@ pub mod config;
 pub mod leases;
 pub mod metrics;
 pub mod pool;
+pub mod regions;
 pub mod rules_watch;
 pub mod run;
 pub mod server;

@@ -14,6 +14,7 @@ use crate::api::App;
 use crate::config::{ConfigError, RunArgs, StoreSpec, EXIT_USAGE};
 use crate::leases::LeaseSettings;
 use crate::metrics::{Metrics, MetricsError};
+use crate::regions;
 use crate::rules_watch::{CurrentRules, RulesWatcher};
 use crate::server;
 use crate::shutdown::{self, Shutdown, Signals};
@@ -79,6 +80,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let mut tasks = JoinSet::new();
     // Configuration problems first, before anything binds or logs.
     let metrics = Arc::new(Metrics::new(&args.region)?);
+    let region_setup = regions::regions_config(&args, &agent_id(&args))?;
     let store = start_store(&args, &metrics, &mut tasks, &shutdown);
     let listener = TcpListener::bind(args.listen)
         .await
@@ -99,6 +101,10 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         shutdown.clone(),
     ));
     let app = App::new(rules, store.clone(), metrics.clone(), lease_settings(&args));
+    if let Some(cfg) = &region_setup {
+        regions::start(cfg, &app.shares_handle(), &metrics, &mut tasks, &shutdown)
+            .map_err(|e| ConfigError::Regions(e.to_string()))?;
+    }
     tasks.spawn(heartbeat(
         store,
         agent_id(&args),

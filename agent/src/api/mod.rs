@@ -75,6 +75,11 @@ impl App {
         self.inner.live_nodes.clone()
     }
 
+    /// The lease service's region shares (the region tasks turn them on).
+    pub fn shares_handle(&self) -> crate::regions::Shares {
+        self.inner.leases.shares()
+    }
+
     /// Agents alive in the region, when known.
     pub fn live_nodes(&self) -> Option<u32> {
         Some(self.inner.live_nodes.load(Ordering::Relaxed)).filter(|n| *n > 0)

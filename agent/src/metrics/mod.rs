@@ -1,12 +1,15 @@
 //! The agent's Prometheus metrics (CONTRACT.md, "Metrics"). Every label value comes
 //! from a bounded set: rule names of the current rules file (others fold into
 //! `other`), fixed outcome, result and reason words, and filter ids capped in number.
-//! No metric ever carries a customer key.
+//! No metric carries a customer key, except the region shares of the few keys with
+//! the most demand (`regions::TOP_KEYS`), a bounded top-N.
 //!
 //! Grouped by what feeds them: the filters' sync reports (`reports`), the lease path
-//! and the store (`leases`), the rules watcher (`rules`).
+//! and the store (`leases`), the rules watcher (`rules`), the region exchange
+//! (`regions`).
 
 mod leases;
+mod regions;
 mod reports;
 mod rules;
 
@@ -18,6 +21,7 @@ use prometheus::{
 };
 use tokio::time::Instant;
 
+pub use regions::TOP_KEYS;
 pub use reports::{FILTER_TTL, MAX_FILTERS, OTHER_RULE};
 
 /// Every metric the agent exports, registered in one registry.
@@ -28,6 +32,7 @@ pub struct Metrics {
     reports: reports::ReportMetrics,
     leases: leases::LeaseMetrics,
     rules: rules::RulesMetrics,
+    regions: regions::RegionMetrics,
     bad_requests: IntCounterVec,
 }
 
@@ -56,6 +61,7 @@ impl Metrics {
             reports: reports::ReportMetrics::new(&f)?,
             leases: leases::LeaseMetrics::new(&f)?,
             rules: rules::RulesMetrics::new(&f)?,
+            regions: regions::RegionMetrics::new(&f)?,
             bad_requests: f.counters(
                 "meshlimit_bad_requests_total",
                 "Requests refused with a 4xx, by reason.",

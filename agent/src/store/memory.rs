@@ -93,13 +93,14 @@ impl MemoryStore {
     }
 
     fn take(&self, item: &Acquire, now: u64) -> Take {
+        let limit = item.enforced_limit();
         let mut map = lock(self.shard(&item.key));
         let entry = map.entry(item.key.clone()).or_insert_with(|| Entry {
-            bucket: Bucket::full(&item.limit, now),
-            limit: item.limit,
+            bucket: Bucket::full(&limit, now),
+            limit,
         });
-        entry.limit = item.limit;
-        entry.bucket.take(&item.limit, now, item.min, item.max)
+        entry.limit = limit;
+        entry.bucket.take(&limit, now, item.min, item.max)
     }
 }
 

@@ -25,6 +25,20 @@ pub struct Acquire {
     pub min: u32,
     /// The lease size wanted.
     pub max: u32,
+    /// The share of `limit` this region enforces: 1 for the whole limit, less for
+    /// a `global` rule split between regions (rate and burst scaled by it).
+    pub share: f64,
+}
+
+impl Acquire {
+    /// The limit the store enforces: `limit` scaled by `share`, never below one token.
+    pub fn enforced_limit(&self) -> Limit {
+        if self.share >= 1.0 {
+            self.limit
+        } else {
+            self.limit.scaled(self.share)
+        }
+    }
 }
 
 /// One item's answer: tokens granted or a denial with its wait (core's [`Take`]),

@@ -20,6 +20,7 @@ fn item(key: &str, limit: Limit, min: u32, max: u32) -> Acquire {
         limit,
         min,
         max,
+        share: 1.0,
     }
 }
 

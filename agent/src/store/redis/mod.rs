@@ -180,7 +180,7 @@ impl RedisStore {
         let job = batcher::Job {
             redis_key: key,
             item: item.clone(),
-            share: 1.0,
+            share: item.share,
             reply,
         };
         match self.batcher(&node) {

@@ -1,0 +1,204 @@
+//! A connection to one region's Redis (a single Redis or a Redis Cluster) for the
+//! background region tasks, separate from the lease path's batchers so that a
+//! slow peer can never hold up a lease. Every call has a deadline and is never
+//! retried: the next tick is the retry.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, FromRedisValue, IntoConnectionInfo, Pipeline};
+use tokio::sync::Mutex;
+use tokio::time::timeout;
+
+use crate::config::StoreSpec;
+
+/// Why a region's Redis could not answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegionError {
+    #[error("region {region}: no answer within {after:?}")]
+    Timeout { region: String, after: Duration },
+    #[error("region {region}: {reason}")]
+    Redis { region: String, reason: String },
+    #[error("region {region}: {reason}")]
+    Config { region: String, reason: String },
+    /// The region's rebalancer had not sealed the period's demand in time (it is
+    /// dead, late, or cannot reach its own Redis).
+    #[error("region {region}: demand of period {period} not sealed in time")]
+    NotSealed { region: String, period: u64 },
+}
+
+/// One region's Redis.
+pub struct RegionConn {
+    region: String,
+    deadline: Duration,
+    kind: Kind,
+}
+
+enum Kind {
+    Single(ConnectionManager),
+    /// Connected on first use and again after a failure, so an agent starts while
+    /// a peer is down.
+    Cluster(Box<Cluster>),
+}
+
+struct Cluster {
+    client: ClusterClient,
+    conn: Mutex<Option<ClusterConnection>>,
+}
+
+/// Credentials shared by every region's Redis (one Secret).
+#[derive(Debug, Clone, Default)]
+pub struct Credentials {
+    pub username: Option<String>,
+    pub password: Option<String>,
+}
+
+impl RegionConn {
+    /// Opens nothing yet: connections are made on first use.
+    pub fn new(
+        region: &str,
+        spec: &StoreSpec,
+        creds: &Credentials,
+        deadline: Duration,
+    ) -> Result<Self, RegionError> {
+        let config_error = |reason: String| RegionError::Config {
+            region: region.to_string(),
+            reason,
+        };
+        let kind = match spec {
+            StoreSpec::Memory => return Err(config_error("regions need a Redis store".into())),
+            StoreSpec::Redis(node) => {
+                let client = redis::Client::open(info(node, creds).map_err(config_error)?)
+                    .map_err(|e| config_error(e.to_string()))?;
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(deadline))
+                    .set_response_timeout(None)
+                    .set_number_of_retries(1)
+                    .set_max_delay(Duration::from_millis(500));
+                let conn = ConnectionManager::new_lazy_with_config(client, config)
+                    .map_err(|e| config_error(e.to_string()))?;
+                Kind::Single(conn)
+            }
+            StoreSpec::RedisCluster(nodes) => {
+                let infos = nodes
+                    .iter()
+                    .map(|n| info(n, creds))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(config_error)?;
+                let client = redis::cluster::ClusterClientBuilder::new(infos)
+                    .connection_timeout(deadline)
+                    .response_timeout(deadline)
+                    .retries(0)
+                    .build()
+                    .map_err(|e| config_error(e.to_string()))?;
+                Kind::Cluster(Box::new(Cluster {
+                    client,
+                    conn: Mutex::new(None),
+                }))
+            }
+        };
+        Ok(Self {
+            region: region.to_string(),
+            deadline,
+            kind,
+        })
+    }
+
+    pub fn region(&self) -> &str {
+        &self.region
+    }
+
+    /// Runs one command within the deadline.
+    pub async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, RegionError> {
+        self.run(|c| async move {
+            match c {
+                Conn::Single(mut c) => cmd.query_async(&mut c).await,
+                Conn::Cluster(mut c) => cmd.query_async(&mut c).await,
+            }
+        })
+        .await
+    }
+
+    /// Runs one pipeline within the deadline; with a cluster, every key of the
+    /// pipeline must be in one slot.
+    pub async fn pipe<T: FromRedisValue>(&self, p: &Pipeline) -> Result<T, RegionError> {
+        self.run(|c| async move {
+            match c {
+                Conn::Single(mut c) => p.query_async(&mut c).await,
+                Conn::Cluster(mut c) => p.query_async(&mut c).await,
+            }
+        })
+        .await
+    }
+
+    async fn run<T, F, Fut>(&self, f: F) -> Result<T, RegionError>
+    where
+        F: FnOnce(Conn) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        let call = async {
+            let conn = self.conn().await?;
+            f(conn).await
+        };
+        match timeout(self.deadline, call).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => {
+                if let Kind::Cluster(cluster) = &self.kind {
+                    if e.is_io_error() || e.is_connection_dropped() {
+                        *cluster.conn.lock().await = None;
+                    }
+                }
+                Err(RegionError::Redis {
+                    region: self.region.clone(),
+                    reason: e.to_string(),
+                })
+            }
+            Err(_) => Err(RegionError::Timeout {
+                region: self.region.clone(),
+                after: self.deadline,
+            }),
+        }
+    }
+
+    async fn conn(&self) -> redis::RedisResult<Conn> {
+        match &self.kind {
+            Kind::Single(c) => Ok(Conn::Single(c.clone())),
+            Kind::Cluster(cluster) => {
+                let mut held = cluster.conn.lock().await;
+                if let Some(c) = held.as_ref() {
+                    return Ok(Conn::Cluster(c.clone()));
+                }
+                let c = cluster.client.get_async_connection().await?;
+                *held = Some(c.clone());
+                Ok(Conn::Cluster(c))
+            }
+        }
+    }
+}
+
+/// A cheap clone of a multiplexed connection.
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+/// Connection details for `host:port` with the shared credentials (never logged).
+fn info(node: &str, creds: &Credentials) -> Result<redis::ConnectionInfo, String> {
+    let (host, port) = node
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{node}: not HOST:PORT"))?;
+    let port: u16 = port.parse().map_err(|_| format!("{node}: bad port"))?;
+    let mut settings = redis::RedisConnectionInfo::default();
+    if let Some(user) = &creds.username {
+        settings = settings.set_username(user);
+    }
+    if let Some(password) = &creds.password {
+        settings = settings.set_password(password);
+    }
+    Ok(redis::ConnectionAddr::Tcp(host.to_string(), port)
+        .into_connection_info()
+        .map_err(|_| format!("{node}: bad address"))?
+        .set_redis_settings(settings))
+}

@@ -1,0 +1,219 @@
+//! Regions (DESIGN.md, "Regions"): each region owns its Redis and enforces a share
+//! of every `scope: global` limit; shares follow demand once a period (a second)
+//! and always sum to the limit. No cross-region round trip ever enters the
+//! request path: the lease path reads a cached share ([`Shares::share`]) and adds
+//! to an in-memory demand count ([`Shares::record_offered`]); background tasks do
+//! the rest:
+//!
+//! - every agent flushes its demand into its region's Redis a few times a period
+//!   and refreshes its cached shares once a period ([`cache`]);
+//! - one agent per region, elected through a lock in that Redis ([`election`]),
+//!   seals the region's demand, reads every region's, and publishes its region's
+//!   shares ([`rebalancer`], the function in [`share`]).
+//!
+//! Static stability: an agent with no published share for a key uses the floor;
+//! cached shares stay when Redis does not answer; a rebalancer that cannot read
+//! every region publishes nothing new. The split degrades to static, never to
+//! unlimited. Redis keys: [`keys`]; the rest in `docs/internals.md`, "Regions".
+
+pub mod cache;
+pub mod clock;
+pub mod conn;
+pub mod demand;
+pub mod election;
+pub mod exchange;
+pub mod keys;
+pub mod rebalancer;
+pub mod setup;
+pub mod share;
+pub mod table;
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use meshlimit_core::rules::{Rule, RuleSet, Scope};
+use meshlimit_core::wire::{LeaseAnswer, LeaseItem};
+use meshlimit_core::DescriptorKey;
+use tokio::task::JoinSet;
+
+use crate::config::StoreSpec;
+use crate::metrics::Metrics;
+use crate::shutdown::Shutdown;
+use conn::{Credentials, RegionConn, RegionError};
+use demand::{DemandBook, PeriodDemand};
+use election::Leadership;
+use rebalancer::Rebalancer;
+use table::ShareTable;
+
+pub use setup::{regions_config, validate};
+
+/// The rebalancer seals and reads at this offset into each period: after the
+/// agents' last flush of the period ([`cache::FLUSH_AT`]).
+pub const REBALANCE_AT: Duration = Duration::from_millis(10);
+/// Keys whose demand one agent counts per period, at most.
+const MAX_DEMAND_KEYS: usize = 100_000;
+
+/// How this agent takes part in the region exchange.
+#[derive(Debug, Clone)]
+pub struct RegionsConfig {
+    /// This agent's region and its Redis.
+    pub region: String,
+    pub store: StoreSpec,
+    /// Every other region and its Redis.
+    pub peers: Vec<(String, StoreSpec)>,
+    /// The least share of a global limit a region ever holds.
+    pub floor: f64,
+    /// This agent's id in the election.
+    pub agent_id: String,
+    pub credentials: Credentials,
+    /// Deadline of each Redis call of the region tasks, and how long a
+    /// rebalancer waits for the other regions to seal a period.
+    pub timeout: Duration,
+}
+
+/// The lease path's view of the regions: a cheap handle, shared with the region
+/// tasks. Until [`Shares::enable`] (no peer regions), every rule gets the whole
+/// limit and nothing is counted.
+#[derive(Clone, Default)]
+pub struct Shares {
+    cell: Arc<OnceLock<Regional>>,
+}
+
+struct Regional {
+    floor: f64,
+    table: ArcSwap<ShareTable>,
+    demand: DemandBook,
+}
+
+impl Shares {
+    /// Turns regions on with this floor; false if they were already on.
+    pub fn enable(&self, floor: f64) -> bool {
+        self.cell
+            .set(Regional {
+                floor,
+                table: ArcSwap::from_pointee(ShareTable::default()),
+                demand: DemandBook::new(MAX_DEMAND_KEYS),
+            })
+            .is_ok()
+    }
+
+    /// True when `rule` is split between regions.
+    pub fn is_split(&self, rule: &Rule) -> bool {
+        rule.scope == Scope::Global && self.cell.get().is_some()
+    }
+
+    /// The share of `rule`'s limit this region enforces for `key`: 1 for
+    /// region-scoped rules (and without peers), else the published share, or the
+    /// floor while none is published.
+    pub fn share(&self, rule: &Rule, key: &DescriptorKey) -> f64 {
+        match self.cell.get() {
+            Some(r) if rule.scope == Scope::Global => r
+                .table
+                .load()
+                .get(key.as_str())
+                .map_or(r.floor, |e| e.share),
+            _ => 1.0,
+        }
+    }
+
+    /// Counts what a lease request offered for split rules: the tokens granted,
+    /// or the cost of an ask denied or unanswered.
+    pub fn record_offered(
+        &self,
+        rules: Option<&RuleSet>,
+        items: &[LeaseItem],
+        answers: &[Option<LeaseAnswer>],
+    ) {
+        let (Some(r), Some(rules)) = (self.cell.get(), rules) else {
+            return;
+        };
+        let period = clock::period_of(clock::now_ms());
+        for (item, answer) in items.iter().zip(answers) {
+            if !rules
+                .rule(&item.rule)
+                .is_some_and(|rule| self.is_split(rule))
+            {
+                continue;
+            }
+            let tokens = match answer {
+                Some(LeaseAnswer::Grant { tokens, .. }) => *tokens,
+                _ => item.cost,
+            };
+            r.demand
+                .record(item.key.as_str(), u64::from(tokens), period);
+        }
+    }
+
+    /// The cached shares.
+    pub fn table(&self) -> Arc<ShareTable> {
+        self.cell
+            .get()
+            .map(|r| r.table.load_full())
+            .unwrap_or_default()
+    }
+
+    /// Replaces the cached shares (the refresh task; tests).
+    pub fn install(&self, table: ShareTable) {
+        if let Some(r) = self.cell.get() {
+            r.table.store(Arc::new(table));
+        }
+    }
+
+    /// Takes the demand counted so far (the flush task).
+    pub fn take_demand(&self) -> PeriodDemand {
+        self.cell.get().map(|r| r.demand.take()).unwrap_or_default()
+    }
+}
+
+/// Starts the region tasks of this agent and turns `shares` on.
+pub fn start(
+    cfg: &RegionsConfig,
+    shares: &Shares,
+    metrics: &Arc<Metrics>,
+    tasks: &mut JoinSet<()>,
+    shutdown: &Shutdown,
+) -> Result<(), RegionError> {
+    let own = Arc::new(RegionConn::new(
+        &cfg.region,
+        &cfg.store,
+        &cfg.credentials,
+        cfg.timeout,
+    )?);
+    let mut regions = vec![own.clone()];
+    for (name, spec) in &cfg.peers {
+        regions.push(Arc::new(RegionConn::new(
+            name,
+            spec,
+            &cfg.credentials,
+            cfg.timeout,
+        )?));
+    }
+    shares.enable(cfg.floor);
+    let lead = Arc::new(Leadership::new(&cfg.agent_id));
+    let rebalancer = Rebalancer::new(regions, cfg.floor, lead.clone(), cfg.timeout);
+    let (m, s) = (metrics, shutdown);
+    tasks.spawn(election::run(own.clone(), lead, m.clone(), s.clone()));
+    tasks.spawn(rebalancer::run(
+        rebalancer,
+        m.clone(),
+        REBALANCE_AT,
+        s.clone(),
+    ));
+    tasks.spawn(cache::flush_loop(
+        own.clone(),
+        shares.clone(),
+        m.clone(),
+        s.clone(),
+    ));
+    tasks.spawn(cache::refresh_loop(
+        own,
+        shares.clone(),
+        m.clone(),
+        s.clone(),
+    ));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

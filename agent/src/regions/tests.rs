@@ -1,0 +1,130 @@
+use meshlimit_core::rules::parse_rules;
+use meshlimit_core::wire::LeaseItem;
+
+use super::setup::{parse_peer, parse_peers_file};
+use super::table::Entry;
+use super::*;
+
+const RULES: &str = "version: 1
+rules:
+  - {name: g, key: [method], limit: {requests: 100, per: 1s}, scope: global}
+  - {name: r, key: [method], limit: {requests: 100, per: 1s}}
+";
+
+fn item(rule: &str, part: &str, cost: u32) -> LeaseItem {
+    LeaseItem {
+        rule: rule.into(),
+        key: DescriptorKey::new(rule, [part]),
+        cost,
+        plan: None,
+    }
+}
+
+#[test]
+fn without_peers_every_rule_gets_the_whole_limit_and_nothing_is_counted() {
+    let set = parse_rules("t", RULES).unwrap();
+    let shares = Shares::default();
+    let g = set.rule("g").unwrap();
+    assert_eq!(shares.share(g, &DescriptorKey::new("g", ["GET"])), 1.0);
+    assert!(!shares.is_split(g));
+    shares.record_offered(Some(&set), &[item("g", "GET", 1)], &[None]);
+    assert!(shares.take_demand().is_empty());
+}
+
+#[test]
+fn a_global_key_takes_the_floor_until_a_share_is_published() {
+    let set = parse_rules("t", RULES).unwrap();
+    let shares = Shares::default();
+    assert!(shares.enable(0.1));
+    assert!(!shares.enable(0.2), "once");
+    let (g, r) = (set.rule("g").unwrap(), set.rule("r").unwrap());
+    let key = DescriptorKey::new("g", ["GET"]);
+    assert_eq!(shares.share(g, &key), 0.1);
+    assert_eq!(shares.share(r, &DescriptorKey::new("r", ["GET"])), 1.0);
+    let entry = Entry {
+        share: 0.8,
+        demand: 300.0,
+    };
+    shares.install(ShareTable::new(
+        Some(7),
+        [(key.as_str().to_string(), entry)].into_iter().collect(),
+    ));
+    assert_eq!(shares.share(g, &key), 0.8);
+    assert_eq!(shares.table().period, Some(7));
+}
+
+#[test]
+fn offered_demand_counts_grants_in_tokens_and_other_answers_in_cost() {
+    let set = parse_rules("t", RULES).unwrap();
+    let shares = Shares::default();
+    shares.enable(0.1);
+    let items = [
+        item("g", "GET", 1),
+        item("g", "GET", 2),
+        item("r", "GET", 1),
+    ];
+    let answers = [
+        Some(LeaseAnswer::Grant {
+            tokens: 10,
+            ttl_ms: 100,
+            remaining: 0,
+            reset_ms: 0,
+        }),
+        Some(LeaseAnswer::Deny { retry_after_ms: 5 }),
+        Some(LeaseAnswer::Deny { retry_after_ms: 5 }),
+    ];
+    shares.record_offered(Some(&set), &items, &answers);
+    let demand: u64 = shares
+        .take_demand()
+        .values()
+        .flat_map(|keys| keys.iter())
+        .map(|(k, n)| {
+            assert!(k.starts_with("g|"), "region rules are never counted: {k}");
+            *n
+        })
+        .sum();
+    assert_eq!(demand, 12);
+}
+
+#[test]
+fn peers_parse_from_flags_and_files() {
+    assert_eq!(
+        parse_peer("eu=redis://10.0.0.1:6379"),
+        Ok(("eu".into(), StoreSpec::Redis("10.0.0.1:6379".into())))
+    );
+    assert!(parse_peer("eu").is_err());
+    assert!(parse_peer("e u=redis://a:1").is_err());
+    assert!(parse_peer("eu=memory").is_err());
+    let file = "# peers\n\nus=redis+cluster://a:1,b:2\n  ap = redis://c:3\n";
+    let peers = parse_peers_file(file).unwrap();
+    assert_eq!(peers.len(), 2);
+    assert_eq!(peers[1].0, "ap");
+    let bad = parse_peers_file("us=redis://a:1\nnonsense\n").unwrap_err();
+    assert!(bad.starts_with("line 2:"), "{bad}");
+}
+
+#[test]
+fn a_setup_is_refused_when_it_cannot_work() {
+    let cfg = RegionsConfig {
+        region: "eu".into(),
+        store: StoreSpec::Redis("a:1".into()),
+        peers: vec![("us".into(), StoreSpec::Redis("b:1".into()))],
+        floor: 0.1,
+        agent_id: "x".into(),
+        credentials: Credentials::default(),
+        timeout: Duration::from_millis(250),
+    };
+    assert_eq!(validate(&cfg), Ok(()));
+    let twice = RegionsConfig {
+        peers: vec![("eu".into(), StoreSpec::Redis("b:1".into()))],
+        ..cfg.clone()
+    };
+    assert!(validate(&twice).unwrap_err().contains("named twice"));
+    let memory = RegionsConfig {
+        store: StoreSpec::Memory,
+        ..cfg.clone()
+    };
+    assert!(validate(&memory).is_err());
+    let floor = RegionsConfig { floor: 0.6, ..cfg };
+    assert!(validate(&floor).unwrap_err().contains("--region-floor"));
+}

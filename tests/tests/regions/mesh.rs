@@ -1,0 +1,214 @@
+//! Regions on loopback: one redis-server per region and agents in each, every
+//! agent told about the other regions with `--peer-region`.
+
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use meshlimit_tests::{
+    sample, try_request, wait_for, Agent, AgentOptions, Probe, RedisCluster, RedisServer,
+};
+
+/// A global rule: 100 requests per second, burst 50.
+pub const RULES: &str = r#"
+version: 1
+rules:
+  - name: g
+    key: [{ header: x-key }]
+    limit: { requests: 100, per: 1s, burst: 50 }
+    scope: global
+  - name: ge
+    key: [{ header: x-key }]
+    limit: { requests: 100, per: 1s, burst: 50 }
+    scope: global
+    accuracy: exact
+  - name: local
+    key: [{ header: x-key }]
+    limit: { requests: 10, per: 1h }
+    accuracy: exact
+"#;
+/// The global rule's rate (tokens per second) and burst.
+pub const L: f64 = 100.0;
+pub const BURST: f64 = 50.0;
+pub const FLOOR: f64 = 0.1;
+/// The key every load test offers.
+pub const KEY: &str = "g|k";
+/// 95% of the largest share a region can hold with three regions (80%).
+pub const CONVERGED: f64 = 0.95 * (1.0 - 2.0 * FLOOR);
+
+/// The timing tests run one at a time: two of them at once on two shared cores
+/// would measure the machine, not the limiter.
+pub fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Seconds of Unix time (the clock the agents' periods and timestamps use).
+pub fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+pub struct Mesh {
+    pub names: Vec<String>,
+    /// The regions' redis-servers (all regions but a clustered first one).
+    pub redis: Vec<RedisServer>,
+    /// Region `a`'s Redis Cluster, when it has one.
+    pub cluster: Option<RedisCluster>,
+    /// The redis-servers' process ids (read before any is stopped).
+    redis_pids: Vec<String>,
+    /// Agents per region.
+    pub agents: Vec<Vec<Agent>>,
+}
+
+impl Mesh {
+    /// Regions `a`, `b`, `c`, … with this many agents each.
+    pub fn start(agents_per_region: &[usize]) -> Mesh {
+        Mesh::start_with(agents_per_region, None)
+    }
+
+    /// Like [`Mesh::start`], region `a` on a Redis Cluster of `masters` nodes.
+    pub fn start_clustered(agents_per_region: &[usize], masters: usize) -> Mesh {
+        Mesh::start_with(agents_per_region, Some(RedisCluster::start(masters)))
+    }
+
+    fn start_with(agents_per_region: &[usize], cluster: Option<RedisCluster>) -> Mesh {
+        let names: Vec<String> = (0..agents_per_region.len())
+            .map(|i| char::from(b'a' + i as u8).to_string())
+            .collect();
+        let singles = names.len() - usize::from(cluster.is_some());
+        let redis: Vec<RedisServer> = (0..singles).map(|_| RedisServer::start()).collect();
+        let urls: Vec<String> = cluster
+            .iter()
+            .map(RedisCluster::url)
+            .chain(redis.iter().map(RedisServer::url))
+            .collect();
+        let agents = agents_per_region
+            .iter()
+            .enumerate()
+            .map(|(r, n)| (0..*n).map(|_| start_agent(&names, &urls, r)).collect())
+            .collect();
+        let redis_pids = redis.iter().map(pid).collect();
+        Mesh {
+            names,
+            redis,
+            cluster,
+            redis_pids,
+            agents,
+        }
+    }
+
+    /// The first agent of region `r`.
+    pub fn agent(&self, r: usize) -> &Agent {
+        &self.agents[r][0]
+    }
+
+    /// Region `r`'s share of `key` as its first agent has it cached.
+    pub fn share(&self, r: usize, key: &str) -> Option<f64> {
+        share_of(&self.agent(r).metrics(), key)
+    }
+
+    /// Waits until region `r` holds at least `share` of `key`.
+    pub fn wait_share(&self, r: usize, key: &str, share: f64, timeout: Duration) {
+        let what = format!("region {} to hold {share} of {key}", self.names[r]);
+        let got = wait_for(timeout, &what, || match self.share(r, key) {
+            Some(s) if s >= share => Probe::Ready(()),
+            _ => Probe::Pending,
+        });
+        if let Err(why) = got {
+            panic!("{why}; shares {:?}", self.shares(key));
+        }
+    }
+
+    /// Every region's share of `key` (first agents).
+    pub fn shares(&self, key: &str) -> Vec<Option<f64>> {
+        (0..self.names.len()).map(|r| self.share(r, key)).collect()
+    }
+
+    /// Sends SIGSTOP or SIGCONT to region `r`'s redis-server (a mesh without a
+    /// cluster).
+    pub fn signal_redis(&self, r: usize, signal: &str) {
+        let pid = &self.redis_pids[r];
+        let ok = Command::new("kill").args([signal, pid]).status().unwrap();
+        assert!(ok.success(), "kill {signal} {pid}");
+    }
+}
+
+fn pid(redis: &RedisServer) -> String {
+    let info = redis.cmd(&["INFO", "server"]).text().unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+fn start_agent(names: &[String], urls: &[String], r: usize) -> Agent {
+    let mut opts = AgentOptions::new(RULES)
+        .store(&urls[r])
+        .region(&names[r])
+        .arg("--log")
+        .arg("info,meshlimit_agent=debug");
+    if let Ok(bin) = std::env::var("MESHLIMIT_AGENT_BIN") {
+        opts = opts.binary(bin);
+    }
+    for (p, name) in names.iter().enumerate().filter(|(p, _)| *p != r) {
+        opts = opts.arg("--peer-region").arg(format!("{name}={}", urls[p]));
+    }
+    Agent::start_with(opts)
+}
+
+/// `meshlimit_region_share` of `key` in a metrics text.
+pub fn share_of(metrics: &str, key: &str) -> Option<f64> {
+    let rule = key.split('|').next().unwrap();
+    sample(
+        metrics,
+        "meshlimit_region_share",
+        &[("rule", rule), ("key", key)],
+    )
+}
+
+/// Waits until region `r`'s first agent holds `share` of `key`; returns when the
+/// agent put that share in force (its own timestamp, Unix seconds).
+pub fn adopted_at(mesh: &Mesh, r: usize, key: &str, share: f64, timeout: Duration) -> f64 {
+    let started = Instant::now();
+    loop {
+        let m = mesh.agent(r).metrics();
+        if share_of(&m, key).is_some_and(|s| s >= share) {
+            let name = "meshlimit_region_shares_refreshed_timestamp_seconds";
+            return sample(&m, name, &[]).unwrap();
+        }
+        assert!(
+            started.elapsed() < timeout,
+            "region {} never reached {share} of {key}: {:?}",
+            mesh.names[r],
+            mesh.shares(key)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Asks `agent` for one lease of `cost` on `key`; the answer's JSON.
+pub fn lease(agent: &Agent, key: &str, cost: u32) -> Option<serde_json::Value> {
+    lease_url(&agent.base_url(), key, cost)
+}
+
+/// [`lease`] from the agent at `base` (`http://127.0.0.1:PORT`).
+pub fn lease_url(base: &str, key: &str, cost: u32) -> Option<serde_json::Value> {
+    let rule = key.split('|').next().unwrap();
+    let body = serde_json::json!({
+        "v": 1,
+        "items": [{ "rule": rule, "key": key, "cost": cost }],
+    })
+    .to_string();
+    let resp = try_request(
+        "POST",
+        &format!("{base}/v1/lease"),
+        &[("content-type", "application/json")],
+        Some(body.as_bytes()),
+    )
+    .ok()?;
+    (resp.status == 200).then(|| resp.json()["items"][0].clone())
+}

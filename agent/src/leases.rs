@@ -16,16 +16,18 @@
 //! of tokens is back, so a key over its limit costs the store the same ten calls
 //! per second per node.
 
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use meshlimit_core::rules::{Accuracy, Rule};
+use meshlimit_core::rules::{Accuracy, FailurePolicy, Rule};
 use meshlimit_core::wire::{LeaseAnswer, LeaseRequest, LeaseResponse, WIRE_VERSION};
-use meshlimit_core::{Limit, Take, NANOS_PER_MS};
+use meshlimit_core::{DescriptorKey, Limit, Take, NANOS_PER_MS, NANOS_PER_SEC};
 use tokio::sync::Semaphore;
 
+use crate::fallback::Fallback;
 use crate::metrics::Metrics;
 use crate::pool::{PoolTake, Pools, StoreGrant};
 use crate::regions::Shares;
@@ -58,6 +60,11 @@ pub struct LeaseService {
     epoch: Instant,
     /// This region's share of `global` rules, and their demand.
     shares: Shares,
+    /// The node's fail-local buckets, used while the store is unreachable.
+    fallback: Fallback,
+    /// Agents alive in the region, from the heartbeat task; 0 = unknown.
+    live_nodes: Arc<AtomicU32>,
+    last_log_ns: AtomicU64,
 }
 
 /// An item that goes to the store: its place in the answer and its rule's name.
@@ -68,6 +75,9 @@ struct Pending<'a> {
     pooled: bool,
     /// The lease size (a pooled key may take up to two).
     lease: u32,
+    /// The rule's failure policy, and the node's fail-local slice of its limit.
+    on_failure: FailurePolicy,
+    local_limit: Limit,
 }
 
 impl LeaseSettings {
@@ -118,6 +128,9 @@ impl LeaseService {
             pools: Pools::default(),
             epoch: Instant::now(),
             shares: Shares::default(),
+            fallback: Fallback::default(),
+            live_nodes: Arc::default(),
+            last_log_ns: AtomicU64::new(0),
         }
     }
 
@@ -159,7 +172,7 @@ impl LeaseService {
                         continue;
                     }
                     PoolTake::Denied { retry_after_ns } => {
-                        answers[index] = Some(self.deny(&rule.name, retry_after_ns));
+                        answers[index] = Some(self.deny(&rule.name, &item.key, retry_after_ns));
                         continue;
                     }
                     PoolTake::Miss {
@@ -195,6 +208,8 @@ impl LeaseService {
                 rule: &rule.name,
                 pooled,
                 lease,
+                on_failure: rule.on_failure,
+                local_limit: Fallback::node_limit(&limit, share, self.live_nodes()),
             });
         }
         let results = self.call_store(&batch).await;
@@ -285,20 +300,45 @@ impl LeaseService {
             Ok(Take::Denied { retry_after_ns }) => {
                 self.metrics.store_results("ok", 1);
                 if !p.pooled {
-                    return self.deny(p.rule, retry_after_ns);
+                    return self.deny(p.rule, &acquire.key, retry_after_ns);
                 }
                 let refill = f64::from(p.lease.saturating_sub(acquire.min))
                     / acquire.enforced_limit().rate_per_ns();
                 let wait = retry_after_ns.saturating_add(refill.ceil() as u64);
                 self.pools.deny(&acquire.key, now, acquire.min, wait);
-                self.deny(p.rule, wait)
+                self.deny(p.rule, &acquire.key, wait)
             }
             Err(e) => {
                 self.metrics.store_results(e.metric_result(), 1);
-                if !matches!(e, StoreError::Shed) {
-                    tracing::warn!(rule = p.rule, "lease unavailable: {e}");
+                if !matches!(e, StoreError::Shed) && self.should_log(now) {
+                    tracing::warn!(
+                        rule = p.rule,
+                        "lease unavailable (logged once a second at most): {e}"
+                    );
                 }
-                self.unavailable(e.reason())
+                if p.on_failure != FailurePolicy::Local {
+                    return self.unavailable(e.reason());
+                }
+                // The node's fail-local ceiling, held here once for every filter
+                // of the node (the filters' own buckets take over only when the
+                // agent itself is unreachable).
+                self.metrics.lease_unavailable(e.reason());
+                match self
+                    .fallback
+                    .take(&acquire.key, &p.local_limit, now, acquire.min)
+                {
+                    Take::Granted { .. } => LeaseAnswer::Grant {
+                        tokens: acquire.min,
+                        ttl_ms: 0,
+                        remaining: 0,
+                        reset_ms: 0,
+                        local: true,
+                    },
+                    Take::Denied { retry_after_ns } => LeaseAnswer::Deny {
+                        retry_after_ms: retry_after_ns.div_ceil(NANOS_PER_MS),
+                        local: true,
+                    },
+                }
             }
         }
     }
@@ -310,14 +350,36 @@ impl LeaseService {
             ttl_ms: u64::try_from(self.settings.ttl.as_millis()).unwrap_or(u64::MAX),
             remaining,
             reset_ms: reset_ns.div_ceil(NANOS_PER_MS),
+            local: false,
         }
     }
 
-    fn deny(&self, rule: &str, retry_after_ns: u64) -> LeaseAnswer {
-        self.metrics.lease_denied(rule);
+    fn deny(&self, rule: &str, key: &DescriptorKey, retry_after_ns: u64) -> LeaseAnswer {
+        self.metrics.lease_denied(rule, key);
         LeaseAnswer::Deny {
             retry_after_ms: retry_after_ns.div_ceil(NANOS_PER_MS),
+            local: false,
         }
+    }
+
+    /// Agents alive in the region (1 until the heartbeats tell).
+    fn live_nodes(&self) -> u32 {
+        self.live_nodes.load(Ordering::Relaxed).max(1)
+    }
+
+    /// The handle the heartbeat task keeps up to date.
+    pub fn live_nodes_handle(&self) -> Arc<AtomicU32> {
+        self.live_nodes.clone()
+    }
+
+    /// True at most once a second: a store outage must not flood the log.
+    fn should_log(&self, now: u64) -> bool {
+        let last = self.last_log_ns.load(Ordering::Relaxed);
+        let due = last == 0 || now.saturating_sub(last) >= NANOS_PER_SEC;
+        due && self
+            .last_log_ns
+            .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
     }
 
     fn unavailable(&self, reason: &str) -> LeaseAnswer {

@@ -33,7 +33,10 @@ async fn an_exact_rule_grants_its_burst_one_by_one_then_denies_with_the_retry_ti
                 grants += 1;
             }
             // 10 per minute: one token every 6 s.
-            [LeaseAnswer::Deny { retry_after_ms }] => assert_eq!(retry_after_ms, 6_000),
+            [LeaseAnswer::Deny {
+                retry_after_ms,
+                local: false,
+            }] => assert_eq!(retry_after_ms, 6_000),
             ref other => panic!("unexpected {other:?}"),
         }
     }
@@ -50,6 +53,12 @@ async fn an_exact_rule_grants_its_burst_one_by_one_then_denies_with_the_retry_ti
     );
     assert_eq!(
         sample(&text, "meshlimit_lease_denials_total", &login),
+        Some(20.0)
+    );
+    // The most rejected key, by name: the one bounded exception to "no keys in labels".
+    let top = [("rank", "1"), ("rule", "login"), ("key", "login|10.0.0.1")];
+    assert_eq!(
+        sample(&text, "meshlimit_top_rejected_keys", &top),
         Some(20.0)
     );
     assert_eq!(

@@ -61,9 +61,17 @@ pub enum LeaseAnswer {
         ttl_ms: u64,
         remaining: u32,
         reset_ms: u64,
+        /// Decided by the agent's fail-local bucket (the store is unreachable):
+        /// the filter counts it as `failed_local` and keeps no lease.
+        #[serde(default, skip_serializing_if = "is_false")]
+        local: bool,
     },
     /// Over the limit; enough tokens exist again after `retry_after_ms`.
-    Deny { retry_after_ms: u64 },
+    Deny {
+        retry_after_ms: u64,
+        #[serde(default, skip_serializing_if = "is_false")]
+        local: bool,
+    },
     /// The agent could not decide (store failed, shed, unknown rule): the rule's
     /// failure policy applies.
     Unavailable { reason: String },
@@ -106,6 +114,10 @@ pub struct SyncResponse {
     pub live_nodes: Option<u32>,
 }
 
+fn is_false(b: &bool) -> bool {
+    !b
+}
+
 /// The body of every 4xx/5xx from the agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ErrorBody {
@@ -140,9 +152,11 @@ mod tests {
                     ttl_ms: 100,
                     remaining: 3,
                     reset_ms: 10,
+                    local: false,
                 },
                 LeaseAnswer::Deny {
                     retry_after_ms: 250,
+                    local: true,
                 },
                 LeaseAnswer::Unavailable {
                     reason: "store".into(),
@@ -151,6 +165,8 @@ mod tests {
         };
         let text = serde_json::to_string(&resp).unwrap_or_default();
         assert!(text.contains(r#""result":"deny""#), "{text}");
+        // `local` is written only when set, and read as false when absent.
+        assert_eq!(text.matches("local").count(), 1, "{text}");
         assert_eq!(
             serde_json::from_str::<LeaseResponse>(&text).ok(),
             Some(resp)

@@ -150,29 +150,40 @@ impl Evaluation {
             let c = &self.checks[i];
             let (fp, cost) = (c.fingerprint, c.cost);
             let state = match answers.next() {
+                // The agent's own fail-local bucket admitted (its store is down).
+                // The request must pass this filter's bucket too: when a lease
+                // call times out the filter decides alone from that bucket, and
+                // two buckets spent apart would admit up to twice the ceiling.
+                Some(LeaseAnswer::Grant { local: true, .. }) => {
+                    self.failure_state(host, cfg, i, now)
+                }
+                Some(LeaseAnswer::Deny {
+                    retry_after_ms,
+                    local: true,
+                }) => State::Decided {
+                    verdict: RuleVerdict::Deny {
+                        retry_after_ns: retry_after_ms.saturating_mul(NANOS_PER_MS),
+                    },
+                    failure: Some(Outcome::FailedLocal),
+                },
                 Some(LeaseAnswer::Grant {
                     tokens,
                     ttl_ms,
                     remaining,
                     reset_ms,
+                    ..
                 }) => {
                     let reset_ns = reset_ms.saturating_mul(NANOS_PER_MS);
+                    let ttl_ns = ttl_ms.saturating_mul(NANOS_PER_MS);
                     slots::update(host, fp, cfg.slots, |s| {
-                        s.grant(
-                            now,
-                            tokens,
-                            cost,
-                            ttl_ms.saturating_mul(NANOS_PER_MS),
-                            remaining,
-                            reset_ns,
-                        )
+                        s.grant(now, tokens, cost, ttl_ns, remaining, reset_ns)
                     });
                     decided(RuleVerdict::Allow {
                         remaining,
                         reset_ns,
                     })
                 }
-                Some(LeaseAnswer::Deny { retry_after_ms }) => {
+                Some(LeaseAnswer::Deny { retry_after_ms, .. }) => {
                     let retry_after_ns = retry_after_ms.saturating_mul(NANOS_PER_MS);
                     slots::update(host, fp, cfg.slots, |s| s.deny(now, retry_after_ns));
                     decided(RuleVerdict::Deny { retry_after_ns })

@@ -47,8 +47,6 @@ struct AppState {
     store: Arc<dyn Store>,
     metrics: Arc<Metrics>,
     leases: LeaseService,
-    /// Agents alive in the region, from the heartbeat task; 0 = unknown.
-    live_nodes: Arc<AtomicU32>,
 }
 
 impl App {
@@ -65,14 +63,13 @@ impl App {
                 store,
                 metrics,
                 leases,
-                live_nodes: Arc::default(),
             }),
         }
     }
 
     /// The count the heartbeat task keeps up to date (shared with it).
     pub fn live_nodes_handle(&self) -> Arc<AtomicU32> {
-        self.inner.live_nodes.clone()
+        self.inner.leases.live_nodes_handle()
     }
 
     /// The lease service's region shares (the region tasks turn them on).
@@ -82,7 +79,13 @@ impl App {
 
     /// Agents alive in the region, when known.
     pub fn live_nodes(&self) -> Option<u32> {
-        Some(self.inner.live_nodes.load(Ordering::Relaxed)).filter(|n| *n > 0)
+        Some(
+            self.inner
+                .leases
+                .live_nodes_handle()
+                .load(Ordering::Relaxed),
+        )
+        .filter(|n| *n > 0)
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {

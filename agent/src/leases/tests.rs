@@ -8,8 +8,12 @@ use meshlimit_core::DescriptorKey;
 use super::*;
 use crate::metrics::sample;
 
+// Most rules here fail closed, so store errors show as `unavailable` answers;
+// `local` fails to the node's own bucket.
 const RULES: &str = "version: 1
+defaults: {on_failure: closed}
 rules:
+  - {name: local, key: [method], limit: {requests: 2, per: 1h}, on_failure: local}
   - {name: exact, key: [method], limit: {requests: 10, per: 1s}, accuracy: exact}
   - {name: fast, key: [method], limit: {requests: 1000, per: 1s}}
   - {name: slow, key: [method], limit: {requests: 5, per: 1m}}
@@ -191,4 +195,50 @@ async fn work_past_the_inflight_cap_is_shed_not_queued() {
         ),
         Some(2.0)
     );
+}
+
+#[tokio::test]
+async fn with_the_store_down_a_fail_local_rule_gets_the_nodes_ceiling() {
+    let (svc, metrics) = service(Mode::Fail(StoreError::Unavailable("refused".into())), 8);
+    // 2 per hour, one live node, safety factor 2: the node admits 4.
+    let mut granted = 0;
+    for _ in 0..10 {
+        match &svc.lease(&request(&["local"])).await.items[0] {
+            LeaseAnswer::Grant {
+                tokens: 1,
+                local: true,
+                ..
+            } => granted += 1,
+            LeaseAnswer::Deny { local: true, .. } => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(granted, 4);
+    let text = metrics.render().unwrap();
+    assert_eq!(
+        sample(
+            &text,
+            "meshlimit_lease_unavailable_total",
+            &[("reason", "store_unavailable")]
+        ),
+        Some(10.0)
+    );
+    // With four live nodes in the region, a fresh key's slice is 2 × 2 / 4 = 1.
+    svc.live_nodes_handle()
+        .store(4, std::sync::atomic::Ordering::Relaxed);
+    let mut req = request(&["local"]);
+    req.items[0].key = DescriptorKey::new("local", ["POST"]);
+    let grants = futures_count(&svc, &req, 5).await;
+    assert_eq!(grants, 1);
+}
+
+async fn futures_count(svc: &LeaseService, req: &LeaseRequest, n: usize) -> usize {
+    let mut grants = 0;
+    for _ in 0..n {
+        grants += usize::from(matches!(
+            svc.lease(req).await.items[0],
+            LeaseAnswer::Grant { .. }
+        ));
+    }
+    grants
 }

@@ -2,7 +2,11 @@
 
 use std::time::Duration;
 
-use prometheus::{Histogram, IntCounterVec, IntGauge};
+use std::sync::Mutex;
+
+use prometheus::{Histogram, IntCounterVec, IntGauge, IntGaugeVec};
+
+use super::top_keys::TopKeys;
 
 use super::{inc, Factory, Metrics, MetricsError};
 
@@ -27,6 +31,8 @@ pub(super) struct LeaseMetrics {
     pipeline_latency: Histogram,
     dropped: IntCounterVec,
     live_nodes: IntGauge,
+    top_rejected: IntGaugeVec,
+    pub(super) top_keys: Mutex<TopKeys>,
 }
 
 impl LeaseMetrics {
@@ -77,6 +83,13 @@ impl LeaseMetrics {
                 "Pooled lease tokens that expired unspent (dropped, never hoarded), by rule.",
                 &["rule"],
             )?,
+            top_rejected: f.gauges(
+                "meshlimit_top_rejected_keys",
+                "The ten keys the agent denied most (Space-Saving counts, upper bounds): \
+                 the one metric that names keys, ten at a time.",
+                &["rank", "rule", "key"],
+            )?,
+            top_keys: Mutex::default(),
             live_nodes: f.gauge(
                 "meshlimit_live_nodes",
                 "Agents alive in the region, from their heartbeats in the store (0: unknown).",
@@ -96,8 +109,12 @@ impl Metrics {
         inc(&self.leases.tokens, &[rule], u64::from(tokens));
     }
 
-    pub fn lease_denied(&self, rule: &str) {
+    /// A denial for `key` of `rule` (also counted among the most rejected keys).
+    pub fn lease_denied(&self, rule: &str, key: &meshlimit_core::DescriptorKey) {
         inc(&self.leases.denials, &[rule], 1);
+        if let Ok(mut top) = self.leases.top_keys.lock() {
+            top.record(rule, key.as_str(), 1);
+        }
     }
 
     /// An item answered `unavailable`; `reason` is a fixed word.
@@ -120,6 +137,25 @@ impl Metrics {
     /// `tokens` pooled for `rule` expired unspent.
     pub fn tokens_dropped(&self, rule: &str, tokens: u32) {
         inc(&self.leases.dropped, &[rule], u64::from(tokens));
+    }
+
+    /// Re-exports the ten most rejected keys (old ranks are cleared first).
+    pub fn refresh_top_keys(&self) {
+        let top = match self.leases.top_keys.lock() {
+            Ok(t) => t.top(),
+            Err(_) => return,
+        };
+        self.leases.top_rejected.reset();
+        for (rank, (rule, key, count)) in top.iter().enumerate() {
+            let rank = (rank + 1).to_string();
+            if let Ok(g) = self
+                .leases
+                .top_rejected
+                .get_metric_with_label_values(&[&rank, rule, key])
+            {
+                g.set(i64::try_from(*count).unwrap_or(i64::MAX));
+            }
+        }
     }
 
     /// The region's live agents, from the heartbeats.

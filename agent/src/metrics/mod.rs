@@ -12,6 +12,7 @@ mod leases;
 mod regions;
 mod reports;
 mod rules;
+mod top_keys;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 

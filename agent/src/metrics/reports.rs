@@ -107,6 +107,7 @@ impl Metrics {
     /// (filters silent for [`FILTER_TTL`] are dropped). Called at every scrape and
     /// every second.
     pub fn refresh(&self, rules: Option<&RuleSet>) {
+        self.refresh_top_keys();
         let now = self.now_secs();
         let mut state = lock(&self.reports.state);
         state.windows.prune(now);

@@ -69,9 +69,16 @@ fn offered_demand_counts_grants_in_tokens_and_other_answers_in_cost() {
             ttl_ms: 100,
             remaining: 0,
             reset_ms: 0,
+            local: false,
         }),
-        Some(LeaseAnswer::Deny { retry_after_ms: 5 }),
-        Some(LeaseAnswer::Deny { retry_after_ms: 5 }),
+        Some(LeaseAnswer::Deny {
+            retry_after_ms: 5,
+            local: false,
+        }),
+        Some(LeaseAnswer::Deny {
+            retry_after_ms: 5,
+            local: false,
+        }),
     ];
     shares.record_offered(Some(&set), &items, &answers);
     let demand: u64 = shares

@@ -30,6 +30,7 @@ fn grant(tokens: u32) -> LeaseAnswer {
         ttl_ms: 100,
         remaining: 50,
         reset_ms: 10,
+        local: false,
     }
 }
 
@@ -67,6 +68,7 @@ fn a_denial_is_cached_and_rejects_without_asking_or_spending() {
         vec![
             LeaseAnswer::Deny {
                 retry_after_ms: 1500,
+                local: false,
             },
             grant(10),
         ],
@@ -143,4 +145,38 @@ fn key_cardinality_does_not_grow_shared_data_past_the_slots() {
         e.apply_answers(&host, &cfg, vec![grant(3), grant(3)]);
     }
     assert!(host.slot_count() <= 64, "{} slots used", host.slot_count());
+}
+
+#[test]
+fn the_agents_fail_local_answers_count_as_the_policy_and_keep_no_lease() {
+    let host = FakeHost::default();
+    let cfg = FilterConfig::default();
+    let rs = two_rules("local");
+    let mut e = Evaluation::new(Rc::clone(&rs), &req("k")).unwrap();
+    e.local_pass(&host, &cfg);
+    let local_grant = LeaseAnswer::Grant {
+        tokens: 1,
+        ttl_ms: 0,
+        remaining: 0,
+        reset_ms: 0,
+        local: true,
+    };
+    e.apply_answers(
+        &host,
+        &cfg,
+        vec![
+            local_grant,
+            LeaseAnswer::Deny {
+                retry_after_ms: 100,
+                local: true,
+            },
+        ],
+    );
+    assert!(matches!(e.verdict(), Verdict::Deny { rule: "loose", .. }));
+    let outcomes: Vec<&str> = e.results().iter().map(|r| r.outcome().as_str()).collect();
+    assert_eq!(outcomes, ["failed_local", "failed_local"]);
+    // Nothing was cached: the next request asks the agent again.
+    let mut e = Evaluation::new(rs, &req("k")).unwrap();
+    assert!(e.local_pass(&host, &cfg));
+    assert_eq!(e.lease_request().items.len(), 2);
 }

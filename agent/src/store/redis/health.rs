@@ -11,7 +11,7 @@ use tokio::time::Instant;
 /// Consecutive failed batches that put a node in cool-down.
 pub const FAILURES_TO_COOL: u32 = 3;
 /// How long a sick node is skipped.
-pub const COOL_DOWN: Duration = Duration::from_millis(500);
+pub const COOL_DOWN: Duration = Duration::from_millis(250);
 
 /// Health of every node this store talks to.
 #[derive(Debug, Default)]
@@ -65,7 +65,7 @@ mod tests {
         assert!(!h.failed("a", t0));
         assert!(!h.is_cooling("a", t0));
         assert!(h.failed("a", t0));
-        assert!(h.is_cooling("a", t0 + Duration::from_millis(499)));
+        assert!(h.is_cooling("a", t0 + COOL_DOWN - Duration::from_millis(1)));
         assert!(!h.is_cooling("b", t0));
         // Cool-down over: the probe batch goes through and fails.
         let later = t0 + COOL_DOWN;

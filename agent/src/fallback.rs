@@ -1,0 +1,76 @@
+//! The node's fail-local ceiling while the store is unreachable. Several filters
+//! (sidecars) may share one agent, so the ceiling lives here, once per node: a
+//! bucket per key at the rule's limit × region share × safety factor (2) / live
+//! agents in the region. The filter's own fallback bucket takes over only when
+//! the agent itself is unreachable.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use meshlimit_core::{Bucket, DescriptorKey, Limit, Take};
+
+/// Keys kept at most; past that, full buckets (equal to absent ones) are dropped
+/// first, and if none is full the key is refused a fallback (denied) rather than
+/// given a fresh bucket.
+const MAX_KEYS: usize = 100_000;
+
+/// The safety factor: the fleet may admit up to this multiple of the limit
+/// while its store is down, so uneven traffic between nodes is not over-limited.
+pub const SAFETY: f64 = 2.0;
+
+#[derive(Default)]
+pub struct Fallback {
+    buckets: Mutex<HashMap<DescriptorKey, Bucket>>,
+}
+
+impl Fallback {
+    /// Takes `cost` from `key`'s fallback bucket under `limit` (already this
+    /// node's slice of the rule).
+    pub fn take(&self, key: &DescriptorKey, limit: &Limit, now_ns: u64, cost: u32) -> Take {
+        let Ok(mut map) = self.buckets.lock() else {
+            return Take::Denied {
+                retry_after_ns: 1_000_000_000,
+            };
+        };
+        if !map.contains_key(key) && map.len() >= MAX_KEYS {
+            map.retain(|_, b| !b.is_full(limit, now_ns));
+            if map.len() >= MAX_KEYS {
+                return Take::Denied {
+                    retry_after_ns: 1_000_000_000,
+                };
+            }
+        }
+        map.entry(key.clone())
+            .or_insert_with(|| Bucket::full(limit, now_ns))
+            .take(limit, now_ns, cost, cost)
+    }
+
+    /// This node's slice of `limit` given the region's `share` and live agents.
+    pub fn node_limit(limit: &Limit, share: f64, live_nodes: u32) -> Limit {
+        limit.scaled(share.min(1.0) * SAFETY / f64::from(live_nodes.max(1)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meshlimit_core::NANOS_PER_SEC;
+    use std::num::{NonZeroU32, NonZeroU64};
+
+    #[test]
+    fn each_node_admits_its_slice_of_twice_the_limit() {
+        let limit = Limit::new(
+            NonZeroU32::new(10).unwrap(),
+            NonZeroU64::new(NANOS_PER_SEC).unwrap(),
+            NonZeroU32::new(10).unwrap(),
+        );
+        let node = Fallback::node_limit(&limit, 1.0, 4);
+        assert_eq!((node.requests(), node.burst()), (5, 5));
+        let f = Fallback::default();
+        let key = DescriptorKey::new("r", ["k"]);
+        let admitted = (0..20)
+            .filter(|_| matches!(f.take(&key, &node, 0, 1), Take::Granted { .. }))
+            .count();
+        assert_eq!(admitted, 5);
+    }
+}

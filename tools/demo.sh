@@ -78,9 +78,10 @@ PIDS+=($!)
 wait_ready envoy "$!" "http://$ADMIN/ready" "$RUN/envoy.log"
 
 # Envoy is ready before its filters have fetched the rules (they poll the agent
-# every 100 ms until they have them): wait until every worker's VM has rules.
+# every 100 ms until they have them): wait until every VM has rules (one per
+# worker, --concurrency 2, plus one on the main thread).
 deadline=$((SECONDS + 10))
-until [ "$(curl -s "http://$ADMIN/stats?filter=meshlimit.rules_ready_vms" | awk -F': ' '{print $2}')" -ge 2 ] 2>/dev/null; do
+until [ "$(curl -s "http://$ADMIN/stats?filter=meshlimit.rules_ready_vms" | awk -F': ' '{print $2}')" -ge 3 ] 2>/dev/null; do
     [ "$SECONDS" -lt "$deadline" ] || die "the filter has no rules after 10 s (log: $RUN/envoy.log)"
     sleep 0.1
 done

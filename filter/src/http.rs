@@ -14,7 +14,7 @@ use proxy_wasm::types::Action;
 use crate::config::FilterConfig;
 use crate::host::{self, Host, ProxyHost};
 use crate::pipeline::Evaluation;
-use crate::state::{Shared, AGENT_DOWN_KEY};
+use crate::state::{Shared, AGENT_DOWN_KEY, AGENT_FAILURES_KEY, AGENT_FAILURES_TO_BACK_OFF};
 
 pub struct Http {
     vm: Shared,
@@ -102,11 +102,31 @@ impl Http {
             .is_some_and(|until| until > now)
     }
 
-    fn mark_agent_down(&self) {
-        let until = ProxyHost
-            .now_ns()
-            .saturating_add(self.config.agent_backoff_ms.saturating_mul(1_000_000));
+    /// A failed agent call. Each failing request takes its policy at once;
+    /// after `AGENT_FAILURES_TO_BACK_OFF` failures in a row (the agent is down,
+    /// not just slow once) misses skip the agent for `agent_backoff_ms`.
+    fn agent_failed(&self) {
+        let (bytes, _) = ProxyHost.shared_get(AGENT_FAILURES_KEY);
+        let failures = bytes
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u32::from_le_bytes)
+            + 1;
+        if failures < AGENT_FAILURES_TO_BACK_OFF {
+            let _ = ProxyHost.shared_set(AGENT_FAILURES_KEY, &failures.to_le_bytes(), None);
+            return;
+        }
+        let _ = ProxyHost.shared_set(AGENT_FAILURES_KEY, &0u32.to_le_bytes(), None);
+        let backoff = self.config.agent_backoff_ms.saturating_mul(1_000_000);
+        let until = ProxyHost.now_ns().saturating_add(backoff);
         let _ = ProxyHost.shared_set(AGENT_DOWN_KEY, &until.to_le_bytes(), None);
+    }
+
+    /// A successful agent call ends a run of failures.
+    fn agent_answered(&self) {
+        let (bytes, _) = ProxyHost.shared_get(AGENT_FAILURES_KEY);
+        if bytes.is_some_and(|b| b.iter().any(|x| *x != 0)) {
+            let _ = ProxyHost.shared_set(AGENT_FAILURES_KEY, &0u32.to_le_bytes(), None);
+        }
     }
 }
 
@@ -127,12 +147,15 @@ impl Context for Http {
             .flatten()
             .filter(|r| r.v == WIRE_VERSION);
         match answer {
-            Some(resp) => eval.apply_answers(&ProxyHost, &self.config, resp.items),
+            Some(resp) => {
+                self.agent_answered();
+                eval.apply_answers(&ProxyHost, &self.config, resp.items);
+            }
             None => {
                 debug!("meshlimit: lease call failed (status {status:?})");
                 // A 4xx means we sent something the agent refuses: a bug, not an
                 // outage, but the request must not wait either way.
-                self.mark_agent_down();
+                self.agent_failed();
                 eval.fail_misses(&ProxyHost, &self.config);
             }
         }
@@ -169,7 +192,7 @@ impl HttpContext for Http {
                     self.pending = Some(eval);
                     return Action::Pause;
                 }
-                self.mark_agent_down();
+                self.agent_failed();
                 eval.fail_misses(&ProxyHost, &self.config);
             }
         }

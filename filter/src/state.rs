@@ -17,6 +17,10 @@ pub type Shared = Rc<RefCell<VmState>>;
 pub const RULES_KEY: &str = "meshlimit.rules";
 /// Shared-data key: misses skip the agent until this time (ns, little endian).
 pub const AGENT_DOWN_KEY: &str = "meshlimit.agent_down_until";
+/// Shared-data key: failed agent calls in a row (u32, little endian).
+pub const AGENT_FAILURES_KEY: &str = "meshlimit.agent_failures";
+/// Failed calls in a row after which misses skip the agent for a while.
+pub const AGENT_FAILURES_TO_BACK_OFF: u32 = 3;
 /// Shared-data key: a counter giving each VM a distinct number.
 pub const VM_SEQ_KEY: &str = "meshlimit.vm_seq";
 

@@ -24,14 +24,18 @@ impl Stack {
         envoy: impl FnOnce(EnvoyConfig) -> EnvoyConfig,
     ) -> Stack {
         let agent = Agent::start_with(agent);
-        let envoy = Envoy::start_with(envoy(EnvoyConfig::new(agent.port())));
+        let config = envoy(EnvoyConfig::new(agent.port()));
+        // One VM per worker thread, plus one on the main thread.
+        let vms = u64::from(config.concurrency) + 1;
+        let envoy = Envoy::start_with(config);
         let stack = Stack { agent, envoy };
-        stack.wait_filter_rules(2);
+        stack.wait_filter_rules(vms);
         stack
     }
 
     /// Waits until `vms` filter VMs hold rules (Envoy is ready before its filters
-    /// have synced with the agent).
+    /// have synced with the agent, and a worker whose VM has no rules yet lets
+    /// every request through).
     pub fn wait_filter_rules(&self, vms: u64) {
         eventually(
             Duration::from_secs(10),

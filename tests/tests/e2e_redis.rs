@@ -77,7 +77,18 @@ fn a_hot_key_at_three_times_its_limit_admits_the_limit() {
         log.iter().all(|(_, status)| [200, 429].contains(status)),
         "only 200 and 429 expected"
     );
-    let admitted = log.iter().filter(|(_, s)| *s == 200).count() as u64;
+    // The last half second is left out of the comparison: tokens leased just
+    // before the load stops expire unspent (by design: never hoarded), an end
+    // effect of any finite run that says nothing of the steady state.
+    let cutoff = log
+        .last()
+        .map(|(at, _)| *at)
+        .unwrap_or_default()
+        .saturating_sub(Duration::from_millis(500));
+    let admitted = log
+        .iter()
+        .filter(|(at, s)| *s == 200 && *at < cutoff)
+        .count() as u64;
     let offered = log.len() as u64;
     let calls = script_calls(&redis) - calls_before;
     let metrics = stack.agent.metrics();
@@ -96,10 +107,11 @@ fn a_hot_key_at_three_times_its_limit_admits_the_limit() {
     let allowed = log
         .iter()
         .filter(|(at, _)| {
-            matches!(
-                ideal.take(&limit, at.as_nanos() as u64, 1, 1),
-                meshlimit_core::Take::Granted { .. }
-            )
+            *at < cutoff
+                && matches!(
+                    ideal.take(&limit, at.as_nanos() as u64, 1, 1),
+                    meshlimit_core::Take::Granted { .. }
+                )
         })
         .count() as f64;
     let ratio = admitted as f64 / allowed;

@@ -40,7 +40,7 @@ pub struct RedisConfig {
 /// A Redis or Redis Cluster bucket store.
 pub struct RedisStore {
     cfg: RedisConfig,
-    map: RwLock<Arc<SlotMap>>,
+    map: Arc<RwLock<Arc<SlotMap>>>,
     batchers: RwLock<HashMap<String, mpsc::Sender<batcher::Job>>>,
     observe: BatchObserver,
     health: Arc<Mutex<Health>>,
@@ -58,7 +58,7 @@ impl RedisStore {
         };
         Self {
             cfg,
-            map: RwLock::new(Arc::new(map)),
+            map: Arc::new(RwLock::new(Arc::new(map))),
             batchers: RwLock::default(),
             observe,
             health: Arc::default(),
@@ -68,24 +68,7 @@ impl RedisStore {
 
     /// Reads the cluster's slot map from the first seed that answers.
     pub async fn refresh_topology(&self) -> Result<(), StoreError> {
-        if !self.cfg.cluster {
-            return Ok(());
-        }
-        let mut last = StoreError::Unavailable("no seed node".into());
-        let known = self.map.read().map(|m| m.nodes.clone()).unwrap_or_default();
-        for node in known.iter().chain(&self.cfg.nodes) {
-            match timeout(Duration::from_millis(500), cluster_slots(node, &self.cfg)).await {
-                Ok(Ok(map)) => {
-                    if let Ok(mut m) = self.map.write() {
-                        *m = Arc::new(map);
-                    }
-                    return Ok(());
-                }
-                Ok(Err(e)) => last = e,
-                Err(_) => last = StoreError::Timeout(Duration::from_millis(500)),
-            }
-        }
-        Err(last)
+        refresh(&self.map, &self.cfg).await
     }
 
     fn client(&self, node: &str) -> Result<redis::Client, StoreError> {
@@ -205,9 +188,15 @@ impl RedisStore {
 #[async_trait]
 impl Store for RedisStore {
     async fn acquire(&self, items: &[Acquire]) -> Vec<Acquired> {
+        // An unknown map (the first call) must be read before anything can be
+        // sent; a possibly stale one (a node started cooling down) is re-read in
+        // the background, off the request path.
         let unknown = self.map.read().map(|m| m.nodes.is_empty()).unwrap_or(true);
-        if unknown || self.stale_map.swap(false, Ordering::Relaxed) {
+        if unknown {
             let _ = self.refresh_topology().await;
+        } else if self.stale_map.swap(false, Ordering::Relaxed) {
+            let (map, cfg) = (self.map.clone(), self.cfg.clone());
+            tokio::spawn(async move { refresh(&map, &cfg).await });
         }
         let pending: Vec<_> = items.iter().map(|i| self.submit(i, None)).collect();
         let mut answers = Vec::with_capacity(items.len());
@@ -292,6 +281,29 @@ fn moved_to(answer: &Acquired) -> Option<String> {
         }
         _ => None,
     }
+}
+
+/// Reads a cluster's slot map into `map` from the first node that answers (the
+/// known nodes, then the seeds); a single Redis has nothing to read.
+async fn refresh(map: &RwLock<Arc<SlotMap>>, cfg: &RedisConfig) -> Result<(), StoreError> {
+    if !cfg.cluster {
+        return Ok(());
+    }
+    let mut last = StoreError::Unavailable("no seed node".into());
+    let known = map.read().map(|m| m.nodes.clone()).unwrap_or_default();
+    for node in known.iter().chain(&cfg.nodes) {
+        match timeout(Duration::from_millis(500), cluster_slots(node, cfg)).await {
+            Ok(Ok(fresh)) => {
+                if let Ok(mut m) = map.write() {
+                    *m = Arc::new(fresh);
+                }
+                return Ok(());
+            }
+            Ok(Err(e)) => last = e,
+            Err(_) => last = StoreError::Timeout(Duration::from_millis(500)),
+        }
+    }
+    Err(last)
 }
 
 /// A client for `node` with the configured credentials (kept out of every log

@@ -94,6 +94,10 @@ fn a_hot_key_at_three_times_its_limit_admits_the_limit() {
     let metrics = stack.agent.metrics();
     let leased = meshlimit_tests::sample(&metrics, "meshlimit_lease_tokens_granted_total", &[])
         .unwrap_or(0.0);
+    let pipelines = meshlimit_tests::sample(&metrics, "meshlimit_store_pipeline_size_count", &[])
+        .unwrap_or(0.0);
+    let scripts =
+        meshlimit_tests::sample(&metrics, "meshlimit_store_pipeline_size_sum", &[]).unwrap_or(0.0);
 
     // What an ideal token bucket (rate and burst RATE) admits of these very
     // arrivals: on a busy machine the load generator itself stalls now and then,
@@ -117,9 +121,11 @@ fn a_hot_key_at_three_times_its_limit_admits_the_limit() {
     let ratio = admitted as f64 / allowed;
     println!(
         "hot key: offered {offered} in {elapsed:.1} s, admitted {admitted}, an ideal bucket {allowed:.0} ({ratio:.3}); \
-         script calls {calls}: {:.1}/s, {:.1} per 1,000 requests; tokens leased to the filter {leased}",
+         script calls {calls}: {:.1}/s, {:.1} per 1,000 requests; tokens leased to the filter {leased}; \
+         {pipelines} pipelines of {:.2} scripts on average",
         calls as f64 / elapsed,
-        calls as f64 * 1000.0 / offered as f64
+        calls as f64 * 1000.0 / offered as f64,
+        scripts / pipelines.max(1.0)
     );
     assert!(
         (0.95..=1.05).contains(&ratio),

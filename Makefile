@@ -111,3 +111,18 @@ clean-run:
 	rm -rf run/
 
 -include deploy/check.mk
+
+## ---- accuracy (sim/): simulated gateways running the filter's decision code
+## against real agents and a real Redis. `make accuracy` runs the full-length
+## scenarios/ and writes bench/results/accuracy/ (summary.md, and per scenario a
+## CSV, a Markdown section and a PNG); their short versions run in `make test`
+## (sim/tests/accuracy.rs). Settings: ACCURACY_SCENARIOS (files), ACCURACY_OUT.
+
+ACCURACY_SCENARIOS ?= $(sort $(wildcard scenarios/*.yaml))
+ACCURACY_OUT ?= bench/results/accuracy
+
+.PHONY: accuracy
+
+accuracy: tools build
+	$(CARGO) build --release -p meshlimit-sim
+	target/release/meshlimit-sim run --out $(ACCURACY_OUT) $(ACCURACY_SCENARIOS)

@@ -73,6 +73,8 @@ struct Pending<'a> {
     rule: &'a str,
     /// Served through the node pool (not an exact rule).
     pooled: bool,
+    /// What the filter expects to spend within a TTL.
+    want: Option<u32>,
     /// The lease size (a pooled key may take up to two).
     lease: u32,
     /// The rule's failure policy, and the node's fail-local slice of its limit.
@@ -103,7 +105,7 @@ impl LeaseSettings {
 impl Default for LeaseSettings {
     fn default() -> Self {
         Self {
-            ttl: Duration::from_millis(100),
+            ttl: Duration::from_millis(300),
             target: Duration::from_millis(100),
             exact_below_rps: 0.0,
             max_inflight: 1024,
@@ -162,7 +164,7 @@ impl LeaseService {
             let pooled = !self.settings.is_exact(rule, &limit);
             let mut demand = 0.0;
             if pooled {
-                match self.pools.take(&item.key, now, item.cost) {
+                match self.pools.take(&item.key, now, item.cost, item.want) {
                     PoolTake::Served {
                         tokens,
                         remaining,
@@ -207,6 +209,7 @@ impl LeaseService {
                 index,
                 rule: &rule.name,
                 pooled,
+                want: item.want,
                 lease,
                 on_failure: rule.on_failure,
                 local_limit: Fallback::node_limit(&limit, share, self.live_nodes()),
@@ -287,9 +290,15 @@ impl LeaseService {
                 // Ask it again once a lease's worth has refilled, not before.
                 let short = f64::from(p.lease.saturating_sub(remaining));
                 let hold = (short / acquire.enforced_limit().rate_per_ns()).ceil() as u64;
-                let filter =
-                    self.pools
-                        .fill_then_hold(&acquire.key, now, grant, acquire.min, ttl, hold);
+                let filter = self.pools.fill_then_hold(
+                    &acquire.key,
+                    now,
+                    grant,
+                    acquire.min,
+                    p.want,
+                    ttl,
+                    hold,
+                );
                 self.grant(
                     p.rule,
                     filter,

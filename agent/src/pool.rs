@@ -79,14 +79,14 @@ impl Pools {
     }
 
     /// Serves an ask of `cost` tokens from the pool if it can.
-    pub fn take(&self, key: &DescriptorKey, now_ns: u64, cost: u32) -> PoolTake {
+    pub fn take(&self, key: &DescriptorKey, now_ns: u64, cost: u32, want: Option<u32>) -> PoolTake {
         self.with(key, now_ns, |e| {
             // Pooled tokens first: a hold set at the last grant starts once they
             // are spent.
             if e.expires_ns > now_ns && e.tokens >= cost {
                 // The same share the filter of the last store grant got, at least
                 // the cost: with one filter, two asks per store call.
-                let tokens = e.tokens.min(e.chunk.max(cost));
+                let tokens = e.tokens.min(want.unwrap_or(e.chunk).max(cost));
                 e.tokens -= tokens;
                 e.add_demand(now_ns, tokens);
                 return PoolTake::Served {
@@ -124,18 +124,22 @@ impl Pools {
         cost: u32,
         ttl_ns: u64,
     ) -> u32 {
-        self.fill_then_hold(key, now_ns, grant, cost, ttl_ns, 0)
+        self.fill_then_hold(key, now_ns, grant, cost, None, ttl_ns, 0)
     }
 
     /// [`Pools::fill`], and once the pooled tokens are spent, asks are denied at the
     /// node until `hold_ns` from now: the store's bucket was drained, and asking
     /// it again before a lease's worth has refilled would only fetch crumbs.
+    // Each argument is a distinct quantity of one grant; a struct would only
+    // rename them.
+    #[allow(clippy::too_many_arguments)]
     pub fn fill_then_hold(
         &self,
         key: &DescriptorKey,
         now_ns: u64,
         grant: StoreGrant,
         cost: u32,
+        want: Option<u32>,
         ttl_ns: u64,
         hold_ns: u64,
     ) -> u32 {
@@ -144,9 +148,15 @@ impl Pools {
             remaining,
             reset_ns,
         } = grant;
-        let filter = granted.div_ceil(2).max(cost).min(granted);
+        let filter = want
+            .unwrap_or_else(|| granted.div_ceil(2))
+            .max(cost)
+            .min(granted);
         self.with(key, now_ns, |e| {
-            e.tokens = granted - filter;
+            // Concurrent store calls for one key each fill the pool: add to what
+            // is pooled, never overwrite it (that would lose granted tokens).
+            let carried = if e.expires_ns > now_ns { e.tokens } else { 0 };
+            e.tokens = carried.saturating_add(granted - filter);
             e.chunk = filter;
             e.expires_ns = now_ns.saturating_add(ttl_ns);
             e.remaining = remaining;
@@ -161,7 +171,11 @@ impl Pools {
     pub fn deny(&self, key: &DescriptorKey, now_ns: u64, cost: u32, retry_after_ns: u64) {
         self.with(key, now_ns, |e| {
             e.denied_until_ns = now_ns.saturating_add(retry_after_ns);
-            e.tokens = 0;
+            // A denial answering a concurrent ask must not strand tokens that
+            // another ask's grant just pooled: they are served first.
+            if e.expires_ns <= now_ns {
+                e.tokens = 0;
+            }
             e.add_demand(now_ns, cost);
         });
     }

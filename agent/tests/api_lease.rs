@@ -28,7 +28,7 @@ async fn an_exact_rule_grants_its_burst_one_by_one_then_denies_with_the_retry_ti
                 remaining,
                 ..
             }] => {
-                assert_eq!((tokens, ttl_ms), (1, 100));
+                assert_eq!((tokens, ttl_ms), (1, 300));
                 assert_eq!(remaining, 9 - i);
                 grants += 1;
             }

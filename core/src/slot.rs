@@ -11,8 +11,10 @@
 use crate::bucket::{Bucket, Take};
 use crate::limit::Limit;
 
-const FORMAT: u8 = 1;
-const ENCODED_LEN: usize = 58;
+const FORMAT: u8 = 2;
+const ENCODED_LEN: usize = 82;
+/// The spend rate's time constant.
+const SPEND_TAU_NS: f64 = 1e9;
 
 /// One key's local state.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -29,6 +31,14 @@ pub struct SlotState {
     pub denied_until_ns: u64,
     /// The fail-local bucket, created on the first failure.
     pub fallback: Option<Bucket>,
+    /// The last grant's tokens and time: what this filter spent of it, and how
+    /// fast, sizes the next ask (`want`).
+    pub lease_granted: u32,
+    pub lease_granted_at_ns: u64,
+    /// When the last lease ran out (0: it did not).
+    pub lease_emptied_ns: u64,
+    /// Tokens per second this filter spent while it held tokens (decaying mean).
+    pub spend_rate: f32,
 }
 
 /// What local state alone can decide.
@@ -53,6 +63,10 @@ impl SlotState {
             store_reset_at_ns: 0,
             denied_until_ns: 0,
             fallback: None,
+            lease_granted: 0,
+            lease_granted_at_ns: 0,
+            lease_emptied_ns: 0,
+            spend_rate: 0.0,
         }
     }
 
@@ -78,21 +92,58 @@ impl SlotState {
         out.push(u8::from(self.fallback.is_some()));
         out.extend_from_slice(&tokens.to_le_bytes());
         out.extend_from_slice(&updated.to_le_bytes());
+        out.extend_from_slice(&self.lease_granted.to_le_bytes());
+        out.extend_from_slice(&self.lease_granted_at_ns.to_le_bytes());
+        out.extend_from_slice(&self.lease_emptied_ns.to_le_bytes());
+        out.extend_from_slice(&self.spend_rate.to_le_bytes());
         out
+    }
+
+    /// Tokens to ask for: what this filter spends in half a lease TTL at its
+    /// recent spend rate. `None` before it has spent a lease.
+    pub fn want(&self) -> Option<u32> {
+        let ttl = self
+            .lease_expires_ns
+            .saturating_sub(self.lease_granted_at_ns) as f64;
+        let want = (f64::from(self.spend_rate) * ttl / 2e9).ceil();
+        (want >= 1.0).then(|| want.min(f64::from(u32::MAX)) as u32)
+    }
+
+    /// Folds the lease being replaced into the spend rate.
+    fn measure_lease(&mut self, now_ns: u64) {
+        if self.lease_granted == 0 {
+            return;
+        }
+        let end = if self.lease_emptied_ns > 0 {
+            self.lease_emptied_ns
+        } else {
+            now_ns.min(self.lease_expires_ns)
+        };
+        let elapsed = end.saturating_sub(self.lease_granted_at_ns).max(1_000_000) as f64;
+        let spent = f64::from(self.lease_granted.saturating_sub(self.lease_tokens));
+        let sample = spent * 1e9 / elapsed;
+        let weight = 1.0 - (-elapsed / SPEND_TAU_NS).exp();
+        let rate = f64::from(self.spend_rate);
+        self.spend_rate = (rate + weight * (sample - rate)) as f32;
     }
 
     /// Decides from local state, taking `cost` lease tokens when it can.
     pub fn check(&mut self, now_ns: u64, cost: u32) -> LocalCheck {
-        if self.denied_until_ns > now_ns {
-            return LocalCheck::Denied {
-                retry_after_ns: self.denied_until_ns - now_ns,
-            };
-        }
+        // Granted tokens first: a denial answering a concurrent ask must not
+        // strand tokens the store already handed to this node.
         if self.lease_expires_ns > now_ns && self.lease_tokens >= cost {
             self.lease_tokens -= cost;
+            if self.lease_tokens < cost {
+                self.lease_emptied_ns = now_ns;
+            }
             return LocalCheck::Taken {
                 remaining: self.store_remaining.saturating_add(self.lease_tokens),
                 reset_ns: self.store_reset_at_ns.saturating_sub(now_ns),
+            };
+        }
+        if self.denied_until_ns > now_ns {
+            return LocalCheck::Denied {
+                retry_after_ns: self.denied_until_ns - now_ns,
             };
         }
         LocalCheck::Miss
@@ -109,6 +160,7 @@ impl SlotState {
         store_remaining: u32,
         reset_ns: u64,
     ) {
+        self.measure_lease(now_ns);
         let carried = if self.lease_expires_ns > now_ns {
             self.lease_tokens
         } else {
@@ -119,12 +171,17 @@ impl SlotState {
         self.store_remaining = store_remaining;
         self.store_reset_at_ns = now_ns.saturating_add(reset_ns);
         self.denied_until_ns = 0;
+        self.lease_granted = carried.saturating_add(tokens);
+        self.lease_granted_at_ns = now_ns;
+        self.lease_emptied_ns = 0;
     }
 
     /// Records a denial: the key is rejected locally until `retry_after_ns` from now.
     pub fn deny(&mut self, now_ns: u64, retry_after_ns: u64) {
         self.denied_until_ns = now_ns.saturating_add(retry_after_ns);
-        self.lease_tokens = 0;
+        if self.lease_expires_ns <= now_ns {
+            self.lease_tokens = 0;
+        }
     }
 
     /// Takes `cost` from the fail-local bucket of `limit` (the node's slice of the
@@ -162,6 +219,10 @@ impl SlotState {
             store_reset_at_ns: u64_at(25)?,
             denied_until_ns: u64_at(33)?,
             fallback,
+            lease_granted: u32_at(58)?,
+            lease_granted_at_ns: u64_at(62)?,
+            lease_emptied_ns: u64_at(70)?,
+            spend_rate: f32::from_bits(u32_at(78)?),
         })
     }
 }

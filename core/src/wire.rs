@@ -41,6 +41,10 @@ pub struct LeaseItem {
     /// The plan the filter selected, for rules with plans.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<String>,
+    /// Tokens the filter expects to spend within a lease TTL (its own recent
+    /// rate): the agent sizes the filter's share of a lease by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub want: Option<u32>,
 }
 
 /// The answers, in the order of the request's items.
@@ -139,6 +143,7 @@ mod tests {
                 key: DescriptorKey::new("r", ["k"]),
                 cost: 1,
                 plan: None,
+                want: None,
             }],
         };
         let text = serde_json::to_string(&req).unwrap_or_default();

@@ -30,6 +30,7 @@ struct Check {
     limit: Limit,
     plan: Option<String>,
     cost: u32,
+    want: Option<u32>,
     state: State,
 }
 
@@ -61,6 +62,7 @@ impl Evaluation {
                     limit: a.limit,
                     plan: a.plan.map(str::to_string),
                     cost: a.rule.cost.get(),
+                    want: None,
                     state: State::Miss,
                 })
             })
@@ -81,7 +83,13 @@ impl Evaluation {
                 c.state = State::Skipped;
                 continue;
             }
-            let local = slots::update(host, c.fingerprint, cfg.slots, |s| s.check(now, c.cost));
+            let mut want = None;
+            let local = slots::update(host, c.fingerprint, cfg.slots, |s| {
+                let check = s.check(now, c.cost);
+                want = s.want();
+                check
+            });
+            c.want = want;
             c.state = match local.unwrap_or(LocalCheck::Miss) {
                 LocalCheck::Denied { retry_after_ns } => {
                     decided(RuleVerdict::Deny { retry_after_ns })
@@ -125,6 +133,7 @@ impl Evaluation {
                     key: c.key.clone(),
                     cost: c.cost,
                     plan: c.plan.clone(),
+                    want: c.want,
                 }
             })
             .collect();

@@ -111,6 +111,7 @@ fn request(rules: &[&str]) -> LeaseRequest {
                 key: DescriptorKey::new(rule, ["GET"]),
                 cost: 1,
                 plan: None,
+                want: None,
             })
             .collect(),
     }

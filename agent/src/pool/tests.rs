@@ -17,21 +17,24 @@ fn key() -> DescriptorKey {
 #[test]
 fn a_grant_is_split_between_the_filter_and_the_pool() {
     let p = Pools::default();
-    assert!(matches!(p.take(&key(), 0, 1), PoolTake::Miss { .. }));
+    assert!(matches!(p.take(&key(), 0, 1, None), PoolTake::Miss { .. }));
     assert_eq!(p.fill(&key(), 0, grant(10, 50, 0), 1, 100 * MS), 5);
     assert_eq!(
-        p.take(&key(), MS, 1),
+        p.take(&key(), MS, 1, None),
         PoolTake::Served {
             tokens: 5,
             remaining: 50,
             reset_ns: 0
         }
     );
-    assert!(matches!(p.take(&key(), 2 * MS, 1), PoolTake::Miss { .. }));
+    assert!(matches!(
+        p.take(&key(), 2 * MS, 1, None),
+        PoolTake::Miss { .. }
+    ));
     // A second filter asking for more than is left gets what is left.
     assert_eq!(p.fill(&key(), 3 * MS, grant(7, 0, 0), 1, 100 * MS), 4);
     assert_eq!(
-        p.take(&key(), 4 * MS, 1),
+        p.take(&key(), 4 * MS, 1, None),
         PoolTake::Served {
             tokens: 3,
             remaining: 0,
@@ -46,11 +49,11 @@ fn pooled_tokens_expire_unspent() {
     p.fill(&key(), 0, grant(100, 0, 0), 1, 100 * MS);
     // Half went to the filter; the pooled half is dropped, and said to be.
     assert!(matches!(
-        p.take(&key(), 100 * MS, 1),
+        p.take(&key(), 100 * MS, 1, None),
         PoolTake::Miss { dropped: 50, .. }
     ));
     assert!(matches!(
-        p.take(&key(), 101 * MS, 1),
+        p.take(&key(), 101 * MS, 1, None),
         PoolTake::Miss { dropped: 0, .. }
     ));
 }
@@ -59,7 +62,7 @@ fn pooled_tokens_expire_unspent() {
 fn a_grant_smaller_than_the_cost_split_never_overdraws() {
     let p = Pools::default();
     assert_eq!(p.fill(&key(), 0, grant(3, 0, 0), 3, 100 * MS), 3);
-    assert!(matches!(p.take(&key(), MS, 1), PoolTake::Miss { .. }));
+    assert!(matches!(p.take(&key(), MS, 1, None), PoolTake::Miss { .. }));
 }
 
 #[test]
@@ -67,12 +70,15 @@ fn denials_are_cached_at_the_node() {
     let p = Pools::default();
     p.deny(&key(), 0, 1, 50 * MS);
     assert_eq!(
-        p.take(&key(), 20 * MS, 1),
+        p.take(&key(), 20 * MS, 1, None),
         PoolTake::Denied {
             retry_after_ns: 30 * MS
         }
     );
-    assert!(matches!(p.take(&key(), 50 * MS, 1), PoolTake::Miss { .. }));
+    assert!(matches!(
+        p.take(&key(), 50 * MS, 1, None),
+        PoolTake::Miss { .. }
+    ));
 }
 
 #[test]
@@ -82,7 +88,7 @@ fn demand_settles_at_the_offered_rate() {
     let mut demand = 0.0;
     for ms in 0..5_000u64 {
         p.deny(&key(), ms * MS, 1, 0);
-        if let PoolTake::Miss { demand_per_sec, .. } = p.take(&key(), ms * MS, 0) {
+        if let PoolTake::Miss { demand_per_sec, .. } = p.take(&key(), ms * MS, 0, None) {
             demand = demand_per_sec;
         }
     }

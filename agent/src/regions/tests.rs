@@ -17,6 +17,7 @@ fn item(rule: &str, part: &str, cost: u32) -> LeaseItem {
         key: DescriptorKey::new(rule, [part]),
         cost,
         plan: None,
+        want: None,
     }
 }
 

@@ -81,6 +81,7 @@ pub fn item(rule: &str, part: &str, cost: u32) -> LeaseItem {
         key: DescriptorKey::new(rule, [part]),
         cost,
         plan: None,
+        want: None,
     }
 }
 

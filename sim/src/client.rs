@@ -1,0 +1,73 @@
+//! A gateway's HTTP/1.1 client to its agent: `POST /v1/lease` with the
+//! pipeline's lease request as JSON, pooled keep-alive connections (as Envoy's
+//! cluster keeps them), one deadline per call, never retried.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::Uri;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use meshlimit_core::wire::{LeaseRequest, LeaseResponse, LEASE_PATH, WIRE_VERSION};
+
+use crate::record::CallFailure;
+
+/// One gateway's connection pool to one agent.
+pub struct AgentClient {
+    client: Client<HttpConnector, Full<Bytes>>,
+    uri: Uri,
+    timeout: Duration,
+}
+
+impl AgentClient {
+    /// A client for the agent on 127.0.0.1:`port`; each call has `timeout`.
+    pub fn new(port: u16, timeout: Duration) -> Result<AgentClient, String> {
+        let uri = format!("http://127.0.0.1:{port}{LEASE_PATH}")
+            .parse()
+            .map_err(|e| format!("agent address: {e}"))?;
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(connector);
+        Ok(AgentClient {
+            client,
+            uri,
+            timeout,
+        })
+    }
+
+    /// Sends one lease request; the answer, or why there is none.
+    pub async fn lease(&self, req: &LeaseRequest) -> Result<LeaseResponse, CallFailure> {
+        let body = serde_json::to_vec(req).map_err(|_| CallFailure::Body)?;
+        let request = hyper::Request::post(self.uri.clone())
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|_| CallFailure::Transport)?;
+        let call = async {
+            let resp = self
+                .client
+                .request(request)
+                .await
+                .map_err(|_| CallFailure::Transport)?;
+            if resp.status() != hyper::StatusCode::OK {
+                return Err(CallFailure::Status);
+            }
+            let bytes = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|_| CallFailure::Transport)?
+                .to_bytes();
+            serde_json::from_slice::<LeaseResponse>(&bytes)
+                .ok()
+                .filter(|r| r.v == WIRE_VERSION)
+                .ok_or(CallFailure::Body)
+        };
+        tokio::time::timeout(self.timeout, call)
+            .await
+            .map_err(|_| CallFailure::Timeout)?
+    }
+}

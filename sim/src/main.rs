@@ -1,0 +1,147 @@
+//! `meshlimit-sim run SCENARIO...`: runs each scenario against real agents and
+//! Redis, writes `<name>.csv`, `<name>.md`, `<name>.png` and `summary.md` into
+//! `--out`, and prints the summary table.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use meshlimit_sim::{report, Overrides, RunOptions, RunReport, Scenario, SimError};
+
+#[derive(Parser)]
+#[command(name = "meshlimit-sim", about = "meshlimit's accuracy harness")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run scenarios (YAML files) and write their report.
+    Run {
+        /// Scenario files, run one after the other.
+        #[arg(required = true)]
+        scenarios: Vec<PathBuf>,
+        /// Where the CSV, Markdown and PNG files go.
+        #[arg(long, default_value = "bench/results/accuracy")]
+        out: PathBuf,
+        /// The short variant of each scenario (what `make test` runs).
+        #[arg(long)]
+        short: bool,
+        #[arg(long)]
+        duration: Option<f64>,
+        #[arg(long)]
+        gateways: Option<usize>,
+        #[arg(long)]
+        agents: Option<usize>,
+        /// No progress bar.
+        #[arg(long)]
+        quiet: bool,
+        /// Exit 1 when a target is missed (the report is written either way).
+        #[arg(long)]
+        check: bool,
+        /// Also write every request to `<name>.events.csv`.
+        #[arg(long)]
+        events: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let Command::Run {
+        scenarios,
+        out,
+        short,
+        duration,
+        gateways,
+        agents,
+        quiet,
+        check,
+        events,
+    } = Cli::parse().command;
+    let overrides = Overrides {
+        short,
+        duration,
+        gateways,
+        agents,
+    };
+    let opts = RunOptions {
+        out: Some(out.clone()),
+        progress: !quiet,
+        events,
+    };
+    let command = format!(
+        "meshlimit-sim run {}{}",
+        if short { "--short " } else { "" },
+        scenarios
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let mut reports = Vec::new();
+    let mut failed = false;
+    for path in &scenarios {
+        match run_one(path, &overrides, &opts) {
+            Ok(r) => reports.push(r),
+            Err(e) => {
+                eprintln!("meshlimit-sim: {e}");
+                failed = true;
+            }
+        }
+        // After each scenario, so a long run leaves its results so far.
+        if let Err(e) = write_summary(&out, &command, &reports) {
+            eprintln!("meshlimit-sim: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    println!("{}", report::markdown::table(&reports));
+    println!("report: {}", out.join("summary.md").display());
+    if failed {
+        ExitCode::from(2)
+    } else if check && reports.iter().any(|r| !r.passed()) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn write_summary(
+    out: &std::path::Path,
+    command: &str,
+    reports: &[RunReport],
+) -> Result<(), SimError> {
+    let header = format!("{}\n\nCommand: `{command}`", machine_line());
+    let path = out.join("summary.md");
+    std::fs::create_dir_all(out).map_err(|e| SimError::io(out, e))?;
+    std::fs::write(&path, report::summary(&header, reports)).map_err(|e| SimError::io(&path, e))
+}
+
+fn run_one(
+    path: &std::path::Path,
+    overrides: &Overrides,
+    opts: &RunOptions,
+) -> Result<RunReport, SimError> {
+    let plan = Scenario::load(path)?.plan(overrides)?;
+    let report = meshlimit_sim::run(&plan, opts)?;
+    for c in &report.checks {
+        let mark = if c.pass { "pass" } else { "MISS" };
+        eprintln!("  {mark}: {}: {}", c.what, c.value);
+    }
+    Ok(report)
+}
+
+/// The machine the run was made on: cores and CPU model.
+fn machine_line() -> String {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines().find_map(|l| {
+                l.strip_prefix("model name")?
+                    .split_once(':')
+                    .map(|(_, m)| m.trim().to_string())
+            })
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    format!("Machine: {cores} cores, {model}; the gateways share one thread, agents and Redis the rest.")
+}

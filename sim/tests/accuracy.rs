@@ -1,0 +1,91 @@
+//! The short versions of `scenarios/` (each ≤ 20 s), against the release agent
+//! binary (`make build`) and real redis-server: the accuracy targets of
+//! BENCHMARKS.md. They run one at a time, so one run's load does not disturb
+//! another's. Reports land in `target/tmp/accuracy/` (CSV, Markdown, PNG).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use meshlimit_sim::report::markdown;
+use meshlimit_sim::{Overrides, RunOptions, RunReport, Scenario};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn run_short(name: &str) -> RunReport {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let file = meshlimit_tests::repo_root()
+        .join("scenarios")
+        .join(format!("{name}.yaml"));
+    let plan = Scenario::load(&file)
+        .unwrap()
+        .plan(&Overrides {
+            short: true,
+            ..Overrides::default()
+        })
+        .unwrap();
+    let opts = RunOptions {
+        out: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("accuracy")),
+        ..RunOptions::default()
+    };
+    let report = meshlimit_sim::run(&plan, &opts).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("{}", markdown::scenario(&report));
+    report
+}
+
+/// Every target of the scenario holds; the message is the run's report.
+fn assert_targets(report: &RunReport) {
+    let missed: Vec<String> = report
+        .checks
+        .iter()
+        .filter(|c| !c.pass)
+        .map(|c| format!("{}: {}", c.what, c.value))
+        .collect();
+    assert!(
+        missed.is_empty(),
+        "{}: missed {missed:?}\n{}",
+        report.name,
+        markdown::scenario(report)
+    );
+}
+
+#[test]
+fn exact_rule_at_three_times_its_limit_admits_the_limit() {
+    let r = run_short("exact-3x");
+    assert_targets(&r);
+    // Every request is checked in Redis: about one script call per admission or
+    // per denial not cached at the gateway.
+    assert!(r.figures.script_calls > 0);
+}
+
+#[test]
+fn leased_hot_key_at_three_times_its_limit_admits_the_limit() {
+    let r = run_short("leased-hot-key-3x");
+    assert_targets(&r);
+    // Leases: far fewer Redis calls than requests.
+    assert!(r.figures.per_1000(r.figures.script_calls) < 100.0);
+}
+
+#[test]
+fn ten_thousand_cold_keys_are_limited_per_key() {
+    assert_targets(&run_short("cold-keys"));
+}
+
+#[test]
+fn a_load_shift_between_gateways_keeps_the_limit() {
+    assert_targets(&run_short("load-shift"));
+}
+
+#[test]
+fn the_race_admits_exactly_one() {
+    let r = run_short("race");
+    assert_targets(&r);
+    assert_eq!(r.figures.totals.requests, 1_000);
+}
+
+#[test]
+fn the_race_on_a_leased_rule_admits_exactly_one() {
+    let r = run_short("race-leased");
+    assert_targets(&r);
+    assert_eq!(r.figures.totals.requests, 1_000);
+}

@@ -256,7 +256,11 @@ fn a_region_on_a_redis_cluster_takes_part() {
     let a_grants = a.stop();
     let b = Offer::start(mesh.agent(1), KEY, 3.0 * L);
     mesh.wait_share(1, KEY, 0.95 * 0.9, Duration::from_secs(4));
-    assert_near(mesh.share(0, KEY), FLOOR, "a");
+    // a's last second of demand may still be in the period b crossed in: its
+    // share reaches the floor at the next publication, not necessarily this one.
+    meshlimit_tests::eventually(Duration::from_secs(3), "a's share at the floor", || {
+        mesh.share(0, KEY).is_some_and(|s| (s - FLOOR).abs() < 1e-9)
+    });
     let cluster = mesh.cluster.as_ref().unwrap();
     let published: usize = (0..3)
         .map(|n| match cluster.cmd(n, &["KEYS", "ml:rg:*:s"]) {

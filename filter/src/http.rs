@@ -6,8 +6,9 @@ use std::rc::Rc;
 use log::debug;
 use meshlimit_core::decision::Quota;
 use meshlimit_core::headers::{self, HeaderStyle};
+use meshlimit_core::rules::KeyPart;
 use meshlimit_core::wire::{LeaseResponse, LEASE_PATH, WIRE_VERSION};
-use meshlimit_core::{client_ip, Limit, RequestInfo, Verdict};
+use meshlimit_core::{client_ip, Limit, RequestInfo, RuleSet, Verdict};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 
@@ -36,7 +37,9 @@ impl Http {
         }
     }
 
-    fn request_info(&self) -> RequestInfo {
+    /// The request as the rules see it. Stream properties are host calls, so
+    /// they are fetched only when some rule keys on them.
+    fn request_info(&self, rules: &RuleSet) -> RequestInfo {
         let headers = host::request_headers();
         let find = |name: &str| {
             headers
@@ -47,14 +50,18 @@ impl Http {
         let path = find(":path").unwrap_or_default();
         let method = find(":method").unwrap_or_default();
         let xff = find("x-forwarded-for");
-        let downstream = host::property(vec!["source", "address"]);
         let mut info = RequestInfo::new(&path, &method, headers);
-        info.client_ip = client_ip::resolve(
-            downstream.as_deref(),
-            xff.as_deref(),
-            self.config.trusted_hops,
-        );
-        info.route = host::property(vec!["xds", "route_name"]).filter(|r| !r.is_empty());
+        if rules.uses(&KeyPart::ClientIp) {
+            let downstream = host::property(vec!["source", "address"]);
+            info.client_ip = client_ip::resolve(
+                downstream.as_deref(),
+                xff.as_deref(),
+                self.config.trusted_hops,
+            );
+        }
+        if rules.uses(&KeyPart::Route) {
+            info.route = host::property(vec!["xds", "route_name"]).filter(|r| !r.is_empty());
+        }
         info
     }
 
@@ -170,7 +177,7 @@ impl HttpContext for Http {
         let Some(rules) = self.vm.borrow().rules.clone() else {
             return Action::Continue;
         };
-        let info = self.request_info();
+        let info = self.request_info(&rules);
         let Some(mut eval) = Evaluation::new(rules, &info) else {
             return Action::Continue;
         };

@@ -174,9 +174,17 @@ fn run(fault: Fault) {
         admitted_down <= ceiling,
         "fail-local admitted {admitted_down} > {ceiling}"
     );
-    assert!(
-        open_down.iter().all(|s| s.status == 200),
-        "fail-open must admit everything"
+    // Fail-open admits everything the outage leaves undecided. A denial the
+    // limiter issued just before the store went (cached for at most a lease
+    // period or a hold) may still answer the first moments.
+    let settled = down_at + Duration::from_millis(500);
+    let rejected = open_down
+        .iter()
+        .filter(|s| s.at >= settled && s.status != 200)
+        .count();
+    assert_eq!(
+        rejected, 0,
+        "fail-open must admit everything once the outage settled"
     );
     assert!(
         during.iter().all(|s| s.status == 200 || s.status == 429),

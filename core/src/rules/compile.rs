@@ -6,7 +6,7 @@ use std::num::{NonZeroU32, NonZeroU64};
 
 use super::config::*;
 use super::error::{RuleError, RulesError};
-use super::{Limits, Matcher, PathMatch, Rule, RuleSet};
+use super::{KeyPart, Limits, Matcher, PathMatch, Rule, RuleSet};
 use crate::fingerprint::fnv1a;
 use crate::limit::Limit;
 use crate::{NANOS_PER_MS, NANOS_PER_SEC};
@@ -63,10 +63,14 @@ impl RuleSet {
                 .total_cmp(&rb.rate_per_sec())
                 .then(ra.burst().cmp(&rb.burst()))
         });
+        let uses = |part: KeyPart| rules.iter().any(|r: &Rule| r.key.contains(&part));
+        let (uses_client_ip, uses_route) = (uses(KeyPart::ClientIp), uses(KeyPart::Route));
         Ok(RuleSet {
             rules,
             version: version_of(config),
             config: config.clone(),
+            uses_client_ip,
+            uses_route,
         })
     }
 }

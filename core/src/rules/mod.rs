@@ -27,6 +27,10 @@ pub struct RuleSet {
     rules: Vec<Rule>,
     version: String,
     config: RulesConfig,
+    /// Whether any rule keys on the client IP / the route: each is a host call
+    /// per request in the filter, made only when needed.
+    uses_client_ip: bool,
+    uses_route: bool,
 }
 
 /// One compiled rule.
@@ -93,6 +97,16 @@ impl RuleSet {
 
     pub fn rule(&self, name: &str) -> Option<&Rule> {
         self.rules.iter().find(|r| r.name == name)
+    }
+
+    /// True when some rule keys on `part` (the filter then fetches what that part
+    /// needs from the host; each stream property costs a host call per request).
+    pub fn uses(&self, part: &KeyPart) -> bool {
+        match part {
+            KeyPart::ClientIp => self.uses_client_ip,
+            KeyPart::Route => self.uses_route,
+            other => self.rules.iter().any(|r| r.key.contains(other)),
+        }
     }
 }
 

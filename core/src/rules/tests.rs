@@ -35,6 +35,14 @@ fn set() -> RuleSet {
 }
 
 #[test]
+fn a_set_knows_which_key_parts_it_uses() {
+    let s = set();
+    assert!(s.uses(&KeyPart::Method));
+    assert!(!s.uses(&KeyPart::ClientIp));
+    assert!(!s.uses(&KeyPart::Route));
+}
+
+#[test]
 fn rules_are_ordered_strictest_first() {
     let s = set();
     let names: Vec<&str> = s.rules().iter().map(|r| r.name.as_str()).collect();

@@ -200,6 +200,12 @@ fn a_region_with_no_demand_keeps_its_floor_and_a_new_key_starts_at_it() {
     assert!((5..=6).contains(&granted), "{granted} granted at the floor");
     let a = Offer::start(mesh.agent(0), KEY, 3.0 * L);
     mesh.wait_share(0, KEY, CONVERGED, Duration::from_secs(8));
+    // b and c show the key once they have refreshed the published shares.
+    meshlimit_tests::eventually(
+        Duration::from_secs(3),
+        "b and c to show the key's share",
+        || mesh.share(1, KEY).is_some() && mesh.share(2, KEY).is_some(),
+    );
     for _ in 0..3 {
         assert_near(mesh.share(1, KEY), FLOOR, "b");
         assert_near(mesh.share(2, KEY), FLOOR, "c");

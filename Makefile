@@ -112,6 +112,26 @@ clean-run:
 
 -include deploy/check.mk
 
+## ---- benchmarks (bench/): what meshlimit costs Envoy, as ratios in one run.
+## Never part of `make test`. bench/README.md says what each figure is.
+## `make bench` writes bench/results/latest.{md,csv}; `make bench-smoke` runs one
+## short round into bench/results/smoke/ to check that the benchmark works.
+## Settings: BENCH_ROUNDS, BENCH_SECONDS, BENCH_STORE=auto|memory|redis, … (see
+## `target/release/meshlimit-bench --help`).
+
+.PHONY: bench bench-smoke bench-build
+
+bench-build:
+	$(CARGO) build --release -p meshlimit-bench -p meshlimit-loadgen
+	$(CARGO) build --release --target $(WASM_TARGET) -p meshlimit-bench-floor
+	$(CARGO) bench -p meshlimit-core-bench --no-run
+
+bench: tools build bench-build
+	target/release/meshlimit-bench
+
+bench-smoke: tools build bench-build
+	BENCH_SMOKE=1 target/release/meshlimit-bench
+
 ## ---- accuracy (sim/): simulated gateways running the filter's decision code
 ## against real agents and a real Redis. `make accuracy` runs the full-length
 ## scenarios/ and writes bench/results/accuracy/ (summary.md, and per scenario a

@@ -1,0 +1,156 @@
+//! One rate-limit decision, meshlimit-core beside governor, in one binary so both
+//! see the same CPU, compiler and allocator. Figures are read by the bench driver
+//! from `target/criterion/<group>/<bench>/new/estimates.json`.
+//!
+//! * `core/bucket_take`: `Bucket::take` on one bucket, time passed in.
+//! * `core/key_fingerprint`: building a `DescriptorKey` from a header value and
+//!   fingerprinting it (what picks the shared-data slot in the filter).
+//! * `keyed/meshlimit` vs `keyed/governor`: a decision for one of 1,000 keys:
+//!   read the clock, find the key's bucket, take a token. governor's
+//!   `RateLimiter::keyed` (its default store and quanta clock) against a std
+//!   `HashMap` of `Bucket`s read with the same quanta clock: meshlimit-core takes
+//!   time as an argument, so both pay for the same clock and the figure compares
+//!   the limiters, not the clocks.
+//! * `single/meshlimit` vs `single/governor`: the same for one key
+//!   (`RateLimiter::direct`).
+//! * `clock/quanta` and `clock/std_instant`: what reading each clock costs here
+//!   (in Envoy the filter's clock is a hostcall).
+//! * `rules/applicable/N`: which of N rules apply to a typical request.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::num::{NonZeroU32, NonZeroU64};
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use governor::{Quota, RateLimiter};
+use meshlimit_core::{Bucket, DescriptorKey, Limit, Take};
+use meshlimit_core_bench::{keys, request, rule_set};
+
+/// Far above what a benchmark takes, so every decision is a grant.
+const RATE: u32 = 1_000_000_000;
+const KEYS: usize = 1_000;
+
+fn limit() -> Limit {
+    let rate = NonZeroU32::new(RATE).unwrap();
+    Limit::new(rate, NonZeroU64::new(1_000_000_000).unwrap(), rate)
+}
+
+/// Nanoseconds since `base` on governor's default clock source.
+fn now_ns(clock: &quanta::Clock, base: quanta::Instant) -> u64 {
+    clock.now().duration_since(base).as_nanos() as u64
+}
+
+fn core(c: &mut Criterion) {
+    let mut g = c.benchmark_group("core");
+    let limit = limit();
+    let mut bucket = Bucket::full(&limit, 0);
+    let mut now = 0u64;
+    g.bench_function("bucket_take", |b| {
+        b.iter(|| {
+            now += 100;
+            black_box(bucket.take(&limit, black_box(now), 1, 1))
+        })
+    });
+    g.bench_function("key_fingerprint", |b| {
+        b.iter(|| {
+            let key = DescriptorKey::new("search-per-api-key", [black_box("k-0123456789abcdef")]);
+            black_box(key.fingerprint())
+        })
+    });
+    g.finish();
+}
+
+fn keyed(c: &mut Criterion) {
+    let mut g = c.benchmark_group("keyed");
+    let limit = limit();
+    let keys = keys(KEYS);
+    let clock = quanta::Clock::new();
+    let base = clock.now();
+    let mut buckets: HashMap<DescriptorKey, Bucket> = keys
+        .iter()
+        .map(|k| (k.clone(), Bucket::full(&limit, 0)))
+        .collect();
+    let mut i = 0usize;
+    g.bench_function("meshlimit", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            let now = now_ns(&clock, base);
+            let granted = match buckets.get_mut(black_box(&keys[i])) {
+                Some(bucket) => matches!(bucket.take(&limit, now, 1, 1), Take::Granted { .. }),
+                None => false,
+            };
+            black_box(granted)
+        })
+    });
+    let governor = RateLimiter::keyed(Quota::per_second(NonZeroU32::new(RATE).unwrap()));
+    for k in &keys {
+        let _ = governor.check_key(k);
+    }
+    g.bench_function("governor", |b| {
+        b.iter(|| {
+            i = (i + 1) % KEYS;
+            black_box(governor.check_key(black_box(&keys[i])).is_ok())
+        })
+    });
+    g.finish();
+}
+
+fn single(c: &mut Criterion) {
+    let mut g = c.benchmark_group("single");
+    let limit = limit();
+    let clock = quanta::Clock::new();
+    let base = clock.now();
+    let mut bucket = Bucket::full(&limit, 0);
+    g.bench_function("meshlimit", |b| {
+        b.iter(|| {
+            let now = now_ns(&clock, base);
+            black_box(matches!(
+                bucket.take(&limit, now, 1, 1),
+                Take::Granted { .. }
+            ))
+        })
+    });
+    let governor = RateLimiter::direct(Quota::per_second(NonZeroU32::new(RATE).unwrap()));
+    g.bench_function("governor", |b| {
+        b.iter(|| black_box(governor.check().is_ok()))
+    });
+    g.finish();
+}
+
+fn clocks(c: &mut Criterion) {
+    let mut g = c.benchmark_group("clock");
+    let clock = quanta::Clock::new();
+    g.bench_function("quanta", |b| b.iter(|| black_box(clock.now())));
+    g.bench_function("std_instant", |b| b.iter(|| black_box(Instant::now())));
+    g.finish();
+}
+
+fn rules(c: &mut Criterion) {
+    let mut g = c.benchmark_group("rules");
+    for n in [10usize, 1_000, 10_000] {
+        let set = rule_set(n).unwrap();
+        let req = request(n);
+        assert_eq!(set.applicable(&req).len(), 1);
+        g.bench_with_input(BenchmarkId::new("applicable", n), &n, |b, _| {
+            b.iter(|| black_box(set.applicable(black_box(&req)).len()))
+        });
+    }
+    g.finish();
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(50)
+        .without_plots()
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = core, keyed, single, clocks, rules
+}
+criterion_main!(benches);

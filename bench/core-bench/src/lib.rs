@@ -1,0 +1,79 @@
+//! Fixtures for the decision benchmarks (`benches/decision.rs`): rule sets of a
+//! given size, a typical request, descriptor keys. Kept in the library so they
+//! are type-checked and unit-tested with the workspace, not only under
+//! `cargo bench`.
+
+use meshlimit_core::rules::RulesConfig;
+use meshlimit_core::{DescriptorKey, RequestInfo, RuleSet};
+
+/// `n` rules, one per API path prefix (`/api/<i>/`), each keyed on the API key:
+/// a request matches exactly one, and every rule is looked at.
+pub fn rule_set(n: usize) -> Result<RuleSet, String> {
+    let rules: Vec<serde_json::Value> = (0..n)
+        .map(|i| {
+            serde_json::json!({
+                "name": format!("api-{i}"),
+                "match": {"path_prefix": format!("/api/{i}/"), "methods": ["GET", "POST"]},
+                "key": [{"header": "x-api-key"}],
+                "limit": {"requests": 100 + i, "per": "1s"},
+            })
+        })
+        .collect();
+    let config: RulesConfig = serde_json::from_value(serde_json::json!({
+        "version": 1,
+        "rules": rules,
+    }))
+    .map_err(|e| e.to_string())?;
+    RuleSet::compile(&config).map_err(|e| e.to_string())
+}
+
+/// A request with the dozen headers a real one carries, for the last rule of a
+/// set of `n` (`/api/<n-1>/items`).
+pub fn request(n: usize) -> RequestInfo {
+    let headers = [
+        (":authority", "api.example.com"),
+        (":path", "/api/items?page=2"),
+        (":method", "GET"),
+        (":scheme", "https"),
+        ("user-agent", "bench/1.0"),
+        ("accept", "application/json"),
+        ("accept-encoding", "gzip, br"),
+        ("x-request-id", "5b0c1f8e-2d4a-4b57-9a1e-0c2f3e4d5a6b"),
+        ("x-forwarded-proto", "https"),
+        ("x-envoy-expected-rq-timeout-ms", "15000"),
+        ("x-api-key", "k-0123456789abcdef"),
+        ("content-length", "0"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let path = format!("/api/{}/items?page=2", n.saturating_sub(1));
+    RequestInfo::new(&path, "GET", headers)
+}
+
+/// `n` distinct keys of one rule, as the filter builds them.
+pub fn keys(n: usize) -> Vec<DescriptorKey> {
+    (0..n)
+        .map(|i| {
+            let api_key = format!("k-{i:016x}");
+            DescriptorKey::new("search-per-api-key", [api_key.as_str()])
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_request_matches_exactly_one_rule() -> Result<(), String> {
+        for n in [1, 10, 1_000] {
+            let set = rule_set(n)?;
+            let applicable = set.applicable(&request(n));
+            assert_eq!(applicable.len(), 1, "{n} rules");
+            assert_eq!(applicable[0].rule.name, format!("api-{}", n - 1));
+        }
+        assert_eq!(keys(3).len(), 3);
+        Ok(())
+    }
+}

@@ -1,0 +1,360 @@
+//! The measured phases. Every run starts a fresh Envoy for its configuration,
+//! warms it up, measures, and stops it; configurations are interleaved
+//! (a b c d e f, a b c d e f, …) so slow drifts of a shared machine land on all
+//! of them alike.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::envoy::Envoy;
+use crate::error::{BenchError, Context, Result};
+use crate::options::Options;
+use crate::procs::output;
+use crate::profile;
+use crate::records::{Latency, Results, Throughput};
+use crate::scenario::{self, Keys, Scenario};
+use crate::services::{script_and_total_calls, start_store_and_agent, Agent, CommandCounts, Redis};
+use crate::wrk;
+
+/// Seconds of unmeasured load before each wrk run (connections, leases, JIT).
+const WARMUP_SECONDS: u32 = 1;
+/// Open-loop connections: enough that a stall of a few ms does not starve the
+/// schedule of free connections at half of saturation.
+const LOADGEN_CONNECTIONS: u32 = 64;
+
+pub struct Bench<'a> {
+    opts: &'a Options,
+    dir: &'a Path,
+    redis: Option<Redis>,
+    agent: Agent,
+    pub results: Results,
+}
+
+/// Counters read before and after a measured run.
+struct Snapshot {
+    envoy_cpu: f64,
+    agent_cpu: f64,
+    redis: Option<CommandCounts>,
+    decisions: BTreeMap<String, u64>,
+}
+
+impl<'a> Bench<'a> {
+    pub fn start(opts: &'a Options, dir: &'a Path) -> Result<Bench<'a>> {
+        let rules = scenario::rules_yaml(scenario::HIGH_LIMIT);
+        let (redis, agent, store) =
+            start_store_and_agent(opts.store, &rules, &opts.agent_cpu, dir)?;
+        let mut results = Results {
+            store,
+            ..Results::default()
+        };
+        results.step("agent", agent.command.clone());
+        Ok(Bench {
+            opts,
+            dir,
+            redis,
+            agent,
+            results,
+        })
+    }
+
+    /// (a)–(f), interleaved, `rounds` times.
+    pub fn throughput(&mut self) -> Result<()> {
+        for round in 1..=self.opts.rounds {
+            for sc in scenario::throughput_round()
+                .into_iter()
+                .filter(|s| self.opts.selected(s.id))
+            {
+                let t = self.measure(&sc, round)?;
+                eprintln!(
+                    "bench: throughput round {round} ({}) {:>9.0} req/s  non-2xx {}",
+                    sc.id, t.wrk.rps, t.wrk.non_2xx
+                );
+                self.results.throughput.push(t);
+            }
+        }
+        Ok(())
+    }
+
+    /// `--perf`: one more, unrecorded run of (c), (e), (f) and the attribution
+    /// configurations with Envoy sampled by perf (the sampling would perturb a
+    /// measured run).
+    pub fn profile(&mut self) -> Result<()> {
+        for sc in scenario::throughput_round()
+            .into_iter()
+            .filter(|s| ["c", "e", "f", "e1", "e2", "e3"].contains(&s.id))
+        {
+            self.measure(&sc, 0)?;
+            eprintln!("bench: profiled ({})", sc.id);
+        }
+        Ok(())
+    }
+
+    /// (b) and (c) again, with a limit a third of what (c) admitted, so about
+    /// three times the limit is offered.
+    pub fn over_limit(&mut self) -> Result<()> {
+        let c = self.results.spread("c", |t| Some(t.wrk.admitted_rps()));
+        let limit = c.map_or(1_000, |s| (s.median / 3.0).max(10.0) as u64);
+        self.results.over_limit = Some(limit);
+        // A new agent whose `bench-limited` rule has the limit (same store).
+        let rules = scenario::rules_yaml(limit);
+        let store = self.agent.store.clone();
+        self.agent = Agent::start(&rules, &store, &self.opts.agent_cpu, self.dir)?;
+        for round in 1..=self.opts.rounds {
+            for sc in scenario::over_limit(limit)
+                .into_iter()
+                .filter(|s| self.opts.selected(s.id))
+            {
+                let t = self.measure(&sc, round)?;
+                eprintln!(
+                    "bench: 3x limit round {round} ({}) {:>9.0} req/s  admitted {:.0}/s",
+                    sc.id,
+                    t.wrk.rps,
+                    t.wrk.admitted_rps()
+                );
+                self.results.throughput.push(t);
+            }
+        }
+        Ok(())
+    }
+
+    /// Open-loop latency of (a)–(f) at half of (a)'s median saturation: the same
+    /// offered load for all, so what a filter costs shows as added latency. Only
+    /// a configuration that cannot sustain that rate at all (its own saturation is
+    /// lower, as for (d), bound by the agent round trip) runs at half of its own:
+    /// past saturation an open loop measures an ever-growing queue. The report
+    /// marks such rates and compares them with nothing.
+    pub fn latency(&mut self) -> Result<()> {
+        let a = self
+            .results
+            .spread("a", |t| Some(t.wrk.rps))
+            .map_or(1_000.0, |s| s.median);
+        let rate = (a / 2.0).round();
+        self.results.latency_rate = Some(rate);
+        for round in 1..=self.opts.latency_rounds {
+            for sc in scenario::admitted()
+                .into_iter()
+                .filter(|s| self.opts.selected(s.id))
+            {
+                let own = self
+                    .results
+                    .spread(sc.id, |t| Some(t.wrk.admitted_rps()))
+                    .map_or(rate * 2.0, |s| s.median);
+                let this_rate = if rate < own {
+                    rate
+                } else {
+                    (own / 2.0).round()
+                };
+                let l = self.open_loop(&sc, round, this_rate)?;
+                eprintln!("bench: latency round {round} ({}) at {:.0}/s p50 {:.0} p99 {:.0} p99.9 {:.0} us", sc.id, l.rate, l.p50, l.p99, l.p999);
+                self.results.latency.push(l);
+            }
+        }
+        Ok(())
+    }
+
+    fn measure(&mut self, sc: &Scenario, round: usize) -> Result<Throughput> {
+        let envoy = Envoy::start(
+            sc,
+            self.agent.port,
+            self.opts.filter_timeout_ms,
+            &self.opts.envoy_cpu,
+            self.dir,
+        )?;
+        self.results
+            .step(format!("Envoy ({})", sc.id), envoy.command.clone());
+        let cpu = self.opts.load_cpu.clone();
+        let warm = self.wrk_args(sc, &envoy, WARMUP_SECONDS)?;
+        wrk::run(&cpu, &warm)?;
+        let measured = self.wrk_args(sc, &envoy, self.opts.seconds)?;
+        self.results.step(
+            format!("wrk ({})", sc.id),
+            format!("taskset -c {cpu} wrk {}", shell_words(&measured)),
+        );
+        let profiling = round == 0;
+        let perf_dir = meshlimit_tests::repo_root()
+            .join(&self.opts.out)
+            .join("perf");
+        if profiling {
+            std::fs::create_dir_all(&perf_dir).context(perf_dir.display())?;
+        }
+        let perf_file = perf_dir.join(format!("perf-{}.data", sc.id));
+        let mut perf = match profiling {
+            true => Some(profile::start(
+                envoy.proc.pid(),
+                self.opts.seconds,
+                &cpu,
+                &perf_file,
+            )?),
+            false => None,
+        };
+        let before = self.snapshot(&envoy)?;
+        let result = wrk::run(&cpu, &measured)?;
+        let after = self.snapshot(&envoy)?;
+        if let Some(p) = perf.as_mut() {
+            let _ = p.wait();
+            let mut summary = profile::summarise(sc.id, &perf_file)?;
+            summary.cpu_us_per_request =
+                (after.envoy_cpu - before.envoy_cpu) / result.requests.max(1) as f64 * 1e6;
+            self.results.profiles.push(summary);
+        }
+        let mut envoy = envoy;
+        envoy.proc.check_running()?;
+        let decisions = after
+            .decisions
+            .iter()
+            .filter_map(|(k, v)| {
+                let d = v.saturating_sub(before.decisions.get(k).copied().unwrap_or(0));
+                (d > 0).then(|| {
+                    (
+                        k.trim_start_matches("wasmcustom.meshlimit.rule.")
+                            .to_string(),
+                        d,
+                    )
+                })
+            })
+            .collect();
+        Ok(Throughput {
+            scenario: sc.id,
+            round,
+            wrk: result,
+            envoy_cpu_s: after.envoy_cpu - before.envoy_cpu,
+            agent_cpu_s: sc
+                .uses_agent()
+                .then_some(after.agent_cpu - before.agent_cpu),
+            redis: match (&before.redis, &after.redis) {
+                (Some(b), Some(a)) if sc.uses_agent() => Some(script_and_total_calls(b, a)),
+                _ => None,
+            },
+            decisions,
+        })
+    }
+
+    fn wrk_args(&self, sc: &Scenario, envoy: &Envoy, seconds: u32) -> Result<Vec<String>> {
+        let script = match sc.keys {
+            Keys::Unique(header) => Some(wrk::unique_key_script(self.dir, header, &nonce())?),
+            Keys::Fixed(..) => None,
+        };
+        Ok(wrk::args(
+            &envoy.url(),
+            seconds,
+            self.opts.connections,
+            sc.keys,
+            script.as_deref(),
+        ))
+    }
+
+    fn snapshot(&self, envoy: &Envoy) -> Result<Snapshot> {
+        Ok(Snapshot {
+            envoy_cpu: envoy.proc.cpu_seconds()?,
+            agent_cpu: self.agent.proc.cpu_seconds()?,
+            redis: self.redis.as_ref().map(Redis::command_counts).transpose()?,
+            decisions: envoy.stats("wasmcustom.meshlimit.rule.")?,
+        })
+    }
+
+    fn open_loop(&mut self, sc: &Scenario, round: usize, rate: f64) -> Result<Latency> {
+        let mut envoy = Envoy::start(
+            sc,
+            self.agent.port,
+            self.opts.filter_timeout_ms,
+            &self.opts.envoy_cpu,
+            self.dir,
+        )?;
+        // A closed-loop second first: V8 tiers the module up, the pools fill,
+        // and the open-loop warm-up starts from a steady Envoy.
+        let warm = self.wrk_args(sc, &envoy, WARMUP_SECONDS)?;
+        wrk::run(&self.opts.load_cpu, &warm)?;
+        let mut args = vec![
+            "--url".to_string(),
+            envoy.url(),
+            "--rate".into(),
+            format!("{rate}"),
+            "--duration".into(),
+            format!("{}", self.opts.latency_seconds),
+            "--warmup".into(),
+            "1".into(),
+            "--connections".into(),
+            LOADGEN_CONNECTIONS.to_string(),
+        ];
+        match sc.keys {
+            Keys::Fixed(name, value) => {
+                args.extend(["--header".into(), format!("{name}: {value}")])
+            }
+            Keys::Unique(name) => args.extend(["--unique-header".into(), name.to_string()]),
+        }
+        let bin = loadgen_bin();
+        let cpu = &self.opts.load_cpu;
+        self.results.step(
+            format!("loadgen ({})", sc.id),
+            format!("taskset -c {cpu} {} {}", bin.display(), shell_words(&args)),
+        );
+        let text = output(
+            Command::new("taskset")
+                .arg("-c")
+                .arg(cpu)
+                .arg(&bin)
+                .args(&args),
+        )?;
+        envoy.proc.check_running()?;
+        parse_loadgen(sc.id, round, &text)
+    }
+}
+
+pub fn loadgen_bin() -> PathBuf {
+    meshlimit_tests::target_dir().join("release/meshlimit-loadgen")
+}
+
+fn parse_loadgen(scenario: &'static str, round: usize, text: &str) -> Result<Latency> {
+    let v: serde_json::Value =
+        serde_json::from_str(text.trim()).context("meshlimit-loadgen output")?;
+    let f = |path: &str| v.pointer(path).and_then(serde_json::Value::as_f64);
+    let u = |path: &str| v.pointer(path).and_then(serde_json::Value::as_u64);
+    let non_2xx = v
+        .get("status")
+        .and_then(serde_json::Value::as_object)
+        .map_or(0, |m| {
+            m.iter()
+                .filter(|(code, _)| !code.starts_with('2'))
+                .filter_map(|(_, n)| n.as_u64())
+                .sum()
+        });
+    let missing = || BenchError::new(format!("meshlimit-loadgen output lacks a field: {text}"));
+    Ok(Latency {
+        scenario,
+        round,
+        rate: f("/rate").ok_or_else(missing)?,
+        p50: f("/latency_us/p50").ok_or_else(missing)?,
+        p99: f("/latency_us/p99").ok_or_else(missing)?,
+        p999: f("/latency_us/p999").ok_or_else(missing)?,
+        max: f("/latency_us/max").ok_or_else(missing)?,
+        completed: u("/completed").ok_or_else(missing)?,
+        errors: u("/errors").unwrap_or(0) + u("/dropped").unwrap_or(0),
+        non_2xx,
+    })
+}
+
+/// A value unique to this run, for unique keys.
+fn nonce() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{:x}", nanos & 0xffff_ffff_ffff)
+}
+
+/// Arguments quoted for a shell where needed, for the report.
+pub fn shell_words(args: &[String]) -> String {
+    args.iter()
+        .map(|a| {
+            if a.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_./:=@,".contains(c))
+            {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -1,0 +1,189 @@
+//! The agent (and Redis for its store), pinned to the load generator's CPU so
+//! Envoy's CPU holds Envoy alone. Their CPU and Redis's command counts are read
+//! around each measured run.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use meshlimit_tests::{free_port, try_request};
+
+use crate::error::{BenchError, Context, Result};
+use crate::procs::{output, wait_for, Pinned};
+
+/// Which store the agent uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StoreChoice {
+    /// Redis if this agent build supports it, else the in-memory store.
+    Auto,
+    Memory,
+    Redis,
+}
+
+pub struct Redis {
+    /// Held for its `Drop`: Redis stops with this value.
+    _proc: Pinned,
+    pub port: u16,
+}
+
+pub struct Agent {
+    pub proc: Pinned,
+    pub port: u16,
+    /// `memory` or `redis://127.0.0.1:PORT`.
+    pub store: String,
+    pub command: String,
+}
+
+/// Redis commands counted by INFO commandstats, by command name.
+pub type CommandCounts = BTreeMap<String, u64>;
+
+impl Redis {
+    pub fn start(cpu: &str, dir: &Path) -> Result<Redis> {
+        let port = free_port();
+        let args: Vec<String> = [
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let mut proc = Pinned::spawn("redis", cpu, Path::new("redis-server"), &args, dir)?;
+        wait_for(
+            Duration::from_secs(10),
+            "redis-server to answer PING",
+            || {
+                proc.check_running()?;
+                let pong =
+                    output(Command::new("redis-cli").args(["-p", &port.to_string(), "ping"]));
+                Ok(pong.is_ok_and(|p| p.trim() == "PONG").then_some(()))
+            },
+        )?;
+        Ok(Redis { _proc: proc, port })
+    }
+
+    /// Calls per command since Redis started (`INFO commandstats`), without the
+    /// INFO calls this driver makes.
+    pub fn command_counts(&self) -> Result<CommandCounts> {
+        let text = output(Command::new("redis-cli").args([
+            "-p",
+            &self.port.to_string(),
+            "info",
+            "commandstats",
+        ]))?;
+        Ok(text
+            .lines()
+            .filter_map(|l| {
+                let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+                let calls = rest.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
+                Some((name.to_string(), calls.parse().ok()?))
+            })
+            .filter(|(name, _)| name != "info")
+            .collect())
+    }
+}
+
+/// Script calls (EVALSHA, EVAL and their read-only and function forms) and all
+/// commands between two snapshots.
+pub fn script_and_total_calls(before: &CommandCounts, after: &CommandCounts) -> (u64, u64) {
+    let delta = |name: &str| {
+        after
+            .get(name)
+            .copied()
+            .unwrap_or(0)
+            .saturating_sub(before.get(name).copied().unwrap_or(0))
+    };
+    let scripts = [
+        "evalsha",
+        "eval",
+        "evalsha_ro",
+        "eval_ro",
+        "fcall",
+        "fcall_ro",
+    ]
+    .iter()
+    .map(|n| delta(n))
+    .sum();
+    let total = after.keys().map(|n| delta(n)).sum();
+    (scripts, total)
+}
+
+impl Agent {
+    /// Starts the release agent with `rules` on `store` and waits for `/readyz`.
+    pub fn start(rules: &str, store: &str, cpu: &str, dir: &Path) -> Result<Agent> {
+        let rules_path: PathBuf = dir.join("rules.yaml");
+        std::fs::write(&rules_path, rules).context(rules_path.display())?;
+        let port = free_port();
+        let args: Vec<String> = [
+            "run",
+            "--rules",
+            &rules_path.to_string_lossy(),
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--store",
+            store,
+            "--log",
+            "warn",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let binary = meshlimit_tests::agent_bin();
+        let command = format!("taskset -c {cpu} {} {}", binary.display(), args.join(" "));
+        let mut proc = Pinned::spawn("agent", cpu, &binary, &args, dir)?;
+        let ready = format!("http://127.0.0.1:{port}/readyz");
+        wait_for(Duration::from_secs(20), "the agent's /readyz", || {
+            proc.check_running()?;
+            Ok(try_request("GET", &ready, &[], None)
+                .is_ok_and(|r| r.status == 200)
+                .then_some(()))
+        })?;
+        Ok(Agent {
+            proc,
+            port,
+            store: store.to_string(),
+            command,
+        })
+    }
+}
+
+/// Starts Redis (unless the choice is `memory`) and the agent on it. With `auto`,
+/// an agent build that refuses the Redis store falls back to memory, and the
+/// returned note says so.
+pub fn start_store_and_agent(
+    choice: StoreChoice,
+    rules: &str,
+    cpu: &str,
+    dir: &Path,
+) -> Result<(Option<Redis>, Agent, String)> {
+    if choice == StoreChoice::Memory {
+        let agent = Agent::start(rules, "memory", cpu, dir)?;
+        return Ok((None, agent, "memory (chosen)".into()));
+    }
+    let redis = Redis::start(cpu, dir)?;
+    let url = format!("redis://127.0.0.1:{}", redis.port);
+    match Agent::start(rules, &url, cpu, dir) {
+        Ok(agent) => Ok((
+            Some(redis),
+            agent,
+            format!("redis ({url}, redis-server on CPU {cpu})"),
+        )),
+        Err(e) if choice == StoreChoice::Auto => {
+            eprintln!("bench: the agent refused the Redis store, using memory: {e}");
+            let agent = Agent::start(rules, "memory", cpu, dir)?;
+            let first_line = e.to_string().lines().last().unwrap_or_default().to_string();
+            Ok((
+                None,
+                agent,
+                format!("memory (this agent build refused --store redis: {first_line})"),
+            ))
+        }
+        Err(e) => Err(BenchError::new(format!("agent on {url}: {e}"))),
+    }
+}

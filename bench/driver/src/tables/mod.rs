@@ -1,0 +1,95 @@
+//! The report's tables. Each figure is shown as median [min–max] over rounds,
+//! beside its baseline from the same run and the target from BENCHMARKS.md.
+
+mod costs;
+mod latency;
+mod throughput;
+
+use crate::records::{Spread, Throughput};
+use crate::scenario;
+
+pub use costs::{agent, micro};
+pub use latency::latency;
+pub use throughput::{attribution, headline, over_limit, throughput};
+
+/// Requests a run admitted per second.
+pub(super) fn admitted(t: &Throughput) -> f64 {
+    t.wrk.admitted_rps()
+}
+
+/// Envoy CPU microseconds per request, from /proc.
+pub(super) fn cpu_us(t: &Throughput) -> f64 {
+    t.envoy_cpu_s / t.wrk.requests.max(1) as f64 * 1e6
+}
+
+/// 1/(req/s of x) − 1/(req/s of base), in microseconds: the added Envoy CPU per
+/// request of a saturated single-worker Envoy.
+pub(super) fn added_us(x: &Throughput, base: &Throughput) -> f64 {
+    (1.0 / admitted(x) - 1.0 / admitted(base)) * 1e6
+}
+
+pub fn fmt_num(v: f64, decimals: usize) -> String {
+    let text = format!("{:.*}", decimals, v.abs());
+    let (int, frac) = text
+        .split_once('.')
+        .map_or((text.as_str(), None), |(i, f)| (i, Some(f)));
+    let mut grouped = String::new();
+    for (i, c) in int.chars().enumerate() {
+        if i > 0 && (int.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(c);
+    }
+    let sign = if v < 0.0 && text.chars().any(|c| c.is_ascii_digit() && c != '0') {
+        "-"
+    } else {
+        ""
+    };
+    match frac {
+        Some(f) => format!("{sign}{grouped}.{f}"),
+        None => format!("{sign}{grouped}"),
+    }
+}
+
+pub fn fmt_spread(s: Option<Spread>, decimals: usize) -> String {
+    match s {
+        Some(s) if s.min == s.max => fmt_num(s.median, decimals),
+        Some(s) => format!(
+            "{} [{}–{}]",
+            fmt_num(s.median, decimals),
+            fmt_num(s.min, decimals),
+            fmt_num(s.max, decimals)
+        ),
+        None => "n/a".into(),
+    }
+}
+
+pub(super) fn verdict(ok: Option<bool>) -> &'static str {
+    match ok {
+        Some(true) => "met",
+        Some(false) => "**missed**",
+        None => "n/a",
+    }
+}
+
+pub(super) fn label(id: &str) -> String {
+    let all = scenario::throughput_round()
+        .into_iter()
+        .chain(scenario::over_limit(0));
+    all.into_iter()
+        .find(|s| s.id == id)
+        .map_or_else(|| id.to_string(), |s| format!("({id}) {}", s.label))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_grouped() {
+        assert_eq!(fmt_num(1_234_567.891, 1), "1,234,567.9");
+        assert_eq!(fmt_num(-1234.0, 0), "-1,234");
+        assert_eq!(fmt_num(0.5, 2), "0.50");
+        assert_eq!(fmt_num(-0.001, 1), "0.0");
+    }
+}

@@ -11,6 +11,11 @@ DEPLOY_AGENT_BIN   ?= target/release/meshlimit-agent
 DEPLOY_FILTER_WASM ?= target/wasm32-wasip1/release/meshlimit_filter.wasm
 DEPLOY_ENVOY       ?= $(or $(ENVOY),.venv/bin/envoy)
 DEPLOY_OCI_DIR     ?= target/oci/meshlimit-filter
+# Envoy bootstraps outside the overlays held to the shipped fleet's rules (every
+# HCM that runs the filter: use_remote_address, path normalisation, headers with
+# underscores rejected; the filter never FAIL_OPEN, MESHLIMIT_SECRET from the
+# host): the repository's own and the tests' Istio-shaped ones.
+DEPLOY_BOOTSTRAPS  ?= deploy/envoy/envoy.yaml envoy.yaml tests/envoy/istio-sidecar.yaml tests/envoy/istio-gateway.yaml
 
 # The checks leave no __pycache__ in deploy/tools.
 deploy-% wasm-oci: export PYTHONDONTWRITEBYTECODE = 1
@@ -45,9 +50,12 @@ deploy-selftest: deploy-tools
 	$(DEPLOY_PY) -m unittest discover -s deploy/tools -p 'test_*.py'
 
 # Render every overlay; validate standard kinds (kubernetes-validate, strict)
-# and the CRDs (deploy/schemas); lint meshlimit's own invariants.
+# and the CRDs (deploy/schemas); lint meshlimit's own invariants, the trust
+# boundary included (secret, NetworkPolicy, hardened HCMs, no FAIL_OPEN), and
+# hold every DEPLOY_BOOTSTRAPS file to the same HCM and filter rules.
 deploy-manifests: deploy-tools
-	$(DEPLOY_PY) deploy/tools/manifests.py --out $(DEPLOY_OUT) $(DEPLOY_OVERLAYS)
+	$(DEPLOY_PY) deploy/tools/manifests.py --out $(DEPLOY_OUT) $(DEPLOY_OVERLAYS) \
+	  $(addprefix --bootstrap ,$(DEPLOY_BOOTSTRAPS))
 
 # The rendered PrometheusRule's rules: promtool check, then its unit tests; the
 # dashboard's queries, parsed by promtool as recording rules.
@@ -96,7 +104,13 @@ deploy-envoy-config: deploy-manifests
 	      || { echo "FAIL deploy-envoy-config: $$f.yaml does not load in Envoy with the filter"; \
 	           $(DEPLOY_ENVOY) --mode validate -c $(DEPLOY_OUT)/$$f.local.yaml --log-level warn 2>&1 | tail -5; exit 1; }; \
 	  done; \
-	  echo "ok   Envoy with the filter loads deploy/envoy/envoy.yaml and the WasmPlugin's pluginConfig"; \
+	  for f in tests/envoy/istio-sidecar.yaml tests/envoy/istio-gateway.yaml; do \
+	    sed 's#target/wasm32-wasip1/release/meshlimit_filter.wasm#$(abspath $(DEPLOY_FILTER_WASM))#' \
+	      $$f > $(DEPLOY_OUT)/$$(basename $$f .yaml).local.yaml; \
+	    $(DEPLOY_ENVOY) --mode validate -c $(DEPLOY_OUT)/$$(basename $$f .yaml).local.yaml --log-level error >/dev/null \
+	      || { echo "FAIL deploy-envoy-config: $$f does not load in Envoy with the filter"; exit 1; }; \
+	  done; \
+	  echo "ok   Envoy with the filter loads deploy/envoy/envoy.yaml, the WasmPlugin's pluginConfig and tests/envoy/istio-*.yaml"; \
 	fi
 
 # The Istio image layout: index -> manifest -> config and layer digests and

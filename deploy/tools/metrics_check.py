@@ -14,6 +14,7 @@ import argparse
 import json
 import pathlib
 import re
+import secrets
 import socket
 import subprocess
 import sys
@@ -90,6 +91,17 @@ def compare(used, text):
     return errors, notes
 
 
+def secret_env(secret, **extra):
+    """The environment the agent and Envoy run with here: the per-deployment
+    secret (MESHLIMIT_SECRET; the agent refuses to start without it, the filter
+    reads it from its VM's environment) and nothing of the caller's."""
+    return {"PATH": "/usr/bin:/bin", "MESHLIMIT_SECRET": secret, **extra}
+
+
+def new_secret():
+    return secrets.token_hex(32)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -146,8 +158,10 @@ def envoy_config(listen, admin, agent_port, wasm):
         "http_filters": [
             {"name": "envoy.filters.http.wasm", "typed_config": {
                 "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
-                "config": {"name": "meshlimit", "failure_policy": "FAIL_OPEN",
+                "config": {"name": "meshlimit", "failure_policy": "FAIL_RELOAD",
+                           "reload_config": {"backoff": {"base_interval": "0.01s", "max_interval": "1s"}},
                            "vm_config": {"vm_id": "meshlimit", "runtime": "envoy.wasm.runtime.v8",
+                                         "environment_variables": {"host_env_keys": ["MESHLIMIT_SECRET"]},
                                          "code": {"local": {"filename": str(wasm)}}},
                            "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue",
                                              "value": json.dumps(plugin)}}}},
@@ -164,14 +178,15 @@ def envoy_config(listen, admin, agent_port, wasm):
                               {"lb_endpoints": [{"endpoint": {"address": addr(agent_port)}}]}]}}]}}
 
 
-def drive_traffic(envoy, wasm, agent_port, tmp, procs):
+def drive_traffic(envoy, wasm, agent_port, tmp, procs, secret):
     """Requests through a real Envoy so the agent sees leases, decisions and syncs."""
     listen, admin = free_port(), free_port()
     cfg = pathlib.Path(tmp) / "envoy.json"
     cfg.write_text(json.dumps(envoy_config(listen, admin, agent_port, wasm)))
     log = open(pathlib.Path(tmp) / "envoy.log", "w")
     proc = subprocess.Popen([envoy, "-c", str(cfg), "--disable-hot-restart", "--concurrency", "1",
-                             "--log-level", "warn"], stdout=log, stderr=subprocess.STDOUT)
+                             "--log-level", "warn"], stdout=log, stderr=subprocess.STDOUT,
+                            env=secret_env(secret))
     procs.append(proc)
     wait_for(f"http://127.0.0.1:{admin}/ready", proc, "envoy")
     wait_for_rules(f"http://127.0.0.1:{listen}", proc)
@@ -186,17 +201,17 @@ def drive_traffic(envoy, wasm, agent_port, tmp, procs):
 
 
 def scrape_agent(args):
-    port = free_port()
+    port, secret = free_port(), new_secret()
     with tempfile.TemporaryDirectory() as tmp:
         log = open(pathlib.Path(tmp) / "agent.log", "w")
         agent = subprocess.Popen([args.agent, "run", "--rules", args.rules, "--listen", f"127.0.0.1:{port}",
                                   "--store", "memory"], stdout=log, stderr=subprocess.STDOUT,
-                                 env={"PATH": "/usr/bin:/bin", "RUST_LOG": "warn"})
+                                 env=secret_env(secret, RUST_LOG="warn"))
         procs = [agent]
         try:
             wait_for(f"http://127.0.0.1:{port}/readyz", agent, "meshlimit-agent")
             if args.envoy and args.wasm and pathlib.Path(args.envoy).exists() and pathlib.Path(args.wasm).exists():
-                drive_traffic(args.envoy, args.wasm, port, tmp, procs)
+                drive_traffic(args.envoy, args.wasm, port, tmp, procs, secret)
             else:
                 print(f"     no traffic driven (envoy {args.envoy} or module {args.wasm} missing): "
                       "labelled series count only if the agent creates them at startup")

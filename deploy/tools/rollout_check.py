@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from metrics_check import free_port, get, wait_for
+from metrics_check import free_port, get, new_secret, secret_env, wait_for
 
 
 class ConfigMapVolume:
@@ -87,7 +87,7 @@ def main():
         agent = subprocess.Popen([args.agent, "run", "--rules", str(volume.root / "rules.yaml"),
                                   "--listen", f"127.0.0.1:{port}", "--store", "memory"],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                 env={"PATH": "/usr/bin:/bin", "RUST_LOG": "warn"})
+                                 env=secret_env(new_secret(), RUST_LOG="warn"))
         try:
             wait_for(f"{base}/readyz", agent, "meshlimit-agent")
             first = version(get(f"{base}/metrics")[1])

@@ -13,6 +13,8 @@ import tempfile
 import textwrap
 import unittest
 
+import yaml
+
 import manifests
 import metrics_check
 import wasm_oci
@@ -60,6 +62,95 @@ def wasm_plugin(docs):
     return manifests.find(docs, "WasmPlugin")[0]["spec"]
 
 
+def agent_env(docs, name="MESHLIMIT_SECRET"):
+    return next(e for e in agent_container(docs)["env"] if e["name"] == name)
+
+
+def network_policy(docs):
+    return manifests.find(docs, "NetworkPolicy", "meshlimit-agent")[0]["spec"]
+
+
+def inbound_patch(docs):
+    """The HCM fields meshlimit's EnvoyFilter merges into sidecar inbound listeners."""
+    ef = manifests.find(docs, "EnvoyFilter")[0]["spec"]
+    return ef["configPatches"][0]["patch"]["value"]["typed_config"]
+
+
+def fleet(change):
+    """A change to the plain-Envoy fleet's bootstrap (the wasm config and its HCM), in its ConfigMap."""
+    def apply(docs):
+        cm = next(c for c in manifests.find(docs, "ConfigMap") if "envoy.yaml" in c.get("data", {}))
+        boot = yaml.safe_load(cm["data"]["envoy.yaml"])
+        hcm = next(manifests._typed(boot, manifests.HCM_TYPE))
+        change(hcm, next(manifests._wasm_configs(boot)))
+        cm["data"]["envoy.yaml"] = yaml.safe_dump(boot)
+    return apply
+
+
+def fleet_container(docs):
+    return manifests.find(docs, "Deployment", "edge-envoy")[0]["spec"]["template"]["spec"]["containers"][0]
+
+
+# Each breakage of the trust boundary the deploy checks exist for, on the
+# overlay it concerns: the check must report it.
+TRUST_BREAKAGES = {
+    "istio": {
+        "agent without MESHLIMIT_SECRET": lambda d: agent_container(d)["env"].remove(agent_env(d)),
+        "agent secret as a literal": lambda d: agent_env(d).update(value="x" * 64) or agent_env(d).pop("valueFrom"),
+        "agent secret from another Secret": lambda d: agent_env(d)["valueFrom"]["secretKeyRef"].update(
+            name="other"),
+        "agent secret optional": lambda d: agent_env(d)["valueFrom"]["secretKeyRef"].update(optional=True),
+        "agent on hostNetwork": lambda d: manifests.find(d, "DaemonSet", "meshlimit-agent")[0]["spec"][
+            "template"]["spec"].update(hostNetwork=True),
+        "agent hostPort": lambda d: agent_container(d)["ports"][0].update(hostPort=8081),
+        "no NetworkPolicy": lambda d: d.remove(manifests.find(d, "NetworkPolicy", "meshlimit-agent")[0]),
+        "NetworkPolicy selects other pods": lambda d: network_policy(d)["podSelector"].update(
+            matchLabels={"app.kubernetes.io/name": "other"}),
+        "NetworkPolicy rule without from": lambda d: network_policy(d)["ingress"][0].pop("from"),
+        "NetworkPolicy empty peer": lambda d: network_policy(d)["ingress"][0]["from"].append({}),
+        "NetworkPolicy 0.0.0.0/0": lambda d: network_policy(d)["ingress"][0]["from"].append(
+            {"ipBlock": {"cidr": "0.0.0.0/0"}}),
+        "NetworkPolicy every port": lambda d: network_policy(d)["ingress"][0].pop("ports"),
+        "WasmPlugin FAIL_OPEN": lambda d: wasm_plugin(d).update(failStrategy="FAIL_OPEN"),
+        "WasmPlugin default failStrategy": lambda d: wasm_plugin(d).pop("failStrategy"),
+        "WasmPlugin without the secret": lambda d: wasm_plugin(d).pop("vmConfig"),
+        "WasmPlugin secret inline": lambda d: wasm_plugin(d)["vmConfig"]["env"][0].update(valueFrom="INLINE"),
+        "no inbound EnvoyFilter": lambda d: d.remove(manifests.find(d, "EnvoyFilter")[0]),
+        "EnvoyFilter on outbound": lambda d: manifests.find(d, "EnvoyFilter")[0]["spec"]["configPatches"][0][
+            "match"].update(context="SIDECAR_OUTBOUND"),
+        "EnvoyFilter for one port": lambda d: manifests.find(d, "EnvoyFilter")[0]["spec"]["configPatches"][0][
+            "match"]["listener"].update(portNumber=8080),
+        "EnvoyFilter for other workloads": lambda d: manifests.find(d, "EnvoyFilter")[0]["spec"].update(
+            workloadSelector={"labels": {"app": "one"}}),
+        "inbound use_remote_address false": lambda d: inbound_patch(d).update(use_remote_address=False),
+        "inbound xff_num_trusted_hops unset": lambda d: inbound_patch(d).pop("xff_num_trusted_hops"),
+        "inbound normalize_path unset": lambda d: inbound_patch(d).pop("normalize_path"),
+        "inbound merge_slashes false": lambda d: inbound_patch(d).update(merge_slashes=False),
+        "inbound escaped slashes kept": lambda d: inbound_patch(d).update(
+            path_with_escaped_slashes_action="KEEP_UNCHANGED"),
+        "inbound underscores allowed": lambda d: inbound_patch(d)["common_http_protocol_options"].update(
+            headers_with_underscores_action="ALLOW"),
+        "EnvoyFilter unknown field": lambda d: manifests.find(d, "EnvoyFilter")[0]["spec"].update(priorty=1),
+    },
+    "envoy": {
+        "fleet FAIL_OPEN": fleet(lambda h, w: w.update(failure_policy="FAIL_OPEN")),
+        "fleet fail_open": fleet(lambda h, w: w.pop("failure_policy") and w.update(fail_open=True)),
+        "fleet without host_env_keys": fleet(lambda h, w: w["vm_config"].pop("environment_variables")),
+        "fleet use_remote_address unset": fleet(lambda h, w: h.pop("use_remote_address")),
+        "fleet xff_num_trusted_hops unset": fleet(lambda h, w: h.pop("xff_num_trusted_hops")),
+        "fleet normalize_path false": fleet(lambda h, w: h.update(normalize_path=False)),
+        "fleet merge_slashes unset": fleet(lambda h, w: h.pop("merge_slashes")),
+        "fleet escaped slashes unset": fleet(lambda h, w: h.pop("path_with_escaped_slashes_action")),
+        "fleet underscores unset": fleet(lambda h, w: h.pop("common_http_protocol_options")),
+        "fleet Envoy without the secret": lambda d: fleet_container(d).pop("env"),
+        "fleet Envoy secret literal": lambda d: fleet_container(d)["env"][0].update(value="x") or
+        fleet_container(d)["env"][0].pop("valueFrom"),
+        "agent without MESHLIMIT_SECRET": lambda d: agent_container(d)["env"].remove(agent_env(d)),
+        "no NetworkPolicy": lambda d: d.remove(manifests.find(d, "NetworkPolicy", "meshlimit-agent")[0]),
+    },
+}
+
+
 class ManifestTests(unittest.TestCase):
     def test_overlays_are_clean(self):
         self.assertEqual(manifests.validate(ISTIO) + manifests.lint(ISTIO, RULES), [])
@@ -95,6 +186,43 @@ class ManifestTests(unittest.TestCase):
         for what, change in cases.items():
             with self.subTest(what):
                 self.assertNotEqual(problems(ISTIO, change), [], what)
+
+    def test_trust_breakages_are_caught(self):
+        for overlay, cases in TRUST_BREAKAGES.items():
+            docs = {"istio": ISTIO, "envoy": ENVOY}[overlay]
+            for what, change in cases.items():
+                with self.subTest(overlay=overlay, breakage=what):
+                    self.assertNotEqual(problems(docs, change), [], what)
+
+    def test_bootstrap_files_are_held_to_the_same_rules(self):
+        """--bootstrap: a file that is the fleet's bootstrap passes; each of its
+        breakages fails, and so does a file whose HCMs run no filter at all."""
+        good = yaml.safe_load((DEPLOY / "envoy" / "envoy.yaml").read_text())
+        breakages = {
+            "FAIL_OPEN": lambda h, w: w.update(failure_policy="FAIL_OPEN"),
+            "no secret": lambda h, w: w["vm_config"].pop("environment_variables"),
+            "XFF address": lambda h, w: h.update(use_remote_address=False),
+            "no normalize_path": lambda h, w: h.pop("normalize_path"),
+            "no merge_slashes": lambda h, w: h.pop("merge_slashes"),
+            "escaped slashes kept": lambda h, w: h.update(
+                path_with_escaped_slashes_action="IMPLEMENTATION_SPECIFIC_DEFAULT"),
+            "underscores dropped, not rejected": lambda h, w: h["common_http_protocol_options"].update(
+                headers_with_underscores_action="DROP_HEADER"),
+            "no filter": lambda h, w: h.update(http_filters=[f for f in h["http_filters"]
+                                                             if f["name"] != "envoy.filters.http.wasm"]),
+        }
+        with tempfile.TemporaryDirectory() as tmp:
+            path = pathlib.Path(tmp) / "envoy.yaml"
+            path.write_text(yaml.safe_dump(good))
+            self.assertEqual(manifests.check_bootstraps([path]), ([], [str(path)]))
+            for what, change in breakages.items():
+                with self.subTest(what):
+                    boot = copy.deepcopy(good)
+                    change(next(manifests._typed(boot, manifests.HCM_TYPE)), next(manifests._wasm_configs(boot)))
+                    path.write_text(yaml.safe_dump(boot))
+                    errors, oks = manifests.check_bootstraps([path])
+                    self.assertNotEqual(errors, [], what)
+                    self.assertEqual(oks, [])
 
     def test_envoy_fleet_must_reach_the_agent_service(self):
         def repoint(docs):

@@ -39,6 +39,11 @@ rm -rf "$RUN"
 mkdir -p "$RUN"
 PIDS=()
 
+# The deployment secret the agent and the filter share (the agent refuses
+# callers without it); a fresh one per run, in the environment of both.
+MESHLIMIT_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+export MESHLIMIT_SECRET
+
 stop_all() {
     local pid deadline
     for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done

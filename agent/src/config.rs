@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
+use meshlimit_core::secret::Secret;
 
 /// The exit code for a bad flag or configuration (BSD `EX_USAGE`).
 pub const EXIT_USAGE: u8 = 64;
@@ -29,6 +30,40 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Validate a rules file: exit 0 when it is valid, else print every error and exit 1.
     CheckRules(CheckRulesArgs),
+    /// Print the id that metrics, logs and Redis key names use for a key (a keyed
+    /// hash: only holders of the deployment's secret can map a key to its id).
+    KeyId(KeyIdArgs),
+}
+
+/// Where the deployment's secret comes from.
+#[derive(Debug, Clone, Args)]
+pub struct SecretArgs {
+    /// The deployment's secret, at least 32 bytes (`openssl rand -hex 32`). Set
+    /// it through the environment (from a Kubernetes Secret), not on the command
+    /// line, where other users of the host can read it.
+    #[arg(
+        long = "secret",
+        env = "MESHLIMIT_SECRET",
+        hide_env_values = true,
+        hide = true
+    )]
+    pub secret: Option<String>,
+    /// A file holding the deployment's secret (a mounted Kubernetes Secret); used
+    /// when MESHLIMIT_SECRET is not set.
+    #[arg(long, env = "MESHLIMIT_SECRET_FILE", value_name = "PATH")]
+    pub secret_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct KeyIdArgs {
+    /// The rule whose key it is.
+    #[arg(long)]
+    pub rule: String,
+    /// The key's parts, in the rule's `key` order (e.g. the API key, then the method).
+    #[arg(value_name = "PART", required = true)]
+    pub parts: Vec<String>,
+    #[command(flatten)]
+    pub secret: SecretArgs,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -96,6 +131,8 @@ pub struct RunArgs {
     /// Log filter, in `tracing_subscriber::EnvFilter` syntax (e.g. `info,meshlimit_agent=debug`).
     #[arg(long, env = "MESHLIMIT_LOG", default_value = "info")]
     pub log: String,
+    #[command(flatten)]
+    pub secret: SecretArgs,
     /// Another region sharing the `global` rules, and its Redis: NAME=redis://HOST:PORT
     /// or NAME=redis+cluster://HOST:PORT,…; repeatable (`;` between them in the
     /// variable). Reached only by background tasks.
@@ -146,6 +183,8 @@ pub enum ConfigError {
     LogFilter { filter: String, reason: String },
     #[error("regions: {0}")]
     Regions(String),
+    #[error("secret: {0}")]
+    Secret(String),
 }
 
 impl Cli {
@@ -167,7 +206,7 @@ impl Cli {
                 CliExit {
                     code: EXIT_USAGE,
                     message:
-                        "meshlimit-agent: a subcommand is required: run or check-rules (see --help)"
+                        "meshlimit-agent: a subcommand is required: run, check-rules or key-id (see --help)"
                             .into(),
                     to_stdout: false,
                 }
@@ -200,6 +239,25 @@ impl RunArgs {
 
     pub fn rules_poll(&self) -> Duration {
         Duration::from_millis(self.rules_poll_ms)
+    }
+}
+
+impl SecretArgs {
+    /// The secret, from MESHLIMIT_SECRET or else the file. Refused when absent or
+    /// too short: an agent without one would serve any caller.
+    pub fn load(&self) -> Result<Secret, ConfigError> {
+        let bytes = match (&self.secret, &self.secret_file) {
+            (Some(s), _) => s.clone().into_bytes(),
+            (None, Some(path)) => std::fs::read(path)
+                .map_err(|e| ConfigError::Secret(format!("cannot read {}: {e}", path.display())))?,
+            (None, None) => {
+                return Err(ConfigError::Secret(
+                    "none given: set MESHLIMIT_SECRET or --secret-file (see deploy/README.md)"
+                        .into(),
+                ))
+            }
+        };
+        Secret::new(&bytes).map_err(|e| ConfigError::Secret(e.to_string()))
     }
 }
 

@@ -7,8 +7,9 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use meshlimit_agent::check_rules::check_rules;
-use meshlimit_agent::config::{Cli, Command, RunArgs};
+use meshlimit_agent::config::{Cli, Command, RunArgs, EXIT_USAGE};
 use meshlimit_agent::run::{init_logging, run, RunError};
+use meshlimit_core::DescriptorKey;
 
 fn main() -> ExitCode {
     let cli = match Cli::parse_from_args(std::env::args_os()) {
@@ -27,6 +28,17 @@ fn main() -> ExitCode {
             let code = check_rules(&args.path, &mut std::io::stdout(), &mut std::io::stderr());
             ExitCode::from(code)
         }
+        Command::KeyId(args) => match args.secret.load() {
+            Ok(secret) => {
+                let key = DescriptorKey::new(&args.rule, &args.parts);
+                let _ = writeln!(std::io::stdout(), "{}", secret.key_ids().id(&key));
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                let _ = writeln!(std::io::stderr(), "meshlimit-agent: {e}");
+                ExitCode::from(EXIT_USAGE)
+            }
+        },
         Command::Run(args) => match serve(*args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
-use crate::api::App;
+use crate::api::{App, Auth};
 use crate::config::{ConfigError, RunArgs, StoreSpec, EXIT_USAGE};
 use crate::leases::LeaseSettings;
 use crate::metrics::{Metrics, MetricsError};
@@ -79,7 +79,9 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let (trigger, shutdown) = shutdown::channel();
     let mut tasks = JoinSet::new();
     // Configuration problems first, before anything binds or logs.
+    let secret = args.secret.load()?;
     let metrics = Arc::new(Metrics::new(&args.region)?);
+    metrics.set_key_ids(secret.key_ids());
     let region_setup = regions::regions_config(&args, &agent_id(&args))?;
     let store = start_store(&args, &metrics, &mut tasks, &shutdown);
     let listener = TcpListener::bind(args.listen)
@@ -100,7 +102,13 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         rules.clone(),
         shutdown.clone(),
     ));
-    let app = App::new(rules, store.clone(), metrics.clone(), lease_settings(&args));
+    let app = App::new(
+        rules,
+        store.clone(),
+        metrics.clone(),
+        lease_settings(&args),
+        Auth::new(&secret),
+    );
     if let Some(cfg) = &region_setup {
         regions::start(cfg, &app.shares_handle(), &metrics, &mut tasks, &shutdown)
             .map_err(|e| ConfigError::Regions(e.to_string()))?;

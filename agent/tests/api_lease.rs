@@ -55,8 +55,11 @@ async fn an_exact_rule_grants_its_burst_one_by_one_then_denies_with_the_retry_ti
         sample(&text, "meshlimit_lease_denials_total", &login),
         Some(20.0)
     );
-    // The most rejected key, by name: the one bounded exception to "no keys in labels".
-    let top = [("rank", "1"), ("rule", "login"), ("key", "login|10.0.0.1")];
+    // The most rejected key, by its keyed-hash id (never in clear).
+    let id = meshlimit_core::secret::KeyIds::placeholder()
+        .id(&meshlimit_core::DescriptorKey::new("login", ["10.0.0.1"]))
+        .to_string();
+    let top = [("rank", "1"), ("rule", "login"), ("key", id.as_str())];
     assert_eq!(
         sample(&text, "meshlimit_top_rejected_keys", &top),
         Some(20.0)

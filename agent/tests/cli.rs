@@ -25,8 +25,11 @@ fn agent(args: &[&str]) -> Command {
             cmd.env_remove(key);
         }
     }
+    cmd.env("MESHLIMIT_SECRET", SECRET);
     cmd
 }
+
+const SECRET: &str = "cli-tests-secret-0123456789abcdef0123";
 
 fn run(cmd: &mut Command) -> (i32, String, String) {
     let Output {
@@ -233,4 +236,36 @@ fn run_serves_then_stops_cleanly_on_sigterm() {
         .read_to_string(&mut stderr)
         .unwrap();
     assert!(stderr.contains("SIGTERM: shutting down"), "{stderr}");
+}
+
+#[test]
+fn run_refuses_to_start_without_a_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = rules_file(dir.path(), GOOD);
+    let mut none = agent(&["run", "--rules", &rules, "--listen", "127.0.0.1:0"]);
+    none.env_remove("MESHLIMIT_SECRET");
+    assert_usage_error(run(&mut none), "secret: none given");
+    let mut short = agent(&["run", "--rules", &rules, "--listen", "127.0.0.1:0"]);
+    short.env("MESHLIMIT_SECRET", "too-short");
+    assert_usage_error(run(&mut short), "at least 32");
+}
+
+#[test]
+fn key_id_maps_a_known_key_to_its_id_and_only_with_the_secret() {
+    let id = |secret: &str| {
+        let mut cmd = agent(&["key-id", "--rule", "per-key", "k-123"]);
+        cmd.env("MESHLIMIT_SECRET", secret);
+        let (code, out, err) = run(&mut cmd);
+        assert_eq!(code, 0, "{err}");
+        out.trim().to_string()
+    };
+    let a = id(SECRET);
+    assert_eq!(a.len(), 32, "{a}");
+    assert!(a.bytes().all(|b| b.is_ascii_hexdigit()), "{a}");
+    assert_eq!(a, id(SECRET), "stable");
+    assert_ne!(a, id("another-secret-0123456789abcdef0123"));
+    // The same id the library computes (and metrics, logs and Redis names use).
+    let secret = meshlimit_core::secret::Secret::new(SECRET.as_bytes()).unwrap();
+    let key = meshlimit_core::DescriptorKey::new("per-key", ["k-123"]);
+    assert_eq!(a, secret.key_ids().id(&key).to_string());
 }

@@ -32,6 +32,7 @@ fn app() -> App {
         Arc::new(MemoryStore::new()),
         Arc::new(Metrics::new("eu").unwrap()),
         LeaseSettings::default(),
+        meshlimit_agent::api::Auth::new(&common::secret()),
     )
 }
 

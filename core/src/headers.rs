@@ -88,10 +88,25 @@ pub fn rejection_body(rule: &str, retry_after_ns: u64) -> String {
 pub fn unavailable_response(rule: &str) -> (Vec<(&'static str, String)>, String) {
     let fields = vec![
         ("retry-after", "1".to_string()),
+        // A caller's Envoy (an Istio sidecar retries 503s by default) does not
+        // retry a response carrying this, so a fail-closed rule is not retried
+        // into the outage.
+        ("x-envoy-ratelimited", "true".to_string()),
         ("x-meshlimit-rule", rule.to_string()),
         ("content-type", "application/json".to_string()),
     ];
     let body = serde_json::json!({"error": "limiter_unavailable", "rule": rule}).to_string();
+    (fields, body)
+}
+
+/// The 400 a request gets when the rules cannot be applied to it as sent (a
+/// header a rule keys on, sent twice).
+pub fn bad_request_response(
+    error: &crate::rules::RequestError,
+) -> (Vec<(&'static str, String)>, String) {
+    let fields = vec![("content-type", "application/json".to_string())];
+    let body =
+        serde_json::json!({"error": "ambiguous_request", "detail": error.to_string()}).to_string();
     (fields, body)
 }
 

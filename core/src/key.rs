@@ -6,10 +6,13 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use sha2::{Digest, Sha256};
+
 use crate::fingerprint::fingerprint;
 
 /// The longest part kept verbatim; longer values (hostile or not) are replaced by
-/// their fingerprint, which keeps them distinct but bounds every key's size.
+/// a 128-bit SHA-256 fingerprint, which bounds every key's size and keeps them
+/// distinct: finding two values with one fingerprint costs about 2^64 hashes.
 pub const MAX_PART_LEN: usize = 128;
 
 const SEPARATOR: char = '|';
@@ -20,13 +23,15 @@ const SEPARATOR: char = '|';
 pub struct DescriptorKey(String);
 
 impl DescriptorKey {
-    /// Builds the key of `rule` from the request's `parts`, in rule order.
-    pub fn new<'a>(rule: &str, parts: impl IntoIterator<Item = &'a str>) -> Self {
+    /// Builds the key of `rule` from the request's `parts` (bytes: header values
+    /// need not be UTF-8), in rule order. The encoding is injective: two different
+    /// lists of parts never give the same key.
+    pub fn new<P: AsRef<[u8]>>(rule: &str, parts: impl IntoIterator<Item = P>) -> Self {
         let mut key = String::with_capacity(rule.len() + 32);
         key.push_str(rule);
         for part in parts {
             key.push(SEPARATOR);
-            push_part(&mut key, part);
+            push_part(&mut key, part.as_ref());
         }
         Self(key)
     }
@@ -58,19 +63,38 @@ impl fmt::Display for DescriptorKey {
     }
 }
 
-fn push_part(key: &mut String, part: &str) {
+/// Appends one part. Bytes that are text go in as text, except the escape
+/// character, the separator, the fingerprint marker and control characters,
+/// which are `%XX`-escaped; bytes that are not UTF-8 are `%XX`-escaped too. So
+/// the text `%C3` (`%25C3`) and the byte 0xC3 (`%C3`) stay two keys.
+fn push_part(key: &mut String, part: &[u8]) {
     if part.len() > MAX_PART_LEN {
-        key.push_str(&format!("#{:016x}", fingerprint(part.as_bytes())));
+        let digest = Sha256::digest(part);
+        key.push('#');
+        key.push_str(&crate::secret::hex(&digest[..16]));
         return;
     }
-    for c in part.chars() {
-        match c {
-            // Escape the escape, the separator, the hash marker and control chars.
-            '%' | '|' | '#' => key.push_str(&format!("%{:02X}", c as u32)),
-            c if c.is_control() => key.push_str(&format!("%{:02X}", c as u32 & 0xff)),
-            c => key.push(c),
+    for chunk in part.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '%' | '|' | '#' => push_escaped(key, c as u32),
+                // Control characters are U+0000..U+001F and U+007F..U+009F: their
+                // low bytes are distinct, so the escape stays injective.
+                c if c.is_control() => push_escaped(key, c as u32 & 0xff),
+                c => key.push(c),
+            }
+        }
+        for b in chunk.invalid() {
+            push_escaped(key, u32::from(*b));
         }
     }
+}
+
+fn push_escaped(key: &mut String, byte: u32) {
+    const DIGITS: &[u8; 16] = b"0123456789ABCDEF";
+    key.push('%');
+    key.push(char::from(DIGITS[(byte >> 4 & 0xf) as usize]));
+    key.push(char::from(DIGITS[(byte & 0xf) as usize]));
 }
 
 #[cfg(test)]
@@ -91,10 +115,37 @@ mod tests {
         let long_b = format!("{}b", "a".repeat(9_999));
         let a = DescriptorKey::new("r", [long_a.as_str()]);
         let b = DescriptorKey::new("r", [long_b.as_str()]);
-        assert!(a.as_str().len() < 40);
+        assert!(a.as_str().len() < 40, "{a}");
         assert_ne!(a, b);
         // A short value cannot pose as a hashed long one.
         let forged = DescriptorKey::new("r", [&a.as_str()[2..]]);
         assert_ne!(forged, a);
+    }
+
+    #[test]
+    fn text_escapes_and_raw_bytes_are_two_keys() {
+        let text = DescriptorKey::new("r", [b"%C3".as_slice()]);
+        let byte = DescriptorKey::new("r", [b"\xC3".as_slice()]);
+        assert_ne!(text, byte);
+        assert_eq!(byte.as_str(), "r|%C3");
+        assert_eq!(text.as_str(), "r|%25C3");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn different_parts_give_different_keys(
+            a in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..12), 0..4),
+            b in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..12), 0..4),
+        ) {
+            // Bias towards the characters that need escaping.
+            let bias = |v: &Vec<Vec<u8>>| -> Vec<Vec<u8>> {
+                v.iter().map(|p| p.iter().map(|x| match x % 8 {
+                    0 => b'%', 1 => b'|', 2 => b'#', 3 => 0xC3, _ => *x,
+                }).collect()).collect()
+            };
+            let (a, b) = (bias(&a), bias(&b));
+            proptest::prop_assume!(a != b);
+            proptest::prop_assert_ne!(DescriptorKey::new("r", &a), DescriptorKey::new("r", &b));
+        }
     }
 }

@@ -12,7 +12,9 @@ pub mod fingerprint;
 pub mod headers;
 pub mod key;
 pub mod limit;
+pub mod path;
 pub mod rules;
+pub mod secret;
 pub mod slot;
 pub mod wire;
 

@@ -6,7 +6,7 @@ use std::num::{NonZeroU32, NonZeroU64};
 
 use serde::{Deserialize, Serialize};
 
-use crate::NANOS_PER_SEC;
+use crate::{NANOS_PER_MS, NANOS_PER_SEC};
 
 /// A validated token-bucket limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,6 +49,18 @@ impl Limit {
     /// Tokens per second, the figure rules are ordered by (strictest first).
     pub fn rate_per_sec(&self) -> f64 {
         self.rate_per_ns() * NANOS_PER_SEC as f64
+    }
+
+    /// The longest any request can honestly be told to wait: the time to refill
+    /// the whole burst, divided by the smallest share a region can hold
+    /// (`min_share`, 1 for a region-scoped rule).
+    pub fn max_wait_ns(&self, min_share: f64) -> u64 {
+        let ns = f64::from(self.burst.get()) / self.rate_per_ns() / min_share.max(1e-3);
+        if ns.is_finite() {
+            (ns.ceil() as u64).saturating_add(NANOS_PER_MS)
+        } else {
+            u64::MAX
+        }
     }
 
     /// The period in whole seconds, at least 1 (the `w` of RateLimit-Policy).

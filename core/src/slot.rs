@@ -4,9 +4,15 @@
 //! unreachable. Pure data and logic here; the filter does the get + CAS set.
 //!
 //! Slots are chosen by `fingerprint % slots`, so shared data stays bounded whatever
-//! the key cardinality. A slot holding another key's fingerprint reads as empty: a
-//! collision can drop lease tokens (never hoarded) or forget a denial (the agent is
-//! asked again), but never invents tokens.
+//! the key cardinality. A slot holding another key's fingerprint reads as empty
+//! but for its fail-local bucket, which stays with the slot: a collision can drop
+//! lease tokens (never hoarded) or forget a denial (the agent is asked again), and
+//! two colliding keys share one fail-local bucket (stricter, never looser); a
+//! collision never grants a token or refills a bucket.
+//!
+//! Times here are the host's wall clock, which can step. Whatever a slot says, a
+//! cached denial never lasts longer than the rule allows (`max_wait_ns`) and a
+//! lease never outlives [`MAX_LEASE_TTL_NS`] from now.
 
 use crate::bucket::{Bucket, Take};
 use crate::limit::Limit;
@@ -15,6 +21,8 @@ const FORMAT: u8 = 2;
 const ENCODED_LEN: usize = 82;
 /// The spend rate's time constant.
 const SPEND_TAU_NS: f64 = 1e9;
+/// The longest a lease may be kept, whatever the agent or a stepped clock says.
+pub const MAX_LEASE_TTL_NS: u64 = 2_000_000_000;
 
 /// One key's local state.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -70,13 +78,18 @@ impl SlotState {
         }
     }
 
-    /// Reads a slot for the key with `fingerprint`: anything else there (another
-    /// key, an old format, garbage) reads as empty.
+    /// Reads a slot for the key with `fingerprint`. Another key's state reads as
+    /// empty but keeps its fail-local bucket (a collision must not reset one);
+    /// an old format or garbage reads as empty.
     pub fn decode(bytes: Option<&[u8]>, fingerprint: u64) -> Self {
-        bytes
-            .and_then(Self::decode_exact)
-            .filter(|s| s.fingerprint == fingerprint)
-            .unwrap_or_else(|| Self::empty(fingerprint))
+        match bytes.and_then(Self::decode_exact) {
+            Some(s) if s.fingerprint == fingerprint => s,
+            Some(other) => Self {
+                fallback: other.fallback,
+                ..Self::empty(fingerprint)
+            },
+            None => Self::empty(fingerprint),
+        }
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -127,8 +140,16 @@ impl SlotState {
         self.spend_rate = (rate + weight * (sample - rate)) as f32;
     }
 
-    /// Decides from local state, taking `cost` lease tokens when it can.
-    pub fn check(&mut self, now_ns: u64, cost: u32) -> LocalCheck {
+    /// Decides from local state, taking `cost` lease tokens when it can. A cached
+    /// denial longer than `max_wait_ns` (the longest the rule can make anyone
+    /// wait) is cut to it, and a lease dated beyond [`MAX_LEASE_TTL_NS`] from now
+    /// is dropped: a clock that stepped back extends neither.
+    pub fn check(&mut self, now_ns: u64, cost: u32, max_wait_ns: u64) -> LocalCheck {
+        if self.lease_expires_ns > now_ns.saturating_add(MAX_LEASE_TTL_NS) {
+            self.lease_tokens = 0;
+            self.lease_expires_ns = 0;
+        }
+        self.denied_until_ns = self.denied_until_ns.min(now_ns.saturating_add(max_wait_ns));
         // Granted tokens first: a denial answering a concurrent ask must not
         // strand tokens the store already handed to this node.
         if self.lease_expires_ns > now_ns && self.lease_tokens >= cost {
@@ -167,7 +188,7 @@ impl SlotState {
             0
         };
         self.lease_tokens = carried.saturating_add(tokens.saturating_sub(cost));
-        self.lease_expires_ns = now_ns.saturating_add(ttl_ns);
+        self.lease_expires_ns = now_ns.saturating_add(ttl_ns.min(MAX_LEASE_TTL_NS));
         self.store_remaining = store_remaining;
         self.store_reset_at_ns = now_ns.saturating_add(reset_ns);
         self.denied_until_ns = 0;
@@ -240,7 +261,15 @@ mod tests {
         let bytes = s.encode();
         assert_eq!(bytes.len(), ENCODED_LEN);
         assert_eq!(SlotState::decode(Some(&bytes), 42), s);
-        assert_eq!(SlotState::decode(Some(&bytes), 43), SlotState::empty(43));
+        // Another key's slot reads as empty but for the fail-local bucket.
+        let other = SlotState::decode(Some(&bytes), 43);
+        assert_eq!(
+            other,
+            SlotState {
+                fallback: s.fallback,
+                ..SlotState::empty(43)
+            }
+        );
         assert_eq!(SlotState::decode(Some(b"junk"), 42), SlotState::empty(42));
         assert_eq!(SlotState::decode(None, 42), SlotState::empty(42));
     }
@@ -250,24 +279,69 @@ mod tests {
         let mut s = SlotState::empty(1);
         s.grant(0, 3, 1, 100, 10, 50);
         assert!(matches!(
-            s.check(1, 1),
+            s.check(1, 1, u64::MAX),
             LocalCheck::Taken { remaining: 11, .. }
         ));
         assert!(matches!(
-            s.check(2, 1),
+            s.check(2, 1, u64::MAX),
             LocalCheck::Taken { remaining: 10, .. }
         ));
-        assert_eq!(s.check(3, 1), LocalCheck::Miss);
+        assert_eq!(s.check(3, 1, u64::MAX), LocalCheck::Miss);
         s.grant(10, 5, 1, 100, 0, 0);
         // Past its expiry the lease is worth nothing.
-        assert_eq!(s.check(200, 1), LocalCheck::Miss);
+        assert_eq!(s.check(200, 1, u64::MAX), LocalCheck::Miss);
     }
 
     #[test]
     fn denial_cache_rejects_until_its_time() {
         let mut s = SlotState::empty(1);
         s.deny(100, 50);
-        assert_eq!(s.check(120, 1), LocalCheck::Denied { retry_after_ns: 30 });
-        assert_eq!(s.check(150, 1), LocalCheck::Miss);
+        assert_eq!(
+            s.check(120, 1, u64::MAX),
+            LocalCheck::Denied { retry_after_ns: 30 }
+        );
+        assert_eq!(s.check(150, 1, u64::MAX), LocalCheck::Miss);
+    }
+
+    #[test]
+    fn a_colliding_key_never_refills_the_fail_local_bucket() {
+        let l = limit(2, 1_000_000_000, 2);
+        let mut victim = SlotState::empty(1);
+        for _ in 0..2 {
+            assert!(matches!(
+                victim.fallback_take(&l, 0, 1),
+                Take::Granted { .. }
+            ));
+        }
+        // The attacker's key lands in the same slot and writes its own state.
+        let mut attacker = SlotState::decode(Some(&victim.encode()), 2);
+        assert!(matches!(
+            attacker.fallback_take(&l, 1, 1),
+            Take::Denied { .. }
+        ));
+        // Back to the first key: still empty.
+        let mut again = SlotState::decode(Some(&attacker.encode()), 1);
+        assert!(matches!(again.fallback_take(&l, 2, 1), Take::Denied { .. }));
+    }
+
+    #[test]
+    fn a_clock_stepped_back_extends_neither_a_denial_nor_a_lease() {
+        let hour = 3_600_000_000_000u64;
+        let mut s = SlotState::empty(1);
+        s.deny(10 * hour, 1_000);
+        // The clock steps back an hour: the denial lasts at most max_wait.
+        assert_eq!(
+            s.check(9 * hour, 1, 5_000),
+            LocalCheck::Denied {
+                retry_after_ns: 5_000
+            }
+        );
+        let mut s = SlotState::empty(1);
+        s.grant(10 * hour, 10, 1, 300_000_000, 0, 0);
+        assert_eq!(s.check(9 * hour, 1, u64::MAX), LocalCheck::Miss);
+        // A lease asked to live a day lives MAX_LEASE_TTL_NS.
+        let mut s = SlotState::empty(1);
+        s.grant(0, 10, 1, 24 * hour, 0, 0);
+        assert_eq!(s.lease_expires_ns, MAX_LEASE_TTL_NS);
     }
 }

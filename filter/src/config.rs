@@ -3,6 +3,7 @@
 //! default so that `{}` is a working configuration next to a local agent.
 
 use meshlimit_core::headers::HeaderStyle;
+use meshlimit_core::secret::{Secret, SlotHasher};
 use serde::Deserialize;
 
 /// Plugin configuration.
@@ -35,6 +36,13 @@ pub struct FilterConfig {
     /// Shared-data slots for per-key state: bounds the filter's memory whatever
     /// the key cardinality.
     pub slots: u32,
+    /// From the deployment's secret (the VM's `MESHLIMIT_SECRET`), never from the
+    /// plugin configuration, which Envoy's admin interface shows to anyone on the
+    /// pod: the agent's bearer token, and the key of the slot hash.
+    #[serde(skip)]
+    pub agent_auth: Option<String>,
+    #[serde(skip)]
+    pub slot_hasher: SlotHasher,
 }
 
 impl Default for FilterConfig {
@@ -51,6 +59,8 @@ impl Default for FilterConfig {
             local_safety_factor: 2.0,
             agent_backoff_ms: 500,
             slots: 16_384,
+            agent_auth: None,
+            slot_hasher: SlotHasher::UNKEYED,
         }
     }
 }
@@ -76,6 +86,14 @@ impl FilterConfig {
             return Err("plugin configuration: local_safety_factor must be above 0".into());
         }
         Ok(config)
+    }
+
+    /// Takes what the deployment's secret gives: the agent's bearer token and the
+    /// slot hash's key.
+    pub fn with_secret(mut self, secret: &Secret) -> Self {
+        self.agent_auth = Some(format!("Bearer {}", secret.agent_token()));
+        self.slot_hasher = secret.slot_hasher();
+        self
     }
 
     /// The share of a rule's limit this node may admit on its own when the

@@ -54,16 +54,20 @@ impl Host for ProxyHost {
 pub fn dispatch(
     cluster: &str,
     authority: &str,
+    auth: Option<&str>,
     path: &str,
     body: &[u8],
     timeout_ms: u64,
 ) -> Option<u32> {
-    let headers = vec![
+    let mut headers = vec![
         (":method", "POST"),
         (":path", path),
         (":authority", authority),
         ("content-type", "application/json"),
     ];
+    if let Some(auth) = auth {
+        headers.push((meshlimit_core::secret::AUTH_HEADER, auth));
+    }
     hostcalls::dispatch_http_call(
         cluster,
         headers,
@@ -106,28 +110,8 @@ pub fn property(path: Vec<&str>) -> Option<String> {
 /// The request headers. Values are read as bytes: Envoy lets non-UTF-8 bytes
 /// through in header values, and the SDK's string variant unwraps the conversion,
 /// so one hostile header would trap the VM. Names are tokens (ASCII) by then.
-pub fn request_headers() -> Vec<(String, String)> {
-    hostcalls::get_map_bytes(proxy_wasm::types::MapType::HttpRequestHeaders)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(name, value)| (name, header_text(value)))
-        .collect()
-}
-
-/// Header bytes as text; invalid UTF-8 is percent-escaped byte by byte, so two
-/// different hostile values never collapse into the same key.
-pub fn header_text(value: Vec<u8>) -> String {
-    match String::from_utf8(value) {
-        Ok(text) => text,
-        Err(e) => e.into_bytes().iter().fold(String::new(), |mut out, b| {
-            if b.is_ascii() && *b != b'%' {
-                out.push(char::from(*b));
-            } else {
-                out.push_str(&format!("%{b:02X}"));
-            }
-            out
-        }),
-    }
+pub fn request_headers() -> Vec<(String, Vec<u8>)> {
+    hostcalls::get_map_bytes(proxy_wasm::types::MapType::HttpRequestHeaders).unwrap_or_default()
 }
 
 pub fn add_response_header(name: &str, value: &str) {

@@ -45,12 +45,17 @@ impl Http {
             headers
                 .iter()
                 .find(|(n, _)| n == name)
-                .map(|(_, v)| v.clone())
+                .and_then(|(_, v)| std::str::from_utf8(v).ok())
+                .map(str::to_string)
         };
-        let path = find(":path").unwrap_or_default();
+        let path = headers
+            .iter()
+            .find(|(n, _)| n == ":path")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default();
         let method = find(":method").unwrap_or_default();
         let xff = find("x-forwarded-for");
-        let mut info = RequestInfo::new(&path, &method, headers);
+        let mut info = RequestInfo::new(path, &method, headers);
         if rules.uses(&KeyPart::ClientIp) {
             let downstream = host::property(vec!["source", "address"]);
             info.client_ip = client_ip::resolve(
@@ -178,8 +183,14 @@ impl HttpContext for Http {
             return Action::Continue;
         };
         let info = self.request_info(&rules);
-        let Some(mut eval) = Evaluation::new(rules, &info) else {
-            return Action::Continue;
+        let mut eval = match Evaluation::new(rules, &info, &self.config) {
+            Ok(Some(eval)) => eval,
+            Ok(None) => return Action::Continue,
+            Err(e) => {
+                let (fields, body) = headers::bad_request_response(&e);
+                host::send_response(400, &fields, body.as_bytes());
+                return Action::Pause;
+            }
         };
         if eval.local_pass(&ProxyHost, &self.config) {
             if self.agent_backing_off(ProxyHost.now_ns()) {
@@ -190,6 +201,7 @@ impl HttpContext for Http {
                 if host::dispatch(
                     &cfg.agent_cluster,
                     &cfg.agent_authority,
+                    cfg.agent_auth.as_deref(),
                     LEASE_PATH,
                     &body,
                     cfg.timeout_ms,

@@ -5,7 +5,7 @@
 use std::rc::Rc;
 
 use meshlimit_core::decision::{decide, RuleResult};
-use meshlimit_core::rules::{FailurePolicy, Mode, Rule};
+use meshlimit_core::rules::{FailurePolicy, Mode, RequestError, Rule, Scope};
 use meshlimit_core::slot::LocalCheck;
 use meshlimit_core::wire::{LeaseAnswer, LeaseItem, LeaseRequest, WIRE_VERSION};
 use meshlimit_core::{
@@ -48,16 +48,21 @@ enum State {
 }
 
 impl Evaluation {
-    /// The rules that apply to `req`, strictest first; `None` when none do.
-    pub fn new(rules: Rc<RuleSet>, req: &RequestInfo) -> Option<Self> {
+    /// The rules that apply to `req`, strictest first; `None` when none do, an
+    /// error when the request is ambiguous (a key header sent twice).
+    pub fn new(
+        rules: Rc<RuleSet>,
+        req: &RequestInfo,
+        cfg: &FilterConfig,
+    ) -> Result<Option<Self>, RequestError> {
         let checks: Vec<Check> = rules
-            .applicable(req)
+            .applicable(req)?
             .into_iter()
             .filter_map(|a| {
                 let rule = rules.rules().iter().position(|r| std::ptr::eq(r, a.rule))?;
                 Some(Check {
                     rule,
-                    fingerprint: a.key.fingerprint(),
+                    fingerprint: cfg.slot_hasher.fingerprint(&a.key),
                     key: a.key,
                     limit: a.limit,
                     plan: a.plan.map(str::to_string),
@@ -67,7 +72,7 @@ impl Evaluation {
                 })
             })
             .collect();
-        (!checks.is_empty()).then_some(Self { rules, checks })
+        Ok((!checks.is_empty()).then_some(Self { rules, checks }))
     }
 
     /// Decides what local state can: the denial cache, then the lease. Stops at
@@ -78,6 +83,7 @@ impl Evaluation {
         let mut rejected = false;
         for i in 0..self.checks.len() {
             let enforcing = self.rule(i).mode == Mode::Enforce;
+            let max_wait_ns = max_wait_ns(self.rule(i), &self.checks[i].limit);
             let c = &mut self.checks[i];
             if rejected {
                 c.state = State::Skipped;
@@ -85,7 +91,7 @@ impl Evaluation {
             }
             let mut want = None;
             let local = slots::update(host, c.fingerprint, cfg.slots, |s| {
-                let check = s.check(now, c.cost);
+                let check = s.check(now, c.cost, max_wait_ns);
                 want = s.want();
                 check
             });
@@ -294,6 +300,17 @@ impl Evaluation {
         // Indices come from this rule set, which the evaluation holds.
         &self.rules.rules()[self.checks[i].rule]
     }
+}
+
+/// The longest the rule can make a request wait: a cached denial is never kept
+/// longer, whatever the clock does. A global rule's region may hold as little as
+/// its floor share (10%), which stretches its waits tenfold.
+fn max_wait_ns(rule: &Rule, limit: &Limit) -> u64 {
+    let min_share = match rule.scope {
+        Scope::Global => 0.1,
+        Scope::Region => 1.0,
+    };
+    limit.max_wait_ns(min_share)
 }
 
 fn decided(verdict: RuleVerdict) -> State {

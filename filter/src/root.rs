@@ -6,6 +6,7 @@ use std::rc::Rc;
 
 use log::{info, warn};
 use meshlimit_core::rules::RulesConfig;
+use meshlimit_core::secret::{Secret, SECRET_ENV};
 use meshlimit_core::wire::{SyncRequest, SyncResponse, SYNC_PATH, WIRE_VERSION};
 use meshlimit_core::RuleSet;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
@@ -127,6 +128,7 @@ impl Root {
         match host::dispatch(
             &config.agent_cluster,
             &config.agent_authority,
+            config.agent_auth.as_deref(),
             SYNC_PATH,
             &body,
             config.sync_timeout_ms,
@@ -183,13 +185,21 @@ impl Context for Root {
 
 impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
-        let config = match FilterConfig::parse(host::plugin_configuration().as_deref()) {
+        let mut config = match FilterConfig::parse(host::plugin_configuration().as_deref()) {
             Ok(c) => c,
             Err(e) => {
                 warn!("meshlimit: {e}");
                 return false;
             }
         };
+        // The secret comes from the VM's environment (Envoy's
+        // `vm_config.environment_variables.host_env_keys`). Without one the agent
+        // refuses this filter's calls and every rule takes its failure policy.
+        match std::env::var(SECRET_ENV).map(|s| Secret::new(s.as_bytes())) {
+            Ok(Ok(secret)) => config = config.with_secret(&secret),
+            Ok(Err(e)) => warn!("meshlimit: {SECRET_ENV}: {e}; the agent will refuse this filter"),
+            Err(_) => warn!("meshlimit: no {SECRET_ENV} in the VM's environment; the agent will refuse this filter"),
+        }
         self.vm.borrow_mut().config = Rc::new(config);
         let node = host::property(vec!["node", "id"])
             .filter(|n| !n.is_empty())

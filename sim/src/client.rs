@@ -19,6 +19,8 @@ pub struct AgentClient {
     client: Client<HttpConnector, Full<Bytes>>,
     uri: Uri,
     timeout: Duration,
+    /// The node's credentials (the harness's agents share one secret).
+    auth: String,
 }
 
 impl AgentClient {
@@ -36,6 +38,7 @@ impl AgentClient {
             client,
             uri,
             timeout,
+            auth: meshlimit_tests::agent_auth(),
         })
     }
 
@@ -44,6 +47,7 @@ impl AgentClient {
         let body = serde_json::to_vec(req).map_err(|_| CallFailure::Body)?;
         let request = hyper::Request::post(self.uri.clone())
             .header("content-type", "application/json")
+            .header("authorization", &self.auth)
             .body(Full::new(Bytes::from(body)))
             .map_err(|_| CallFailure::Transport)?;
         let call = async {

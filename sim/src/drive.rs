@@ -101,7 +101,7 @@ fn judges(plan: &Plan, keys: &Keys) -> Vec<Option<Judge>> {
     (0..keys.len())
         .map(|k| {
             let info = keys.request(u32::try_from(k).unwrap_or(u32::MAX));
-            let applicable = plan.rules.applicable(&info);
+            let applicable = plan.rules.applicable(&info).unwrap_or_default();
             applicable
                 .first()
                 .map(|a| Judge::new(a.limit, a.rule.cost.get()))

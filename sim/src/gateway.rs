@@ -101,7 +101,7 @@ impl Gateway {
     /// One request for `key`, now.
     pub fn arrive(self: &Rc<Self>, key: u32) {
         let info = self.keys.request(key);
-        let Some(mut eval) = Evaluation::new(Rc::clone(&self.rules), &info) else {
+        let Ok(Some(mut eval)) = Evaluation::new(Rc::clone(&self.rules), &info, &self.cfg) else {
             self.rec.unmatched();
             return;
         };

@@ -166,6 +166,7 @@ fn key_rates(plan: &Plan) -> Vec<f64> {
             let info = keys.request(u32::try_from(k).unwrap_or(u32::MAX));
             plan.rules
                 .applicable(&info)
+                .unwrap_or_default()
                 .first()
                 .map_or(0.0, |a| a.limit.rate_per_sec())
         })

@@ -23,7 +23,8 @@ pub struct AgentOptions {
     /// More command-line arguments, after the ones above.
     pub args: Vec<String>,
     /// Environment variables for the agent. Every other `MESHLIMIT_*` variable of
-    /// the test process is removed, so the agent sees only what the test chose.
+    /// the test process is removed, so the agent sees only what the test chose
+    /// (and `MESHLIMIT_SECRET` = [`crate::TEST_SECRET`], which these override).
     pub env: Vec<(String, String)>,
     /// Listen port; a free one when `None`.
     pub port: Option<u16>,
@@ -231,6 +232,7 @@ impl Agent {
                 cmd.env_remove(key);
             }
         }
+        cmd.env("MESHLIMIT_SECRET", crate::TEST_SECRET);
         cmd.envs(self.opts.env.iter().map(|(k, v)| (k, v)));
         self.proc = Some(Proc::spawn("agent", cmd, self.dir.path()));
         self.wait_status("/healthz", self.opts.start_timeout);

@@ -61,6 +61,12 @@ pub struct EnvoyConfig {
     /// `false` removes the wasm filter: plain Envoy, the baseline.
     pub filter: bool,
     pub concurrency: u32,
+    /// The bootstrap to start from, relative to the repository root: `envoy.yaml`
+    /// by default; `tests/envoy/istio-*.yaml` reproduce Istio's listeners.
+    pub bootstrap: PathBuf,
+    /// `MESHLIMIT_SECRET` in Envoy's environment (the filter's VM reads it);
+    /// `None` leaves it unset.
+    pub secret: Option<String>,
     /// More Envoy arguments (e.g. `["-l", "debug"]`).
     pub args: Vec<String>,
     pub start_timeout: Duration,
@@ -75,6 +81,8 @@ impl EnvoyConfig {
             wasm: None,
             filter: true,
             concurrency: 2,
+            bootstrap: PathBuf::from("envoy.yaml"),
+            secret: Some(crate::TEST_SECRET.to_string()),
             args: Vec::new(),
             start_timeout: Duration::from_secs(30),
         }
@@ -97,6 +105,18 @@ impl EnvoyConfig {
 
     pub fn without_filter(mut self) -> Self {
         self.filter = false;
+        self
+    }
+
+    /// Starts from another bootstrap (see [`EnvoyConfig::bootstrap`]).
+    pub fn bootstrap(mut self, path: impl Into<PathBuf>) -> Self {
+        self.bootstrap = path.into();
+        self
+    }
+
+    /// Another secret, or none, in the filter's environment.
+    pub fn secret(mut self, secret: Option<&str>) -> Self {
+        self.secret = secret.map(str::to_string);
         self
     }
 
@@ -149,7 +169,7 @@ impl Envoy {
                 wasm.display()
             );
         }
-        let base_path = repo_root().join("envoy.yaml");
+        let base_path = repo_root().join(&config.bootstrap);
         let base = std::fs::read_to_string(&base_path)
             .unwrap_or_else(|e| panic!("read {}: {e}", base_path.display()));
         let ports = EnvoyPorts::free(config.agent_port);
@@ -167,7 +187,11 @@ impl Envoy {
             // so any number of Envoys can run side by side.
             .arg("--disable-hot-restart")
             .args(&config.args)
+            .env_remove("MESHLIMIT_SECRET")
             .current_dir(repo_root());
+        if let Some(secret) = &config.secret {
+            cmd.env("MESHLIMIT_SECRET", secret);
+        }
         let proc = Proc::spawn("envoy", cmd, dir.path());
         let mut envoy = Envoy {
             ports,

@@ -39,6 +39,18 @@ pub use rules_dir::RulesDir;
 pub use stack::{count, Stack};
 pub use wait::{eventually, wait_for, Probe};
 
+/// The deployment secret every agent and Envoy of the harness gets (as
+/// `MESHLIMIT_SECRET`) unless a test says otherwise.
+pub const TEST_SECRET: &str = "meshlimit-harness-secret-0123456789abcdef";
+
+/// The `authorization` header value the node's filters send to the agent, for
+/// tests that call the filter API themselves.
+pub fn agent_auth() -> String {
+    let secret = meshlimit_core::secret::Secret::new(TEST_SECRET.as_bytes())
+        .expect("the harness secret is long enough");
+    format!("Bearer {}", secret.agent_token())
+}
+
 /// The repository root (the workspace directory holding `envoy.yaml`).
 pub fn repo_root() -> PathBuf {
     let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));

@@ -39,6 +39,7 @@ fn lease_body(key: &str) -> String {
 fn malformed_and_oversized_lease_floods_get_4xx_and_change_nothing() {
     let mut agent = Agent::start(RULES);
     let url = agent.url("/v1/lease");
+    let auth = meshlimit_tests::agent_auth();
     let pid = agent.pid().unwrap();
     let before = rss_kib(pid);
     let big_items: String = (0..100)
@@ -62,26 +63,39 @@ fn malformed_and_oversized_lease_floods_get_4xx_and_change_nothing() {
     let mut served = 0;
     for round in 0..300 {
         for (body, status) in &bad {
-            let r = post(&url, &[("content-type", "application/json")], body);
+            let r = post(
+                &url,
+                &[
+                    ("content-type", "application/json"),
+                    ("authorization", &auth),
+                ],
+                body,
+            );
             assert_eq!(r.status, *status, "{}", &body[..body.len().min(80)]);
         }
         // Bodies that lie about their length, and bytes that are not HTTP.
         let port = agent.port();
         let lying = raw(
             port,
-            b"POST /v1/lease HTTP/1.1\r\nhost: a\r\ncontent-length: 999999999\r\n\r\n{}",
+            format!("POST /v1/lease HTTP/1.1\r\nhost: a\r\nauthorization: {auth}\r\ncontent-length: 999999999\r\n\r\n{{}}").as_bytes(),
         );
         assert!(
             (400..500).contains(&lying),
             "a lying content-length got {lying}"
         );
         assert!(raw(port, b"\x16\x03\x01\x00\xa5garbage\r\n\r\n") != 200);
-        let mut oversized =
-            b"POST /v1/lease HTTP/1.1\r\nhost: a\r\ncontent-length: 200000\r\n\r\n".to_vec();
+        let mut oversized = format!(
+            "POST /v1/lease HTTP/1.1\r\nhost: a\r\nauthorization: {auth}\r\ncontent-length: 200000\r\n\r\n"
+        )
+        .into_bytes();
         oversized.extend(std::iter::repeat_n(b'x', 200_000));
         assert_eq!(raw(port, &oversized), 413);
         // Well-formed requests keep being served meanwhile.
-        let r = post(&url, &[], &lease_body(&format!("good-{round}")));
+        let r = post(
+            &url,
+            &[("authorization", &auth)],
+            &lease_body(&format!("good-{round}")),
+        );
         assert_eq!(r.status, 200);
         served += 1;
     }

@@ -14,9 +14,13 @@ use serde_json::{json, Value};
 fn lease(agent: &Agent, rule: &str, key: &str, cost: u32) -> Value {
     let body =
         json!({"v": 1, "items": [{"rule": rule, "key": format!("{rule}|{key}"), "cost": cost}]});
+    let auth = meshlimit_tests::agent_auth();
     let r = post(
         &agent.url("/v1/lease"),
-        &[("content-type", "application/json")],
+        &[
+            ("content-type", "application/json"),
+            ("authorization", &auth),
+        ],
         &body.to_string(),
     );
     assert_eq!(r.status, 200, "{r:?}");

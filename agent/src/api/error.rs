@@ -30,6 +30,10 @@ pub enum ApiError {
     },
     #[error("no route for {0}")]
     NotFound(String),
+    #[error("the filter API needs `authorization: Bearer <token>` (from the deployment's secret)")]
+    Unauthorized,
+    #[error("wrong credentials for the filter API")]
+    Forbidden,
     #[error("no valid rules loaded")]
     NoRules,
     #[error("{0}")]
@@ -47,6 +51,8 @@ impl ApiError {
             | ApiError::InvalidField(_) => StatusCode::BAD_REQUEST,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden => StatusCode::FORBIDDEN,
             ApiError::NoRules => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -63,6 +69,8 @@ impl ApiError {
             ApiError::InvalidField(_) => "invalid_field",
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::NotFound(_) => "not_found",
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::Forbidden => "forbidden",
             ApiError::NoRules => "no_rules",
             ApiError::Internal(_) => "internal",
         }

@@ -2,12 +2,16 @@
 
 use hyper::StatusCode;
 use meshlimit_core::wire::{LeaseRequest, MAX_LEASE_ITEMS};
+use meshlimit_core::RuleSet;
 
 use super::{check_version, json, ApiError, ApiResponse, App};
 
 pub(super) async fn handle(app: &App, req: LeaseRequest) -> Result<ApiResponse, ApiError> {
     check_version(req.v)?;
     validate(&req)?;
+    if let Some(rules) = app.inner.rules.get() {
+        validate_costs(&req, &rules)?;
+    }
     let resp = app.inner.leases.lease(&req).await;
     json(StatusCode::OK, &resp)
 }
@@ -30,6 +34,25 @@ fn validate(req: &LeaseRequest) -> Result<(), ApiError> {
                 "items[{i}].key: not a key of rule `{}`",
                 item.rule
             )));
+        }
+    }
+    Ok(())
+}
+
+/// A request costs what its rule says, nothing else: a caller cannot spend a
+/// victim's burst at once, nor book inflated demand for its region. (A filter
+/// on an older rules version may send a rule's former cost; it is refused like
+/// any other mismatch and that request takes its failure policy, for the one
+/// second until its rules sync.)
+fn validate_costs(req: &LeaseRequest, rules: &RuleSet) -> Result<(), ApiError> {
+    for (i, item) in req.items.iter().enumerate() {
+        if let Some(rule) = rules.rule(&item.rule) {
+            if item.cost != rule.cost.get() {
+                return Err(ApiError::InvalidField(format!(
+                    "items[{i}].cost: rule `{}` costs {}",
+                    item.rule, rule.cost
+                )));
+            }
         }
     }
     Ok(())

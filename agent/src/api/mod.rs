@@ -7,6 +7,7 @@
 //! an `ErrorBody`, and (for the caller's mistakes) a count in
 //! `meshlimit_bad_requests_total{reason}`.
 
+mod auth;
 mod error;
 mod lease;
 mod probes;
@@ -26,6 +27,7 @@ use meshlimit_core::wire::{self, MAX_BODY_BYTES, WIRE_VERSION};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+pub use auth::Auth;
 pub use error::ApiError;
 
 use crate::leases::{LeaseService, LeaseSettings};
@@ -44,9 +46,9 @@ pub struct App {
 
 struct AppState {
     rules: Arc<CurrentRules>,
-    store: Arc<dyn Store>,
     metrics: Arc<Metrics>,
     leases: LeaseService,
+    auth: Auth,
 }
 
 impl App {
@@ -55,14 +57,15 @@ impl App {
         store: Arc<dyn Store>,
         metrics: Arc<Metrics>,
         settings: LeaseSettings,
+        auth: Auth,
     ) -> App {
         let leases = LeaseService::new(rules.clone(), store.clone(), metrics.clone(), settings);
         App {
             inner: Arc::new(AppState {
                 rules,
-                store,
                 metrics,
                 leases,
+                auth,
             }),
         }
     }
@@ -123,14 +126,17 @@ impl App {
         match path {
             wire::LEASE_PATH => {
                 allow(&parts, &[Method::POST])?;
+                self.inner.auth.check(&parts)?;
                 lease::handle(self, decode(&read_body(&parts, body).await?)?).await
             }
             wire::SYNC_PATH => {
                 allow(&parts, &[Method::POST])?;
+                self.inner.auth.check(&parts)?;
                 sync::handle(self, decode(&read_body(&parts, body).await?)?)
             }
             wire::RULES_PATH => {
                 allow(&parts, &[Method::GET, Method::HEAD])?;
+                self.inner.auth.check(&parts)?;
                 rules::handle(self, &parts)
             }
             "/metrics" => {
@@ -143,7 +149,7 @@ impl App {
             }
             "/readyz" => {
                 allow(&parts, &[Method::GET, Method::HEAD])?;
-                Ok(probes::readyz(self).await)
+                Ok(probes::readyz(self))
             }
             _ => Err(ApiError::NotFound(path.to_string())),
         }

@@ -1,22 +1,24 @@
-//! `GET /healthz` (the process serves), `GET /readyz` (rules loaded and the store
-//! answers) and `GET /metrics`.
-
-use std::time::Duration;
+//! `GET /healthz` (the process serves), `GET /readyz` (a valid rules set is
+//! loaded) and `GET /metrics`.
+//!
+//! Readiness never depends on the store: while Redis is down the node's fail-local
+//! ceiling lives in this agent, so the agent must stay in the node-local Service
+//! (an unready agent would send every Envoy of the node to its own, separate
+//! fail-local bucket). Store health is in the metrics. The probe reads memory only,
+//! so any caller may poll it as often as it likes.
 
 use hyper::StatusCode;
 
 use super::{respond, ApiError, ApiResponse, App};
 
-/// How long `/readyz` waits for the store: well under a kubelet probe's timeout.
-const PING_TIMEOUT: Duration = Duration::from_millis(500);
 const TEXT: &str = "text/plain; charset=utf-8";
 
 pub(super) fn healthz() -> ApiResponse {
     respond(StatusCode::OK, TEXT, "ok\n")
 }
 
-pub(super) async fn readyz(app: &App) -> ApiResponse {
-    match not_ready(app).await {
+pub(super) fn readyz(app: &App) -> ApiResponse {
+    match not_ready(app) {
         None => respond(StatusCode::OK, TEXT, "ready\n"),
         Some(reason) => respond(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -43,28 +45,20 @@ pub(super) fn metrics(app: &App) -> Result<ApiResponse, ApiError> {
 }
 
 /// Why the agent is not ready, in one line; `None` when it is.
-async fn not_ready(app: &App) -> Option<String> {
-    if app.inner.rules.get().is_none() {
-        let why = app.inner.rules.last_error().map_or_else(
-            || "the rules file was not read yet".to_string(),
-            |e| {
-                let mut lines = e.lines();
-                let first = lines.next().unwrap_or_default().to_string();
-                match lines.count() {
-                    0 => first,
-                    more => format!("{first} (and {more} more)"),
-                }
-            },
-        );
-        return Some(format!("no valid rules loaded: {why}"));
+fn not_ready(app: &App) -> Option<String> {
+    if app.inner.rules.get().is_some() {
+        return None;
     }
-    let store = &app.inner.store;
-    match tokio::time::timeout(PING_TIMEOUT, store.ping()).await {
-        Ok(Ok(())) => None,
-        Ok(Err(e)) => Some(format!("store {}: {e}", store.name())),
-        Err(_) => Some(format!(
-            "store {}: no answer within {PING_TIMEOUT:?}",
-            store.name()
-        )),
-    }
+    let why = app.inner.rules.last_error().map_or_else(
+        || "the rules file was not read yet".to_string(),
+        |e| {
+            let mut lines = e.lines();
+            let first = lines.next().unwrap_or_default().to_string();
+            match lines.count() {
+                0 => first,
+                more => format!("{first} (and {more} more)"),
+            }
+        },
+    );
+    Some(format!("no valid rules loaded: {why}"))
 }

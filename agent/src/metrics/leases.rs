@@ -109,11 +109,13 @@ impl Metrics {
         inc(&self.leases.tokens, &[rule], u64::from(tokens));
     }
 
-    /// A denial for `key` of `rule` (also counted among the most rejected keys).
+    /// A denial for `key` of `rule` (also counted among the most rejected keys,
+    /// which name the key by its id, never in clear).
     pub fn lease_denied(&self, rule: &str, key: &meshlimit_core::DescriptorKey) {
         inc(&self.leases.denials, &[rule], 1);
+        let id = self.key_id(key).to_string();
         if let Ok(mut top) = self.leases.top_keys.lock() {
-            top.record(rule, key.as_str(), 1);
+            top.record(rule, &id, 1);
         }
     }
 

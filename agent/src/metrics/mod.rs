@@ -14,6 +14,7 @@ mod reports;
 mod rules;
 mod top_keys;
 
+use meshlimit_core::secret::{KeyId, KeyIds};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use prometheus::{
@@ -23,7 +24,7 @@ use prometheus::{
 use tokio::time::Instant;
 
 pub use regions::TOP_KEYS;
-pub use reports::{FILTER_TTL, MAX_FILTERS, OTHER_RULE};
+pub use reports::{FILTER_TTL, MAX_FILTERS, MAX_REPORTED_COUNT, OTHER_RULE};
 
 /// Every metric the agent exports, registered in one registry.
 pub struct Metrics {
@@ -35,6 +36,8 @@ pub struct Metrics {
     rules: rules::RulesMetrics,
     regions: regions::RegionMetrics,
     bad_requests: IntCounterVec,
+    /// How labels name customer keys: by the deployment's keyed hash.
+    key_ids: std::sync::OnceLock<KeyIds>,
 }
 
 /// A metric could not be registered: a programming error (a duplicate or
@@ -69,7 +72,20 @@ impl Metrics {
                 &["reason"],
             )?,
             registry,
+            key_ids: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Sets the keyed hash that names keys in labels (once, at start).
+    pub fn set_key_ids(&self, ids: KeyIds) {
+        let _ = self.key_ids.set(ids);
+    }
+
+    /// The id a label shows for `key`. Before [`Metrics::set_key_ids`] (tests
+    /// only: `run` sets it first) ids are keyed by a fixed placeholder, still
+    /// never the key in clear.
+    pub fn key_id(&self, key: &meshlimit_core::DescriptorKey) -> KeyId {
+        self.key_ids.get_or_init(KeyIds::placeholder).id(key)
     }
 
     /// The Prometheus text exposition of every metric.

@@ -17,6 +17,12 @@ use prometheus::{GaugeVec, IntCounter, IntCounterVec, IntGaugeVec};
 use super::{inc, lock, Factory, Metrics, MetricsError};
 use crate::window::RuleWindows;
 
+/// The most one report may add for one rule and outcome: more than a VM decides
+/// between two syncs an hour apart at 25,000 requests a second. A report can
+/// therefore never wrap a counter (u64 counters would take 10^11 such reports),
+/// nor, with u64::MAX `allowed`, bury a rule's fail-open ratio.
+pub const MAX_REPORTED_COUNT: u64 = 100_000_000;
+
 /// The rule label for decisions about rules not in the current rules file (a filter
 /// on older rules, or a forged name): folded so that cardinality stays bounded.
 pub const OTHER_RULE: &str = "other";
@@ -86,17 +92,14 @@ impl Metrics {
         let mut state = lock(&self.reports.state);
         for d in report.decisions.iter().filter(|d| d.count > 0) {
             let rule = rule_label(rules, &d.rule);
-            inc(
-                &self.reports.decisions,
-                &[rule, d.outcome.as_str()],
-                d.count,
-            );
+            let count = d.count.min(MAX_REPORTED_COUNT);
+            inc(&self.reports.decisions, &[rule, d.outcome.as_str()], count);
             let failed_open = if d.outcome == Outcome::FailedOpen {
-                d.count
+                count
             } else {
                 0
             };
-            state.windows.add(rule, now, failed_open, d.count);
+            state.windows.add(rule, now, failed_open, count);
         }
         let version = report.rules_version.as_deref().unwrap_or("none");
         self.record_filter(&mut state, &filter_label(&report.filter_id), version);

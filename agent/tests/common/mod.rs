@@ -9,9 +9,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{HeaderMap, Request, StatusCode};
+use meshlimit_agent::api::Auth;
 use meshlimit_agent::store::MemoryStore;
 use meshlimit_agent::{App, CurrentRules, LeaseSettings, Metrics};
 use meshlimit_core::rules::parse_rules;
+use meshlimit_core::secret::Secret;
 use meshlimit_core::wire::*;
 use meshlimit_core::{DescriptorKey, Outcome};
 
@@ -32,6 +34,18 @@ pub struct Reply {
     pub body: String,
 }
 
+/// The deployment secret of these tests.
+pub const SECRET: &str = "agent-api-tests-secret-0123456789abcdef";
+
+pub fn secret() -> Secret {
+    Secret::new(SECRET.as_bytes()).unwrap()
+}
+
+/// The `authorization` value a filter of this deployment sends.
+pub fn bearer() -> String {
+    format!("Bearer {}", secret().agent_token())
+}
+
 pub fn app(rules: Option<&str>) -> App {
     let current = Arc::new(CurrentRules::empty());
     if let Some(yaml) = rules {
@@ -42,10 +56,32 @@ pub fn app(rules: Option<&str>) -> App {
         Arc::new(MemoryStore::new()),
         Arc::new(Metrics::new("test").unwrap()),
         LeaseSettings::default(),
+        Auth::new(&secret()),
     )
 }
 
+/// A request as the node's filter sends it: with its credentials (unless
+/// `headers` brings its own `authorization`).
 pub async fn call(
+    app: &App,
+    method: &str,
+    path: &str,
+    body: impl Into<Bytes>,
+    headers: &[(&str, &str)],
+) -> Reply {
+    let bearer = bearer();
+    let mut all = headers.to_vec();
+    if !headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("authorization"))
+    {
+        all.push(("authorization", bearer.as_str()));
+    }
+    call_raw(app, method, path, body, &all).await
+}
+
+/// A request with exactly `headers`: what any pod on the network can send.
+pub async fn call_raw(
     app: &App,
     method: &str,
     path: &str,

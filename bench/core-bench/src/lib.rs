@@ -69,7 +69,7 @@ mod tests {
     fn the_request_matches_exactly_one_rule() -> Result<(), String> {
         for n in [1, 10, 1_000] {
             let set = rule_set(n)?;
-            let applicable = set.applicable(&request(n));
+            let applicable = set.applicable(&request(n)).map_err(|e| e.to_string())?;
             assert_eq!(applicable.len(), 1, "{n} rules");
             assert_eq!(applicable[0].rule.name, format!("api-{}", n - 1));
         }

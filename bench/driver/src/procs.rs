@@ -37,6 +37,8 @@ impl Pinned {
             .arg(program)
             .args(args)
             .current_dir(meshlimit_tests::repo_root())
+            // The deployment secret both the agent and Envoy's filter read.
+            .env("MESHLIMIT_SECRET", meshlimit_tests::TEST_SECRET)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)

@@ -158,11 +158,17 @@ fn compile_match(m: &MatchConfig, err: &mut impl FnMut(&str, String)) -> Matcher
         }
         (Some(p), None) => {
             check_path(p, "match.path", err);
-            PathMatch::Exact(p.clone())
+            PathMatch::Exact(crate::path::normalize(p.as_bytes()))
         }
         (None, Some(p)) => {
             check_path(p, "match.path_prefix", err);
-            PathMatch::Prefix(p.clone())
+            // Rules match normalised paths, so their paths are normalised too.
+            let normal = crate::path::normalize(p.as_bytes());
+            if p.ends_with('/') {
+                PathMatch::Directory(normal)
+            } else {
+                PathMatch::Prefix(normal)
+            }
         }
         (None, None) => PathMatch::Any,
     };

@@ -1,20 +1,38 @@
 //! Which rules apply to a request, and under which key and limit.
+//!
+//! Clients choose their headers' spelling, so lookups here are defined for every
+//! spelling: names are compared case-insensitively with `_` read as `-` (a backend
+//! behind a CGI-style gateway reads `x_api_key` as X-Api-Key), `host` is Envoy's
+//! `:authority`, and a header a rule keys on that arrives more than once makes
+//! the request ambiguous: it is refused ([`RequestError::RepeatedHeader`]) rather
+//! than counted under one value while the backend reads another.
 
 use super::{HeaderMatch, KeyPart, Matcher, PathMatch, Rule, RuleSet};
 use crate::key::DescriptorKey;
 use crate::limit::Limit;
+use crate::path;
 
 /// What the rules look at in a request, gathered once by the filter (one host call
 /// for all headers) so that matching is plain code over plain data.
 #[derive(Debug, Clone, Default)]
 pub struct RequestInfo {
-    /// The path without the query string.
+    /// The normalised path (see [`crate::path`]): no query, one spelling.
     pub path: String,
     pub method: String,
-    /// Header names lowercased, as HTTP/2 and Envoy deliver them.
-    pub headers: Vec<(String, String)>,
+    /// Header names as the host gives them (lowercase from Envoy); values as
+    /// bytes, since clients may send bytes that are not UTF-8.
+    pub headers: Vec<(String, Vec<u8>)>,
     pub client_ip: Option<String>,
     pub route: Option<String>,
+}
+
+/// A request the rules cannot be applied to as sent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    /// A header a rule keys on came more than once (under any spelling): which
+    /// value would count is a guess, and a wrong guess mints a fresh bucket.
+    #[error("header `{0}` is sent more than once; a rule keys on it")]
+    RepeatedHeader(String),
 }
 
 /// A rule that applies to a request: the key it counts and the limit in force.
@@ -27,64 +45,122 @@ pub struct Applicable<'r> {
 }
 
 impl RequestInfo {
-    /// Builds the info from a raw `:path` (query stripped here).
-    pub fn new(path: &str, method: &str, headers: Vec<(String, String)>) -> Self {
-        let path = path.split(['?', '#']).next().unwrap_or_default();
+    /// Builds the info from a raw `:path` (normalised here) and the headers.
+    pub fn new<V: Into<Vec<u8>>>(
+        path: impl AsRef<[u8]>,
+        method: &str,
+        headers: Vec<(String, V)>,
+    ) -> Self {
         Self {
-            path: path.to_string(),
+            path: path::normalize(path.as_ref()),
             method: method.to_ascii_uppercase(),
-            headers,
+            headers: headers.into_iter().map(|(n, v)| (n, v.into())).collect(),
             client_ip: None,
             route: None,
         }
     }
 
-    /// The first value of a header (names compared case-insensitively).
-    pub fn header(&self, name: &str) -> Option<&str> {
+    /// Every value of a header, under any spelling of its name.
+    fn values<'a, 'n>(&'a self, name: &'n str) -> impl Iterator<Item = &'a [u8]> + use<'a, 'n> {
         self.headers
             .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+            .filter(move |(n, _)| same_header(n, name))
+            .map(|(_, v)| v.as_slice())
     }
+
+    /// The one value of a header a rule keys on: `Ok(None)` when absent, an error
+    /// when sent more than once.
+    fn single(&self, name: &str) -> Result<Option<&[u8]>, RequestError> {
+        let mut values = self.values(name);
+        let first = values.next();
+        match values.next() {
+            Some(_) => Err(RequestError::RepeatedHeader(name.to_string())),
+            None => Ok(first),
+        }
+    }
+
+    /// The first value of a header as text (names compared as in matching).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.values(name)
+            .next()
+            .and_then(|v| std::str::from_utf8(v).ok())
+    }
+}
+
+/// Whether header name `sent` is a spelling of `wanted` (a lowercase name from a
+/// rule): ASCII case and `_`/`-` are not told apart, and `host` is `:authority`.
+fn same_header(sent: &str, wanted: &str) -> bool {
+    let wanted = if wanted == "host" {
+        ":authority"
+    } else {
+        wanted
+    };
+    let sent = if sent.eq_ignore_ascii_case("host") {
+        ":authority"
+    } else {
+        sent
+    };
+    sent.len() == wanted.len()
+        && sent.bytes().zip(wanted.bytes()).all(|(a, b)| {
+            let fold = |c: u8| {
+                if c == b'_' {
+                    b'-'
+                } else {
+                    c.to_ascii_lowercase()
+                }
+            };
+            fold(a) == fold(b)
+        })
 }
 
 impl RuleSet {
     /// Every rule that applies to `req`, strictest first. A rule whose key cannot
-    /// be formed (a named header is absent) does not apply.
-    pub fn applicable<'r>(&'r self, req: &RequestInfo) -> Vec<Applicable<'r>> {
-        self.rules
-            .iter()
-            .filter_map(|rule| rule.applies(req))
-            .collect()
+    /// be formed (a named header is absent) does not apply; a key header sent
+    /// twice makes the request an error.
+    pub fn applicable<'r>(
+        &'r self,
+        req: &RequestInfo,
+    ) -> Result<Vec<Applicable<'r>>, RequestError> {
+        let mut out = Vec::new();
+        for rule in &self.rules {
+            if let Some(a) = rule.applies(req)? {
+                out.push(a);
+            }
+        }
+        Ok(out)
     }
 }
 
 impl Rule {
-    fn applies<'r>(&'r self, req: &RequestInfo) -> Option<Applicable<'r>> {
+    fn applies<'r>(&'r self, req: &RequestInfo) -> Result<Option<Applicable<'r>>, RequestError> {
         if !self.matcher.matches(req) {
-            return None;
+            return Ok(None);
         }
-        let mut parts = Vec::with_capacity(self.key.len());
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(self.key.len());
         for part in &self.key {
-            parts.push(match part {
-                KeyPart::Header(name) => req.header(name)?,
-                KeyPart::Method => req.method.as_str(),
-                KeyPart::ClientIp => req.client_ip.as_deref()?,
-                KeyPart::Path => req.path.as_str(),
-                KeyPart::Route => req.route.as_deref()?,
-            });
+            let value = match part {
+                KeyPart::Header(name) => req.single(name)?,
+                KeyPart::Method => Some(req.method.as_bytes()),
+                KeyPart::ClientIp => req.client_ip.as_deref().map(str::as_bytes),
+                KeyPart::Path => Some(req.path.as_bytes()),
+                KeyPart::Route => req.route.as_deref().map(str::as_bytes),
+            };
+            let Some(value) = value else {
+                return Ok(None);
+            };
+            parts.push(value);
         }
         let plan_header = match &self.limits {
             super::Limits::Plans { header, .. } => req.header(header),
             super::Limits::Single(_) => None,
         };
         let (limit, plan) = self.limit_for_plan(plan_header);
-        Some(Applicable {
+        Ok(Some(Applicable {
             rule: self,
             key: DescriptorKey::new(&self.name, parts),
             limit,
             plan,
-        })
+        }))
     }
 }
 
@@ -94,6 +170,13 @@ impl Matcher {
             PathMatch::Any => true,
             PathMatch::Exact(p) => req.path == *p,
             PathMatch::Prefix(p) => req.path.starts_with(p.as_str()),
+            // A prefix written with a trailing slash (`/v1/`) covers its directory,
+            // `/v1` included (the normal form drops trailing slashes), not `/v1x`.
+            PathMatch::Directory(d) => {
+                req.path == *d
+                    || (req.path.starts_with(d.as_str())
+                        && (d.ends_with('/') || req.path.as_bytes().get(d.len()) == Some(&b'/')))
+            }
         };
         let method_ok = self
             .methods
@@ -102,8 +185,10 @@ impl Matcher {
         path_ok
             && method_ok
             && self.headers.iter().all(|(name, hm)| match hm {
-                HeaderMatch::Present(want) => req.header(name).is_some() == *want,
-                HeaderMatch::Equals(v) => req.header(name) == Some(v.as_str()),
+                // Any value counts: sending a header twice never skips a rule
+                // that an honest single value would match.
+                HeaderMatch::Present(want) => req.values(name).next().is_some() == *want,
+                HeaderMatch::Equals(v) => req.values(name).any(|x| x == v.as_bytes()),
             })
     }
 }

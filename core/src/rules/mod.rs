@@ -15,7 +15,7 @@ use std::num::NonZeroU32;
 pub use compile::{parse_period, MAX_RULE_NAME, SCHEMA_VERSION};
 pub use config::{Accuracy, FailurePolicy, KeyPartConfig as KeyPart, Mode, RulesConfig, Scope};
 pub use error::{RuleError, RulesError};
-pub use matching::{Applicable, RequestInfo};
+pub use matching::{Applicable, RequestError, RequestInfo};
 #[cfg(feature = "yaml")]
 pub use parse::parse_rules;
 
@@ -71,6 +71,8 @@ enum PathMatch {
     Any,
     Exact(String),
     Prefix(String),
+    /// A prefix that ended with `/`, normalised: the directory and below.
+    Directory(String),
 }
 
 #[derive(Debug, Clone)]

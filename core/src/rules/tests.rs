@@ -59,6 +59,7 @@ fn matching_checks_path_method_and_headers() {
     );
     let names: Vec<String> = s
         .applicable(&hit)
+        .unwrap()
         .iter()
         .map(|a| a.key.to_string())
         .collect();
@@ -83,7 +84,10 @@ fn matching_checks_path_method_and_headers() {
         request("/v1/search", "GET", &[("x-env", "prod")]),
     ] {
         assert!(
-            s.applicable(&miss).iter().all(|a| a.rule.name != "per-key"),
+            s.applicable(&miss)
+                .unwrap()
+                .iter()
+                .all(|a| a.rule.name != "per-key"),
             "{miss:?}"
         );
     }
@@ -98,6 +102,7 @@ fn plans_pick_their_limit_and_fall_back_to_the_default() {
         let req = request("/", "GET", &h);
         let a = s
             .applicable(&req)
+            .unwrap()
             .into_iter()
             .find(|a| a.rule.name == "plans")
             .map(|a| (a.limit.requests(), a.plan.map(str::to_string)));
@@ -170,3 +175,100 @@ fn periods() {
 
 #[cfg(feature = "yaml")]
 mod fixtures;
+
+fn login_set() -> RuleSet {
+    compile(serde_json::json!({
+        "version": 1,
+        "rules": [
+            {"name": "login", "match": {"path": "/login", "methods": ["POST"]},
+             "key": [{"header": "x-api-key"}], "limit": {"requests": 2, "per": "1h"}},
+            {"name": "dir", "match": {"path_prefix": "/v1/"}, "key": ["path"],
+             "limit": {"requests": 5, "per": "1s"}},
+            {"name": "by-host", "key": [{"header": "host"}], "limit": {"requests": 5, "per": "1s"}},
+        ]
+    }))
+    .unwrap()
+}
+
+fn keys(s: &RuleSet, req: &RequestInfo) -> Vec<String> {
+    s.applicable(req)
+        .unwrap()
+        .iter()
+        .map(|a| a.key.to_string())
+        .collect()
+}
+
+#[test]
+fn every_spelling_of_a_path_matches_its_rule() {
+    let s = login_set();
+    for path in [
+        "/login",
+        "/login/",
+        "//login",
+        "/%6Cogin",
+        "/./login",
+        "/login;x=1",
+    ] {
+        let req = request(path, "POST", &[("x-api-key", "k")]);
+        assert!(keys(&s, &req).contains(&"login|k".to_string()), "{path}");
+    }
+    // A prefix with a trailing slash covers the directory, not its neighbours;
+    // `path` key parts count the normalised path.
+    assert_eq!(keys(&s, &request("/v1", "GET", &[])), ["dir|/v1"]);
+    assert_eq!(keys(&s, &request("//v1/./a/", "GET", &[])), ["dir|/v1/a"]);
+    assert!(keys(&s, &request("/v1x", "GET", &[])).is_empty());
+}
+
+#[test]
+fn header_spellings_do_not_skip_a_rule_or_mint_a_key() {
+    let s = login_set();
+    // `x_api_key` is the same header as `x-api-key`, and so is `X-API-KEY`.
+    for name in ["x_api_key", "X-Api-Key"] {
+        let req = request("/login", "POST", &[(name, "k")]);
+        assert_eq!(keys(&s, &req), ["login|k"], "{name}");
+    }
+    // Sent twice, under any spelling: refused, never counted under one value.
+    for second in ["x-api-key", "x_api_key"] {
+        let req = request(
+            "/login",
+            "POST",
+            &[("x-api-key", "used-up"), (second, "fresh")],
+        );
+        assert_eq!(
+            s.applicable(&req).map(|a| a.len()),
+            Err(RequestError::RepeatedHeader("x-api-key".into())),
+            "{second}"
+        );
+    }
+    // A rule on `host` keys on Envoy's `:authority`.
+    let req = request("/", "GET", &[(":authority", "api.example.com")]);
+    assert_eq!(keys(&s, &req), ["by-host|api.example.com"]);
+}
+
+#[test]
+fn header_conditions_hold_for_any_value_sent() {
+    let s = set();
+    // `x-env: dev` beside `x-env: prod` does not hide the prod condition.
+    let req = request(
+        "/v1/search",
+        "GET",
+        &[("x-env", "dev"), ("x-env", "prod"), ("x-api-key", "k1")],
+    );
+    assert!(keys(&s, &req).contains(&"per-key|k1".to_string()));
+}
+
+#[test]
+fn raw_bytes_and_their_escaped_text_are_two_keys() {
+    let s = set();
+    let req = |v: &[u8]| {
+        RequestInfo::new(
+            "/v1/x",
+            "GET",
+            vec![
+                ("x-env".to_string(), b"prod".to_vec()),
+                ("x-api-key".to_string(), v.to_vec()),
+            ],
+        )
+    };
+    assert_ne!(keys(&s, &req(b"\xc3")), keys(&s, &req(b"%C3")));
+}

@@ -21,7 +21,11 @@ fn two_rules(on_failure: &str) -> Rc<RuleSet> {
 }
 
 fn req(key: &str) -> RequestInfo {
-    RequestInfo::new("/x", "GET", vec![("x-api-key".into(), key.into())])
+    RequestInfo::new(
+        "/x",
+        "GET",
+        vec![("x-api-key".to_string(), key.to_string())],
+    )
 }
 
 fn grant(tokens: u32) -> LeaseAnswer {
@@ -39,18 +43,22 @@ fn a_grant_fills_the_lease_and_later_requests_stay_local() {
     let host = FakeHost::default();
     let cfg = FilterConfig::default();
     let rs = two_rules("local");
-    let mut e = Evaluation::new(Rc::clone(&rs), &req("k")).unwrap();
+    let mut e = Evaluation::new(Rc::clone(&rs), &req("k"), &cfg)
+        .unwrap()
+        .unwrap();
     assert!(e.local_pass(&host, &cfg));
     assert_eq!(e.lease_request().items.len(), 2);
     e.apply_answers(&host, &cfg, vec![grant(2), grant(10)]);
     assert!(matches!(e.verdict(), Verdict::Allow { .. }));
 
     // The next request spends the leftover lease tokens without asking.
-    let mut e = Evaluation::new(Rc::clone(&rs), &req("k")).unwrap();
+    let mut e = Evaluation::new(Rc::clone(&rs), &req("k"), &cfg)
+        .unwrap()
+        .unwrap();
     assert!(!e.local_pass(&host, &cfg));
     assert!(matches!(e.verdict(), Verdict::Allow { .. }));
     // The tight rule's lease (2 tokens, 1 per request) is now spent.
-    let mut e = Evaluation::new(rs, &req("k")).unwrap();
+    let mut e = Evaluation::new(rs, &req("k"), &cfg).unwrap().unwrap();
     assert!(e.local_pass(&host, &cfg));
     assert_eq!(e.lease_request().items.len(), 1);
 }
@@ -60,7 +68,9 @@ fn a_denial_is_cached_and_rejects_without_asking_or_spending() {
     let host = FakeHost::default();
     let cfg = FilterConfig::default();
     let rs = two_rules("local");
-    let mut e = Evaluation::new(Rc::clone(&rs), &req("k")).unwrap();
+    let mut e = Evaluation::new(Rc::clone(&rs), &req("k"), &cfg)
+        .unwrap()
+        .unwrap();
     e.local_pass(&host, &cfg);
     e.apply_answers(
         &host,
@@ -83,7 +93,9 @@ fn a_denial_is_cached_and_rejects_without_asking_or_spending() {
     ));
 
     host.now.set(NANOS_PER_SEC);
-    let mut e = Evaluation::new(Rc::clone(&rs), &req("k")).unwrap();
+    let mut e = Evaluation::new(Rc::clone(&rs), &req("k"), &cfg)
+        .unwrap()
+        .unwrap();
     assert!(!e.local_pass(&host, &cfg), "the denial cache answers");
     assert!(matches!(
         e.verdict(),
@@ -101,7 +113,9 @@ fn failure_policies() {
     let cfg = FilterConfig::default();
     for (policy, expect_503) in [("open", false), ("closed", true), ("local", false)] {
         let host = FakeHost::default();
-        let mut e = Evaluation::new(two_rules(policy), &req("k")).unwrap();
+        let mut e = Evaluation::new(two_rules(policy), &req("k"), &cfg)
+            .unwrap()
+            .unwrap();
         e.local_pass(&host, &cfg);
         e.fail_misses(&host, &cfg);
         assert_eq!(
@@ -122,7 +136,9 @@ fn fail_local_admits_the_nodes_slice_then_rejects() {
     let rs = two_rules("local");
     let mut admitted = 0;
     for _ in 0..20 {
-        let mut e = Evaluation::new(Rc::clone(&rs), &req("k")).unwrap();
+        let mut e = Evaluation::new(Rc::clone(&rs), &req("k"), &cfg)
+            .unwrap()
+            .unwrap();
         if e.local_pass(&host, &cfg) {
             e.fail_misses(&host, &cfg);
         }
@@ -140,7 +156,9 @@ fn key_cardinality_does_not_grow_shared_data_past_the_slots() {
     };
     let rs = two_rules("local");
     for i in 0..5_000 {
-        let mut e = Evaluation::new(Rc::clone(&rs), &req(&format!("key-{i}"))).unwrap();
+        let mut e = Evaluation::new(Rc::clone(&rs), &req(&format!("key-{i}")), &cfg)
+            .unwrap()
+            .unwrap();
         e.local_pass(&host, &cfg);
         e.apply_answers(&host, &cfg, vec![grant(3), grant(3)]);
     }
@@ -152,7 +170,9 @@ fn the_agents_fail_local_answers_count_as_the_policy_and_keep_no_lease() {
     let host = FakeHost::default();
     let cfg = FilterConfig::default();
     let rs = two_rules("local");
-    let mut e = Evaluation::new(Rc::clone(&rs), &req("k")).unwrap();
+    let mut e = Evaluation::new(Rc::clone(&rs), &req("k"), &cfg)
+        .unwrap()
+        .unwrap();
     e.local_pass(&host, &cfg);
     let local_grant = LeaseAnswer::Grant {
         tokens: 1,
@@ -176,7 +196,7 @@ fn the_agents_fail_local_answers_count_as_the_policy_and_keep_no_lease() {
     let outcomes: Vec<&str> = e.results().iter().map(|r| r.outcome().as_str()).collect();
     assert_eq!(outcomes, ["failed_local", "failed_local"]);
     // Nothing was cached: the next request asks the agent again.
-    let mut e = Evaluation::new(rs, &req("k")).unwrap();
+    let mut e = Evaluation::new(rs, &req("k"), &cfg).unwrap().unwrap();
     assert!(e.local_pass(&host, &cfg));
     assert_eq!(e.lease_request().items.len(), 2);
 }

@@ -197,7 +197,10 @@ impl Scenario {
         fields.insert("expected_nodes".into(), self.gateways.into());
         fields.extend(self.filter.clone());
         let text = serde_json::Value::Object(fields).to_string();
-        FilterConfig::parse(Some(text.as_bytes()))
+        // The harness's deployment secret, as the filter's VM would have it.
+        let secret = meshlimit_core::secret::Secret::new(meshlimit_tests::TEST_SECRET.as_bytes())
+            .map_err(|e| e.to_string())?;
+        FilterConfig::parse(Some(text.as_bytes())).map(|c| c.with_secret(&secret))
     }
 }
 

@@ -203,10 +203,14 @@ pub fn lease_url(base: &str, key: &str, cost: u32) -> Option<serde_json::Value> 
         "items": [{ "rule": rule, "key": key, "cost": cost }],
     })
     .to_string();
+    let auth = meshlimit_tests::agent_auth();
     let resp = try_request(
         "POST",
         &format!("{base}/v1/lease"),
-        &[("content-type", "application/json")],
+        &[
+            ("content-type", "application/json"),
+            ("authorization", &auth),
+        ],
         Some(body.as_bytes()),
     )
     .ok()?;

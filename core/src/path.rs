@@ -1,0 +1,159 @@
+//! One path, however it is spelled. Rules match, and `path` key parts count, the
+//! normalised path, computed here in the filter itself, so a host without Envoy's
+//! own normalisation settings is still safe:
+//!
+//! - the query string and fragment are cut off;
+//! - percent-escapes of unreserved characters (`A-Z a-z 0-9 - . _ ~`) are decoded
+//!   (`/%6Cogin` is `/login`), escaped slashes and backslashes (`%2F`, `%5C`, `\`)
+//!   are separators, every other escape is kept with upper-case hex, and bytes that
+//!   are not printable ASCII are escaped;
+//! - path parameters are dropped (`/login;jsessionid=1` is `/login`), as servlet
+//!   containers and most frameworks do before routing;
+//! - repeated slashes are merged, `.` and `..` segments resolved (never above the
+//!   root), and a trailing slash dropped (`/login/` is `/login`).
+//!
+//! The trade-off: a backend that tells `/a/` from `/a`, or `/a%2Fb` from `/a/b`,
+//! sees two resources where the limiter sees one, so the limiter errs on the side
+//! of counting them together. Paths stay case-sensitive, as HTTP says they are.
+
+/// The normalised form of a request's `:path` (or of a rule's path).
+pub fn normalize(raw: &[u8]) -> String {
+    let end = raw
+        .iter()
+        .position(|b| *b == b'?' || *b == b'#')
+        .unwrap_or(raw.len());
+    let decoded = decode(&raw[..end]);
+    let mut segments: Vec<&str> = Vec::new();
+    for segment in decoded.split('/') {
+        let segment = segment.split(';').next().unwrap_or_default();
+        match segment {
+            "" | "." => {}
+            ".." => {
+                segments.pop();
+            }
+            s => segments.push(s),
+        }
+    }
+    let mut out = String::with_capacity(decoded.len() + 1);
+    for s in &segments {
+        out.push('/');
+        out.push_str(s);
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    out
+}
+
+/// Decodes what must be decoded and escapes what must be escaped, in one pass;
+/// `/` in the result is always a separator.
+fn decode(raw: &[u8]) -> String {
+    let mut out = String::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        let b = raw[i];
+        let escaped = (b == b'%')
+            .then(|| Some((hex_value(*raw.get(i + 1)?)?, hex_value(*raw.get(i + 2)?)?)))
+            .flatten();
+        let (byte, was_escaped) = match escaped {
+            Some((hi, lo)) => {
+                i += 3;
+                (hi << 4 | lo, true)
+            }
+            None => {
+                i += 1;
+                (b, false)
+            }
+        };
+        match byte {
+            b'/' | b'\\' => out.push('/'),
+            b if is_unreserved(b) => out.push(char::from(b)),
+            // Reserved and sub-delimiter characters keep their meaning when sent
+            // as they are, and stay escaped when sent escaped.
+            b if !was_escaped && b != b'%' && b.is_ascii_graphic() => out.push(char::from(b)),
+            b => push_escape(&mut out, b),
+        }
+    }
+    out
+}
+
+fn is_unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+}
+
+fn hex_value(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+fn push_escape(out: &mut String, b: u8) {
+    const DIGITS: &[u8; 16] = b"0123456789ABCDEF";
+    out.push('%');
+    out.push(char::from(DIGITS[usize::from(b >> 4)]));
+    out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn n(s: &str) -> String {
+        normalize(s.as_bytes())
+    }
+
+    #[test]
+    fn every_spelling_of_login_is_login() {
+        for spelling in [
+            "/login",
+            "/login/",
+            "//login",
+            "/./login",
+            "/%6Cogin",
+            "/%6cogin",
+            "/login;x=1",
+            "/login;jsessionid=abc/",
+            "/x/../login",
+            "/../login",
+            "/login?next=/admin",
+            "/login#frag",
+            "%2Flogin",
+            "/\\login",
+            "/%2E/login",
+            "/%2e%2e/login",
+            "login",
+        ] {
+            assert_eq!(n(spelling), "/login", "{spelling}");
+        }
+    }
+
+    #[test]
+    fn reserved_escapes_stay_escaped_and_odd_bytes_are_escaped() {
+        assert_eq!(n("/a%3Fb"), "/a%3Fb");
+        assert_eq!(n("/a%3fb"), "/a%3Fb");
+        assert_eq!(n("/a:b@c"), "/a:b@c");
+        assert_eq!(n("/100%"), "/100%25");
+        assert_eq!(n("/%zz"), "/%25zz");
+        assert_eq!(n("/%25"), "/%25");
+        assert_eq!(normalize(b"/caf\xc3\xa9 x"), "/caf%C3%A9%20x");
+        assert_eq!(n("/"), "/");
+        assert_eq!(n(""), "/");
+        assert_eq!(n("/Login"), "/Login");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn normal_forms_are_fixed_points(raw in proptest::collection::vec(
+            proptest::sample::select(b"/.;%2fF6cC?a\\xe\xc3".to_vec()), 0..24)) {
+            let once = normalize(&raw);
+            proptest::prop_assert_eq!(normalize(once.as_bytes()), once.clone());
+            proptest::prop_assert!(once.starts_with('/'));
+            proptest::prop_assert!(!once.contains("//"));
+            proptest::prop_assert!(once == "/" || !once.ends_with('/'));
+            proptest::prop_assert!(!once.split('/').any(|s| s == "." || s == ".."));
+        }
+    }
+}

@@ -4,11 +4,13 @@
 //! unreachable. Pure data and logic here; the filter does the get + CAS set.
 //!
 //! Slots are chosen by `fingerprint % slots`, so shared data stays bounded whatever
-//! the key cardinality. A slot holding another key's fingerprint reads as empty
-//! but for its fail-local bucket, which stays with the slot: a collision can drop
-//! lease tokens (never hoarded) or forget a denial (the agent is asked again), and
-//! two colliding keys share one fail-local bucket (stricter, never looser); a
-//! collision never grants a token or refills a bucket.
+//! the key cardinality. A slot holding another key's state is taken over (its
+//! lease tokens dropped, never hoarded; its cached denial forgotten, so the agent
+//! is asked again) unless that key's fail-local bucket is still refilling: that
+//! bucket is the only memory of what the key spent while the agent was
+//! unreachable, so it is never evicted, and the newcomer, finding no room, is
+//! decided without local state (a miss for the agent, a denial under fail-local).
+//! So a collision never grants a token or refills a bucket.
 //!
 //! Times here are the host's wall clock, which can step. Whatever a slot says, a
 //! cached denial never lasts longer than the rule allows (`max_wait_ns`) and a
@@ -17,8 +19,8 @@
 use crate::bucket::{Bucket, Take};
 use crate::limit::Limit;
 
-const FORMAT: u8 = 2;
-const ENCODED_LEN: usize = 82;
+const FORMAT: u8 = 3;
+const ENCODED_LEN: usize = 90;
 /// The spend rate's time constant.
 const SPEND_TAU_NS: f64 = 1e9;
 /// The longest a lease may be kept, whatever the agent or a stepped clock says.
@@ -47,6 +49,9 @@ pub struct SlotState {
     pub lease_emptied_ns: u64,
     /// Tokens per second this filter spent while it held tokens (decaying mean).
     pub spend_rate: f32,
+    /// When the fail-local bucket is full again (0: no bucket): until then the
+    /// slot is not given to another key.
+    pub fallback_full_ns: u64,
 }
 
 /// What local state alone can decide.
@@ -75,20 +80,19 @@ impl SlotState {
             lease_granted_at_ns: 0,
             lease_emptied_ns: 0,
             spend_rate: 0.0,
+            fallback_full_ns: 0,
         }
     }
 
-    /// Reads a slot for the key with `fingerprint`. Another key's state reads as
-    /// empty but keeps its fail-local bucket (a collision must not reset one);
-    /// an old format or garbage reads as empty.
-    pub fn decode(bytes: Option<&[u8]>, fingerprint: u64) -> Self {
+    /// Reads a slot for the key with `fingerprint`: its own state, or an empty
+    /// one where the slot is free (nothing there, garbage, an old format, or
+    /// another key with nothing worth keeping). `None` when another key's
+    /// fail-local bucket is still refilling at `now_ns`: the slot is not ours.
+    pub fn claim(bytes: Option<&[u8]>, fingerprint: u64, now_ns: u64) -> Option<Self> {
         match bytes.and_then(Self::decode_exact) {
-            Some(s) if s.fingerprint == fingerprint => s,
-            Some(other) => Self {
-                fallback: other.fallback,
-                ..Self::empty(fingerprint)
-            },
-            None => Self::empty(fingerprint),
+            Some(s) if s.fingerprint == fingerprint => Some(s),
+            Some(other) if other.fallback.is_some() && now_ns < other.fallback_full_ns => None,
+            _ => Some(Self::empty(fingerprint)),
         }
     }
 
@@ -109,6 +113,7 @@ impl SlotState {
         out.extend_from_slice(&self.lease_granted_at_ns.to_le_bytes());
         out.extend_from_slice(&self.lease_emptied_ns.to_le_bytes());
         out.extend_from_slice(&self.spend_rate.to_le_bytes());
+        out.extend_from_slice(&self.fallback_full_ns.to_le_bytes());
         out
     }
 
@@ -211,7 +216,15 @@ impl SlotState {
         let bucket = self
             .fallback
             .get_or_insert_with(|| Bucket::full(limit, now_ns));
-        bucket.take(limit, now_ns, cost, cost)
+        let take = bucket.take(limit, now_ns, cost, cost);
+        let missing = f64::from(limit.burst()) - bucket.tokens_at(limit, now_ns);
+        let refill_ns = (missing.max(0.0) / limit.rate_per_ns()).ceil();
+        self.fallback_full_ns = if refill_ns.is_finite() {
+            now_ns.saturating_add(refill_ns as u64)
+        } else {
+            u64::MAX
+        };
+        take
     }
 
     fn decode_exact(b: &[u8]) -> Option<Self> {
@@ -244,6 +257,7 @@ impl SlotState {
             lease_granted_at_ns: u64_at(62)?,
             lease_emptied_ns: u64_at(70)?,
             spend_rate: f32::from_bits(u32_at(78)?),
+            fallback_full_ns: u64_at(82)?,
         })
     }
 }
@@ -260,18 +274,26 @@ mod tests {
         let _ = s.fallback_take(&limit(3, 1_000, 3), 10, 1);
         let bytes = s.encode();
         assert_eq!(bytes.len(), ENCODED_LEN);
-        assert_eq!(SlotState::decode(Some(&bytes), 42), s);
-        // Another key's slot reads as empty but for the fail-local bucket.
-        let other = SlotState::decode(Some(&bytes), 43);
+        assert_eq!(SlotState::claim(Some(&bytes), 42, 10), Some(s));
+        // Another key's refilling fail-local bucket keeps the slot; once full
+        // again, the slot is free.
+        assert_eq!(SlotState::claim(Some(&bytes), 43, 10), None);
         assert_eq!(
-            other,
-            SlotState {
-                fallback: s.fallback,
-                ..SlotState::empty(43)
-            }
+            SlotState::claim(Some(&bytes), 43, s.fallback_full_ns),
+            Some(SlotState::empty(43))
         );
-        assert_eq!(SlotState::decode(Some(b"junk"), 42), SlotState::empty(42));
-        assert_eq!(SlotState::decode(None, 42), SlotState::empty(42));
+        assert_eq!(
+            SlotState::claim(Some(b"junk"), 42, 0),
+            Some(SlotState::empty(42))
+        );
+        assert_eq!(SlotState::claim(None, 42, 0), Some(SlotState::empty(42)));
+        // A lease alone does not hold a slot against another key.
+        let mut leased = SlotState::empty(42);
+        leased.grant(10, 5, 1, 100, 7, 1_000);
+        assert_eq!(
+            SlotState::claim(Some(&leased.encode()), 43, 11),
+            Some(SlotState::empty(43))
+        );
     }
 
     #[test]
@@ -304,7 +326,7 @@ mod tests {
     }
 
     #[test]
-    fn a_colliding_key_never_refills_the_fail_local_bucket() {
+    fn a_colliding_key_never_evicts_a_refilling_fail_local_bucket() {
         let l = limit(2, 1_000_000_000, 2);
         let mut victim = SlotState::empty(1);
         for _ in 0..2 {
@@ -313,15 +335,14 @@ mod tests {
                 Take::Granted { .. }
             ));
         }
-        // The attacker's key lands in the same slot and writes its own state.
-        let mut attacker = SlotState::decode(Some(&victim.encode()), 2);
-        assert!(matches!(
-            attacker.fallback_take(&l, 1, 1),
-            Take::Denied { .. }
-        ));
-        // Back to the first key: still empty.
-        let mut again = SlotState::decode(Some(&attacker.encode()), 1);
+        let bytes = victim.encode();
+        // The attacker's key cannot have the slot while the bucket refills...
+        assert_eq!(SlotState::claim(Some(&bytes), 2, 1), None);
+        // ...so the first key still finds its bucket empty.
+        let mut again = SlotState::claim(Some(&bytes), 1, 2).unwrap();
         assert!(matches!(again.fallback_take(&l, 2, 1), Take::Denied { .. }));
+        // A second later it is full again, and the slot may change hands.
+        assert!(SlotState::claim(Some(&again.encode()), 2, 1_000_000_002).is_some());
     }
 
     #[test]

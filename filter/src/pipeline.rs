@@ -9,8 +9,7 @@ use meshlimit_core::rules::{FailurePolicy, Mode, RequestError, Rule, Scope};
 use meshlimit_core::slot::LocalCheck;
 use meshlimit_core::wire::{LeaseAnswer, LeaseItem, LeaseRequest, WIRE_VERSION};
 use meshlimit_core::{
-    Bucket, DescriptorKey, Limit, Outcome, RequestInfo, RuleSet, RuleVerdict, Take, Verdict,
-    NANOS_PER_MS,
+    DescriptorKey, Limit, Outcome, RequestInfo, RuleSet, RuleVerdict, Take, Verdict, NANOS_PER_MS,
 };
 
 use crate::config::FilterConfig;
@@ -266,9 +265,12 @@ impl Evaluation {
                 let take = slots::update(host, c.fingerprint, cfg.slots, |s| {
                     s.fallback_take(&local, now, c.cost)
                 })
-                // A slot we could not write: decide on a fresh bucket rather than
-                // block; it admits at most one burst more.
-                .unwrap_or_else(|| Bucket::full(&local, now).take(&local, now, c.cost, c.cost));
+                // No slot for this key (another key's fail-local bucket holds it,
+                // or the write kept losing races): no state to count against, so
+                // no grant; it may retry once one request's worth has refilled.
+                .unwrap_or(Take::Denied {
+                    retry_after_ns: local.max_wait_ns(1.0),
+                });
                 let verdict = match take {
                     Take::Granted {
                         remaining,

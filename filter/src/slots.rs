@@ -16,7 +16,8 @@ pub fn slot_key(fingerprint: u64, slots: u32) -> String {
 }
 
 /// Applies `change` to the key's state and stores it. Returns what `change`
-/// returned on the attempt that was stored, or `None` when every attempt lost.
+/// returned on the attempt that was stored, or `None` when every attempt lost or
+/// another key holds the slot (see `SlotState::claim`): nothing was changed.
 pub fn update<H: Host, R>(
     host: &H,
     fingerprint: u64,
@@ -26,7 +27,7 @@ pub fn update<H: Host, R>(
     let key = slot_key(fingerprint, slots);
     for _ in 0..CAS_ATTEMPTS {
         let (bytes, cas) = host.shared_get(&key);
-        let mut state = SlotState::decode(bytes.as_deref(), fingerprint);
+        let mut state = SlotState::claim(bytes.as_deref(), fingerprint, host.now_ns())?;
         let before = state;
         let out = change(&mut state);
         if state == before {
@@ -52,7 +53,7 @@ mod tests {
         update(&host, 7, 16, |s| s.grant(0, 10, 0, 1_000_000, 0, 0));
         // Another worker writes between our read and our write, once.
         host.interfere_once(slot_key(7, 16), |bytes| {
-            let mut s = SlotState::decode(Some(bytes), 7);
+            let mut s = SlotState::claim(Some(bytes), 7, 0).unwrap();
             s.lease_tokens -= 4;
             s.encode()
         });
@@ -60,6 +61,11 @@ mod tests {
         assert!(taken.is_some());
         let (bytes, _) = host.shared_get(&slot_key(7, 16));
         // 10 - 4 (the other worker) - 1 (ours): neither write was lost.
-        assert_eq!(SlotState::decode(bytes.as_deref(), 7).lease_tokens, 5);
+        assert_eq!(
+            SlotState::claim(bytes.as_deref(), 7, 0)
+                .unwrap()
+                .lease_tokens,
+            5
+        );
     }
 }

@@ -11,7 +11,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
 use crate::api::App;
-use crate::config::{ConfigError, RunArgs, StoreSpec, EXIT_USAGE};
+use crate::config::{ConfigError, RunArgs, EXIT_USAGE};
 use crate::leases::LeaseSettings;
 use crate::metrics::{Metrics, MetricsError};
 use crate::regions;
@@ -81,7 +81,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     // Configuration problems first, before anything binds or logs.
     let metrics = Arc::new(Metrics::new(&args.region)?);
     let region_setup = regions::regions_config(&args, &agent_id(&args))?;
-    let store = start_store(&args, &metrics, &mut tasks, &shutdown);
+    let store = start_store(&args, &metrics, &mut tasks, &shutdown)?;
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|source| RunError::Bind {
@@ -137,21 +137,16 @@ fn start_store(
     metrics: &Arc<Metrics>,
     tasks: &mut JoinSet<()>,
     shutdown: &Shutdown,
-) -> Arc<dyn Store> {
-    let (nodes, cluster) = match &args.store {
-        StoreSpec::Memory => {
-            let store = Arc::new(MemoryStore::new());
-            tasks.spawn(store.clone().run_sweeper(SWEEP_EVERY, shutdown.clone()));
-            return store;
-        }
-        StoreSpec::Redis(node) => (vec![node.clone()], false),
-        StoreSpec::RedisCluster(nodes) => (nodes.clone(), true),
+) -> Result<Arc<dyn Store>, ConfigError> {
+    let Some(target) = args.store.redis() else {
+        let store = Arc::new(MemoryStore::new());
+        tasks.spawn(store.clone().run_sweeper(SWEEP_EVERY, shutdown.clone()));
+        return Ok(store);
     };
     let config = RedisConfig {
-        nodes,
-        cluster,
-        username: args.redis_username.clone(),
-        password: args.redis_password.clone(),
+        nodes: target.nodes,
+        cluster: target.cluster,
+        connect: args.redis_connect()?,
         batch: BatchConfig {
             window: args.batch_window(),
             max_batch: usize::try_from(args.max_batch).unwrap_or(256),
@@ -159,10 +154,10 @@ fn start_store(
         },
     };
     let observer = metrics.clone();
-    Arc::new(RedisStore::new(
+    Ok(Arc::new(RedisStore::new(
         config,
         Arc::new(move |size, latency, _| observer.store_pipeline(size, latency)),
-    ))
+    )))
 }
 
 fn lease_settings(args: &RunArgs) -> LeaseSettings {

@@ -29,8 +29,7 @@ fn store(redis: &RedisServer) -> RedisStore {
     let cfg = RedisConfig {
         nodes: vec![redis.addr()],
         cluster: false,
-        username: None,
-        password: None,
+        connect: Default::default(),
         batch: BatchConfig {
             window: Duration::ZERO,
             max_batch: 16,

@@ -81,6 +81,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     // Configuration problems first, before anything binds or logs.
     let metrics = Arc::new(Metrics::new(&args.region)?);
     let region_setup = regions::regions_config(&args, &agent_id(&args))?;
+    check_tls_flags(&args, region_setup.as_ref())?;
     let store = start_store(&args, &metrics, &mut tasks, &shutdown)?;
     let listener = TcpListener::bind(args.listen)
         .await
@@ -158,6 +159,27 @@ fn start_store(
         config,
         Arc::new(move |size, latency, _| observer.store_pipeline(size, latency)),
     )))
+}
+
+/// TLS files given while no Redis is reached over TLS are a mistake an operator
+/// would not notice (the traffic would be plaintext): refused.
+fn check_tls_flags(
+    args: &RunArgs,
+    regions: Option<&regions::RegionsConfig>,
+) -> Result<(), ConfigError> {
+    let tls = |spec: &crate::config::StoreSpec| spec.redis().is_some_and(|t| t.tls);
+    let any_tls = tls(&args.store) || regions.is_some_and(|r| r.peers.iter().any(|(_, s)| tls(s)));
+    let files = args.redis_ca.is_some() || args.redis_cert.is_some() || args.redis_key.is_some();
+    if files && !any_tls {
+        return Err(ConfigError::Redis(
+            "--redis-ca, --redis-cert and --redis-key are for TLS, but no store or peer region is rediss://".into(),
+        ));
+    }
+    // Read the files now, so that a missing one stops the agent at start.
+    if any_tls {
+        args.redis_connect()?;
+    }
+    Ok(())
 }
 
 fn lease_settings(args: &RunArgs) -> LeaseSettings {

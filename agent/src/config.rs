@@ -13,6 +13,8 @@ use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 use meshlimit_core::secret::Secret;
 
+use crate::store::redis::client::{Connect, TlsFiles};
+
 /// The exit code for a bad flag or configuration (BSD `EX_USAGE`).
 pub const EXIT_USAGE: u8 = 64;
 
@@ -79,7 +81,8 @@ pub struct RunArgs {
         default_value = "127.0.0.1:8081"
     )]
     pub listen: SocketAddr,
-    /// Where buckets live: memory, redis://HOST:PORT or redis+cluster://HOST:PORT,…
+    /// Where buckets live: memory, redis://HOST:PORT or redis+cluster://HOST:PORT,…;
+    /// rediss://HOST:PORT or rediss+cluster://HOST:PORT,… for TLS (see --redis-ca).
     #[arg(long, env = "MESHLIMIT_STORE", default_value = "memory", value_parser = StoreSpec::parse)]
     pub store: StoreSpec,
     /// This agent's region (a metric label; regions share `global` rules).
@@ -125,9 +128,46 @@ pub struct RunArgs {
     /// Redis ACL user (from a Secret; never on the command line in a pod).
     #[arg(long, env = "MESHLIMIT_REDIS_USERNAME", hide_env_values = true)]
     pub redis_username: Option<String>,
-    /// Redis password (from a Secret). Never logged.
-    #[arg(long, env = "MESHLIMIT_REDIS_PASSWORD", hide_env_values = true)]
-    pub redis_password: Option<String>,
+    /// Redis password (from a Secret). Never logged. Prefer --redis-password-file:
+    /// a value here is visible in the process's arguments or environment.
+    #[arg(long, env = "MESHLIMIT_REDIS_PASSWORD", hide_env_values = true,
+          value_parser = Password::parse, conflicts_with = "redis_password_file")]
+    pub redis_password: Option<Password>,
+    /// A file holding the Redis password (a mounted Secret; one trailing newline
+    /// is ignored), read at start.
+    #[arg(long, env = "MESHLIMIT_REDIS_PASSWORD_FILE", value_name = "PATH")]
+    pub redis_password_file: Option<PathBuf>,
+    /// TLS (rediss:// stores and peers): the PEM file of the CA the Redis
+    /// servers' certificates must chain to; without it, the system's roots. The
+    /// server's name (or IP address) in the URL is verified.
+    #[arg(long, env = "MESHLIMIT_REDIS_CA", value_name = "PATH")]
+    pub redis_ca: Option<PathBuf>,
+    /// TLS: a client certificate (PEM) for Redis servers that ask for one
+    /// (`tls-auth-clients`); with --redis-key.
+    #[arg(
+        long,
+        env = "MESHLIMIT_REDIS_CERT",
+        value_name = "PATH",
+        requires = "redis_key"
+    )]
+    pub redis_cert: Option<PathBuf>,
+    /// TLS: the client certificate's private key (PEM); with --redis-cert.
+    #[arg(
+        long,
+        env = "MESHLIMIT_REDIS_KEY",
+        value_name = "PATH",
+        requires = "redis_cert"
+    )]
+    pub redis_key: Option<PathBuf>,
+    /// Each peer region's own Redis credentials, so that no region's Redis ever
+    /// sees another's password: a directory (a mounted Secret) holding, for a peer
+    /// region NAME, `NAME.password` and optionally `NAME.username`. Without
+    /// these files, the variables MESHLIMIT_REDIS_PASSWORD_<NAME> and
+    /// MESHLIMIT_REDIS_USERNAME_<NAME> (NAME upper-cased, `-` and `.` as `_`);
+    /// without either, the peer is reached with no credentials. --redis-username
+    /// and --redis-password are this region's only.
+    #[arg(long, env = "MESHLIMIT_REGION_CREDENTIALS_DIR", value_name = "DIR")]
+    pub region_credentials_dir: Option<PathBuf>,
     /// Log filter, in `tracing_subscriber::EnvFilter` syntax (e.g. `info,meshlimit_agent=debug`).
     #[arg(long, env = "MESHLIMIT_LOG", default_value = "info")]
     pub log: String,
@@ -165,6 +205,66 @@ pub enum StoreSpec {
     Memory,
     Redis(String),
     RedisCluster(Vec<String>),
+    /// `rediss://`: a single Redis over TLS.
+    RedisTls(String),
+    /// `rediss+cluster://`: a Redis Cluster over TLS (every node, and the nodes
+    /// `CLUSTER SLOTS` names: run the cluster with `tls-cluster yes`).
+    RedisClusterTls(Vec<String>),
+}
+
+/// A Redis deployment named by a [`StoreSpec`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisTarget {
+    /// The single Redis, or the cluster's seeds (`host:port`).
+    pub nodes: Vec<String>,
+    pub cluster: bool,
+    pub tls: bool,
+}
+
+/// A secret (a Redis password): its `Debug` and `Display` print `<redacted>`,
+/// so no log line, error or config dump can carry it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Password(String);
+
+impl Password {
+    /// clap's parser: any non-empty text.
+    pub fn parse(text: &str) -> Result<Password, String> {
+        if text.is_empty() {
+            return Err("an empty password".into());
+        }
+        Ok(Password(text.to_string()))
+    }
+
+    /// Reads a password file: its text without one trailing newline.
+    pub fn read_file(path: &std::path::Path) -> Result<Password, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let text = text.strip_suffix('\n').unwrap_or(&text);
+        let text = text.strip_suffix('\r').unwrap_or(text);
+        Password::parse(text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// The secret itself, for the AUTH command only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for Password {
+    fn from(text: &str) -> Self {
+        Password(text.to_string())
+    }
+}
+
+impl fmt::Debug for Password {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl fmt::Display for Password {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
 }
 
 /// What to do instead of running: print `message` (on stdout for help and version,
@@ -185,6 +285,8 @@ pub enum ConfigError {
     Regions(String),
     #[error("secret: {0}")]
     Secret(String),
+    #[error("redis: {0}")]
+    Redis(String),
 }
 
 impl Cli {
@@ -240,6 +342,77 @@ impl RunArgs {
     pub fn rules_poll(&self) -> Duration {
         Duration::from_millis(self.rules_poll_ms)
     }
+
+    /// How to reach this region's Redis (`--store`): `--redis-username`, the
+    /// password (flag or file) and the TLS files. Files are read now, so a
+    /// missing one stops the agent at start.
+    pub fn redis_connect(&self) -> Result<Connect, ConfigError> {
+        let password = match (&self.redis_password, &self.redis_password_file) {
+            (_, Some(path)) => Some(Password::read_file(path).map_err(ConfigError::Redis)?),
+            (password, None) => password.clone(),
+        };
+        Ok(Connect {
+            username: self.redis_username.clone(),
+            password,
+            tls: self.store.redis().is_some_and(|t| t.tls),
+            tls_files: self.tls_files()?,
+        })
+    }
+
+    /// How to reach peer region `region` at `spec`: its own credentials
+    /// (`--region-credentials-dir`, else `MESHLIMIT_REDIS_*_<REGION>` from `env`),
+    /// the shared TLS files.
+    pub fn region_connect(
+        &self,
+        region: &str,
+        spec: &StoreSpec,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Connect, ConfigError> {
+        let suffix: String = region
+            .chars()
+            .map(|c| match c {
+                '-' | '.' => '_',
+                c => c.to_ascii_uppercase(),
+            })
+            .collect();
+        let file = |ext: &str| {
+            self.region_credentials_dir
+                .as_ref()
+                .map(|dir| dir.join(format!("{region}.{ext}")))
+                .filter(|p| p.exists())
+        };
+        let password = match file("password") {
+            Some(path) => Some(Password::read_file(&path).map_err(ConfigError::Redis)?),
+            None => env(&format!("MESHLIMIT_REDIS_PASSWORD_{suffix}"))
+                .map(|p| Password::parse(&p))
+                .transpose()
+                .map_err(|e| ConfigError::Redis(format!("region {region}: {e}")))?,
+        };
+        let username = match file("username") {
+            Some(path) => Some(
+                std::fs::read_to_string(&path)
+                    .map_err(|e| ConfigError::Redis(format!("{}: {e}", path.display())))?
+                    .trim()
+                    .to_string(),
+            ),
+            None => env(&format!("MESHLIMIT_REDIS_USERNAME_{suffix}")),
+        };
+        Ok(Connect {
+            username,
+            password,
+            tls: spec.redis().is_some_and(|t| t.tls),
+            tls_files: self.tls_files()?,
+        })
+    }
+
+    fn tls_files(&self) -> Result<Option<TlsFiles>, ConfigError> {
+        TlsFiles::load(
+            self.redis_ca.as_deref(),
+            self.redis_cert.as_deref(),
+            self.redis_key.as_deref(),
+        )
+        .map_err(ConfigError::Redis)
+    }
 }
 
 impl SecretArgs {
@@ -278,16 +451,47 @@ impl StoreSpec {
             }
             return Ok(StoreSpec::RedisCluster(nodes));
         }
-        if let Some(rest) = text.strip_prefix("redis://") {
-            let node = rest.trim_end_matches('/');
-            if !is_host_port(node) {
-                return Err(format!("`{text}`: expected redis://HOST:PORT"));
+        if let Some(nodes) = text.strip_prefix("rediss+cluster://") {
+            let nodes: Vec<String> = nodes.split(',').map(|n| n.trim().to_string()).collect();
+            if nodes.iter().any(|n| !is_host_port(n)) {
+                return Err(format!(
+                    "`{text}`: expected rediss+cluster://HOST:PORT,HOST:PORT,…"
+                ));
             }
-            return Ok(StoreSpec::Redis(node.to_string()));
+            return Ok(StoreSpec::RedisClusterTls(nodes));
+        }
+        for (scheme, tls) in [("redis://", false), ("rediss://", true)] {
+            if let Some(rest) = text.strip_prefix(scheme) {
+                let node = rest.trim_end_matches('/');
+                if !is_host_port(node) {
+                    return Err(format!("`{text}`: expected {scheme}HOST:PORT"));
+                }
+                return Ok(if tls {
+                    StoreSpec::RedisTls(node.to_string())
+                } else {
+                    StoreSpec::Redis(node.to_string())
+                });
+            }
         }
         Err(format!(
-            "unknown store `{text}`: expected memory, redis://HOST:PORT or redis+cluster://HOST:PORT,…"
+            "unknown store `{text}`: expected memory, redis://HOST:PORT or redis+cluster://HOST:PORT,… (rediss for TLS)"
         ))
+    }
+
+    /// The Redis deployment named, or `None` for the memory store.
+    pub fn redis(&self) -> Option<RedisTarget> {
+        let (nodes, cluster, tls) = match self {
+            StoreSpec::Memory => return None,
+            StoreSpec::Redis(n) => (vec![n.clone()], false, false),
+            StoreSpec::RedisTls(n) => (vec![n.clone()], false, true),
+            StoreSpec::RedisCluster(n) => (n.clone(), true, false),
+            StoreSpec::RedisClusterTls(n) => (n.clone(), true, true),
+        };
+        Some(RedisTarget {
+            nodes,
+            cluster,
+            tls,
+        })
     }
 }
 
@@ -297,6 +501,10 @@ impl fmt::Display for StoreSpec {
             StoreSpec::Memory => f.write_str("memory"),
             StoreSpec::Redis(node) => write!(f, "redis://{node}"),
             StoreSpec::RedisCluster(nodes) => write!(f, "redis+cluster://{}", nodes.join(",")),
+            StoreSpec::RedisTls(node) => write!(f, "rediss://{node}"),
+            StoreSpec::RedisClusterTls(nodes) => {
+                write!(f, "rediss+cluster://{}", nodes.join(","))
+            }
         }
     }
 }
@@ -428,5 +636,103 @@ mod tests {
             StoreSpec::parse("redis://127.0.0.1:6379").map(|s| s.to_string()),
             Ok("redis://127.0.0.1:6379".to_string())
         );
+    }
+
+    fn run_args(args: &[&str]) -> RunArgs {
+        let all = [&["run", "--rules", "r"][..], args].concat();
+        match parse(&all).map(|c| c.command) {
+            Ok(Command::Run(args)) => *args,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn tls_schemes() {
+        assert_eq!(
+            StoreSpec::parse("rediss://a:1"),
+            Ok(StoreSpec::RedisTls("a:1".into()))
+        );
+        let cluster = StoreSpec::parse("rediss+cluster://a:1,b:2").unwrap();
+        assert_eq!(cluster.to_string(), "rediss+cluster://a:1,b:2");
+        let target = cluster.redis().unwrap();
+        assert!(target.cluster && target.tls);
+        assert!(
+            !StoreSpec::parse("redis://a:1")
+                .unwrap()
+                .redis()
+                .unwrap()
+                .tls
+        );
+        assert!(StoreSpec::parse("rediss://a").is_err());
+        // A client certificate needs its key.
+        let exit = parse(&["run", "--rules", "r", "--redis-cert", "c.pem"]).unwrap_err();
+        assert_eq!(exit.code, EXIT_USAGE);
+    }
+
+    #[test]
+    fn passwords_never_print() {
+        let args = run_args(&["--redis-password", "hunter2", "--store", "redis://a:1"]);
+        let dump = format!("{args:?}");
+        assert!(!dump.contains("hunter2"), "{dump}");
+        assert!(dump.contains("<redacted>"), "{dump}");
+        let connect = args.redis_connect().unwrap();
+        assert_eq!(
+            connect.password.as_ref().map(Password::expose),
+            Some("hunter2")
+        );
+        assert!(!format!("{connect:?}").contains("hunter2"));
+        assert_eq!(Password::from("x").to_string(), "<redacted>");
+    }
+
+    #[test]
+    fn each_region_has_its_own_credentials() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("us-east.password"), "from-file\n").unwrap();
+        std::fs::write(dir.path().join("us-east.username"), "us-user\n").unwrap();
+        let own = dir.path().join("own.password");
+        std::fs::write(&own, "own-secret\n").unwrap();
+        let dir_arg = dir.path().to_str().unwrap();
+        let own_arg = own.to_str().unwrap();
+        let args = run_args(&[
+            "--store",
+            "redis://a:1",
+            "--redis-password-file",
+            own_arg,
+            "--region-credentials-dir",
+            dir_arg,
+        ]);
+        let env = |name: &str| match name {
+            "MESHLIMIT_REDIS_PASSWORD_AP_SOUTH_1" => Some("from-env".to_string()),
+            _ => None,
+        };
+        let spec = StoreSpec::parse("rediss://b:2").unwrap();
+        let password = |region: &str| {
+            args.region_connect(region, &spec, env)
+                .unwrap()
+                .password
+                .map(|p| p.expose().to_string())
+        };
+        assert_eq!(
+            args.redis_connect().unwrap().password.unwrap().expose(),
+            "own-secret"
+        );
+        assert_eq!(password("us-east").as_deref(), Some("from-file"));
+        assert_eq!(password("ap-south.1").as_deref(), Some("from-env"));
+        // Never this region's password.
+        assert_eq!(password("eu"), None);
+        let us = args.region_connect("us-east", &spec, env).unwrap();
+        assert_eq!(us.username.as_deref(), Some("us-user"));
+        assert!(us.tls);
+        // A password flag and a password file conflict.
+        let both = [
+            "run",
+            "--rules",
+            "r",
+            "--redis-password",
+            "x",
+            "--redis-password-file",
+            own_arg,
+        ];
+        assert_eq!(parse(&both).unwrap_err().code, EXIT_USAGE);
     }
 }

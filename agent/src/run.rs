@@ -11,7 +11,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
 use crate::api::{App, Auth};
-use crate::config::{ConfigError, RunArgs, StoreSpec, EXIT_USAGE};
+use crate::config::{ConfigError, RunArgs, EXIT_USAGE};
 use crate::leases::LeaseSettings;
 use crate::metrics::{Metrics, MetricsError};
 use crate::regions;
@@ -83,7 +83,8 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let metrics = Arc::new(Metrics::new(&args.region)?);
     metrics.set_key_ids(secret.key_ids());
     let region_setup = regions::regions_config(&args, &agent_id(&args))?;
-    let store = start_store(&args, &metrics, &mut tasks, &shutdown);
+    check_tls_flags(&args, region_setup.as_ref())?;
+    let store = start_store(&args, &metrics, &mut tasks, &shutdown)?;
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|source| RunError::Bind {
@@ -145,21 +146,16 @@ fn start_store(
     metrics: &Arc<Metrics>,
     tasks: &mut JoinSet<()>,
     shutdown: &Shutdown,
-) -> Arc<dyn Store> {
-    let (nodes, cluster) = match &args.store {
-        StoreSpec::Memory => {
-            let store = Arc::new(MemoryStore::new());
-            tasks.spawn(store.clone().run_sweeper(SWEEP_EVERY, shutdown.clone()));
-            return store;
-        }
-        StoreSpec::Redis(node) => (vec![node.clone()], false),
-        StoreSpec::RedisCluster(nodes) => (nodes.clone(), true),
+) -> Result<Arc<dyn Store>, ConfigError> {
+    let Some(target) = args.store.redis() else {
+        let store = Arc::new(MemoryStore::new());
+        tasks.spawn(store.clone().run_sweeper(SWEEP_EVERY, shutdown.clone()));
+        return Ok(store);
     };
     let config = RedisConfig {
-        nodes,
-        cluster,
-        username: args.redis_username.clone(),
-        password: args.redis_password.clone(),
+        nodes: target.nodes,
+        cluster: target.cluster,
+        connect: args.redis_connect()?,
         batch: BatchConfig {
             window: args.batch_window(),
             max_batch: usize::try_from(args.max_batch).unwrap_or(256),
@@ -167,10 +163,31 @@ fn start_store(
         },
     };
     let observer = metrics.clone();
-    Arc::new(RedisStore::new(
+    Ok(Arc::new(RedisStore::new(
         config,
         Arc::new(move |size, latency, _| observer.store_pipeline(size, latency)),
-    ))
+    )))
+}
+
+/// TLS files given while no Redis is reached over TLS are a mistake an operator
+/// would not notice (the traffic would be plaintext): refused.
+fn check_tls_flags(
+    args: &RunArgs,
+    regions: Option<&regions::RegionsConfig>,
+) -> Result<(), ConfigError> {
+    let tls = |spec: &crate::config::StoreSpec| spec.redis().is_some_and(|t| t.tls);
+    let any_tls = tls(&args.store) || regions.is_some_and(|r| r.peers.iter().any(|(_, s)| tls(s)));
+    let files = args.redis_ca.is_some() || args.redis_cert.is_some() || args.redis_key.is_some();
+    if files && !any_tls {
+        return Err(ConfigError::Redis(
+            "--redis-ca, --redis-cert and --redis-key are for TLS, but no store or peer region is rediss://".into(),
+        ));
+    }
+    // Read the files now, so that a missing one stops the agent at start.
+    if any_tls {
+        args.redis_connect()?;
+    }
+    Ok(())
 }
 
 fn lease_settings(args: &RunArgs) -> LeaseSettings {

@@ -143,6 +143,36 @@ fn malformed_stores_exit_64() {
 }
 
 #[test]
+fn tls_flags_without_tls_or_with_a_missing_file_exit_64() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = rules_file(dir.path(), GOOD);
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, "not used").unwrap();
+    let ca = ca.display().to_string();
+    let base = ["run", "--rules", &path, "--listen", "127.0.0.1:0"];
+    let plain = [
+        &base[..],
+        &["--store", "redis://127.0.0.1:1", "--redis-ca", &ca],
+    ]
+    .concat();
+    assert_usage_error(
+        run(&mut agent(&plain)),
+        "no store or peer region is rediss://",
+    );
+    let missing = [
+        &base[..],
+        &[
+            "--store",
+            "rediss://127.0.0.1:1",
+            "--redis-ca",
+            "/nonexistent/ca.pem",
+        ],
+    ]
+    .concat();
+    assert_usage_error(run(&mut agent(&missing)), "/nonexistent/ca.pem");
+}
+
+#[test]
 fn a_port_in_use_exits_64() {
     let dir = tempfile::tempdir().unwrap();
     let path = rules_file(dir.path(), GOOD);

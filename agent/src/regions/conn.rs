@@ -8,11 +8,12 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, FromRedisValue, IntoConnectionInfo, Pipeline};
+use redis::{Cmd, FromRedisValue, Pipeline};
 use tokio::sync::Mutex;
 use tokio::time::timeout;
 
 use crate::config::StoreSpec;
+use crate::store::redis::client::{self, Connect};
 
 /// Why a region's Redis could not answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -48,56 +49,44 @@ struct Cluster {
     conn: Mutex<Option<ClusterConnection>>,
 }
 
-/// Credentials shared by every region's Redis (one Secret).
-#[derive(Debug, Clone, Default)]
-pub struct Credentials {
-    pub username: Option<String>,
-    pub password: Option<String>,
-}
-
 impl RegionConn {
     /// Opens nothing yet: connections are made on first use.
     pub fn new(
         region: &str,
         spec: &StoreSpec,
-        creds: &Credentials,
+        connect: &Connect,
         deadline: Duration,
     ) -> Result<Self, RegionError> {
         let config_error = |reason: String| RegionError::Config {
             region: region.to_string(),
             reason,
         };
-        let kind = match spec {
-            StoreSpec::Memory => return Err(config_error("regions need a Redis store".into())),
-            StoreSpec::Redis(node) => {
-                let client = redis::Client::open(info(node, creds).map_err(config_error)?)
-                    .map_err(|e| config_error(e.to_string()))?;
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(deadline))
-                    .set_response_timeout(None)
-                    .set_number_of_retries(1)
-                    .set_max_delay(Duration::from_millis(500));
-                let conn = ConnectionManager::new_lazy_with_config(client, config)
-                    .map_err(|e| config_error(e.to_string()))?;
-                Kind::Single(conn)
-            }
-            StoreSpec::RedisCluster(nodes) => {
-                let infos = nodes
-                    .iter()
-                    .map(|n| info(n, creds))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(config_error)?;
-                let client = redis::cluster::ClusterClientBuilder::new(infos)
-                    .connection_timeout(deadline)
-                    .response_timeout(deadline)
-                    .retries(0)
-                    .build()
-                    .map_err(|e| config_error(e.to_string()))?;
-                Kind::Cluster(Box::new(Cluster {
-                    client,
-                    conn: Mutex::new(None),
-                }))
-            }
+        let Some(target) = spec.redis() else {
+            return Err(config_error("regions need a Redis store".into()));
+        };
+        // The URL's scheme decides TLS, whatever the caller built.
+        let connect = &Connect {
+            tls: target.tls,
+            ..connect.clone()
+        };
+        let kind = if target.cluster {
+            let client =
+                client::cluster_client(&target.nodes, connect, deadline).map_err(config_error)?;
+            Kind::Cluster(Box::new(Cluster {
+                client,
+                conn: Mutex::new(None),
+            }))
+        } else {
+            let node = target.nodes.first().map(String::as_str).unwrap_or_default();
+            let client = client::client(node, connect).map_err(config_error)?;
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(deadline))
+                .set_response_timeout(None)
+                .set_number_of_retries(1)
+                .set_max_delay(Duration::from_millis(500));
+            let conn = ConnectionManager::new_lazy_with_config(client, config)
+                .map_err(|e| config_error(e.to_string()))?;
+            Kind::Single(conn)
         };
         Ok(Self {
             region: region.to_string(),
@@ -182,23 +171,4 @@ impl RegionConn {
 enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
-}
-
-/// Connection details for `host:port` with the shared credentials (never logged).
-fn info(node: &str, creds: &Credentials) -> Result<redis::ConnectionInfo, String> {
-    let (host, port) = node
-        .rsplit_once(':')
-        .ok_or_else(|| format!("{node}: not HOST:PORT"))?;
-    let port: u16 = port.parse().map_err(|_| format!("{node}: bad port"))?;
-    let mut settings = redis::RedisConnectionInfo::default();
-    if let Some(user) = &creds.username {
-        settings = settings.set_username(user);
-    }
-    if let Some(password) = &creds.password {
-        settings = settings.set_password(password);
-    }
-    Ok(redis::ConnectionAddr::Tcp(host.to_string(), port)
-        .into_connection_info()
-        .map_err(|_| format!("{node}: bad address"))?
-        .set_redis_settings(settings))
 }

@@ -40,7 +40,8 @@ use tokio::task::JoinSet;
 use crate::config::StoreSpec;
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
-use conn::{Credentials, RegionConn, RegionError};
+use crate::store::redis::client::Connect;
+use conn::{RegionConn, RegionError};
 use demand::{DemandBook, PeriodDemand};
 use election::Leadership;
 use rebalancer::Rebalancer;
@@ -66,7 +67,10 @@ pub struct RegionsConfig {
     pub floor: f64,
     /// This agent's id in the election.
     pub agent_id: String,
-    pub credentials: Credentials,
+    /// How to reach this region's Redis (its credentials and TLS).
+    pub credentials: Connect,
+    /// How to reach each peer's Redis: its own credentials, never this region's.
+    pub peer_credentials: std::collections::BTreeMap<String, Connect>,
     /// Deadline of each Redis call of the region tasks, and how long a
     /// rebalancer waits for the other regions to seal a period.
     pub timeout: Duration,
@@ -185,7 +189,7 @@ pub fn start(
         regions.push(Arc::new(RegionConn::new(
             name,
             spec,
-            &cfg.credentials,
+            &cfg.peer_credentials.get(name).cloned().unwrap_or_default(),
             cfg.timeout,
         )?));
     }

@@ -5,7 +5,6 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use super::conn::Credentials;
 use super::RegionsConfig;
 use crate::config::{ConfigError, RunArgs, StoreSpec};
 
@@ -29,13 +28,17 @@ pub fn regions_config(
     let cfg = RegionsConfig {
         region: args.region.clone(),
         store: args.store.clone(),
-        peers,
+        peers: peers.clone(),
         floor: args.region_floor,
         agent_id: agent_id.to_string(),
-        credentials: Credentials {
-            username: args.redis_username.clone(),
-            password: args.redis_password.clone(),
-        },
+        credentials: args.redis_connect()?,
+        peer_credentials: peers
+            .iter()
+            .map(|(name, spec)| {
+                let connect = args.region_connect(name, spec, |v| std::env::var(v).ok())?;
+                Ok((name.clone(), connect))
+            })
+            .collect::<Result<_, ConfigError>>()?,
         timeout: Duration::from_millis(args.region_timeout_ms),
     };
     validate(&cfg).map_err(ConfigError::Regions)?;
@@ -53,7 +56,9 @@ pub fn parse_peers_file(text: &str) -> Result<Vec<(String, StoreSpec)>, String> 
         .collect()
 }
 
-/// Reads `NAME=URL`, the URL as `--store` takes it (redis:// or redis+cluster://).
+/// Reads `NAME=URL`, the URL as `--store` takes it (redis://, redis+cluster://,
+/// or rediss for TLS). Credentials never travel in the URL (it is logged): see
+/// `--region-credentials-dir`.
 pub fn parse_peer(text: &str) -> Result<(String, StoreSpec), String> {
     let (name, url) = text
         .split_once('=')

@@ -119,7 +119,8 @@ fn a_setup_is_refused_when_it_cannot_work() {
         peers: vec![("us".into(), StoreSpec::Redis("b:1".into()))],
         floor: 0.1,
         agent_id: "x".into(),
-        credentials: Credentials::default(),
+        credentials: Default::default(),
+        peer_credentials: Default::default(),
         timeout: Duration::from_millis(250),
     };
     assert_eq!(validate(&cfg), Ok(()));

@@ -13,6 +13,16 @@ use crate::{NANOS_PER_MS, NANOS_PER_SEC};
 
 /// The longest rule name; names become metric labels and key prefixes.
 pub const MAX_RULE_NAME: usize = 64;
+/// The longest a full burst may take to refill: the longest period. A bucket
+/// is kept (its Redis key's expiry) until it would be full again, and the lease
+/// script caps that at 400 days, so a slower refill would be forgotten early and
+/// grant more than its limit. It also keeps every derived time (reset, retry,
+/// expiry in µs) far inside what an `f64` counts exactly and an `i64` holds.
+/// (Requests, burst and cost are `u32`: far below 2^53, so tokens held as `f64`,
+/// as in Lua, are exact whole numbers.)
+pub const MAX_REFILL_NS: u64 = MAX_PERIOD_NS;
+/// The longest period, `366d`.
+pub const MAX_PERIOD_NS: u64 = 366 * 86_400 * NANOS_PER_SEC;
 /// The only schema version this build reads.
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -262,6 +272,22 @@ fn compile_limit(
         err(&format!("{field}.burst"), "must be at least 1".into());
     }
     let limit = Limit::new(requests?, per?, burst?);
+    // A full burst's refill time, exactly (u32 × u64 fits in u128).
+    let refill_ns =
+        u128::from(limit.burst()) * u128::from(limit.per_ns()) / u128::from(limit.requests());
+    if refill_ns > u128::from(MAX_REFILL_NS) {
+        err(
+            &format!("{field}.burst"),
+            format!(
+                "a full burst of {} takes {} days to refill at {} per `{}`; at most 366 days: raise `requests` or lower `burst`",
+                limit.burst(),
+                refill_ns / u128::from(86_400 * NANOS_PER_SEC),
+                limit.requests(),
+                l.per.trim()
+            ),
+        );
+        return None;
+    }
     if cost > limit.burst() {
         err(
             "cost",
@@ -289,7 +315,7 @@ pub fn parse_period(text: &str) -> Result<u64, String> {
         _ => return Err(format!("`{text}` is not a period: write a whole number and one of ms, s, m, h, d (e.g. 250ms, 1s, 1m)")),
     };
     match num.parse::<u64>().ok().and_then(|n| n.checked_mul(unit_ns)) {
-        Some(ns) if (NANOS_PER_MS..=366 * 86_400 * NANOS_PER_SEC).contains(&ns) => Ok(ns),
+        Some(ns) if (NANOS_PER_MS..=MAX_PERIOD_NS).contains(&ns) => Ok(ns),
         _ => Err(format!("`{text}` must be between 1ms and 366d")),
     }
 }

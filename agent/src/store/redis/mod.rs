@@ -1,9 +1,10 @@
 //! The Redis stores: a single Redis (`redis://host:port`) or a Redis Cluster
-//! (`redis+cluster://host:port,host:port,…`). Both are one [`RedisStore`]: a slot
+//! (`redis+cluster://host:port,host:port,…`), each also over TLS (`rediss`). Both are one [`RedisStore`]: a slot
 //! map (one node owning every slot for a single Redis), one connection and one
 //! batcher per node, and the lease script run on the server's clock.
 
 mod batcher;
+pub mod client;
 mod health;
 pub mod script;
 pub mod topology;
@@ -15,7 +16,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::IntoConnectionInfo;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{timeout, Instant};
 
@@ -31,9 +31,8 @@ pub struct RedisConfig {
     /// `host:port` of the single Redis, or the cluster's seed nodes.
     pub nodes: Vec<String>,
     pub cluster: bool,
-    /// Redis ACL credentials, if the server asks for them.
-    pub username: Option<String>,
-    pub password: Option<String>,
+    /// Credentials and TLS (never logged: the password prints redacted).
+    pub connect: client::Connect,
     pub batch: BatchConfig,
 }
 
@@ -306,28 +305,10 @@ async fn refresh(map: &RwLock<Arc<SlotMap>>, cfg: &RedisConfig) -> Result<(), St
     Err(last)
 }
 
-/// A client for `node` with the configured credentials (kept out of every log
-/// line: errors name the node only).
+/// A client for `node` with the configured credentials and TLS (kept out of
+/// every log line: errors name the node only).
 fn client(node: &str, cfg: &RedisConfig) -> Result<redis::Client, StoreError> {
-    let (host, port) = node
-        .rsplit_once(':')
-        .ok_or_else(|| StoreError::Failed(format!("{node}: not HOST:PORT")))?;
-    let port: u16 = port
-        .parse()
-        .map_err(|_| StoreError::Failed(format!("{node}: bad port")))?;
-    let mut redis_info = redis::RedisConnectionInfo::default();
-    if let Some(user) = &cfg.username {
-        redis_info = redis_info.set_username(user);
-    }
-    if let Some(password) = &cfg.password {
-        redis_info = redis_info.set_password(password);
-    }
-    let info = redis::ConnectionAddr::Tcp(host.to_string(), port)
-        .into_connection_info()
-        .map_err(|_| StoreError::Failed(format!("{node}: bad address")))?
-        .set_redis_settings(redis_info);
-    redis::Client::open(info)
-        .map_err(|_| StoreError::Failed(format!("{node}: cannot build a client")))
+    client::client(node, &cfg.connect).map_err(StoreError::Failed)
 }
 
 async fn cluster_slots(node: &str, cfg: &RedisConfig) -> Result<SlotMap, StoreError> {

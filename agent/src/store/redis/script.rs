@@ -7,6 +7,65 @@ use redis::Value;
 
 use crate::store::StoreError;
 
+/// The lease script's body, after `now` (µs) is known; see [`LEASE_SCRIPT`].
+/// One text for the production script and the test one ([`LEASE_SCRIPT_AT`]),
+/// so that they cannot drift.
+macro_rules! lease_body {
+    () => {
+        r"
+local requests = tonumber(ARGV[1])
+local period_ms = tonumber(ARGV[2])
+local share = tonumber(ARGV[6])
+local min = tonumber(ARGV[4])
+local max = tonumber(ARGV[5])
+local function finite(x) return x ~= nil and x == x and x > -math.huge and x < math.huge end
+if not (finite(requests) and finite(period_ms) and finite(tonumber(ARGV[3])) and finite(share)
+    and finite(min) and finite(max) and requests > 0 and period_ms > 0 and share > 0
+    and tonumber(ARGV[3]) >= 1 and min >= 1 and max >= 1) then
+  return redis.error_reply('ERR lease script: bad arguments')
+end
+local rate = requests * share / (period_ms * 1000)
+local burst = math.max(1, math.floor(tonumber(ARGV[3]) * share))
+-- Nothing the script returns or stores exceeds this (µs): an expiry, a reset
+-- or a retry. Rules refill a full burst within 366 days (the rules compiler).
+local cap = 400 * 86400 * 1000000
+local state = redis.call('HMGET', KEYS[1], 't', 'u')
+local tokens = tonumber(state[1])
+local updated = tonumber(state[2])
+local repaired = false
+if state[1] == false and state[2] == false then
+  -- An unseen (or expired) key: a full bucket.
+  tokens, updated = burst, now
+elseif not (finite(tokens) and finite(updated) and tokens >= 0 and tokens <= burst and updated >= 0) then
+  -- Corrupt: a full bucket from now, written back whatever the answer, so
+  -- at most one burst is ever granted for it. Tokens above the burst are also
+  -- what a smaller burst (a rules change, a smaller share) leaves: full either way.
+  tokens, updated, repaired = burst, now, true
+elseif updated > now then
+  -- Stamped in the future (a promoted replica, a clock step): refill from now,
+  -- written back, or the key would be locked out until the clock caught up.
+  updated, repaired = now, true
+end
+tokens = math.min(burst, tokens + (now - updated) * rate)
+local function store()
+  local ttl = math.ceil((burst - tokens) / rate / 1000) + 1000
+  if not (ttl == ttl and ttl <= cap / 1000) then ttl = cap / 1000 end
+  redis.call('HSET', KEYS[1], 't', string.format('%.6f', tokens), 'u', string.format('%.0f', now))
+  redis.call('PEXPIRE', KEYS[1], string.format('%d', ttl))
+end
+if tokens + 1e-9 < min then
+  if repaired then store() end
+  local retry = math.min(cap, math.max(1, math.ceil((math.min(min, burst) - tokens) / rate)))
+  return {0, retry, math.floor(tokens), 0}
+end
+local granted = math.max(min, math.min(max, math.floor(tokens + 1e-9)))
+tokens = math.max(0, tokens - granted)
+store()
+return {granted, 0, math.floor(tokens), math.min(cap, math.ceil((burst - tokens) / rate))}
+"
+    };
+}
+
 /// Token-bucket lease, constant time: one HMGET, then at most one HSET and one
 /// PEXPIRE.
 ///
@@ -17,31 +76,26 @@ use crate::store::StoreError;
 ///   `ARGV[5]`: the most (the lease size); `ARGV[6]`: the share of the limit this
 ///   region enforces (1 for region-scoped rules).
 /// - Returns `{granted, retry_after_us, remaining, reset_us}`; `granted = 0` is a
-///   denial, which writes nothing.
-pub const LEASE_SCRIPT: &str = r"
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-local share = tonumber(ARGV[6])
-local rate = tonumber(ARGV[1]) * share / (tonumber(ARGV[2]) * 1000)
-local burst = math.max(1, math.floor(tonumber(ARGV[3]) * share))
-local min = tonumber(ARGV[4])
-local max = tonumber(ARGV[5])
-local state = redis.call('HMGET', KEYS[1], 't', 'u')
-local tokens = tonumber(state[1]) or burst
-local updated = tonumber(state[2]) or now
-local elapsed = now - updated
-if elapsed < 0 then elapsed = 0 end
-tokens = math.min(burst, tokens + elapsed * rate)
-if tokens + 1e-9 < min then
-  return {0, math.max(1, math.ceil((math.min(min, burst) - tokens) / rate)), math.floor(tokens), 0}
-end
-local granted = math.max(min, math.min(max, math.floor(tokens + 1e-9)))
-tokens = math.max(0, tokens - granted)
-local reset = math.ceil((burst - tokens) / rate)
-redis.call('HSET', KEYS[1], 't', string.format('%.6f', tokens), 'u', string.format('%.0f', now))
-redis.call('PEXPIRE', KEYS[1], math.ceil(reset / 1000) + 1000)
-return {granted, 0, math.floor(tokens), reset}
-";
+///   denial, which writes nothing (but for a repair, below).
+///
+/// Hostile or damaged state never locks a key out nor grants without bound: a
+/// stamp in the future is clamped to the server's clock; a corrupt field (`nan`,
+/// `inf`, text, negative tokens, tokens above the burst) is a full bucket stamped
+/// now, written back at once, so at most one burst is granted for it. Bad ARGV is
+/// an error before any write. The expiry is the time to refill a full burst plus
+/// one second, capped at 400 days, and always a whole number of ms, so PEXPIRE
+/// cannot fail after the HSET (a failure there would leave a key without expiry:
+/// Redis does not roll a script back).
+pub const LEASE_SCRIPT: &str = concat!(
+    "local clock = redis.call('TIME')\n",
+    "local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])\n",
+    lease_body!()
+);
+
+/// Tests only: [`LEASE_SCRIPT`] with `now` (µs) taken from `ARGV[7]` instead of
+/// the server's `TIME`, so a test can drive the clock. The agent never sends it.
+#[doc(hidden)]
+pub const LEASE_SCRIPT_AT: &str = concat!("local now = tonumber(ARGV[7])\n", lease_body!());
 
 /// The script's SHA1, for EVALSHA.
 pub fn sha() -> String {

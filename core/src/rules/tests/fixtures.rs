@@ -11,7 +11,12 @@ fn read(name: &str) -> String {
 
 #[test]
 fn good_files_compile() {
-    for name in ["good-full.yaml", "good-minimal.yaml", "good.json"] {
+    for name in [
+        "good-full.yaml",
+        "good-minimal.yaml",
+        "good.json",
+        "good-edge.yaml",
+    ] {
         if let Err(e) = parse_rules(name, &read(name)) {
             panic!("{name} should be valid:\n{e}");
         }
@@ -35,6 +40,10 @@ fn bad_files_name_the_rule_and_field() {
         ("bad-header-match.yaml", "bad-header-match.yaml: rule h: field match.headers.x-env: give exactly one of `present` or `equals`"),
         ("bad-no-rules.yaml", "bad-no-rules.yaml: field rules: at least one rule is required"),
         ("bad-version.yaml", "bad-version.yaml: field version: unsupported schema version 2; this agent reads version 1"),
+        ("bad-refill.yaml", "bad-refill.yaml: rule slow: field limit.burst: a full burst of 400 takes 400 days to refill at 1 per `1d`; at most 366 days: raise `requests` or lower `burst`"),
+        ("bad-refill-plan.yaml", "bad-refill-plan.yaml: rule plans: field plans.limits.huge.burst: a full burst of 4000000000 takes 4000000000 days to refill at 1 per `1d`; at most 366 days: raise `requests` or lower `burst`"),
+        ("bad-burst-range.yaml", "bad-burst-range.yaml: rule big: field limit.burst: invalid value: integer `9007199254740993`, expected u32"),
+        ("bad-period-overflow.yaml", "bad-period-overflow.yaml: rule long: field limit.per: `99999999999999999999d` must be between 1ms and 366d"),
         ("bad-top-level.yaml", "bad-top-level.yaml: field ruls: unknown field `ruls`, expected one of `version`, `defaults`, `rules`"),
     ];
     for (name, expected) in table {

@@ -2,6 +2,7 @@
 //! and the server together, then waits for SIGTERM or SIGINT and shuts down in
 //! order (stop accepting, drain connections, stop the background tasks).
 
+use meshlimit_core::secret::KeyIds;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -82,9 +83,9 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let secret = args.secret.load()?;
     let metrics = Arc::new(Metrics::new(&args.region)?);
     metrics.set_key_ids(secret.key_ids());
-    let region_setup = regions::regions_config(&args, &agent_id(&args))?;
+    let region_setup = regions::regions_config(&args, &agent_id(&args), &secret.key_ids())?;
     check_tls_flags(&args, region_setup.as_ref())?;
-    let store = start_store(&args, &metrics, &mut tasks, &shutdown)?;
+    let store = start_store(&args, &metrics, &secret.key_ids(), &mut tasks, &shutdown)?;
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|source| RunError::Bind {
@@ -144,6 +145,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
 fn start_store(
     args: &RunArgs,
     metrics: &Arc<Metrics>,
+    key_ids: &KeyIds,
     tasks: &mut JoinSet<()>,
     shutdown: &Shutdown,
 ) -> Result<Arc<dyn Store>, ConfigError> {
@@ -161,6 +163,7 @@ fn start_store(
             max_batch: usize::try_from(args.max_batch).unwrap_or(256),
             deadline: args.store_deadline(),
         },
+        key_ids: key_ids.clone(),
     };
     let observer = metrics.clone();
     Ok(Arc::new(RedisStore::new(

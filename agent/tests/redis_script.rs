@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use meshlimit_core::secret::KeyIds;
 use std::num::{NonZeroU32, NonZeroU64};
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +31,7 @@ fn store(redis: &RedisServer) -> RedisStore {
         nodes: vec![redis.addr()],
         cluster: false,
         connect: Default::default(),
+        key_ids: KeyIds::placeholder(),
         batch: BatchConfig {
             window: Duration::ZERO,
             max_batch: 16,
@@ -87,7 +89,7 @@ async fn a_bucket_stamped_in_the_future_refills_from_the_server_clock() {
     let redis = RedisServer::start();
     let store = store(&redis);
     let key = DescriptorKey::new("r", ["future"]);
-    let rk = redis_key(&key);
+    let rk = redis_key(&KeyIds::placeholder(), &key);
     // 1 token per ms, burst 10; empty, and stamped an hour ahead (a promoted
     // replica with a fast clock, or a clock stepped back).
     let l = limit(1_000, 1_000, 10);
@@ -138,7 +140,7 @@ async fn corrupt_state_grants_at_most_one_burst_and_is_repaired() {
     ];
     for (i, (t, u)) in cases.into_iter().enumerate() {
         let key = DescriptorKey::new("r", [format!("corrupt-{i}").as_str()]);
-        let rk = redis_key(&key);
+        let rk = redis_key(&KeyIds::placeholder(), &key);
         redis.cmd(&["HSET", &rk, "t", t, "u", u]);
         let mut total = 0;
         for call in 0..3 {
@@ -174,7 +176,7 @@ async fn a_limit_refilling_over_centuries_still_gets_an_expiry() {
     // Legal for `Limit`: 1 per day with a burst of 4e9, a full refill in 11
     // million years. PEXPIRE must still get a valid TTL.
     let key = DescriptorKey::new("r", ["huge"]);
-    let rk = redis_key(&key);
+    let rk = redis_key(&KeyIds::placeholder(), &key);
     let answer = take(
         &store,
         &key,
@@ -194,7 +196,7 @@ async fn a_limit_refilling_over_centuries_still_gets_an_expiry() {
     // And a bucket that would refill within seconds expires within seconds.
     let key = DescriptorKey::new("r", ["fast"]);
     take(&store, &key, limit(10, 1_000, 10), 1, 1).await;
-    let Resp::Int(ttl) = redis.cmd(&["PTTL", &redis_key(&key)]) else {
+    let Resp::Int(ttl) = redis.cmd(&["PTTL", &redis_key(&KeyIds::placeholder(), &key)]) else {
         panic!("PTTL")
     };
     assert!((1..=2_000).contains(&ttl), "PTTL {ttl}");

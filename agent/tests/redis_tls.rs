@@ -127,6 +127,7 @@ fn store(t: &TlsRedis, ca: &str, client_cert: bool) -> RedisStore {
     )
     .unwrap();
     let cfg = RedisConfig {
+        key_ids: meshlimit_core::secret::KeyIds::placeholder(),
         nodes: vec![format!("127.0.0.1:{}", t.tls_port)],
         cluster: false,
         connect: Connect {

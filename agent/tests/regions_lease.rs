@@ -57,7 +57,7 @@ async fn a_global_rule_is_enforced_at_the_regions_share() {
         "no peers: the whole burst"
     );
 
-    assert!(shares.enable(0.1));
+    assert!(shares.enable(0.1, meshlimit_core::secret::KeyIds::placeholder()));
     assert_eq!(
         granted(&app, "g", "PUT").await,
         5,
@@ -76,7 +76,15 @@ async fn a_global_rule_is_enforced_at_the_regions_share() {
     };
     shares.install(ShareTable::new(
         Some(1),
-        [(key.as_str().to_string(), entry)].into_iter().collect(),
+        [(
+            meshlimit_agent::regions::exchange_key(
+                &meshlimit_core::secret::KeyIds::placeholder(),
+                &key,
+            ),
+            entry,
+        )]
+        .into_iter()
+        .collect(),
     ));
     assert_eq!(granted(&app, "g", "POST").await, 25, "the published share");
 

@@ -51,6 +51,16 @@ pub fn agent_auth() -> String {
     format!("Bearer {}", secret.agent_token())
 }
 
+/// The Redis key of the bucket of `rule`'s key made of `parts`, as an agent
+/// with [`TEST_SECRET`] names it: `ml:{<key id>}:<rule>` (the agent's
+/// `store::redis::topology::redis_key`; its unit test pins the same form).
+pub fn redis_bucket_key(rule: &str, parts: &[&str]) -> String {
+    let secret = meshlimit_core::secret::Secret::new(TEST_SECRET.as_bytes())
+        .expect("the harness secret is long enough");
+    let key = meshlimit_core::DescriptorKey::new(rule, parts);
+    format!("ml:{{{}}}:{rule}", secret.key_ids().id(&key))
+}
+
 /// The repository root (the workspace directory holding `envoy.yaml`).
 pub fn repo_root() -> PathBuf {
     let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));

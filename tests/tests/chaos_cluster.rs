@@ -8,7 +8,7 @@ const RULES: &str = "version: 1\nrules:\n  - {name: per-key, key: [{header: x-ap
 
 /// The master holding the bucket of API key `key`.
 fn master_of(cluster: &RedisCluster, key: &str) -> usize {
-    let pattern = format!("ml:*:per-key|{key}");
+    let pattern = meshlimit_tests::redis_bucket_key("per-key", &[key]);
     (0..3)
         .find(|n| matches!(cluster.cmd(*n, &["KEYS", &pattern]), Resp::Array(Some(k)) if !k.is_empty()))
         .unwrap_or_else(|| panic!("no bucket for {key}"))

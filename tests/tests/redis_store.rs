@@ -199,7 +199,7 @@ fn a_cluster_spreads_keys_over_every_master_and_follows_a_moved_slot() {
 
     // Move the slot of one bucket to another master, the way redis-cli --cluster
     // reshard does, then lease it again: the agent follows the MOVED answer.
-    let key = find_key(&cluster, "r0|k0");
+    let key = find_key(&cluster, "r0", "k0");
     let Resp::Int(slot) = cluster.cmd(0, &["CLUSTER", "KEYSLOT", &key]) else {
         panic!("KEYSLOT")
     };
@@ -225,15 +225,13 @@ fn a_cluster_spreads_keys_over_every_master_and_follows_a_moved_slot() {
     assert!(matches!(cluster.cmd(to, &["EXISTS", &key]), Resp::Int(1)));
 }
 
-/// The Redis key holding a descriptor key's bucket (found by scanning the masters).
-fn find_key(cluster: &RedisCluster, descriptor: &str) -> String {
+/// The Redis key holding a key's bucket (checked to exist on some master).
+fn find_key(cluster: &RedisCluster, rule: &str, part: &str) -> String {
+    let name = meshlimit_tests::redis_bucket_key(rule, &[part]);
     for node in 0..3 {
-        if let Resp::Array(Some(keys)) = cluster.cmd(node, &["KEYS", &format!("ml:*:{descriptor}")])
-        {
-            if let Some(k) = keys.first().and_then(Resp::text) {
-                return k;
-            }
+        if let Resp::Int(1) = cluster.cmd(node, &["EXISTS", &name]) {
+            return name;
         }
     }
-    panic!("no bucket for {descriptor}");
+    panic!("no bucket {name} for {rule}|{part}");
 }

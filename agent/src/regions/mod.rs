@@ -28,6 +28,7 @@ pub mod setup;
 pub mod share;
 pub mod table;
 
+use meshlimit_core::secret::KeyIds;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -74,6 +75,8 @@ pub struct RegionsConfig {
     /// Deadline of each Redis call of the region tasks, and how long a
     /// rebalancer waits for the other regions to seal a period.
     pub timeout: Duration,
+    /// How keys are named in the regions' Redis (from the deployment secret).
+    pub key_ids: KeyIds,
 }
 
 /// The lease path's view of the regions: a cheap handle, shared with the region
@@ -88,16 +91,26 @@ struct Regional {
     floor: f64,
     table: ArcSwap<ShareTable>,
     demand: DemandBook,
+    /// Names keys in every region's Redis (demand and share hashes).
+    ids: KeyIds,
+}
+
+/// How the region exchange names a key in Redis: the rule, then the key's id
+/// (the same in every region of a deployment, which shares one secret; never
+/// the key in clear, since peers' Redis and their operators see these).
+pub fn exchange_key(ids: &KeyIds, key: &DescriptorKey) -> String {
+    format!("{}|{}", key.rule(), ids.id(key))
 }
 
 impl Shares {
     /// Turns regions on with this floor; false if they were already on.
-    pub fn enable(&self, floor: f64) -> bool {
+    pub fn enable(&self, floor: f64, ids: KeyIds) -> bool {
         self.cell
             .set(Regional {
                 floor,
                 table: ArcSwap::from_pointee(ShareTable::default()),
                 demand: DemandBook::new(MAX_DEMAND_KEYS),
+                ids,
             })
             .is_ok()
     }
@@ -115,7 +128,7 @@ impl Shares {
             Some(r) if rule.scope == Scope::Global => r
                 .table
                 .load()
-                .get(key.as_str())
+                .get(&exchange_key(&r.ids, key))
                 .map_or(r.floor, |e| e.share),
             _ => 1.0,
         }
@@ -144,8 +157,10 @@ impl Shares {
                 Some(LeaseAnswer::Grant { tokens, .. }) => *tokens,
                 _ => item.cost,
             };
+            // A denied ask counts what its rule costs (the API refuses any other
+            // cost), so no caller books demand beyond what it could spend.
             r.demand
-                .record(item.key.as_str(), u64::from(tokens), period);
+                .record(&exchange_key(&r.ids, &item.key), u64::from(tokens), period);
         }
     }
 
@@ -193,7 +208,7 @@ pub fn start(
             cfg.timeout,
         )?));
     }
-    shares.enable(cfg.floor);
+    shares.enable(cfg.floor, cfg.key_ids.clone());
     let lead = Arc::new(Leadership::new(&cfg.agent_id));
     let rebalancer = Rebalancer::new(regions, cfg.floor, lead.clone(), cfg.timeout);
     let (m, s) = (metrics, shutdown);

@@ -2,6 +2,7 @@
 //! (repeatable), `--peer-regions-file`, `--region-floor`, `--region-timeout-ms`.
 //! Every mistake is refused at start (exit 64) with one line saying why.
 
+use meshlimit_core::secret::KeyIds;
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use crate::config::{ConfigError, RunArgs, StoreSpec};
 pub fn regions_config(
     args: &RunArgs,
     agent_id: &str,
+    key_ids: &KeyIds,
 ) -> Result<Option<RegionsConfig>, ConfigError> {
     let mut peers = args.peer_regions.clone();
     if let Some(path) = &args.peer_regions_file {
@@ -40,6 +42,7 @@ pub fn regions_config(
             })
             .collect::<Result<_, ConfigError>>()?,
         timeout: Duration::from_millis(args.region_timeout_ms),
+        key_ids: key_ids.clone(),
     };
     validate(&cfg).map_err(ConfigError::Regions)?;
     Ok(Some(cfg))

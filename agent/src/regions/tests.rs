@@ -36,8 +36,8 @@ fn without_peers_every_rule_gets_the_whole_limit_and_nothing_is_counted() {
 fn a_global_key_takes_the_floor_until_a_share_is_published() {
     let set = parse_rules("t", RULES).unwrap();
     let shares = Shares::default();
-    assert!(shares.enable(0.1));
-    assert!(!shares.enable(0.2), "once");
+    assert!(shares.enable(0.1, KeyIds::placeholder()));
+    assert!(!shares.enable(0.2, KeyIds::placeholder()), "once");
     let (g, r) = (set.rule("g").unwrap(), set.rule("r").unwrap());
     let key = DescriptorKey::new("g", ["GET"]);
     assert_eq!(shares.share(g, &key), 0.1);
@@ -48,7 +48,9 @@ fn a_global_key_takes_the_floor_until_a_share_is_published() {
     };
     shares.install(ShareTable::new(
         Some(7),
-        [(key.as_str().to_string(), entry)].into_iter().collect(),
+        [(exchange_key(&KeyIds::placeholder(), &key), entry)]
+            .into_iter()
+            .collect(),
     ));
     assert_eq!(shares.share(g, &key), 0.8);
     assert_eq!(shares.table().period, Some(7));
@@ -58,7 +60,7 @@ fn a_global_key_takes_the_floor_until_a_share_is_published() {
 fn offered_demand_counts_grants_in_tokens_and_other_answers_in_cost() {
     let set = parse_rules("t", RULES).unwrap();
     let shares = Shares::default();
-    shares.enable(0.1);
+    shares.enable(0.1, KeyIds::placeholder());
     let items = [
         item("g", "GET", 1),
         item("g", "GET", 2),
@@ -122,6 +124,7 @@ fn a_setup_is_refused_when_it_cannot_work() {
         credentials: Default::default(),
         peer_credentials: Default::default(),
         timeout: Duration::from_millis(250),
+        key_ids: KeyIds::placeholder(),
     };
     assert_eq!(validate(&cfg), Ok(()));
     let twice = RegionsConfig {

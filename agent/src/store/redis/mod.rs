@@ -34,6 +34,8 @@ pub struct RedisConfig {
     /// Credentials and TLS (never logged: the password prints redacted).
     pub connect: client::Connect,
     pub batch: BatchConfig,
+    /// Names buckets by the keyed hash of their key (from the deployment secret).
+    pub key_ids: meshlimit_core::secret::KeyIds,
 }
 
 /// A Redis or Redis Cluster bucket store.
@@ -137,7 +139,7 @@ impl RedisStore {
     /// redirect named it); the answer arrives on the returned channel.
     fn submit(&self, item: &Acquire, node: Option<String>) -> oneshot::Receiver<Acquired> {
         let (reply, rx) = oneshot::channel();
-        let key = redis_key(&item.key);
+        let key = redis_key(&self.cfg.key_ids, &item.key);
         let node = node.or_else(|| {
             let map = self.map.read().ok()?.clone();
             map.node_of(slot(&key))

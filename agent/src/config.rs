@@ -113,6 +113,14 @@ pub struct RunArgs {
     #[arg(long, env = "MESHLIMIT_REGION_TIMEOUT_MS", default_value_t = 250,
           value_parser = clap::value_parser!(u64).range(10..=5_000))]
     pub region_timeout_ms: u64,
+    /// Keys held at most in each per-key table: the node pool, the fail-local
+    /// buckets and the embedded store's buckets (each about 1.3 KiB a key at worst,
+    /// keys being at most 1 KiB: see `crate::store::memory`). Past it, a new key
+    /// is served unpooled, or by the rule's failure policy; never by evicting a
+    /// live bucket.
+    #[arg(long, env = "MESHLIMIT_MAX_KEYS", default_value_t = 25_000,
+          value_parser = clap::value_parser!(u32).range(16..=10_000_000))]
+    pub max_keys: u32,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -123,7 +123,11 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         "meshlimit-agent serving"
     );
     tasks.spawn(sweep_pools(app.clone(), POOL_SWEEP_EVERY, shutdown.clone()));
-    let server = tokio::spawn(server::serve(listener, app, shutdown.clone()));
+    let limits = server::ServerLimits {
+        max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
+        header_timeout: args.header_timeout(),
+    };
+    let server = tokio::spawn(server::serve_with(listener, app, shutdown.clone(), limits));
     let signal = signals.recv().await;
     tracing::info!("{signal}: shutting down");
     trigger.trigger();

@@ -1,5 +1,6 @@
 //! What a caller can make the agent process hold, measured on the built binary:
-//! the RSS of `run` under a flood of oversized keys.
+//! the RSS of `run` under a flood of oversized keys, and the HTTP server's bounds
+//! (header and body timeout, connection cap).
 
 // Test helpers outside #[test] functions may unwrap too: a failure is the point.
 #![allow(clippy::unwrap_used, clippy::panic)]
@@ -92,6 +93,15 @@ fn start(rules: &Path, env: &[(&str, &str)]) -> (Running, String) {
     (running, addr)
 }
 
+fn metric(addr: &str, series: &str) -> Option<f64> {
+    let reply = http_get(addr, "/metrics")?;
+    reply
+        .lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit_once(' '))
+        .and_then(|(_, v)| v.parse().ok())
+}
+
 #[test]
 fn a_flood_of_oversized_keys_leaves_the_agent_s_memory_as_it_was() {
     let dir = tempfile::tempdir().unwrap();
@@ -132,4 +142,78 @@ fn a_flood_of_oversized_keys_leaves_the_agent_s_memory_as_it_was() {
         "RSS went from {before} to {after} bytes"
     );
     assert_eq!(refused, 1_000);
+}
+
+#[test]
+fn half_sent_requests_are_closed_after_the_header_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rules.yaml");
+    std::fs::write(&path, GOOD).unwrap();
+    let (_agent, addr) = start(&path, &[("MESHLIMIT_HEADER_TIMEOUT_MS", "500")]);
+    // Half of them stop in the header, half in the body.
+    let mut half: Vec<TcpStream> = (0..600)
+        .map(|i| {
+            let mut s = TcpStream::connect(&addr).unwrap();
+            let sent: &[u8] = if i % 2 == 0 {
+                b"POST /v1/lease HTTP/1.1\r\nhost: agent\r\ncontent-len"
+            } else {
+                b"POST /v1/lease HTTP/1.1\r\nhost: agent\r\ncontent-length: 100\r\n\r\n{\"v\":1,"
+            };
+            s.write_all(sent).unwrap();
+            s
+        })
+        .collect();
+    let start = Instant::now();
+    for (i, s) in half.iter_mut().enumerate() {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut rest = Vec::new();
+        // EOF; a read timeout would be an Err.
+        s.read_to_end(&mut rest).unwrap();
+        let reply = String::from_utf8_lossy(&rest);
+        if i % 2 == 1 {
+            assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+        }
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "closed after {:?}",
+        start.elapsed()
+    );
+    // The agent still answers.
+    assert!(http_get(&addr, "/readyz")
+        .unwrap()
+        .starts_with("HTTP/1.1 200"));
+}
+
+#[test]
+fn connections_past_the_cap_are_closed_at_once_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rules.yaml");
+    std::fs::write(&path, GOOD).unwrap();
+    let (_agent, addr) = start(&path, &[("MESHLIMIT_MAX_CONNECTIONS", "50")]);
+    // Wait for the readiness probe's connection to be released.
+    std::thread::sleep(Duration::from_millis(100));
+    let idle: Vec<TcpStream> = (0..50)
+        .map(|_| TcpStream::connect(&addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    // The 51st is accepted by the kernel, then closed by the agent at once.
+    let start = Instant::now();
+    let reply = http_get(&addr, "/readyz").unwrap_or_default();
+    assert_eq!(reply, "", "a connection past the cap was served");
+    assert!(start.elapsed() < Duration::from_secs(1));
+    drop(idle);
+    let start = Instant::now();
+    loop {
+        match metric(&addr, "meshlimit_connections_refused_total") {
+            Some(n) => {
+                assert!(n >= 1.0);
+                break;
+            }
+            None if start.elapsed() < Duration::from_secs(5) => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            None => panic!("the agent did not come back below its cap"),
+        }
+    }
 }

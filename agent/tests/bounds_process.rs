@@ -1,6 +1,7 @@
-//! What a caller can make the agent process hold, measured on the built binary:
-//! the RSS of `run` under a flood of oversized keys, and the HTTP server's bounds
-//! (header and body timeout, connection cap).
+//! What a caller or a rules file can make the agent process hold, measured on the
+//! built binary: the peak RSS (`VmHWM` in /proc/PID/status) of `check-rules` and of
+//! `run` given a "billion laughs" rules file, the RSS of `run` under a flood of
+//! oversized keys, and the HTTP server's bounds (header timeout, connection cap).
 
 // Test helpers outside #[test] functions may unwrap too: a failure is the point.
 #![allow(clippy::unwrap_used, clippy::panic)]
@@ -14,6 +15,22 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_meshlimit-agent");
 const GOOD: &str =
     "version: 1\nrules:\n  - {name: api, key: [method], limit: {requests: 10, per: 1s}}\n";
+/// The bound stated for refusing a billion-laughs file (core `rules::parse`).
+const LAUGHS_PEAK_BYTES: u64 = 16 * 1024 * 1024;
+
+/// A rules file with a "billion laughs" in extra fields, made to stay under
+/// serde_yaml's own limit (100 alias jumps per event, hence the padding): a 2.5 KB
+/// string, four levels of twenty aliases, 7 KB of text that serde_yaml expanded to
+/// 160,000 copies, 433 MiB peak RSS in `check-rules` before aliases were refused.
+fn laughs() -> String {
+    let mut text = format!("version: 1\nlol0: &a0 \"{}\"\n", "x".repeat(2_500));
+    for i in 1..5 {
+        let refs = vec![format!("*a{}", i - 1); 20].join(", ");
+        text.push_str(&format!("lol{i}: &a{i} [{refs}]\n"));
+    }
+    text.push_str(&format!("pad: [{}0]\nrules: []\n", "0,".repeat(2_000)));
+    text
+}
 
 /// The agent with no `MESHLIMIT_*` variable from the test's environment.
 fn agent(args: &[&str]) -> Command {
@@ -100,6 +117,106 @@ fn metric(addr: &str, series: &str) -> Option<f64> {
         .find(|l| l.starts_with(series))
         .and_then(|l| l.rsplit_once(' '))
         .and_then(|(_, v)| v.parse().ok())
+}
+
+#[test]
+fn check_rules_refuses_a_billion_laughs_within_its_memory_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("laughs.yaml");
+    std::fs::write(&path, laughs()).unwrap();
+    // check-rules exits within milliseconds, too fast to sample. So its stderr is
+    // a FIFO filled to capacity (64 KiB) before it starts: its error line then
+    // blocks until the test reads, and VmHWM is read while it waits. Its address
+    // space is capped too (ulimit -v, 256 MiB), so the agent before the fix fails
+    // here instead of taking the machine's memory.
+    let fifo = dir.path().join("stderr");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let child = Command::new("sh")
+        .args([
+            "-c",
+            "exec 2>\"$2\"; head -c 65536 /dev/zero >&2; ulimit -v 262144; exec \"$0\" check-rules \"$1\"",
+            BIN,
+            &path.display().to_string(),
+            &fifo.display().to_string(),
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut child = Running(child);
+    let mut stderr = std::fs::File::open(&fifo).unwrap();
+    let pid = child.0.id();
+    let is_agent = || {
+        std::fs::read_link(format!("/proc/{pid}/exe"))
+            .is_ok_and(|exe| exe.ends_with("meshlimit-agent"))
+    };
+    let start = Instant::now();
+    // Once it runs the agent, its peak only grows until it blocks on stderr.
+    let mut peak = 0;
+    while start.elapsed() < Duration::from_millis(500) {
+        if is_agent() {
+            peak = peak.max(proc_kb(pid, "VmHWM").unwrap_or(0));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut text = Vec::new();
+    stderr.read_to_end(&mut text).unwrap();
+    let status = child.0.wait().unwrap();
+    let text = String::from_utf8_lossy(&text[65536.min(text.len())..]).to_string();
+    assert_eq!(status.code(), Some(1), "{text}");
+    let file = path.display().to_string();
+    assert!(
+        text.starts_with(&format!("{file}: field -: line 3, column 12: "))
+            && text.contains("YAML aliases (`*name`) are not allowed"),
+        "{text}"
+    );
+    eprintln!("check-rules peak RSS (VmHWM): {peak} bytes");
+    assert!(peak > 0, "VmHWM was never read");
+    assert!(
+        peak < LAUGHS_PEAK_BYTES,
+        "check-rules peaked at {peak} bytes"
+    );
+}
+
+#[test]
+fn a_live_reload_refuses_a_billion_laughs_and_keeps_the_last_good_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rules.yaml");
+    std::fs::write(&path, GOOD).unwrap();
+    let (agent, addr) = start(&path, &[]);
+    let pid = agent.0.id();
+    let rules_before = http_get(&addr, "/v1/rules").unwrap();
+    let before = proc_kb(pid, "VmHWM").unwrap();
+
+    // Written beside and renamed over, as a ConfigMap update is atomic.
+    std::fs::write(dir.path().join("next.yaml"), laughs()).unwrap();
+    std::fs::rename(dir.path().join("next.yaml"), &path).unwrap();
+    let start = Instant::now();
+    while metric(&addr, "meshlimit_rules_reloads_total{result=\"error\"}") != Some(1.0) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the reload was not refused"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let after = proc_kb(pid, "VmHWM").unwrap();
+    eprintln!("run peak RSS (VmHWM) {before} bytes before the reload, {after} after");
+    assert!(
+        after.saturating_sub(before) < LAUGHS_PEAK_BYTES,
+        "the reload took the agent's peak RSS from {before} to {after} bytes"
+    );
+    // Still ready, still serving the same rules.
+    assert!(http_get(&addr, "/readyz")
+        .unwrap()
+        .starts_with("HTTP/1.1 200"));
+    let body = |r: &str| r.split_once("\r\n\r\n").map(|(_, b)| b.to_string());
+    assert_eq!(
+        body(&http_get(&addr, "/v1/rules").unwrap()),
+        body(&rules_before)
+    );
 }
 
 #[test]

@@ -127,8 +127,9 @@ pub struct RunArgs {
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_connections: u32,
     /// A connection that has not sent a request's whole header this long after
-    /// starting it (or after going idle) is closed, in milliseconds; a request's
-    /// body must then arrive, and be answered, within as long (else 408).
+    /// opening or after its last response (so also an idle keep-alive connection)
+    /// is closed, in milliseconds; a request's body must then arrive, and be
+    /// answered, within as long (else 408).
     #[arg(long, env = "MESHLIMIT_HEADER_TIMEOUT_MS", default_value_t = 5_000,
           value_parser = clap::value_parser!(u64).range(10..=600_000))]
     pub header_timeout_ms: u64,

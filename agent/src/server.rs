@@ -14,6 +14,13 @@
 //! (`wire::MAX_BODY_BYTES`, 64 KiB) is the API's. Measured worst case: 1,024
 //! connections each holding an 8 KiB header and 64 KiB of a body took the agent's
 //! RSS from 14 to 105 MiB, ~91 KiB a connection.
+//!
+//! hyper runs the header timer from the moment it waits for a request's head, so a
+//! keep-alive connection idle for `header_timeout` (no request begun) is closed
+//! too. Envoy sees the close and drops the connection from its pool; only a lease
+//! call sent in the microseconds between the agent's close and Envoy noticing it
+//! fails (the filter applies the rule's failure policy to that request). An Envoy
+//! cluster `idle_timeout` below `header_timeout` removes even that.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -51,10 +58,12 @@ pub struct ServerLimits {
     /// sidecars × 2 workers sits near a few hundred; more connections than the
     /// lease calls the agent serves at once would only wait.
     pub max_connections: usize,
-    /// How long a request's header may take to arrive; then, once it has, how
-    /// long its body may take to arrive and be answered (408 past it, and the
-    /// connection is closed). Lease calls are answered within the store deadline
-    /// (3 ms), so 5 s only ever cuts off a stalled or hostile peer.
+    /// How long a request's header may take to arrive, counted from the end of
+    /// the previous response (so also how long a keep-alive connection may stay
+    /// idle); then, once it has, how long its body may take to arrive and be
+    /// answered (408 past it, and the connection is closed). Lease calls are
+    /// answered within the store deadline (3 ms), so 5 s only ever cuts off a
+    /// stalled or hostile peer, or a connection unused for 5 s.
     pub header_timeout: Duration,
 }
 

@@ -11,7 +11,7 @@ use meshlimit_core::rules::parse_rules;
 /// Returns the exit code: 0 valid, 1 invalid or unreadable.
 pub fn check_rules(path: &Path, out: &mut impl Write, err: &mut impl Write) -> u8 {
     let file = path.display().to_string();
-    let text = match std::fs::read_to_string(path) {
+    let text = match crate::rules_watch::read_rules_file(path) {
         Ok(text) => text,
         Err(e) => {
             let _ = writeln!(err, "{file}: cannot read: {e}");

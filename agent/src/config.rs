@@ -190,6 +190,26 @@ pub struct RunArgs {
     #[arg(long, env = "MESHLIMIT_REGION_TIMEOUT_MS", default_value_t = 250,
           value_parser = clap::value_parser!(u64).range(10..=5_000))]
     pub region_timeout_ms: u64,
+    /// Keys held at most in each per-key table: the node pool, the fail-local
+    /// buckets and the embedded store's buckets (each about 1.3 KiB a key at worst,
+    /// keys being at most 1 KiB: see `crate::store::memory`). Past it, a new key
+    /// is served unpooled, or by the rule's failure policy; never by evicting a
+    /// live bucket.
+    #[arg(long, env = "MESHLIMIT_MAX_KEYS", default_value_t = 25_000,
+          value_parser = clap::value_parser!(u32).range(16..=10_000_000))]
+    pub max_keys: u32,
+    /// Connections open at once; past it new ones are closed at once (counted in
+    /// `meshlimit_connections_refused_total`), not queued.
+    #[arg(long, env = "MESHLIMIT_MAX_CONNECTIONS", default_value_t = 1024,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections: u32,
+    /// A connection that has not sent a request's whole header this long after
+    /// opening or after its last response (so also an idle keep-alive connection)
+    /// is closed, in milliseconds; a request's body must then arrive, and be
+    /// answered, within as long (else 408).
+    #[arg(long, env = "MESHLIMIT_HEADER_TIMEOUT_MS", default_value_t = 5_000,
+          value_parser = clap::value_parser!(u64).range(10..=600_000))]
+    pub header_timeout_ms: u64,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -341,6 +361,10 @@ impl RunArgs {
 
     pub fn rules_poll(&self) -> Duration {
         Duration::from_millis(self.rules_poll_ms)
+    }
+
+    pub fn header_timeout(&self) -> Duration {
+        Duration::from_millis(self.header_timeout_ms)
     }
 
     /// How to reach this region's Redis (`--store`): `--redis-username`, the

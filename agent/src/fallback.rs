@@ -9,21 +9,44 @@ use std::sync::Mutex;
 
 use meshlimit_core::{Bucket, DescriptorKey, Limit, Take};
 
-/// Keys kept at most; past that, full buckets (equal to absent ones) are dropped
-/// first, and if none is full the key is refused a fallback (denied) rather than
-/// given a fresh bucket.
+/// Keys kept at most by default (`--max-keys` sets it); past that, full buckets
+/// (equal to absent ones) are dropped first, and if none is full the key is
+/// refused a fallback (denied) rather than given a fresh bucket.
 const MAX_KEYS: usize = 100_000;
 
 /// The safety factor: the fleet may admit up to this multiple of the limit
 /// while its store is down, so uneven traffic between nodes is not over-limited.
 pub const SAFETY: f64 = 2.0;
 
-#[derive(Default)]
 pub struct Fallback {
     buckets: Mutex<HashMap<DescriptorKey, Bucket>>,
+    max_keys: usize,
+}
+
+impl Default for Fallback {
+    fn default() -> Self {
+        Self::new(MAX_KEYS)
+    }
 }
 
 impl Fallback {
+    /// Fail-local buckets for at most `max_keys` keys.
+    pub fn new(max_keys: usize) -> Self {
+        Self {
+            buckets: Mutex::default(),
+            max_keys: max_keys.max(1),
+        }
+    }
+
+    /// Keys held.
+    pub fn len(&self) -> usize {
+        self.buckets.lock().map_or(0, |m| m.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Takes `cost` from `key`'s fallback bucket under `limit` (already this
     /// node's slice of the rule).
     pub fn take(&self, key: &DescriptorKey, limit: &Limit, now_ns: u64, cost: u32) -> Take {
@@ -32,9 +55,9 @@ impl Fallback {
                 retry_after_ns: 1_000_000_000,
             };
         };
-        if !map.contains_key(key) && map.len() >= MAX_KEYS {
+        if !map.contains_key(key) && map.len() >= self.max_keys {
             map.retain(|_, b| !b.is_full(limit, now_ns));
-            if map.len() >= MAX_KEYS {
+            if map.len() >= self.max_keys {
                 return Take::Denied {
                     retry_after_ns: 1_000_000_000,
                 };

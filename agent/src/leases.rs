@@ -34,6 +34,10 @@ use crate::regions::Shares;
 use crate::rules_watch::CurrentRules;
 use crate::store::{Acquire, Acquired, Store, StoreError};
 
+/// `--max-keys`' default: the per-key tables' cap (see `crate::store::memory` for
+/// the memory it bounds).
+pub const DEFAULT_MAX_KEYS: usize = 25_000;
+
 /// The tunables of lease sizing and handling.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LeaseSettings {
@@ -45,6 +49,8 @@ pub struct LeaseSettings {
     pub exact_below_rps: f64,
     /// Lease requests served at once; more are shed.
     pub max_inflight: usize,
+    /// Keys the node pool and the fail-local buckets each hold at most.
+    pub max_keys: usize,
 }
 
 /// Answers lease requests.
@@ -109,6 +115,7 @@ impl Default for LeaseSettings {
             target: Duration::from_millis(100),
             exact_below_rps: 0.0,
             max_inflight: 1024,
+            max_keys: DEFAULT_MAX_KEYS,
         }
     }
 }
@@ -127,13 +134,23 @@ impl LeaseService {
             // `Semaphore::new` panics above MAX_PERMITS; clamp rather than trust the caller.
             inflight: Semaphore::new(settings.max_inflight.clamp(1, Semaphore::MAX_PERMITS)),
             settings,
-            pools: Pools::default(),
+            pools: Pools::new(settings.max_keys),
             epoch: Instant::now(),
             shares: Shares::default(),
-            fallback: Fallback::default(),
+            fallback: Fallback::new(settings.max_keys),
             live_nodes: Arc::default(),
             last_log_ns: AtomicU64::new(0),
         }
+    }
+
+    /// Drops the node pool's idle keys (nothing pooled, no denial, no demand).
+    pub fn sweep_pools(&self) {
+        self.pools.sweep(self.now_ns());
+    }
+
+    /// Keys the node pool holds.
+    pub fn pooled_keys(&self) -> usize {
+        self.pools.len()
     }
 
     /// The handle through which the region tasks set this service's shares.

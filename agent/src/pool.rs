@@ -9,6 +9,15 @@
 //! lease period per node instead of one per filter ask.
 //!
 //! Time is a parameter (`now_ns`), so tests move it by hand.
+//!
+//! Bounded: at most `max_keys` keys (`--max-keys`, default 25,000, enforced per
+//! lock shard), about 1.2 KiB each at worst (a key of at most 1 KiB and its
+//! ~64-byte entry; see `crate::store::memory` for the sum). `run` sweeps it every
+//! second ([`Pools::sweep`]). Dropping an entry, by the sweep or at the cap, only
+//! loses unspent pooled tokens (they expire with their lease anyway), a denial
+//! cache (the next ask goes to the store) and a demand estimate (the next lease
+//! starts small): it never hands out a token, and a key without an entry always
+//! asks the store.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

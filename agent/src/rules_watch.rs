@@ -11,8 +11,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use std::io::Read;
+
 use arc_swap::ArcSwapOption;
-use meshlimit_core::rules::{parse_rules, RulesError};
+use meshlimit_core::rules::{parse_rules, RulesError, MAX_RULES_FILE_BYTES};
 use meshlimit_core::RuleSet;
 
 use crate::metrics::Metrics;
@@ -105,7 +107,7 @@ impl RulesWatcher {
     /// Reads the file once and applies it if it changed. A blocking read is fine
     /// here: a rules file is a few KiB on a local (tmpfs) volume, read twice a second.
     pub fn poll(&mut self) -> Reload {
-        let text = match std::fs::read_to_string(&self.path) {
+        let text = match read_rules_file(&self.path) {
             Ok(text) => text,
             Err(e) => return self.unreadable(&e),
         };
@@ -177,6 +179,22 @@ impl RulesWatcher {
         self.last_content = None;
         Reload::Unreadable
     }
+}
+
+/// Reads a rules file of at most [`MAX_RULES_FILE_BYTES`]: reading stops one byte
+/// past the cap, so a huge (or endless) file is refused without being held.
+pub fn read_rules_file(path: &Path) -> std::io::Result<String> {
+    let file = std::fs::File::open(path)?;
+    let cap = u64::try_from(MAX_RULES_FILE_BYTES).unwrap_or(u64::MAX);
+    let mut text = String::new();
+    file.take(cap.saturating_add(1)).read_to_string(&mut text)?;
+    if text.len() > MAX_RULES_FILE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {MAX_RULES_FILE_BYTES} bytes"),
+        ));
+    }
+    Ok(text)
 }
 
 #[cfg(test)]

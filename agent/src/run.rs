@@ -28,6 +28,9 @@ use crate::store::{MemoryStore, Store};
 const REFRESH_EVERY: Duration = Duration::from_secs(1);
 /// How often the agent announces itself in the store.
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+/// How often the node pool drops idle keys: pooled tokens live a lease TTL
+/// (300 ms), so once a second keeps at most about a second of one-off keys.
+pub const POOL_SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// Why the agent could not run.
 #[derive(Debug, thiserror::Error)]
@@ -129,7 +132,12 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         rules = %args.rules.display(),
         "meshlimit-agent serving"
     );
-    let server = tokio::spawn(server::serve(listener, app, shutdown.clone()));
+    tasks.spawn(sweep_pools(app.clone(), POOL_SWEEP_EVERY, shutdown.clone()));
+    let limits = server::ServerLimits {
+        max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
+        header_timeout: args.header_timeout(),
+    };
+    let server = tokio::spawn(server::serve_with(listener, app, shutdown.clone(), limits));
     let signal = signals.recv().await;
     tracing::info!("{signal}: shutting down");
     trigger.trigger();
@@ -150,7 +158,8 @@ fn start_store(
     shutdown: &Shutdown,
 ) -> Result<Arc<dyn Store>, ConfigError> {
     let Some(target) = args.store.redis() else {
-        let store = Arc::new(MemoryStore::new());
+        let max_keys = usize::try_from(args.max_keys).unwrap_or(usize::MAX);
+        let store = Arc::new(MemoryStore::with_max_keys(max_keys));
         tasks.spawn(store.clone().run_sweeper(SWEEP_EVERY, shutdown.clone()));
         return Ok(store);
     };
@@ -199,6 +208,7 @@ fn lease_settings(args: &RunArgs) -> LeaseSettings {
         target: args.lease_target(),
         exact_below_rps: args.exact_below_rps,
         max_inflight: usize::try_from(args.max_inflight).unwrap_or(usize::MAX),
+        max_keys: usize::try_from(args.max_keys).unwrap_or(usize::MAX),
     }
 }
 
@@ -227,6 +237,21 @@ async fn heartbeat(
                     metrics.live_nodes(n);
                 }
             }
+            _ = shutdown.wait() => return,
+        }
+    }
+}
+
+/// Forgets the node pool's idle keys every `every` (`run` uses
+/// [`POOL_SWEEP_EVERY`]; see [`crate::pool::Pools::sweep`]) until shutdown: what a
+/// flood of one-off keys left behind goes within about a TTL and a few seconds of
+/// demand decay, not only when the pool is full.
+pub async fn sweep_pools(app: App, every: Duration, mut shutdown: Shutdown) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => app.sweep_pools(),
             _ = shutdown.wait() => return,
         }
     }

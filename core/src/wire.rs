@@ -14,6 +14,22 @@ pub const WIRE_VERSION: u32 = 1;
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// The most items in one lease request (one per applicable rule).
 pub const MAX_LEASE_ITEMS: usize = 64;
+/// The longest descriptor key the agent accepts in a lease item, in bytes; a longer
+/// one is refused (400) before anything is stored, so keys bound the agent's per-key
+/// memory. Why 1 KiB: a key is the rule name (at most `MAX_RULE_NAME` = 64 bytes)
+/// and, per key part, a separator and the part, which `DescriptorKey::new` keeps
+/// verbatim up to `MAX_PART_LEN` = 128 bytes and otherwise replaces by a 17-byte
+/// fingerprint. Rules key on a handful of parts (method, path, route, client IP, a
+/// header or two): 64 + 7 × (1 + 128) = 967 bytes holds seven full-length parts.
+/// Escaping (`%XX` for `%`, `|`, `#` and control characters) can triple a part
+/// built of only those characters, so a rule of three or more parts keyed on
+/// headers a client sets could in theory build a longer key; such a lease is
+/// refused and the filter applies the rule's failure policy.
+pub const MAX_KEY_BYTES: usize = 1024;
+/// The longest `rules_version` a sync report may carry into a metric label; the
+/// agent's own versions are content hashes far shorter. Longer ones are shown as
+/// `invalid`.
+pub const MAX_VERSION_LABEL: usize = 64;
 
 pub const LEASE_PATH: &str = "/v1/lease";
 pub const SYNC_PATH: &str = "/v1/sync";

@@ -1,7 +1,7 @@
 //! `POST /v1/lease`: validates the request, then hands it to the lease service.
 
 use hyper::StatusCode;
-use meshlimit_core::wire::{LeaseRequest, MAX_LEASE_ITEMS};
+use meshlimit_core::wire::{LeaseRequest, MAX_KEY_BYTES, MAX_LEASE_ITEMS};
 use meshlimit_core::RuleSet;
 
 use super::{check_version, json, ApiError, ApiResponse, App};
@@ -16,7 +16,9 @@ pub(super) async fn handle(app: &App, req: LeaseRequest) -> Result<ApiResponse, 
     json(StatusCode::OK, &resp)
 }
 
-/// What serde cannot check: the item count, a zero cost, and that each key belongs
+/// What serde cannot check: the item count, a zero cost, a key's length (bounded
+/// so that no caller can grow the agent's per-key tables by more than
+/// `MAX_KEY_BYTES` a key), and that each key belongs
 /// to the rule it is leased under (else a caller could drain one rule's buckets
 /// under another rule's limit).
 fn validate(req: &LeaseRequest) -> Result<(), ApiError> {
@@ -27,6 +29,12 @@ fn validate(req: &LeaseRequest) -> Result<(), ApiError> {
         if item.cost == 0 {
             return Err(ApiError::InvalidField(format!(
                 "items[{i}].cost: must be at least 1"
+            )));
+        }
+        let len = item.key.as_str().len();
+        if len > MAX_KEY_BYTES {
+            return Err(ApiError::InvalidField(format!(
+                "items[{i}].key: {len} bytes; at most {MAX_KEY_BYTES}"
             )));
         }
         if item.key.rule() != item.rule {

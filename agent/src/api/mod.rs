@@ -91,6 +91,16 @@ impl App {
         .filter(|n| *n > 0)
     }
 
+    /// Drops the node pool's idle keys (run every second by `run`).
+    pub fn sweep_pools(&self) {
+        self.inner.leases.sweep_pools();
+    }
+
+    /// Keys the node pool holds (for tests).
+    pub fn pooled_keys(&self) -> usize {
+        self.inner.leases.pooled_keys()
+    }
+
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.inner.metrics
     }

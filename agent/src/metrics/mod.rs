@@ -38,6 +38,7 @@ pub struct Metrics {
     bad_requests: IntCounterVec,
     /// How labels name customer keys: by the deployment's keyed hash.
     key_ids: std::sync::OnceLock<KeyIds>,
+    connections_refused: IntCounter,
 }
 
 /// A metric could not be registered: a programming error (a duplicate or
@@ -71,6 +72,10 @@ impl Metrics {
                 "Requests refused with a 4xx, by reason.",
                 &["reason"],
             )?,
+            connections_refused: f.counter(
+                "meshlimit_connections_refused_total",
+                "Connections closed at once because --max-connections were open.",
+            )?,
             registry,
             key_ids: std::sync::OnceLock::new(),
         })
@@ -96,6 +101,11 @@ impl Metrics {
     /// A request refused for the caller's mistake; `reason` is a fixed word.
     pub fn bad_request(&self, reason: &str) {
         inc(&self.bad_requests, &[reason], 1);
+    }
+
+    /// A connection closed on accept: the agent had its maximum open.
+    pub fn connection_refused(&self) {
+        self.connections_refused.inc();
     }
 
     fn now_secs(&self) -> u64 {

@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use meshlimit_core::fingerprint::fingerprint;
-use meshlimit_core::wire::SyncRequest;
+use meshlimit_core::wire::{SyncRequest, MAX_VERSION_LABEL};
 use meshlimit_core::{Outcome, RuleSet};
 use tokio::time::Instant;
 
@@ -31,6 +31,8 @@ pub const FILTER_TTL: Duration = Duration::from_secs(60);
 /// At most this many filters are shown at once (a node runs a few Envoys with a few
 /// VMs each; the cap only matters if something floods the agent with ids).
 pub const MAX_FILTERS: usize = 1024;
+/// The version label of a sync whose `rules_version` is too long or not printable.
+pub const INVALID_VERSION: &str = "invalid";
 /// The longest filter id shown verbatim as a label.
 const MAX_FILTER_LABEL: usize = 160;
 
@@ -101,7 +103,7 @@ impl Metrics {
             };
             state.windows.add(rule, now, failed_open, count);
         }
-        let version = report.rules_version.as_deref().unwrap_or("none");
+        let version = version_label(rules, report.rules_version.as_deref());
         self.record_filter(&mut state, &filter_label(&report.filter_id), version);
     }
 
@@ -196,6 +198,18 @@ fn filter_label(id: &str) -> Cow<'_, str> {
         .take(MAX_FILTER_LABEL / 2)
         .collect();
     Cow::Owned(format!("{prefix}#{:016x}", fingerprint(id.as_bytes())))
+}
+
+/// The rules version as a label: `none` when absent; kept when it is the agent's
+/// own or short and printable (an older set's hash); else `invalid`, so a forged
+/// version cannot make a label (and /metrics) grow past [`MAX_VERSION_LABEL`].
+fn version_label<'a>(rules: Option<&RuleSet>, version: Option<&'a str>) -> &'a str {
+    match version {
+        None | Some("") => "none",
+        Some(v) if rules.is_some_and(|set| set.version() == v) => v,
+        Some(v) if v.len() <= MAX_VERSION_LABEL && v.chars().all(|c| c.is_ascii_graphic()) => v,
+        Some(_) => INVALID_VERSION,
+    }
 }
 
 /// The rule's own name when the current set has it, else [`OTHER_RULE`].

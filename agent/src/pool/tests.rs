@@ -106,3 +106,59 @@ fn memory_is_bounded() {
     p.sweep(200 * MS);
     assert!(p.len() <= 64);
 }
+
+#[test]
+fn a_sweep_drops_only_idle_entries_and_a_swept_key_asks_the_store() {
+    let p = Pools::new(1_000);
+    let (pooled, denied) = (
+        DescriptorKey::new("r", ["a"]),
+        DescriptorKey::new("r", ["b"]),
+    );
+    p.fill(&pooled, 0, grant(10, 0, 0), 1, 300 * MS);
+    p.deny(&denied, 0, 1, 5_000 * MS);
+    // Within the lease TTL and the denial, both stay.
+    p.sweep(200 * MS);
+    assert_eq!(p.len(), 2);
+    // Past the TTL, once demand has decayed: the pooled tokens were unspent and
+    // expired, so dropping them changes nothing; the denial still holds.
+    p.sweep(3_000 * MS);
+    assert_eq!(p.len(), 1);
+    assert!(matches!(
+        p.take(&pooled, 3_000 * MS, 1, None),
+        PoolTake::Miss { dropped: 0, .. }
+    ));
+    assert!(matches!(
+        p.take(&denied, 3_000 * MS, 1, None),
+        PoolTake::Denied { .. }
+    ));
+    p.sweep(10_000 * MS);
+    assert!(matches!(
+        p.take(&denied, 10_000 * MS, 1, None),
+        PoolTake::Miss { .. }
+    ));
+}
+
+#[test]
+fn at_the_cap_a_new_key_is_served_unpooled_and_nothing_is_handed_out() {
+    // One key per shard at most.
+    let p = Pools::new(1);
+    let shard = |k: &DescriptorKey| k.fingerprint() % SHARDS as u64;
+    let first = DescriptorKey::new("r", ["0"]);
+    let second = (1..)
+        .map(|i| DescriptorKey::new("r", [i.to_string().as_str()]))
+        .find(|k| shard(k) == shard(&first))
+        .unwrap();
+    assert_eq!(p.fill(&first, 0, grant(10, 0, 0), 1, 300 * MS), 5);
+    // The shard is full of a live entry: the second key is never pooled, its
+    // grant goes to its filter only (the pool's share is dropped, not kept).
+    assert_eq!(p.fill(&second, 0, grant(10, 0, 0), 1, 300 * MS), 5);
+    assert!(matches!(
+        p.take(&second, MS, 1, None),
+        PoolTake::Miss { dropped: 0, .. }
+    ));
+    assert!(matches!(
+        p.take(&first, MS, 1, None),
+        PoolTake::Served { .. }
+    ));
+    assert_eq!(p.len(), 1);
+}

@@ -170,3 +170,30 @@ fn a_missing_file_is_reported_once() {
     fs::write(&path, GOOD_V1).unwrap();
     assert!(matches!(watcher.poll(), Reload::Applied { .. }));
 }
+
+#[test]
+fn an_oversized_file_is_not_read_whole_and_the_last_good_rules_stay() {
+    let mut cm = ConfigMapDir::new(GOOD_V1);
+    let rules = Arc::new(CurrentRules::empty());
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let mut watcher = RulesWatcher::new(cm.path(), rules.clone(), metrics.clone());
+    assert!(matches!(watcher.poll(), Reload::Applied { .. }));
+    let v1 = version(&rules);
+    // Valid YAML all the way (a comment), one byte over the cap.
+    let big = format!(
+        "{GOOD_V2}{}",
+        "#".repeat(MAX_RULES_FILE_BYTES + 1 - GOOD_V2.len())
+    );
+    cm.update(&big);
+    assert_eq!(watcher.poll(), Reload::Unreadable);
+    assert_eq!(version(&rules), v1);
+    let error = rules.last_error().unwrap();
+    assert!(
+        error.contains("rules.yaml: cannot read: larger than 4194304 bytes"),
+        "{error}"
+    );
+    assert_eq!(reloads(&metrics, "error"), 1.0);
+    // At the cap exactly, the file is read.
+    cm.update(&big[..MAX_RULES_FILE_BYTES]);
+    assert!(matches!(watcher.poll(), Reload::Applied { .. }));
+}

@@ -2,13 +2,34 @@
 //! no Redis. Buckets are sharded by the key's fingerprint so that concurrent lease
 //! requests for different keys rarely wait on the same lock. Time comes from tokio's
 //! clock, so tests can pause and advance it.
+//!
+//! Memory bound. Buckets are swept every [`SWEEP_EVERY`]: a bucket that has
+//! refilled to full is forgotten, which changes nothing (an absent key starts full).
+//! At most `max_keys` buckets are held (`--max-keys`, default 25,000; enforced per
+//! lock shard, so at most `max_keys` + 15). When a new key finds its shard at the
+//! cap, the shard's full buckets are dropped; if none is full the key gets
+//! [`StoreError::Unavailable`] (its rule's failure policy applies, counted in
+//! `meshlimit_store_requests_total{result="error"}`): a live bucket is never
+//! evicted, since an evicted key would come back as a fresh full bucket.
+//!
+//! Bytes per key, at worst: the key (at most `wire::MAX_KEY_BYTES` = 1 KiB, plus
+//! ~16 B of allocator header) and its map slot (`DescriptorKey` 24 B, `Entry`
+//! ~56 B and 1 control byte, up to twice over while the table has just grown).
+//! Measured: 1,135 B a key in this store, 1,150 B in the node pool and 1,093 B in
+//! the fail-local buckets, for 25,000 keys of 1 KiB (`cargo test -p
+//! meshlimit-agent --test memory_bounds -- --nocapture`, which holds each table
+//! under 1,300 B a key). So the three per-key tables hold at most about
+//! 3 × 1.3 KB × `max_keys`: under 95 MiB at the default 25,000 keys (82 MiB
+//! measured). With the server's bound (`crate::server`: 91 MiB measured at 1,024
+//! connections) and its ~14 MiB at rest, the agent stays under ~200 MiB whatever
+//! callers send.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use meshlimit_core::{Bucket, DescriptorKey, Limit, Take};
+use meshlimit_core::{Bucket, DescriptorKey, Limit};
 use tokio::time::Instant;
 
 use super::{Acquire, Acquired, Store, StoreError};
@@ -25,7 +46,12 @@ pub const SWEEP_EVERY: Duration = Duration::from_secs(5);
 pub struct MemoryStore {
     shards: Vec<Mutex<HashMap<DescriptorKey, Entry>>>,
     epoch: Instant,
+    /// Buckets each shard holds at most.
+    max_per_shard: usize,
 }
+
+/// The default cap on buckets (`--max-keys`).
+pub const DEFAULT_MAX_KEYS: usize = crate::leases::DEFAULT_MAX_KEYS;
 
 #[derive(Debug)]
 struct Entry {
@@ -36,9 +62,15 @@ struct Entry {
 
 impl MemoryStore {
     pub fn new() -> Self {
+        Self::with_max_keys(DEFAULT_MAX_KEYS)
+    }
+
+    /// A store of at most about `max_keys` buckets (see the module docs).
+    pub fn with_max_keys(max_keys: usize) -> Self {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             epoch: Instant::now(),
+            max_per_shard: max_keys.div_ceil(SHARDS).max(1),
         }
     }
 
@@ -92,15 +124,25 @@ impl MemoryStore {
         &self.shards[index]
     }
 
-    fn take(&self, item: &Acquire, now: u64) -> Take {
+    fn take(&self, item: &Acquire, now: u64) -> Acquired {
         let limit = item.enforced_limit();
         let mut map = lock(self.shard(&item.key));
+        if map.len() >= self.max_per_shard && !map.contains_key(&item.key) {
+            // Only full buckets may go: forgetting them changes nothing.
+            map.retain(|_, e| !e.bucket.is_full(&e.limit, now));
+            if map.len() >= self.max_per_shard {
+                return Err(StoreError::Unavailable(format!(
+                    "memory store full: {} buckets per shard, none full",
+                    self.max_per_shard
+                )));
+            }
+        }
         let entry = map.entry(item.key.clone()).or_insert_with(|| Entry {
             bucket: Bucket::full(&limit, now),
             limit,
         });
         entry.limit = limit;
-        entry.bucket.take(&limit, now, item.min, item.max)
+        Ok(entry.bucket.take(&limit, now, item.min, item.max))
     }
 }
 
@@ -115,7 +157,7 @@ impl Store for MemoryStore {
     async fn acquire(&self, items: &[Acquire]) -> Vec<Acquired> {
         // One clock reading for the batch, as one Redis TIME serves one script call.
         let now = self.now_ns();
-        items.iter().map(|item| Ok(self.take(item, now))).collect()
+        items.iter().map(|item| self.take(item, now)).collect()
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -17,7 +17,7 @@ pub use config::{Accuracy, FailurePolicy, KeyPartConfig as KeyPart, Mode, RulesC
 pub use error::{RuleError, RulesError};
 pub use matching::{Applicable, RequestError, RequestInfo};
 #[cfg(feature = "yaml")]
-pub use parse::parse_rules;
+pub use parse::{parse_rules, MAX_RULES_FILE_BYTES};
 
 use crate::limit::Limit;
 

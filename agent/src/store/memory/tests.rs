@@ -1,7 +1,7 @@
 use std::num::{NonZeroU32, NonZeroU64};
 use std::sync::Arc;
 
-use meshlimit_core::NANOS_PER_SEC;
+use meshlimit_core::{Take, NANOS_PER_SEC};
 use tokio::sync::Barrier;
 
 use super::*;
@@ -101,4 +101,63 @@ async fn refill_follows_tokio_time() {
     tokio::time::advance(Duration::from_millis(100)).await;
     let answers = store.acquire(&[item("a", l, 1, 1)]).await;
     assert!(matches!(answers[0], Ok(Take::Granted { tokens: 1, .. })));
+}
+
+/// A key of shard `shard` (the store shards by fingerprint), the `n`th such.
+fn key_in_shard(shard: u64, n: usize) -> String {
+    (0..)
+        .map(|i| format!("k{i}"))
+        .filter(|k| DescriptorKey::new("r", [k.as_str()]).fingerprint() % SHARDS as u64 == shard)
+        .nth(n)
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn at_the_cap_a_new_key_gets_an_error_and_no_live_bucket_is_evicted() {
+    // 32 keys over 16 shards: two buckets per shard.
+    let store = MemoryStore::with_max_keys(32);
+    let l = limit(10, 10, 10);
+    let (a, b, c) = (key_in_shard(3, 0), key_in_shard(3, 1), key_in_shard(3, 2));
+    // Both of shard 3's buckets drained.
+    for k in [&a, &b] {
+        let got = store.acquire(&[item(k, l, 10, 10)]).await;
+        assert!(matches!(got[0], Ok(Take::Granted { tokens: 10, .. })));
+    }
+    // A third key of that shard: refused with a store error, not given a bucket.
+    let got = store.acquire(&[item(&c, l, 1, 1)]).await;
+    assert!(
+        matches!(&got[0], Err(StoreError::Unavailable(m)) if m.contains("memory store full")),
+        "{got:?}"
+    );
+    assert_eq!(store.len(), 2);
+    // The drained keys were kept: they are still denied, never fresh and full.
+    for k in [&a, &b] {
+        let got = store.acquire(&[item(k, l, 1, 1)]).await;
+        assert!(matches!(got[0], Ok(Take::Denied { .. })), "{got:?}");
+    }
+    // Other shards are not affected.
+    let got = store.acquire(&[item(&key_in_shard(4, 0), l, 1, 1)]).await;
+    assert!(matches!(got[0], Ok(Take::Granted { .. })));
+    // Once a bucket has refilled to full it may go, and the new key gets its place.
+    tokio::time::advance(Duration::from_secs(10)).await;
+    let got = store.acquire(&[item(&c, l, 1, 1)]).await;
+    assert!(matches!(got[0], Ok(Take::Granted { .. })), "{got:?}");
+    assert!(store.len() <= 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_sweeper_runs_on_its_schedule() {
+    let store = Arc::new(MemoryStore::new());
+    let (trigger, shutdown) = crate::shutdown::channel();
+    let task = tokio::spawn(store.clone().run_sweeper(SWEEP_EVERY, shutdown));
+    let l = limit(10, 1, 10);
+    store.acquire(&[item("a", l, 1, 1)]).await;
+    assert_eq!(store.len(), 1);
+    tokio::time::sleep(SWEEP_EVERY * 2 + Duration::from_millis(10)).await;
+    assert!(
+        store.is_empty(),
+        "a refilled bucket is swept without any call"
+    );
+    trigger.trigger();
+    task.await.unwrap();
 }

@@ -1,0 +1,353 @@
+//! What a caller or a rules file can make the agent process hold, measured on the
+//! built binary: the peak RSS (`VmHWM` in /proc/PID/status) of `check-rules` and of
+//! `run` given a "billion laughs" rules file, the RSS of `run` under a flood of
+//! oversized keys, and the HTTP server's bounds (header timeout, connection cap).
+
+// Test helpers outside #[test] functions may unwrap too: a failure is the point.
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_meshlimit-agent");
+const GOOD: &str =
+    "version: 1\nrules:\n  - {name: api, key: [method], limit: {requests: 10, per: 1s}}\n";
+/// The bound stated for refusing a billion-laughs file (core `rules::parse`).
+const LAUGHS_PEAK_BYTES: u64 = 16 * 1024 * 1024;
+
+/// A rules file with a "billion laughs" in extra fields, made to stay under
+/// serde_yaml's own limit (100 alias jumps per event, hence the padding): a 2.5 KB
+/// string, four levels of twenty aliases, 7 KB of text that serde_yaml expanded to
+/// 160,000 copies, 433 MiB peak RSS in `check-rules` before aliases were refused.
+fn laughs() -> String {
+    let mut text = format!("version: 1\nlol0: &a0 \"{}\"\n", "x".repeat(2_500));
+    for i in 1..5 {
+        let refs = vec![format!("*a{}", i - 1); 20].join(", ");
+        text.push_str(&format!("lol{i}: &a{i} [{refs}]\n"));
+    }
+    text.push_str(&format!("pad: [{}0]\nrules: []\n", "0,".repeat(2_000)));
+    text
+}
+
+/// The agent with no `MESHLIMIT_*` variable from the test's environment.
+fn agent(args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("MESHLIMIT_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env("MESHLIMIT_SECRET", SECRET);
+    cmd
+}
+
+const SECRET: &str = "bounds-tests-secret-0123456789abcdef0123";
+
+/// The filters' `authorization` header line, as the node's Envoys send it.
+fn auth_line() -> String {
+    let secret = meshlimit_core::secret::Secret::new(SECRET.as_bytes()).unwrap();
+    format!("authorization: Bearer {}\r\n", secret.agent_token())
+}
+
+/// A field of /proc/PID/status, in bytes (`VmHWM`, `VmRSS`), while it runs.
+fn proc_kb(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Kills the child on drop, so a failed assertion leaves no agent behind.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_addr() -> String {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("127.0.0.1:{port}")
+}
+
+fn http(addr: &str, request: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).ok()?;
+    Some(reply)
+}
+
+fn http_get(addr: &str, path: &str) -> Option<String> {
+    http(
+        addr,
+        &format!(
+            "GET {path} HTTP/1.1\r\nhost: agent\r\n{}connection: close\r\n\r\n",
+            auth_line()
+        ),
+    )
+}
+
+/// Starts `run` on a free port with `env` and waits for /readyz.
+fn start(rules: &Path, env: &[(&str, &str)]) -> (Running, String) {
+    let addr = free_addr();
+    let mut cmd = agent(&["run", "--rules", &rules.display().to_string()]);
+    cmd.env("MESHLIMIT_LISTEN", &addr)
+        .env("MESHLIMIT_RULES_POLL_MS", "20")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let running = Running(cmd.spawn().unwrap());
+    let start = Instant::now();
+    loop {
+        match http_get(&addr, "/readyz") {
+            Some(reply) if reply.starts_with("HTTP/1.1 200") => break,
+            _ if start.elapsed() > Duration::from_secs(10) => panic!("agent not ready on {addr}"),
+            _ => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+    (running, addr)
+}
+
+fn metric(addr: &str, series: &str) -> Option<f64> {
+    let reply = http_get(addr, "/metrics")?;
+    reply
+        .lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.rsplit_once(' '))
+        .and_then(|(_, v)| v.parse().ok())
+}
+
+#[test]
+fn check_rules_refuses_a_billion_laughs_within_its_memory_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("laughs.yaml");
+    std::fs::write(&path, laughs()).unwrap();
+    // check-rules exits within milliseconds, too fast to sample. So its stderr is
+    // a FIFO filled to capacity (64 KiB) before it starts: its error line then
+    // blocks until the test reads, and VmHWM is read while it waits. Its address
+    // space is capped too (ulimit -v, 256 MiB), so the agent before the fix fails
+    // here instead of taking the machine's memory.
+    let fifo = dir.path().join("stderr");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let child = Command::new("sh")
+        .args([
+            "-c",
+            "exec 2>\"$2\"; head -c 65536 /dev/zero >&2; ulimit -v 262144; exec \"$0\" check-rules \"$1\"",
+            BIN,
+            &path.display().to_string(),
+            &fifo.display().to_string(),
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut child = Running(child);
+    let mut stderr = std::fs::File::open(&fifo).unwrap();
+    let pid = child.0.id();
+    let is_agent = || {
+        std::fs::read_link(format!("/proc/{pid}/exe"))
+            .is_ok_and(|exe| exe.ends_with("meshlimit-agent"))
+    };
+    let start = Instant::now();
+    // Once it runs the agent, its peak only grows until it blocks on stderr.
+    let mut peak = 0;
+    while start.elapsed() < Duration::from_millis(500) {
+        if is_agent() {
+            peak = peak.max(proc_kb(pid, "VmHWM").unwrap_or(0));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut text = Vec::new();
+    stderr.read_to_end(&mut text).unwrap();
+    let status = child.0.wait().unwrap();
+    let text = String::from_utf8_lossy(&text[65536.min(text.len())..]).to_string();
+    assert_eq!(status.code(), Some(1), "{text}");
+    let file = path.display().to_string();
+    assert!(
+        text.starts_with(&format!("{file}: field -: line 3, column 12: "))
+            && text.contains("YAML aliases (`*name`) are not allowed"),
+        "{text}"
+    );
+    eprintln!("check-rules peak RSS (VmHWM): {peak} bytes");
+    assert!(peak > 0, "VmHWM was never read");
+    assert!(
+        peak < LAUGHS_PEAK_BYTES,
+        "check-rules peaked at {peak} bytes"
+    );
+}
+
+#[test]
+fn a_live_reload_refuses_a_billion_laughs_and_keeps_the_last_good_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rules.yaml");
+    std::fs::write(&path, GOOD).unwrap();
+    let (agent, addr) = start(&path, &[]);
+    let pid = agent.0.id();
+    let rules_before = http_get(&addr, "/v1/rules").unwrap();
+    let before = proc_kb(pid, "VmHWM").unwrap();
+
+    // Written beside and renamed over, as a ConfigMap update is atomic.
+    std::fs::write(dir.path().join("next.yaml"), laughs()).unwrap();
+    std::fs::rename(dir.path().join("next.yaml"), &path).unwrap();
+    let start = Instant::now();
+    while metric(&addr, "meshlimit_rules_reloads_total{result=\"error\"}") != Some(1.0) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the reload was not refused"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let after = proc_kb(pid, "VmHWM").unwrap();
+    eprintln!("run peak RSS (VmHWM) {before} bytes before the reload, {after} after");
+    assert!(
+        after.saturating_sub(before) < LAUGHS_PEAK_BYTES,
+        "the reload took the agent's peak RSS from {before} to {after} bytes"
+    );
+    // Still ready, still serving the same rules.
+    assert!(http_get(&addr, "/readyz")
+        .unwrap()
+        .starts_with("HTTP/1.1 200"));
+    let body = |r: &str| r.split_once("\r\n\r\n").map(|(_, b)| b.to_string());
+    assert_eq!(
+        body(&http_get(&addr, "/v1/rules").unwrap()),
+        body(&rules_before)
+    );
+}
+
+#[test]
+fn a_flood_of_oversized_keys_leaves_the_agent_s_memory_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rules.yaml");
+    std::fs::write(&path, GOOD).unwrap();
+    let (agent, addr) = start(&path, &[]);
+    let pid = agent.0.id();
+    let before = proc_kb(pid, "VmRSS").unwrap();
+    let mut stream = TcpStream::connect(&addr).unwrap();
+    stream.set_nodelay(true).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut refused = 0;
+    for i in 0..1_000 {
+        let key = format!("api|{i}-{}", "x".repeat(62_000));
+        let body = format!(
+            r#"{{"v":1,"rules_version":"","items":[{{"rule":"api","key":"{key}","cost":1}}]}}"#
+        );
+        let request = format!(
+            "POST /v1/lease HTTP/1.1\r\nhost: agent\r\n{}content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            auth_line(),
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).unwrap();
+        // Read one reply (small: its head and a short JSON error).
+        let mut buf = [0u8; 4096];
+        let n = stream.read(&mut buf).unwrap();
+        let reply = String::from_utf8_lossy(&buf[..n]);
+        if reply.starts_with("HTTP/1.1 400") {
+            refused += 1;
+        }
+    }
+    let after = proc_kb(pid, "VmRSS").unwrap();
+    eprintln!("run RSS {before} bytes before the flood, {after} after");
+    // Before the fix: +124 MB (62 MB of keys, held twice).
+    assert!(
+        after.saturating_sub(before) < 16 * 1024 * 1024,
+        "RSS went from {before} to {after} bytes"
+    );
+    assert_eq!(refused, 1_000);
+}
+
+#[test]
+fn half_sent_requests_are_closed_after_the_header_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rules.yaml");
+    std::fs::write(&path, GOOD).unwrap();
+    let (_agent, addr) = start(&path, &[("MESHLIMIT_HEADER_TIMEOUT_MS", "500")]);
+    // Half of them stop in the header, half in the body.
+    let in_body = format!(
+        "POST /v1/lease HTTP/1.1\r\nhost: agent\r\n{}content-length: 100\r\n\r\n{{\"v\":1,",
+        auth_line()
+    );
+    let mut half: Vec<TcpStream> = (0..600)
+        .map(|i| {
+            let mut s = TcpStream::connect(&addr).unwrap();
+            let sent: &[u8] = if i % 2 == 0 {
+                b"POST /v1/lease HTTP/1.1\r\nhost: agent\r\ncontent-len"
+            } else {
+                in_body.as_bytes()
+            };
+            s.write_all(sent).unwrap();
+            s
+        })
+        .collect();
+    let start = Instant::now();
+    for (i, s) in half.iter_mut().enumerate() {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut rest = Vec::new();
+        // EOF; a read timeout would be an Err.
+        s.read_to_end(&mut rest).unwrap();
+        let reply = String::from_utf8_lossy(&rest);
+        if i % 2 == 1 {
+            assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+        }
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "closed after {:?}",
+        start.elapsed()
+    );
+    // The agent still answers.
+    assert!(http_get(&addr, "/readyz")
+        .unwrap()
+        .starts_with("HTTP/1.1 200"));
+}
+
+#[test]
+fn connections_past_the_cap_are_closed_at_once_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rules.yaml");
+    std::fs::write(&path, GOOD).unwrap();
+    let (_agent, addr) = start(&path, &[("MESHLIMIT_MAX_CONNECTIONS", "50")]);
+    // Wait for the readiness probe's connection to be released.
+    std::thread::sleep(Duration::from_millis(100));
+    let idle: Vec<TcpStream> = (0..50)
+        .map(|_| TcpStream::connect(&addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    // The 51st is accepted by the kernel, then closed by the agent at once.
+    let start = Instant::now();
+    let reply = http_get(&addr, "/readyz").unwrap_or_default();
+    assert_eq!(reply, "", "a connection past the cap was served");
+    assert!(start.elapsed() < Duration::from_secs(1));
+    drop(idle);
+    let start = Instant::now();
+    loop {
+        match metric(&addr, "meshlimit_connections_refused_total") {
+            Some(n) => {
+                assert!(n >= 1.0);
+                break;
+            }
+            None if start.elapsed() < Duration::from_secs(5) => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            None => panic!("the agent did not come back below its cap"),
+        }
+    }
+}

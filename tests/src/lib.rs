@@ -61,6 +61,16 @@ pub fn redis_bucket_key(rule: &str, parts: &[&str]) -> String {
     format!("ml:{{{}}}:{rule}", secret.key_ids().id(&key))
 }
 
+/// How agents with [`TEST_SECRET`] name the descriptor key `rule|part…` in the
+/// region exchange and its metrics: `<rule>|<key id>` (the agent's
+/// `regions::exchange_key`).
+pub fn exchange_key(descriptor: &str) -> String {
+    let secret = meshlimit_core::secret::Secret::new(TEST_SECRET.as_bytes())
+        .expect("the harness secret is long enough");
+    let key = meshlimit_core::DescriptorKey::from_wire(descriptor.to_string());
+    format!("{}|{}", key.rule(), secret.key_ids().id(&key))
+}
+
 /// The repository root (the workspace directory holding `envoy.yaml`).
 pub fn repo_root() -> PathBuf {
     let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));

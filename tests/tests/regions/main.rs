@@ -234,14 +234,21 @@ fn region_rules_never_read_or_write_other_regions() {
     std::thread::sleep(Duration::from_millis(2_500));
     drop(a.stop());
     let logs: Vec<String> = monitors.into_iter().map(stop_monitor).collect();
+    let global = format!("\"{}\"", meshlimit_tests::exchange_key("g|k"));
     assert!(
-        logs[0].contains("\"g|k\""),
+        logs[0].contains(&global),
         "the monitor sees a's global demand"
     );
     for (r, log) in logs.iter().enumerate() {
-        for line in log.lines().filter(|l| l.contains("local|")) {
-            // Only the region's own lease script, on its own key.
-            let own = format!("local|{}", mesh.names[r]);
+        // Only the region's own lease script, on its own key's bucket.
+        let own = meshlimit_tests::redis_bucket_key("local", &[&mesh.names[r]]);
+        let lines: Vec<&str> = log.lines().filter(|l| l.contains("}:local")).collect();
+        assert!(
+            !lines.is_empty(),
+            "region {}: no lease script seen",
+            mesh.names[r]
+        );
+        for line in lines {
             assert!(
                 line.contains(&own) && !line.contains("ml:rg:"),
                 "region {}: {line}",

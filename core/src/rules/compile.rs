@@ -6,6 +6,7 @@ use std::num::{NonZeroU32, NonZeroU64};
 
 use super::config::*;
 use super::error::{RuleError, RulesError};
+use super::index::RuleIndex;
 use super::{KeyPart, Limits, Matcher, PathMatch, Rule, RuleSet};
 use crate::fingerprint::fnv1a;
 use crate::limit::Limit;
@@ -75,12 +76,20 @@ impl RuleSet {
         });
         let uses = |part: KeyPart| rules.iter().any(|r: &Rule| r.key.contains(&part));
         let (uses_client_ip, uses_route) = (uses(KeyPart::ClientIp), uses(KeyPart::Route));
+        let index = RuleIndex::build(&rules);
+        let mut by_name: Vec<usize> = (0..rules.len()).collect();
+        by_name.sort_by(|a, b| {
+            let name = |i: &usize| rules.get(*i).map(|r| r.name.as_str());
+            name(a).cmp(&name(b))
+        });
         Ok(RuleSet {
             rules,
             version: version_of(config),
             config: config.clone(),
             uses_client_ip,
             uses_route,
+            index,
+            by_name: by_name.into(),
         })
     }
 }

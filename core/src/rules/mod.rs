@@ -5,6 +5,7 @@
 mod compile;
 pub mod config;
 mod error;
+mod index;
 mod matching;
 #[cfg(feature = "yaml")]
 mod parse;
@@ -31,6 +32,10 @@ pub struct RuleSet {
     /// per request in the filter, made only when needed.
     uses_client_ip: bool,
     uses_route: bool,
+    /// The rules by path condition: what `applicable` looks in.
+    index: index::RuleIndex,
+    /// Rule positions sorted by name, for [`RuleSet::rule`].
+    by_name: Box<[usize]>,
 }
 
 /// One compiled rule.
@@ -98,7 +103,12 @@ impl RuleSet {
     }
 
     pub fn rule(&self, name: &str) -> Option<&Rule> {
-        self.rules.iter().find(|r| r.name == name)
+        let rule = |i: &usize| self.rules.get(*i);
+        let at = self
+            .by_name
+            .binary_search_by(|i| rule(i).map_or("", |r| r.name.as_str()).cmp(name))
+            .ok()?;
+        self.by_name.get(at).and_then(rule)
     }
 
     /// True when some rule keys on `part` (the filter then fetches what that part

@@ -29,8 +29,19 @@ pub const SCHEMA_VERSION: u32 = 1;
 
 impl RuleSet {
     /// Validates and compiles a rules file. Returns every problem found, not just
-    /// the first, so one round of edits fixes a file.
+    /// the first, so one round of edits fixes a file. The set keeps a copy of the
+    /// normalised file, to serve it ([`RuleSet::config`]).
     pub fn compile(config: &RulesConfig) -> Result<RuleSet, RulesError> {
+        Self::compile_keeping(config, true)
+    }
+
+    /// [`RuleSet::compile`] for a host that only matches requests (the filter):
+    /// no copy of the file is kept, about half the set's memory for large sets.
+    pub fn compile_unserved(config: &RulesConfig) -> Result<RuleSet, RulesError> {
+        Self::compile_keeping(config, false)
+    }
+
+    fn compile_keeping(config: &RulesConfig, keep: bool) -> Result<RuleSet, RulesError> {
         let mut errors = Vec::new();
         if config.version != SCHEMA_VERSION {
             errors.push(RuleError::new(
@@ -85,7 +96,7 @@ impl RuleSet {
         Ok(RuleSet {
             rules,
             version: version_of(config),
-            config: config.clone(),
+            config: keep.then(|| config.clone()),
             uses_client_ip,
             uses_route,
             index,

@@ -27,7 +27,9 @@ use crate::limit::Limit;
 pub struct RuleSet {
     rules: Vec<Rule>,
     version: String,
-    config: RulesConfig,
+    /// The normalised file, kept only by [`RuleSet::compile`] (a host that serves
+    /// the rules); `None` from [`RuleSet::compile_unserved`].
+    config: Option<RulesConfig>,
     /// Whether any rule keys on the client IP / the route: each is a host call
     /// per request in the filter, made only when needed.
     uses_client_ip: bool,
@@ -92,9 +94,10 @@ impl RuleSet {
         &self.version
     }
 
-    /// The normalised rules, as served to filters.
-    pub fn config(&self) -> &RulesConfig {
-        &self.config
+    /// The normalised rules, as served to filters; `None` for a set compiled by
+    /// [`RuleSet::compile_unserved`].
+    pub fn config(&self) -> Option<&RulesConfig> {
+        self.config.as_ref()
     }
 
     /// Rules, strictest first.

@@ -57,18 +57,16 @@ impl Evaluation {
         let checks: Vec<Check> = rules
             .applicable(req)?
             .into_iter()
-            .filter_map(|a| {
-                let rule = rules.rules().iter().position(|r| std::ptr::eq(r, a.rule))?;
-                Some(Check {
-                    rule,
-                    fingerprint: cfg.slot_hasher.fingerprint(&a.key),
-                    key: a.key,
-                    limit: a.limit,
-                    plan: a.plan.map(str::to_string),
-                    cost: a.rule.cost.get(),
-                    want: None,
-                    state: State::Miss,
-                })
+            .map(|a| Check {
+                // The rule's position, not a search of the set by address.
+                rule: a.index,
+                fingerprint: cfg.slot_hasher.fingerprint(&a.key),
+                key: a.key,
+                limit: a.limit,
+                plan: a.plan.map(str::to_string),
+                cost: a.rule.cost.get(),
+                want: None,
+                state: State::Miss,
             })
             .collect();
         Ok((!checks.is_empty()).then_some(Self { rules, checks }))

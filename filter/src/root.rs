@@ -43,8 +43,12 @@ impl Root {
     }
 
     /// Installs a rule set in this VM (and in shared data for the other VMs).
+    /// Called from the root context (the sync's answer, or start-up), never on a
+    /// request: requests keep the `Rc` of the set they started with, and the ones
+    /// that start after the swap take the new one.
     fn install(&mut self, config: &RulesConfig, publish: bool) -> bool {
-        match RuleSet::compile(config) {
+        // The VM never serves the rules: no copy of the file is kept beside them.
+        match RuleSet::compile_unserved(config) {
             Ok(set) => {
                 let first = self.vm.borrow().rules.is_none();
                 let changed = self

@@ -23,7 +23,7 @@ pub(super) fn handle(app: &App, parts: &Parts) -> Result<ApiResponse, ApiError> 
             &SyncResponse {
                 v: WIRE_VERSION,
                 version: set.version().to_string(),
-                rules: Some(set.config().clone()),
+                rules: set.config().cloned(),
                 live_nodes: None,
             },
         )?

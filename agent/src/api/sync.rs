@@ -18,7 +18,8 @@ pub(super) fn handle(app: &App, req: SyncRequest) -> Result<ApiResponse, ApiErro
             v: WIRE_VERSION,
             version: set.version().to_string(),
             rules: (req.rules_version.as_deref() != Some(set.version()))
-                .then(|| set.config().clone()),
+                .then(|| set.config().cloned())
+                .flatten(),
             live_nodes: app.live_nodes(),
         },
         // Nothing to hand out: the filter keeps its last good rules.

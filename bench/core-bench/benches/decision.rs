@@ -15,7 +15,11 @@
 //!   (`RateLimiter::direct`).
 //! * `clock/quanta` and `clock/std_instant`: what reading each clock costs here
 //!   (in Envoy the filter's clock is a hostcall).
-//! * `rules/applicable/N`: which of N rules apply to a typical request.
+//! * `rules/applicable/N`: which of N rules apply to a typical request (one
+//!   does: `path_prefix` + methods, keyed on a header); `rules/applicable_none/N`:
+//!   the same for a request no rule matches.
+//! * `rules_compile/N`: compiling N such rules (what a filter VM does when a new
+//!   version arrives, in its root context, not on a request).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::HashMap;
@@ -25,8 +29,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use governor::{Quota, RateLimiter};
-use meshlimit_core::{Bucket, DescriptorKey, Limit, Take};
-use meshlimit_core_bench::{keys, request, rule_set};
+use meshlimit_core::{Bucket, DescriptorKey, Limit, RuleSet, Take};
+use meshlimit_core_bench::{keys, request, request_none, rule_set, rule_set_config};
 
 /// Far above what a benchmark takes, so every decision is a grant.
 const RATE: u32 = 1_000_000_000;
@@ -129,16 +133,32 @@ fn clocks(c: &mut Criterion) {
 
 fn rules(c: &mut Criterion) {
     let mut g = c.benchmark_group("rules");
-    for n in [10usize, 1_000, 10_000] {
+    for n in RULE_COUNTS {
         let set = rule_set(n).unwrap();
         let req = request(n);
         assert_eq!(set.applicable(&req).map(|a| a.len()), Ok(1));
         g.bench_with_input(BenchmarkId::new("applicable", n), &n, |b, _| {
             b.iter(|| black_box(set.applicable(black_box(&req)).map(|a| a.len())))
         });
+        let none = request_none();
+        assert_eq!(set.applicable(&none).map(|a| a.len()), Ok(0));
+        g.bench_with_input(BenchmarkId::new("applicable_none", n), &n, |b, _| {
+            b.iter(|| black_box(set.applicable(black_box(&none)).map(|a| a.len())))
+        });
     }
     g.finish();
+    let mut g = c.benchmark_group("rules_compile");
+    g.sample_size(10);
+    let n = 20_000;
+    let config = rule_set_config(n).unwrap();
+    g.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
+        b.iter(|| black_box(RuleSet::compile(black_box(&config)).map(|s| s.rules().len())))
+    });
+    g.finish();
 }
+
+/// Rule-set sizes: a handful, a large service, a platform's whole rule set.
+const RULE_COUNTS: [usize; 3] = [10, 1_000, 20_000];
 
 fn config() -> Criterion {
     Criterion::default()

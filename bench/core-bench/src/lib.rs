@@ -9,6 +9,11 @@ use meshlimit_core::{DescriptorKey, RequestInfo, RuleSet};
 /// `n` rules, one per API path prefix (`/api/<i>/`), each keyed on the API key:
 /// a request matches exactly one, and every rule is looked at.
 pub fn rule_set(n: usize) -> Result<RuleSet, String> {
+    RuleSet::compile(&rule_set_config(n)?).map_err(|e| e.to_string())
+}
+
+/// The rules file of [`rule_set`], before compiling.
+pub fn rule_set_config(n: usize) -> Result<RulesConfig, String> {
     let rules: Vec<serde_json::Value> = (0..n)
         .map(|i| {
             serde_json::json!({
@@ -19,17 +24,26 @@ pub fn rule_set(n: usize) -> Result<RuleSet, String> {
             })
         })
         .collect();
-    let config: RulesConfig = serde_json::from_value(serde_json::json!({
+    serde_json::from_value(serde_json::json!({
         "version": 1,
         "rules": rules,
     }))
-    .map_err(|e| e.to_string())?;
-    RuleSet::compile(&config).map_err(|e| e.to_string())
+    .map_err(|e| e.to_string())
 }
 
 /// A request with the dozen headers a real one carries, for the last rule of a
 /// set of `n` (`/api/<n-1>/items`).
 pub fn request(n: usize) -> RequestInfo {
+    request_for(&format!("/api/{}/items?page=2", n.saturating_sub(1)))
+}
+
+/// The same request for a path no rule of any set matches (`/api/none/items`,
+/// between the rules' prefixes).
+pub fn request_none() -> RequestInfo {
+    request_for("/api/none/items?page=2")
+}
+
+fn request_for(path: &str) -> RequestInfo {
     let headers = [
         (":authority", "api.example.com"),
         (":path", "/api/items?page=2"),
@@ -47,8 +61,7 @@ pub fn request(n: usize) -> RequestInfo {
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
-    let path = format!("/api/{}/items?page=2", n.saturating_sub(1));
-    RequestInfo::new(&path, "GET", headers)
+    RequestInfo::new(path, "GET", headers)
 }
 
 /// `n` distinct keys of one rule, as the filter builds them.
@@ -72,6 +85,8 @@ mod tests {
             let applicable = set.applicable(&request(n)).map_err(|e| e.to_string())?;
             assert_eq!(applicable.len(), 1, "{n} rules");
             assert_eq!(applicable[0].rule.name, format!("api-{}", n - 1));
+            let none = set.applicable(&request_none()).map_err(|e| e.to_string())?;
+            assert!(none.is_empty(), "{n} rules");
         }
         assert_eq!(keys(3).len(), 3);
         Ok(())

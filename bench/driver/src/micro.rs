@@ -9,7 +9,7 @@ use crate::procs::output;
 use crate::records::Micro;
 
 /// The benchmarks the report shows, as criterion names them (`group/bench`).
-pub const NAMES: [&str; 11] = [
+pub const NAMES: [&str; 15] = [
     "core/bucket_take",
     "core/key_fingerprint",
     "keyed/meshlimit",
@@ -20,7 +20,11 @@ pub const NAMES: [&str; 11] = [
     "clock/std_instant",
     "rules/applicable/10",
     "rules/applicable/1000",
-    "rules/applicable/10000",
+    "rules/applicable/20000",
+    "rules/applicable_none/10",
+    "rules/applicable_none/1000",
+    "rules/applicable_none/20000",
+    "rules_compile/20000",
 ];
 
 /// The command, pinned to `cpu`; `quick` is criterion's short mode (smoke runs).

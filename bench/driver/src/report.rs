@@ -87,7 +87,8 @@ pub fn render(r: &Results, opts: &Options, machine: &Machine) -> String {
     md.push_str("\n## One decision in `core` (criterion), beside governor in the same binary\n\n");
     md.push_str(
         "`keyed/*`: one of 1,000 keys, clock read + lookup + take; both read the same (quanta) clock. \
-         `rules/applicable/N`: which of N rules apply to a request (one matches).\n\n",
+         `rules/applicable/N`: which of N rules apply to a request (one matches); \
+         `rules/applicable_none/N`: the same, none matches; `rules_compile/N`: compiling N rules.\n\n",
     );
     md.push_str(&tables::micro(r));
     md.push_str(&crate::profile::render(&r.profiles));

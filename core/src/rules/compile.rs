@@ -6,6 +6,7 @@ use std::num::{NonZeroU32, NonZeroU64};
 
 use super::config::*;
 use super::error::{RuleError, RulesError};
+use super::index::RuleIndex;
 use super::{KeyPart, Limits, Matcher, PathMatch, Rule, RuleSet};
 use crate::fingerprint::fnv1a;
 use crate::limit::Limit;
@@ -28,8 +29,19 @@ pub const SCHEMA_VERSION: u32 = 1;
 
 impl RuleSet {
     /// Validates and compiles a rules file. Returns every problem found, not just
-    /// the first, so one round of edits fixes a file.
+    /// the first, so one round of edits fixes a file. The set keeps a copy of the
+    /// normalised file, to serve it ([`RuleSet::config`]).
     pub fn compile(config: &RulesConfig) -> Result<RuleSet, RulesError> {
+        Self::compile_keeping(config, true)
+    }
+
+    /// [`RuleSet::compile`] for a host that only matches requests (the filter):
+    /// no copy of the file is kept, about half the set's memory for large sets.
+    pub fn compile_unserved(config: &RulesConfig) -> Result<RuleSet, RulesError> {
+        Self::compile_keeping(config, false)
+    }
+
+    fn compile_keeping(config: &RulesConfig, keep: bool) -> Result<RuleSet, RulesError> {
         let mut errors = Vec::new();
         if config.version != SCHEMA_VERSION {
             errors.push(RuleError::new(
@@ -75,12 +87,20 @@ impl RuleSet {
         });
         let uses = |part: KeyPart| rules.iter().any(|r: &Rule| r.key.contains(&part));
         let (uses_client_ip, uses_route) = (uses(KeyPart::ClientIp), uses(KeyPart::Route));
+        let index = RuleIndex::build(&rules);
+        let mut by_name: Vec<usize> = (0..rules.len()).collect();
+        by_name.sort_by(|a, b| {
+            let name = |i: &usize| rules.get(*i).map(|r| r.name.as_str());
+            name(a).cmp(&name(b))
+        });
         Ok(RuleSet {
             rules,
             version: version_of(config),
-            config: config.clone(),
+            config: keep.then(|| config.clone()),
             uses_client_ip,
             uses_route,
+            index,
+            by_name: by_name.into(),
         })
     }
 }

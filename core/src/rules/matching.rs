@@ -39,6 +39,8 @@ pub enum RequestError {
 #[derive(Debug, Clone)]
 pub struct Applicable<'r> {
     pub rule: &'r Rule,
+    /// The rule's position in [`RuleSet::rules`].
+    pub index: usize,
     pub key: DescriptorKey,
     pub limit: Limit,
     pub plan: Option<&'r str>,
@@ -117,22 +119,78 @@ impl RuleSet {
     /// Every rule that applies to `req`, strictest first. A rule whose key cannot
     /// be formed (a named header is absent) does not apply; a key header sent
     /// twice makes the request an error.
+    ///
+    /// Only the rules the index finds for the request's path, and those without a
+    /// path condition, are looked at, in the set's order, by the same test as
+    /// [`RuleSet::applicable_linear`] (so the answers are the same).
     pub fn applicable<'r>(
         &'r self,
         req: &RequestInfo,
     ) -> Result<Vec<Applicable<'r>>, RequestError> {
+        let mut by_path = Vec::new();
+        self.index.by_path(&req.path, &mut by_path);
+        by_path.sort_unstable();
+        // Merge the two ascending lists of positions (each rule is in one).
+        let pathless = self.index.pathless();
+        let (mut i, mut j) = (0, 0);
         let mut out = Vec::new();
-        for rule in &self.rules {
-            if let Some(a) = rule.applies(req)? {
+        loop {
+            let next = match (by_path.get(i), pathless.get(j)) {
+                (Some(a), Some(b)) if a < b => {
+                    i += 1;
+                    *a
+                }
+                (_, Some(b)) => {
+                    j += 1;
+                    *b
+                }
+                (Some(a), None) => {
+                    i += 1;
+                    *a
+                }
+                (None, None) => break,
+            };
+            if let Some(a) = self.check(next, req)? {
                 out.push(a);
             }
         }
         Ok(out)
     }
+
+    /// The same answer as [`RuleSet::applicable`], by testing every rule in turn:
+    /// the reference the index is checked against.
+    #[cfg(test)]
+    pub(crate) fn applicable_linear<'r>(
+        &'r self,
+        req: &RequestInfo,
+    ) -> Result<Vec<Applicable<'r>>, RequestError> {
+        let mut out = Vec::new();
+        for i in 0..self.rules.len() {
+            if let Some(a) = self.check(i, req)? {
+                out.push(a);
+            }
+        }
+        Ok(out)
+    }
+
+    fn check<'r>(
+        &'r self,
+        index: usize,
+        req: &RequestInfo,
+    ) -> Result<Option<Applicable<'r>>, RequestError> {
+        match self.rules.get(index) {
+            Some(rule) => rule.applies(index, req),
+            None => Ok(None),
+        }
+    }
 }
 
 impl Rule {
-    fn applies<'r>(&'r self, req: &RequestInfo) -> Result<Option<Applicable<'r>>, RequestError> {
+    fn applies<'r>(
+        &'r self,
+        index: usize,
+        req: &RequestInfo,
+    ) -> Result<Option<Applicable<'r>>, RequestError> {
         if !self.matcher.matches(req) {
             return Ok(None);
         }
@@ -157,6 +215,7 @@ impl Rule {
         let (limit, plan) = self.limit_for_plan(plan_header);
         Ok(Some(Applicable {
             rule: self,
+            index,
             key: DescriptorKey::new(&self.name, parts),
             limit,
             plan,

@@ -5,6 +5,7 @@
 mod compile;
 pub mod config;
 mod error;
+mod index;
 mod matching;
 #[cfg(feature = "yaml")]
 mod parse;
@@ -26,11 +27,17 @@ use crate::limit::Limit;
 pub struct RuleSet {
     rules: Vec<Rule>,
     version: String,
-    config: RulesConfig,
+    /// The normalised file, kept only by [`RuleSet::compile`] (a host that serves
+    /// the rules); `None` from [`RuleSet::compile_unserved`].
+    config: Option<RulesConfig>,
     /// Whether any rule keys on the client IP / the route: each is a host call
     /// per request in the filter, made only when needed.
     uses_client_ip: bool,
     uses_route: bool,
+    /// The rules by path condition: what `applicable` looks in.
+    index: index::RuleIndex,
+    /// Rule positions sorted by name, for [`RuleSet::rule`].
+    by_name: Box<[usize]>,
 }
 
 /// One compiled rule.
@@ -87,9 +94,10 @@ impl RuleSet {
         &self.version
     }
 
-    /// The normalised rules, as served to filters.
-    pub fn config(&self) -> &RulesConfig {
-        &self.config
+    /// The normalised rules, as served to filters; `None` for a set compiled by
+    /// [`RuleSet::compile_unserved`].
+    pub fn config(&self) -> Option<&RulesConfig> {
+        self.config.as_ref()
     }
 
     /// Rules, strictest first.
@@ -98,7 +106,12 @@ impl RuleSet {
     }
 
     pub fn rule(&self, name: &str) -> Option<&Rule> {
-        self.rules.iter().find(|r| r.name == name)
+        let rule = |i: &usize| self.rules.get(*i);
+        let at = self
+            .by_name
+            .binary_search_by(|i| rule(i).map_or("", |r| r.name.as_str()).cmp(name))
+            .ok()?;
+        self.by_name.get(at).and_then(rule)
     }
 
     /// True when some rule keys on `part` (the filter then fetches what that part

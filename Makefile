@@ -39,6 +39,7 @@ help:
 	@echo "make test-wasm  meshlimit-core's unit tests on $(WASM_TARGET) under node's WASI"
 	@echo "make demo       run agent + Envoy locally and show a request being limited"
 	@echo "make clean-run  remove run/ (demo logs)"
+	@echo "make fuzz       every cargo-fuzz target for FUZZ_SECONDS each (default 60); nightly + cargo-fuzz $(CARGO_FUZZ_VERSION)"
 
 ## ---- tools: every step checks first and installs nothing when already present
 
@@ -146,3 +147,43 @@ ACCURACY_OUT ?= bench/results/accuracy
 accuracy: tools build
 	$(CARGO) build --release -p meshlimit-sim
 	target/release/meshlimit-sim run --out $(ACCURACY_OUT) $(ACCURACY_SCENARIOS)
+
+## ---- fuzzing (fuzz/): cargo-fuzz targets on attacker-controlled input. Their
+## bodies are in fuzz/checks/, a workspace member whose test replays the committed
+## corpora (fuzz/corpus/<target>/) on stable in `make test`; the fuzzers need
+## nightly and cargo-fuzz, so `make fuzz` is never part of `make test`.
+## Settings: FUZZ_SECONDS per target, FUZZ_TARGETS (names in fuzz/fuzz_targets/).
+## New inputs go to fuzz/target/corpus/<target> (ignored), not into the committed
+## corpus; crashes to fuzz/artifacts/<target>/. To grow the committed corpus:
+## `cd fuzz && cargo +nightly fuzz cmin <target>` after copying inputs in.
+
+CARGO_FUZZ_VERSION := 0.13.2
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= $(sort $(basename $(notdir $(wildcard fuzz/fuzz_targets/*.rs))))
+
+.PHONY: fuzz fuzz-tools
+
+fuzz-tools:
+	@if ! rustup run nightly rustc --version >/dev/null 2>&1; then \
+		echo "fuzz: rustup toolchain install nightly"; \
+		rustup toolchain install nightly --profile minimal; \
+	fi
+	@if ! cargo fuzz --version 2>/dev/null | grep -qx 'cargo-fuzz $(CARGO_FUZZ_VERSION)'; then \
+		echo "fuzz: cargo install cargo-fuzz $(CARGO_FUZZ_VERSION)"; \
+		$(CARGO) install cargo-fuzz --locked --version $(CARGO_FUZZ_VERSION); \
+	fi
+
+# Every target runs even when one crashes; the run fails at the end, naming them.
+fuzz: fuzz-tools
+	cd fuzz && $(CARGO) +nightly fuzz build
+	@failed=""; \
+	for t in $(FUZZ_TARGETS); do \
+		echo "fuzz: $$t for $(FUZZ_SECONDS)s"; \
+		mkdir -p fuzz/target/corpus/$$t; \
+		(cd fuzz && $(CARGO) +nightly fuzz run $$t target/corpus/$$t corpus/$$t -- \
+			-max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1) \
+			|| failed="$$failed $$t"; \
+	done; \
+	if [ -n "$$failed" ]; then \
+		echo "fuzz: crashes in$$failed (inputs in fuzz/artifacts/)"; exit 1; \
+	fi

@@ -20,8 +20,9 @@ pub fn resolve(downstream: Option<&str>, xff: Option<&str>, trusted_hops: u32) -
 fn from_right(xff: &str, hops: usize) -> Option<String> {
     let entries: Vec<&str> = xff.split(',').map(str::trim).collect();
     let index = entries.len().checked_sub(hops)?;
-    let ip = entries.get(index)?;
-    (!ip.is_empty()).then(|| strip_port(ip))
+    let ip = strip_port(entries.get(index)?);
+    // A malformed entry (`[`, `:80`) names no address: the downstream one is used.
+    (!ip.is_empty()).then_some(ip)
 }
 
 fn strip_port(addr: &str) -> String {
@@ -55,6 +56,15 @@ mod tests {
         let forged = resolve(Some("10.0.0.1:1"), Some("6.6.6.6, 203.0.113.9"), 1);
         assert_eq!(honest.as_deref(), Some("203.0.113.9"));
         assert_eq!(forged, honest);
+    }
+
+    #[test]
+    fn a_malformed_trusted_entry_falls_back_to_downstream() {
+        // Found by the client_ip fuzzer: these all resolved to "" and shared a bucket.
+        for xff in ["[", ":80", "6.6.6.6, [", "1.2.3.4, []:1"] {
+            let ip = resolve(Some("10.0.0.1:1"), Some(xff), 1);
+            assert_eq!(ip.as_deref(), Some("10.0.0.1"), "{xff}");
+        }
     }
 
     #[test]

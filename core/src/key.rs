@@ -76,12 +76,15 @@ fn push_part(key: &mut String, part: &[u8]) {
     }
     for chunk in part.utf8_chunks() {
         for c in chunk.valid().chars() {
-            match c {
-                '%' | '|' | '#' => push_escaped(key, c as u32),
-                // Control characters are U+0000..U+001F and U+007F..U+009F: their
-                // low bytes are distinct, so the escape stays injective.
-                c if c.is_control() => push_escaped(key, c as u32 & 0xff),
-                c => key.push(c),
+            if matches!(c, '%' | '|' | '#') || c.is_control() {
+                // Escaped as its UTF-8 bytes: U+0085 is `%C2%85`, never the
+                // `%85` a lone invalid byte 0x85 gives.
+                let mut buf = [0u8; 4];
+                for b in c.encode_utf8(&mut buf).bytes() {
+                    push_escaped(key, u32::from(b));
+                }
+            } else {
+                key.push(c);
             }
         }
         for b in chunk.invalid() {
@@ -123,6 +126,16 @@ mod tests {
     }
 
     #[test]
+    fn a_control_character_and_a_raw_byte_are_two_keys() {
+        // Found by the descriptor_key fuzzer: U+0085 and the invalid byte 0x85.
+        let c1 = DescriptorKey::new("r", ["\u{85}".as_bytes()]);
+        let raw = DescriptorKey::new("r", [b"\x85".as_slice()]);
+        assert_ne!(c1, raw);
+        assert_eq!(c1.as_str(), "r|%C2%85");
+        assert_eq!(raw.as_str(), "r|%85");
+    }
+
+    #[test]
     fn text_escapes_and_raw_bytes_are_two_keys() {
         let text = DescriptorKey::new("r", [b"%C3".as_slice()]);
         let byte = DescriptorKey::new("r", [b"\xC3".as_slice()]);
@@ -140,7 +153,7 @@ mod tests {
             // Bias towards the characters that need escaping.
             let bias = |v: &Vec<Vec<u8>>| -> Vec<Vec<u8>> {
                 v.iter().map(|p| p.iter().map(|x| match x % 8 {
-                    0 => b'%', 1 => b'|', 2 => b'#', 3 => 0xC3, _ => *x,
+                    0 => b'%', 1 => b'|', 2 => b'#', 3 => 0xC2, 4 => 0x85, _ => *x,
                 }).collect()).collect()
             };
             let (a, b) = (bias(&a), bias(&b));

@@ -48,8 +48,19 @@ impl Fallback {
     }
 
     /// Takes `cost` from `key`'s fallback bucket under `limit` (already this
-    /// node's slice of the rule).
-    pub fn take(&self, key: &DescriptorKey, limit: &Limit, now_ns: u64, cost: u32) -> Take {
+    /// node's slice of the rule). `demand_per_sec` is what the node was spending
+    /// on the key from the store (its leases): a bucket made for a key that was
+    /// being served starts with that much less than its burst, at least `cost`,
+    /// so the ceiling holds from the first request instead of granting a full
+    /// burst on top of the leases already out. A cold key starts full.
+    pub fn take(
+        &self,
+        key: &DescriptorKey,
+        limit: &Limit,
+        now_ns: u64,
+        cost: u32,
+        demand_per_sec: f64,
+    ) -> Take {
         let Ok(mut map) = self.buckets.lock() else {
             return Take::Denied {
                 retry_after_ns: 1_000_000_000,
@@ -64,14 +75,39 @@ impl Fallback {
             }
         }
         map.entry(key.clone())
-            .or_insert_with(|| Bucket::full(limit, now_ns))
+            .or_insert_with(|| Bucket::from_parts(head_start(limit, cost, demand_per_sec), now_ns))
             .take(limit, now_ns, cost, cost)
+    }
+
+    /// The store answered for `key` again: its fallback bucket is dropped, so
+    /// the next outage starts from the node's demand then, not a bucket that
+    /// refilled meanwhile.
+    pub fn forget(&self, key: &DescriptorKey) {
+        if let Ok(mut map) = self.buckets.lock() {
+            if !map.is_empty() {
+                map.remove(key);
+            }
+        }
     }
 
     /// This node's slice of `limit` given the region's `share` and live agents.
     pub fn node_limit(limit: &Limit, share: f64, live_nodes: u32) -> Limit {
         limit.scaled(share.min(1.0) * SAFETY / f64::from(live_nodes.max(1)))
     }
+}
+
+/// The tokens a new fallback bucket holds: the burst less one second of the
+/// node's demand, at least `cost` (so a request can pass), at most the burst.
+pub fn head_start(limit: &Limit, cost: u32, demand_per_sec: f64) -> f64 {
+    let burst = f64::from(limit.burst());
+    let demand = if demand_per_sec.is_finite() {
+        demand_per_sec.max(0.0)
+    } else {
+        burst
+    };
+    (burst - demand)
+        .max(f64::from(cost))
+        .min(burst.max(f64::from(cost)))
 }
 
 #[cfg(test)]
@@ -92,8 +128,41 @@ mod tests {
         let f = Fallback::default();
         let key = DescriptorKey::new("r", ["k"]);
         let admitted = (0..20)
-            .filter(|_| matches!(f.take(&key, &node, 0, 1), Take::Granted { .. }))
+            .filter(|_| matches!(f.take(&key, &node, 0, 1, 0.0), Take::Granted { .. }))
             .count();
         assert_eq!(admitted, 5);
+    }
+
+    #[test]
+    fn a_key_the_node_was_spending_gets_no_head_start() {
+        let limit = Limit::new(
+            NonZeroU32::new(20).unwrap(),
+            NonZeroU64::new(NANOS_PER_SEC).unwrap(),
+            NonZeroU32::new(20).unwrap(),
+        );
+        let node = Fallback::node_limit(&limit, 1.0, 1);
+        let f = Fallback::default();
+        let key = DescriptorKey::new("r", ["hot"]);
+        // 40/s demand on a 40-token bucket: one request now, then the rate.
+        let now: Vec<bool> = (0..5)
+            .map(|_| matches!(f.take(&key, &node, 0, 1, 40.0), Take::Granted { .. }))
+            .collect();
+        assert_eq!(now, [true, false, false, false, false]);
+        // Over the first second: the head start plus the rate (40/s), no burst.
+        let second = (1..=1000u64)
+            .filter(|ms| {
+                matches!(
+                    f.take(&key, &node, ms * 1_000_000, 1, 40.0),
+                    Take::Granted { .. }
+                )
+            })
+            .count();
+        assert_eq!(second, 40);
+        assert_eq!(head_start(&node, 1, 10.0), 30.0);
+        f.forget(&key);
+        assert!(matches!(
+            f.take(&key, &node, 0, 1, 0.0),
+            Take::Granted { remaining: 39, .. }
+        ));
     }
 }

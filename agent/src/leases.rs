@@ -86,6 +86,8 @@ struct Pending<'a> {
     /// The rule's failure policy, and the node's fail-local slice of its limit.
     on_failure: FailurePolicy,
     local_limit: Limit,
+    /// This node's recent demand for the key (tokens per second, pooled keys).
+    demand: f64,
 }
 
 impl LeaseSettings {
@@ -230,6 +232,7 @@ impl LeaseService {
                 lease,
                 on_failure: rule.on_failure,
                 local_limit: Fallback::node_limit(&limit, share, self.live_nodes()),
+                demand,
             });
         }
         let results = self.call_store(&batch).await;
@@ -294,6 +297,7 @@ impl LeaseService {
                 reset_ns,
             }) => {
                 self.metrics.store_results("ok", 1);
+                self.fallback.forget(&acquire.key);
                 if !p.pooled {
                     return self.grant(p.rule, tokens, remaining, reset_ns);
                 }
@@ -325,6 +329,7 @@ impl LeaseService {
             }
             Ok(Take::Denied { retry_after_ns }) => {
                 self.metrics.store_results("ok", 1);
+                self.fallback.forget(&acquire.key);
                 if !p.pooled {
                     return self.deny(p.rule, &acquire.key, retry_after_ns);
                 }
@@ -351,7 +356,7 @@ impl LeaseService {
                 self.metrics.lease_unavailable(e.reason());
                 match self
                     .fallback
-                    .take(&acquire.key, &p.local_limit, now, acquire.min)
+                    .take(&acquire.key, &p.local_limit, now, acquire.min, p.demand)
                 {
                     Take::Granted { .. } => LeaseAnswer::Grant {
                         tokens: acquire.min,

@@ -20,7 +20,7 @@ use crate::rules_watch::{CurrentRules, RulesWatcher};
 use crate::server;
 use crate::shutdown::{self, Shutdown, Signals};
 use crate::store::memory::SWEEP_EVERY;
-use crate::store::redis::{BatchConfig, RedisConfig, RedisStore};
+use crate::store::redis::{BatchConfig, RedisConfig, RedisStore, StoreEvent};
 use crate::store::{MemoryStore, Store};
 
 /// How often the time-dependent gauges (fail-open ratios, filter versions) are
@@ -175,10 +175,19 @@ fn start_store(
         key_ids: key_ids.clone(),
     };
     let observer = metrics.clone();
-    Ok(Arc::new(RedisStore::new(
-        config,
-        Arc::new(move |size, latency, _| observer.store_pipeline(size, latency)),
-    )))
+    let events = metrics.clone();
+    Ok(Arc::new(
+        RedisStore::new(
+            config,
+            Arc::new(move |size, latency, _| observer.store_pipeline(size, latency)),
+        )
+        .with_events(Arc::new(move |e| match e {
+            StoreEvent::SlotMapChanged => events.store_topology("slot_map_changed", None),
+            StoreEvent::NodeDown => events.store_topology("node_down", None),
+            StoreEvent::NodeUp(d) => events.store_topology("node_up", Some(d)),
+            StoreEvent::NodeReplaced(d) => events.store_topology("node_replaced", Some(d)),
+        })),
+    ))
 }
 
 /// TLS files given while no Redis is reached over TLS are a mistake an operator

@@ -15,7 +15,10 @@ use proxy_wasm::types::Action;
 use crate::config::FilterConfig;
 use crate::host::{self, Host, ProxyHost};
 use crate::pipeline::Evaluation;
-use crate::state::{Shared, AGENT_DOWN_KEY, AGENT_FAILURES_KEY, AGENT_FAILURES_TO_BACK_OFF};
+use crate::state::{
+    Shared, AGENT_ALIVE_NS, AGENT_DOWN_KEY, AGENT_FAILURES_KEY, AGENT_FAILURES_TO_BACK_OFF,
+    AGENT_OK_KEY,
+};
 
 pub struct Http {
     vm: Shared,
@@ -123,18 +126,36 @@ impl Http {
             .and_then(|b| b.try_into().ok())
             .map_or(0, u32::from_le_bytes)
             + 1;
-        if failures < AGENT_FAILURES_TO_BACK_OFF {
+        // An agent that answered another request moments ago is alive: its
+        // slow answers are one store node's trouble (their keys took the failure
+        // policy), not a reason to take every other key off the agent.
+        let now = ProxyHost.now_ns();
+        let (ok, _) = ProxyHost.shared_get(AGENT_OK_KEY);
+        let recent_ok = ok
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+            .is_some_and(|at| now.saturating_sub(at) < AGENT_ALIVE_NS);
+        if failures < AGENT_FAILURES_TO_BACK_OFF || recent_ok {
             let _ = ProxyHost.shared_set(AGENT_FAILURES_KEY, &failures.to_le_bytes(), None);
             return;
         }
         let _ = ProxyHost.shared_set(AGENT_FAILURES_KEY, &0u32.to_le_bytes(), None);
         let backoff = self.config.agent_backoff_ms.saturating_mul(1_000_000);
-        let until = ProxyHost.now_ns().saturating_add(backoff);
+        let until = now.saturating_add(backoff);
         let _ = ProxyHost.shared_set(AGENT_DOWN_KEY, &until.to_le_bytes(), None);
     }
 
     /// A successful agent call ends a run of failures.
     fn agent_answered(&self) {
+        let now = ProxyHost.now_ns();
+        let (ok, _) = ProxyHost.shared_get(AGENT_OK_KEY);
+        let stale = ok
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+            .is_none_or(|at| now.saturating_sub(at) >= AGENT_ALIVE_NS / 4);
+        if stale {
+            let _ = ProxyHost.shared_set(AGENT_OK_KEY, &now.to_le_bytes(), None);
+        }
         let (bytes, _) = ProxyHost.shared_get(AGENT_FAILURES_KEY);
         if bytes.is_some_and(|b| b.iter().any(|x| *x != 0)) {
             let _ = ProxyHost.shared_set(AGENT_FAILURES_KEY, &0u32.to_le_bytes(), None);

@@ -21,6 +21,11 @@ pub const AGENT_DOWN_KEY: &str = "meshlimit.agent_down_until";
 pub const AGENT_FAILURES_KEY: &str = "meshlimit.agent_failures";
 /// Failed calls in a row after which misses skip the agent for a while.
 pub const AGENT_FAILURES_TO_BACK_OFF: u32 = 3;
+/// Shared-data key: when the agent last answered a lease call (ns, little endian).
+pub const AGENT_OK_KEY: &str = "meshlimit.agent_ok_at";
+/// An agent that answered within this long is alive: failed calls meanwhile do
+/// not make every key skip it.
+pub const AGENT_ALIVE_NS: u64 = 200_000_000;
 /// Shared-data key: a counter giving each VM a distinct number.
 pub const VM_SEQ_KEY: &str = "meshlimit.vm_seq";
 

@@ -104,20 +104,29 @@ pub struct RedisCluster {
 struct ClusterNode {
     port: u16,
     bus_port: u16,
+    node_timeout_ms: u64,
     proc: Proc,
 }
 
 impl RedisCluster {
     pub fn start(masters: usize) -> RedisCluster {
+        RedisCluster::start_with(masters, 0, 5_000)
+    }
+
+    /// `masters` primaries with `replicas` replicas each (nodes `0..masters`
+    /// start as the primaries), and `cluster-node-timeout` in milliseconds: a
+    /// primary unreachable that long is failed and a replica promoted.
+    pub fn start_with(masters: usize, replicas: usize, node_timeout_ms: u64) -> RedisCluster {
         assert!(masters >= 1, "a cluster needs at least one master");
         let dir = temp_dir("redis-cluster");
-        let nodes = (0..masters)
-            .map(|i| start_cluster_node(i, dir.path()))
+        let nodes = (0..masters * (1 + replicas))
+            .map(|i| start_cluster_node(i, dir.path(), node_timeout_ms))
             .collect();
         let cluster = RedisCluster { nodes, dir };
         if masters >= 3 {
-            cluster.create_with_redis_cli();
+            cluster.create_with_redis_cli(replicas);
         } else {
+            assert_eq!(replicas, 0, "replicas need at least 3 masters");
             // redis-cli refuses clusters of fewer than 3 masters: same result by hand.
             cluster.create_by_hand();
         }
@@ -160,11 +169,81 @@ impl RedisCluster {
         self.nodes[node].proc.kill();
     }
 
-    fn create_with_redis_cli(&self) {
+    /// The process id of node `node` (for SIGSTOP and SIGCONT).
+    pub fn pid(&self, node: usize) -> u32 {
+        self.nodes[node].proc.pid()
+    }
+
+    /// Starts killed node `node` again on its ports, with its cluster
+    /// configuration (`nodes.conf`) but no data: nothing is persisted.
+    pub fn restart_node(&mut self, node: usize) {
+        self.nodes[node].proc.kill();
+        let n = &self.nodes[node];
+        let dir = self.dir.path().join(format!("node-{node}"));
+        let _ = std::fs::remove_file(dir.join("dump.rdb"));
+        let proc = spawn_redis(
+            &format!("redis-{node}"),
+            n.port,
+            &cluster_args(n.bus_port, n.node_timeout_ms)
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+            &dir,
+        );
+        self.nodes[node].proc = proc;
+    }
+
+    /// Index of the node on `port`.
+    pub fn index_of(&self, port: u16) -> Option<usize> {
+        self.nodes.iter().position(|n| n.port == port)
+    }
+
+    /// The port of the primary serving `slot`, as node `asked` sees it
+    /// (`CLUSTER SHARDS`/`NODES` reading kept simple: `CLUSTER NODES`).
+    pub fn primary_of_slot(&self, asked: usize, slot: u16) -> Option<u16> {
+        let text = command(self.nodes[asked].port, &["CLUSTER", "NODES"])
+            .ok()?
+            .text()?;
+        text.lines().find_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let flags = f.get(2)?;
+            if !flags.contains("master") || flags.contains("fail") {
+                return None;
+            }
+            let port: u16 = f.get(1)?.split(['@', ':']).nth(1)?.parse().ok()?;
+            let owns = f.iter().skip(8).any(|r| match r.split_once('-') {
+                Some((a, b)) => a
+                    .parse::<u16>()
+                    .ok()
+                    .zip(b.parse::<u16>().ok())
+                    .is_some_and(|(a, b)| (a..=b).contains(&slot)),
+                None => r.parse::<u16>().ok() == Some(slot),
+            });
+            owns.then_some(port)
+        })
+    }
+
+    /// `CLUSTER NODES` flags of node `node` as `asked` sees it (`master`,
+    /// `slave`, `fail?`, `fail`, …).
+    pub fn flags_of(&self, asked: usize, node: usize) -> String {
+        let port = format!(":{}@", self.nodes[node].port);
+        command(self.nodes[asked].port, &["CLUSTER", "NODES"])
+            .ok()
+            .and_then(|r| r.text())
+            .and_then(|t| {
+                t.lines()
+                    .find(|l| l.contains(&port))
+                    .and_then(|l| l.split_whitespace().nth(2).map(str::to_string))
+            })
+            .unwrap_or_default()
+    }
+
+    fn create_with_redis_cli(&self, replicas: usize) {
         let mut cmd = Command::new("redis-cli");
+        let replicas = replicas.to_string();
         cmd.args(["--cluster", "create"]).args(self.addrs()).args([
             "--cluster-replicas",
-            "0",
+            &replicas,
             "--cluster-yes",
         ]);
         let mut proc = Proc::spawn("redis-cli", cmd, self.dir.path());
@@ -225,27 +304,34 @@ impl RedisCluster {
     }
 }
 
-fn start_cluster_node(index: usize, dir: &Path) -> ClusterNode {
-    let (port, bus_port) = (free_port(), free_port());
-    let node_dir = dir.join(format!("node-{index}"));
-    std::fs::create_dir(&node_dir).expect("create the node directory");
-    let bus = bus_port.to_string();
-    let args = [
+fn cluster_args(bus_port: u16, node_timeout_ms: u64) -> Vec<String> {
+    [
         "--cluster-enabled",
         "yes",
         "--cluster-port",
-        &bus,
+        &bus_port.to_string(),
         "--cluster-config-file",
         "nodes.conf",
         "--cluster-node-timeout",
-        "5000",
+        &node_timeout_ms.to_string(),
         "--cluster-require-full-coverage",
         "no",
-    ];
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn start_cluster_node(index: usize, dir: &Path, node_timeout_ms: u64) -> ClusterNode {
+    let (port, bus_port) = (free_port(), free_port());
+    let node_dir = dir.join(format!("node-{index}"));
+    std::fs::create_dir(&node_dir).expect("create the node directory");
+    let args = cluster_args(bus_port, node_timeout_ms);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let proc = spawn_redis(&format!("redis-{index}"), port, &args, &node_dir);
     ClusterNode {
         port,
         bus_port,
+        node_timeout_ms,
         proc,
     }
 }

@@ -31,6 +31,9 @@ pub(super) struct LeaseMetrics {
     pipeline_latency: Histogram,
     dropped: IntCounterVec,
     live_nodes: IntGauge,
+    topology: IntCounterVec,
+    nodes_down: IntGauge,
+    node_down_ms: prometheus::IntCounter,
     top_rejected: IntGaugeVec,
     pub(super) top_keys: Mutex<TopKeys>,
 }
@@ -89,6 +92,19 @@ impl LeaseMetrics {
                  the one metric that names keys, ten at a time.",
                 &["rank", "rule", "key"],
             )?,
+            topology: f.counters(
+                "meshlimit_store_topology_events_total",
+                "Redis Cluster events seen by the store: slot_map_changed, node_down, node_up, node_replaced.",
+                &["event"],
+            )?,
+            nodes_down: f.gauge(
+                "meshlimit_store_nodes_down",
+                "Redis nodes marked down now (their keys take the failure policy).",
+            )?,
+            node_down_ms: f.counter(
+                "meshlimit_store_node_down_milliseconds_total",
+                "Time Redis nodes spent down, counted when each comes back or is replaced.",
+            )?,
             top_keys: Mutex::default(),
             live_nodes: f.gauge(
                 "meshlimit_live_nodes",
@@ -122,6 +138,21 @@ impl Metrics {
     /// An item answered `unavailable`; `reason` is a fixed word.
     pub fn lease_unavailable(&self, reason: &str) {
         inc(&self.leases.unavailable, &[reason], 1);
+    }
+
+    /// A Redis Cluster event (`event` is a fixed word).
+    pub fn store_topology(&self, event: &str, down_for: Option<Duration>) {
+        inc(&self.leases.topology, &[event], 1);
+        match (event, down_for) {
+            ("node_down", _) => self.leases.nodes_down.inc(),
+            (_, Some(d)) => {
+                self.leases.nodes_down.dec();
+                self.leases
+                    .node_down_ms
+                    .inc_by(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+            }
+            _ => {}
+        }
     }
 
     /// One store call of `items` items that took `latency`.

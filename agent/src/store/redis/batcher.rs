@@ -33,13 +33,18 @@ pub struct BatchConfig {
 pub type BatchObserver =
     std::sync::Arc<dyn Fn(usize, Duration, Result<(), &StoreError>) + Send + Sync>;
 
+/// Observes each pipeline for the node's health: the result, and whether the
+/// connection itself was lost (refused, reset, closed), not merely slow.
+pub type NodeObserver =
+    std::sync::Arc<dyn Fn(usize, Duration, Result<(), &StoreError>, bool) + Send + Sync>;
+
 /// Collects jobs for one node and sends them in windows; runs until every sender
 /// is dropped.
 pub async fn run(
     conn: ConnectionManager,
     mut jobs: mpsc::Receiver<Job>,
     cfg: BatchConfig,
-    observe: BatchObserver,
+    observe: NodeObserver,
 ) {
     let sha = script::sha();
     while let Some(first) = jobs.recv().await {
@@ -67,24 +72,27 @@ async fn send(
     batch: Vec<Job>,
     sha: String,
     deadline: Duration,
-    observe: BatchObserver,
+    observe: NodeObserver,
 ) {
     let started = Instant::now();
     let result = timeout(deadline, pipeline(&mut conn, &batch, &sha)).await;
     // The node's health follows the pipeline, not its items: one item's MOVED or
     // script error says nothing of the node.
-    let (answers, failure) = match result {
-        Ok(Ok(answers)) => (answers, None),
-        Ok(Err(e)) => (vec![Err(e.clone()); batch.len()], Some(e)),
+    let (answers, failure, lost) = match result {
+        Ok(Ok(answers)) => (answers, None, false),
+        Ok(Err(PipeError { error, lost })) => {
+            (vec![Err(error.clone()); batch.len()], Some(error), lost)
+        }
         Err(_) => {
             let e = StoreError::Timeout(deadline);
-            (vec![Err(e.clone()); batch.len()], Some(e))
+            (vec![Err(e.clone()); batch.len()], Some(e), false)
         }
     };
     observe(
         batch.len(),
         started.elapsed(),
         failure.as_ref().map_or(Ok(()), Err),
+        lost,
     );
     for (job, answer) in batch.into_iter().zip(answers) {
         let _ = job.reply.send(answer);
@@ -98,7 +106,7 @@ async fn pipeline(
     conn: &mut ConnectionManager,
     batch: &[Job],
     sha: &str,
-) -> Result<Vec<Acquired>, StoreError> {
+) -> Result<Vec<Acquired>, PipeError> {
     let values = query(conn, batch.iter(), |p, job| {
         p.cmd("EVALSHA").arg(sha).arg(1);
         args(p, job);
@@ -142,15 +150,22 @@ async fn query<'a>(
     conn: &mut ConnectionManager,
     jobs: impl Iterator<Item = &'a Job>,
     mut add: impl FnMut(&mut Pipeline, &Job),
-) -> Result<Vec<Value>, StoreError> {
+) -> Result<Vec<Value>, PipeError> {
     let mut p = redis::pipe();
     p.ignore_errors();
     for job in jobs {
         add(&mut p, job);
     }
-    p.query_async(conn)
-        .await
-        .map_err(|e| StoreError::Unavailable(e.to_string()))
+    p.query_async(conn).await.map_err(|e| PipeError {
+        lost: e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal(),
+        error: StoreError::Unavailable(e.to_string()),
+    })
+}
+
+/// A pipeline that got no answer, and whether its connection was lost.
+struct PipeError {
+    error: StoreError,
+    lost: bool,
 }
 
 fn args(p: &mut Pipeline, job: &Job) {

@@ -1,17 +1,19 @@
-//! Sick-node cool-down. A Redis node that fails several batches in a row (timeouts,
-//! refused connections) is skipped for a short cool-down: its keys take the rule's
-//! failure policy at once instead of each request waiting out a deadline. After the
-//! cool-down one batch is let through to probe it (half-open).
+//! Sick-node handling. A Redis node whose connection is lost (refused, reset:
+//! a dead process) is marked down at once; one that times out several batches
+//! in a row (a stalled process) is marked down after [`FAILURES_TO_DOWN`]. While
+//! a node is down no lease waits on it: its keys take the rule's failure policy
+//! at once, and a background probe (not a user's batch) finds when it answers
+//! again. The other nodes' keys are untouched: health is per node.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// Consecutive failed batches that put a node in cool-down.
-pub const FAILURES_TO_COOL: u32 = 3;
-/// How long a sick node is skipped.
-pub const COOL_DOWN: Duration = Duration::from_millis(250);
+/// Consecutive failed (timed-out) batches that mark a node down.
+pub const FAILURES_TO_DOWN: u32 = 3;
+/// How often a down node is probed (PING, off the request path).
+pub const PROBE_EVERY: Duration = Duration::from_millis(100);
 
 /// Health of every node this store talks to.
 #[derive(Debug, Default)]
@@ -22,34 +24,45 @@ pub struct Health {
 #[derive(Debug, Default, Clone, Copy)]
 struct NodeHealth {
     failures: u32,
-    cool_until: Option<Instant>,
+    down_since: Option<Instant>,
 }
 
 impl Health {
-    /// True when `node` is cooling down at `now`; its keys are not sent to it.
-    pub fn is_cooling(&self, node: &str, now: Instant) -> bool {
+    /// True when `node` is down; its keys are not sent to it.
+    pub fn is_down(&self, node: &str) -> bool {
+        self.nodes.get(node).is_some_and(|h| h.down_since.is_some())
+    }
+
+    /// True when any node is down.
+    pub fn any_down(&self) -> bool {
+        self.nodes.values().any(|h| h.down_since.is_some())
+    }
+
+    /// A batch to `node` answered: it is healthy. Returns how long it was down,
+    /// if it was.
+    pub fn succeeded(&mut self, node: &str, now: Instant) -> Option<Duration> {
         self.nodes
-            .get(node)
-            .and_then(|h| h.cool_until)
-            .is_some_and(|until| until > now)
+            .remove(node)
+            .and_then(|h| h.down_since)
+            .map(|since| now.saturating_duration_since(since))
     }
 
-    /// A batch to `node` answered.
-    pub fn succeeded(&mut self, node: &str) {
-        self.nodes.remove(node);
-    }
-
-    /// A batch to `node` failed; returns true when this failure starts a cool-down.
-    pub fn failed(&mut self, node: &str, now: Instant) -> bool {
+    /// A batch to `node` failed; `lost` when its connection was lost (refused,
+    /// reset), not merely slow. Returns true when this failure marks it down.
+    pub fn failed(&mut self, node: &str, now: Instant, lost: bool) -> bool {
         let h = self.nodes.entry(node.to_string()).or_default();
-        h.failures += 1;
-        // Past a cool-down, one failure (the probe) is enough to cool again.
-        let probe_failed = h.cool_until.is_some_and(|until| until <= now);
-        if h.failures >= FAILURES_TO_COOL || probe_failed {
-            h.cool_until = Some(now + COOL_DOWN);
+        h.failures = h.failures.saturating_add(1);
+        if h.down_since.is_none() && (lost || h.failures >= FAILURES_TO_DOWN) {
+            h.down_since = Some(now);
             return true;
         }
         false
+    }
+
+    /// `node` left the slot map (replaced by a promoted replica): forgotten.
+    /// Returns how long it was down, if it was.
+    pub fn forget(&mut self, node: &str, now: Instant) -> Option<Duration> {
+        self.succeeded(node, now)
     }
 }
 
@@ -58,21 +71,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn three_failures_cool_a_node_and_a_failed_probe_cools_it_again() {
+    fn a_lost_connection_marks_a_node_down_at_once_and_timeouts_after_three() {
         let t0 = Instant::now();
         let mut h = Health::default();
-        assert!(!h.failed("a", t0));
-        assert!(!h.failed("a", t0));
-        assert!(!h.is_cooling("a", t0));
-        assert!(h.failed("a", t0));
-        assert!(h.is_cooling("a", t0 + COOL_DOWN - Duration::from_millis(1)));
-        assert!(!h.is_cooling("b", t0));
-        // Cool-down over: the probe batch goes through and fails.
-        let later = t0 + COOL_DOWN;
-        assert!(!h.is_cooling("a", later));
-        assert!(h.failed("a", later));
-        assert!(h.is_cooling("a", later));
-        h.succeeded("a");
-        assert!(!h.is_cooling("a", later));
+        assert!(h.failed("dead", t0, true));
+        assert!(h.is_down("dead"));
+        assert!(!h.failed("dead", t0, true), "already down");
+        assert!(!h.failed("slow", t0, false));
+        assert!(!h.failed("slow", t0, false));
+        assert!(!h.is_down("slow"));
+        assert!(h.failed("slow", t0, false));
+        assert!(h.is_down("slow") && !h.is_down("other"));
+        let later = t0 + Duration::from_millis(300);
+        assert_eq!(h.succeeded("slow", later), Some(Duration::from_millis(300)));
+        assert!(!h.is_down("slow"));
+        assert_eq!(h.forget("dead", later), Some(Duration::from_millis(300)));
+        assert!(!h.any_down());
     }
 }

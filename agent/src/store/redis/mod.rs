@@ -11,12 +11,12 @@ pub mod topology;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::time::{timeout, Instant};
 
 pub use batcher::{BatchConfig, BatchObserver};
@@ -24,6 +24,12 @@ use health::Health;
 use topology::{redis_key, slot, SlotMap};
 
 use super::{Acquire, Acquired, Store, StoreError};
+
+/// How often the slot map is read again while every node is healthy (slot
+/// migrations, a failover this agent has not noticed).
+const REFRESH_EVERY: Duration = Duration::from_secs(5);
+/// Deadline of one `CLUSTER SLOTS`, one probe, one connection.
+const CONTROL_TIMEOUT: Duration = Duration::from_millis(300);
 
 /// Where the store is and how it batches.
 #[derive(Debug, Clone)]
@@ -38,15 +44,39 @@ pub struct RedisConfig {
     pub key_ids: meshlimit_core::secret::KeyIds,
 }
 
+/// A change in the store's view of the cluster, for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreEvent {
+    /// `CLUSTER SLOTS` gave a different map (a promotion, a migration).
+    SlotMapChanged,
+    /// A node was marked down: its keys take the failure policy.
+    NodeDown,
+    /// A down node answers again, after this long.
+    NodeUp(Duration),
+    /// A down node left the slot map (a replica took its slots), after this long.
+    NodeReplaced(Duration),
+}
+
+/// Observes [`StoreEvent`]s.
+pub type EventObserver = Arc<dyn Fn(StoreEvent) + Send + Sync>;
+
 /// A Redis or Redis Cluster bucket store.
 pub struct RedisStore {
+    shared: Arc<Shared>,
+}
+
+/// What the store's background tasks (the slot-map refresher, the probes of
+/// down nodes) share with it; they hold it weakly and stop with the store.
+struct Shared {
     cfg: RedisConfig,
-    map: Arc<RwLock<Arc<SlotMap>>>,
+    map: RwLock<Arc<SlotMap>>,
     batchers: RwLock<HashMap<String, mpsc::Sender<batcher::Job>>>,
     observe: BatchObserver,
-    health: Arc<Mutex<Health>>,
-    /// Set when a node starts a cool-down: the slot map may be stale (a failover).
-    stale_map: Arc<AtomicBool>,
+    events: EventObserver,
+    health: Mutex<Health>,
+    /// Wakes the refresher at once (a node went down, a MOVED answer).
+    wake: Notify,
+    refresher: AtomicBool,
 }
 
 impl RedisStore {
@@ -58,40 +88,61 @@ impl RedisStore {
             _ => SlotMap::default(),
         };
         Self {
-            cfg,
-            map: Arc::new(RwLock::new(Arc::new(map))),
-            batchers: RwLock::default(),
-            observe,
-            health: Arc::default(),
-            stale_map: Arc::default(),
+            shared: Arc::new(Shared {
+                cfg,
+                map: RwLock::new(Arc::new(map)),
+                batchers: RwLock::default(),
+                observe,
+                events: Arc::new(|_| {}),
+                health: Mutex::default(),
+                wake: Notify::new(),
+                refresher: AtomicBool::new(false),
+            }),
         }
     }
 
-    /// Reads the cluster's slot map from the first seed that answers.
+    /// Reports slot-map changes and node failures to `events`.
+    #[must_use]
+    pub fn with_events(mut self, events: EventObserver) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.events = events;
+        }
+        self
+    }
+
+    /// Reads the cluster's slot map from the first node that answers.
     pub async fn refresh_topology(&self) -> Result<(), StoreError> {
-        refresh(&self.map, &self.cfg).await
+        self.shared.refresh().await
     }
 
-    fn client(&self, node: &str) -> Result<redis::Client, StoreError> {
-        client(node, &self.cfg)
+    /// Starts the background slot-map refresher once (cluster only).
+    fn start_refresher(&self) {
+        if !self.shared.cfg.cluster || self.shared.refresher.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        tokio::spawn(refresher(Arc::downgrade(&self.shared)));
     }
+}
 
-    fn batcher(&self, node: &str) -> Result<mpsc::Sender<batcher::Job>, StoreError> {
+impl Shared {
+    fn batcher(self: &Arc<Self>, node: &str) -> Result<mpsc::Sender<batcher::Job>, StoreError> {
         if let Some(tx) = self.batchers.read().ok().and_then(|b| b.get(node).cloned()) {
             return Ok(tx);
         }
-        let client = self.client(node)?;
-        // Reconnection is the connection's own business, in the background, and
-        // quick (a restarted Redis is used again within about a second); commands
-        // meanwhile fail at once and their items take the failure policy.
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_millis(200)))
-            .set_response_timeout(None)
-            .set_number_of_retries(3)
-            .set_min_delay(Duration::from_millis(20))
-            .set_max_delay(Duration::from_millis(200));
-        let conn = ConnectionManager::new_lazy_with_config(client, config)
+        let client = client(node, &self.cfg)?;
+        // Reconnection is the connection's own business, in the background;
+        // commands meanwhile fail at once and their items take the failure policy.
+        let conn = ConnectionManager::new_lazy_with_config(client, connection_config())
             .map_err(|e| StoreError::Failed(e.to_string()))?;
+        Ok(self.install(node, conn))
+    }
+
+    /// Starts `node`'s batcher on `conn`, replacing any other.
+    fn install(
+        self: &Arc<Self>,
+        node: &str,
+        conn: ConnectionManager,
+    ) -> mpsc::Sender<batcher::Job> {
         let (tx, rx) = mpsc::channel(4_096);
         tokio::spawn(batcher::run(
             conn,
@@ -102,42 +153,109 @@ impl RedisStore {
         if let Ok(mut b) = self.batchers.write() {
             b.insert(node.to_string(), tx.clone());
         }
-        Ok(tx)
+        tx
     }
 
     /// The batch observer of `node`'s batcher: metrics, plus the node's health.
-    fn node_observer(&self, node: &str) -> BatchObserver {
-        let (observe, health, stale) = (
-            self.observe.clone(),
-            self.health.clone(),
-            self.stale_map.clone(),
-        );
+    fn node_observer(self: &Arc<Self>, node: &str) -> batcher::NodeObserver {
+        let shared = Arc::downgrade(self);
         let node = node.to_string();
-        let cluster = self.cfg.cluster;
-        Arc::new(move |size, latency, result| {
-            observe(size, latency, result);
-            let Ok(mut h) = health.lock() else { return };
-            match result {
-                Ok(()) => h.succeeded(&node),
-                // A script error is not the node's sickness.
-                Err(StoreError::Failed(_)) => {}
-                Err(_) => {
-                    if h.failed(&node, Instant::now()) {
-                        tracing::warn!(
-                            node,
-                            "Redis node failing: skipped for {:?}",
-                            health::COOL_DOWN
-                        );
-                        stale.store(cluster, Ordering::Relaxed);
+        Arc::new(move |size, latency, result, lost| {
+            let Some(shared) = shared.upgrade() else {
+                return;
+            };
+            (shared.observe)(size, latency, result);
+            let went_down = {
+                let Ok(mut h) = shared.health.lock() else {
+                    return;
+                };
+                match result {
+                    Ok(()) => {
+                        h.succeeded(&node, Instant::now());
+                        false
                     }
+                    // A script error is not the node's sickness.
+                    Err(StoreError::Failed(_)) => false,
+                    Err(_) => h.failed(&node, Instant::now(), lost),
                 }
+            };
+            if went_down {
+                shared.node_down(&node, lost);
             }
         })
     }
 
+    /// `node` is down: no batch goes to it (its keys take the failure policy
+    /// at once), the slot map is read again, and a probe watches for its return.
+    fn node_down(self: &Arc<Self>, node: &str, lost: bool) {
+        tracing::warn!(
+            node,
+            cause = if lost { "connection lost" } else { "timeouts" },
+            "Redis node failed: its slots take the failure policy until it answers or a replica takes them; other nodes are unaffected"
+        );
+        (self.events)(StoreEvent::NodeDown);
+        if let Ok(mut b) = self.batchers.write() {
+            b.remove(node);
+        }
+        self.wake.notify_one();
+        tokio::spawn(probe(Arc::downgrade(self), node.to_string()));
+    }
+
+    fn is_down(&self, node: &str) -> bool {
+        self.health.lock().is_ok_and(|h| h.is_down(node))
+    }
+
+    /// Reads a cluster's slot map from the first node that answers: the known
+    /// nodes that are up, then the seeds that are up; a single Redis has nothing
+    /// to read.
+    async fn refresh(self: &Arc<Self>) -> Result<(), StoreError> {
+        if !self.cfg.cluster {
+            return Ok(());
+        }
+        let mut last = StoreError::Unavailable("no seed node".into());
+        let known = self.map.read().map(|m| m.nodes.clone()).unwrap_or_default();
+        let mut tried = Vec::new();
+        for node in known.iter().chain(&self.cfg.nodes) {
+            if tried.contains(node) || self.is_down(node) {
+                continue;
+            }
+            tried.push(node.clone());
+            match timeout(CONTROL_TIMEOUT, cluster_slots(node, &self.cfg)).await {
+                Ok(Ok(fresh)) => {
+                    let old = self.map.read().map(|m| m.clone()).unwrap_or_default();
+                    if *old != fresh {
+                        if !old.nodes.is_empty() {
+                            tracing::info!(
+                                from = ?old.nodes,
+                                to = ?fresh.nodes,
+                                "Redis Cluster slot map changed"
+                            );
+                            (self.events)(StoreEvent::SlotMapChanged);
+                        }
+                        // Connect to new owners now, not on their first lease.
+                        for new in fresh.nodes.iter().filter(|n| !old.nodes.contains(n)) {
+                            tokio::spawn(prewarm(Arc::downgrade(self), new.clone()));
+                        }
+                        if let Ok(mut m) = self.map.write() {
+                            *m = Arc::new(fresh);
+                        }
+                    }
+                    return Ok(());
+                }
+                Ok(Err(e)) => last = e,
+                Err(_) => last = StoreError::Timeout(CONTROL_TIMEOUT),
+            }
+        }
+        Err(last)
+    }
+
     /// Sends one item to the node owning its slot (or to `node` when a MOVED
     /// redirect named it); the answer arrives on the returned channel.
-    fn submit(&self, item: &Acquire, node: Option<String>) -> oneshot::Receiver<Acquired> {
+    fn submit(
+        self: &Arc<Self>,
+        item: &Acquire,
+        node: Option<String>,
+    ) -> oneshot::Receiver<Acquired> {
         let (reply, rx) = oneshot::channel();
         let key = redis_key(&self.cfg.key_ids, &item.key);
         let node = node.or_else(|| {
@@ -151,14 +269,8 @@ impl RedisStore {
             )));
             return rx;
         };
-        if self
-            .health
-            .lock()
-            .is_ok_and(|h| h.is_cooling(&node, Instant::now()))
-        {
-            let _ = reply.send(Err(StoreError::Unavailable(format!(
-                "{node} cooling down after failures"
-            ))));
+        if self.is_down(&node) {
+            let _ = reply.send(Err(StoreError::Unavailable(format!("{node} is down"))));
             return rx;
         }
         let job = batcher::Job {
@@ -186,20 +298,124 @@ impl RedisStore {
     }
 }
 
+fn connection_config() -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_millis(200)))
+        .set_response_timeout(None)
+        .set_number_of_retries(3)
+        .set_min_delay(Duration::from_millis(20))
+        .set_max_delay(Duration::from_millis(200))
+}
+
+/// Reads the slot map off the request path: at once when woken (a node went
+/// down, a MOVED answer), every [`health::PROBE_EVERY`] while a node is down (so
+/// a promotion is seen within that), else every [`REFRESH_EVERY`].
+async fn refresher(shared: Weak<Shared>) {
+    loop {
+        let Some(s) = shared.upgrade() else { return };
+        let _ = s.refresh().await;
+        let every = if s.health.lock().is_ok_and(|h| h.any_down()) {
+            health::PROBE_EVERY
+        } else {
+            REFRESH_EVERY
+        };
+        let woken = async {
+            s.wake.notified().await;
+        };
+        let _ = timeout(every, woken).await;
+    }
+}
+
+/// Opens the connection of a node that just took slots (a promoted replica),
+/// so its first leases do not wait for it.
+async fn prewarm(shared: Weak<Shared>, node: String) {
+    let Some(s) = shared.upgrade() else { return };
+    let Ok(client) = client(&node, &s.cfg) else {
+        return;
+    };
+    drop(s);
+    let connect = ConnectionManager::new_with_config(client, connection_config());
+    if let Ok(Ok(conn)) = timeout(CONTROL_TIMEOUT, connect).await {
+        if let Some(s) = shared.upgrade() {
+            let known = s.batchers.read().is_ok_and(|b| b.contains_key(&node));
+            if !known {
+                s.install(&node, conn);
+            }
+        }
+    }
+}
+
+/// Watches a down node: a PING on a fresh connection every
+/// [`health::PROBE_EVERY`]; once it answers, that connection becomes the node's
+/// batcher's and its keys go to it again. Stops when the node leaves the slot
+/// map (a replica took its slots) or the store is dropped.
+async fn probe(shared: Weak<Shared>, node: String) {
+    loop {
+        tokio::time::sleep(health::PROBE_EVERY).await;
+        let Some(s) = shared.upgrade() else { return };
+        let mapped = s.map.read().is_ok_and(|m| m.nodes.contains(&node));
+        if !mapped {
+            let down = s
+                .health
+                .lock()
+                .ok()
+                .and_then(|mut h| h.forget(&node, Instant::now()));
+            if let Some(down) = down {
+                tracing::info!(
+                    node,
+                    ?down,
+                    "Redis node replaced in the slot map: its slots are served again"
+                );
+                (s.events)(StoreEvent::NodeReplaced(down));
+            }
+            return;
+        }
+        let Ok(client) = client(&node, &s.cfg) else {
+            continue;
+        };
+        let ping = async {
+            let mut conn = ConnectionManager::new_with_config(client, connection_config()).await?;
+            redis::cmd("PING").query_async::<String>(&mut conn).await?;
+            Ok::<_, redis::RedisError>(conn)
+        };
+        if let Ok(Ok(conn)) = timeout(CONTROL_TIMEOUT, ping).await {
+            s.install(&node, conn);
+            let down = s
+                .health
+                .lock()
+                .ok()
+                .and_then(|mut h| h.succeeded(&node, Instant::now()));
+            let down = down.unwrap_or_default();
+            tracing::info!(
+                node,
+                ?down,
+                "Redis node answers again: its slots are served again"
+            );
+            (s.events)(StoreEvent::NodeUp(down));
+            s.wake.notify_one();
+            return;
+        }
+    }
+}
+
 #[async_trait]
 impl Store for RedisStore {
     async fn acquire(&self, items: &[Acquire]) -> Vec<Acquired> {
         // An unknown map (the first call) must be read before anything can be
-        // sent; a possibly stale one (a node started cooling down) is re-read in
-        // the background, off the request path.
-        let unknown = self.map.read().map(|m| m.nodes.is_empty()).unwrap_or(true);
+        // sent; afterwards the map is the refresher's business, off the request
+        // path.
+        let unknown = self
+            .shared
+            .map
+            .read()
+            .map(|m| m.nodes.is_empty())
+            .unwrap_or(true);
         if unknown {
             let _ = self.refresh_topology().await;
-        } else if self.stale_map.swap(false, Ordering::Relaxed) {
-            let (map, cfg) = (self.map.clone(), self.cfg.clone());
-            tokio::spawn(async move { refresh(&map, &cfg).await });
         }
-        let pending: Vec<_> = items.iter().map(|i| self.submit(i, None)).collect();
+        self.start_refresher();
+        let s = &self.shared;
+        let pending: Vec<_> = items.iter().map(|i| s.submit(i, None)).collect();
         let mut answers = Vec::with_capacity(items.len());
         for (item, rx) in items.iter().zip(pending) {
             let answer = rx
@@ -207,10 +423,10 @@ impl Store for RedisStore {
                 .unwrap_or(Err(StoreError::Unavailable("batcher stopped".into())));
             answers.push(match moved_to(&answer) {
                 // Follow a slot's move once, as the cluster protocol asks of
-                // clients, and learn the new map for the next calls.
+                // clients; the refresher learns the new map for the next calls.
                 Some(node) => {
-                    let _ = self.refresh_topology().await;
-                    self.submit(item, Some(node))
+                    s.wake.notify_one();
+                    s.submit(item, Some(node))
                         .await
                         .unwrap_or(Err(StoreError::Unavailable("batcher stopped".into())))
                 }
@@ -222,9 +438,14 @@ impl Store for RedisStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         self.refresh_topology().await?;
-        let nodes = self.map.read().map(|m| m.nodes.clone()).unwrap_or_default();
+        let nodes = self
+            .shared
+            .map
+            .read()
+            .map(|m| m.nodes.clone())
+            .unwrap_or_default();
         for node in nodes {
-            let client = self.client(&node)?;
+            let client = client(&node, &self.shared.cfg)?;
             let ping = async {
                 let mut c = client.get_multiplexed_async_connection().await?;
                 redis::cmd("PING").query_async::<String>(&mut c).await
@@ -239,12 +460,17 @@ impl Store for RedisStore {
     }
 
     async fn heartbeat(&self, agent_id: &str) -> Result<Option<u32>, StoreError> {
-        let map = self.map.read().map(|m| m.clone()).unwrap_or_default();
+        let map = self
+            .shared
+            .map
+            .read()
+            .map(|m| m.clone())
+            .unwrap_or_default();
         let node = map
             .node_of(slot(script::AGENTS_KEY))
             .and_then(|i| map.nodes.get(i).cloned())
             .ok_or_else(|| StoreError::Unavailable("topology unknown".into()))?;
-        let client = self.client(&node)?;
+        let client = client(&node, &self.shared.cfg)?;
         let beat = async {
             let mut c = client.get_multiplexed_async_connection().await?;
             redis::cmd("EVAL")
@@ -264,7 +490,7 @@ impl Store for RedisStore {
     }
 
     fn name(&self) -> &'static str {
-        if self.cfg.cluster {
+        if self.shared.cfg.cluster {
             "redis-cluster"
         } else {
             "redis"
@@ -272,39 +498,15 @@ impl Store for RedisStore {
     }
 }
 
-/// The node a MOVED/ASK answer points to.
+/// The node a MOVED answer points to. (An ASK, a slot in mid-migration, is
+/// not followed: its items take the failure policy for that moment.)
 fn moved_to(answer: &Acquired) -> Option<String> {
     match answer {
-        Err(StoreError::Unavailable(text))
-            if text.starts_with("MOVED ") || text.starts_with("ASK ") =>
-        {
+        Err(StoreError::Unavailable(text)) if text.starts_with("MOVED ") => {
             text.split_whitespace().nth(2).map(str::to_string)
         }
         _ => None,
     }
-}
-
-/// Reads a cluster's slot map into `map` from the first node that answers (the
-/// known nodes, then the seeds); a single Redis has nothing to read.
-async fn refresh(map: &RwLock<Arc<SlotMap>>, cfg: &RedisConfig) -> Result<(), StoreError> {
-    if !cfg.cluster {
-        return Ok(());
-    }
-    let mut last = StoreError::Unavailable("no seed node".into());
-    let known = map.read().map(|m| m.nodes.clone()).unwrap_or_default();
-    for node in known.iter().chain(&cfg.nodes) {
-        match timeout(Duration::from_millis(500), cluster_slots(node, cfg)).await {
-            Ok(Ok(fresh)) => {
-                if let Ok(mut m) = map.write() {
-                    *m = Arc::new(fresh);
-                }
-                return Ok(());
-            }
-            Ok(Err(e)) => last = e,
-            Err(_) => last = StoreError::Timeout(Duration::from_millis(500)),
-        }
-    }
-    Err(last)
 }
 
 /// A client for `node` with the configured credentials and TLS (kept out of

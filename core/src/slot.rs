@@ -211,11 +211,16 @@ impl SlotState {
     }
 
     /// Takes `cost` from the fail-local bucket of `limit` (the node's slice of the
-    /// rule's limit), creating it full on first use.
+    /// rule's limit). A key nobody was spending starts with a full bucket; a key
+    /// this Envoy was spending from leases starts with the burst less one second
+    /// of that spend (at least one request), so the bucket is no full head start
+    /// on top of the leases already out when the agent went away.
     pub fn fallback_take(&mut self, limit: &Limit, now_ns: u64, cost: u32) -> Take {
-        let bucket = self
-            .fallback
-            .get_or_insert_with(|| Bucket::full(limit, now_ns));
+        let spend = f64::from(self.spend_rate).max(0.0);
+        let bucket = self.fallback.get_or_insert_with(|| {
+            let start = (f64::from(limit.burst()) - spend).max(f64::from(cost));
+            Bucket::from_parts(start.min(f64::from(limit.burst())), now_ns)
+        });
         let take = bucket.take(limit, now_ns, cost, cost);
         let missing = f64::from(limit.burst()) - bucket.tokens_at(limit, now_ns);
         let refill_ns = (missing.max(0.0) / limit.rate_per_ns()).ceil();
@@ -364,5 +369,23 @@ mod tests {
         let mut s = SlotState::empty(1);
         s.grant(0, 10, 1, 24 * hour, 0, 0);
         assert_eq!(s.lease_expires_ns, MAX_LEASE_TTL_NS);
+    }
+
+    #[test]
+    fn a_key_in_use_starts_its_fail_local_bucket_without_a_full_head_start() {
+        let l = limit(40, 1_000_000_000, 40);
+        let mut cold = SlotState::empty(1);
+        let mut hot = SlotState::empty(2);
+        hot.spend_rate = 30.0;
+        let granted = |s: &mut SlotState| {
+            (0..50)
+                .filter(|_| matches!(s.fallback_take(&l, 0, 1), Take::Granted { .. }))
+                .count()
+        };
+        assert_eq!(granted(&mut cold), 40);
+        assert_eq!(granted(&mut hot), 10);
+        let mut hotter = SlotState::empty(3);
+        hotter.spend_rate = 500.0;
+        assert_eq!(granted(&mut hotter), 1, "at least one request");
     }
 }

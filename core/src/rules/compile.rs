@@ -30,6 +30,15 @@ impl RuleSet {
     /// Validates and compiles a rules file. Returns every problem found, not just
     /// the first, so one round of edits fixes a file.
     pub fn compile(config: &RulesConfig) -> Result<RuleSet, RulesError> {
+        Self::compile_at(config, &[])
+    }
+
+    /// [`RuleSet::compile`], with each rule's line in the file (by position; a
+    /// missing entry is an unknown line): every error about a rule carries it.
+    pub(crate) fn compile_at(
+        config: &RulesConfig,
+        lines: &[Option<usize>],
+    ) -> Result<RuleSet, RulesError> {
         let mut errors = Vec::new();
         if config.version != SCHEMA_VERSION {
             errors.push(RuleError::new(
@@ -50,9 +59,10 @@ impl RuleSet {
         }
         let mut seen = HashSet::new();
         let mut rules = Vec::with_capacity(config.rules.len());
-        for rule in &config.rules {
+        for (i, rule) in config.rules.iter().enumerate() {
+            let mut rule_errors = Vec::new();
             if !seen.insert(rule.name.as_str()) {
-                errors.push(RuleError::new(
+                rule_errors.push(RuleError::new(
                     Some(&rule.name),
                     "name",
                     "duplicate rule name",
@@ -60,8 +70,13 @@ impl RuleSet {
             }
             match compile_rule(rule, &config.defaults) {
                 Ok(r) => rules.push(r),
-                Err(mut e) => errors.append(&mut e),
+                Err(mut e) => rule_errors.append(&mut e),
             }
+            let line = lines.get(i).copied().flatten();
+            errors.extend(rule_errors.into_iter().map(|mut e| {
+                e.line = line;
+                e
+            }));
         }
         if !errors.is_empty() {
             return Err(RulesError { errors });

@@ -8,6 +8,8 @@ mod error;
 mod matching;
 #[cfg(feature = "yaml")]
 mod parse;
+#[cfg(feature = "schema")]
+pub mod schema;
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;

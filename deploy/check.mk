@@ -147,6 +147,12 @@ deploy-oci: deploy-tools
 	  $(DEPLOY_PY) deploy/tools/wasm_oci.py pack $(DEPLOY_FILTER_WASM) $(DEPLOY_OUT)/oci-again >/dev/null; \
 	  cmp -s $(DEPLOY_OCI_DIR)/index.json $(DEPLOY_OUT)/oci-again/index.json \
 	    || { echo "FAIL deploy-oci: packing the same module twice gave two digests"; exit 1; }; \
+	  built=$$($(DEPLOY_PY) deploy/tools/wasm_oci.py verify $(DEPLOY_OCI_DIR) | sed -n 's/.*manifest sha256://p'); \
+	  if grep -q "^  sha256: $$built$$" deploy/istio/wasmplugin.yaml; then \
+	    echo "ok   deploy/istio/wasmplugin.yaml pins the module built here ($$built)"; \
+	  else \
+	    echo "note deploy/istio/wasmplugin.yaml pins another module than the one built here ($$built): run make wasm-oci before pushing a new module"; \
+	  fi; \
 	else \
 	  set -e; \
 	  echo "     $(DEPLOY_FILTER_WASM) not built: checking the packer on a placeholder module"; \
@@ -166,9 +172,12 @@ deploy-metrics: deploy-manifests
 	    --envoy $(DEPLOY_ENVOY) --wasm $(DEPLOY_FILTER_WASM); \
 	fi
 
-# Build the filter and package it for Istio's WasmPlugin (oci://); prints the
-# manifest digest to pin in deploy/istio/wasmplugin.yaml.
+# Build the filter, package it for Istio's WasmPlugin (oci://), and pin the
+# manifest digest as the `sha256` of deploy/istio/wasmplugin.yaml (and of the
+# one-workload example): commit it with the module you push.
 wasm-oci:
 	cargo build --release --target wasm32-wasip1 --manifest-path filter/Cargo.toml
 	python3 deploy/tools/wasm_oci.py pack $(DEPLOY_FILTER_WASM) $(DEPLOY_OCI_DIR)
 	python3 deploy/tools/wasm_oci.py verify $(DEPLOY_OCI_DIR) --wasm $(DEPLOY_FILTER_WASM)
+	python3 deploy/tools/wasm_oci.py pin $(DEPLOY_OCI_DIR) deploy/istio/wasmplugin.yaml \
+	  deploy/istio/examples/one-workload.yaml

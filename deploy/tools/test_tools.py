@@ -236,6 +236,41 @@ class ManifestTests(unittest.TestCase):
         self.assertTrue(any("does not point at" in p for p in problems(ENVOY, repoint)))
 
 
+class WasmPluginTests(unittest.TestCase):
+    EXAMPLE = list(yaml.safe_load_all((DEPLOY / "istio" / "examples" / "one-workload.yaml").read_text()))
+
+    def test_unpinned_or_unordered_plugin_is_caught(self):
+        def unpin(docs):
+            del wasm_plugin(docs)["sha256"]
+        self.assertTrue(any("not pinned" in p for p in problems(ISTIO, unpin)))
+
+        def unorder(docs):
+            del wasm_plugin(docs)["priority"]
+        self.assertTrue(any("priority" in p for p in problems(ISTIO, unorder)))
+
+    def test_one_workload_example_is_valid(self):
+        # Against the CRD schemas, and linted beside the agents: its EnvoyFilter
+        # selects the WasmPlugin's workload in its namespace.
+        self.assertEqual(manifests.validate(self.EXAMPLE), [])
+        docs = [d for d in ISTIO if d["kind"] not in ("WasmPlugin", "EnvoyFilter")] + self.EXAMPLE
+        self.assertEqual(manifests.lint_istio(docs), [])
+        self.assertEqual(wasm_plugin(self.EXAMPLE)["sha256"], wasm_plugin(ISTIO)["sha256"])
+
+        # Without its EnvoyFilter, the lint catches the unhardened listener.
+        alone = [d for d in docs if d["kind"] != "EnvoyFilter"]
+        self.assertNotEqual(manifests.lint_istio(alone), [])
+
+    def test_pin_writes_the_digest(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            plugin = pathlib.Path(tmp) / "wp.yaml"
+            plugin.write_text((DEPLOY / "istio" / "wasmplugin.yaml").read_text())
+            wasm_oci.pin(plugin, "sha256:" + "ab" * 32)
+            spec = yaml.safe_load(plugin.read_text())["spec"]
+            self.assertEqual(spec["sha256"], "ab" * 32)
+            with self.assertRaises(ValueError):
+                wasm_oci.pin(plugin, "latest")
+
+
 class MetricsTests(unittest.TestCase):
     def used(self):
         dashboard = json.loads((DEPLOY / "monitoring" / "dashboard.json").read_text())

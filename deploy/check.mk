@@ -20,11 +20,22 @@ DEPLOY_BOOTSTRAPS  ?= deploy/envoy/envoy.yaml envoy.yaml tests/envoy/istio-sidec
 # The checks leave no __pycache__ in deploy/tools.
 deploy-% wasm-oci: export PYTHONDONTWRITEBYTECODE = 1
 
+# The rules file's JSON Schema (generated from the agent's types; a core test
+# keeps the committed file equal to them) and what it must accept and refuse:
+# the bad fixtures whose mistake a schema can express (not duplicates, plan
+# names, refill times, cost against burst, period ranges: check-rules' own).
+DEPLOY_SCHEMA      ?= docs/rules.schema.json
+DEPLOY_SCHEMA_GOOD ?= deploy/rules.yaml deploy/base/rules.yaml $(wildcard core/tests/fixtures/good*.yaml core/tests/fixtures/good*.json)
+DEPLOY_SCHEMA_BAD  ?= $(addprefix core/tests/fixtures/bad-,unknown-field.yaml period.yaml name.yaml key.yaml \
+                        no-limit.yaml zero.yaml mode.yaml header-match.yaml no-rules.yaml version.yaml \
+                        burst-range.yaml top-level.yaml nine.yaml)
+
 .PHONY: deploy-check deploy-tools deploy-selftest deploy-manifests deploy-alerts \
-        deploy-rules deploy-rollout deploy-envoy-config deploy-oci deploy-metrics wasm-oci
+        deploy-rules deploy-rollout deploy-envoy-config deploy-oci deploy-metrics \
+        deploy-schema wasm-oci
 
 deploy-check: deploy-selftest deploy-manifests deploy-alerts deploy-rules \
-              deploy-rollout deploy-envoy-config deploy-oci deploy-metrics
+              deploy-rollout deploy-envoy-config deploy-oci deploy-metrics deploy-schema
 	@echo "deploy-check: passed"
 
 # Tools: a pinned venv (a second run installs nothing), promtool from Debian's
@@ -59,10 +70,21 @@ deploy-manifests: deploy-tools
 
 # The rendered PrometheusRule's rules: promtool check, then its unit tests; the
 # dashboard's queries, parsed by promtool as recording rules.
+# Every alert has a runbook_url naming a file in docs/runbooks/ and promtool
+# cases where it fires and where it stays silent.
 deploy-alerts: deploy-manifests
 	cp deploy/monitoring/tests.yaml $(DEPLOY_OUT)/tests.yaml
 	cd $(DEPLOY_OUT) && promtool check rules alerts.rules.yaml dashboard-queries.rules.yaml \
 	  && promtool test rules tests.yaml
+	$(DEPLOY_PY) deploy/tools/alerts_check.py --rules $(DEPLOY_OUT)/alerts.rules.yaml \
+	  --tests deploy/monitoring/tests.yaml --runbooks docs/runbooks
+
+# Every example and good fixture (and the README's rules examples) validates
+# against the published schema; the expressible bad fixtures do not.
+deploy-schema: deploy-manifests
+	$(DEPLOY_PY) deploy/tools/schema_check.py --schema $(DEPLOY_SCHEMA) \
+	  --good $(DEPLOY_SCHEMA_GOOD) $(DEPLOY_OUT)/configmap-rules.yaml \
+	  --bad $(DEPLOY_SCHEMA_BAD) --readme README.md
 
 # The rules the ConfigMap ships pass the agent's own validation, and a broken
 # copy does not (so a passing check-rules means something).
@@ -125,6 +147,12 @@ deploy-oci: deploy-tools
 	  $(DEPLOY_PY) deploy/tools/wasm_oci.py pack $(DEPLOY_FILTER_WASM) $(DEPLOY_OUT)/oci-again >/dev/null; \
 	  cmp -s $(DEPLOY_OCI_DIR)/index.json $(DEPLOY_OUT)/oci-again/index.json \
 	    || { echo "FAIL deploy-oci: packing the same module twice gave two digests"; exit 1; }; \
+	  built=$$($(DEPLOY_PY) deploy/tools/wasm_oci.py verify $(DEPLOY_OCI_DIR) | sed -n 's/.*manifest sha256://p'); \
+	  if grep -q "^  sha256: $$built$$" deploy/istio/wasmplugin.yaml; then \
+	    echo "ok   deploy/istio/wasmplugin.yaml pins the module built here ($$built)"; \
+	  else \
+	    echo "note deploy/istio/wasmplugin.yaml pins another module than the one built here ($$built): run make wasm-oci before pushing a new module"; \
+	  fi; \
 	else \
 	  set -e; \
 	  echo "     $(DEPLOY_FILTER_WASM) not built: checking the packer on a placeholder module"; \
@@ -144,9 +172,12 @@ deploy-metrics: deploy-manifests
 	    --envoy $(DEPLOY_ENVOY) --wasm $(DEPLOY_FILTER_WASM); \
 	fi
 
-# Build the filter and package it for Istio's WasmPlugin (oci://); prints the
-# manifest digest to pin in deploy/istio/wasmplugin.yaml.
+# Build the filter, package it for Istio's WasmPlugin (oci://), and pin the
+# manifest digest as the `sha256` of deploy/istio/wasmplugin.yaml (and of the
+# one-workload example): commit it with the module you push.
 wasm-oci:
 	cargo build --release --target wasm32-wasip1 --manifest-path filter/Cargo.toml
 	python3 deploy/tools/wasm_oci.py pack $(DEPLOY_FILTER_WASM) $(DEPLOY_OCI_DIR)
 	python3 deploy/tools/wasm_oci.py verify $(DEPLOY_OCI_DIR) --wasm $(DEPLOY_FILTER_WASM)
+	python3 deploy/tools/wasm_oci.py pin $(DEPLOY_OCI_DIR) deploy/istio/wasmplugin.yaml \
+	  deploy/istio/examples/one-workload.yaml

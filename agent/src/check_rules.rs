@@ -1,58 +1,105 @@
 //! `meshlimit-agent check-rules PATH`: validates a rules file the way the agent
-//! would load it, for CI and for people editing a ConfigMap.
+//! would load it, for CI and for people editing a ConfigMap. Every problem of the
+//! file is reported in one run, each with its line; `--format json` gives the same
+//! as one JSON object for CI annotations and admission checks.
 
 use std::io::Write;
 use std::path::Path;
 
-use meshlimit_core::rules::parse_rules;
+use meshlimit_core::rules::{parse_rules, RuleError};
+use serde_json::json;
 
-/// Checks `path`; prints `PATH: ok (N rules, version V)` on `out` when valid, else
-/// every problem as `PATH: rule NAME: field FIELD: what is wrong` on `err`.
-/// Returns the exit code: 0 valid, 1 invalid or unreadable.
-pub fn check_rules(path: &Path, out: &mut impl Write, err: &mut impl Write) -> u8 {
+use crate::config::CheckFormat;
+
+/// Checks `path`. Text: prints `PATH: ok (N rules, version V)` on `out` when valid,
+/// else every problem as `PATH:LINE: rule NAME: field FIELD: what is wrong` on
+/// `err`. JSON: one object on `out` either way:
+/// `{"file", "valid", "rules", "version", "errors": [{"file", "line", "rule",
+/// "field", "message"}]}` (`column` too for YAML syntax errors; `rules` and
+/// `version` null when invalid). Returns the exit code: 0 valid, 1 invalid or
+/// unreadable.
+pub fn check_rules(
+    path: &Path,
+    format: CheckFormat,
+    out: &mut impl Write,
+    err: &mut impl Write,
+) -> u8 {
     let file = path.display().to_string();
-    let text = match crate::rules_watch::read_rules_file(path) {
-        Ok(text) => text,
-        Err(e) => {
-            let _ = writeln!(err, "{file}: cannot read: {e}");
-            return 1;
-        }
+    let result = match crate::rules_watch::read_rules_file(path) {
+        Ok(text) => parse_rules(&file, &text).map_err(|e| e.errors),
+        Err(e) => Err(vec![RuleError {
+            file: file.clone(),
+            line: None,
+            column: None,
+            rule: None,
+            field: "-".into(),
+            message: format!("cannot read: {e}"),
+        }]),
     };
-    match parse_rules(&file, &text) {
-        Ok(set) => {
+    let code = u8::from(result.is_err());
+    match (format, result) {
+        (CheckFormat::Text, Ok(set)) => {
             let _ = writeln!(
                 out,
                 "{file}: ok ({} rules, version {})",
                 set.rules().len(),
                 set.version()
             );
-            0
         }
-        Err(errors) => {
-            for e in &errors.errors {
-                let _ = writeln!(err, "{e}");
+        (CheckFormat::Text, Err(errors)) => {
+            for e in &errors {
+                // An unreadable file is one line, `PATH: cannot read: why`.
+                if e.field == "-" && e.message.starts_with("cannot read: ") {
+                    let _ = writeln!(err, "{file}: {}", e.message);
+                } else {
+                    let _ = writeln!(err, "{e}");
+                }
             }
-            1
+        }
+        (CheckFormat::Json, Ok(set)) => {
+            let report = json!({
+                "file": file,
+                "valid": true,
+                "rules": set.rules().len(),
+                "version": set.version(),
+                "errors": [],
+            });
+            let _ = writeln!(out, "{report}");
+        }
+        (CheckFormat::Json, Err(errors)) => {
+            let report = json!({
+                "file": file,
+                "valid": false,
+                "rules": null,
+                "version": null,
+                "errors": errors,
+            });
+            let _ = writeln!(out, "{report}");
         }
     }
+    code
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn check(content: &str) -> (u8, String, String) {
+    fn check_as(format: CheckFormat, content: &str) -> (u8, String, String) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r.yaml");
         std::fs::write(&path, content).unwrap();
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        let code = check_rules(&path, &mut out, &mut err);
+        let code = check_rules(&path, format, &mut out, &mut err);
         let text = |b: Vec<u8>| {
             String::from_utf8(b)
                 .unwrap()
                 .replace(&path.display().to_string(), "PATH")
         };
         (code, text(out), text(err))
+    }
+
+    fn check(content: &str) -> (u8, String, String) {
+        check_as(CheckFormat::Text, content)
     }
 
     #[test]
@@ -68,17 +115,73 @@ mod tests {
         assert_eq!(code, 1);
         assert_eq!(
             err,
-            "PATH: rule a: field limit.requests: must be at least 1\n"
+            "PATH:3: rule a: field limit.requests: must be at least 1\n"
         );
+    }
+
+    #[test]
+    fn json_names_file_line_rule_field_and_message() {
+        let (code, out, err) = check_as(
+            CheckFormat::Json,
+            "version: 1\nrules:\n  - {name: a, key: [method], limit: {requests: 1, per: 1s}}\n",
+        );
+        assert_eq!((code, err.as_str()), (0, ""));
+        let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(report["valid"], true);
+        assert_eq!(report["rules"], 1);
+        assert_eq!(report["errors"], json!([]));
+
+        let (code, out, err) = check_as(
+            CheckFormat::Json,
+            "version: 1\nrules:\n  - {name: a, key: [method], limt: {requests: 1, per: 1s}}\n  - name: b\n    key: []\n    limit: {requests: 1, per: 1s}\nextra: 1\n",
+        );
+        assert_eq!((code, err.as_str()), (1, ""));
+        let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(report["file"], "PATH");
+        assert_eq!(report["valid"], false);
+        let errors = report["errors"].as_array().unwrap();
+        let seen: Vec<_> = errors
+            .iter()
+            .map(|e| {
+                (
+                    e["file"].as_str(),
+                    e["line"].as_u64(),
+                    e["rule"].as_str(),
+                    e["field"].as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (Some("PATH"), Some(3), Some("a"), Some("limt")),
+                (Some("PATH"), Some(4), Some("b"), Some("key")),
+                (Some("PATH"), Some(7), None, Some("extra")),
+            ]
+        );
+        assert!(errors.iter().all(|e| e["message"].is_string()));
+
+        // A YAML syntax error: line and column.
+        let (_, out, _) = check_as(CheckFormat::Json, "version: 1\nrules: [\n");
+        let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let e = &report["errors"][0];
+        assert!(e["line"].is_u64() && e["column"].is_u64(), "{e}");
     }
 
     #[test]
     fn unreadable_is_one_line() {
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        let code = check_rules(Path::new("/nonexistent/r.yaml"), &mut out, &mut err);
+        let path = Path::new("/nonexistent/r.yaml");
+        let code = check_rules(path, CheckFormat::Text, &mut out, &mut err);
         assert_eq!(code, 1);
         let err = String::from_utf8(err).unwrap();
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(err.starts_with("/nonexistent/r.yaml: cannot read:"));
+
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        assert_eq!(check_rules(path, CheckFormat::Json, &mut out, &mut err), 1);
+        let report: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(report["valid"], false);
+        assert_eq!(report["errors"][0]["line"], serde_json::Value::Null);
     }
 }

@@ -32,6 +32,8 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Validate a rules file: exit 0 when it is valid, else print every error and exit 1.
     CheckRules(CheckRulesArgs),
+    /// Print the rules file's JSON Schema (the one published as docs/rules.schema.json).
+    Schema,
     /// Print the id that metrics, logs and Redis key names use for a key (a keyed
     /// hash: only holders of the deployment's secret can map a key to its id).
     KeyId(KeyIdArgs),
@@ -217,6 +219,19 @@ pub struct CheckRulesArgs {
     /// The rules file to check.
     #[arg(value_name = "PATH")]
     pub path: PathBuf,
+    /// `text`: `PATH:LINE: rule NAME: field FIELD: message` lines on stderr. `json`:
+    /// one JSON object on stdout, `{"file", "valid", "rules", "version", "errors":
+    /// [{"file", "line", "rule", "field", "message"}]}`, for CI annotations and
+    /// admission checks. The exit code is the same either way.
+    #[arg(long, value_enum, default_value_t = CheckFormat::Text)]
+    pub format: CheckFormat,
+}
+
+/// How `check-rules` prints its findings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CheckFormat {
+    Text,
+    Json,
 }
 
 /// Which store backend `--store` names.

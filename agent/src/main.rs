@@ -25,8 +25,18 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::CheckRules(args) => {
-            let code = check_rules(&args.path, &mut std::io::stdout(), &mut std::io::stderr());
+            let code = check_rules(
+                &args.path,
+                args.format,
+                &mut std::io::stdout(),
+                &mut std::io::stderr(),
+            );
             ExitCode::from(code)
+        }
+        Command::Schema => {
+            let text = meshlimit_core::rules::schema::rules_schema_text();
+            let _ = write!(std::io::stdout(), "{text}");
+            ExitCode::SUCCESS
         }
         Command::KeyId(args) => match args.secret.load() {
             Ok(secret) => {

@@ -148,6 +148,7 @@ impl RulesWatcher {
             previous = previous.as_deref().unwrap_or("none"),
             "rules applied"
         );
+        self.metrics.rule_limits(&set);
         self.rules.install(Arc::new(set));
         self.metrics.rules_applied(&version);
         Reload::Applied { version }

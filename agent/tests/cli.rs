@@ -106,10 +106,20 @@ fn check_rules_good_and_bad() {
     assert_eq!(code, 1);
     assert!(
         stderr.starts_with(&format!(
-            "{path}: rule api: field limit.per: `1 minute` is not a period"
+            "{path}:3: rule api: field limit.per: `1 minute` is not a period"
         )),
         "{stderr}"
     );
+
+    // The same as JSON on stdout, for CI annotations and admission checks.
+    let (code, stdout, _) = run(&mut agent(&["check-rules", "--format", "json", &path]));
+    assert_eq!(code, 1);
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["valid"], false);
+    assert_eq!(report["errors"][0]["file"], path.as_str());
+    assert_eq!(report["errors"][0]["line"], 3);
+    assert_eq!(report["errors"][0]["rule"], "api");
+    assert_eq!(report["errors"][0]["field"], "limit.per");
 
     let (code, _, stderr) = run(&mut agent(&["check-rules", "/nonexistent/rules.yaml"]));
     assert_eq!(code, 1);

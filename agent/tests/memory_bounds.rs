@@ -84,7 +84,7 @@ async fn each_table_holds_at_most_max_keys_of_about_1_2_kib() {
     let before = rss();
     let fallback = Fallback::new(n);
     for i in 0..arriving {
-        fallback.take(&key(i), &limit, 0, 1);
+        fallback.take(&key(i), &limit, 0, 1, 0.0);
     }
     let held = fallback.len();
     assert!(held <= n, "the fail-local table holds {held} keys");

@@ -24,6 +24,7 @@ OUT/configmap-rules.yaml (the rules as the agents will read them).
 import argparse
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -236,6 +237,11 @@ def lint_istio(docs):
             errors.append(f"{name_of(wp)}: vmConfig.env wants {SECRET[0]} valueFrom HOST")
         if not spec["url"].startswith("oci://"):
             errors.append(f"{name_of(wp)}: want an oci:// url")
+        if not re.fullmatch(r"[0-9a-f]{64}", str(spec.get("sha256") or "")) and "@sha256:" not in spec["url"]:
+            errors.append(f"{name_of(wp)}: the module is not pinned: set sha256 to its manifest digest "
+                          "(make wasm-oci writes it), or Istio runs whatever the tag points at")
+        if spec.get("priority") is None:
+            errors.append(f"{name_of(wp)}: set a priority (its order among the phase's WasmPlugins)")
         errors += lint_plugin_config(name_of(wp), spec.get("pluginConfig", {}),
                                      f"outbound|{port}||{host}", host)
         if any(m.get("mode") in ("SERVER", "CLIENT_AND_SERVER", None) for m in spec.get("match", [{}])):

@@ -15,8 +15,10 @@ import unittest
 
 import yaml
 
+import alerts_check
 import manifests
 import metrics_check
+import schema_check
 import wasm_oci
 
 DEPLOY = pathlib.Path(__file__).resolve().parent.parent
@@ -41,6 +43,8 @@ EXPOSITION = textwrap.dedent("""\
     meshlimit_store_latency_seconds_bucket{le="+Inf"} 1
     meshlimit_store_latency_seconds_sum 0.001
     meshlimit_store_latency_seconds_count 1
+    # TYPE meshlimit_rule_limit gauge
+    meshlimit_rule_limit{rule="r",plan="",what="rate_per_second"} 1
     # TYPE meshlimit_leases_granted_total counter
     meshlimit_leases_granted_total{rule="r"} 1
     # TYPE meshlimit_lease_tokens_granted_total counter
@@ -232,6 +236,41 @@ class ManifestTests(unittest.TestCase):
         self.assertTrue(any("does not point at" in p for p in problems(ENVOY, repoint)))
 
 
+class WasmPluginTests(unittest.TestCase):
+    EXAMPLE = list(yaml.safe_load_all((DEPLOY / "istio" / "examples" / "one-workload.yaml").read_text()))
+
+    def test_unpinned_or_unordered_plugin_is_caught(self):
+        def unpin(docs):
+            del wasm_plugin(docs)["sha256"]
+        self.assertTrue(any("not pinned" in p for p in problems(ISTIO, unpin)))
+
+        def unorder(docs):
+            del wasm_plugin(docs)["priority"]
+        self.assertTrue(any("priority" in p for p in problems(ISTIO, unorder)))
+
+    def test_one_workload_example_is_valid(self):
+        # Against the CRD schemas, and linted beside the agents: its EnvoyFilter
+        # selects the WasmPlugin's workload in its namespace.
+        self.assertEqual(manifests.validate(self.EXAMPLE), [])
+        docs = [d for d in ISTIO if d["kind"] not in ("WasmPlugin", "EnvoyFilter")] + self.EXAMPLE
+        self.assertEqual(manifests.lint_istio(docs), [])
+        self.assertEqual(wasm_plugin(self.EXAMPLE)["sha256"], wasm_plugin(ISTIO)["sha256"])
+
+        # Without its EnvoyFilter, the lint catches the unhardened listener.
+        alone = [d for d in docs if d["kind"] != "EnvoyFilter"]
+        self.assertNotEqual(manifests.lint_istio(alone), [])
+
+    def test_pin_writes_the_digest(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            plugin = pathlib.Path(tmp) / "wp.yaml"
+            plugin.write_text((DEPLOY / "istio" / "wasmplugin.yaml").read_text())
+            wasm_oci.pin(plugin, "sha256:" + "ab" * 32)
+            spec = yaml.safe_load(plugin.read_text())["spec"]
+            self.assertEqual(spec["sha256"], "ab" * 32)
+            with self.assertRaises(ValueError):
+                wasm_oci.pin(plugin, "latest")
+
+
 class MetricsTests(unittest.TestCase):
     def used(self):
         dashboard = json.loads((DEPLOY / "monitoring" / "dashboard.json").read_text())
@@ -290,6 +329,61 @@ class H(http.server.BaseHTTPRequestHandler):
         pass
 http.server.HTTPServer((host, int(port)), H).serve_forever()
 """
+
+
+REPO = DEPLOY.parent
+PROMETHEUS_RULE = yaml.safe_load((DEPLOY / "monitoring" / "prometheusrule.yaml").read_text())
+ALERT_TESTS = yaml.safe_load((DEPLOY / "monitoring" / "tests.yaml").read_text())
+RUNBOOKS = REPO / "docs" / "runbooks"
+
+
+class AlertsTests(unittest.TestCase):
+    def test_shipped_alerts_pass(self):
+        self.assertEqual(alerts_check.problems(PROMETHEUS_RULE, ALERT_TESTS, RUNBOOKS), [])
+
+    def test_a_missing_runbook_or_test_fails(self):
+        rules = copy.deepcopy(PROMETHEUS_RULE)
+        first = rules["spec"]["groups"][0]["rules"][0]
+        del first["annotations"]["runbook_url"]
+        found = alerts_check.problems(rules, ALERT_TESTS, RUNBOOKS)
+        self.assertTrue(any("no runbook_url" in p for p in found), found)
+
+        rules = copy.deepcopy(PROMETHEUS_RULE)
+        rules["spec"]["groups"][0]["rules"][0]["annotations"]["runbook_url"] = "https://x/nope.md"
+        found = alerts_check.problems(rules, ALERT_TESTS, RUNBOOKS)
+        self.assertTrue(any("names no file" in p for p in found), found)
+
+        for keep_firing in (True, False):
+            tests = copy.deepcopy(ALERT_TESTS)
+            for case in tests["tests"]:
+                case["alert_rule_test"] = [
+                    t for t in case.get("alert_rule_test", [])
+                    if t["alertname"] != "MeshlimitStoreErrors" or bool(t["exp_alerts"]) == keep_firing
+                ]
+            found = alerts_check.problems(PROMETHEUS_RULE, tests, RUNBOOKS)
+            want = "stays silent" if keep_firing else "fires"
+            self.assertIn(f"MeshlimitStoreErrors: no promtool test where it {want}", found)
+
+
+class SchemaTests(unittest.TestCase):
+    SCHEMA = json.loads((REPO / "docs" / "rules.schema.json").read_text())
+    FIXTURES = REPO / "core" / "tests" / "fixtures"
+
+    def test_examples_pass_and_bad_fixtures_fail(self):
+        found, checked = schema_check.problems(
+            self.SCHEMA,
+            [DEPLOY / "rules.yaml", self.FIXTURES / "good-full.yaml"],
+            [self.FIXTURES / "bad-unknown-field.yaml", self.FIXTURES / "bad-nine.yaml"],
+            REPO / "README.md",
+        )
+        self.assertEqual(found, [])
+        self.assertGreaterEqual(checked, 5)
+
+    def test_a_bad_file_given_as_good_fails_and_the_reverse(self):
+        found, _ = schema_check.problems(
+            self.SCHEMA, [self.FIXTURES / "bad-zero.yaml"], [self.FIXTURES / "good-minimal.yaml"])
+        self.assertTrue(any("bad-zero.yaml" in p and "minimum" in p for p in found), found)
+        self.assertTrue(any("a bad fixture the schema accepts" in p for p in found), found)
 
 
 class OciTests(unittest.TestCase):

@@ -20,6 +20,7 @@ import hashlib
 import io
 import json
 import pathlib
+import re
 import shutil
 import sys
 import tarfile
@@ -151,6 +152,22 @@ def workspace_version():
     return tomllib.loads(cargo.read_text())["workspace"]["package"]["version"]
 
 
+SHA256_LINE = re.compile(r"^(\s*sha256:)\s*\S*.*$", re.M)
+
+
+def pin(plugin, digest):
+    """Writes `digest` (sha256:HEX or HEX) as the `sha256:` of a WasmPlugin file,
+    keeping everything else as written. Returns the hex written."""
+    hexdigest = digest.removeprefix("sha256:")
+    if not re.fullmatch(r"[0-9a-f]{64}", hexdigest):
+        raise ValueError(f"{digest!r} is not a sha256 digest")
+    text = plugin.read_text()
+    if len(SHA256_LINE.findall(text)) != 1:
+        raise ValueError(f"{plugin}: want exactly one `sha256:` line to fill")
+    plugin.write_text(SHA256_LINE.sub(lambda m: f"{m.group(1)} {hexdigest}", text))
+    return hexdigest
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -161,12 +178,19 @@ def main():
     v = sub.add_parser("verify")
     v.add_argument("out", type=pathlib.Path)
     v.add_argument("--wasm", type=pathlib.Path)
+    n = sub.add_parser("pin", help="write OUT_DIR's manifest digest into a WasmPlugin's sha256")
+    n.add_argument("out", type=pathlib.Path)
+    n.add_argument("plugin", type=pathlib.Path, nargs="+")
     args = ap.parse_args()
     try:
         if args.cmd == "pack":
             tag = args.tag or workspace_version()
             digest = pack(args.wasm.read_bytes(), args.out, tag)
             print(f"{args.out} ({tag}): manifest {digest}")
+        elif args.cmd == "pin":
+            digest = verify(args.out, None)
+            for plugin in args.plugin:
+                print(f"{plugin}: sha256 {pin(plugin, digest)}")
         else:
             module = args.wasm.read_bytes() if args.wasm else None
             print(f"ok   {args.out}: index, manifest, config and layer consistent; manifest {verify(args.out, module)}")

@@ -1,8 +1,11 @@
-//! Metrics of the rules watcher: reloads, the version in force, the last result.
+//! Metrics of the rules watcher: reloads, the version in force, the last result,
+//! and each rule's configured limit (so dashboards can show use against it).
 
+use std::collections::HashSet;
 use std::sync::Mutex;
 
-use prometheus::{IntCounterVec, IntGauge, IntGaugeVec};
+use meshlimit_core::rules::{Limits, RuleSet};
+use prometheus::{GaugeVec, IntCounterVec, IntGauge, IntGaugeVec};
 
 use super::{inc, lock, Factory, Metrics, MetricsError};
 
@@ -12,6 +15,9 @@ pub(super) struct RulesMetrics {
     last_reload_success: IntGauge,
     /// The version label currently set on `meshlimit_rules_version_info`.
     shown_version: Mutex<Option<String>>,
+    limit: GaugeVec,
+    /// The (rule, plan) pairs currently set on `meshlimit_rule_limit`.
+    shown_limits: Mutex<HashSet<(String, String)>>,
 }
 
 impl RulesMetrics {
@@ -32,6 +38,14 @@ impl RulesMetrics {
                 "1 if the last rules file read was valid, else 0.",
             )?,
             shown_version: Mutex::new(None),
+            limit: f.ratios(
+                "meshlimit_rule_limit",
+                "Each rule's configured limit, per plan (plan \"\" for a rule without plans): \
+                 what=\"rate_per_second\" (requests per second one key may sustain) or \
+                 what=\"burst\" (requests one key may send at once).",
+                &["rule", "plan", "what"],
+            )?,
+            shown_limits: Mutex::new(HashSet::new()),
         })
     }
 }
@@ -50,6 +64,42 @@ impl Metrics {
             g.set(1);
         }
         *shown = Some(version.to_string());
+    }
+
+    /// Shows `set`'s limits on `meshlimit_rule_limit`, and only them: the labels of
+    /// rules or plans no longer in force are removed.
+    pub fn rule_limits(&self, set: &RuleSet) {
+        let m = &self.rules;
+        let mut wanted = HashSet::new();
+        for rule in set.rules() {
+            let limits: Vec<(&str, meshlimit_core::limit::Limit)> = match &rule.limits {
+                Limits::Single(l) => vec![("", *l)],
+                Limits::Plans { limits, .. } => {
+                    limits.iter().map(|(p, l)| (p.as_str(), *l)).collect()
+                }
+            };
+            for (plan, limit) in limits {
+                for (what, value) in [
+                    ("rate_per_second", limit.rate_per_sec()),
+                    ("burst", f64::from(limit.burst())),
+                ] {
+                    if let Ok(g) = m
+                        .limit
+                        .get_metric_with_label_values(&[&rule.name, plan, what])
+                    {
+                        g.set(value);
+                    }
+                }
+                wanted.insert((rule.name.clone(), plan.to_string()));
+            }
+        }
+        let mut shown = lock(&m.shown_limits);
+        for (rule, plan) in shown.difference(&wanted) {
+            for what in ["rate_per_second", "burst"] {
+                let _ = m.limit.remove_label_values(&[rule, plan, what]);
+            }
+        }
+        *shown = wanted;
     }
 
     /// A rules file was refused (or could not be read); the last good set stays.

@@ -149,3 +149,39 @@ fn long_filter_ids_become_bounded_labels() {
         Some(1.0)
     );
 }
+
+#[test]
+fn each_rule_and_plan_shows_its_limit_and_old_ones_go() {
+    let m = Metrics::new("eu").unwrap();
+    let first = parse_rules(
+        "r.yaml",
+        "version: 1\nrules:\n  - {name: per-ip, key: [client_ip], limit: {requests: 120, per: 1m, burst: 30}}\n  - name: api\n    key: [{header: x-api-key}]\n    plans:\n      header: x-plan\n      default: free\n      limits:\n        free: {requests: 10, per: 1s}\n        gold: {requests: 100, per: 1s, burst: 500}\n",
+    )
+    .unwrap();
+    m.rule_limits(&first);
+    let text = m.render().unwrap();
+    let limit = |text: &str, rule: &str, plan: &str, what: &str| {
+        sample(
+            text,
+            "meshlimit_rule_limit",
+            &[("rule", rule), ("plan", plan), ("what", what)],
+        )
+    };
+    assert_eq!(limit(&text, "per-ip", "", "rate_per_second"), Some(2.0));
+    assert_eq!(limit(&text, "per-ip", "", "burst"), Some(30.0));
+    assert_eq!(limit(&text, "api", "free", "rate_per_second"), Some(10.0));
+    assert_eq!(limit(&text, "api", "gold", "burst"), Some(500.0));
+
+    // A new set: the rule and the plan it dropped leave the metric.
+    let second = parse_rules(
+        "r.yaml",
+        "version: 1\nrules:\n  - name: api\n    key: [{header: x-api-key}]\n    plans:\n      header: x-plan\n      default: free\n      limits:\n        free: {requests: 20, per: 1s}\n",
+    )
+    .unwrap();
+    m.rule_limits(&second);
+    let text = m.render().unwrap();
+    assert_eq!(limit(&text, "per-ip", "", "rate_per_second"), None);
+    assert_eq!(limit(&text, "api", "gold", "burst"), None);
+    assert_eq!(limit(&text, "api", "free", "rate_per_second"), Some(20.0));
+    assert_eq!(limit(&text, "api", "free", "burst"), Some(20.0));
+}

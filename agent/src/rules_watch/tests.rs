@@ -127,7 +127,7 @@ async fn follows_a_configmap_symlink_swap_and_refuses_a_broken_file() {
     );
     let error = rules.last_error().unwrap();
     assert!(
-        error.contains("rules.yaml: rule api: field limit.per:"),
+        error.contains("rules.yaml:3: rule api: field limit.per:"),
         "{error}"
     );
     let text = metrics.render().unwrap();

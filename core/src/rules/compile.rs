@@ -32,16 +32,30 @@ impl RuleSet {
     /// the first, so one round of edits fixes a file. The set keeps a copy of the
     /// normalised file, to serve it ([`RuleSet::config`]).
     pub fn compile(config: &RulesConfig) -> Result<RuleSet, RulesError> {
-        Self::compile_keeping(config, true)
+        Self::compile_with(config, &[], true)
     }
 
     /// [`RuleSet::compile`] for a host that only matches requests (the filter):
     /// no copy of the file is kept, about half the set's memory for large sets.
     pub fn compile_unserved(config: &RulesConfig) -> Result<RuleSet, RulesError> {
-        Self::compile_keeping(config, false)
+        Self::compile_with(config, &[], false)
     }
 
-    fn compile_keeping(config: &RulesConfig, keep: bool) -> Result<RuleSet, RulesError> {
+    /// [`RuleSet::compile`], with each rule's line in the file (by position; a
+    /// missing entry is an unknown line): every error about a rule carries it.
+    #[cfg(feature = "yaml")]
+    pub(crate) fn compile_at(
+        config: &RulesConfig,
+        lines: &[Option<usize>],
+    ) -> Result<RuleSet, RulesError> {
+        Self::compile_with(config, lines, true)
+    }
+
+    fn compile_with(
+        config: &RulesConfig,
+        lines: &[Option<usize>],
+        keep: bool,
+    ) -> Result<RuleSet, RulesError> {
         let mut errors = Vec::new();
         if config.version != SCHEMA_VERSION {
             errors.push(RuleError::new(
@@ -62,9 +76,10 @@ impl RuleSet {
         }
         let mut seen = HashSet::new();
         let mut rules = Vec::with_capacity(config.rules.len());
-        for rule in &config.rules {
+        for (i, rule) in config.rules.iter().enumerate() {
+            let mut rule_errors = Vec::new();
             if !seen.insert(rule.name.as_str()) {
-                errors.push(RuleError::new(
+                rule_errors.push(RuleError::new(
                     Some(&rule.name),
                     "name",
                     "duplicate rule name",
@@ -72,8 +87,13 @@ impl RuleSet {
             }
             match compile_rule(rule, &config.defaults) {
                 Ok(r) => rules.push(r),
-                Err(mut e) => errors.append(&mut e),
+                Err(mut e) => rule_errors.append(&mut e),
             }
+            let line = lines.get(i).copied().flatten();
+            errors.extend(rule_errors.into_iter().map(|mut e| {
+                e.line = line;
+                e
+            }));
         }
         if !errors.is_empty() {
             return Err(RulesError { errors });

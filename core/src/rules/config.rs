@@ -8,16 +8,23 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The whole rules file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RulesConfig {
+    /// The schema version: 1.
+    #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 1)))]
     pub version: u32,
+    /// Fields that apply to every rule that omits them.
     #[serde(default)]
     pub defaults: DefaultsConfig,
+    /// The rules; every rule that matches a request is evaluated, the strictest first.
+    #[cfg_attr(feature = "schema", schemars(length(min = 1)))]
     pub rules: Vec<RuleConfig>,
 }
 
 /// Fields that apply to every rule that omits them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct DefaultsConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -30,19 +37,30 @@ pub struct DefaultsConfig {
     pub scope: Option<Scope>,
 }
 
-/// One rule as written.
+/// One rule as written: `name`, `key`, and either `limit` or `plans`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "schema",
+    schemars(extend("oneOf" = [{"required": ["limit"]}, {"required": ["plans"]}]))
+)]
 #[serde(deny_unknown_fields)]
 pub struct RuleConfig {
+    /// 1 to 64 characters of [a-z0-9._-]; unique in the file. Metric label and key prefix.
+    #[cfg_attr(feature = "schema", schemars(regex(pattern = r"^[a-z0-9._-]{1,64}$")))]
     pub name: String,
     #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
     pub matches: Option<MatchConfig>,
+    /// What the limit is counted per: `method`, `client_ip`, `path`, `route`, `header: NAME`.
+    #[cfg_attr(feature = "schema", schemars(length(min = 1)))]
     pub key: Vec<KeyPartConfig>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<LimitConfig>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plans: Option<PlansConfig>,
+    /// Tokens one request takes (default 1); at most the burst.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(range(min = 1, max = u32::MAX)))]
     pub cost: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<Mode>,
@@ -56,20 +74,41 @@ pub struct RuleConfig {
 
 /// Conditions that must all hold for a rule to apply.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "schema",
+    schemars(extend("not" = {"required": ["path", "path_prefix"]}))
+)]
 #[serde(deny_unknown_fields)]
 pub struct MatchConfig {
+    /// This path exactly (normalised); not with `path_prefix`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(regex(pattern = r"^/")))]
     pub path: Option<String>,
+    /// Paths that start with this (ending in `/`: the directory and below).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(regex(pattern = r"^/")))]
     pub path_prefix: Option<String>,
+    /// HTTP methods; leave out to match every method.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "schema",
+        schemars(length(min = 1), inner(regex(pattern = r"^[A-Za-z]+$")))
+    )]
     pub methods: Option<Vec<String>>,
+    /// Header conditions by header name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[cfg_attr(feature = "schema", schemars(extend("propertyNames" = {"pattern": "^[A-Za-z0-9_-]+$"})))]
     pub headers: BTreeMap<String, HeaderMatchConfig>,
 }
 
 /// `{ present: true }` or `{ equals: value }`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "schema",
+    schemars(extend("minProperties" = 1, "maxProperties" = 1))
+)]
 #[serde(deny_unknown_fields)]
 pub struct HeaderMatchConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -80,20 +119,36 @@ pub struct HeaderMatchConfig {
 
 /// A token bucket as written: `requests` per `per`, `burst` capacity.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct LimitConfig {
+    /// Requests allowed per `per`.
+    #[cfg_attr(feature = "schema", schemars(range(min = 1, max = u32::MAX)))]
     pub requests: u32,
+    /// A whole number and one of ms, s, m, h, d: `250ms`, `1s`, `1m` (1ms to 366d).
+    #[cfg_attr(
+        feature = "schema",
+        schemars(regex(pattern = r"^\s*[0-9]+(ms|s|m|h|d)\s*$"))
+    )]
     pub per: String,
+    /// The bucket's capacity (default: `requests`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(range(min = 1, max = u32::MAX)))]
     pub burst: Option<u32>,
 }
 
 /// Per-plan limits chosen by a header's value.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PlansConfig {
+    /// The header whose value names the plan.
+    #[cfg_attr(feature = "schema", schemars(regex(pattern = "^[A-Za-z0-9_-]+$")))]
     pub header: String,
+    /// The plan used when the header is absent or names no plan; must be in `limits`.
     pub default: String,
+    /// The limit of each plan, by plan name.
+    #[cfg_attr(feature = "schema", schemars(extend("minProperties" = 1)))]
     pub limits: BTreeMap<String, LimitConfig>,
 }
 
@@ -107,14 +162,20 @@ pub enum KeyPartConfig {
     Route,
 }
 
+/// `enforce` (default): over the limit gets a 429. `shadow`: counted and
+/// reported, never refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     Enforce,
     Shadow,
 }
 
+/// When the limiter cannot decide: `open` allows, `closed` refuses, `local`
+/// (default) limits at the limit divided by the expected nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum FailurePolicy {
     Open,
@@ -122,14 +183,18 @@ pub enum FailurePolicy {
     Local,
 }
 
+/// `fast` (default): node leases. `exact`: every request checked in the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Accuracy {
     Fast,
     Exact,
 }
 
+/// `region` (default): one budget per region. `global`: shared across regions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Scope {
     Region,
@@ -182,5 +247,28 @@ impl Serialize for KeyPartConfig {
             Self::Path => s.serialize_str("path"),
             Self::Route => s.serialize_str("route"),
         }
+    }
+}
+
+/// Written by hand, like its `Deserialize`: a bare word or `{header: NAME}`.
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for KeyPartConfig {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "KeyPartConfig".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "One part of a rule's key: `method`, `client_ip`, `path`, `route`, or `header: NAME`.",
+            "oneOf": [
+                {"type": "string", "enum": ["method", "client_ip", "path", "route"]},
+                {
+                    "type": "object",
+                    "properties": {"header": {"type": "string", "pattern": "^[A-Za-z0-9_-]+$"}},
+                    "required": ["header"],
+                    "additionalProperties": false
+                }
+            ]
+        })
     }
 }

@@ -1,13 +1,20 @@
 //! What is wrong with a rules file, said so a person can fix it:
-//! `PATH: rule NAME: field FIELD: what is wrong`.
+//! `PATH:LINE: rule NAME: field FIELD: what is wrong` (`PATH:LINE:COLUMN:` where
+//! the YAML itself is broken), and as JSON for tools (`check-rules --format json`).
 
 use std::fmt;
 
 /// One problem in a rules file.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize)]
 pub struct RuleError {
     /// The file, as given on the command line (empty when checking text).
     pub file: String,
+    /// The line (1-based) the error is about: where its rule starts, where the
+    /// top-level field is, or where the YAML broke; `None` when not known.
+    pub line: Option<usize>,
+    /// The column (1-based), for YAML syntax errors only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub column: Option<usize>,
     /// The rule's name (or `#N`, its position, when it has no usable name);
     /// `None` for problems outside any rule.
     pub rule: Option<String>,
@@ -30,10 +37,27 @@ impl RuleError {
     ) -> Self {
         Self {
             file: String::new(),
+            line: None,
+            column: None,
             rule: rule.map(str::to_string),
             field: field.into(),
             message: message.into(),
         }
+    }
+
+    /// The same error, about line `line`.
+    #[cfg_attr(not(feature = "yaml"), allow(dead_code))]
+    pub(crate) fn at_line(mut self, line: usize) -> Self {
+        self.line = Some(line);
+        self
+    }
+
+    /// The same error, about line `line`, column `column`.
+    #[cfg_attr(not(feature = "yaml"), allow(dead_code))]
+    pub(crate) fn at(mut self, line: usize, column: usize) -> Self {
+        self.line = Some(line);
+        self.column = Some(column);
+        self
     }
 }
 
@@ -55,8 +79,15 @@ impl From<RuleError> for RulesError {
 
 impl fmt::Display for RuleError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if !self.file.is_empty() {
-            write!(f, "{}: ", self.file)?;
+        let at = match (self.line, self.column) {
+            (Some(line), Some(column)) => format!(":{line}:{column}"),
+            (Some(line), None) => format!(":{line}"),
+            _ => String::new(),
+        };
+        match (self.file.is_empty(), at.is_empty()) {
+            (false, _) => write!(f, "{}{at}: ", self.file)?,
+            (true, false) => write!(f, "line {}: ", &at[1..])?,
+            (true, true) => {}
         }
         if let Some(rule) = &self.rule {
             write!(f, "rule {rule}: ")?;

@@ -9,6 +9,8 @@ mod index;
 mod matching;
 #[cfg(feature = "yaml")]
 mod parse;
+#[cfg(feature = "schema")]
+pub mod schema;
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;

@@ -11,20 +11,15 @@
 //! RSS at under 16 MiB). A text the scanner cannot read is left to serde_yaml, whose
 //! error messages the fixtures pin.
 
-use serde::Deserialize;
+use std::collections::BTreeMap;
 
+use serde::de::DeserializeOwned;
+use serde_yaml::Value;
+
+use super::compile::SCHEMA_VERSION;
 use super::config::{DefaultsConfig, RuleConfig, RulesConfig};
 use super::error::{RuleError, RulesError};
 use super::RuleSet;
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileShape {
-    version: u32,
-    #[serde(default)]
-    defaults: DefaultsConfig,
-    rules: Vec<serde_yaml::Value>,
-}
 
 /// The largest rules file read: 4 MiB, above the biggest rule sets seen (20,000
 /// rules are about 2.5 MB) with room to spare. Parsing costs about 50 bytes of
@@ -38,17 +33,54 @@ struct FileShape {
 /// never held.
 pub const MAX_RULES_FILE_BYTES: usize = 4 * 1024 * 1024;
 
+/// The top-level fields of a rules file, in the order serde's message names them.
+const TOP_LEVEL: [&str; 3] = ["version", "defaults", "rules"];
+
 /// Parses and compiles a rules file's text. `file` names it in every error.
+///
+/// Every problem of the file is reported in one pass: a rule that does not
+/// deserialise (an unknown field, a wrong type) is reported and left out, and the
+/// rules that did are still compiled and checked, so a parse error hides no
+/// compile error of another rule. Errors carry the line of what they are about
+/// (the rule's first line, the top-level field's line, or where the YAML broke)
+/// and come in the file's order.
 pub fn parse_rules(file: &str, text: &str) -> Result<RuleSet, RulesError> {
     check_bounds(text)
-        .and_then(|()| parse_config(text))
-        .and_then(|config| RuleSet::compile(&config))
+        .and_then(|lines| parse_and_compile(text, &lines))
         .map_err(|e| e.in_file(file))
 }
 
+/// Where things start in the text, from the event scan: the top-level keys' lines
+/// and each rule's first line (1-based), in order.
+#[derive(Debug, Default)]
+struct Lines {
+    top_level: BTreeMap<String, usize>,
+    rules: Vec<usize>,
+}
+
+impl Lines {
+    fn rule(&self, index: usize) -> Option<usize> {
+        self.rules.get(index).copied()
+    }
+
+    /// The line of the top-level field `field` (`version`, `rules[3]`, `defaults.mode`).
+    fn top_level(&self, field: &str) -> Option<usize> {
+        let head = field.split(['.', '[']).next().unwrap_or(field);
+        self.top_level.get(head).copied()
+    }
+}
+
+/// One open collection during the scan.
+enum Frame {
+    /// A mapping; `key` is the key whose value comes next (`None`: a key comes next).
+    Map { key: Option<String> },
+    /// A sequence; `rules` when it is the top-level `rules:` value.
+    Seq { rules: bool },
+}
+
 /// Refuses a text over [`MAX_RULES_FILE_BYTES`] or holding a YAML alias, before
-/// anything expands it.
-fn check_bounds(text: &str) -> Result<(), RulesError> {
+/// anything expands it; the same scan notes where the rules start.
+fn check_bounds(text: &str) -> Result<Lines, RulesError> {
     if text.len() > MAX_RULES_FILE_BYTES {
         return Err(RuleError::new(
             None,
@@ -60,66 +92,203 @@ fn check_bounds(text: &str) -> Result<(), RulesError> {
         )
         .into());
     }
+    let mut lines = Lines::default();
+    let mut stack: Vec<Frame> = Vec::new();
     for event in saphyr_parser::Parser::new_from_str(text) {
+        let (event, span) = match event {
+            Ok(e) => e,
+            // serde_yaml reports malformed YAML in its own words (the fixtures'
+            // texts); the scan only looks for aliases and positions.
+            Err(_) => break,
+        };
+        let line = span.start.line();
+        use saphyr_parser::Event;
+        let starts_node = matches!(
+            event,
+            Event::Alias(_)
+                | Event::Scalar(..)
+                | Event::SequenceStart(..)
+                | Event::MappingStart(..)
+        );
+        let mut is_rules_value = false;
+        if starts_node {
+            let depth = stack.len();
+            match stack.last_mut() {
+                Some(Frame::Map { key }) => match key.take() {
+                    None => {
+                        // A key: the next node is its value.
+                        let name = match &event {
+                            Event::Scalar(v, ..) => v.to_string(),
+                            _ => String::new(),
+                        };
+                        if depth == 1 {
+                            lines.top_level.entry(name.clone()).or_insert(line);
+                        }
+                        *key = Some(name);
+                    }
+                    Some(k) => is_rules_value = depth == 1 && k == "rules",
+                },
+                Some(Frame::Seq { rules: true }) => lines.rules.push(line),
+                _ => {}
+            }
+        }
         match event {
-            Ok((saphyr_parser::Event::Alias(_), span)) => {
+            Event::Alias(_) => {
                 return Err(RuleError::new(
                     None,
                     "-",
-                    format!(
-                        "line {}, column {}: YAML aliases (`*name`) are not allowed in rules files: \
-                         each alias is expanded in full, so a few KB of nested aliases can take \
-                         gigabytes; write the value out",
-                        span.start.line(),
-                        span.start.col() + 1
-                    ),
+                    "YAML aliases (`*name`) are not allowed in rules files: each alias is \
+                     expanded in full, so a few KB of nested aliases can take gigabytes; \
+                     write the value out",
                 )
+                .at(line, span.start.col() + 1)
                 .into());
             }
-            Ok((saphyr_parser::Event::StreamEnd, _)) => break,
-            Ok(_) => {}
-            // serde_yaml reports malformed YAML in its own words (the fixtures'
-            // texts); the scan only looks for aliases.
-            Err(_) => break,
+            Event::MappingStart(..) => stack.push(Frame::Map { key: None }),
+            Event::SequenceStart(..) => stack.push(Frame::Seq {
+                rules: is_rules_value,
+            }),
+            Event::MappingEnd | Event::SequenceEnd => {
+                stack.pop();
+            }
+            Event::DocumentEnd | Event::StreamEnd => break,
+            _ => {}
         }
     }
-    Ok(())
+    Ok(lines)
 }
 
-fn parse_config(text: &str) -> Result<RulesConfig, RulesError> {
-    let value: serde_yaml::Value = serde_yaml::from_str(text)
-        .map_err(|e| RuleError::new(None, "-", format!("not valid YAML or JSON: {e}")))?;
-    let shape: FileShape = serde_path_to_error::deserialize(value).map_err(|e| {
-        let field = e.path().to_string();
-        RuleError::new(None, field, e.into_inner().to_string())
+/// Deserialises one part of the file, naming the field path (under `prefix`) on error.
+fn part<T: DeserializeOwned>(value: Value, prefix: &str) -> Result<T, (String, String)> {
+    serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
+        let path = e.path().to_string();
+        let field = match (prefix, path.as_str()) {
+            (_, ".") => prefix.to_string(),
+            ("", _) => path,
+            _ if path.starts_with('[') => format!("{prefix}{path}"),
+            _ => format!("{prefix}.{path}"),
+        };
+        (field, e.into_inner().to_string())
+    })
+}
+
+fn parse_and_compile(text: &str, lines: &Lines) -> Result<RuleSet, RulesError> {
+    let value: Value = serde_yaml::from_str(text).map_err(|e| {
+        let error = RuleError::new(None, "-", format!("not valid YAML or JSON: {e}"));
+        match e.location() {
+            Some(at) => error.at(at.line(), at.column()),
+            None => error,
+        }
     })?;
-    let mut rules = Vec::with_capacity(shape.rules.len());
     let mut errors = Vec::new();
-    for (i, raw) in shape.rules.into_iter().enumerate() {
-        let name = raw
-            .get("name")
-            .and_then(serde_yaml::Value::as_str)
-            .map_or_else(|| format!("#{}", i + 1), str::to_string);
-        match serde_path_to_error::deserialize::<_, RuleConfig>(raw) {
-            Ok(rule) => rules.push(rule),
-            Err(e) => {
-                let field = e.path().to_string();
-                errors.push(RuleError::new(
-                    Some(&name),
-                    field,
-                    e.into_inner().to_string(),
+    let top_error = |field: String, message: String| {
+        let line = lines.top_level(&field);
+        let error = RuleError::new(None, field, message);
+        match line {
+            Some(line) => error.at_line(line),
+            None => error,
+        }
+    };
+    let Value::Mapping(map) = value else {
+        return Err(RuleError::new(
+            None,
+            "-",
+            "a rules file is a mapping with `version` and `rules` (and optionally `defaults`)",
+        )
+        .into());
+    };
+    let (mut version, mut defaults, mut raw_rules) = (None, None, None);
+    for (key, value) in map {
+        let name = match &key {
+            Value::String(s) => s.clone(),
+            other => serde_yaml::to_string(other)
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
+        };
+        match name.as_str() {
+            "version" => match part::<u32>(value, "version") {
+                Ok(v) => version = Some(v),
+                Err((f, m)) => errors.push(top_error(f, m)),
+            },
+            "defaults" => match part::<DefaultsConfig>(value, "defaults") {
+                Ok(d) => defaults = Some(d),
+                Err((f, m)) => errors.push(top_error(f, m)),
+            },
+            "rules" => match part::<Vec<Value>>(value, "rules") {
+                Ok(r) => raw_rules = Some(r),
+                Err((f, m)) => errors.push(top_error(f, m)),
+            },
+            other => {
+                let expected = TOP_LEVEL.map(|f| format!("`{f}`")).join(", ");
+                errors.push(top_error(
+                    other.to_string(),
+                    format!("unknown field `{other}`, expected one of {expected}"),
                 ));
             }
         }
     }
-    if !errors.is_empty() {
-        return Err(RulesError { errors });
+    for (field, got) in [
+        ("version", version.is_some()),
+        ("rules", raw_rules.is_some()),
+    ] {
+        let refused = errors
+            .iter()
+            .any(|e| e.rule.is_none() && e.field.starts_with(field));
+        if !got && !refused {
+            errors.push(RuleError::new(None, field, format!("missing field `{field}`")).at_line(1));
+        }
     }
-    Ok(RulesConfig {
-        version: shape.version,
-        defaults: shape.defaults,
+    let rules_given = raw_rules.is_some();
+    let mut rules = Vec::new();
+    // The position in the file of each rule that deserialised.
+    let mut rule_lines = Vec::new();
+    for (i, raw) in raw_rules.unwrap_or_default().into_iter().enumerate() {
+        let name = raw
+            .get("name")
+            .and_then(Value::as_str)
+            .map_or_else(|| format!("#{}", i + 1), str::to_string);
+        match part::<RuleConfig>(raw, "") {
+            Ok(rule) => {
+                rules.push(rule);
+                rule_lines.push(lines.rule(i));
+            }
+            Err((field, message)) => {
+                let error = RuleError::new(Some(&name), field, message);
+                errors.push(match lines.rule(i) {
+                    Some(line) => error.at_line(line),
+                    None => error,
+                });
+            }
+        }
+    }
+    // "at least one rule" is no news when `rules` is missing or some did not parse.
+    let rules_reported = !rules_given || errors.iter().any(|e| e.rule.is_some());
+    let config = RulesConfig {
+        // A missing or unreadable version is already reported; compile the rules
+        // as this build's version so their own problems show too.
+        version: version.unwrap_or(SCHEMA_VERSION),
+        defaults: defaults.unwrap_or_default(),
         rules,
-    })
+    };
+    let mut compile_errors = match RuleSet::compile_at(&config, &rule_lines) {
+        // Rules left out: the file is refused even if the rest compiles.
+        Ok(set) if errors.is_empty() => return Ok(set),
+        Ok(_) => Vec::new(),
+        Err(e) => e.errors,
+    };
+    for e in &mut compile_errors {
+        if e.line.is_none() && e.rule.is_none() {
+            e.line = lines.top_level(&e.field);
+        }
+    }
+    if rules_reported {
+        compile_errors.retain(|e| !(e.rule.is_none() && e.field == "rules"));
+    }
+    errors.append(&mut compile_errors);
+    // The file's order; errors without a line (none expected) last.
+    errors.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
+    Err(RulesError { errors })
 }
 
 #[cfg(test)]
@@ -147,7 +316,7 @@ mod tests {
         assert_eq!(err.errors.len(), 1, "{err}");
         let msg = err.to_string();
         assert!(
-            msg.starts_with("r.yaml: ") && msg.contains("line 2, column 10: YAML aliases"),
+            msg.starts_with("r.yaml:2:10: field -: YAML aliases"),
             "{msg}"
         );
         // An anchor alone is harmless and accepted; JSON stays accepted.

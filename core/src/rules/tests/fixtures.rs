@@ -25,26 +25,27 @@ fn good_files_compile() {
 
 #[test]
 fn bad_files_name_the_rule_and_field() {
-    // (file, expected error line, exactly as `check-rules` prints it)
+    // (file, expected error line, exactly as `check-rules` prints it: the line
+    // number is where the rule starts, or the top-level field's line)
     let table = [
-        ("bad-unknown-field.yaml", "bad-unknown-field.yaml: rule search: field limit.requets: unknown field `requets`, expected one of `requests`, `per`, `burst`"),
-        ("bad-period.yaml", "bad-period.yaml: rule search: field limit.per: `1 minute` is not a period: write a whole number and one of ms, s, m, h, d (e.g. 250ms, 1s, 1m)"),
-        ("bad-duplicate.yaml", "bad-duplicate.yaml: rule twice: field name: duplicate rule name"),
-        ("bad-name.yaml", "bad-name.yaml: rule Search API: field name: `Search API` must be 1 to 64 characters of [a-z0-9._-]"),
-        ("bad-plan-default.yaml", "bad-plan-default.yaml: rule plans: field plans.default: plan `gold` is not in `plans.limits`"),
-        ("bad-key.yaml", "bad-key.yaml: rule k: field key[0]: unknown key part `ip`: expected one of `method`, `client_ip`, `path`, `route` or `header: NAME`"),
-        ("bad-cost.yaml", "bad-cost.yaml: rule heavy: field cost: cost 50 is above the burst 10 of `limit`: no request could ever pass"),
-        ("bad-no-limit.yaml", "bad-no-limit.yaml: rule nolimit: field limit: a rule needs `limit` or `plans`"),
-        ("bad-zero.yaml", "bad-zero.yaml: rule zero: field limit.requests: must be at least 1"),
-        ("bad-mode.yaml", "bad-mode.yaml: rule m: field mode: unknown variant `enforcing`, expected `enforce` or `shadow`"),
-        ("bad-header-match.yaml", "bad-header-match.yaml: rule h: field match.headers.x-env: give exactly one of `present` or `equals`"),
-        ("bad-no-rules.yaml", "bad-no-rules.yaml: field rules: at least one rule is required"),
-        ("bad-version.yaml", "bad-version.yaml: field version: unsupported schema version 2; this agent reads version 1"),
-        ("bad-refill.yaml", "bad-refill.yaml: rule slow: field limit.burst: a full burst of 400 takes 400 days to refill at 1 per `1d`; at most 366 days: raise `requests` or lower `burst`"),
-        ("bad-refill-plan.yaml", "bad-refill-plan.yaml: rule plans: field plans.limits.huge.burst: a full burst of 4000000000 takes 4000000000 days to refill at 1 per `1d`; at most 366 days: raise `requests` or lower `burst`"),
-        ("bad-burst-range.yaml", "bad-burst-range.yaml: rule big: field limit.burst: invalid value: integer `9007199254740993`, expected u32"),
-        ("bad-period-overflow.yaml", "bad-period-overflow.yaml: rule long: field limit.per: `99999999999999999999d` must be between 1ms and 366d"),
-        ("bad-top-level.yaml", "bad-top-level.yaml: field ruls: unknown field `ruls`, expected one of `version`, `defaults`, `rules`"),
+        ("bad-unknown-field.yaml", "bad-unknown-field.yaml:3: rule search: field limit.requets: unknown field `requets`, expected one of `requests`, `per`, `burst`"),
+        ("bad-period.yaml", "bad-period.yaml:3: rule search: field limit.per: `1 minute` is not a period: write a whole number and one of ms, s, m, h, d (e.g. 250ms, 1s, 1m)"),
+        ("bad-duplicate.yaml", "bad-duplicate.yaml:4: rule twice: field name: duplicate rule name"),
+        ("bad-name.yaml", "bad-name.yaml:3: rule Search API: field name: `Search API` must be 1 to 64 characters of [a-z0-9._-]"),
+        ("bad-plan-default.yaml", "bad-plan-default.yaml:3: rule plans: field plans.default: plan `gold` is not in `plans.limits`"),
+        ("bad-key.yaml", "bad-key.yaml:3: rule k: field key[0]: unknown key part `ip`: expected one of `method`, `client_ip`, `path`, `route` or `header: NAME`"),
+        ("bad-cost.yaml", "bad-cost.yaml:3: rule heavy: field cost: cost 50 is above the burst 10 of `limit`: no request could ever pass"),
+        ("bad-no-limit.yaml", "bad-no-limit.yaml:3: rule nolimit: field limit: a rule needs `limit` or `plans`"),
+        ("bad-zero.yaml", "bad-zero.yaml:3: rule zero: field limit.requests: must be at least 1"),
+        ("bad-mode.yaml", "bad-mode.yaml:3: rule m: field mode: unknown variant `enforcing`, expected `enforce` or `shadow`"),
+        ("bad-header-match.yaml", "bad-header-match.yaml:3: rule h: field match.headers.x-env: give exactly one of `present` or `equals`"),
+        ("bad-no-rules.yaml", "bad-no-rules.yaml:2: field rules: at least one rule is required"),
+        ("bad-version.yaml", "bad-version.yaml:1: field version: unsupported schema version 2; this agent reads version 1"),
+        ("bad-refill.yaml", "bad-refill.yaml:4: rule slow: field limit.burst: a full burst of 400 takes 400 days to refill at 1 per `1d`; at most 366 days: raise `requests` or lower `burst`"),
+        ("bad-refill-plan.yaml", "bad-refill-plan.yaml:3: rule plans: field plans.limits.huge.burst: a full burst of 4000000000 takes 4000000000 days to refill at 1 per `1d`; at most 366 days: raise `requests` or lower `burst`"),
+        ("bad-burst-range.yaml", "bad-burst-range.yaml:4: rule big: field limit.burst: invalid value: integer `9007199254740993`, expected u32"),
+        ("bad-period-overflow.yaml", "bad-period-overflow.yaml:3: rule long: field limit.per: `99999999999999999999d` must be between 1ms and 366d"),
+        ("bad-top-level.yaml", "bad-top-level.yaml:2: field ruls: unknown field `ruls`, expected one of `version`, `defaults`, `rules`"),
     ];
     for (name, expected) in table {
         match parse_rules(name, &read(name)) {
@@ -69,4 +70,59 @@ fn every_problem_is_reported_at_once() {
         .map(|e| e.errors.len())
         .unwrap_or_default();
     assert_eq!(errors, 3);
+}
+
+#[test]
+fn nine_mistakes_are_reported_in_one_run_with_their_lines() {
+    // Two rules that cannot be read and seven that do not validate: the first two
+    // used to hide the other seven.
+    let expected = [
+        "bad-nine.yaml:9: rule search-per-api-key: field limt: unknown field `limt`, expected one of `name`, `match`, `key`, `limit`, `plans`, `cost`, `mode`, `on_failure`, `accuracy`, `scope`",
+        "bad-nine.yaml:12: rule login-per-ip: field mode: unknown variant `enforcing`, expected `enforce` or `shadow`",
+        "bad-nine.yaml:16: rule Checkout: field name: `Checkout` must be 1 to 64 characters of [a-z0-9._-]",
+        "bad-nine.yaml:19: rule per-path: field limit.per: `1 minute` is not a period: write a whole number and one of ms, s, m, h, d (e.g. 250ms, 1s, 1m)",
+        "bad-nine.yaml:22: rule per-path: field name: duplicate rule name",
+        "bad-nine.yaml:25: rule zero: field limit.requests: must be at least 1",
+        "bad-nine.yaml:28: rule heavy: field cost: cost 50 is above the burst 10 of `limit`: no request could ever pass",
+        "bad-nine.yaml:32: rule plans: field plans.default: plan `gold` is not in `plans.limits`",
+        "bad-nine.yaml:39: rule staging-only: field match.headers.x-env: give exactly one of `present` or `equals`",
+    ];
+    let name = "bad-nine.yaml";
+    let errors = parse_rules(name, &read(name))
+        .err()
+        .map(|e| e.errors.iter().map(ToString::to_string).collect::<Vec<_>>())
+        .unwrap_or_default();
+    assert_eq!(errors, expected, "got\n{}", errors.join("\n"));
+}
+
+#[test]
+fn yaml_syntax_errors_have_line_and_column() {
+    let name = "bad-yaml-syntax.yaml";
+    let err = parse_rules(name, &read(name)).err().map(|e| e.errors);
+    let errors = err.unwrap_or_default();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let e = &errors[0];
+    assert_eq!((e.line, e.column), (Some(5), Some(4)), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("bad-yaml-syntax.yaml:5:4: field -: not valid YAML or JSON: "),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_bad_top_level_hides_no_rule_error() {
+    let text = "version: 1\nlimits: {}\ndefaults: {mode: strict}\nrules:\n  - {name: a, key: [method], limit: {requests: 0, per: 1s}}\n";
+    let errors: Vec<String> = parse_rules("f", text)
+        .err()
+        .map(|e| e.errors.iter().map(ToString::to_string).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        errors,
+        [
+            "f:2: field limits: unknown field `limits`, expected one of `version`, `defaults`, `rules`",
+            "f:3: field defaults.mode: unknown variant `strict`, expected `enforce` or `shadow`",
+            "f:5: rule a: field limit.requests: must be at least 1",
+        ]
+    );
 }

@@ -9,7 +9,7 @@
 //! Layout: `scenario` reads the file; `stack` starts Redis and the agents;
 //! `drive` runs the gateways (`gateway`, `host`, `client`, `arrivals`) and records
 //! (`record`, `judge`); `measure` turns the log into figures, `verdict` checks
-//! them against BENCHMARKS.md, `report` writes them out.
+//! them against the accuracy targets (docs/measurements.md), `report` writes them out.
 
 pub mod arrivals;
 pub mod client;

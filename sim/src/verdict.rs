@@ -1,4 +1,4 @@
-//! The accuracy targets of BENCHMARKS.md ("Accuracy"), checked against a run's
+//! The accuracy targets (docs/measurements.md, "Accuracy targets"), checked against a run's
 //! figures.
 
 use crate::measure::Figures;

@@ -1,6 +1,6 @@
 //! The short versions of `scenarios/` (each ≤ 20 s), against the release agent
 //! binary (`make build`) and real redis-server: the accuracy targets of
-//! BENCHMARKS.md. They run one at a time, so one run's load does not disturb
+//! docs/measurements.md. They run one at a time, so one run's load does not disturb
 //! another's. Reports land in `target/tmp/accuracy/` (CSV, Markdown, PNG).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

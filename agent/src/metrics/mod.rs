@@ -1,4 +1,5 @@
-//! The agent's Prometheus metrics (CONTRACT.md, "Metrics"). Every label value comes
+//! The agent's Prometheus metrics (listed in README.md, "Command line, ports, metrics";
+//! docs/internals.md, "Metrics", for the region ones). Every label value comes
 //! from a bounded set: rule names of the current rules file (others fold into
 //! `other`), fixed outcome, result and reason words, and filter ids capped in number.
 //! No metric carries a customer key, except the region shares of the few keys with

@@ -1,4 +1,4 @@
-//! Regions (DESIGN.md, "Regions"): each region owns its Redis and enforces a share
+//! Regions (README.md and docs/internals.md, "Regions"): each region owns its Redis and enforces a share
 //! of every `scope: global` limit; shares follow demand once a period (a second)
 //! and always sum to the limit. No cross-region round trip ever enters the
 //! request path: the lease path reads a cached share ([`Shares::share`]) and adds

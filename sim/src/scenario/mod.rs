@@ -24,7 +24,7 @@ pub struct Scenario {
     pub name: String,
     #[serde(default)]
     pub description: String,
-    /// Which accuracy target of BENCHMARKS.md the run is checked against.
+    /// Which accuracy target (docs/measurements.md) the run is checked against.
     #[serde(default)]
     pub target: Target,
     #[serde(default)]

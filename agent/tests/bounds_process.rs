@@ -6,6 +6,9 @@
 // Test helpers outside #[test] functions may unwrap too: a failure is the point.
 #![allow(clippy::unwrap_used, clippy::panic)]
 
+mod common;
+
+use common::SECRET;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
@@ -32,20 +35,11 @@ fn laughs() -> String {
     text
 }
 
-/// The agent with no `MESHLIMIT_*` variable from the test's environment.
+/// The agent binary with this deployment's secret and nothing else from the
+/// test's environment.
 fn agent(args: &[&str]) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.args(args);
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("MESHLIMIT_") {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.env("MESHLIMIT_SECRET", SECRET);
-    cmd
+    common::agent_command(args)
 }
-
-const SECRET: &str = "bounds-tests-secret-0123456789abcdef0123";
 
 /// The filters' `authorization` header line, as the node's Envoys send it.
 fn auth_line() -> String {

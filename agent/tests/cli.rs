@@ -4,32 +4,25 @@
 // Test helpers outside #[test] functions may unwrap too: a failure is the point.
 #![allow(clippy::unwrap_used, clippy::panic)]
 
+mod common;
+
+use common::SECRET;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_meshlimit-agent");
 const GOOD: &str =
     "version: 1\nrules:\n  - {name: api, key: [method], limit: {requests: 10, per: 1s}}\n";
 const BAD: &str =
     "version: 1\nrules:\n  - {name: api, key: [method], limit: {requests: 10, per: 1 minute}}\n";
 
-/// The agent with no `MESHLIMIT_*` variable from the test's environment.
+/// The agent binary with this deployment's secret and nothing else from the
+/// test's environment.
 fn agent(args: &[&str]) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.args(args);
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("MESHLIMIT_") {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.env("MESHLIMIT_SECRET", SECRET);
-    cmd
+    common::agent_command(args)
 }
-
-const SECRET: &str = "cli-tests-secret-0123456789abcdef0123";
 
 fn run(cmd: &mut Command) -> (i32, String, String) {
     let Output {

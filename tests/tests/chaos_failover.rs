@@ -9,7 +9,9 @@
 
 use std::time::{Duration, Instant};
 
-use meshlimit_tests::{sample, wait_for, AgentOptions, Load, Probe, RedisCluster, Sample, Stack};
+use meshlimit_tests::{
+    sample, wait_for, AgentOptions, Load, Probe, RedisCluster, Resp, Sample, Stack,
+};
 
 const LIMIT: usize = 20;
 const KEYS: usize = 24;
@@ -38,24 +40,13 @@ enum Fault {
 
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn crc16(bytes: &[u8]) -> u16 {
-    bytes.iter().fold(0u16, |mut crc, b| {
-        crc ^= u16::from(*b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-        crc
-    })
-}
-
-fn slot_of(key: &str) -> u16 {
+/// The hash slot of `key`'s bucket, as the cluster itself computes it.
+fn slot_of(cluster: &RedisCluster, key: &str) -> u16 {
     let bucket = meshlimit_tests::redis_bucket_key("per-key", &[key]);
-    let tag = &bucket[bucket.find('{').unwrap() + 1..bucket.find('}').unwrap()];
-    crc16(tag.as_bytes()) % 16_384
+    match cluster.cmd(0, &["CLUSTER", "KEYSLOT", &bucket]) {
+        Resp::Int(slot) => u16::try_from(slot).unwrap(),
+        other => panic!("CLUSTER KEYSLOT answered {other:?}"),
+    }
 }
 
 fn signal(pid: u32, sig: &str) {
@@ -83,7 +74,7 @@ fn run(fault: Fault) {
     let mut cluster = RedisCluster::start_with(3, 1, 1_000);
     let stack = Stack::start_with(AgentOptions::new(RULES).store(cluster.url()), |c| c);
     let keys: Vec<String> = (0..KEYS).map(|i| format!("key-{i}")).collect();
-    let slots: Vec<u16> = keys.iter().map(|k| slot_of(k)).collect();
+    let slots: Vec<u16> = keys.iter().map(|k| slot_of(&cluster, k)).collect();
     let owners: Vec<u16> = slots
         .iter()
         .map(|s| cluster.primary_of_slot(0, *s).unwrap())

@@ -81,6 +81,17 @@ rules:
     match: { path_prefix: /host-limited/ }
 "#;
 
+/// Agent on `redis` with one exact rule of `requests` an hour per API key.
+fn stack_on_redis(redis: &RedisServer, requests: u32) -> Stack {
+    let rules = format!(
+        "version: 1\nrules:\n  - {{ name: per-key, key: [{{ header: x-api-key }}], \
+         limit: {{ requests: {requests}, per: 1h }}, accuracy: exact }}\n"
+    );
+    Stack::start_with(AgentOptions::new(&rules).store(redis.url()), |c| {
+        c.plugin("timeout_ms", 100)
+    })
+}
+
 fn post_status(stack: &Stack, path: &str, headers: &[(&str, &str)]) -> u16 {
     try_request("POST", &stack.envoy.url(path), headers, Some(b""))
         .map(|r| r.status)
@@ -247,20 +258,7 @@ rules:
 #[test]
 fn keys_in_metrics_and_redis_are_ids_never_the_key() {
     let redis = RedisServer::start();
-    let stack = Stack::start_with(
-        AgentOptions::new(
-            r#"
-version: 1
-rules:
-  - name: per-key
-    key: [{ header: x-api-key }]
-    limit: { requests: 1, per: 1h }
-    accuracy: exact
-"#,
-        )
-        .store(redis.url()),
-        |c| c.plugin("timeout_ms", 100),
-    );
+    let stack = stack_on_redis(&redis, 1);
     let secret_key = "sk_live_0123456789";
     let statuses = stack.statuses(4, "/", &[("x-api-key", secret_key)]);
     assert_eq!(statuses, [200, 429, 429, 429]);
@@ -324,20 +322,7 @@ rules:
 #[test]
 fn redis_down_keeps_the_agent_ready_and_the_node_ceiling_in_force() {
     let mut redis = RedisServer::start();
-    let stack = Stack::start_with(
-        AgentOptions::new(
-            r#"
-version: 1
-rules:
-  - name: per-key
-    key: [{ header: x-api-key }]
-    limit: { requests: 5, per: 1h }
-    accuracy: exact
-"#,
-        )
-        .store(redis.url()),
-        |c| c.plugin("timeout_ms", 100),
-    );
+    let stack = stack_on_redis(&redis, 5);
     redis.kill();
     let ready = get(&stack.agent.url("/readyz"), &[]);
     assert_eq!(ready.status, 200, "{ready:?}");

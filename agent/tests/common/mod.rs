@@ -41,6 +41,20 @@ pub fn secret() -> Secret {
     Secret::new(SECRET.as_bytes()).unwrap()
 }
 
+/// The built agent binary, as an operator runs it: no `MESHLIMIT_*` variable
+/// from the test's environment but this deployment's secret.
+pub fn agent_command(args: &[&str]) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_meshlimit-agent"));
+    cmd.args(args);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("MESHLIMIT_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env("MESHLIMIT_SECRET", SECRET);
+    cmd
+}
+
 /// The `authorization` value a filter of this deployment sends.
 pub fn bearer() -> String {
     format!("Bearer {}", secret().agent_token())

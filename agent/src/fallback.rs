@@ -50,9 +50,9 @@ impl Fallback {
     /// Takes `cost` from `key`'s fallback bucket under `limit` (already this
     /// node's slice of the rule). `demand_per_sec` is what the node was spending
     /// on the key from the store (its leases): a bucket made for a key that was
-    /// being served starts with that much less than its burst, at least `cost`,
-    /// so the ceiling holds from the first request instead of granting a full
-    /// burst on top of the leases already out. A cold key starts full.
+    /// being served starts with one request ([`head_start`]), so the ceiling
+    /// holds from the first request instead of granting a burst on top of the
+    /// leases already out. A cold key starts full.
     pub fn take(
         &self,
         key: &DescriptorKey,
@@ -96,18 +96,17 @@ impl Fallback {
     }
 }
 
-/// The tokens a new fallback bucket holds: the burst less one second of the
-/// node's demand, at least `cost` (so a request can pass), at most the burst.
+/// The tokens a new fallback bucket holds: a cold key's full burst; a key the
+/// node was spending (any demand) one request's worth, since the leases it
+/// already holds are its head start and the ceiling's rate holds from the
+/// first request of the outage. (The filter's own bucket starts the same way.)
 pub fn head_start(limit: &Limit, cost: u32, demand_per_sec: f64) -> f64 {
     let burst = f64::from(limit.burst());
-    let demand = if demand_per_sec.is_finite() {
-        demand_per_sec.max(0.0)
+    if demand_per_sec > 0.0 || !demand_per_sec.is_finite() {
+        f64::from(cost).min(burst.max(f64::from(cost)))
     } else {
         burst
-    };
-    (burst - demand)
-        .max(f64::from(cost))
-        .min(burst.max(f64::from(cost)))
+    }
 }
 
 #[cfg(test)]
@@ -158,7 +157,8 @@ mod tests {
             })
             .count();
         assert_eq!(second, 40);
-        assert_eq!(head_start(&node, 1, 10.0), 30.0);
+        // Any demand counts as in use: a quarter of the limit gets no more.
+        assert_eq!(head_start(&node, 1, 10.0), 1.0);
         f.forget(&key);
         assert!(matches!(
             f.take(&key, &node, 0, 1, 0.0),

@@ -200,6 +200,11 @@ impl SlotState {
         self.lease_granted = carried.saturating_add(tokens);
         self.lease_granted_at_ns = now_ns;
         self.lease_emptied_ns = 0;
+        // The agent answers for the key again: the next outage starts its
+        // fail-local bucket afresh (one request, the key being in use), not
+        // from a bucket that refilled to full meanwhile.
+        self.fallback = None;
+        self.fallback_full_ns = 0;
     }
 
     /// Records a denial: the key is rejected locally until `retry_after_ns` from now.
@@ -212,13 +217,17 @@ impl SlotState {
 
     /// Takes `cost` from the fail-local bucket of `limit` (the node's slice of the
     /// rule's limit). A key nobody was spending starts with a full bucket; a key
-    /// this Envoy was spending from leases starts with the burst less one second
-    /// of that spend (at least one request), so the bucket is no full head start
-    /// on top of the leases already out when the agent went away.
+    /// this Envoy was spending from leases starts with one request's worth: its
+    /// leases already out are its head start, so the ceiling's rate holds from
+    /// the first request after the agent went away, not a burst on top.
     pub fn fallback_take(&mut self, limit: &Limit, now_ns: u64, cost: u32) -> Take {
-        let spend = f64::from(self.spend_rate).max(0.0);
+        let in_use = self.spend_rate > 0.0 || self.lease_granted > 0;
         let bucket = self.fallback.get_or_insert_with(|| {
-            let start = (f64::from(limit.burst()) - spend).max(f64::from(cost));
+            let start = if in_use {
+                f64::from(cost)
+            } else {
+                f64::from(limit.burst())
+            };
             Bucket::from_parts(start.min(f64::from(limit.burst())), now_ns)
         });
         let take = bucket.take(limit, now_ns, cost, cost);
@@ -383,9 +392,9 @@ mod tests {
                 .count()
         };
         assert_eq!(granted(&mut cold), 40);
-        assert_eq!(granted(&mut hot), 10);
-        let mut hotter = SlotState::empty(3);
-        hotter.spend_rate = 500.0;
-        assert_eq!(granted(&mut hotter), 1, "at least one request");
+        assert_eq!(granted(&mut hot), 1, "its leases were its head start");
+        let mut leased = SlotState::empty(3);
+        leased.grant(0, 5, 1, 300_000_000, 0, 0);
+        assert_eq!(granted(&mut leased), 1, "a key with a lease is in use");
     }
 }

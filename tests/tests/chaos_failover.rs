@@ -23,12 +23,10 @@ const LOCAL: usize = 2 * LIMIT;
 const EXACT_MAX: usize = LIMIT + 4;
 /// What a key on the failed primary may admit in any second on top of the
 /// ceiling's rate: the leases already out when the store went (2 worker VMs and
-/// the agent's pool, each at most 2 leases of burst/10 = 2), and a fail-local
-/// bucket's head start. The agent's starts at the burst less a second of the
-/// node's demand (one request here: 78/s offered); a lease call that times out
-/// is decided by the filter's own bucket, which starts at the burst less a
-/// second of the Envoy's spend from leases (40 − 20 at the limit).
-const FIRST_SECOND: usize = 3 * 4 + (LOCAL - LIMIT);
+/// the agent's pool, each at most 2 leases of burst/10 = 2), and one request: a
+/// key in use starts its fail-local buckets (the agent's, and the filter's when a
+/// lease call times out) at one request, not a burst.
+const FIRST_SECOND: usize = 1 + 3 * 4;
 const RULES: &str = "version: 1\nrules:\n  - {name: per-key, key: [{header: x-api-key}], limit: {requests: 20, per: 1s}, on_failure: local}\n";
 
 #[derive(Clone, Copy, PartialEq)]
@@ -72,7 +70,12 @@ fn run(fault: Fault) {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut cluster = RedisCluster::start_with(3, 1, 1_000);
-    let stack = Stack::start_with(AgentOptions::new(RULES).store(cluster.url()), |c| c);
+    // The filter's lease deadline well above the agent's store deadline (3 ms):
+    // this test is about a Redis node failing, not about lease calls timing out
+    // on a busy machine (those take the filter's own fail-local bucket).
+    let stack = Stack::start_with(AgentOptions::new(RULES).store(cluster.url()), |c| {
+        c.plugin("timeout_ms", 50)
+    });
     let keys: Vec<String> = (0..KEYS).map(|i| format!("key-{i}")).collect();
     let slots: Vec<u16> = keys.iter().map(|k| slot_of(&cluster, k)).collect();
     let owners: Vec<u16> = slots
@@ -217,7 +220,7 @@ fn run(fault: Fault) {
             if s >= fault_sec {
                 over_grant = over_grant.max(dmax.saturating_sub(LIMIT));
             }
-            if dmax > EXACT_MAX + LIMIT + FIRST_SECOND {
+            if s >= 1 && dmax > EXACT_MAX + LIMIT + FIRST_SECOND {
                 failures.push(format!(
                     "second {s}: a key of the restarted primary admitted {dmax}"
                 ));

@@ -56,6 +56,10 @@ pub enum StoreError {
     /// cluster failing over): transient.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// A Redis Cluster node answered MOVED: the key's slot now lives on `node`
+    /// (`host:port`). Followed once by the caller; transient.
+    #[error("slot moved to {node}")]
+    Moved { node: String },
     /// Too much work in flight: the call was never made.
     #[error("shed: too many store calls in flight")]
     Shed,
@@ -103,7 +107,9 @@ impl StoreError {
         match self {
             StoreError::Timeout(_) => "timeout",
             StoreError::Shed => "shed",
-            StoreError::Unavailable(_) | StoreError::Failed(_) => "error",
+            StoreError::Unavailable(_) | StoreError::Moved { .. } | StoreError::Failed(_) => {
+                "error"
+            }
         }
     }
 
@@ -112,7 +118,7 @@ impl StoreError {
         match self {
             StoreError::Timeout(_) => "store_timeout",
             StoreError::Shed => "shed",
-            StoreError::Unavailable(_) => "store_unavailable",
+            StoreError::Unavailable(_) | StoreError::Moved { .. } => "store_unavailable",
             StoreError::Failed(_) => "store_error",
         }
     }

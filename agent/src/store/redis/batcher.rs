@@ -180,9 +180,17 @@ fn args(p: &mut Pipeline, job: &Job) {
 }
 
 fn server_error(e: &redis::ServerError) -> StoreError {
+    let details = e.details().unwrap_or_default();
     match e.code() {
+        // `MOVED <slot> <host:port>`: the redirect, by type, not by its text.
+        "MOVED" => match details.split_whitespace().nth(1) {
+            Some(node) => StoreError::Moved {
+                node: node.to_string(),
+            },
+            None => StoreError::Unavailable(format!("MOVED {details}")),
+        },
         // The cluster is moving slots or failing over: transient.
-        "MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN" | "LOADING" | "MASTERDOWN" => {
+        "ASK" | "TRYAGAIN" | "CLUSTERDOWN" | "LOADING" | "MASTERDOWN" => {
             StoreError::Unavailable(format!("{} {}", e.code(), e.details().unwrap_or_default()))
         }
         _ => StoreError::Failed(format!("{} {}", e.code(), e.details().unwrap_or_default())),

@@ -502,9 +502,7 @@ impl Store for RedisStore {
 /// not followed: its items take the failure policy for that moment.)
 fn moved_to(answer: &Acquired) -> Option<String> {
     match answer {
-        Err(StoreError::Unavailable(text)) if text.starts_with("MOVED ") => {
-            text.split_whitespace().nth(2).map(str::to_string)
-        }
+        Err(StoreError::Moved { node }) => Some(node.clone()),
         _ => None,
     }
 }

@@ -37,6 +37,34 @@ pub enum Command {
     /// Print the id that metrics, logs and Redis key names use for a key (a keyed
     /// hash: only holders of the deployment's secret can map a key to its id).
     KeyId(KeyIdArgs),
+    /// Which rules a request meets, in evaluation order, each with its key,
+    /// limit and mode, and why each other rule does not apply (offline).
+    Explain(ExplainArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ExplainArgs {
+    /// The rules file (YAML or JSON).
+    #[arg(long, value_name = "PATH")]
+    pub rules: PathBuf,
+    /// The request's method.
+    #[arg(long, default_value = "GET")]
+    pub method: String,
+    /// The request's path, as the client sent it (normalised as the filter does).
+    #[arg(long)]
+    pub path: String,
+    /// A request header, `name: value`; repeatable.
+    #[arg(short = 'H', long = "header", value_name = "NAME: VALUE", value_parser = parse_header)]
+    pub headers: Vec<(String, String)>,
+    /// The client IP the filter would key `client_ip` on.
+    #[arg(long, value_name = "IP")]
+    pub client_ip: Option<String>,
+    /// The Envoy route name, for rules keyed on `route`.
+    #[arg(long, value_name = "NAME")]
+    pub route: Option<String>,
+    /// `text` for people, `json` for scripts.
+    #[arg(long, value_enum, default_value_t = CheckFormat::Text)]
+    pub format: CheckFormat,
 }
 
 /// Where the deployment's secret comes from.
@@ -227,7 +255,18 @@ pub struct CheckRulesArgs {
     pub format: CheckFormat,
 }
 
-/// How `check-rules` prints its findings.
+/// `name: value` as curl's `-H` takes it; the name is lowercased, as Envoy
+/// hands headers to the filter.
+fn parse_header(text: &str) -> Result<(String, String), String> {
+    match text.split_once(':') {
+        Some((name, value)) if !name.trim().is_empty() => {
+            Ok((name.trim().to_ascii_lowercase(), value.trim().to_string()))
+        }
+        _ => Err(format!("`{text}`: expected `name: value`")),
+    }
+}
+
+/// How `check-rules` and `explain` print.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum CheckFormat {
     Text,

@@ -10,6 +10,7 @@
 pub mod api;
 pub mod check_rules;
 pub mod config;
+pub mod explain;
 pub mod fallback;
 pub mod leases;
 pub mod metrics;

@@ -33,6 +33,11 @@ fn main() -> ExitCode {
             );
             ExitCode::from(code)
         }
+        Command::Explain(args) => ExitCode::from(meshlimit_agent::explain::explain(
+            &args,
+            &mut std::io::stdout(),
+            &mut std::io::stderr(),
+        )),
         Command::Schema => {
             let text = meshlimit_core::rules::schema::rules_schema_text();
             let _ = write!(std::io::stdout(), "{text}");

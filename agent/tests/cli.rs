@@ -302,3 +302,86 @@ fn key_id_maps_a_known_key_to_its_id_and_only_with_the_secret() {
     let key = meshlimit_core::DescriptorKey::new("per-key", ["k-123"]);
     assert_eq!(a, secret.key_ids().id(&key).to_string());
 }
+
+#[test]
+fn explain_shows_the_rules_a_request_meets_and_why_the_others_do_not_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = rules_file(
+        dir.path(),
+        "version: 1
+rules:
+  - name: login-per-ip
+    match: { path: /login, methods: [POST] }
+    key: [client_ip]
+    limit: { requests: 5, per: 1m }
+    accuracy: exact
+    on_failure: closed
+  - name: per-key
+    key: [{ header: x-api-key }]
+    limit: { requests: 100, per: 1s }
+  - name: search
+    match: { path_prefix: /v1/search }
+    key: [method]
+    limit: { requests: 1000, per: 1s }
+    mode: shadow
+",
+    );
+    let args = [
+        "explain",
+        "--rules",
+        &rules,
+        "--method",
+        "post",
+        "--path",
+        "//login/",
+        "-H",
+        "X-Api-Key: k-1",
+        "--client-ip",
+        "10.0.0.7",
+    ];
+    let (code, out, err) = run(&mut agent(&args));
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].ends_with(": POST /login"), "{out}");
+    assert!(
+        lines[1].starts_with(
+            "1. login-per-ip  applies  key login-per-ip|10.0.0.7  limit 5 per 1m (burst 5)"
+        ) && lines[1].contains("accuracy exact  on_failure closed"),
+        "{out}"
+    );
+    assert!(
+        lines[2].starts_with("2. per-key  applies  key per-key|k-1  limit 100 per 1s"),
+        "{out}"
+    );
+    assert_eq!(
+        lines[3],
+        "3. search  skipped: path `/login` does not start with `/v1/search`"
+    );
+    let (code, json, _) = run(&mut agent(&[&args[..], &["--format", "json"]].concat()));
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["request"]["path"], "/login");
+    let rows = v["rules"].as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    assert_eq!(rows[0]["key"], "login-per-ip|10.0.0.7");
+    assert_eq!(rows[0]["limit"]["per_seconds"], 60.0);
+    assert_eq!(rows[1]["applies"], true);
+    assert_eq!(rows[2]["applies"], false);
+    assert_eq!(rows[2]["mode"], "shadow");
+    assert!(rows[2]["reason"].as_str().unwrap().contains("/v1/search"));
+    // A key header sent twice: the filter's 400, said as such.
+    let twice = [
+        "explain",
+        "--rules",
+        &rules,
+        "--path",
+        "/",
+        "-H",
+        "x-api-key: a",
+        "-H",
+        "x_api_key: b",
+    ];
+    let (code, _, err) = run(&mut agent(&twice));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("sent more than once"), "{err}");
+}

@@ -191,9 +191,21 @@ impl Rule {
         index: usize,
         req: &RequestInfo,
     ) -> Result<Option<Applicable<'r>>, RequestError> {
-        if !self.matcher.matches(req) {
+        if self.matcher.mismatch(req).is_some() {
             return Ok(None);
         }
+        let Ok(parts) = self.key_parts(req)? else {
+            return Ok(None);
+        };
+        Ok(Some(self.applicable_with(index, req, parts)))
+    }
+
+    /// The request's value of each key part, in order; `Err(part)` names the
+    /// first part the request does not have (the rule then does not apply).
+    pub(super) fn key_parts<'q>(
+        &self,
+        req: &'q RequestInfo,
+    ) -> Result<Result<Vec<&'q [u8]>, &KeyPart>, RequestError> {
         let mut parts: Vec<&[u8]> = Vec::with_capacity(self.key.len());
         for part in &self.key {
             let value = match part {
@@ -204,27 +216,46 @@ impl Rule {
                 KeyPart::Route => req.route.as_deref().map(str::as_bytes),
             };
             let Some(value) = value else {
-                return Ok(None);
+                return Ok(Err(part));
             };
             parts.push(value);
         }
+        Ok(Ok(parts))
+    }
+
+    /// The rule applied to `req` with these key parts: its key, limit and plan.
+    pub(super) fn applicable_with<'r>(
+        &'r self,
+        index: usize,
+        req: &RequestInfo,
+        parts: Vec<&[u8]>,
+    ) -> Applicable<'r> {
         let plan_header = match &self.limits {
             super::Limits::Plans { header, .. } => req.header(header),
             super::Limits::Single(_) => None,
         };
         let (limit, plan) = self.limit_for_plan(plan_header);
-        Ok(Some(Applicable {
+        Applicable {
             rule: self,
             index,
             key: DescriptorKey::new(&self.name, parts),
             limit,
             plan,
-        }))
+        }
     }
 }
 
+/// The first condition of a rule's `match` that a request fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mismatch<'m> {
+    Path,
+    Method,
+    Header(&'m str),
+}
+
 impl Matcher {
-    fn matches(&self, req: &RequestInfo) -> bool {
+    /// `None` when every condition holds, else the first that does not.
+    pub(super) fn mismatch(&self, req: &RequestInfo) -> Option<Mismatch<'_>> {
         let path_ok = match &self.path {
             PathMatch::Any => true,
             PathMatch::Exact(p) => req.path == *p,
@@ -237,17 +268,24 @@ impl Matcher {
                         && (d.ends_with('/') || req.path.as_bytes().get(d.len()) == Some(&b'/')))
             }
         };
-        let method_ok = self
+        if !path_ok {
+            return Some(Mismatch::Path);
+        }
+        if !self
             .methods
             .as_ref()
-            .is_none_or(|ms| ms.contains(&req.method));
-        path_ok
-            && method_ok
-            && self.headers.iter().all(|(name, hm)| match hm {
+            .is_none_or(|ms| ms.contains(&req.method))
+        {
+            return Some(Mismatch::Method);
+        }
+        self.headers
+            .iter()
+            .find(|(name, hm)| match hm {
                 // Any value counts: sending a header twice never skips a rule
                 // that an honest single value would match.
-                HeaderMatch::Present(want) => req.values(name).next().is_some() == *want,
-                HeaderMatch::Equals(v) => req.values(name).any(|x| x == v.as_bytes()),
+                HeaderMatch::Present(want) => req.values(name).next().is_some() != *want,
+                HeaderMatch::Equals(v) => !req.values(name).any(|x| x == v.as_bytes()),
             })
+            .map(|(name, _)| Mismatch::Header(name))
     }
 }

@@ -5,6 +5,7 @@
 mod compile;
 pub mod config;
 mod error;
+mod explain;
 mod index;
 mod matching;
 #[cfg(feature = "yaml")]
@@ -18,6 +19,7 @@ use std::num::NonZeroU32;
 pub use compile::{parse_period, MAX_RULE_NAME, SCHEMA_VERSION};
 pub use config::{Accuracy, FailurePolicy, KeyPartConfig as KeyPart, Mode, RulesConfig, Scope};
 pub use error::{RuleError, RulesError};
+pub use explain::{Explained, Explanation};
 pub use matching::{Applicable, RequestError, RequestInfo};
 #[cfg(feature = "yaml")]
 pub use parse::{parse_rules, MAX_RULES_FILE_BYTES};

@@ -1,0 +1,208 @@
+//! "Why was I limited?", offline: every rule of a set in evaluation order, with
+//! what it would count a given request under, or why it does not apply. The same
+//! matching code as the request path (`matching`), so the answer cannot drift
+//! from what the filter does.
+
+use super::matching::Mismatch;
+use super::{HeaderMatch, KeyPart, PathMatch, RequestError, RequestInfo, Rule, RuleSet};
+use crate::key::DescriptorKey;
+use crate::limit::Limit;
+
+/// One rule's part in a request's decision.
+#[derive(Debug, Clone)]
+pub struct Explanation<'r> {
+    pub rule: &'r Rule,
+    pub verdict: Explained<'r>,
+}
+
+/// Whether a rule applies to the request, and how.
+#[derive(Debug, Clone)]
+pub enum Explained<'r> {
+    /// The rule counts the request under `key` against `limit` (the plan's,
+    /// where the rule has plans).
+    Applies {
+        key: DescriptorKey,
+        limit: Limit,
+        plan: Option<&'r str>,
+    },
+    /// The rule does not apply, and why (one sentence).
+    Skipped(String),
+}
+
+impl RuleSet {
+    /// Every rule, strictest first (the order the filter evaluates them in),
+    /// with its verdict for `req`. A request the filter would refuse as
+    /// ambiguous (a key header sent twice) is that error.
+    pub fn explain<'r>(&'r self, req: &RequestInfo) -> Result<Vec<Explanation<'r>>, RequestError> {
+        let mut out = Vec::with_capacity(self.rules.len());
+        for (index, rule) in self.rules.iter().enumerate() {
+            let verdict = match rule.matcher.mismatch(req) {
+                Some(m) => Explained::Skipped(describe(rule, m, req)),
+                None => match rule.key_parts(req)? {
+                    Err(part) => Explained::Skipped(format!(
+                        "the request has no {} to key on",
+                        part_name(part)
+                    )),
+                    Ok(parts) => {
+                        let a = rule.applicable_with(index, req, parts);
+                        Explained::Applies {
+                            key: a.key,
+                            limit: a.limit,
+                            plan: a.plan,
+                        }
+                    }
+                },
+            };
+            out.push(Explanation { rule, verdict });
+        }
+        Ok(out)
+    }
+}
+
+fn describe(rule: &Rule, m: Mismatch<'_>, req: &RequestInfo) -> String {
+    match m {
+        Mismatch::Path => match &rule.matcher.path {
+            PathMatch::Exact(p) => format!("path `{}` is not `{p}`", req.path),
+            PathMatch::Prefix(p) => format!("path `{}` does not start with `{p}`", req.path),
+            PathMatch::Directory(d) => format!("path `{}` is not under `{d}/`", req.path),
+            PathMatch::Any => "path".to_string(),
+        },
+        Mismatch::Method => format!(
+            "method {} is not one of {}",
+            req.method,
+            rule.matcher
+                .methods
+                .as_deref()
+                .unwrap_or_default()
+                .join(", ")
+        ),
+        Mismatch::Header(name) => {
+            let wanted = rule
+                .matcher
+                .headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, hm)| hm);
+            match wanted {
+                Some(HeaderMatch::Present(true)) => format!("header `{name}` is absent"),
+                Some(HeaderMatch::Present(false)) => format!("header `{name}` is present"),
+                Some(HeaderMatch::Equals(v)) => match req.header(name) {
+                    Some(sent) => format!("header `{name}` is `{sent}`, not `{v}`"),
+                    None => format!("header `{name}` is absent (`{v}` wanted)"),
+                },
+                None => format!("header `{name}`"),
+            }
+        }
+    }
+}
+
+fn part_name(part: &KeyPart) -> String {
+    match part {
+        KeyPart::Header(name) => format!("header `{name}`"),
+        KeyPart::Method => "method".to_string(),
+        KeyPart::ClientIp => "client IP".to_string(),
+        KeyPart::Path => "path".to_string(),
+        KeyPart::Route => "route name".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::RulesConfig;
+
+    fn set() -> RuleSet {
+        let config: RulesConfig = serde_json::from_value(serde_json::json!({
+            "version": 1,
+            "rules": [
+                {"name": "login", "match": {"path": "/login", "methods": ["POST"]},
+                 "key": ["client_ip"], "limit": {"requests": 5, "per": "1m"}},
+                {"name": "per-key", "match": {"headers": {"x-env": {"equals": "prod"}}},
+                 "key": [{"header": "x-api-key"}], "limit": {"requests": 100, "per": "1s"}},
+                {"name": "search", "match": {"path_prefix": "/v1/search"},
+                 "key": ["method"], "limit": {"requests": 1000, "per": "1s"}},
+            ]
+        }))
+        .unwrap();
+        RuleSet::compile(&config).unwrap()
+    }
+
+    #[test]
+    fn every_rule_says_whether_it_applies_and_why_not() {
+        let s = set();
+        let mut req = RequestInfo::new(
+            "//login/",
+            "post",
+            vec![
+                ("x-env".to_string(), "prod".to_string()),
+                ("x-api-key".to_string(), "k1".to_string()),
+            ],
+        );
+        req.client_ip = Some("10.0.0.7".into());
+        let got: Vec<(String, String)> = s
+            .explain(&req)
+            .unwrap()
+            .into_iter()
+            .map(|e| {
+                let v = match e.verdict {
+                    Explained::Applies { key, .. } => format!("applies as {key}"),
+                    Explained::Skipped(why) => format!("skipped: {why}"),
+                };
+                (e.rule.name.clone(), v)
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("login".into(), "applies as login|10.0.0.7".into()),
+                ("per-key".into(), "applies as per-key|k1".into()),
+                (
+                    "search".into(),
+                    "skipped: path `/login` does not start with `/v1/search`".into()
+                ),
+            ]
+        );
+        // The same rules apply as on the request path, in the same order.
+        let applied: Vec<String> = s
+            .applicable(&req)
+            .unwrap()
+            .into_iter()
+            .map(|a| a.key.to_string())
+            .collect();
+        assert_eq!(applied, ["login|10.0.0.7", "per-key|k1"]);
+    }
+
+    #[test]
+    fn skips_name_the_condition_that_failed() {
+        let s = set();
+        let req = RequestInfo::new(
+            "/login",
+            "GET",
+            vec![("x-env".to_string(), "dev".to_string())],
+        );
+        let why: Vec<String> = s
+            .explain(&req)
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| match e.verdict {
+                Explained::Skipped(why) => Some(why),
+                Explained::Applies { .. } => None,
+            })
+            .collect();
+        assert_eq!(
+            why,
+            [
+                "method GET is not one of POST",
+                "header `x-env` is `dev`, not `prod`",
+                "path `/login` does not start with `/v1/search`",
+            ]
+        );
+        let no_key = RequestInfo::new("/x", "GET", vec![("x-env".to_string(), "prod".to_string())]);
+        let e = s.explain(&no_key).unwrap();
+        assert!(
+            matches!(&e[1].verdict, Explained::Skipped(w) if w == "the request has no header `x-api-key` to key on"),
+            "{:?}",
+            e[1].verdict
+        );
+    }
+}

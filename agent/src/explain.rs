@@ -139,7 +139,7 @@ fn period(ns: u64) -> String {
     ];
     UNITS
         .iter()
-        .find(|(_, unit)| ns >= *unit && ns % unit == 0)
+        .find(|(_, unit)| ns >= *unit && ns.is_multiple_of(*unit))
         .map_or_else(
             || format!("{ns}ns"),
             |(name, unit)| format!("{}{name}", ns / unit),

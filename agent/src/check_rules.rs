@@ -6,7 +6,8 @@
 use std::io::Write;
 use std::path::Path;
 
-use meshlimit_core::rules::{parse_rules, RuleError};
+use meshlimit_core::rules::review::{review, Change};
+use meshlimit_core::rules::{parse_rules, RuleError, RuleSet};
 use serde_json::json;
 
 use crate::config::CheckFormat;
@@ -24,6 +25,20 @@ pub fn check_rules(
     out: &mut impl Write,
     err: &mut impl Write,
 ) -> u8 {
+    check_rules_against(path, None, format, out, err)
+}
+
+/// [`check_rules`], and with `against` (the rules running now) every rule's
+/// change as well: added, removed, limit ×factor, mode, match. An enforced
+/// limit cut beyond `changes.max_tightening` without an approval makes the
+/// exit code 1, as the agent refuses such a file at reload.
+pub fn check_rules_against(
+    path: &Path,
+    against: Option<&Path>,
+    format: CheckFormat,
+    out: &mut impl Write,
+    err: &mut impl Write,
+) -> u8 {
     let file = path.display().to_string();
     let result = match crate::rules_watch::read_rules_file(path) {
         Ok(text) => parse_rules(&file, &text).map_err(|e| e.errors),
@@ -36,7 +51,29 @@ pub fn check_rules(
             message: format!("cannot read: {e}"),
         }]),
     };
-    let code = u8::from(result.is_err());
+    let mut code = u8::from(result.is_err());
+    let review = match (&result, against) {
+        (Ok(set), Some(old_path)) => match load(old_path) {
+            Ok(old) => {
+                let changes = review(&old, set);
+                code = u8::from(changes.iter().any(|c| c.refused));
+                Some((
+                    old_path.display().to_string(),
+                    old.version().to_string(),
+                    changes,
+                ))
+            }
+            Err(why) => {
+                let _ = writeln!(
+                    err,
+                    "{}: cannot compare against it: {why}",
+                    old_path.display()
+                );
+                return 1;
+            }
+        },
+        _ => None,
+    };
     match (format, result) {
         (CheckFormat::Text, Ok(set)) => {
             let _ = writeln!(
@@ -45,6 +82,16 @@ pub fn check_rules(
                 set.rules().len(),
                 set.version()
             );
+            if let Some((old, version, changes)) = &review {
+                let _ = writeln!(
+                    out,
+                    "against {old} (version {version}): {} change(s)",
+                    changes.len()
+                );
+                for c in changes {
+                    let _ = writeln!(out, "{c}");
+                }
+            }
         }
         (CheckFormat::Text, Err(errors)) => {
             for e in &errors {
@@ -57,13 +104,31 @@ pub fn check_rules(
             }
         }
         (CheckFormat::Json, Ok(set)) => {
-            let report = json!({
+            let mut report = json!({
                 "file": file,
                 "valid": true,
                 "rules": set.rules().len(),
                 "version": set.version(),
                 "errors": [],
             });
+            if let Some((old, version, changes)) = &review {
+                report["against"] = json!({"file": old, "version": version});
+                report["changes"] = changes
+                    .iter()
+                    .map(|c| {
+                        json!({
+                            "rule": c.rule,
+                            "change": change_kind(&c.change),
+                            "factor": match &c.change {
+                                Change::Limit { factor, .. } => json!(factor),
+                                _ => json!(null),
+                            },
+                            "refused": c.refused,
+                            "text": c.to_string(),
+                        })
+                    })
+                    .collect();
+            }
             let _ = writeln!(out, "{report}");
         }
         (CheckFormat::Json, Err(errors)) => {
@@ -78,6 +143,35 @@ pub fn check_rules(
         }
     }
     code
+}
+
+/// A rules file read and compiled, or why not (one line).
+fn load(path: &Path) -> Result<RuleSet, String> {
+    let file = path.display().to_string();
+    let text =
+        crate::rules_watch::read_rules_file(path).map_err(|e| format!("cannot read: {e}"))?;
+    parse_rules(&file, &text).map_err(|e| {
+        let n = e.errors.len();
+        format!(
+            "{n} error(s), the first: {}",
+            e.errors
+                .first()
+                .map(ToString::to_string)
+                .unwrap_or_default()
+        )
+    })
+}
+
+fn change_kind(c: &Change) -> &'static str {
+    match c {
+        Change::Added { .. } => "added",
+        Change::Removed => "removed",
+        Change::Limit { .. } => "limit",
+        Change::Mode { .. } => "mode",
+        Change::MatchWidened => "match_widened",
+        Change::MatchNarrowed => "match_narrowed",
+        Change::MatchChanged => "match_changed",
+    }
 }
 
 #[cfg(test)]

@@ -253,6 +253,11 @@ pub struct CheckRulesArgs {
     /// admission checks. The exit code is the same either way.
     #[arg(long, value_enum, default_value_t = CheckFormat::Text)]
     pub format: CheckFormat,
+    /// The rules running now: also list every rule's change (added, removed,
+    /// limit ×factor, mode, match widened) and exit 1 when an enforced limit is
+    /// cut beyond `changes.max_tightening` without an approval in the new file.
+    #[arg(long, value_name = "OLD")]
+    pub against: Option<PathBuf>,
 }
 
 /// `name: value` as curl's `-H` takes it; the name is lowercased, as Envoy

@@ -6,7 +6,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use meshlimit_agent::check_rules::check_rules;
+use meshlimit_agent::check_rules::check_rules_against;
 use meshlimit_agent::config::{Cli, Command, RunArgs, EXIT_USAGE};
 use meshlimit_agent::run::{init_logging, run, RunError};
 use meshlimit_core::DescriptorKey;
@@ -25,8 +25,9 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::CheckRules(args) => {
-            let code = check_rules(
+            let code = check_rules_against(
                 &args.path,
+                args.against.as_deref(),
                 args.format,
                 &mut std::io::stdout(),
                 &mut std::io::stderr(),

@@ -7,6 +7,7 @@
 //! a whole, every problem is logged (file, rule, field) and counted, and the agent
 //! keeps enforcing what it had.
 
+use meshlimit_core::rules::review::review;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -14,7 +15,7 @@ use std::time::Duration;
 use std::io::Read;
 
 use arc_swap::ArcSwapOption;
-use meshlimit_core::rules::{parse_rules, RulesError, MAX_RULES_FILE_BYTES};
+use meshlimit_core::rules::{parse_rules, RuleError, RulesError, MAX_RULES_FILE_BYTES};
 use meshlimit_core::RuleSet;
 
 use crate::metrics::Metrics;
@@ -139,6 +140,26 @@ impl RulesWatcher {
     }
 
     fn apply(&mut self, set: RuleSet) -> Reload {
+        // A change that cuts an enforced limit beyond the file's maximum without
+        // an approval is refused like a broken file: the running rules stay.
+        if let Some(running) = self.rules.get() {
+            let file = self.path.display().to_string();
+            let refused: Vec<RuleError> = review(&running, &set)
+                .into_iter()
+                .filter(|c| c.refused)
+                .map(|c| RuleError {
+                    file: file.clone(),
+                    line: None,
+                    column: None,
+                    rule: Some(c.rule.clone()),
+                    field: "limit".into(),
+                    message: format!("{c} (running version {})", running.version()),
+                })
+                .collect();
+            if !refused.is_empty() {
+                return self.refuse(&RulesError { errors: refused });
+            }
+        }
         let version = set.version().to_string();
         let previous = self.rules.get().map(|s| s.version().to_string());
         tracing::info!(

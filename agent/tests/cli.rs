@@ -385,3 +385,55 @@ rules:
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("sent more than once"), "{err}");
 }
+
+#[test]
+fn check_rules_against_lists_every_change_and_refuses_an_unapproved_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let old = write(
+        "old.yaml",
+        "version: 1\nrules:\n  - {name: api, key: [method], limit: {requests: 100, per: 1s}}\n  - {name: gone, key: [method], limit: {requests: 5, per: 1s}}\n",
+    );
+    let new_rules = "version: 1\nrules:\n  - {name: api, key: [method], limit: {requests: 10, per: 1s}}\n  - {name: fresh, key: [method], limit: {requests: 5, per: 1s}, mode: shadow}\n";
+    let new = write("new.yaml", new_rules);
+    let (code, out, err) = run(&mut agent(&["check-rules", &new, "--against", &old]));
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains(
+            "~ rule api: limit 100 per 1 s (burst 100) → 10 per 1 s (burst 10), ×0.10 — refused"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("+ rule fresh: added (shadow)"), "{out}");
+    assert!(out.contains("- rule gone: removed"), "{out}");
+    // JSON for CI: the same changes, the refusal flagged.
+    let (code, json, _) = run(&mut agent(&[
+        "check-rules",
+        &new,
+        "--against",
+        &old,
+        "--format",
+        "json",
+    ]));
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let changes = v["changes"].as_array().unwrap();
+    let api = changes.iter().find(|c| c["rule"] == "api").unwrap();
+    assert_eq!(api["change"], "limit");
+    assert_eq!(api["refused"], true);
+    assert!((api["factor"].as_f64().unwrap() - 0.1).abs() < 1e-9);
+    assert_eq!(changes.len(), 3);
+    // Approved against the old file's version: exit 0.
+    let version = v["against"]["version"].as_str().unwrap().to_string();
+    let approved = write(
+        "approved.yaml",
+        &format!("{new_rules}changes: {{approve: [{{rule: api, against: \"{version}\"}}]}}\n"),
+    );
+    let (code, out, err) = run(&mut agent(&["check-rules", &approved, "--against", &old]));
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!out.contains("refused"), "{out}");
+}

@@ -197,3 +197,37 @@ fn an_oversized_file_is_not_read_whole_and_the_last_good_rules_stay() {
     cm.update(&big[..MAX_RULES_FILE_BYTES]);
     assert!(matches!(watcher.poll(), Reload::Applied { .. }));
 }
+
+#[test]
+fn a_tenfold_cut_is_refused_at_reload_until_approved_against_the_running_version() {
+    let mut cm = ConfigMapDir::new(GOOD_V2);
+    let rules = Arc::new(CurrentRules::empty());
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let mut watcher = RulesWatcher::new(cm.path(), rules.clone(), metrics.clone());
+    assert!(matches!(watcher.poll(), Reload::Applied { .. }));
+    let running = version(&rules).unwrap();
+    // 20/s → 2/s: ×0.1, beyond the default ×0.5.
+    let cut = "version: 1\nrules:\n  - {name: api, key: [method], limit: {requests: 2, per: 1s}}\n";
+    cm.update(cut);
+    assert_eq!(watcher.poll(), Reload::Refused);
+    assert_eq!(version(&rules).as_deref(), Some(running.as_str()));
+    let why = rules.last_error().unwrap();
+    assert!(why.contains("rule api") && why.contains("×0.10"), "{why}");
+    assert_eq!(reloads(&metrics, "error"), 1.0);
+    // The same cut, approved against the running version: applied.
+    cm.update(&format!(
+        "{cut}changes: {{approve: [{{rule: api, against: \"{running}\"}}]}}\n"
+    ));
+    assert!(matches!(watcher.poll(), Reload::Applied { .. }));
+    assert_eq!(
+        rules
+            .get()
+            .unwrap()
+            .rule("api")
+            .unwrap()
+            .limits
+            .strictest()
+            .requests(),
+        2
+    );
+}

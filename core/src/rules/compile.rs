@@ -74,6 +74,14 @@ impl RuleSet {
                 "at least one rule is required",
             ));
         }
+        let max = config.changes.max_tightening;
+        if !(max.is_finite() && (0.0..=1.0).contains(&max)) {
+            errors.push(RuleError::new(
+                None,
+                "changes.max_tightening",
+                format!("{max} is not a factor from 0 to 1 (0.5: a limit may be halved without approval)"),
+            ));
+        }
         let mut seen = HashSet::new();
         let mut rules = Vec::with_capacity(config.rules.len());
         for (i, rule) in config.rules.iter().enumerate() {
@@ -117,6 +125,7 @@ impl RuleSet {
             rules,
             version: version_of(config),
             config: keep.then(|| config.clone()),
+            changes: config.changes.clone(),
             uses_client_ip,
             uses_route,
             index,

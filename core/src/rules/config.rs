@@ -20,6 +20,62 @@ pub struct RulesConfig {
     /// The rules; every rule that matches a request is evaluated, the strictest first.
     #[cfg_attr(feature = "schema", schemars(length(min = 1)))]
     pub rules: Vec<RuleConfig>,
+    /// How far one edit may tighten an enforced limit, and the approvals of the
+    /// tightenings that go further.
+    #[serde(default, skip_serializing_if = "ChangesConfig::is_default")]
+    pub changes: ChangesConfig,
+}
+
+/// The guard on rule changes: an enforced limit cut below `max_tightening` × its
+/// running value is refused (by `check-rules --against` and by the agent at
+/// reload) unless `approve` names the rule and the running version it replaces.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ChangesConfig {
+    /// The smallest factor (new ÷ running) an enforced limit may be cut to
+    /// without an approval; default 0.5.
+    #[serde(default = "default_max_tightening")]
+    #[cfg_attr(feature = "schema", schemars(range(min = 0.0, max = 1.0)))]
+    pub max_tightening: f64,
+    /// Approved tightenings: this rule may be cut further than `max_tightening`
+    /// when the running rules are `against` (the version `check-rules` and the
+    /// metrics show), so an approval never outlives the change it was for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approve: Vec<ApprovalConfig>,
+}
+
+/// One approved tightening.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalConfig {
+    pub rule: String,
+    /// The running rules version this change replaces.
+    pub against: String,
+}
+
+/// Half the running limit: a typo of one digit (×0.1) is refused, an ordinary
+/// adjustment is not.
+pub const DEFAULT_MAX_TIGHTENING: f64 = 0.5;
+
+fn default_max_tightening() -> f64 {
+    DEFAULT_MAX_TIGHTENING
+}
+
+impl Default for ChangesConfig {
+    fn default() -> Self {
+        ChangesConfig {
+            max_tightening: DEFAULT_MAX_TIGHTENING,
+            approve: Vec::new(),
+        }
+    }
+}
+
+impl ChangesConfig {
+    fn is_default(&self) -> bool {
+        *self == ChangesConfig::default()
+    }
 }
 
 /// Fields that apply to every rule that omits them.

@@ -10,6 +10,7 @@ mod index;
 mod matching;
 #[cfg(feature = "yaml")]
 mod parse;
+pub mod review;
 #[cfg(feature = "schema")]
 pub mod schema;
 
@@ -17,7 +18,9 @@ use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 
 pub use compile::{parse_period, MAX_RULE_NAME, SCHEMA_VERSION};
-pub use config::{Accuracy, FailurePolicy, KeyPartConfig as KeyPart, Mode, RulesConfig, Scope};
+pub use config::{
+    Accuracy, ChangesConfig, FailurePolicy, KeyPartConfig as KeyPart, Mode, RulesConfig, Scope,
+};
 pub use error::{RuleError, RulesError};
 pub use explain::{Explained, Explanation};
 pub use matching::{Applicable, RequestError, RequestInfo};
@@ -34,6 +37,8 @@ pub struct RuleSet {
     /// The normalised file, kept only by [`RuleSet::compile`] (a host that serves
     /// the rules); `None` from [`RuleSet::compile_unserved`].
     config: Option<RulesConfig>,
+    /// The file's guard on changes (see [`review`]).
+    changes: ChangesConfig,
     /// Whether any rule keys on the client IP / the route: each is a host call
     /// per request in the filter, made only when needed.
     uses_client_ip: bool,

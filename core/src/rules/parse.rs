@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde_yaml::Value;
 
 use super::compile::SCHEMA_VERSION;
-use super::config::{DefaultsConfig, RuleConfig, RulesConfig};
+use super::config::{ChangesConfig, DefaultsConfig, RuleConfig, RulesConfig};
 use super::error::{RuleError, RulesError};
 use super::RuleSet;
 
@@ -34,7 +34,7 @@ use super::RuleSet;
 pub const MAX_RULES_FILE_BYTES: usize = 4 * 1024 * 1024;
 
 /// The top-level fields of a rules file, in the order serde's message names them.
-const TOP_LEVEL: [&str; 3] = ["version", "defaults", "rules"];
+const TOP_LEVEL: [&str; 4] = ["version", "defaults", "rules", "changes"];
 
 /// Parses and compiles a rules file's text. `file` names it in every error.
 ///
@@ -197,7 +197,7 @@ fn parse_and_compile(text: &str, lines: &Lines) -> Result<RuleSet, RulesError> {
         )
         .into());
     };
-    let (mut version, mut defaults, mut raw_rules) = (None, None, None);
+    let (mut version, mut defaults, mut raw_rules, mut changes) = (None, None, None, None);
     for (key, value) in map {
         let name = match &key {
             Value::String(s) => s.clone(),
@@ -217,6 +217,10 @@ fn parse_and_compile(text: &str, lines: &Lines) -> Result<RuleSet, RulesError> {
             },
             "rules" => match part::<Vec<Value>>(value, "rules") {
                 Ok(r) => raw_rules = Some(r),
+                Err((f, m)) => errors.push(top_error(f, m)),
+            },
+            "changes" => match part::<ChangesConfig>(value, "changes") {
+                Ok(c) => changes = Some(c),
                 Err((f, m)) => errors.push(top_error(f, m)),
             },
             other => {
@@ -270,6 +274,7 @@ fn parse_and_compile(text: &str, lines: &Lines) -> Result<RuleSet, RulesError> {
         version: version.unwrap_or(SCHEMA_VERSION),
         defaults: defaults.unwrap_or_default(),
         rules,
+        changes: changes.unwrap_or_default(),
     };
     let mut compile_errors = match RuleSet::compile_at(&config, &rule_lines) {
         // Rules left out: the file is refused even if the rest compiles.

@@ -45,7 +45,7 @@ fn bad_files_name_the_rule_and_field() {
         ("bad-refill-plan.yaml", "bad-refill-plan.yaml:3: rule plans: field plans.limits.huge.burst: a full burst of 4000000000 takes 4000000000 days to refill at 1 per `1d`; at most 366 days: raise `requests` or lower `burst`"),
         ("bad-burst-range.yaml", "bad-burst-range.yaml:4: rule big: field limit.burst: invalid value: integer `9007199254740993`, expected u32"),
         ("bad-period-overflow.yaml", "bad-period-overflow.yaml:3: rule long: field limit.per: `99999999999999999999d` must be between 1ms and 366d"),
-        ("bad-top-level.yaml", "bad-top-level.yaml:2: field ruls: unknown field `ruls`, expected one of `version`, `defaults`, `rules`"),
+        ("bad-top-level.yaml", "bad-top-level.yaml:2: field ruls: unknown field `ruls`, expected one of `version`, `defaults`, `rules`, `changes`"),
     ];
     for (name, expected) in table {
         match parse_rules(name, &read(name)) {
@@ -120,7 +120,7 @@ fn a_bad_top_level_hides_no_rule_error() {
     assert_eq!(
         errors,
         [
-            "f:2: field limits: unknown field `limits`, expected one of `version`, `defaults`, `rules`",
+            "f:2: field limits: unknown field `limits`, expected one of `version`, `defaults`, `rules`, `changes`",
             "f:3: field defaults.mode: unknown variant `strict`, expected `enforce` or `shadow`",
             "f:5: rule a: field limit.requests: must be at least 1",
         ]

@@ -1,0 +1,375 @@
+//! Every rules change is a diff. A new rules set is compared with the one it
+//! replaces, rule by rule: added, removed, limit changed by a factor, mode, match
+//! widened or narrowed. An enforced limit cut below `changes.max_tightening` × its
+//! running value is refused unless the new file approves that rule against the
+//! running version: a limit set ten times too low is the most common way a rate
+//! limiter takes an API down, so it takes a second pair of eyes.
+
+use super::config::Mode;
+use super::{HeaderMatch, Limits, Matcher, PathMatch, Rule, RuleSet};
+use crate::limit::Limit;
+
+/// What changed for one rule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleChange {
+    pub rule: String,
+    pub change: Change,
+    /// Refused: an enforced limit tightened beyond the maximum without approval.
+    pub refused: bool,
+}
+
+/// The kinds of change.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    Added {
+        mode: Mode,
+    },
+    Removed,
+    /// The limit (of `plan`, for rules with plans) went from `old` to `new`;
+    /// `factor` is the smaller of the rate's and the burst's ratio (new ÷ old).
+    Limit {
+        plan: Option<String>,
+        old: Limit,
+        new: Limit,
+        factor: f64,
+    },
+    Mode {
+        old: Mode,
+        new: Mode,
+    },
+    /// The new match covers every request the old one did, and more.
+    MatchWidened,
+    /// The new match covers only some of the requests the old one did.
+    MatchNarrowed,
+    /// Neither covers the other.
+    MatchChanged,
+}
+
+/// The rule-by-rule difference from `old` (the running set) to `new`, in `new`'s
+/// evaluation order, then the removed rules.
+pub fn review(old: &RuleSet, new: &RuleSet) -> Vec<RuleChange> {
+    let max = new.changes.max_tightening;
+    let approved = |rule: &str| {
+        new.changes
+            .approve
+            .iter()
+            .any(|a| a.rule == rule && a.against == old.version())
+    };
+    let mut out = Vec::new();
+    for rule in new.rules() {
+        let Some(was) = old.rule(&rule.name) else {
+            out.push(change(rule, Change::Added { mode: rule.mode }, false));
+            continue;
+        };
+        let enforced_both = was.mode == Mode::Enforce && rule.mode == Mode::Enforce;
+        for (plan, before, after) in limit_pairs(was, rule) {
+            if before == after {
+                continue;
+            }
+            let factor = ratio(&after, &before);
+            let refused = enforced_both && factor < max && !approved(&rule.name);
+            out.push(change(
+                rule,
+                Change::Limit {
+                    plan,
+                    old: before,
+                    new: after,
+                    factor,
+                },
+                refused,
+            ));
+        }
+        if was.mode != rule.mode {
+            let c = Change::Mode {
+                old: was.mode,
+                new: rule.mode,
+            };
+            out.push(change(rule, c, false));
+        }
+        let (wider, narrower) = (
+            covers(&rule.matcher, &was.matcher),
+            covers(&was.matcher, &rule.matcher),
+        );
+        let m = match (wider, narrower) {
+            (true, true) => None,
+            (true, false) => Some(Change::MatchWidened),
+            (false, true) => Some(Change::MatchNarrowed),
+            (false, false) => Some(Change::MatchChanged),
+        };
+        if let Some(m) = m {
+            out.push(change(rule, m, false));
+        }
+    }
+    for rule in old.rules() {
+        if new.rule(&rule.name).is_none() {
+            out.push(change(rule, Change::Removed, false));
+        }
+    }
+    out
+}
+
+impl std::fmt::Display for RuleChange {
+    /// One line a reviewer reads: `~ rule api: limit 100 per 1s (burst 100) →
+    /// 10 per 1s (burst 10), ×0.10 — REFUSED: …`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let rule = &self.rule;
+        match &self.change {
+            Change::Added { mode } => write!(f, "+ rule {rule}: added ({})", mode_name(*mode)),
+            Change::Removed => write!(f, "- rule {rule}: removed"),
+            Change::Limit {
+                plan,
+                old,
+                new,
+                factor,
+            } => {
+                let plan = plan
+                    .as_deref()
+                    .map(|p| format!(" (plan {p})"))
+                    .unwrap_or_default();
+                write!(
+                    f,
+                    "~ rule {rule}: limit{plan} {} → {}, ×{factor:.2}",
+                    show(old),
+                    show(new)
+                )?;
+                if self.refused {
+                    write!(
+                        f,
+                        " — refused: an enforced limit cut beyond the allowed maximum \
+                         (changes.max_tightening) needs `changes: {{approve: [{{rule: {rule}, against: <the running version>}}]}}`"
+                    )?;
+                }
+                Ok(())
+            }
+            Change::Mode { old, new } => write!(
+                f,
+                "~ rule {rule}: mode {} → {}",
+                mode_name(*old),
+                mode_name(*new)
+            ),
+            Change::MatchWidened => {
+                write!(f, "~ rule {rule}: match widened (applies to more requests)")
+            }
+            Change::MatchNarrowed => write!(f, "~ rule {rule}: match narrowed"),
+            Change::MatchChanged => write!(f, "~ rule {rule}: match changed"),
+        }
+    }
+}
+
+fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Enforce => "enforce",
+        Mode::Shadow => "shadow",
+    }
+}
+
+fn show(l: &Limit) -> String {
+    format!(
+        "{} per {} s (burst {})",
+        l.requests(),
+        l.per_ns() as f64 / crate::NANOS_PER_SEC as f64,
+        l.burst()
+    )
+}
+
+fn change(rule: &Rule, change: Change, refused: bool) -> RuleChange {
+    RuleChange {
+        rule: rule.name.clone(),
+        change,
+        refused,
+    }
+}
+
+/// The limits to compare: the one limit, or each plan the old rule had (a plan
+/// that went away is now served the default plan's limit).
+fn limit_pairs(old: &Rule, new: &Rule) -> Vec<(Option<String>, Limit, Limit)> {
+    match &old.limits {
+        Limits::Single(l) => vec![(None, *l, new.limit_for_plan(None).0)],
+        Limits::Plans {
+            default_plan,
+            default,
+            limits,
+            ..
+        } => {
+            let mut pairs: Vec<(Option<String>, Limit, Limit)> = limits
+                .iter()
+                .map(|(name, l)| (Some(name.clone()), *l, new.limit_for_plan(Some(name)).0))
+                .collect();
+            if !limits.contains_key(default_plan) {
+                pairs.push((
+                    Some(default_plan.clone()),
+                    *default,
+                    new.limit_for_plan(None).0,
+                ));
+            }
+            pairs
+        }
+    }
+}
+
+/// How much of the old limit the new one leaves: the smaller of the rates' and
+/// the bursts' ratios.
+fn ratio(new: &Limit, old: &Limit) -> f64 {
+    let rate = new.rate_per_sec() / old.rate_per_sec();
+    let burst = f64::from(new.burst()) / f64::from(old.burst());
+    rate.min(burst)
+}
+
+/// Whether matcher `a` matches every request `b` matches.
+fn covers(a: &Matcher, b: &Matcher) -> bool {
+    let methods = match (&a.methods, &b.methods) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(a), Some(b)) => b.iter().all(|m| a.contains(m)),
+    };
+    // Fewer header conditions match more requests.
+    let headers = a.headers.iter().all(|(name, hm)| {
+        b.headers
+            .iter()
+            .any(|(n, other)| n == name && same_condition(hm, other))
+    });
+    path_covers(&a.path, &b.path) && methods && headers
+}
+
+fn same_condition(a: &HeaderMatch, b: &HeaderMatch) -> bool {
+    match (a, b) {
+        (HeaderMatch::Present(x), HeaderMatch::Present(y)) => x == y,
+        (HeaderMatch::Equals(x), HeaderMatch::Equals(y)) => x == y,
+        // `equals: v` implies `present: true`.
+        (HeaderMatch::Present(true), HeaderMatch::Equals(_)) => true,
+        _ => false,
+    }
+}
+
+/// Whether path condition `a` holds for every path `b` admits.
+fn path_covers(a: &PathMatch, b: &PathMatch) -> bool {
+    let under =
+        |dir: &str, p: &str| p == dir || p.starts_with(&format!("{}/", dir.trim_end_matches('/')));
+    match (a, b) {
+        (PathMatch::Any, _) => true,
+        (_, PathMatch::Any) => false,
+        (PathMatch::Exact(x), PathMatch::Exact(y)) => x == y,
+        (PathMatch::Exact(_), _) => false,
+        (
+            PathMatch::Prefix(x),
+            PathMatch::Exact(y) | PathMatch::Prefix(y) | PathMatch::Directory(y),
+        ) => y.starts_with(x.as_str()),
+        (PathMatch::Directory(x), PathMatch::Exact(y) | PathMatch::Directory(y)) => under(x, y),
+        (PathMatch::Directory(x), PathMatch::Prefix(y)) => {
+            y.starts_with(&format!("{}/", x.trim_end_matches('/')))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::RulesConfig;
+
+    fn set(rules: serde_json::Value, changes: Option<serde_json::Value>) -> RuleSet {
+        let mut file = serde_json::json!({"version": 1, "rules": rules});
+        if let Some(c) = changes {
+            file["changes"] = c;
+        }
+        let config: RulesConfig = serde_json::from_value(file).unwrap();
+        RuleSet::compile(&config).unwrap()
+    }
+
+    fn rule(name: &str, requests: u32, extra: serde_json::Value) -> serde_json::Value {
+        let mut r = serde_json::json!({"name": name, "key": ["method"],
+            "limit": {"requests": requests, "per": "1s"}});
+        if let (Some(r), Some(extra)) = (r.as_object_mut(), extra.as_object()) {
+            r.extend(extra.clone());
+        }
+        r
+    }
+
+    #[test]
+    fn a_tenfold_cut_is_refused_unless_approved_against_the_running_version() {
+        let old = set(
+            serde_json::json!([rule("api", 100, serde_json::json!({}))]),
+            None,
+        );
+        let cut = serde_json::json!([rule("api", 10, serde_json::json!({}))]);
+        let changes = review(&old, &set(cut.clone(), None));
+        assert_eq!(changes.len(), 1);
+        assert!(changes[0].refused);
+        assert!(
+            matches!(changes[0].change, Change::Limit { factor, .. } if (factor - 0.1).abs() < 1e-9)
+        );
+        // Approved against the running version: accepted.
+        let approval = serde_json::json!({"approve": [{"rule": "api", "against": old.version()}]});
+        assert!(!review(&old, &set(cut.clone(), Some(approval)))[0].refused);
+        // An approval for another version (a stale one) does not count.
+        let stale = serde_json::json!({"approve": [{"rule": "api", "against": "0000"}]});
+        assert!(review(&old, &set(cut.clone(), Some(stale)))[0].refused);
+        // Within the maximum, or in shadow, or loosened: not refused.
+        let half = serde_json::json!([rule("api", 50, serde_json::json!({}))]);
+        assert!(!review(&old, &set(half, None))[0].refused);
+        let shadow = serde_json::json!([rule("api", 10, serde_json::json!({"mode": "shadow"}))]);
+        assert!(review(&old, &set(shadow, None)).iter().all(|c| !c.refused));
+        let loose = serde_json::json!([rule("api", 1000, serde_json::json!({}))]);
+        assert!(!review(&old, &set(loose, None))[0].refused);
+        // A stricter maximum in the new file applies to its own change.
+        let strict = serde_json::json!({"max_tightening": 0.9});
+        let ninety = serde_json::json!([rule("api", 80, serde_json::json!({}))]);
+        assert!(review(&old, &set(ninety, Some(strict)))[0].refused);
+    }
+
+    #[test]
+    fn added_removed_mode_and_match_changes_are_listed() {
+        let old = set(
+            serde_json::json!([
+                rule(
+                    "a",
+                    10,
+                    serde_json::json!({"match": {"path_prefix": "/v1/search"}})
+                ),
+                rule("b", 10, serde_json::json!({"match": {"methods": ["GET"]}})),
+                rule("gone", 10, serde_json::json!({})),
+            ]),
+            None,
+        );
+        let new = set(
+            serde_json::json!([
+                rule(
+                    "a",
+                    10,
+                    serde_json::json!({"match": {"path_prefix": "/v1"}})
+                ),
+                rule(
+                    "b",
+                    10,
+                    serde_json::json!({"match": {"methods": ["GET"], "headers": {"x-env": {"equals": "prod"}}}, "mode": "shadow"})
+                ),
+                rule("c", 10, serde_json::json!({})),
+            ]),
+            None,
+        );
+        let got: Vec<(String, Change)> = review(&old, &new)
+            .into_iter()
+            .map(|c| (c.rule, c.change))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("a".to_string(), Change::MatchWidened),
+                (
+                    "b".to_string(),
+                    Change::Mode {
+                        old: Mode::Enforce,
+                        new: Mode::Shadow
+                    }
+                ),
+                ("b".to_string(), Change::MatchNarrowed),
+                (
+                    "c".to_string(),
+                    Change::Added {
+                        mode: Mode::Enforce
+                    }
+                ),
+                ("gone".to_string(), Change::Removed),
+            ]
+        );
+    }
+}

@@ -6,6 +6,7 @@
 use std::io::Write;
 use std::path::Path;
 
+use meshlimit_core::rules::expiry::parse_instant;
 use meshlimit_core::rules::review::{review, Change};
 use meshlimit_core::rules::{parse_rules, RuleError, RuleSet};
 use serde_json::json;
@@ -74,6 +75,10 @@ pub fn check_rules_against(
         },
         _ => None,
     };
+    let warnings = match &result {
+        Ok(set) => expiry_warnings(set, unix_now()),
+        Err(_) => Vec::new(),
+    };
     match (format, result) {
         (CheckFormat::Text, Ok(set)) => {
             let _ = writeln!(
@@ -82,6 +87,9 @@ pub fn check_rules_against(
                 set.rules().len(),
                 set.version()
             );
+            for w in &warnings {
+                let _ = writeln!(err, "{file}: warning: {w}");
+            }
             if let Some((old, version, changes)) = &review {
                 let _ = writeln!(
                     out,
@@ -110,6 +118,7 @@ pub fn check_rules_against(
                 "rules": set.rules().len(),
                 "version": set.version(),
                 "errors": [],
+                "warnings": warnings,
             });
             if let Some((old, version, changes)) = &review {
                 report["against"] = json!({"file": old, "version": version});
@@ -143,6 +152,50 @@ pub fn check_rules_against(
         }
     }
     code
+}
+
+/// How far ahead `check-rules` warns of a rule's `expires`.
+const EXPIRY_WARNING_SECS: u64 = 7 * 86_400;
+
+/// A warning for every rule that has expired (the agent already leaves it out)
+/// or expires within a week.
+fn expiry_warnings(set: &RuleSet, now: u64) -> Vec<String> {
+    let Some(config) = set.config() else {
+        return Vec::new();
+    };
+    config
+        .rules
+        .iter()
+        .filter_map(|r| {
+            let text = r.expires.as_deref()?;
+            let at = parse_instant(text)?;
+            let owner = r
+                .owner
+                .as_deref()
+                .map(|o| format!(" (owner {o})"))
+                .unwrap_or_default();
+            if at <= now {
+                Some(format!(
+                    "rule {}{owner} expired at {text} and no longer applies",
+                    r.name
+                ))
+            } else if at - now <= EXPIRY_WARNING_SECS {
+                Some(format!(
+                    "rule {}{owner} expires at {text}, in {:.1} days",
+                    r.name,
+                    (at - now) as f64 / 86_400.0
+                ))
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// A rules file read and compiled, or why not (one line).

@@ -7,6 +7,7 @@
 //! a whole, every problem is logged (file, rule, field) and counted, and the agent
 //! keeps enforcing what it had.
 
+use meshlimit_core::rules::expiry::live_rules;
 use meshlimit_core::rules::review::review;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -15,7 +16,9 @@ use std::time::Duration;
 use std::io::Read;
 
 use arc_swap::ArcSwapOption;
-use meshlimit_core::rules::{parse_rules, RuleError, RulesError, MAX_RULES_FILE_BYTES};
+use meshlimit_core::rules::{
+    parse_rules, RuleError, RulesConfig, RulesError, MAX_RULES_FILE_BYTES,
+};
 use meshlimit_core::RuleSet;
 
 use crate::metrics::Metrics;
@@ -51,6 +54,13 @@ pub struct RulesWatcher {
     /// and a comparison, and a bad file is reported once, not every poll.
     last_content: Option<String>,
     last_read_error: Option<String>,
+    /// The last valid file as written (expired rules included), and the rules
+    /// of it left out as expired: re-checked at every poll, so a rule's
+    /// `expires` takes effect without anyone touching the file.
+    last_good: Option<RulesConfig>,
+    expired: Vec<String>,
+    /// Unix seconds now (the wall clock; tests set their own).
+    clock: fn() -> u64,
 }
 
 impl CurrentRules {
@@ -98,6 +108,9 @@ impl RulesWatcher {
             metrics,
             last_content: None,
             last_read_error: None,
+            last_good: None,
+            expired: Vec::new(),
+            clock: unix_now,
         }
     }
 
@@ -114,13 +127,51 @@ impl RulesWatcher {
         };
         self.last_read_error = None;
         if self.last_content.as_deref() == Some(text.as_str()) {
-            return Reload::Unchanged;
+            return self.expire();
         }
         let file = self.path.display().to_string();
         let parsed = parse_rules(&file, &text);
         self.last_content = Some(text);
         match parsed {
+            Ok(set) => {
+                let Some(config) = set.config().cloned() else {
+                    return self.apply(set);
+                };
+                self.last_good = Some(config);
+                self.expired.clear();
+                match self.expire() {
+                    // No rule has expired: the file's own set.
+                    Reload::Unchanged => self.apply(set),
+                    other => other,
+                }
+            }
+            Err(errors) => self.refuse(&errors),
+        }
+    }
+
+    /// Sets a clock (Unix seconds) other than the wall clock.
+    pub fn with_clock(mut self, clock: fn() -> u64) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Leaves out the last good file's rules whose `expires` has passed, when
+    /// that set changed since the last poll.
+    fn expire(&mut self) -> Reload {
+        let Some(config) = &self.last_good else {
+            return Reload::Unchanged;
+        };
+        let (live, expired) = live_rules(config, (self.clock)());
+        if expired == self.expired {
+            return Reload::Unchanged;
+        }
+        for rule in expired.iter().filter(|r| !self.expired.contains(r)) {
+            tracing::info!(rule = %rule, "rule expired: it no longer applies");
+        }
+        self.expired = expired;
+        match RuleSet::compile(&live) {
             Ok(set) => self.apply(set),
+            // Every rule expired: a set needs one, so the running one stays.
             Err(errors) => self.refuse(&errors),
         }
     }
@@ -221,3 +272,9 @@ pub fn read_rules_file(path: &Path) -> std::io::Result<String> {
 
 #[cfg(test)]
 mod tests;
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}

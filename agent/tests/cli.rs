@@ -437,3 +437,62 @@ fn check_rules_against_lists_every_change_and_refuses_an_unapproved_cut() {
     assert_eq!(code, 0, "{out}{err}");
     assert!(!out.contains("refused"), "{out}");
 }
+
+#[test]
+fn check_rules_warns_of_rules_that_expire_soon_or_have_expired() {
+    let dir = tempfile::tempdir().unwrap();
+    let soon = {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        // Three days ahead, as a date (midnight UTC).
+        let days = now / 86_400 + 3;
+        let (y, m, d) = civil(days as i64);
+        format!("{y:04}-{m:02}-{d:02}")
+    };
+    let rules = rules_file(
+        dir.path(),
+        &format!(
+            "version: 1\nrules:\n  - {{name: api, key: [method], limit: {{requests: 10, per: 1s}}}}\n  - {{name: trial, owner: growth, expires: \"{soon}\", key: [method], limit: {{requests: 99, per: 1s}}}}\n  - {{name: old, expires: \"2020-01-01\", key: [method], limit: {{requests: 99, per: 1s}}}}\n  - {{name: later, expires: \"2999-01-01\", key: [method], limit: {{requests: 99, per: 1s}}}}\n"
+        ),
+    );
+    let (code, _, err) = run(&mut agent(&["check-rules", &rules]));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains(&format!(
+            "warning: rule trial (owner growth) expires at {soon}, in "
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("warning: rule old expired at 2020-01-01 and no longer applies"),
+        "{err}"
+    );
+    assert!(!err.contains("later"), "{err}");
+    let (_, bad_err) = {
+        let bad = rules_file(
+            dir.path(),
+            "version: 1\nrules:\n  - {name: api, expires: tomorrow, key: [method], limit: {requests: 10, per: 1s}}\n",
+        );
+        let (code, _, err) = run(&mut agent(&["check-rules", &bad]));
+        (code, err)
+    };
+    assert!(
+        bad_err.contains("field expires: `tomorrow` is not a UTC instant"),
+        "{bad_err}"
+    );
+}
+
+/// (year, month, day) of a day number since 1970-01-01.
+fn civil(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}

@@ -231,3 +231,36 @@ fn a_tenfold_cut_is_refused_at_reload_until_approved_against_the_running_version
         2
     );
 }
+
+static TEST_NOW: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn test_now() -> u64 {
+    TEST_NOW.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+#[test]
+fn an_expired_exception_stops_applying_by_itself() {
+    use std::sync::atomic::Ordering::SeqCst;
+    // 2026-12-01T00:00:00Z = 1,796,083,200.
+    TEST_NOW.store(1_796_083_200 - 10, SeqCst);
+    let cm = ConfigMapDir::new(
+        "version: 1\nrules:\n  - {name: api, key: [method], limit: {requests: 10, per: 1s}}\n  - {name: trial, key: [method], limit: {requests: 99, per: 1s}, owner: growth-team, expires: \"2026-12-01\"}\n",
+    );
+    let rules = Arc::new(CurrentRules::empty());
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let mut watcher =
+        RulesWatcher::new(cm.path(), rules.clone(), metrics.clone()).with_clock(test_now);
+    assert!(matches!(watcher.poll(), Reload::Applied { .. }));
+    assert!(rules.get().unwrap().rule("trial").is_some());
+    assert_eq!(watcher.poll(), Reload::Unchanged);
+    // The file is untouched; the clock passes the expiry.
+    TEST_NOW.store(1_796_083_200, SeqCst);
+    assert!(matches!(watcher.poll(), Reload::Applied { .. }));
+    let set = rules.get().unwrap();
+    assert!(
+        set.rule("trial").is_none(),
+        "the expired rule still applies"
+    );
+    assert!(set.rule("api").is_some());
+    assert_eq!(watcher.poll(), Reload::Unchanged);
+}

@@ -168,6 +168,19 @@ fn compile_rule(rule: &RuleConfig, defaults: &DefaultsConfig) -> Result<Rule, Ve
             check_header_name(h, &format!("key[{i}].header"), &mut err);
         }
     }
+    if let Some(owner) = &rule.owner {
+        if owner.is_empty() || owner.len() > 128 || owner.chars().any(char::is_control) {
+            err("owner", "1 to 128 printable characters".into());
+        }
+    }
+    if let Some(at) = &rule.expires {
+        if super::expiry::parse_instant(at).is_none() {
+            err(
+                "expires",
+                format!("`{at}` is not a UTC instant: write 2026-12-31 or 2026-12-31T18:00:00Z"),
+            );
+        }
+    }
     let cost = rule.cost.unwrap_or(1);
     if cost == 0 {
         err("cost", "must be at least 1".into());

@@ -126,6 +126,15 @@ pub struct RuleConfig {
     pub accuracy: Option<Accuracy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<Scope>,
+    /// Who owns the rule (a team, a ticket): shown by `explain` and `check-rules`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(length(min = 1, max = 128)))]
+    pub owner: Option<String>,
+    /// When the rule stops applying by itself: `YYYY-MM-DD` or
+    /// `YYYY-MM-DDTHH:MM:SSZ`, UTC. For exceptions that must not outlive their
+    /// reason; `check-rules` warns a week ahead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<String>,
 }
 
 /// Conditions that must all hold for a rule to apply.

@@ -5,6 +5,7 @@
 mod compile;
 pub mod config;
 mod error;
+pub mod expiry;
 mod explain;
 mod index;
 mod matching;

@@ -1,0 +1,107 @@
+//! Rules that end by themselves: `expires` on a rule (an exception granted for a
+//! migration, a launch, a customer's trial) is an instant in UTC after which the
+//! rule no longer applies. The agent leaves expired rules out of the set it
+//! serves (re-checked at every poll of the file), so filters stop applying them
+//! within a sync interval, without anyone editing the file.
+
+use super::config::RulesConfig;
+
+/// Seconds since the Unix epoch of `text`, an instant in UTC written as
+/// `YYYY-MM-DD` (midnight) or `YYYY-MM-DDTHH:MM:SSZ`; `None` when it is not one.
+pub fn parse_instant(text: &str) -> Option<u64> {
+    let (date, time) = match text.split_once('T') {
+        Some((d, t)) => (d, Some(t.strip_suffix('Z')?)),
+        None => (text, None),
+    };
+    let mut d = date.splitn(3, '-');
+    let year: i64 = digits(d.next()?, 4)?;
+    let month: i64 = digits(d.next()?, 2)?;
+    let day: i64 = digits(d.next()?, 2)?;
+    let (h, m, s) = match time {
+        None => (0, 0, 0),
+        Some(t) => {
+            let mut t = t.splitn(3, ':');
+            (
+                digits(t.next()?, 2)?,
+                digits(t.next()?, 2)?,
+                digits(t.next()?, 2)?,
+            )
+        }
+    };
+    let days_in_month = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 => 29,
+        2 => 28,
+        _ => return None,
+    };
+    if !(1970..=9999).contains(&year)
+        || !(1..=days_in_month).contains(&day)
+        || h > 23
+        || m > 59
+        || s > 59
+    {
+        return None;
+    }
+    let secs = days_from_civil(year, month, day) * 86_400 + h * 3_600 + m * 60 + s;
+    u64::try_from(secs).ok()
+}
+
+/// The rules of `config` still in force at `now_secs` (Unix seconds): those
+/// without `expires`, or whose `expires` is later. Names of the ones left out.
+pub fn live_rules(config: &RulesConfig, now_secs: u64) -> (RulesConfig, Vec<String>) {
+    let mut live = config.clone();
+    let mut expired = Vec::new();
+    live.rules.retain(|r| {
+        let gone = r
+            .expires
+            .as_deref()
+            .and_then(parse_instant)
+            .is_some_and(|at| at <= now_secs);
+        if gone {
+            expired.push(r.name.clone());
+        }
+        !gone
+    });
+    (live, expired)
+}
+
+fn digits(s: &str, n: usize) -> Option<i64> {
+    (s.len() == n && s.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| s.parse().ok())
+        .flatten()
+}
+
+/// Days from 1970-01-01 to the proleptic Gregorian date (Howard Hinnant's
+/// `days_from_civil`).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instants_are_utc_dates_or_date_times() {
+        assert_eq!(parse_instant("1970-01-01"), Some(0));
+        assert_eq!(parse_instant("2026-12-01T00:29:12Z"), Some(1_796_084_952));
+        assert_eq!(parse_instant("2024-02-29"), Some(1_709_164_800));
+        for bad in [
+            "2023-02-29",
+            "2026-13-01",
+            "2026-1-01",
+            "2026-12-01T00:00:00",
+            "tomorrow",
+            "2026-12-01T24:00:00Z",
+        ] {
+            assert_eq!(parse_instant(bad), None, "{bad}");
+        }
+    }
+}

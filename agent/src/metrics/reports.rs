@@ -12,7 +12,7 @@ use meshlimit_core::wire::{SyncRequest, MAX_VERSION_LABEL};
 use meshlimit_core::{Outcome, RuleSet};
 use tokio::time::Instant;
 
-use prometheus::{GaugeVec, IntCounter, IntCounterVec, IntGaugeVec};
+use prometheus::{GaugeVec, Histogram, IntCounter, IntCounterVec, IntGaugeVec};
 
 use super::{inc, lock, Factory, Metrics, MetricsError};
 use crate::window::RuleWindows;
@@ -41,8 +41,13 @@ pub(super) struct ReportMetrics {
     fail_open_ratio: GaugeVec,
     filter_syncs: IntCounter,
     filter_rules_version: IntGaugeVec,
+    filters_on_version: IntGaugeVec,
+    propagation: Histogram,
     state: std::sync::Mutex<ReportState>,
 }
+
+/// Propagation buckets: a filter syncs once a second, so most land under 2 s.
+const PROPAGATION_BUCKETS: [f64; 10] = [0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0];
 
 #[derive(Debug, Default)]
 struct ReportState {
@@ -50,6 +55,10 @@ struct ReportState {
     /// Rule labels currently set on `meshlimit_fail_open_ratio`.
     shown_ratios: HashSet<String>,
     filters: HashMap<String, FilterSeen>,
+    /// The version the agent put in force last, and when.
+    installed: Option<(String, Instant)>,
+    /// Version labels currently set on `meshlimit_filters_on_version`.
+    shown_versions: HashSet<String>,
 }
 
 #[derive(Debug)]
@@ -79,6 +88,17 @@ impl ReportMetrics {
                 "meshlimit_filter_rules_version_info",
                 "The rules version each filter last reported (1).",
                 &["filter", "version"],
+            )?,
+            filters_on_version: f.gauges(
+                "meshlimit_filters_on_version",
+                "Filter VMs (heard from in the last minute) that report each rules version.",
+                &["version"],
+            )?,
+            propagation: f.histogram(
+                "meshlimit_rules_propagation_seconds",
+                "From the agent putting a rules version in force to each filter VM \
+                 reporting it.",
+                &PROPAGATION_BUCKETS,
             )?,
             state: std::sync::Mutex::new(ReportState::default()),
         })
@@ -143,11 +163,43 @@ impl Metrics {
             }
             alive
         });
+        let mut counts: HashMap<String, i64> = HashMap::new();
+        for seen in state.filters.values() {
+            *counts.entry(seen.version.clone()).or_default() += 1;
+        }
+        let on_version = &self.reports.filters_on_version;
+        for (version, n) in &counts {
+            if let Ok(g) = on_version.get_metric_with_label_values(&[version]) {
+                g.set(*n);
+            }
+        }
+        let shown: HashSet<String> = counts.into_keys().collect();
+        for gone in state.shown_versions.difference(&shown) {
+            let _ = on_version.remove_label_values(&[gone]);
+        }
+        state.shown_versions = shown;
+    }
+
+    /// The agent put `version` in force now: filters reporting it from here on
+    /// are timed against this moment.
+    pub(super) fn version_installed(&self, version: &str) {
+        lock(&self.reports.state).installed = Some((version.to_string(), Instant::now()));
     }
 
     fn record_filter(&self, state: &mut ReportState, filter: &str, version: &str) {
         let now = Instant::now();
         let full = state.filters.len() >= MAX_FILTERS;
+        let arrived = state
+            .filters
+            .get(filter)
+            .is_none_or(|seen| seen.version != version);
+        if let Some((current, at)) = &state.installed {
+            if arrived && current == version {
+                self.reports
+                    .propagation
+                    .observe(now.duration_since(*at).as_secs_f64());
+            }
+        }
         match state.filters.get_mut(filter) {
             Some(seen) => {
                 if seen.version != version {

@@ -64,6 +64,8 @@ impl Metrics {
             g.set(1);
         }
         *shown = Some(version.to_string());
+        drop(shown);
+        self.version_installed(version);
     }
 
     /// Shows `set`'s limits on `meshlimit_rule_limit`, and only them: the labels of

@@ -185,3 +185,50 @@ fn each_rule_and_plan_shows_its_limit_and_old_ones_go() {
     assert_eq!(limit(&text, "api", "free", "rate_per_second"), Some(20.0));
     assert_eq!(limit(&text, "api", "free", "burst"), Some(20.0));
 }
+
+#[tokio::test(start_paused = true)]
+async fn propagation_is_timed_and_filters_are_counted_per_version() {
+    let m = Metrics::new("eu").unwrap();
+    m.record_sync(None, &report("f1", "v1", &[]));
+    m.rules_applied("v2");
+    tokio::time::advance(Duration::from_millis(1_500)).await;
+    m.record_sync(None, &report("f1", "v2", &[]));
+    // A second report of the same version is not a new arrival.
+    tokio::time::advance(Duration::from_millis(1_000)).await;
+    m.record_sync(None, &report("f1", "v2", &[]));
+    m.record_sync(None, &report("f2", "v1", &[]));
+    m.refresh(None);
+    let text = m.render().unwrap();
+    assert_eq!(
+        sample(&text, "meshlimit_rules_propagation_seconds_count", &[]),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&text, "meshlimit_rules_propagation_seconds_sum", &[]),
+        Some(1.5)
+    );
+    assert_eq!(
+        sample(&text, "meshlimit_filters_on_version", &[("version", "v2")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&text, "meshlimit_filters_on_version", &[("version", "v1")]),
+        Some(1.0)
+    );
+    // f2 moves on: v1 has no filter left and its label goes.
+    m.record_sync(None, &report("f2", "v2", &[]));
+    m.refresh(None);
+    let text = m.render().unwrap();
+    assert_eq!(
+        sample(&text, "meshlimit_filters_on_version", &[("version", "v2")]),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(&text, "meshlimit_filters_on_version", &[("version", "v1")]),
+        None
+    );
+    assert_eq!(
+        sample(&text, "meshlimit_rules_propagation_seconds_count", &[]),
+        Some(2.0)
+    );
+}

@@ -100,7 +100,10 @@ pub struct KeyIdArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
-    /// The rules file (YAML or JSON), usually a ConfigMap mount; watched for changes.
+    /// The rules file (YAML or JSON), usually a ConfigMap mount; watched for
+    /// changes. A directory: every `*.yaml`, `*.yml` and `*.json` in it (one per
+    /// team), each validated on its own and merged; a broken file keeps its last
+    /// good version, a rule name defined twice leaves the later file out.
     #[arg(long, env = "MESHLIMIT_RULES", value_name = "PATH")]
     pub rules: PathBuf,
     /// Address to serve the filters' API, /metrics and the probes on.

@@ -61,6 +61,8 @@ pub struct RulesWatcher {
     expired: Vec<String>,
     /// Unix seconds now (the wall clock; tests set their own).
     clock: fn() -> u64,
+    /// Per-file state when `--rules` names a directory.
+    directory: directory::Directory,
 }
 
 impl CurrentRules {
@@ -111,6 +113,7 @@ impl RulesWatcher {
             last_good: None,
             expired: Vec::new(),
             clock: unix_now,
+            directory: directory::Directory::default(),
         }
     }
 
@@ -121,6 +124,9 @@ impl RulesWatcher {
     /// Reads the file once and applies it if it changed. A blocking read is fine
     /// here: a rules file is a few KiB on a local (tmpfs) volume, read twice a second.
     pub fn poll(&mut self) -> Reload {
+        if self.path.is_dir() {
+            return self.poll_directory();
+        }
         let text = match read_rules_file(&self.path) {
             Ok(text) => text,
             Err(e) => return self.unreadable(&e),
@@ -147,6 +153,41 @@ impl RulesWatcher {
             }
             Err(errors) => self.refuse(&errors),
         }
+    }
+
+    /// `--rules DIR`: every file on its own, merged; a broken or conflicting file
+    /// is reported (logged, counted) and keeps its last good version or is left
+    /// out, while the other files' changes apply.
+    fn poll_directory(&mut self) -> Reload {
+        let merged = match self.directory.poll(&self.path) {
+            Ok(m) => m,
+            Err(e) => return self.unreadable(&e),
+        };
+        self.last_read_error = None;
+        if !merged.changed {
+            return self.expire();
+        }
+        let reload = if merged.config.rules.is_empty() {
+            Reload::Refused
+        } else {
+            self.last_good = Some(merged.config);
+            self.expired.clear();
+            match self.expire() {
+                Reload::Unchanged => match self.last_good.as_ref().map(RuleSet::compile) {
+                    Some(Ok(set)) => self.apply(set),
+                    Some(Err(errors)) => self.refuse(&errors),
+                    None => Reload::Unchanged,
+                },
+                other => other,
+            }
+        };
+        if !merged.errors.is_empty() {
+            // After the apply, which clears the last error: the broken files stay visible.
+            self.refuse(&RulesError {
+                errors: merged.errors,
+            });
+        }
+        reload
     }
 
     /// Sets a clock (Unix seconds) other than the wall clock.
@@ -269,6 +310,8 @@ pub fn read_rules_file(path: &Path) -> std::io::Result<String> {
     }
     Ok(text)
 }
+
+mod directory;
 
 #[cfg(test)]
 mod tests;

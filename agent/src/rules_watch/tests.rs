@@ -264,3 +264,62 @@ fn an_expired_exception_stops_applying_by_itself() {
     assert!(set.rule("api").is_some());
     assert_eq!(watcher.poll(), Reload::Unchanged);
 }
+
+#[test]
+fn a_directory_merges_one_file_per_team_and_a_broken_file_holds_back_no_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| fs::write(dir.path().join(name), text).unwrap();
+    let team = |rule: &str, requests: u32| {
+        format!(
+            "version: 1\ndefaults: {{mode: shadow}}\nrules:\n  - {{name: {rule}, key: [method], limit: {{requests: {requests}, per: 1s}}}}\n"
+        )
+    };
+    write("search.yaml", &team("search", 10));
+    write("checkout.yaml", &team("checkout", 20));
+    write("..data", "not a rules file: the ConfigMap's own");
+    let rules = Arc::new(CurrentRules::empty());
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let mut watcher = RulesWatcher::new(dir.path(), rules.clone(), metrics.clone());
+    assert!(matches!(watcher.poll(), Reload::Applied { .. }));
+    let limit_of = |name: &str| {
+        rules
+            .get()
+            .unwrap()
+            .rule(name)
+            .map(|r| r.limits.strictest().requests())
+    };
+    assert_eq!(
+        (limit_of("search"), limit_of("checkout")),
+        (Some(10), Some(20))
+    );
+    // Each file's defaults stay with its own rules.
+    assert_eq!(
+        rules.get().unwrap().rule("search").unwrap().mode,
+        meshlimit_core::rules::Mode::Shadow
+    );
+    assert_eq!(watcher.poll(), Reload::Unchanged);
+    // Checkout breaks its file while search raises its limit: search's change
+    // applies, checkout keeps its last good version, and the break is reported.
+    write("checkout.yaml", "version: 1\nrules:\n  - {name: checkout, key: [method], limit: {requests: 20, per: 1 minute}}\n");
+    write("search.yaml", &team("search", 15));
+    assert!(matches!(watcher.poll(), Reload::Applied { .. }));
+    assert_eq!(
+        (limit_of("search"), limit_of("checkout")),
+        (Some(15), Some(20))
+    );
+    assert!(
+        rules.last_error().unwrap().contains("checkout.yaml"),
+        "{:?}",
+        rules.last_error()
+    );
+    assert_eq!(reloads(&metrics, "error"), 1.0);
+    // A third file redefining `search` conflicts and is left out whole.
+    write("zz-rogue.yaml", &team("search", 1));
+    watcher.poll();
+    assert_eq!(limit_of("search"), Some(15));
+    let why = rules.last_error().unwrap();
+    assert!(
+        why.contains("zz-rogue.yaml") && why.contains("also defined in search.yaml"),
+        "{why}"
+    );
+}

@@ -37,9 +37,33 @@ pub enum Command {
     /// Print the id that metrics, logs and Redis key names use for a key (a keyed
     /// hash: only holders of the deployment's secret can map a key to its id).
     KeyId(KeyIdArgs),
+    /// Replay recorded traffic (JSON lines, as Envoy's access log writes them)
+    /// through NEW (and OLD) offline: per rule what each would reject, and the
+    /// keys NEW would newly limit.
+    Replay(ReplayArgs),
     /// Which rules a request meets, in evaluation order, each with its key,
     /// limit and mode, and why each other rule does not apply (offline).
     Explain(ExplainArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReplayArgs {
+    /// The rules to try.
+    #[arg(long, value_name = "NEW")]
+    pub rules: PathBuf,
+    /// The rules running now, to compare with.
+    #[arg(long, value_name = "OLD")]
+    pub baseline: Option<PathBuf>,
+    /// The recorded traffic; `-` reads standard input.
+    #[arg(value_name = "LOG")]
+    pub log: PathBuf,
+    /// `text` for people, `json` for scripts.
+    #[arg(long, value_enum, default_value_t = CheckFormat::Text)]
+    pub format: CheckFormat,
+    /// Names keys by the deployment's ids when the secret is given (else by
+    /// placeholder ids, which only this report uses).
+    #[command(flatten)]
+    pub secret: SecretArgs,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -16,6 +16,7 @@ pub mod leases;
 pub mod metrics;
 pub mod pool;
 pub mod regions;
+pub mod replay;
 pub mod rules_watch;
 pub mod run;
 pub mod server;

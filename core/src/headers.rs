@@ -110,12 +110,172 @@ pub fn bad_request_response(
     (fields, body)
 }
 
+/// How a request wants its answer: plain HTTP, or gRPC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Http,
+    /// `content-type: application/grpc`, `application/grpc+proto`,
+    /// `application/grpc;…` (as Envoy tells gRPC apart; gRPC-Web is not gRPC).
+    Grpc,
+}
+
+impl Protocol {
+    /// The protocol of a request with this `content-type` value (if any).
+    pub fn of_content_type(value: Option<&[u8]>) -> Protocol {
+        const GRPC: &[u8] = b"application/grpc";
+        let Some(v) = value else {
+            return Protocol::Http;
+        };
+        let is_grpc = v
+            .get(..GRPC.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(GRPC))
+            && matches!(v.get(GRPC.len()), None | Some(b'+' | b';'));
+        if is_grpc {
+            Protocol::Grpc
+        } else {
+            Protocol::Http
+        }
+    }
+}
+
+/// gRPC status codes meshlimit answers with.
+pub mod grpc_status {
+    pub const INVALID_ARGUMENT: u32 = 3;
+    pub const RESOURCE_EXHAUSTED: u32 = 8;
+    pub const UNAVAILABLE: u32 = 14;
+}
+
+/// A local answer to a request, in its protocol's form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// An HTTP response.
+    Http {
+        status: u32,
+        fields: Vec<(&'static str, String)>,
+        body: String,
+    },
+    /// A trailers-only gRPC response: HTTP 200, `content-type: application/grpc`,
+    /// `grpc-status: status`, `grpc-message: message` (percent-encoded) and
+    /// `fields` as metadata, no body. The proxy writes the first three (Envoy's
+    /// local reply to a gRPC request does); [`Answer::wire`] shows them all.
+    Grpc {
+        status: u32,
+        message: String,
+        fields: Vec<(&'static str, String)>,
+    },
+}
+
+impl Answer {
+    /// The HTTP status, header fields and body on the wire.
+    pub fn wire(&self) -> (u32, Vec<(&'static str, String)>, String) {
+        match self {
+            Answer::Http {
+                status,
+                fields,
+                body,
+            } => (*status, fields.clone(), body.clone()),
+            Answer::Grpc {
+                status,
+                message,
+                fields,
+            } => {
+                let mut wire = vec![
+                    ("content-type", "application/grpc".to_string()),
+                    ("grpc-status", status.to_string()),
+                    ("grpc-message", percent_encode(message)),
+                ];
+                wire.extend(fields.iter().cloned());
+                (200, wire, String::new())
+            }
+        }
+    }
+}
+
+/// gRPC's percent-encoding of `grpc-message`: bytes outside 0x20–0x7E, and `%`.
+fn percent_encode(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    for b in message.bytes() {
+        if (0x20..=0x7e).contains(&b) && b != b'%' {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The fields without the HTTP body's content type (a gRPC answer has its own).
+fn metadata(mut fields: Vec<(&'static str, String)>) -> Vec<(&'static str, String)> {
+    fields.retain(|(name, _)| *name != "content-type");
+    fields
+}
+
+/// The answer to a request `rule` rejects: a 429 with a JSON body, or for gRPC
+/// RESOURCE_EXHAUSTED with the same fields.
+pub fn rejection(
+    protocol: Protocol,
+    style: HeaderStyle,
+    rule: &str,
+    limit: &Limit,
+    retry_after_ns: u64,
+) -> Answer {
+    let fields = rejection_fields(style, rule, limit, retry_after_ns);
+    match protocol {
+        Protocol::Http => Answer::Http {
+            status: 429,
+            fields,
+            body: rejection_body(rule, retry_after_ns),
+        },
+        Protocol::Grpc => Answer::Grpc {
+            status: grpc_status::RESOURCE_EXHAUSTED,
+            message: format!(
+                "rate limited by rule {rule}; retry after {} s",
+                retry_after_secs(retry_after_ns)
+            ),
+            fields: metadata(fields),
+        },
+    }
+}
+
+/// The answer to a request a fail-closed `rule` could not decide: a 503, or for
+/// gRPC UNAVAILABLE with the same fields.
+pub fn unavailable(protocol: Protocol, rule: &str) -> Answer {
+    let (fields, body) = unavailable_response(rule);
+    match protocol {
+        Protocol::Http => Answer::Http {
+            status: 503,
+            fields,
+            body,
+        },
+        Protocol::Grpc => Answer::Grpc {
+            status: grpc_status::UNAVAILABLE,
+            message: format!("rate limiter unavailable; rule {rule} fails closed"),
+            fields: metadata(fields),
+        },
+    }
+}
+
+/// The answer to a request the rules cannot be applied to as sent: a 400, or
+/// for gRPC INVALID_ARGUMENT.
+pub fn bad_request(protocol: Protocol, error: &crate::rules::RequestError) -> Answer {
+    let (fields, body) = bad_request_response(error);
+    match protocol {
+        Protocol::Http => Answer::Http {
+            status: 400,
+            fields,
+            body,
+        },
+        Protocol::Grpc => Answer::Grpc {
+            status: grpc_status::INVALID_ARGUMENT,
+            message: format!("ambiguous request: {error}"),
+            fields: metadata(fields),
+        },
+    }
+}
+
 fn policy(rule: &str, limit: &Limit) -> String {
-    format!(
-        "\"{rule}\";q={};w={}",
-        limit.requests(),
-        limit.window_secs()
-    )
+    let (q, w) = limit.window_quota();
+    format!("\"{rule}\";q={q};w={w}")
 }
 
 #[cfg(test)]
@@ -140,6 +300,116 @@ mod tests {
             rejection_body("search-per-api-key", 300_000_000),
             r#"{"error":"rate_limited","rule":"search-per-api-key","retry_after_seconds":1}"#
         );
+    }
+
+    #[test]
+    fn a_sub_second_policy_advertises_the_rate_it_enforces() {
+        let l = limit(5, 250_000_000, 5);
+        let f = rejection_fields(HeaderStyle::Ietf, "r", &l, 1);
+        let get = |n: &str| f.iter().find(|(k, _)| *k == n).map(|(_, v)| v.as_str());
+        assert_eq!(get("ratelimit-policy"), Some("\"r\";q=20;w=1"));
+        let l = limit(5, 1_500_000_000, 5);
+        let f = rejection_fields(HeaderStyle::Ietf, "r", &l, 1);
+        let get = |n: &str| f.iter().find(|(k, _)| *k == n).map(|(_, v)| v.as_str());
+        assert_eq!(get("ratelimit-policy"), Some("\"r\";q=6;w=2"));
+    }
+
+    #[test]
+    fn grpc_is_told_apart_by_its_content_type() {
+        let p = |v: &str| Protocol::of_content_type(Some(v.as_bytes()));
+        assert_eq!(p("application/grpc"), Protocol::Grpc);
+        assert_eq!(p("application/grpc+proto"), Protocol::Grpc);
+        assert_eq!(p("application/grpc;charset=utf-8"), Protocol::Grpc);
+        assert_eq!(p("Application/GRPC"), Protocol::Grpc);
+        assert_eq!(p("application/grpc-web"), Protocol::Http);
+        assert_eq!(p("application/grpc-web+proto"), Protocol::Http);
+        assert_eq!(p("application/json"), Protocol::Http);
+        assert_eq!(p("application/grp"), Protocol::Http);
+        assert_eq!(p(""), Protocol::Http);
+        assert_eq!(Protocol::of_content_type(None), Protocol::Http);
+        assert_eq!(
+            Protocol::of_content_type(Some(b"application/grpc\xff")),
+            Protocol::Http
+        );
+    }
+
+    #[test]
+    fn an_http_answer_is_the_429_503_and_400_as_before() {
+        let l = limit(100, NANOS_PER_SEC, 100);
+        let (status, fields, body) =
+            rejection(Protocol::Http, HeaderStyle::Ietf, "r", &l, 300_000_000).wire();
+        assert_eq!(status, 429);
+        assert_eq!(
+            fields,
+            rejection_fields(HeaderStyle::Ietf, "r", &l, 300_000_000)
+        );
+        assert_eq!(body, rejection_body("r", 300_000_000));
+        let (fields, body) = unavailable_response("r");
+        assert_eq!(unavailable(Protocol::Http, "r").wire(), (503, fields, body));
+        let e = crate::rules::RequestError::RepeatedHeader("x-api-key".into());
+        let (fields, body) = bad_request_response(&e);
+        assert_eq!(bad_request(Protocol::Http, &e).wire(), (400, fields, body));
+    }
+
+    #[test]
+    fn a_grpc_rejection_is_resource_exhausted_with_the_same_fields() {
+        let l = limit(100, NANOS_PER_SEC, 100);
+        let (status, fields, body) = rejection(
+            Protocol::Grpc,
+            HeaderStyle::Ietf,
+            "search-per-api-key",
+            &l,
+            300_000_000,
+        )
+        .wire();
+        assert_eq!(status, 200);
+        assert_eq!(body, "");
+        fn expect(v: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
+            v.iter().map(|(k, v)| (*k, (*v).to_string())).collect()
+        }
+        assert_eq!(
+            fields,
+            expect(&[
+                ("content-type", "application/grpc"),
+                ("grpc-status", "8"),
+                (
+                    "grpc-message",
+                    "rate limited by rule search-per-api-key; retry after 1 s"
+                ),
+                ("retry-after", "1"),
+                ("ratelimit-policy", "\"search-per-api-key\";q=100;w=1"),
+                ("ratelimit", "\"search-per-api-key\";r=0;t=1"),
+                ("x-envoy-ratelimited", "true"),
+                ("x-meshlimit-rule", "search-per-api-key"),
+            ])
+        );
+    }
+
+    #[test]
+    fn a_grpc_fail_closed_answer_is_unavailable_and_bad_input_invalid_argument() {
+        let (status, fields, _) = unavailable(Protocol::Grpc, "r").wire();
+        assert_eq!(status, 200);
+        let get = |n: &str| {
+            fields
+                .iter()
+                .find(|(k, _)| *k == n)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(get("grpc-status"), Some("14"));
+        assert_eq!(get("content-type"), Some("application/grpc"));
+        assert_eq!(get("retry-after"), Some("1"));
+        assert_eq!(get("x-envoy-ratelimited"), Some("true"));
+        assert_eq!(get("x-meshlimit-rule"), Some("r"));
+        let e = crate::rules::RequestError::RepeatedHeader("x-api-key".into());
+        let Answer::Grpc { status, .. } = bad_request(Protocol::Grpc, &e) else {
+            panic!("a gRPC request gets a gRPC answer");
+        };
+        assert_eq!(status, grpc_status::INVALID_ARGUMENT);
+    }
+
+    #[test]
+    fn grpc_message_is_percent_encoded() {
+        assert_eq!(percent_encode("a b%c\u{e9}\n"), "a b%25c%C3%A9%0A");
     }
 
     #[test]

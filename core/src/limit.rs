@@ -68,6 +68,18 @@ impl Limit {
         self.per_ns.get().div_ceil(NANOS_PER_SEC).max(1)
     }
 
+    /// The quota a client is told, as `(q, w)` of RateLimit-Policy: `w` is the
+    /// period rounded up to whole seconds ([`Limit::window_secs`]) and `q` the
+    /// rule's rate over `w` seconds, rounded down, so a period that is not whole
+    /// seconds is never advertised as more than it enforces (5 per 250 ms is
+    /// `q=20;w=1`, 5 per 1500 ms is `q=6;w=2`, 100 per hour `q=100;w=3600`).
+    pub fn window_quota(&self) -> (u64, u64) {
+        let w = self.window_secs();
+        let q = u128::from(self.requests.get()) * u128::from(w) * u128::from(NANOS_PER_SEC)
+            / u128::from(self.per_ns.get());
+        (u64::try_from(q).unwrap_or(u64::MAX), w)
+    }
+
     /// The same limit with rate and burst scaled by `factor` (a region's share, or
     /// a node's fail-local slice), never below one token.
     pub fn scaled(&self, factor: f64) -> Limit {
@@ -102,6 +114,18 @@ mod tests {
         assert_eq!(limit(5, 250_000_000, 5).window_secs(), 1);
         assert_eq!(limit(5, 60 * NANOS_PER_SEC, 5).window_secs(), 60);
         assert_eq!(limit(5, 1_500_000_000, 5).window_secs(), 2);
+    }
+
+    #[test]
+    fn the_advertised_quota_is_the_enforced_rate_over_whole_seconds() {
+        let q = |requests, per_ns| limit(requests, per_ns, 1).window_quota();
+        assert_eq!(q(5, 250_000_000), (20, 1));
+        assert_eq!(q(5, 1_500_000_000), (6, 2));
+        assert_eq!(q(100, 3600 * NANOS_PER_SEC), (100, 3600));
+        assert_eq!(q(10, NANOS_PER_SEC), (10, 1));
+        assert_eq!(q(3, 300_000_000), (10, 1));
+        // A period of 1 ns: the largest quota there is, no overflow.
+        assert_eq!(q(u32::MAX, 1), (u64::from(u32::MAX) * NANOS_PER_SEC, 1));
     }
 
     #[test]

@@ -4,8 +4,9 @@
 
 use std::time::{Duration, UNIX_EPOCH};
 
+use meshlimit_core::headers::{self, Answer};
 use proxy_wasm::hostcalls;
-use proxy_wasm::types::{MetricType, Status};
+use proxy_wasm::types::{GrpcStatusCode, MetricType, Status};
 
 /// Shared data and time, as the request path needs them.
 pub trait Host {
@@ -118,9 +119,40 @@ pub fn add_response_header(name: &str, value: &str) {
     let _ = hostcalls::add_map_value(proxy_wasm::types::MapType::HttpResponseHeaders, name, value);
 }
 
-pub fn send_response(status: u32, headers: &[(&'static str, String)], body: &[u8]) {
-    let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let _ = hostcalls::send_http_response(status, headers, Some(body));
+/// Answers the request locally. A gRPC answer goes through the gRPC form of the
+/// hostcall: Envoy's local reply to a gRPC request is then trailers-only (HTTP
+/// 200, `content-type: application/grpc`, this `grpc-status`, the message as
+/// `grpc-message`, the fields as metadata). Given an HTTP status instead, Envoy
+/// would map it (429 becomes UNAVAILABLE) and send the JSON body as the message.
+pub fn send_answer(answer: Answer) {
+    match answer {
+        Answer::Http {
+            status,
+            fields,
+            body,
+        } => {
+            let headers: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let _ = hostcalls::send_http_response(status, headers, Some(body.as_bytes()));
+        }
+        Answer::Grpc {
+            status,
+            message,
+            fields,
+        } => {
+            let metadata: Vec<(&str, &[u8])> =
+                fields.iter().map(|(k, v)| (*k, v.as_bytes())).collect();
+            let _ = hostcalls::send_grpc_response(grpc_code(status), Some(&message), metadata);
+        }
+    }
+}
+
+fn grpc_code(status: u32) -> GrpcStatusCode {
+    match status {
+        headers::grpc_status::INVALID_ARGUMENT => GrpcStatusCode::InvalidArgument,
+        headers::grpc_status::RESOURCE_EXHAUSTED => GrpcStatusCode::ResourceExhausted,
+        headers::grpc_status::UNAVAILABLE => GrpcStatusCode::Unavailable,
+        _ => GrpcStatusCode::Unknown,
+    }
 }
 
 pub fn resume_request() {

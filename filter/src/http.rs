@@ -5,7 +5,7 @@ use std::rc::Rc;
 
 use log::debug;
 use meshlimit_core::decision::Quota;
-use meshlimit_core::headers::{self, HeaderStyle};
+use meshlimit_core::headers::{self, HeaderStyle, Protocol};
 use meshlimit_core::rules::KeyPart;
 use meshlimit_core::wire::{LeaseResponse, LEASE_PATH, WIRE_VERSION};
 use meshlimit_core::{client_ip, Limit, RequestInfo, RuleSet, Verdict};
@@ -27,6 +27,8 @@ pub struct Http {
     pending: Option<Evaluation>,
     /// The quota the allowed response reports.
     quota: Option<(String, Limit, u32, u64)>,
+    /// Whether a local answer takes the gRPC form.
+    protocol: Protocol,
 }
 
 impl Http {
@@ -37,12 +39,14 @@ impl Http {
             config,
             pending: None,
             quota: None,
+            protocol: Protocol::Http,
         }
     }
 
-    /// The request as the rules see it. Stream properties are host calls, so
-    /// they are fetched only when some rule keys on them.
-    fn request_info(&self, rules: &RuleSet) -> RequestInfo {
+    /// The request as the rules see it, and the protocol it speaks. Stream
+    /// properties are host calls, so they are fetched only when some rule keys
+    /// on them.
+    fn request_info(&self, rules: &RuleSet) -> (RequestInfo, Protocol) {
         let headers = host::request_headers();
         let find = |name: &str| {
             headers
@@ -58,6 +62,12 @@ impl Http {
             .unwrap_or_default();
         let method = find(":method").unwrap_or_default();
         let xff = find("x-forwarded-for");
+        let protocol = Protocol::of_content_type(
+            headers
+                .iter()
+                .find(|(n, _)| n == "content-type")
+                .map(|(_, v)| v.as_slice()),
+        );
         let mut info = RequestInfo::new(path, &method, headers);
         if rules.uses(&KeyPart::ClientIp) {
             let downstream = host::property(vec!["source", "address"]);
@@ -70,7 +80,7 @@ impl Http {
         if rules.uses(&KeyPart::Route) {
             info.route = host::property(vec!["xds", "route_name"]).filter(|r| !r.is_empty());
         }
-        info
+        (info, protocol)
     }
 
     /// Counts every rule's decision and carries out the verdict.
@@ -93,17 +103,17 @@ impl Http {
                 limit,
                 retry_after_ns,
             } => {
-                let fields = headers::rejection_fields(style, rule, &limit, retry_after_ns);
-                host::send_response(
-                    429,
-                    &fields,
-                    headers::rejection_body(rule, retry_after_ns).as_bytes(),
-                );
+                host::send_answer(headers::rejection(
+                    self.protocol,
+                    style,
+                    rule,
+                    &limit,
+                    retry_after_ns,
+                ));
                 Action::Pause
             }
             Verdict::Unavailable { rule } => {
-                let (fields, body) = headers::unavailable_response(rule);
-                host::send_response(503, &fields, body.as_bytes());
+                host::send_answer(headers::unavailable(self.protocol, rule));
                 Action::Pause
             }
         }
@@ -203,13 +213,13 @@ impl HttpContext for Http {
         let Some(rules) = self.vm.borrow().rules.clone() else {
             return Action::Continue;
         };
-        let info = self.request_info(&rules);
+        let (info, protocol) = self.request_info(&rules);
+        self.protocol = protocol;
         let mut eval = match Evaluation::new(rules, &info, &self.config) {
             Ok(Some(eval)) => eval,
             Ok(None) => return Action::Continue,
             Err(e) => {
-                let (fields, body) = headers::bad_request_response(&e);
-                host::send_response(400, &fields, body.as_bytes());
+                host::send_answer(headers::bad_request(protocol, &e));
                 return Action::Pause;
             }
         };

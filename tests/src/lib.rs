@@ -114,6 +114,15 @@ pub fn envoy_bin() -> PathBuf {
     }
 }
 
+/// The Python with `grpcio` that runs tests/grpc/call.py: `MESHLIMIT_PYTHON`, or
+/// `<repo>/.venv/bin/python` (`make tools`).
+pub fn python_bin() -> PathBuf {
+    match std::env::var_os("MESHLIMIT_PYTHON") {
+        Some(path) => repo_root().join(path),
+        None => repo_root().join(".venv").join("bin").join("python"),
+    }
+}
+
 /// A temporary directory for one started component. Kept after the test when
 /// `MESHLIMIT_KEEP_TMP=1`, so its logs can be read.
 pub(crate) fn temp_dir(prefix: &str) -> tempfile::TempDir {

@@ -4,16 +4,20 @@
 //! to print and the exit code, so `main` stays the only place that exits.
 
 use std::ffi::OsString;
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
-use meshlimit_core::secret::Secret;
 
 use crate::store::redis::client::{Connect, TlsFiles};
+
+mod commands;
+mod store;
+
+pub use commands::{CheckFormat, CheckRulesArgs, ExplainArgs, KeyIdArgs, ReplayArgs, SecretArgs};
+pub use store::{Password, RedisTarget, StoreSpec};
 
 /// The exit code for a bad flag or configuration (BSD `EX_USAGE`).
 pub const EXIT_USAGE: u8 = 64;
@@ -44,82 +48,6 @@ pub enum Command {
     /// Which rules a request meets, in evaluation order, each with its key,
     /// limit and mode, and why each other rule does not apply (offline).
     Explain(ExplainArgs),
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct ReplayArgs {
-    /// The rules to try.
-    #[arg(long, value_name = "NEW")]
-    pub rules: PathBuf,
-    /// The rules running now, to compare with.
-    #[arg(long, value_name = "OLD")]
-    pub baseline: Option<PathBuf>,
-    /// The recorded traffic; `-` reads standard input.
-    #[arg(value_name = "LOG")]
-    pub log: PathBuf,
-    /// `text` for people, `json` for scripts.
-    #[arg(long, value_enum, default_value_t = CheckFormat::Text)]
-    pub format: CheckFormat,
-    /// Names keys by the deployment's ids when the secret is given (else by
-    /// placeholder ids, which only this report uses).
-    #[command(flatten)]
-    pub secret: SecretArgs,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct ExplainArgs {
-    /// The rules file (YAML or JSON).
-    #[arg(long, value_name = "PATH")]
-    pub rules: PathBuf,
-    /// The request's method.
-    #[arg(long, default_value = "GET")]
-    pub method: String,
-    /// The request's path, as the client sent it (normalised as the filter does).
-    #[arg(long)]
-    pub path: String,
-    /// A request header, `name: value`; repeatable.
-    #[arg(short = 'H', long = "header", value_name = "NAME: VALUE", value_parser = parse_header)]
-    pub headers: Vec<(String, String)>,
-    /// The client IP the filter would key `client_ip` on.
-    #[arg(long, value_name = "IP")]
-    pub client_ip: Option<String>,
-    /// The Envoy route name, for rules keyed on `route`.
-    #[arg(long, value_name = "NAME")]
-    pub route: Option<String>,
-    /// `text` for people, `json` for scripts.
-    #[arg(long, value_enum, default_value_t = CheckFormat::Text)]
-    pub format: CheckFormat,
-}
-
-/// Where the deployment's secret comes from.
-#[derive(Debug, Clone, Args)]
-pub struct SecretArgs {
-    /// The deployment's secret, at least 32 bytes (`openssl rand -hex 32`). Set
-    /// it through the environment (from a Kubernetes Secret), not on the command
-    /// line, where other users of the host can read it.
-    #[arg(
-        long = "secret",
-        env = "MESHLIMIT_SECRET",
-        hide_env_values = true,
-        hide = true
-    )]
-    pub secret: Option<String>,
-    /// A file holding the deployment's secret (a mounted Kubernetes Secret); used
-    /// when MESHLIMIT_SECRET is not set.
-    #[arg(long, env = "MESHLIMIT_SECRET_FILE", value_name = "PATH")]
-    pub secret_file: Option<PathBuf>,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct KeyIdArgs {
-    /// The rule whose key it is.
-    #[arg(long)]
-    pub rule: String,
-    /// The key's parts, in the rule's `key` order (e.g. the API key, then the method).
-    #[arg(value_name = "PART", required = true)]
-    pub parts: Vec<String>,
-    #[command(flatten)]
-    pub secret: SecretArgs,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -267,110 +195,6 @@ pub struct RunArgs {
     #[arg(long, env = "MESHLIMIT_HEADER_TIMEOUT_MS", default_value_t = 5_000,
           value_parser = clap::value_parser!(u64).range(10..=600_000))]
     pub header_timeout_ms: u64,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct CheckRulesArgs {
-    /// The rules file to check.
-    #[arg(value_name = "PATH")]
-    pub path: PathBuf,
-    /// `text`: `PATH:LINE: rule NAME: field FIELD: message` lines on stderr. `json`:
-    /// one JSON object on stdout, `{"file", "valid", "rules", "version", "errors":
-    /// [{"file", "line", "rule", "field", "message"}]}`, for CI annotations and
-    /// admission checks. The exit code is the same either way.
-    #[arg(long, value_enum, default_value_t = CheckFormat::Text)]
-    pub format: CheckFormat,
-    /// The rules running now: also list every rule's change (added, removed,
-    /// limit ×factor, mode, match widened) and exit 1 when an enforced limit is
-    /// cut beyond `changes.max_tightening` without an approval in the new file.
-    #[arg(long, value_name = "OLD")]
-    pub against: Option<PathBuf>,
-}
-
-/// `name: value` as curl's `-H` takes it; the name is lowercased, as Envoy
-/// hands headers to the filter.
-fn parse_header(text: &str) -> Result<(String, String), String> {
-    match text.split_once(':') {
-        Some((name, value)) if !name.trim().is_empty() => {
-            Ok((name.trim().to_ascii_lowercase(), value.trim().to_string()))
-        }
-        _ => Err(format!("`{text}`: expected `name: value`")),
-    }
-}
-
-/// How `check-rules` and `explain` print.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum CheckFormat {
-    Text,
-    Json,
-}
-
-/// Which store backend `--store` names.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoreSpec {
-    Memory,
-    Redis(String),
-    RedisCluster(Vec<String>),
-    /// `rediss://`: a single Redis over TLS.
-    RedisTls(String),
-    /// `rediss+cluster://`: a Redis Cluster over TLS (every node, and the nodes
-    /// `CLUSTER SLOTS` names: run the cluster with `tls-cluster yes`).
-    RedisClusterTls(Vec<String>),
-}
-
-/// A Redis deployment named by a [`StoreSpec`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RedisTarget {
-    /// The single Redis, or the cluster's seeds (`host:port`).
-    pub nodes: Vec<String>,
-    pub cluster: bool,
-    pub tls: bool,
-}
-
-/// A secret (a Redis password): its `Debug` and `Display` print `<redacted>`,
-/// so no log line, error or config dump can carry it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Password(String);
-
-impl Password {
-    /// clap's parser: any non-empty text.
-    pub fn parse(text: &str) -> Result<Password, String> {
-        if text.is_empty() {
-            return Err("an empty password".into());
-        }
-        Ok(Password(text.to_string()))
-    }
-
-    /// Reads a password file: its text without one trailing newline.
-    pub fn read_file(path: &std::path::Path) -> Result<Password, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let text = text.strip_suffix('\n').unwrap_or(&text);
-        let text = text.strip_suffix('\r').unwrap_or(text);
-        Password::parse(text).map_err(|e| format!("{}: {e}", path.display()))
-    }
-
-    /// The secret itself, for the AUTH command only.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl From<&str> for Password {
-    fn from(text: &str) -> Self {
-        Password(text.to_string())
-    }
-}
-
-impl fmt::Debug for Password {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
-impl fmt::Display for Password {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
 }
 
 /// What to do instead of running: print `message` (on stdout for help and version,
@@ -525,100 +349,6 @@ impl RunArgs {
     }
 }
 
-impl SecretArgs {
-    /// The secret, from MESHLIMIT_SECRET or else the file. Refused when absent or
-    /// too short: an agent without one would serve any caller.
-    pub fn load(&self) -> Result<Secret, ConfigError> {
-        let bytes = match (&self.secret, &self.secret_file) {
-            (Some(s), _) => s.clone().into_bytes(),
-            (None, Some(path)) => std::fs::read(path)
-                .map_err(|e| ConfigError::Secret(format!("cannot read {}: {e}", path.display())))?,
-            (None, None) => {
-                return Err(ConfigError::Secret(
-                    "none given: set MESHLIMIT_SECRET or --secret-file (see deploy/README.md)"
-                        .into(),
-                ))
-            }
-        };
-        Secret::new(&bytes).map_err(|e| ConfigError::Secret(e.to_string()))
-    }
-}
-
-impl StoreSpec {
-    /// Parses `--store`. Only the shape is checked here; reaching Redis is the
-    /// store's business.
-    pub fn parse(text: &str) -> Result<StoreSpec, String> {
-        let text = text.trim();
-        if text == "memory" {
-            return Ok(StoreSpec::Memory);
-        }
-        if let Some(nodes) = text.strip_prefix("redis+cluster://") {
-            let nodes: Vec<String> = nodes.split(',').map(|n| n.trim().to_string()).collect();
-            if nodes.iter().any(|n| !is_host_port(n)) {
-                return Err(format!(
-                    "`{text}`: expected redis+cluster://HOST:PORT,HOST:PORT,…"
-                ));
-            }
-            return Ok(StoreSpec::RedisCluster(nodes));
-        }
-        if let Some(nodes) = text.strip_prefix("rediss+cluster://") {
-            let nodes: Vec<String> = nodes.split(',').map(|n| n.trim().to_string()).collect();
-            if nodes.iter().any(|n| !is_host_port(n)) {
-                return Err(format!(
-                    "`{text}`: expected rediss+cluster://HOST:PORT,HOST:PORT,…"
-                ));
-            }
-            return Ok(StoreSpec::RedisClusterTls(nodes));
-        }
-        for (scheme, tls) in [("redis://", false), ("rediss://", true)] {
-            if let Some(rest) = text.strip_prefix(scheme) {
-                let node = rest.trim_end_matches('/');
-                if !is_host_port(node) {
-                    return Err(format!("`{text}`: expected {scheme}HOST:PORT"));
-                }
-                return Ok(if tls {
-                    StoreSpec::RedisTls(node.to_string())
-                } else {
-                    StoreSpec::Redis(node.to_string())
-                });
-            }
-        }
-        Err(format!(
-            "unknown store `{text}`: expected memory, redis://HOST:PORT or redis+cluster://HOST:PORT,… (rediss for TLS)"
-        ))
-    }
-
-    /// The Redis deployment named, or `None` for the memory store.
-    pub fn redis(&self) -> Option<RedisTarget> {
-        let (nodes, cluster, tls) = match self {
-            StoreSpec::Memory => return None,
-            StoreSpec::Redis(n) => (vec![n.clone()], false, false),
-            StoreSpec::RedisTls(n) => (vec![n.clone()], false, true),
-            StoreSpec::RedisCluster(n) => (n.clone(), true, false),
-            StoreSpec::RedisClusterTls(n) => (n.clone(), true, true),
-        };
-        Some(RedisTarget {
-            nodes,
-            cluster,
-            tls,
-        })
-    }
-}
-
-impl fmt::Display for StoreSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StoreSpec::Memory => f.write_str("memory"),
-            StoreSpec::Redis(node) => write!(f, "redis://{node}"),
-            StoreSpec::RedisCluster(nodes) => write!(f, "redis+cluster://{}", nodes.join(",")),
-            StoreSpec::RedisTls(node) => write!(f, "rediss://{node}"),
-            StoreSpec::RedisClusterTls(nodes) => {
-                write!(f, "rediss+cluster://{}", nodes.join(","))
-            }
-        }
-    }
-}
-
 /// clap renders errors over several lines (message, tip, usage); the contract wants
 /// one. Keeps the first paragraph (the message and, for missing arguments, the list
 /// of them), joined by spaces.
@@ -630,13 +360,6 @@ fn one_line(rendered: &str) -> String {
         .collect();
     let line = first.join(" ");
     line.strip_prefix("error: ").unwrap_or(&line).to_string()
-}
-
-fn is_host_port(node: &str) -> bool {
-    match node.rsplit_once(':') {
-        Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0),
-        None => false,
-    }
 }
 
 fn parse_region(text: &str) -> Result<String, String> {
@@ -666,183 +389,4 @@ fn parse_rate(text: &str) -> Result<f64, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(args: &[&str]) -> Result<Cli, CliExit> {
-        Cli::parse_from_args(std::iter::once("meshlimit-agent").chain(args.iter().copied()))
-    }
-
-    #[test]
-    fn defaults_follow_the_contract() {
-        let cli = parse(&["run", "--rules", "r.yaml"]).unwrap();
-        let Command::Run(args) = cli.command else {
-            panic!("expected run");
-        };
-        assert_eq!(args.listen.to_string(), "127.0.0.1:8081");
-        assert_eq!(args.store, StoreSpec::Memory);
-        assert_eq!((args.lease_ttl_ms, args.lease_target_ms), (300, 100));
-        assert_eq!(args.rules_poll_ms, 500);
-    }
-
-    #[test]
-    fn mistakes_are_one_line_and_exit_64() {
-        for args in [
-            &["run", "--rules", "r", "--bogus"][..],
-            &["run"],
-            &["run", "--rules", "r", "--listen", "nope"],
-            &["run", "--rules", "r", "--store", "etcd://x"],
-            &["run", "--rules", "r", "--lease-ttl-ms", "0"],
-            &[],
-            &["check-rules"],
-        ] {
-            let exit = parse(args).unwrap_err();
-            assert_eq!(exit.code, EXIT_USAGE, "{args:?}");
-            assert!(!exit.message.contains('\n'), "{args:?}: {}", exit.message);
-        }
-        let missing = parse(&["run"]).unwrap_err().message;
-        assert!(missing.contains("--rules"), "{missing}");
-        let none = parse(&[]).unwrap_err().message;
-        assert!(none.contains("subcommand is required"), "{none}");
-    }
-
-    #[test]
-    fn help_and_version_exit_0() {
-        assert_eq!(parse(&["--help"]).unwrap_err().code, 0);
-        assert_eq!(parse(&["--version"]).unwrap_err().code, 0);
-        assert_eq!(parse(&["run", "--help"]).unwrap_err().code, 0);
-    }
-
-    #[test]
-    fn store_specs() {
-        assert_eq!(
-            StoreSpec::parse("redis+cluster://a:1,b:2"),
-            Ok(StoreSpec::RedisCluster(vec!["a:1".into(), "b:2".into()]))
-        );
-        assert!(StoreSpec::parse("redis+cluster://a").is_err());
-        let cli = parse(&[
-            "run",
-            "--rules",
-            "r",
-            "--peer-region",
-            "us=redis://a:1",
-            "--peer-region",
-            "ap=redis+cluster://b:1,c:2",
-            "--region-floor",
-            "0.2",
-        ])
-        .unwrap();
-        let Command::Run(args) = cli.command else {
-            panic!("expected run");
-        };
-        assert_eq!(args.peer_regions.len(), 2);
-        assert_eq!(args.peer_regions[1].0, "ap");
-        assert_eq!(args.region_floor, 0.2);
-        for bad in [&["--peer-region", "us"][..], &["--region-floor", "0.7"]] {
-            let args = [&["run", "--rules", "r"][..], bad].concat();
-            assert_eq!(parse(&args).unwrap_err().code, EXIT_USAGE, "{bad:?}");
-        }
-        assert_eq!(
-            StoreSpec::parse("redis://127.0.0.1:6379").map(|s| s.to_string()),
-            Ok("redis://127.0.0.1:6379".to_string())
-        );
-    }
-
-    fn run_args(args: &[&str]) -> RunArgs {
-        let all = [&["run", "--rules", "r"][..], args].concat();
-        match parse(&all).map(|c| c.command) {
-            Ok(Command::Run(args)) => *args,
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn tls_schemes() {
-        assert_eq!(
-            StoreSpec::parse("rediss://a:1"),
-            Ok(StoreSpec::RedisTls("a:1".into()))
-        );
-        let cluster = StoreSpec::parse("rediss+cluster://a:1,b:2").unwrap();
-        assert_eq!(cluster.to_string(), "rediss+cluster://a:1,b:2");
-        let target = cluster.redis().unwrap();
-        assert!(target.cluster && target.tls);
-        assert!(
-            !StoreSpec::parse("redis://a:1")
-                .unwrap()
-                .redis()
-                .unwrap()
-                .tls
-        );
-        assert!(StoreSpec::parse("rediss://a").is_err());
-        // A client certificate needs its key.
-        let exit = parse(&["run", "--rules", "r", "--redis-cert", "c.pem"]).unwrap_err();
-        assert_eq!(exit.code, EXIT_USAGE);
-    }
-
-    #[test]
-    fn passwords_never_print() {
-        let args = run_args(&["--redis-password", "hunter2", "--store", "redis://a:1"]);
-        let dump = format!("{args:?}");
-        assert!(!dump.contains("hunter2"), "{dump}");
-        assert!(dump.contains("<redacted>"), "{dump}");
-        let connect = args.redis_connect().unwrap();
-        assert_eq!(
-            connect.password.as_ref().map(Password::expose),
-            Some("hunter2")
-        );
-        assert!(!format!("{connect:?}").contains("hunter2"));
-        assert_eq!(Password::from("x").to_string(), "<redacted>");
-    }
-
-    #[test]
-    fn each_region_has_its_own_credentials() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("us-east.password"), "from-file\n").unwrap();
-        std::fs::write(dir.path().join("us-east.username"), "us-user\n").unwrap();
-        let own = dir.path().join("own.password");
-        std::fs::write(&own, "own-secret\n").unwrap();
-        let dir_arg = dir.path().to_str().unwrap();
-        let own_arg = own.to_str().unwrap();
-        let args = run_args(&[
-            "--store",
-            "redis://a:1",
-            "--redis-password-file",
-            own_arg,
-            "--region-credentials-dir",
-            dir_arg,
-        ]);
-        let env = |name: &str| match name {
-            "MESHLIMIT_REDIS_PASSWORD_AP_SOUTH_1" => Some("from-env".to_string()),
-            _ => None,
-        };
-        let spec = StoreSpec::parse("rediss://b:2").unwrap();
-        let password = |region: &str| {
-            args.region_connect(region, &spec, env)
-                .unwrap()
-                .password
-                .map(|p| p.expose().to_string())
-        };
-        assert_eq!(
-            args.redis_connect().unwrap().password.unwrap().expose(),
-            "own-secret"
-        );
-        assert_eq!(password("us-east").as_deref(), Some("from-file"));
-        assert_eq!(password("ap-south.1").as_deref(), Some("from-env"));
-        // Never this region's password.
-        assert_eq!(password("eu"), None);
-        let us = args.region_connect("us-east", &spec, env).unwrap();
-        assert_eq!(us.username.as_deref(), Some("us-user"));
-        assert!(us.tls);
-        // A password flag and a password file conflict.
-        let both = [
-            "run",
-            "--rules",
-            "r",
-            "--redis-password",
-            "x",
-            "--redis-password-file",
-            own_arg,
-        ];
-        assert_eq!(parse(&both).unwrap_err().code, EXIT_USAGE);
-    }
-}
+mod tests;

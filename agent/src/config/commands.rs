@@ -1,0 +1,140 @@
+//! The offline commands' arguments (`check-rules`, `explain`, `replay`,
+//! `key-id`) and where the deployment's secret comes from.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use meshlimit_core::secret::Secret;
+
+use super::ConfigError;
+
+#[derive(Debug, Clone, Args)]
+pub struct ReplayArgs {
+    /// The rules to try.
+    #[arg(long, value_name = "NEW")]
+    pub rules: PathBuf,
+    /// The rules running now, to compare with.
+    #[arg(long, value_name = "OLD")]
+    pub baseline: Option<PathBuf>,
+    /// The recorded traffic; `-` reads standard input.
+    #[arg(value_name = "LOG")]
+    pub log: PathBuf,
+    /// `text` for people, `json` for scripts.
+    #[arg(long, value_enum, default_value_t = CheckFormat::Text)]
+    pub format: CheckFormat,
+    /// Names keys by the deployment's ids when the secret is given (else by
+    /// placeholder ids, which only this report uses).
+    #[command(flatten)]
+    pub secret: SecretArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ExplainArgs {
+    /// The rules file (YAML or JSON).
+    #[arg(long, value_name = "PATH")]
+    pub rules: PathBuf,
+    /// The request's method.
+    #[arg(long, default_value = "GET")]
+    pub method: String,
+    /// The request's path, as the client sent it (normalised as the filter does).
+    #[arg(long)]
+    pub path: String,
+    /// A request header, `name: value`; repeatable.
+    #[arg(short = 'H', long = "header", value_name = "NAME: VALUE", value_parser = parse_header)]
+    pub headers: Vec<(String, String)>,
+    /// The client IP the filter would key `client_ip` on.
+    #[arg(long, value_name = "IP")]
+    pub client_ip: Option<String>,
+    /// The Envoy route name, for rules keyed on `route`.
+    #[arg(long, value_name = "NAME")]
+    pub route: Option<String>,
+    /// `text` for people, `json` for scripts.
+    #[arg(long, value_enum, default_value_t = CheckFormat::Text)]
+    pub format: CheckFormat,
+}
+
+/// Where the deployment's secret comes from.
+#[derive(Debug, Clone, Args)]
+pub struct SecretArgs {
+    /// The deployment's secret, at least 32 bytes (`openssl rand -hex 32`). Set
+    /// it through the environment (from a Kubernetes Secret), not on the command
+    /// line, where other users of the host can read it.
+    #[arg(
+        long = "secret",
+        env = "MESHLIMIT_SECRET",
+        hide_env_values = true,
+        hide = true
+    )]
+    pub secret: Option<String>,
+    /// A file holding the deployment's secret (a mounted Kubernetes Secret); used
+    /// when MESHLIMIT_SECRET is not set.
+    #[arg(long, env = "MESHLIMIT_SECRET_FILE", value_name = "PATH")]
+    pub secret_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct KeyIdArgs {
+    /// The rule whose key it is.
+    #[arg(long)]
+    pub rule: String,
+    /// The key's parts, in the rule's `key` order (e.g. the API key, then the method).
+    #[arg(value_name = "PART", required = true)]
+    pub parts: Vec<String>,
+    #[command(flatten)]
+    pub secret: SecretArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CheckRulesArgs {
+    /// The rules file to check.
+    #[arg(value_name = "PATH")]
+    pub path: PathBuf,
+    /// `text`: `PATH:LINE: rule NAME: field FIELD: message` lines on stderr. `json`:
+    /// one JSON object on stdout, `{"file", "valid", "rules", "version", "errors":
+    /// [{"file", "line", "rule", "field", "message"}]}`, for CI annotations and
+    /// admission checks. The exit code is the same either way.
+    #[arg(long, value_enum, default_value_t = CheckFormat::Text)]
+    pub format: CheckFormat,
+    /// The rules running now: also list every rule's change (added, removed,
+    /// limit ×factor, mode, match widened) and exit 1 when an enforced limit is
+    /// cut beyond `changes.max_tightening` without an approval in the new file.
+    #[arg(long, value_name = "OLD")]
+    pub against: Option<PathBuf>,
+}
+
+/// `name: value` as curl's `-H` takes it; the name is lowercased, as Envoy
+/// hands headers to the filter.
+fn parse_header(text: &str) -> Result<(String, String), String> {
+    match text.split_once(':') {
+        Some((name, value)) if !name.trim().is_empty() => {
+            Ok((name.trim().to_ascii_lowercase(), value.trim().to_string()))
+        }
+        _ => Err(format!("`{text}`: expected `name: value`")),
+    }
+}
+
+/// How `check-rules` and `explain` print.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CheckFormat {
+    Text,
+    Json,
+}
+
+impl SecretArgs {
+    /// The secret, from MESHLIMIT_SECRET or else the file. Refused when absent or
+    /// too short: an agent without one would serve any caller.
+    pub fn load(&self) -> Result<Secret, ConfigError> {
+        let bytes = match (&self.secret, &self.secret_file) {
+            (Some(s), _) => s.clone().into_bytes(),
+            (None, Some(path)) => std::fs::read(path)
+                .map_err(|e| ConfigError::Secret(format!("cannot read {}: {e}", path.display())))?,
+            (None, None) => {
+                return Err(ConfigError::Secret(
+                    "none given: set MESHLIMIT_SECRET or --secret-file (see deploy/README.md)"
+                        .into(),
+                ))
+            }
+        };
+        Secret::new(&bytes).map_err(|e| ConfigError::Secret(e.to_string()))
+    }
+}

@@ -1,0 +1,154 @@
+//! Where the agent's buckets live (`--store`), and the Redis password type that
+//! never prints.
+
+use std::fmt;
+
+/// Which store backend `--store` names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreSpec {
+    Memory,
+    Redis(String),
+    RedisCluster(Vec<String>),
+    /// `rediss://`: a single Redis over TLS.
+    RedisTls(String),
+    /// `rediss+cluster://`: a Redis Cluster over TLS (every node, and the nodes
+    /// `CLUSTER SLOTS` names: run the cluster with `tls-cluster yes`).
+    RedisClusterTls(Vec<String>),
+}
+
+/// A Redis deployment named by a [`StoreSpec`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisTarget {
+    /// The single Redis, or the cluster's seeds (`host:port`).
+    pub nodes: Vec<String>,
+    pub cluster: bool,
+    pub tls: bool,
+}
+
+/// A secret (a Redis password): its `Debug` and `Display` print `<redacted>`,
+/// so no log line, error or config dump can carry it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Password(String);
+
+impl Password {
+    /// clap's parser: any non-empty text.
+    pub fn parse(text: &str) -> Result<Password, String> {
+        if text.is_empty() {
+            return Err("an empty password".into());
+        }
+        Ok(Password(text.to_string()))
+    }
+
+    /// Reads a password file: its text without one trailing newline.
+    pub fn read_file(path: &std::path::Path) -> Result<Password, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let text = text.strip_suffix('\n').unwrap_or(&text);
+        let text = text.strip_suffix('\r').unwrap_or(text);
+        Password::parse(text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// The secret itself, for the AUTH command only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for Password {
+    fn from(text: &str) -> Self {
+        Password(text.to_string())
+    }
+}
+
+impl fmt::Debug for Password {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl fmt::Display for Password {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl StoreSpec {
+    /// Parses `--store`. Only the shape is checked here; reaching Redis is the
+    /// store's business.
+    pub fn parse(text: &str) -> Result<StoreSpec, String> {
+        let text = text.trim();
+        if text == "memory" {
+            return Ok(StoreSpec::Memory);
+        }
+        if let Some(nodes) = text.strip_prefix("redis+cluster://") {
+            let nodes: Vec<String> = nodes.split(',').map(|n| n.trim().to_string()).collect();
+            if nodes.iter().any(|n| !is_host_port(n)) {
+                return Err(format!(
+                    "`{text}`: expected redis+cluster://HOST:PORT,HOST:PORT,…"
+                ));
+            }
+            return Ok(StoreSpec::RedisCluster(nodes));
+        }
+        if let Some(nodes) = text.strip_prefix("rediss+cluster://") {
+            let nodes: Vec<String> = nodes.split(',').map(|n| n.trim().to_string()).collect();
+            if nodes.iter().any(|n| !is_host_port(n)) {
+                return Err(format!(
+                    "`{text}`: expected rediss+cluster://HOST:PORT,HOST:PORT,…"
+                ));
+            }
+            return Ok(StoreSpec::RedisClusterTls(nodes));
+        }
+        for (scheme, tls) in [("redis://", false), ("rediss://", true)] {
+            if let Some(rest) = text.strip_prefix(scheme) {
+                let node = rest.trim_end_matches('/');
+                if !is_host_port(node) {
+                    return Err(format!("`{text}`: expected {scheme}HOST:PORT"));
+                }
+                return Ok(if tls {
+                    StoreSpec::RedisTls(node.to_string())
+                } else {
+                    StoreSpec::Redis(node.to_string())
+                });
+            }
+        }
+        Err(format!(
+            "unknown store `{text}`: expected memory, redis://HOST:PORT or redis+cluster://HOST:PORT,… (rediss for TLS)"
+        ))
+    }
+
+    /// The Redis deployment named, or `None` for the memory store.
+    pub fn redis(&self) -> Option<RedisTarget> {
+        let (nodes, cluster, tls) = match self {
+            StoreSpec::Memory => return None,
+            StoreSpec::Redis(n) => (vec![n.clone()], false, false),
+            StoreSpec::RedisTls(n) => (vec![n.clone()], false, true),
+            StoreSpec::RedisCluster(n) => (n.clone(), true, false),
+            StoreSpec::RedisClusterTls(n) => (n.clone(), true, true),
+        };
+        Some(RedisTarget {
+            nodes,
+            cluster,
+            tls,
+        })
+    }
+}
+
+impl fmt::Display for StoreSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreSpec::Memory => f.write_str("memory"),
+            StoreSpec::Redis(node) => write!(f, "redis://{node}"),
+            StoreSpec::RedisCluster(nodes) => write!(f, "redis+cluster://{}", nodes.join(",")),
+            StoreSpec::RedisTls(node) => write!(f, "rediss://{node}"),
+            StoreSpec::RedisClusterTls(nodes) => {
+                write!(f, "rediss+cluster://{}", nodes.join(","))
+            }
+        }
+    }
+}
+
+fn is_host_port(node: &str) -> bool {
+    match node.rsplit_once(':') {
+        Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0),
+        None => false,
+    }
+}

@@ -7,11 +7,12 @@ mod batcher;
 pub mod client;
 mod health;
 pub mod script;
+mod tasks;
 pub mod topology;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -21,6 +22,7 @@ use tokio::time::{timeout, Instant};
 
 pub use batcher::{BatchConfig, BatchObserver};
 use health::Health;
+use tasks::{cluster_slots, prewarm, probe, refresher};
 use topology::{redis_key, slot, SlotMap};
 
 use super::{Acquire, Acquired, Store, StoreError};
@@ -307,97 +309,6 @@ fn connection_config() -> ConnectionManagerConfig {
         .set_max_delay(Duration::from_millis(200))
 }
 
-/// Reads the slot map off the request path: at once when woken (a node went
-/// down, a MOVED answer), every [`health::PROBE_EVERY`] while a node is down (so
-/// a promotion is seen within that), else every [`REFRESH_EVERY`].
-async fn refresher(shared: Weak<Shared>) {
-    loop {
-        let Some(s) = shared.upgrade() else { return };
-        let _ = s.refresh().await;
-        let every = if s.health.lock().is_ok_and(|h| h.any_down()) {
-            health::PROBE_EVERY
-        } else {
-            REFRESH_EVERY
-        };
-        let woken = async {
-            s.wake.notified().await;
-        };
-        let _ = timeout(every, woken).await;
-    }
-}
-
-/// Opens the connection of a node that just took slots (a promoted replica),
-/// so its first leases do not wait for it.
-async fn prewarm(shared: Weak<Shared>, node: String) {
-    let Some(s) = shared.upgrade() else { return };
-    let Ok(client) = client(&node, &s.cfg) else {
-        return;
-    };
-    drop(s);
-    let connect = ConnectionManager::new_with_config(client, connection_config());
-    if let Ok(Ok(conn)) = timeout(CONTROL_TIMEOUT, connect).await {
-        if let Some(s) = shared.upgrade() {
-            let known = s.batchers.read().is_ok_and(|b| b.contains_key(&node));
-            if !known {
-                s.install(&node, conn);
-            }
-        }
-    }
-}
-
-/// Watches a down node: a PING on a fresh connection every
-/// [`health::PROBE_EVERY`]; once it answers, that connection becomes the node's
-/// batcher's and its keys go to it again. Stops when the node leaves the slot
-/// map (a replica took its slots) or the store is dropped.
-async fn probe(shared: Weak<Shared>, node: String) {
-    loop {
-        tokio::time::sleep(health::PROBE_EVERY).await;
-        let Some(s) = shared.upgrade() else { return };
-        let mapped = s.map.read().is_ok_and(|m| m.nodes.contains(&node));
-        if !mapped {
-            let down = s
-                .health
-                .lock()
-                .ok()
-                .and_then(|mut h| h.forget(&node, Instant::now()));
-            if let Some(down) = down {
-                tracing::info!(
-                    node,
-                    ?down,
-                    "Redis node replaced in the slot map: its slots are served again"
-                );
-                (s.events)(StoreEvent::NodeReplaced(down));
-            }
-            return;
-        }
-        let Ok(client) = client(&node, &s.cfg) else {
-            continue;
-        };
-        let ping = async {
-            let mut conn = ConnectionManager::new_with_config(client, connection_config()).await?;
-            redis::cmd("PING").query_async::<String>(&mut conn).await?;
-            Ok::<_, redis::RedisError>(conn)
-        };
-        if let Ok(Ok(conn)) = timeout(CONTROL_TIMEOUT, ping).await {
-            s.install(&node, conn);
-            let down = s
-                .health
-                .lock()
-                .ok()
-                .and_then(|mut h| h.succeeded(&node, Instant::now()));
-            let down = down.unwrap_or_default();
-            tracing::info!(
-                node,
-                ?down,
-                "Redis node answers again: its slots are served again"
-            );
-            (s.events)(StoreEvent::NodeUp(down));
-            s.wake.notify_one();
-            return;
-        }
-    }
-}
-
 #[async_trait]
 impl Store for RedisStore {
     async fn acquire(&self, items: &[Acquire]) -> Vec<Acquired> {
@@ -511,48 +422,4 @@ fn moved_to(answer: &Acquired) -> Option<String> {
 /// every log line: errors name the node only).
 fn client(node: &str, cfg: &RedisConfig) -> Result<redis::Client, StoreError> {
     client::client(node, &cfg.connect).map_err(StoreError::Failed)
-}
-
-async fn cluster_slots(node: &str, cfg: &RedisConfig) -> Result<SlotMap, StoreError> {
-    let client = client(node, cfg).map_err(|e| StoreError::Failed(e.to_string()))?;
-    let mut c = client
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-    let rows: Vec<redis::Value> = redis::cmd("CLUSTER")
-        .arg("SLOTS")
-        .query_async(&mut c)
-        .await
-        .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-    let mut out = Vec::new();
-    for row in rows {
-        let redis::Value::Array(parts) = row else {
-            continue;
-        };
-        let (
-            Some(redis::Value::Int(first)),
-            Some(redis::Value::Int(last)),
-            Some(redis::Value::Array(master)),
-        ) = (parts.first(), parts.get(1), parts.get(2))
-        else {
-            continue;
-        };
-        let host = match master.first() {
-            Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).to_string(),
-            _ => continue,
-        };
-        let Some(redis::Value::Int(port)) = master.get(1) else {
-            continue;
-        };
-        let (Ok(first), Ok(last)) = (u16::try_from(*first), u16::try_from(*last)) else {
-            continue;
-        };
-        out.push((first, last, format!("{host}:{port}")));
-    }
-    if out.is_empty() {
-        return Err(StoreError::Unavailable(format!(
-            "{node}: CLUSTER SLOTS is empty"
-        )));
-    }
-    Ok(SlotMap::from_rows(out))
 }

@@ -143,6 +143,26 @@ mod tests {
     }
 
     #[test]
+    fn retry_after_rounds_up_to_whole_seconds() {
+        assert_eq!(retry_after_secs(0), 1);
+        assert_eq!(retry_after_secs(1), 1);
+        assert_eq!(retry_after_secs(NANOS_PER_SEC), 1);
+        assert_eq!(retry_after_secs(NANOS_PER_SEC + 1), 2);
+        assert_eq!(retry_after_secs(1_500_000_000), 2);
+        // A 10-per-hour rule's denial, a little under six minutes from now.
+        assert_eq!(retry_after_secs(359_200_000_000), 360);
+        let l = limit(10, 3_600 * NANOS_PER_SEC, 10);
+        let f = rejection_fields(HeaderStyle::Ietf, "r", &l, 359_200_000_000);
+        let get = |n: &str| f.iter().find(|(k, _)| *k == n).map(|(_, v)| v.as_str());
+        assert_eq!(get("retry-after"), Some("360"));
+        assert_eq!(get("ratelimit"), Some("\"r\";r=0;t=360"));
+        assert_eq!(
+            rejection_body("r", 359_200_000_000),
+            r#"{"error":"rate_limited","rule":"r","retry_after_seconds":360}"#
+        );
+    }
+
+    #[test]
     fn legacy_and_off_styles() {
         let q = Quota {
             rule: "r",

@@ -331,6 +331,24 @@ mod tests {
     }
 
     #[test]
+    fn granted_tokens_are_spent_before_a_cached_denial() {
+        // A grant, then a denial answering a concurrent ask: the tokens the
+        // store already handed to this node are spent first...
+        let mut s = SlotState::empty(1);
+        s.grant(0, 3, 1, 1_000, 10, 50);
+        s.deny(5, 500);
+        assert!(matches!(s.check(10, 1, u64::MAX), LocalCheck::Taken { .. }));
+        assert!(matches!(s.check(11, 1, u64::MAX), LocalCheck::Taken { .. }));
+        // ...and only then does the cached denial answer.
+        assert_eq!(
+            s.check(12, 1, u64::MAX),
+            LocalCheck::Denied {
+                retry_after_ns: 493
+            }
+        );
+    }
+
+    #[test]
     fn a_colliding_key_never_evicts_a_refilling_fail_local_bucket() {
         let l = limit(2, 1_000_000_000, 2);
         let mut victim = SlotState::empty(1);

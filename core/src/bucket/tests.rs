@@ -43,6 +43,19 @@ fn grants_a_lease_up_to_what_is_held() {
 }
 
 #[test]
+fn a_bucket_is_full_only_once_it_has_refilled_to_its_burst() {
+    // 10 per second: one token every 100 ms.
+    let l = limit(10, NANOS_PER_SEC, 10);
+    let mut b = Bucket::full(&l, 0);
+    assert!(b.is_full(&l, 0));
+    assert!(matches!(b.take(&l, 0, 1, 1), Take::Granted { .. }));
+    assert!(!b.is_full(&l, 0));
+    assert!(!b.is_full(&l, 99_999_999));
+    assert!(b.is_full(&l, 100_000_000));
+    assert!(b.is_full(&l, 10 * NANOS_PER_SEC));
+}
+
+#[test]
 fn refills_at_the_rate() {
     let l = limit(10, NANOS_PER_SEC, 10);
     let mut b = Bucket::full(&l, 0);

@@ -56,6 +56,23 @@ fn a_bucket_is_full_only_once_it_has_refilled_to_its_burst() {
 }
 
 #[test]
+fn a_denial_waits_only_for_the_missing_part_of_a_token() {
+    let l = limit(10, NANOS_PER_SEC, 10);
+    let mut b = Bucket::full(&l, 0);
+    assert!(matches!(
+        b.take(&l, 0, 10, 10),
+        Take::Granted { tokens: 10, .. }
+    ));
+    // Half a token has refilled after 50 ms: the other half takes 50 ms more.
+    assert_eq!(
+        b.take(&l, 50_000_000, 1, 1),
+        Take::Denied {
+            retry_after_ns: 50_000_000
+        }
+    );
+}
+
+#[test]
 fn refills_at_the_rate() {
     let l = limit(10, NANOS_PER_SEC, 10);
     let mut b = Bucket::full(&l, 0);

@@ -149,6 +149,22 @@ mod tests {
     use super::*;
     use crate::limit::limit;
 
+    #[test]
+    fn outcomes_are_counted_under_their_metric_names() {
+        let names: Vec<&str> = Outcome::ALL.iter().map(|o| o.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "allowed",
+                "limited",
+                "shadow_limited",
+                "failed_open",
+                "failed_closed",
+                "failed_local"
+            ]
+        );
+    }
+
     fn result(rule: &str, mode: Mode, verdict: RuleVerdict) -> RuleResult<'_> {
         RuleResult {
             rule,

@@ -163,6 +163,28 @@ mod tests {
     }
 
     #[test]
+    fn the_503_and_400_bodies_read_as_the_contract_shows() {
+        let (fields, body) = unavailable_response("r");
+        assert_eq!(
+            fields,
+            [
+                ("retry-after", "1".to_string()),
+                ("x-envoy-ratelimited", "true".to_string()),
+                ("x-meshlimit-rule", "r".to_string()),
+                ("content-type", "application/json".to_string()),
+            ]
+        );
+        assert_eq!(body, r#"{"error":"limiter_unavailable","rule":"r"}"#);
+        let e = crate::rules::RequestError::RepeatedHeader("x-api-key".into());
+        let (fields, body) = bad_request_response(&e);
+        assert_eq!(fields, [("content-type", "application/json".to_string())]);
+        assert_eq!(
+            body,
+            r#"{"detail":"header `x-api-key` is sent more than once; a rule keys on it","error":"ambiguous_request"}"#
+        );
+    }
+
+    #[test]
     fn legacy_and_off_styles() {
         let q = Quota {
             rule: "r",

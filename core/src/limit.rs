@@ -105,6 +105,14 @@ mod tests {
     }
 
     #[test]
+    fn rates_per_nanosecond_and_per_second() {
+        let l = limit(300, 60 * NANOS_PER_SEC, 300);
+        assert_eq!(l.per_ns(), 60 * NANOS_PER_SEC);
+        assert!((l.rate_per_sec() - 5.0).abs() < 1e-9);
+        assert!((l.rate_per_ns() - 5e-9).abs() < 1e-18);
+    }
+
+    #[test]
     fn scaled_never_reaches_zero() {
         let l = limit(10, NANOS_PER_SEC, 20).scaled(0.01);
         assert_eq!((l.requests(), l.burst()), (1, 1));

@@ -44,6 +44,7 @@ help:
 	@echo "make demo       run agent + Envoy locally and show a request being limited"
 	@echo "make clean-run  remove run/ (demo logs)"
 	@echo "make fuzz       every cargo-fuzz target for FUZZ_SECONDS each (default 60); nightly + cargo-fuzz $(CARGO_FUZZ_VERSION)"
+	@echo "make mutants    cargo-mutants $(CARGO_MUTANTS_VERSION) on core and filter, MUTANTS_BUDGET s each (default 3600); lists in target/mutants/"
 
 ## ---- tools: every step checks first and installs nothing when already present
 
@@ -200,3 +201,46 @@ fuzz: fuzz-tools
 	if [ -n "$$failed" ]; then \
 		echo "fuzz: crashes in$$failed (inputs in fuzz/artifacts/)"; exit 1; \
 	fi
+
+## ---- mutation testing: cargo-mutants on the pure logic (core) and the filter.
+## Each mutant is one small bug; a mutant the tests do not catch is a gap, or an
+## equivalent change (docs/testing.md lists the known ones). Never part of
+## `make test`: it builds and tests every mutant. Settings: MUTANTS_PACKAGES,
+## MUTANTS_JOBS, MUTANTS_TIMEOUT (seconds per mutant's tests), MUTANTS_BUDGET
+## (seconds per package; a run cut short keeps what it found). Lists of caught,
+## missed, timeout and unviable mutants: target/mutants/<package>/mutants.out/.
+
+CARGO_MUTANTS_VERSION := 27.1.0
+MUTANTS_PACKAGES ?= meshlimit-core meshlimit-filter
+MUTANTS_JOBS ?= 2
+MUTANTS_TIMEOUT ?= 60
+MUTANTS_BUDGET ?= 3600
+
+.PHONY: mutants mutants-tools
+
+mutants-tools:
+	@if ! cargo mutants --version 2>/dev/null | grep -qx 'cargo-mutants $(CARGO_MUTANTS_VERSION)'; then \
+		echo "mutants: cargo install cargo-mutants $(CARGO_MUTANTS_VERSION)"; \
+		$(CARGO) install cargo-mutants --locked --version $(CARGO_MUTANTS_VERSION); \
+	fi
+
+# --all-features: core's YAML parser and JSON Schema are behind features, and
+# code that is not compiled cannot be tested (its mutants would all be missed).
+# cargo-mutants exits 2 when mutants were missed and 3 on timeouts: that is the
+# report, not a failure of the run; anything else (a failing baseline) is.
+mutants: mutants-tools
+	@for p in $(MUTANTS_PACKAGES); do \
+		echo "mutants: $$p (budget $(MUTANTS_BUDGET)s)"; \
+		mkdir -p target/mutants/$$p; \
+		rc=0; timeout $(MUTANTS_BUDGET) $(CARGO) mutants -p $$p --all-features -j $(MUTANTS_JOBS) \
+			--timeout $(MUTANTS_TIMEOUT) -o target/mutants/$$p || rc=$$?; \
+		case $$rc in \
+			0|2|3) ;; \
+			124) echo "mutants: $$p stopped at its budget; the lists hold what was tested" ;; \
+			*) echo "mutants: $$p failed ($$rc)"; exit $$rc ;; \
+		esac; \
+		out=target/mutants/$$p/mutants.out; \
+		for k in caught missed timeout unviable; do \
+			printf '  %-9s %s\n' $$k "$$(wc -l < $$out/$$k.txt 2>/dev/null || echo 0)"; \
+		done; \
+	done

@@ -149,6 +149,39 @@ mod tests {
     use super::*;
     use crate::limit::limit;
 
+    #[test]
+    fn each_decision_is_counted_under_its_outcome() {
+        let deny = RuleVerdict::Deny { retry_after_ns: 1 };
+        let allow = RuleVerdict::Allow {
+            remaining: 1,
+            reset_ns: 1,
+        };
+        let outcome = |mode, verdict| result("r", mode, verdict).outcome();
+        assert_eq!(outcome(Mode::Enforce, deny), Outcome::Limited);
+        assert_eq!(outcome(Mode::Shadow, deny), Outcome::ShadowLimited);
+        assert_eq!(outcome(Mode::Enforce, allow), Outcome::Allowed);
+        assert_eq!(outcome(Mode::Shadow, allow), Outcome::Allowed);
+        let mut failed = result("r", Mode::Enforce, deny);
+        failed.failure = Some(Outcome::FailedLocal);
+        assert_eq!(failed.outcome(), Outcome::FailedLocal);
+    }
+
+    #[test]
+    fn outcomes_are_counted_under_their_metric_names() {
+        let names: Vec<&str> = Outcome::ALL.iter().map(|o| o.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "allowed",
+                "limited",
+                "shadow_limited",
+                "failed_open",
+                "failed_closed",
+                "failed_local"
+            ]
+        );
+    }
+
     fn result(rule: &str, mode: Mode, verdict: RuleVerdict) -> RuleResult<'_> {
         RuleResult {
             rule,

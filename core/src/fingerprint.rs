@@ -33,5 +33,9 @@ mod tests {
         assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
         assert_ne!(fingerprint(b"a"), fingerprint(b"b"));
+        // The mixer too: filter and agent pick slots and shards from it.
+        assert_eq!(fingerprint(b""), 0xf52a_15e9_a9b5_e89b);
+        assert_eq!(fingerprint(b"a"), 0x02c0_bdbf_4814_20f8);
+        assert_eq!(fingerprint(b"search|k1"), 0x9eaf_0de1_b129_d5ca);
     }
 }

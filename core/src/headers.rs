@@ -334,6 +334,26 @@ mod tests {
     }
 
     #[test]
+    fn retry_after_rounds_up_to_whole_seconds() {
+        assert_eq!(retry_after_secs(0), 1);
+        assert_eq!(retry_after_secs(1), 1);
+        assert_eq!(retry_after_secs(NANOS_PER_SEC), 1);
+        assert_eq!(retry_after_secs(NANOS_PER_SEC + 1), 2);
+        assert_eq!(retry_after_secs(1_500_000_000), 2);
+        // A 10-per-hour rule's denial, a little under six minutes from now.
+        assert_eq!(retry_after_secs(359_200_000_000), 360);
+        let l = limit(10, 3_600 * NANOS_PER_SEC, 10);
+        let f = rejection_fields(HeaderStyle::Ietf, "r", &l, 359_200_000_000);
+        let get = |n: &str| f.iter().find(|(k, _)| *k == n).map(|(_, v)| v.as_str());
+        assert_eq!(get("retry-after"), Some("360"));
+        assert_eq!(get("ratelimit"), Some("\"r\";r=0;t=360"));
+        assert_eq!(
+            rejection_body("r", 359_200_000_000),
+            r#"{"error":"rate_limited","rule":"r","retry_after_seconds":360}"#
+        );
+    }
+
+    #[test]
     fn an_http_answer_is_the_429_503_and_400_as_before() {
         let l = limit(100, NANOS_PER_SEC, 100);
         let (status, fields, body) =
@@ -382,6 +402,28 @@ mod tests {
                 ("x-envoy-ratelimited", "true"),
                 ("x-meshlimit-rule", "search-per-api-key"),
             ])
+        );
+    }
+
+    #[test]
+    fn the_503_and_400_bodies_read_as_the_contract_shows() {
+        let (fields, body) = unavailable_response("r");
+        assert_eq!(
+            fields,
+            [
+                ("retry-after", "1".to_string()),
+                ("x-envoy-ratelimited", "true".to_string()),
+                ("x-meshlimit-rule", "r".to_string()),
+                ("content-type", "application/json".to_string()),
+            ]
+        );
+        assert_eq!(body, r#"{"error":"limiter_unavailable","rule":"r"}"#);
+        let e = crate::rules::RequestError::RepeatedHeader("x-api-key".into());
+        let (fields, body) = bad_request_response(&e);
+        assert_eq!(fields, [("content-type", "application/json".to_string())]);
+        assert_eq!(
+            body,
+            r#"{"detail":"header `x-api-key` is sent more than once; a rule keys on it","error":"ambiguous_request"}"#
         );
     }
 

@@ -113,6 +113,25 @@ mod tests {
     }
 
     #[test]
+    fn the_fingerprint_is_that_of_the_key_text() {
+        let k = DescriptorKey::new("search", ["k1"]);
+        assert_eq!(k.as_str(), "search|k1");
+        assert_eq!(k.fingerprint(), 0x9eaf_0de1_b129_d5ca);
+    }
+
+    #[test]
+    fn a_part_of_the_longest_length_stays_text() {
+        let max = "a".repeat(MAX_PART_LEN);
+        assert!(DescriptorKey::new("r", [max.as_str()])
+            .as_str()
+            .ends_with(&max));
+        let over = "a".repeat(MAX_PART_LEN + 1);
+        assert!(!DescriptorKey::new("r", [over.as_str()])
+            .as_str()
+            .contains(&over));
+    }
+
+    #[test]
     fn long_parts_are_bounded_but_distinct() {
         let long_a = "a".repeat(10_000);
         let long_b = format!("{}b", "a".repeat(9_999));

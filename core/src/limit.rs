@@ -129,6 +129,25 @@ mod tests {
     }
 
     #[test]
+    fn rates_per_nanosecond_and_per_second() {
+        let l = limit(300, 60 * NANOS_PER_SEC, 300);
+        assert_eq!(l.per_ns(), 60 * NANOS_PER_SEC);
+        assert!((l.rate_per_sec() - 5.0).abs() < 1e-9);
+        assert!((l.rate_per_ns() - 5e-9).abs() < 1e-18);
+    }
+
+    #[test]
+    fn the_longest_wait_refills_the_whole_burst_of_the_smallest_share() {
+        // 10 per second, burst 20: two seconds to refill, plus a millisecond.
+        let l = limit(10, NANOS_PER_SEC, 20);
+        assert_eq!(l.max_wait_ns(1.0), 2 * NANOS_PER_SEC + NANOS_PER_MS);
+        // A region holding a tenth of a global rule refills ten times slower.
+        assert_eq!(l.max_wait_ns(0.1), 20 * NANOS_PER_SEC + NANOS_PER_MS);
+        // A share is never taken below a thousandth.
+        assert_eq!(l.max_wait_ns(0.0), 2_000 * NANOS_PER_SEC + NANOS_PER_MS);
+    }
+
+    #[test]
     fn scaled_never_reaches_zero() {
         let l = limit(10, NANOS_PER_SEC, 20).scaled(0.01);
         assert_eq!((l.requests(), l.burst()), (1, 1));

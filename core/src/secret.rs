@@ -216,7 +216,8 @@ mod tests {
         let a = secret(&"a".repeat(32));
         let b = secret(&format!("  {}\n", "a".repeat(32)));
         assert_eq!(a, b);
-        assert!(!format!("{a:?}").contains("aaaa"));
+        assert_eq!(format!("{a:?}"), "Secret(<32 bytes, redacted>)");
+        assert_eq!(format!("{:?}", a.key_ids()), "KeyIds(<redacted>)");
     }
 
     #[test]
@@ -246,6 +247,8 @@ mod tests {
         wrong[63] ^= 1;
         assert!(!token_matches(&wrong, &t));
         assert!(!token_matches(b"", &t));
+        // Two differences that would cancel out if combined by XOR.
+        assert!(!token_matches(b"ab", "ba"));
     }
 
     #[test]

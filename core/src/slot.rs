@@ -340,6 +340,64 @@ mod tests {
     }
 
     #[test]
+    fn the_next_ask_is_sized_by_the_spend_rate_of_the_last_lease() {
+        const MS: u64 = 1_000_000;
+        let mut s = SlotState::empty(1);
+        assert_eq!(s.want(), None, "nothing spent yet");
+        // 101 tokens for a second, 100 of them leased; spent by 500 ms.
+        s.grant(0, 101, 1, 1_000 * MS, 0, 0);
+        for i in 1..=100 {
+            assert!(matches!(
+                s.check(i * 5 * MS, 1, u64::MAX),
+                LocalCheck::Taken { .. }
+            ));
+        }
+        assert_eq!(s.lease_emptied_ns, 500 * MS);
+        assert_eq!(s.check(550 * MS, 1, u64::MAX), LocalCheck::Miss);
+        // The next grant folds the last lease in: 101 tokens in 0.5 s is 202/s,
+        // weighted 1 - e^-0.5 against the previous rate (0).
+        s.grant(600 * MS, 10, 1, 1_000 * MS, 0, 0);
+        let expected = 202.0 * (1.0 - (-0.5f64).exp());
+        assert!(
+            (f64::from(s.spend_rate) - expected).abs() < 1e-3,
+            "{} against {expected}",
+            s.spend_rate
+        );
+        // Half a lease TTL (1 s) at 79.5/s: 40 tokens.
+        assert_eq!(s.want(), Some(40));
+    }
+
+    #[test]
+    fn a_lease_is_good_until_its_expiry_and_no_later() {
+        let mut s = SlotState::empty(1);
+        s.grant(0, 5, 1, 100, 0, 0);
+        assert!(matches!(s.check(99, 1, u64::MAX), LocalCheck::Taken { .. }));
+        assert_eq!(s.check(100, 1, u64::MAX), LocalCheck::Miss);
+        // A lease of the longest TTL is kept in full.
+        let mut s = SlotState::empty(1);
+        s.grant(0, 5, 1, MAX_LEASE_TTL_NS, 0, 0);
+        assert!(matches!(s.check(0, 1, u64::MAX), LocalCheck::Taken { .. }));
+    }
+
+    #[test]
+    fn granted_tokens_are_spent_before_a_cached_denial() {
+        // A grant, then a denial answering a concurrent ask: the tokens the
+        // store already handed to this node are spent first...
+        let mut s = SlotState::empty(1);
+        s.grant(0, 3, 1, 1_000, 10, 50);
+        s.deny(5, 500);
+        assert!(matches!(s.check(10, 1, u64::MAX), LocalCheck::Taken { .. }));
+        assert!(matches!(s.check(11, 1, u64::MAX), LocalCheck::Taken { .. }));
+        // ...and only then does the cached denial answer.
+        assert_eq!(
+            s.check(12, 1, u64::MAX),
+            LocalCheck::Denied {
+                retry_after_ns: 493
+            }
+        );
+    }
+
+    #[test]
     fn a_colliding_key_never_evicts_a_refilling_fail_local_bucket() {
         let l = limit(2, 1_000_000_000, 2);
         let mut victim = SlotState::empty(1);

@@ -12,13 +12,11 @@ use meshlimit_core::{client_ip, Limit, RequestInfo, RuleSet, Verdict};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 
+use crate::backoff;
 use crate::config::FilterConfig;
 use crate::host::{self, Host, ProxyHost};
 use crate::pipeline::Evaluation;
-use crate::state::{
-    Shared, AGENT_ALIVE_NS, AGENT_DOWN_KEY, AGENT_FAILURES_KEY, AGENT_FAILURES_TO_BACK_OFF,
-    AGENT_OK_KEY,
-};
+use crate::state::Shared;
 
 pub struct Http {
     vm: Shared,
@@ -118,59 +116,6 @@ impl Http {
             }
         }
     }
-
-    fn agent_backing_off(&self, now: u64) -> bool {
-        let (bytes, _) = ProxyHost.shared_get(AGENT_DOWN_KEY);
-        bytes
-            .and_then(|b| b.try_into().ok())
-            .map(u64::from_le_bytes)
-            .is_some_and(|until| until > now)
-    }
-
-    /// A failed agent call. Each failing request takes its policy at once;
-    /// after `AGENT_FAILURES_TO_BACK_OFF` failures in a row (the agent is down,
-    /// not just slow once) misses skip the agent for `agent_backoff_ms`.
-    fn agent_failed(&self) {
-        let (bytes, _) = ProxyHost.shared_get(AGENT_FAILURES_KEY);
-        let failures = bytes
-            .and_then(|b| b.try_into().ok())
-            .map_or(0, u32::from_le_bytes)
-            + 1;
-        // An agent that answered another request moments ago is alive: its
-        // slow answers are one store node's trouble (their keys took the failure
-        // policy), not a reason to take every other key off the agent.
-        let now = ProxyHost.now_ns();
-        let (ok, _) = ProxyHost.shared_get(AGENT_OK_KEY);
-        let recent_ok = ok
-            .and_then(|b| b.try_into().ok())
-            .map(u64::from_le_bytes)
-            .is_some_and(|at| now.saturating_sub(at) < AGENT_ALIVE_NS);
-        if failures < AGENT_FAILURES_TO_BACK_OFF || recent_ok {
-            let _ = ProxyHost.shared_set(AGENT_FAILURES_KEY, &failures.to_le_bytes(), None);
-            return;
-        }
-        let _ = ProxyHost.shared_set(AGENT_FAILURES_KEY, &0u32.to_le_bytes(), None);
-        let backoff = self.config.agent_backoff_ms.saturating_mul(1_000_000);
-        let until = now.saturating_add(backoff);
-        let _ = ProxyHost.shared_set(AGENT_DOWN_KEY, &until.to_le_bytes(), None);
-    }
-
-    /// A successful agent call ends a run of failures.
-    fn agent_answered(&self) {
-        let now = ProxyHost.now_ns();
-        let (ok, _) = ProxyHost.shared_get(AGENT_OK_KEY);
-        let stale = ok
-            .and_then(|b| b.try_into().ok())
-            .map(u64::from_le_bytes)
-            .is_none_or(|at| now.saturating_sub(at) >= AGENT_ALIVE_NS / 4);
-        if stale {
-            let _ = ProxyHost.shared_set(AGENT_OK_KEY, &now.to_le_bytes(), None);
-        }
-        let (bytes, _) = ProxyHost.shared_get(AGENT_FAILURES_KEY);
-        if bytes.is_some_and(|b| b.iter().any(|x| *x != 0)) {
-            let _ = ProxyHost.shared_set(AGENT_FAILURES_KEY, &0u32.to_le_bytes(), None);
-        }
-    }
 }
 
 impl Context for Http {
@@ -191,14 +136,14 @@ impl Context for Http {
             .filter(|r| r.v == WIRE_VERSION);
         match answer {
             Some(resp) => {
-                self.agent_answered();
+                backoff::answered(&ProxyHost);
                 eval.apply_answers(&ProxyHost, &self.config, resp.items);
             }
             None => {
                 debug!("meshlimit: lease call failed (status {status:?})");
                 // A 4xx means we sent something the agent refuses: a bug, not an
                 // outage, but the request must not wait either way.
-                self.agent_failed();
+                backoff::failed(&ProxyHost, self.config.agent_backoff_ms);
                 eval.fail_misses(&ProxyHost, &self.config);
             }
         }
@@ -224,7 +169,7 @@ impl HttpContext for Http {
             }
         };
         if eval.local_pass(&ProxyHost, &self.config) {
-            if self.agent_backing_off(ProxyHost.now_ns()) {
+            if backoff::backing_off(&ProxyHost, ProxyHost.now_ns()) {
                 eval.fail_misses(&ProxyHost, &self.config);
             } else {
                 let body = serde_json::to_vec(&eval.lease_request()).unwrap_or_default();
@@ -242,7 +187,7 @@ impl HttpContext for Http {
                     self.pending = Some(eval);
                     return Action::Pause;
                 }
-                self.agent_failed();
+                backoff::failed(&ProxyHost, self.config.agent_backoff_ms);
                 eval.fail_misses(&ProxyHost, &self.config);
             }
         }

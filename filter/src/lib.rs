@@ -4,9 +4,10 @@
 //!
 //! Layout: `host` is the only module that calls hostcalls; `pipeline` is the
 //! request path as plain code over the `Host` trait (tested natively with a fake
-//! host); `root` and `http` are the proxy-wasm contexts that glue them to Envoy.
+//! host); `backoff` decides when misses skip the agent, over the same trait; `root` and `http` are the proxy-wasm contexts that glue them to Envoy.
 //! `unwrap`, `expect` and `panic!` are denied: a panic traps the whole VM.
 
+mod backoff;
 pub mod config;
 mod counts;
 pub mod host;

@@ -62,8 +62,21 @@ fn exact_rule_at_three_times_its_limit_admits_the_limit() {
 fn leased_hot_key_at_three_times_its_limit_admits_the_limit() {
     let r = run_short("leased-hot-key-3x");
     assert_targets(&r);
-    // Leases: far fewer Redis calls than requests.
-    assert!(r.figures.per_1000(r.figures.script_calls) < 100.0);
+    // Leases: far fewer Redis calls than requests. The aim is one lease script per
+    // agent per lease period, 40/s with four agents (13 per 1,000 requests at
+    // 3,000/s); it is not met (docs/measurements.md says why: holds and small
+    // grants at the onset). Measured 59 per 1,000 and 171/s on the busiest node;
+    // these bounds catch a regression from there, not the aim.
+    let per_1000 = r.figures.per_1000(r.figures.script_calls);
+    assert!(
+        per_1000 <= 75.0,
+        "{per_1000:.1} script calls per 1,000 requests"
+    );
+    let hottest = r.figures.hottest_node_scripts_per_sec;
+    assert!(
+        hottest <= 220.0,
+        "{hottest:.0} script calls/s on the busiest node"
+    );
 }
 
 #[test]

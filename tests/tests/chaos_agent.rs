@@ -102,8 +102,10 @@ fn malformed_and_oversized_lease_floods_get_4xx_and_change_nothing() {
     let after = rss_kib(pid);
     println!("agent RSS {before} KiB before, {after} KiB after {} bad requests ({served} good ones served)", 300 * (bad.len() + 2));
     assert!(agent.is_running());
+    // Measured +0.3 MiB (docs/measurements.md: +0.4); 4 MiB leaves room for the
+    // allocator, not for a buffer kept per bad request (2,400 of up to 64 KiB).
     assert!(
-        after < before + 32 * 1024,
+        after < before + 4 * 1024,
         "RSS grew from {before} to {after} KiB"
     );
     assert_eq!(get(&agent.url("/healthz"), &[]).status, 200);
@@ -175,9 +177,11 @@ fn a_flood_of_distinct_keys_stays_bounded_and_frees_no_limited_key() {
         agent_after >> 10
     );
     assert!(requests >= 100_000, "wrk sent {requests}");
-    // The filter's per-key state lives in a fixed number of shared-data slots.
+    // The filter's per-key state lives in a fixed number of shared-data slots:
+    // measured +2 MiB for 100,000 keys (16,384 slots of 90 bytes, plus each VM's
+    // allocator slack); the bound is 8× that.
     assert!(
-        envoy_after < envoy_before + 64 * 1024 * 1024,
+        envoy_after < envoy_before + 16 * 1024 * 1024,
         "Envoy grew by {} MiB",
         (envoy_after - envoy_before) >> 20
     );

@@ -174,27 +174,34 @@ fn run(fault: Fault) {
         admitted_down <= ceiling,
         "fail-local admitted {admitted_down} > {ceiling}"
     );
-    // Fail-open admits everything the outage leaves undecided. A denial the
-    // limiter issued just before the store went (cached for at most a lease
-    // period or a hold) may still answer the first moments.
+    // Fail-open admits everything the outage leaves undecided: every request.
+    // A denial the limiter issued just before the store went (cached for at most
+    // a lease period or a hold) may still answer the first moments, so the first
+    // half second is left out (in practice every request of it was admitted too).
     let settled = down_at + Duration::from_millis(500);
     let settled: Vec<&&Sample> = open_down.iter().filter(|s| s.at >= settled).collect();
-    let rejected = settled.iter().filter(|s| s.status != 200).count();
-    // On this shared machine a client request now and then gets no answer in
-    // time; that is not a limiting decision, and it stays rare.
+    let rejected: Vec<u16> = settled
+        .iter()
+        .filter(|s| s.status != 200)
+        .map(|s| s.status)
+        .collect();
+    assert!(!settled.is_empty());
     assert!(
-        rejected * 100 <= settled.len(),
-        "fail-open rejected {rejected} of {}",
+        rejected.is_empty(),
+        "fail-open answered {} of {} requests with {rejected:?}",
+        rejected.len(),
         settled.len()
     );
     assert!(
         during.iter().all(|s| s.status == 200 || s.status == 429),
         "only 200 and 429 while the store is down"
     );
-    // The budget is 5 ms per agent call and no request waits on a dead store;
-    // what remains is this loaded machine's scheduling.
-    assert!(p99 < Duration::from_millis(100), "p99 {p99:?}");
-    assert!(worst < Duration::from_secs(1), "max {worst:?}");
+    // The budget is 5 ms per agent call and no request waits on a dead store
+    // (a connection attempt alone would take up to 250 ms); what remains is this
+    // loaded machine's scheduling. These are safety bounds: the measured figures
+    // (p99 3.5–9 ms, max 8–20 ms) are what the print above reports.
+    assert!(p99 < Duration::from_millis(50), "p99 {p99:?}");
+    assert!(worst < Duration::from_millis(250), "max {worst:?}");
     assert!(
         resumed <= Duration::from_secs(2),
         "limiting resumed after {resumed:?}"

@@ -1,11 +1,11 @@
 //! End to end: the agent is gone. Each rule's failure policy decides, at once,
 //! and the filter's own Envoy stats count it; a restarted agent is picked up
-//! again without restarting Envoy.
+//! again without restarting Envoy, once the filter's back-off has run out.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::{Duration, Instant};
 
-use meshlimit_tests::{count, eventually, Stack};
+use meshlimit_tests::{count, eventually, AgentOptions, Stack};
 
 const RULES: &str = r#"
 version: 1
@@ -101,5 +101,44 @@ fn a_restarted_agent_is_used_again_without_restarting_envoy() {
         Duration::from_secs(5),
         "fail-closed requests to pass again",
         || stack.get("/closed", &[("x-api-key", "k")]).status == 200,
+    );
+}
+
+#[test]
+fn after_three_failed_calls_in_a_row_the_filter_backs_off_the_agent() {
+    const BACKOFF: Duration = Duration::from_secs(3);
+    let mut stack = Stack::start_with(AgentOptions::new(RULES), |c| {
+        c.plugin("agent_backoff_ms", BACKOFF.as_millis() as u64)
+    });
+    assert_eq!(stack.get("/closed", &[("x-api-key", "k")]).status, 200);
+    stack.agent.kill();
+    // Past the 200 ms in which an agent that just answered counts as alive.
+    std::thread::sleep(Duration::from_millis(300));
+    let (closed, _) = timed(&stack, 3, "/closed");
+    let backed_off_at = Instant::now();
+    assert_eq!(closed, [503, 503, 503]);
+    stack.agent.restart();
+    stack.agent.wait_ready(Duration::from_secs(5));
+    let restarted = backed_off_at.elapsed();
+    assert!(
+        restarted < BACKOFF - Duration::from_millis(500),
+        "the agent took {restarted:?} to come back: too slow to see the back-off"
+    );
+    // The agent is back, but misses skip it until the back-off has run out.
+    assert_eq!(
+        stack.get("/closed", &[("x-api-key", "k")]).status,
+        503,
+        "backed off {:?} ago",
+        backed_off_at.elapsed()
+    );
+    eventually(
+        Duration::from_secs(10),
+        "fail-closed requests to pass again",
+        || stack.get("/closed", &[("x-api-key", "k")]).status == 200,
+    );
+    let back = backed_off_at.elapsed();
+    assert!(
+        back >= BACKOFF - Duration::from_millis(100),
+        "the agent was asked again {back:?} after the back-off began"
     );
 }

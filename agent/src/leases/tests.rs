@@ -59,6 +59,8 @@ enum Mode {
     Fail(StoreError),
     Short,
     Slow,
+    /// Grants every ask its whole lease and reports the bucket then empty.
+    Drained,
 }
 
 #[async_trait]
@@ -72,6 +74,16 @@ impl Store for FakeStore {
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 vec![Ok(Take::Denied { retry_after_ns: 1 }); items.len()]
             }
+            Mode::Drained => items
+                .iter()
+                .map(|a| {
+                    Ok(Take::Granted {
+                        tokens: a.max,
+                        remaining: 0,
+                        reset_ns: 60 * NANOS_PER_SEC,
+                    })
+                })
+                .collect(),
         }
     }
 
@@ -85,6 +97,14 @@ impl Store for FakeStore {
 }
 
 fn service(mode: Mode, max_inflight: usize) -> (Arc<LeaseService>, Arc<Metrics>) {
+    let (service, metrics, _) = service_and_store(mode, max_inflight);
+    (service, metrics)
+}
+
+fn service_and_store(
+    mode: Mode,
+    max_inflight: usize,
+) -> (Arc<LeaseService>, Arc<Metrics>, Arc<FakeStore>) {
     let rules = Arc::new(CurrentRules::empty());
     rules.install(Arc::new(parse_rules("t", RULES).unwrap()));
     let metrics = Arc::new(Metrics::new("test").unwrap());
@@ -96,8 +116,8 @@ fn service(mode: Mode, max_inflight: usize) -> (Arc<LeaseService>, Arc<Metrics>)
         max_inflight,
         ..LeaseSettings::default()
     };
-    let service = LeaseService::new(rules, store, metrics.clone(), settings);
-    (Arc::new(service), metrics)
+    let service = LeaseService::new(rules, store.clone(), metrics.clone(), settings);
+    (Arc::new(service), metrics, store)
 }
 
 fn request(rules: &[&str]) -> LeaseRequest {
@@ -242,4 +262,40 @@ async fn futures_count(svc: &LeaseService, req: &LeaseRequest, n: usize) -> usiz
         ));
     }
     grants
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_drained_grant_the_key_holds_at_the_node_until_a_lease_has_refilled() {
+    let (svc, _, store) = service_and_store(Mode::Drained, 8);
+    let calls = || store.calls.load(Ordering::SeqCst);
+    // `slow` is 5 per minute: a lease of one token, which takes 12 s to refill.
+    let req = request(&["slow"]);
+    assert!(matches!(
+        svc.lease(&req).await.items[0],
+        LeaseAnswer::Grant { .. }
+    ));
+    assert_eq!(calls(), 1);
+    // The pooled half of the grant serves the next ask.
+    assert!(matches!(
+        svc.lease(&req).await.items[0],
+        LeaseAnswer::Grant { .. }
+    ));
+    assert_eq!(calls(), 1);
+    // The store kept nothing: the node denies without asking it...
+    tokio::time::advance(Duration::from_secs(11)).await;
+    match &svc.lease(&req).await.items[0] {
+        LeaseAnswer::Deny {
+            retry_after_ms,
+            local: false,
+        } => assert!((999..=1_000).contains(retry_after_ms), "{retry_after_ms}"),
+        other => panic!("expected a node denial, got {other:?}"),
+    }
+    assert_eq!(calls(), 1, "held at the node");
+    // ...until a lease's worth has refilled.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert!(matches!(
+        svc.lease(&req).await.items[0],
+        LeaseAnswer::Grant { .. }
+    ));
+    assert_eq!(calls(), 2);
 }

@@ -162,3 +162,30 @@ fn at_the_cap_a_new_key_is_served_unpooled_and_nothing_is_handed_out() {
     ));
     assert_eq!(p.len(), 1);
 }
+
+#[test]
+fn a_denial_answering_a_concurrent_ask_keeps_the_pooled_tokens() {
+    let p = Pools::default();
+    // One ask's grant pools 5 tokens; a concurrent ask's denial arrives after.
+    assert_eq!(p.fill(&key(), 0, grant(10, 0, 0), 1, 100 * MS), 5);
+    p.deny(&key(), MS, 1, 500 * MS);
+    // The pooled tokens are served first, then the denial answers.
+    assert!(matches!(
+        p.take(&key(), 2 * MS, 1, None),
+        PoolTake::Served { tokens: 5, .. }
+    ));
+    assert_eq!(
+        p.take(&key(), 3 * MS, 1, None),
+        PoolTake::Denied {
+            retry_after_ns: 498 * MS
+        }
+    );
+    // Expired pooled tokens are dropped by a denial.
+    let p = Pools::default();
+    p.fill(&key(), 0, grant(10, 0, 0), 1, 100 * MS);
+    p.deny(&key(), 200 * MS, 1, 500 * MS);
+    assert!(matches!(
+        p.take(&key(), 800 * MS, 1, None),
+        PoolTake::Miss { dropped: 0, .. }
+    ));
+}

@@ -24,22 +24,53 @@ fn starts_full_and_denies_when_empty() {
 fn grants_a_lease_up_to_what_is_held() {
     let l = limit(100, NANOS_PER_SEC, 100);
     let mut b = Bucket::full(&l, 0);
-    assert!(matches!(
+    // 100 per second: the 30 taken refill in 300 ms, all 100 in a second.
+    assert_eq!(
         b.take(&l, 0, 1, 30),
         Take::Granted {
             tokens: 30,
             remaining: 70,
-            ..
+            reset_ns: 300_000_000,
         }
-    ));
-    assert!(matches!(
+    );
+    assert_eq!(
         b.take(&l, 0, 1, 500),
         Take::Granted {
             tokens: 70,
             remaining: 0,
-            ..
+            reset_ns: NANOS_PER_SEC,
         }
+    );
+}
+
+#[test]
+fn a_bucket_is_full_only_once_it_has_refilled_to_its_burst() {
+    // 10 per second: one token every 100 ms.
+    let l = limit(10, NANOS_PER_SEC, 10);
+    let mut b = Bucket::full(&l, 0);
+    assert!(b.is_full(&l, 0));
+    assert!(matches!(b.take(&l, 0, 1, 1), Take::Granted { .. }));
+    assert!(!b.is_full(&l, 0));
+    assert!(!b.is_full(&l, 99_999_999));
+    assert!(b.is_full(&l, 100_000_000));
+    assert!(b.is_full(&l, 10 * NANOS_PER_SEC));
+}
+
+#[test]
+fn a_denial_waits_only_for_the_missing_part_of_a_token() {
+    let l = limit(10, NANOS_PER_SEC, 10);
+    let mut b = Bucket::full(&l, 0);
+    assert!(matches!(
+        b.take(&l, 0, 10, 10),
+        Take::Granted { tokens: 10, .. }
     ));
+    // Half a token has refilled after 50 ms: the other half takes 50 ms more.
+    assert_eq!(
+        b.take(&l, 50_000_000, 1, 1),
+        Take::Denied {
+            retry_after_ns: 50_000_000
+        }
+    );
 }
 
 #[test]

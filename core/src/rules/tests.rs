@@ -425,3 +425,23 @@ fn applicable_gives_each_rule_its_position() {
         assert!(std::ptr::eq(a.rule, &s.rules()[a.index]));
     }
 }
+
+#[test]
+fn a_plan_rule_is_ordered_by_its_strictest_plan() {
+    let s = compile(serde_json::json!({
+        "version": 1,
+        "rules": [
+            {"name": "middle", "key": ["method"], "limit": {"requests": 100, "per": "1s"}},
+            {"name": "plans", "key": [{"header": "x-customer"}],
+             "plans": {"header": "x-plan", "default": "pro", "limits": {
+                 "free": {"requests": 1, "per": "1s"}, "pro": {"requests": 1000, "per": "1s"}}}},
+        ]
+    }))
+    .unwrap();
+    let names: Vec<&str> = s.rules().iter().map(|r| r.name.as_str()).collect();
+    // The free plan (1/s) is stricter than the 100/s rule, though the plan rule's
+    // loosest (and default) plan is not.
+    assert_eq!(names, ["plans", "middle"]);
+    let plans = s.rule("plans").unwrap();
+    assert_eq!(plans.limits.strictest().requests(), 1);
+}

@@ -200,3 +200,62 @@ fn the_agents_fail_local_answers_count_as_the_policy_and_keep_no_lease() {
     assert!(e.local_pass(&host, &cfg));
     assert_eq!(e.lease_request().items.len(), 2);
 }
+
+#[test]
+fn a_cached_shadow_denial_does_not_stop_the_enforcing_rules() {
+    let host = FakeHost::default();
+    let cfg = FilterConfig::default();
+    let rs = rules(serde_json::json!({"version": 1, "rules": [
+        {"name": "tight", "key": [{"header": "x-api-key"}], "limit": {"requests": 2, "per": "1s"}, "mode": "shadow"},
+        {"name": "loose", "key": ["method"], "limit": {"requests": 100, "per": "1s"}},
+    ]}));
+    let mut e = Evaluation::new(Rc::clone(&rs), &req("k"), &cfg)
+        .unwrap()
+        .unwrap();
+    assert!(e.local_pass(&host, &cfg));
+    e.apply_answers(
+        &host,
+        &cfg,
+        vec![
+            LeaseAnswer::Deny {
+                retry_after_ms: 1500,
+                local: false,
+            },
+            LeaseAnswer::Deny {
+                retry_after_ms: 700,
+                local: false,
+            },
+        ],
+    );
+    // The shadow denial is only counted; the enforcing one rejects.
+    assert!(matches!(
+        e.verdict(),
+        Verdict::Deny {
+            rule: "loose",
+            retry_after_ns: 700_000_000,
+            ..
+        }
+    ));
+
+    // Both denials are cached now. The shadow rule's cached denial comes first
+    // (strictest first), yet the enforcing rule behind it is still evaluated.
+    let mut e = Evaluation::new(Rc::clone(&rs), &req("k"), &cfg)
+        .unwrap()
+        .unwrap();
+    assert!(!e.local_pass(&host, &cfg), "both denial caches answer");
+    assert!(matches!(e.verdict(), Verdict::Deny { rule: "loose", .. }));
+    assert_eq!(e.results().len(), 2, "the shadow rule is counted too");
+
+    // Once the enforcing rule's denial has expired, the request goes to the
+    // agent for that rule even though the shadow rule is still denying.
+    host.now.set(800_000_000);
+    let mut e = Evaluation::new(rs, &req("k"), &cfg).unwrap().unwrap();
+    assert!(e.local_pass(&host, &cfg), "the enforcing rule is asked");
+    let items = e.lease_request().items;
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0].rule, "loose");
+    e.apply_answers(&host, &cfg, vec![grant(5)]);
+    assert!(matches!(e.verdict(), Verdict::Allow { .. }));
+    let outcomes: Vec<&str> = e.results().iter().map(|r| r.outcome().as_str()).collect();
+    assert_eq!(outcomes.len(), 2, "{outcomes:?}");
+}

@@ -1,0 +1,120 @@
+//! When misses skip the agent: the back-off after failed agent calls, kept in
+//! shared data so every worker of this Envoy sees it. Plain code over the
+//! [`Host`] trait (tested natively with the fake host); `http.rs` calls it.
+
+use crate::host::Host;
+use crate::state::{
+    AGENT_ALIVE_NS, AGENT_DOWN_KEY, AGENT_FAILURES_KEY, AGENT_FAILURES_TO_BACK_OFF, AGENT_OK_KEY,
+};
+
+/// True while misses skip the agent (a back-off is running at `now`).
+pub fn backing_off<H: Host>(host: &H, now: u64) -> bool {
+    let (bytes, _) = host.shared_get(AGENT_DOWN_KEY);
+    bytes
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_le_bytes)
+        .is_some_and(|until| until > now)
+}
+
+/// A failed agent call. Each failing request takes its policy at once; after
+/// [`AGENT_FAILURES_TO_BACK_OFF`] failures in a row (the agent is down, not just
+/// slow once) misses skip the agent for `backoff_ms`.
+pub fn failed<H: Host>(host: &H, backoff_ms: u64) {
+    let (bytes, _) = host.shared_get(AGENT_FAILURES_KEY);
+    let failures = bytes
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u32::from_le_bytes)
+        + 1;
+    // An agent that answered another request moments ago is alive: its
+    // slow answers are one store node's trouble (their keys took the failure
+    // policy), not a reason to take every other key off the agent.
+    let now = host.now_ns();
+    let (ok, _) = host.shared_get(AGENT_OK_KEY);
+    let recent_ok = ok
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_le_bytes)
+        .is_some_and(|at| now.saturating_sub(at) < AGENT_ALIVE_NS);
+    if failures < AGENT_FAILURES_TO_BACK_OFF || recent_ok {
+        let _ = host.shared_set(AGENT_FAILURES_KEY, &failures.to_le_bytes(), None);
+        return;
+    }
+    let _ = host.shared_set(AGENT_FAILURES_KEY, &0u32.to_le_bytes(), None);
+    let until = now.saturating_add(backoff_ms.saturating_mul(1_000_000));
+    let _ = host.shared_set(AGENT_DOWN_KEY, &until.to_le_bytes(), None);
+}
+
+/// A successful agent call ends a run of failures.
+pub fn answered<H: Host>(host: &H) {
+    let now = host.now_ns();
+    let (ok, _) = host.shared_get(AGENT_OK_KEY);
+    let stale = ok
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_le_bytes)
+        .is_none_or(|at| now.saturating_sub(at) >= AGENT_ALIVE_NS / 4);
+    if stale {
+        let _ = host.shared_set(AGENT_OK_KEY, &now.to_le_bytes(), None);
+    }
+    let (bytes, _) = host.shared_get(AGENT_FAILURES_KEY);
+    if bytes.is_some_and(|b| b.iter().any(|x| *x != 0)) {
+        let _ = host.shared_set(AGENT_FAILURES_KEY, &0u32.to_le_bytes(), None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::fake::FakeHost;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn three_failures_in_a_row_back_off_for_the_configured_time() {
+        let host = FakeHost::default();
+        host.now.set(1_000 * MS);
+        assert!(!backing_off(&host, host.now_ns()));
+        failed(&host, 500);
+        failed(&host, 500);
+        assert!(
+            !backing_off(&host, host.now_ns()),
+            "two failures are not down"
+        );
+        failed(&host, 500);
+        assert!(backing_off(&host, 1_000 * MS));
+        assert!(backing_off(&host, 1_499 * MS));
+        assert!(!backing_off(&host, 1_500 * MS), "back-off ends on time");
+    }
+
+    #[test]
+    fn an_answer_ends_a_run_of_failures() {
+        let host = FakeHost::default();
+        host.now.set(1_000 * MS);
+        failed(&host, 500);
+        failed(&host, 500);
+        answered(&host);
+        // Well past the alive window, two more failures are not three in a row.
+        host.now.set(2_000 * MS);
+        failed(&host, 500);
+        failed(&host, 500);
+        assert!(!backing_off(&host, host.now_ns()));
+        failed(&host, 500);
+        assert!(backing_off(&host, host.now_ns()));
+    }
+
+    #[test]
+    fn failures_just_after_an_answer_do_not_back_off() {
+        let host = FakeHost::default();
+        host.now.set(1_000 * MS);
+        answered(&host);
+        // Within the alive window the agent is up: one slow store node's keys
+        // fail, the rest keep asking.
+        host.now.set(1_000 * MS + AGENT_ALIVE_NS - 1);
+        for _ in 0..5 {
+            failed(&host, 500);
+        }
+        assert!(!backing_off(&host, host.now_ns()));
+        // Past the window the run counts: the next failure backs off.
+        host.now.set(1_000 * MS + AGENT_ALIVE_NS);
+        failed(&host, 500);
+        assert!(backing_off(&host, host.now_ns()));
+    }
+}

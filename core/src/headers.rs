@@ -204,10 +204,31 @@ fn percent_encode(message: &str) -> String {
     out
 }
 
-/// The fields without the HTTP body's content type (a gRPC answer has its own).
-fn metadata(mut fields: Vec<(&'static str, String)>) -> Vec<(&'static str, String)> {
-    fields.retain(|(name, _)| *name != "content-type");
-    fields
+/// One answer in the request's protocol: HTTP `status` with `fields` and
+/// `body`, or gRPC `grpc` with `message` and the same fields (less the HTTP
+/// body's content type: a gRPC answer has its own).
+fn answer(
+    protocol: Protocol,
+    (status, grpc): (u32, u32),
+    mut fields: Vec<(&'static str, String)>,
+    body: impl FnOnce() -> String,
+    message: impl FnOnce() -> String,
+) -> Answer {
+    match protocol {
+        Protocol::Http => Answer::Http {
+            status,
+            fields,
+            body: body(),
+        },
+        Protocol::Grpc => {
+            fields.retain(|(name, _)| *name != "content-type");
+            Answer::Grpc {
+                status: grpc,
+                message: message(),
+                fields,
+            }
+        }
+    }
 }
 
 /// The answer to a request `rule` rejects: a 429 with a JSON body, or for gRPC
@@ -219,58 +240,44 @@ pub fn rejection(
     limit: &Limit,
     retry_after_ns: u64,
 ) -> Answer {
-    let fields = rejection_fields(style, rule, limit, retry_after_ns);
-    match protocol {
-        Protocol::Http => Answer::Http {
-            status: 429,
-            fields,
-            body: rejection_body(rule, retry_after_ns),
-        },
-        Protocol::Grpc => Answer::Grpc {
-            status: grpc_status::RESOURCE_EXHAUSTED,
-            message: format!(
+    answer(
+        protocol,
+        (429, grpc_status::RESOURCE_EXHAUSTED),
+        rejection_fields(style, rule, limit, retry_after_ns),
+        || rejection_body(rule, retry_after_ns),
+        || {
+            format!(
                 "rate limited by rule {rule}; retry after {} s",
                 retry_after_secs(retry_after_ns)
-            ),
-            fields: metadata(fields),
+            )
         },
-    }
+    )
 }
 
 /// The answer to a request a fail-closed `rule` could not decide: a 503, or for
 /// gRPC UNAVAILABLE with the same fields.
 pub fn unavailable(protocol: Protocol, rule: &str) -> Answer {
     let (fields, body) = unavailable_response(rule);
-    match protocol {
-        Protocol::Http => Answer::Http {
-            status: 503,
-            fields,
-            body,
-        },
-        Protocol::Grpc => Answer::Grpc {
-            status: grpc_status::UNAVAILABLE,
-            message: format!("rate limiter unavailable; rule {rule} fails closed"),
-            fields: metadata(fields),
-        },
-    }
+    answer(
+        protocol,
+        (503, grpc_status::UNAVAILABLE),
+        fields,
+        || body,
+        || format!("rate limiter unavailable; rule {rule} fails closed"),
+    )
 }
 
 /// The answer to a request the rules cannot be applied to as sent: a 400, or
 /// for gRPC INVALID_ARGUMENT.
 pub fn bad_request(protocol: Protocol, error: &crate::rules::RequestError) -> Answer {
     let (fields, body) = bad_request_response(error);
-    match protocol {
-        Protocol::Http => Answer::Http {
-            status: 400,
-            fields,
-            body,
-        },
-        Protocol::Grpc => Answer::Grpc {
-            status: grpc_status::INVALID_ARGUMENT,
-            message: format!("ambiguous request: {error}"),
-            fields: metadata(fields),
-        },
-    }
+    answer(
+        protocol,
+        (400, grpc_status::INVALID_ARGUMENT),
+        fields,
+        || body,
+        || format!("ambiguous request: {error}"),
+    )
 }
 
 fn policy(rule: &str, limit: &Limit) -> String {

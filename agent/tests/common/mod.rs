@@ -182,3 +182,24 @@ pub async fn sync(app: &App, req: &SyncRequest) -> SyncResponse {
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
     serde_json::from_str(&reply.body).unwrap()
 }
+
+/// Runs `cmd` to its end: exit code, stdout, stderr.
+pub fn run(cmd: &mut std::process::Command) -> (i32, String, String) {
+    let std::process::Output {
+        status,
+        stdout,
+        stderr,
+    } = cmd.output().unwrap();
+    (
+        status.code().unwrap_or(-1),
+        String::from_utf8(stdout).unwrap(),
+        String::from_utf8(stderr).unwrap(),
+    )
+}
+
+/// Writes `content` as `dir/rules.yaml`; its path.
+pub fn rules_file(dir: &std::path::Path, content: &str) -> String {
+    let path = dir.join("rules.yaml");
+    std::fs::write(&path, content).unwrap();
+    path.display().to_string()
+}

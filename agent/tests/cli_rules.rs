@@ -1,0 +1,286 @@
+//! The rules-authoring commands, run as a platform team would: `explain`,
+//! `check-rules --against`, expiry warnings and `replay`.
+
+// Test helpers outside #[test] functions may unwrap too: a failure is the point.
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+mod common;
+
+use std::process::Command;
+
+use common::{rules_file, run};
+
+/// The agent binary with this deployment's secret and nothing else from the
+/// test's environment.
+fn agent(args: &[&str]) -> Command {
+    common::agent_command(args)
+}
+
+#[test]
+fn explain_shows_the_rules_a_request_meets_and_why_the_others_do_not_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = rules_file(
+        dir.path(),
+        "version: 1
+rules:
+  - name: login-per-ip
+    match: { path: /login, methods: [POST] }
+    key: [client_ip]
+    limit: { requests: 5, per: 1m }
+    accuracy: exact
+    on_failure: closed
+  - name: per-key
+    key: [{ header: x-api-key }]
+    limit: { requests: 100, per: 1s }
+  - name: search
+    match: { path_prefix: /v1/search }
+    key: [method]
+    limit: { requests: 1000, per: 1s }
+    mode: shadow
+",
+    );
+    let args = [
+        "explain",
+        "--rules",
+        &rules,
+        "--method",
+        "post",
+        "--path",
+        "//login/",
+        "-H",
+        "X-Api-Key: k-1",
+        "--client-ip",
+        "10.0.0.7",
+    ];
+    let (code, out, err) = run(&mut agent(&args));
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].ends_with(": POST /login"), "{out}");
+    assert!(
+        lines[1].starts_with(
+            "1. login-per-ip  applies  key login-per-ip|10.0.0.7  limit 5 per 1m (burst 5)"
+        ) && lines[1].contains("accuracy exact  on_failure closed"),
+        "{out}"
+    );
+    assert!(
+        lines[2].starts_with("2. per-key  applies  key per-key|k-1  limit 100 per 1s"),
+        "{out}"
+    );
+    assert_eq!(
+        lines[3],
+        "3. search  skipped: path `/login` does not start with `/v1/search`"
+    );
+    let (code, json, _) = run(&mut agent(&[&args[..], &["--format", "json"]].concat()));
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["request"]["path"], "/login");
+    let rows = v["rules"].as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    assert_eq!(rows[0]["key"], "login-per-ip|10.0.0.7");
+    assert_eq!(rows[0]["limit"]["per_seconds"], 60.0);
+    assert_eq!(rows[1]["applies"], true);
+    assert_eq!(rows[2]["applies"], false);
+    assert_eq!(rows[2]["mode"], "shadow");
+    assert!(rows[2]["reason"].as_str().unwrap().contains("/v1/search"));
+    // A key header sent twice: the filter's 400, said as such.
+    let twice = [
+        "explain",
+        "--rules",
+        &rules,
+        "--path",
+        "/",
+        "-H",
+        "x-api-key: a",
+        "-H",
+        "x_api_key: b",
+    ];
+    let (code, _, err) = run(&mut agent(&twice));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("sent more than once"), "{err}");
+}
+
+#[test]
+fn check_rules_against_lists_every_change_and_refuses_an_unapproved_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let old = write(
+        "old.yaml",
+        "version: 1\nrules:\n  - {name: api, key: [method], limit: {requests: 100, per: 1s}}\n  - {name: gone, key: [method], limit: {requests: 5, per: 1s}}\n",
+    );
+    let new_rules = "version: 1\nrules:\n  - {name: api, key: [method], limit: {requests: 10, per: 1s}}\n  - {name: fresh, key: [method], limit: {requests: 5, per: 1s}, mode: shadow}\n";
+    let new = write("new.yaml", new_rules);
+    let (code, out, err) = run(&mut agent(&["check-rules", &new, "--against", &old]));
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains(
+            "~ rule api: limit 100 per 1 s (burst 100) → 10 per 1 s (burst 10), ×0.10 — refused"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("+ rule fresh: added (shadow)"), "{out}");
+    assert!(out.contains("- rule gone: removed"), "{out}");
+    // JSON for CI: the same changes, the refusal flagged.
+    let (code, json, _) = run(&mut agent(&[
+        "check-rules",
+        &new,
+        "--against",
+        &old,
+        "--format",
+        "json",
+    ]));
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let changes = v["changes"].as_array().unwrap();
+    let api = changes.iter().find(|c| c["rule"] == "api").unwrap();
+    assert_eq!(api["change"], "limit");
+    assert_eq!(api["refused"], true);
+    assert!((api["factor"].as_f64().unwrap() - 0.1).abs() < 1e-9);
+    assert_eq!(changes.len(), 3);
+    // Approved against the old file's version: exit 0.
+    let version = v["against"]["version"].as_str().unwrap().to_string();
+    let approved = write(
+        "approved.yaml",
+        &format!("{new_rules}changes: {{approve: [{{rule: api, against: \"{version}\"}}]}}\n"),
+    );
+    let (code, out, err) = run(&mut agent(&["check-rules", &approved, "--against", &old]));
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!out.contains("refused"), "{out}");
+}
+
+#[test]
+fn check_rules_warns_of_rules_that_expire_soon_or_have_expired() {
+    let dir = tempfile::tempdir().unwrap();
+    let soon = {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        // Three days ahead, as a date (midnight UTC).
+        let days = now / 86_400 + 3;
+        let (y, m, d) = civil(days as i64);
+        format!("{y:04}-{m:02}-{d:02}")
+    };
+    let rules = rules_file(
+        dir.path(),
+        &format!(
+            "version: 1\nrules:\n  - {{name: api, key: [method], limit: {{requests: 10, per: 1s}}}}\n  - {{name: trial, owner: growth, expires: \"{soon}\", key: [method], limit: {{requests: 99, per: 1s}}}}\n  - {{name: old, expires: \"2020-01-01\", key: [method], limit: {{requests: 99, per: 1s}}}}\n  - {{name: later, expires: \"2999-01-01\", key: [method], limit: {{requests: 99, per: 1s}}}}\n"
+        ),
+    );
+    let (code, _, err) = run(&mut agent(&["check-rules", &rules]));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains(&format!(
+            "warning: rule trial (owner growth) expires at {soon}, in "
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("warning: rule old expired at 2020-01-01 and no longer applies"),
+        "{err}"
+    );
+    assert!(!err.contains("later"), "{err}");
+    let (_, bad_err) = {
+        let bad = rules_file(
+            dir.path(),
+            "version: 1\nrules:\n  - {name: api, expires: tomorrow, key: [method], limit: {requests: 10, per: 1s}}\n",
+        );
+        let (code, _, err) = run(&mut agent(&["check-rules", &bad]));
+        (code, err)
+    };
+    assert!(
+        bad_err.contains("field expires: `tomorrow` is not a UTC instant"),
+        "{bad_err}"
+    );
+}
+
+/// (year, month, day) of a day number since 1970-01-01.
+fn civil(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+#[test]
+fn replay_shows_what_a_tighter_rule_would_reject_of_recorded_traffic() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let rules = |requests: u32| {
+        format!("version: 1\nrules:\n  - {{name: per-key, key: [{{header: x-api-key}}], limit: {{requests: {requests}, per: 1s}}}}\n")
+    };
+    let old = write("old.yaml", &rules(30));
+    let new = write("new.yaml", &rules(5));
+    // 60 s of an access log: k1 every 50 ms (20/s), k2 every 500 ms (2/s), and
+    // a line of noise. Envoy writes `-` for a header the request lacked.
+    let mut log = String::from("not json\n");
+    for ms in (0..60_000u64).step_by(50) {
+        let t = format!(
+            "2026-12-01T14:{:02}:{:02}.{:03}Z",
+            ms / 60_000,
+            (ms / 1000) % 60,
+            ms % 1000
+        );
+        log.push_str(&format!(
+            "{{\"start_time\":\"{t}\",\"method\":\"GET\",\"path\":\"/v1/x?q=1\",\"x-api-key\":\"k1\",\"x-other\":\"-\"}}\n"
+        ));
+        if ms % 500 == 0 {
+            log.push_str(&format!(
+                "{{\"start_time\":\"{t}\",\"method\":\"GET\",\"path\":\"/v1/x\",\"x-api-key\":\"k2\"}}\n"
+            ));
+        }
+    }
+    let log = write("access.log", &log);
+    let (code, out, err) = run(&mut agent(&[
+        "replay",
+        "--rules",
+        &new,
+        "--baseline",
+        &old,
+        &log,
+        "--format",
+        "json",
+    ]));
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["requests"], 1320);
+    assert_eq!(v["skipped_lines"], 1);
+    let rule = &v["rules"][0];
+    assert_eq!(rule["applied"], 1320);
+    // k1 offers 1,200 in 60 s; a bucket of 5 at 5/s admits 5 + 5 × 59.95 ≈ 305.
+    let rejected = rule["would_reject"].as_u64().unwrap();
+    assert!((893..=897).contains(&rejected), "{rejected}");
+    assert_eq!(rule["baseline_would_reject"], 0);
+    let keys = v["newly_limited_keys"].as_array().unwrap();
+    assert_eq!(keys.len(), 1, "only k1: {keys:?}");
+    assert_eq!(keys[0]["would_reject"].as_u64(), Some(rejected));
+    assert_eq!(keys[0]["key_id"].as_str().unwrap().len(), 32);
+    // Text for people.
+    let (_, text, _) = run(&mut agent(&[
+        "replay",
+        "--rules",
+        &new,
+        "--baseline",
+        &old,
+        &log,
+    ]));
+    assert!(
+        text.contains(&format!(
+            "rule per-key: applied to 1320, would reject {rejected} (baseline 0)"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("newly limited: rule per-key key "), "{text}");
+}

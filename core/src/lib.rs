@@ -11,6 +11,7 @@ pub mod decision;
 pub mod fingerprint;
 pub mod headers;
 pub mod key;
+pub mod lease;
 pub mod limit;
 pub mod path;
 pub mod rules;

@@ -14,15 +14,15 @@
 //!
 //! Times here are the host's wall clock, which can step. Whatever a slot says, a
 //! cached denial never lasts longer than the rule allows (`max_wait_ns`) and a
-//! lease never outlives [`MAX_LEASE_TTL_NS`] from now.
+//! lease never outlives [`MAX_LEASE_TTL_NS`] from now. The lease itself (tokens,
+//! denial, spend rate, the call in flight) is [`crate::lease::Lease`].
 
 use crate::bucket::{Bucket, Take};
+use crate::lease::{Lease, Spend};
 use crate::limit::Limit;
 
-const FORMAT: u8 = 3;
-const ENCODED_LEN: usize = 90;
-/// The spend rate's time constant.
-const SPEND_TAU_NS: f64 = 1e9;
+const FORMAT: u8 = 4;
+const ENCODED_LEN: usize = 110;
 /// The longest a lease may be kept, whatever the agent or a stepped clock says.
 pub const MAX_LEASE_TTL_NS: u64 = 2_000_000_000;
 
@@ -30,25 +30,15 @@ pub const MAX_LEASE_TTL_NS: u64 = 2_000_000_000;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SlotState {
     pub fingerprint: u64,
-    /// Unspent leased tokens, usable until `lease_expires_ns`.
-    pub lease_tokens: u32,
-    pub lease_expires_ns: u64,
+    /// The lease: tokens the agent granted, the cached denial, the spend rate,
+    /// the call in flight (one per key for every worker of this Envoy).
+    pub lease: Lease,
     /// The store's remaining tokens when the lease was granted, and when its bucket
     /// is full again: what the RateLimit fields report between agent calls.
     pub store_remaining: u32,
     pub store_reset_at_ns: u64,
-    /// Denial cache: requests before this time are rejected without asking.
-    pub denied_until_ns: u64,
     /// The fail-local bucket, created on the first failure.
     pub fallback: Option<Bucket>,
-    /// The last grant's tokens and time: what this filter spent of it, and how
-    /// fast, sizes the next ask (`want`).
-    pub lease_granted: u32,
-    pub lease_granted_at_ns: u64,
-    /// When the last lease ran out (0: it did not).
-    pub lease_emptied_ns: u64,
-    /// Tokens per second this filter spent while it held tokens (decaying mean).
-    pub spend_rate: f32,
     /// When the fail-local bucket is full again (0: no bucket): until then the
     /// slot is not given to another key.
     pub fallback_full_ns: u64,
@@ -59,10 +49,16 @@ pub struct SlotState {
 pub enum LocalCheck {
     /// The denial cache holds the key until `retry_after_ns` from now.
     Denied { retry_after_ns: u64 },
-    /// Tokens were taken from the lease.
-    Taken { remaining: u32, reset_ns: u64 },
-    /// The agent must be asked.
-    Miss,
+    /// Tokens were taken from the lease. `refill`: the lease crossed its refill
+    /// mark and is marked in flight; the caller starts the call for more.
+    Taken {
+        remaining: u32,
+        reset_ns: u64,
+        refill: bool,
+    },
+    /// Nothing local to spend: the agent must be asked (`in_flight`: a call for
+    /// the key is already on its way, from some worker of this Envoy).
+    Miss { in_flight: bool },
 }
 
 impl SlotState {
@@ -70,16 +66,10 @@ impl SlotState {
     pub fn empty(fingerprint: u64) -> Self {
         Self {
             fingerprint,
-            lease_tokens: 0,
-            lease_expires_ns: 0,
+            lease: Lease::default(),
             store_remaining: 0,
             store_reset_at_ns: 0,
-            denied_until_ns: 0,
             fallback: None,
-            lease_granted: 0,
-            lease_granted_at_ns: 0,
-            lease_emptied_ns: 0,
-            spend_rate: 0.0,
             fallback_full_ns: 0,
         }
     }
@@ -97,86 +87,77 @@ impl SlotState {
     }
 
     pub fn encode(&self) -> Vec<u8> {
+        let l = &self.lease;
         let mut out = Vec::with_capacity(ENCODED_LEN);
         out.push(FORMAT);
         out.extend_from_slice(&self.fingerprint.to_le_bytes());
-        out.extend_from_slice(&self.lease_tokens.to_le_bytes());
-        out.extend_from_slice(&self.lease_expires_ns.to_le_bytes());
+        out.extend_from_slice(&l.tokens.to_le_bytes());
+        out.extend_from_slice(&l.expires_ns.to_le_bytes());
         out.extend_from_slice(&self.store_remaining.to_le_bytes());
         out.extend_from_slice(&self.store_reset_at_ns.to_le_bytes());
-        out.extend_from_slice(&self.denied_until_ns.to_le_bytes());
+        out.extend_from_slice(&l.denied_until_ns.to_le_bytes());
         let (tokens, updated) = self.fallback.map_or((0.0, 0), |b| b.parts());
         out.push(u8::from(self.fallback.is_some()));
         out.extend_from_slice(&tokens.to_le_bytes());
         out.extend_from_slice(&updated.to_le_bytes());
-        out.extend_from_slice(&self.lease_granted.to_le_bytes());
-        out.extend_from_slice(&self.lease_granted_at_ns.to_le_bytes());
-        out.extend_from_slice(&self.lease_emptied_ns.to_le_bytes());
-        out.extend_from_slice(&self.spend_rate.to_le_bytes());
+        out.extend_from_slice(&l.granted.to_le_bytes());
+        out.extend_from_slice(&l.granted_at_ns.to_le_bytes());
+        out.extend_from_slice(&l.emptied_ns.to_le_bytes());
+        out.extend_from_slice(&l.spend_rate.to_le_bytes());
         out.extend_from_slice(&self.fallback_full_ns.to_le_bytes());
+        out.extend_from_slice(&l.call_started_ns.to_le_bytes());
+        out.extend_from_slice(&l.call_deadline_ns.to_le_bytes());
+        out.extend_from_slice(&l.rtt_us.to_le_bytes());
         out
     }
 
-    /// Tokens to ask for: what this filter spends in half a lease TTL at its
-    /// recent spend rate. `None` before it has spent a lease.
-    pub fn want(&self) -> Option<u32> {
-        let ttl = self
-            .lease_expires_ns
-            .saturating_sub(self.lease_granted_at_ns) as f64;
-        let want = (f64::from(self.spend_rate) * ttl / 2e9).ceil();
-        (want >= 1.0).then(|| want.min(f64::from(u32::MAX)) as u32)
-    }
-
-    /// Folds the lease being replaced into the spend rate.
-    fn measure_lease(&mut self, now_ns: u64) {
-        if self.lease_granted == 0 {
-            return;
-        }
-        let end = if self.lease_emptied_ns > 0 {
-            self.lease_emptied_ns
-        } else {
-            now_ns.min(self.lease_expires_ns)
-        };
-        let elapsed = end.saturating_sub(self.lease_granted_at_ns).max(1_000_000) as f64;
-        let spent = f64::from(self.lease_granted.saturating_sub(self.lease_tokens));
-        let sample = spent * 1e9 / elapsed;
-        let weight = 1.0 - (-elapsed / SPEND_TAU_NS).exp();
-        let rate = f64::from(self.spend_rate);
-        self.spend_rate = (rate + weight * (sample - rate)) as f32;
+    /// Tokens to ask for: what this Envoy spends in `period_ns` at its recent
+    /// spend rate. `None` before it has spent a lease.
+    pub fn want(&self, period_ns: u64, cost: u32) -> Option<u32> {
+        self.lease.want(period_ns, cost)
     }
 
     /// Decides from local state, taking `cost` lease tokens when it can. A cached
     /// denial longer than `max_wait_ns` (the longest the rule can make anyone
     /// wait) is cut to it, and a lease dated beyond [`MAX_LEASE_TTL_NS`] from now
-    /// is dropped: a clock that stepped back extends neither.
-    pub fn check(&mut self, now_ns: u64, cost: u32, max_wait_ns: u64) -> LocalCheck {
-        if self.lease_expires_ns > now_ns.saturating_add(MAX_LEASE_TTL_NS) {
-            self.lease_tokens = 0;
-            self.lease_expires_ns = 0;
+    /// is dropped: a clock that stepped back extends neither. A take that
+    /// crosses the refill mark marks a call in flight until `refill_timeout_ns`
+    /// from now (`None`: no refill ahead); a call marked further ahead than
+    /// [`MAX_LEASE_TTL_NS`] is forgotten.
+    pub fn check(
+        &mut self,
+        now_ns: u64,
+        cost: u32,
+        max_wait_ns: u64,
+        refill_timeout_ns: Option<u64>,
+    ) -> LocalCheck {
+        let l = &mut self.lease;
+        if l.expires_ns > now_ns.saturating_add(MAX_LEASE_TTL_NS) {
+            l.drop_tokens();
         }
-        self.denied_until_ns = self.denied_until_ns.min(now_ns.saturating_add(max_wait_ns));
-        // Granted tokens first: a denial answering a concurrent ask must not
-        // strand tokens the store already handed to this node.
-        if self.lease_expires_ns > now_ns && self.lease_tokens >= cost {
-            self.lease_tokens -= cost;
-            if self.lease_tokens < cost {
-                self.lease_emptied_ns = now_ns;
-            }
-            return LocalCheck::Taken {
-                remaining: self.store_remaining.saturating_add(self.lease_tokens),
+        if l.call_deadline_ns > now_ns.saturating_add(MAX_LEASE_TTL_NS) {
+            l.failed();
+        }
+        l.denied_until_ns = l.denied_until_ns.min(now_ns.saturating_add(max_wait_ns));
+        match l.take(now_ns, cost, refill_timeout_ns) {
+            Spend::Taken { left, refill } => LocalCheck::Taken {
+                remaining: self.store_remaining.saturating_add(left),
                 reset_ns: self.store_reset_at_ns.saturating_sub(now_ns),
-            };
+                refill,
+            },
+            Spend::Denied { retry_after_ns } => LocalCheck::Denied { retry_after_ns },
+            Spend::Empty { in_flight } => LocalCheck::Miss { in_flight },
         }
-        if self.denied_until_ns > now_ns {
-            return LocalCheck::Denied {
-                retry_after_ns: self.denied_until_ns - now_ns,
-            };
-        }
-        LocalCheck::Miss
     }
 
-    /// Records a grant of which `cost` went to the current request; the rest joins
-    /// the lease. Expired leftovers are dropped, never carried over.
+    /// Marks a call for the key in flight; false when one already is.
+    pub fn begin_call(&mut self, now_ns: u64, call_timeout_ns: u64) -> bool {
+        self.lease.begin_call(now_ns, call_timeout_ns)
+    }
+
+    /// Records a grant of which `cost` went to the current request (0 for a
+    /// refill); the rest joins the lease. Expired leftovers are dropped, never
+    /// carried over.
     pub fn grant(
         &mut self,
         now_ns: u64,
@@ -186,20 +167,10 @@ impl SlotState {
         store_remaining: u32,
         reset_ns: u64,
     ) {
-        self.measure_lease(now_ns);
-        let carried = if self.lease_expires_ns > now_ns {
-            self.lease_tokens
-        } else {
-            0
-        };
-        self.lease_tokens = carried.saturating_add(tokens.saturating_sub(cost));
-        self.lease_expires_ns = now_ns.saturating_add(ttl_ns.min(MAX_LEASE_TTL_NS));
+        self.lease
+            .grant(now_ns, tokens, cost, ttl_ns.min(MAX_LEASE_TTL_NS));
         self.store_remaining = store_remaining;
         self.store_reset_at_ns = now_ns.saturating_add(reset_ns);
-        self.denied_until_ns = 0;
-        self.lease_granted = carried.saturating_add(tokens);
-        self.lease_granted_at_ns = now_ns;
-        self.lease_emptied_ns = 0;
         // The agent answers for the key again: the next outage starts its
         // fail-local bucket afresh (one request, the key being in use), not
         // from a bucket that refilled to full meanwhile.
@@ -209,10 +180,12 @@ impl SlotState {
 
     /// Records a denial: the key is rejected locally until `retry_after_ns` from now.
     pub fn deny(&mut self, now_ns: u64, retry_after_ns: u64) {
-        self.denied_until_ns = now_ns.saturating_add(retry_after_ns);
-        if self.lease_expires_ns <= now_ns {
-            self.lease_tokens = 0;
-        }
+        self.lease.deny(now_ns, retry_after_ns);
+    }
+
+    /// The call for the key failed: the next request may call again.
+    pub fn call_failed(&mut self) {
+        self.lease.failed();
     }
 
     /// Takes `cost` from the fail-local bucket of `limit` (the node's slice of the
@@ -221,7 +194,7 @@ impl SlotState {
     /// leases already out are its head start, so the ceiling's rate holds from
     /// the first request after the agent went away, not a burst on top.
     pub fn fallback_take(&mut self, limit: &Limit, now_ns: u64, cost: u32) -> Take {
-        let in_use = self.spend_rate > 0.0 || self.lease_granted > 0;
+        let in_use = self.lease.spend_rate > 0.0 || self.lease.granted > 0;
         let bucket = self.fallback.get_or_insert_with(|| {
             let start = if in_use {
                 f64::from(cost)
@@ -261,16 +234,21 @@ impl SlotState {
         };
         Some(Self {
             fingerprint: u64_at(1)?,
-            lease_tokens: u32_at(9)?,
-            lease_expires_ns: u64_at(13)?,
+            lease: Lease {
+                tokens: u32_at(9)?,
+                expires_ns: u64_at(13)?,
+                denied_until_ns: u64_at(33)?,
+                granted: u32_at(58)?,
+                granted_at_ns: u64_at(62)?,
+                emptied_ns: u64_at(70)?,
+                spend_rate: f32::from_bits(u32_at(78)?),
+                call_started_ns: u64_at(90)?,
+                call_deadline_ns: u64_at(98)?,
+                rtt_us: u32_at(106)?,
+            },
             store_remaining: u32_at(21)?,
             store_reset_at_ns: u64_at(25)?,
-            denied_until_ns: u64_at(33)?,
             fallback,
-            lease_granted: u32_at(58)?,
-            lease_granted_at_ns: u64_at(62)?,
-            lease_emptied_ns: u64_at(70)?,
-            spend_rate: f32::from_bits(u32_at(78)?),
             fallback_full_ns: u64_at(82)?,
         })
     }
@@ -315,17 +293,23 @@ mod tests {
         let mut s = SlotState::empty(1);
         s.grant(0, 3, 1, 100, 10, 50);
         assert!(matches!(
-            s.check(1, 1, u64::MAX),
+            s.check(1, 1, u64::MAX, None),
             LocalCheck::Taken { remaining: 11, .. }
         ));
         assert!(matches!(
-            s.check(2, 1, u64::MAX),
+            s.check(2, 1, u64::MAX, None),
             LocalCheck::Taken { remaining: 10, .. }
         ));
-        assert_eq!(s.check(3, 1, u64::MAX), LocalCheck::Miss);
+        assert_eq!(
+            s.check(3, 1, u64::MAX, None),
+            LocalCheck::Miss { in_flight: false }
+        );
         s.grant(10, 5, 1, 100, 0, 0);
         // Past its expiry the lease is worth nothing.
-        assert_eq!(s.check(200, 1, u64::MAX), LocalCheck::Miss);
+        assert_eq!(
+            s.check(200, 1, u64::MAX, None),
+            LocalCheck::Miss { in_flight: false }
+        );
     }
 
     #[test]
@@ -333,50 +317,34 @@ mod tests {
         let mut s = SlotState::empty(1);
         s.deny(100, 50);
         assert_eq!(
-            s.check(120, 1, u64::MAX),
+            s.check(120, 1, u64::MAX, None),
             LocalCheck::Denied { retry_after_ns: 30 }
         );
-        assert_eq!(s.check(150, 1, u64::MAX), LocalCheck::Miss);
-    }
-
-    #[test]
-    fn the_next_ask_is_sized_by_the_spend_rate_of_the_last_lease() {
-        const MS: u64 = 1_000_000;
-        let mut s = SlotState::empty(1);
-        assert_eq!(s.want(), None, "nothing spent yet");
-        // 101 tokens for a second, 100 of them leased; spent by 500 ms.
-        s.grant(0, 101, 1, 1_000 * MS, 0, 0);
-        for i in 1..=100 {
-            assert!(matches!(
-                s.check(i * 5 * MS, 1, u64::MAX),
-                LocalCheck::Taken { .. }
-            ));
-        }
-        assert_eq!(s.lease_emptied_ns, 500 * MS);
-        assert_eq!(s.check(550 * MS, 1, u64::MAX), LocalCheck::Miss);
-        // The next grant folds the last lease in: 101 tokens in 0.5 s is 202/s,
-        // weighted 1 - e^-0.5 against the previous rate (0).
-        s.grant(600 * MS, 10, 1, 1_000 * MS, 0, 0);
-        let expected = 202.0 * (1.0 - (-0.5f64).exp());
-        assert!(
-            (f64::from(s.spend_rate) - expected).abs() < 1e-3,
-            "{} against {expected}",
-            s.spend_rate
+        assert_eq!(
+            s.check(150, 1, u64::MAX, None),
+            LocalCheck::Miss { in_flight: false }
         );
-        // Half a lease TTL (1 s) at 79.5/s: 40 tokens.
-        assert_eq!(s.want(), Some(40));
     }
 
     #[test]
     fn a_lease_is_good_until_its_expiry_and_no_later() {
         let mut s = SlotState::empty(1);
         s.grant(0, 5, 1, 100, 0, 0);
-        assert!(matches!(s.check(99, 1, u64::MAX), LocalCheck::Taken { .. }));
-        assert_eq!(s.check(100, 1, u64::MAX), LocalCheck::Miss);
+        assert!(matches!(
+            s.check(99, 1, u64::MAX, None),
+            LocalCheck::Taken { .. }
+        ));
+        assert_eq!(
+            s.check(100, 1, u64::MAX, None),
+            LocalCheck::Miss { in_flight: false }
+        );
         // A lease of the longest TTL is kept in full.
         let mut s = SlotState::empty(1);
         s.grant(0, 5, 1, MAX_LEASE_TTL_NS, 0, 0);
-        assert!(matches!(s.check(0, 1, u64::MAX), LocalCheck::Taken { .. }));
+        assert!(matches!(
+            s.check(0, 1, u64::MAX, None),
+            LocalCheck::Taken { .. }
+        ));
     }
 
     #[test]
@@ -386,11 +354,17 @@ mod tests {
         let mut s = SlotState::empty(1);
         s.grant(0, 3, 1, 1_000, 10, 50);
         s.deny(5, 500);
-        assert!(matches!(s.check(10, 1, u64::MAX), LocalCheck::Taken { .. }));
-        assert!(matches!(s.check(11, 1, u64::MAX), LocalCheck::Taken { .. }));
+        assert!(matches!(
+            s.check(10, 1, u64::MAX, None),
+            LocalCheck::Taken { .. }
+        ));
+        assert!(matches!(
+            s.check(11, 1, u64::MAX, None),
+            LocalCheck::Taken { .. }
+        ));
         // ...and only then does the cached denial answer.
         assert_eq!(
-            s.check(12, 1, u64::MAX),
+            s.check(12, 1, u64::MAX, None),
             LocalCheck::Denied {
                 retry_after_ns: 493
             }
@@ -424,18 +398,21 @@ mod tests {
         s.deny(10 * hour, 1_000);
         // The clock steps back an hour: the denial lasts at most max_wait.
         assert_eq!(
-            s.check(9 * hour, 1, 5_000),
+            s.check(9 * hour, 1, 5_000, None),
             LocalCheck::Denied {
                 retry_after_ns: 5_000
             }
         );
         let mut s = SlotState::empty(1);
         s.grant(10 * hour, 10, 1, 300_000_000, 0, 0);
-        assert_eq!(s.check(9 * hour, 1, u64::MAX), LocalCheck::Miss);
+        assert_eq!(
+            s.check(9 * hour, 1, u64::MAX, None),
+            LocalCheck::Miss { in_flight: false }
+        );
         // A lease asked to live a day lives MAX_LEASE_TTL_NS.
         let mut s = SlotState::empty(1);
         s.grant(0, 10, 1, 24 * hour, 0, 0);
-        assert_eq!(s.lease_expires_ns, MAX_LEASE_TTL_NS);
+        assert_eq!(s.lease.expires_ns, MAX_LEASE_TTL_NS);
     }
 
     #[test]
@@ -443,7 +420,7 @@ mod tests {
         let l = limit(40, 1_000_000_000, 40);
         let mut cold = SlotState::empty(1);
         let mut hot = SlotState::empty(2);
-        hot.spend_rate = 30.0;
+        hot.lease.spend_rate = 30.0;
         let granted = |s: &mut SlotState| {
             (0..50)
                 .filter(|_| matches!(s.fallback_take(&l, 0, 1), Take::Granted { .. }))

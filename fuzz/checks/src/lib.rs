@@ -225,7 +225,7 @@ pub fn slot_decoder(data: &[u8]) {
 
     // Tokens this key may spend: what its own slot held, plus every grant's
     // tokens beyond the cost of the request it answered.
-    let mut budget = u64::from(state.lease_tokens);
+    let mut budget = u64::from(state.lease.tokens);
     let mut taken: u64 = 0;
     let mut ops = 0;
     while !input.is_empty() && ops < 64 {
@@ -240,12 +240,16 @@ pub fn slot_decoder(data: &[u8]) {
         match op % 5 {
             0 => {
                 let (cost, max_wait) = (input.u32(), input.u64());
-                match state.check(now, cost, max_wait) {
-                    LocalCheck::Taken { .. } => {
+                let refill = (input.u8() & 1 == 1).then(|| input.u64());
+                match state.check(now, cost, max_wait, refill) {
+                    LocalCheck::Taken {
+                        refill: started, ..
+                    } => {
                         taken += u64::from(cost);
-                        assert!(state.lease_expires_ns > now);
+                        assert!(state.lease.expires_ns > now);
+                        assert!(!started || refill.is_some(), "a refill nobody allowed");
                         assert!(
-                            state.lease_expires_ns <= now.saturating_add(MAX_LEASE_TTL_NS),
+                            state.lease.expires_ns <= now.saturating_add(MAX_LEASE_TTL_NS),
                             "a lease outlives MAX_LEASE_TTL_NS: {state:?} at {now}"
                         );
                     }
@@ -256,7 +260,7 @@ pub fn slot_decoder(data: &[u8]) {
                             "denied {retry_after_ns}ns, beyond max_wait {max_wait}"
                         );
                     }
-                    LocalCheck::Miss => {}
+                    LocalCheck::Miss { .. } => {}
                 }
             }
             1 => {
@@ -264,7 +268,7 @@ pub fn slot_decoder(data: &[u8]) {
                 let (remaining, reset) = (input.u32(), input.u64());
                 state.grant(now, tokens, cost, ttl, remaining, reset);
                 budget += u64::from(tokens.saturating_sub(cost));
-                assert!(state.lease_expires_ns <= now.saturating_add(MAX_LEASE_TTL_NS));
+                assert!(state.lease.expires_ns <= now.saturating_add(MAX_LEASE_TTL_NS));
             }
             2 => state.deny(now, input.u64()),
             3 => {
@@ -281,13 +285,18 @@ pub fn slot_decoder(data: &[u8]) {
                 assert!(bucket.tokens_at(&limit, now) <= f64::from(limit.burst()));
             }
             _ => {
-                let _ = state.want();
+                let _ = state.want(input.u64(), input.u32());
+                if input.u8() & 1 == 1 {
+                    state.begin_call(now, input.u64());
+                } else {
+                    state.call_failed();
+                }
             }
         }
         assert!(
-            u64::from(state.lease_tokens) + taken <= budget,
+            u64::from(state.lease.tokens) + taken <= budget,
             "lease tokens {} + taken {taken} exceed what was granted ({budget})",
-            state.lease_tokens
+            state.lease.tokens
         );
         check_round_trip(&state);
     }
@@ -296,19 +305,22 @@ pub fn slot_decoder(data: &[u8]) {
 /// A state built from the input, field by field (all of them are public).
 fn built_state(input: &mut Input, fingerprint: u64) -> SlotState {
     let mut s = SlotState::empty(fingerprint);
-    s.lease_tokens = input.u32();
-    s.lease_expires_ns = input.u64();
+    s.lease.tokens = input.u32();
+    s.lease.expires_ns = input.u64();
     s.store_remaining = input.u32();
     s.store_reset_at_ns = input.u64();
-    s.denied_until_ns = input.u64();
+    s.lease.denied_until_ns = input.u64();
     let has_fallback = input.u8() & 1 == 1;
     let (tokens, updated) = (f64::from_bits(input.u64()), input.u64());
     s.fallback = has_fallback.then(|| Bucket::from_parts(tokens, updated));
-    s.lease_granted = input.u32();
-    s.lease_granted_at_ns = input.u64();
-    s.lease_emptied_ns = input.u64();
-    s.spend_rate = f32::from_bits(input.u32());
+    s.lease.granted = input.u32();
+    s.lease.granted_at_ns = input.u64();
+    s.lease.emptied_ns = input.u64();
+    s.lease.spend_rate = f32::from_bits(input.u32());
     s.fallback_full_ns = input.u64();
+    s.lease.call_started_ns = input.u64();
+    s.lease.call_deadline_ns = input.u64();
+    s.lease.rtt_us = input.u32();
     s
 }
 

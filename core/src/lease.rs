@@ -1,0 +1,405 @@
+//! One key's lease, as a holder keeps it: the tokens it was granted and may spend
+//! until they expire, the denial it caches, how fast it spends, and the one call
+//! for more that it may have in flight. The filter keeps one per key in a
+//! shared-data slot ([`crate::slot`]), the agent one per key in its node pool,
+//! and the simulator runs the filter's; this is the only place their rules are
+//! written:
+//!
+//! - granted tokens are spent before a cached denial (a denial answering a
+//!   concurrent call must not strand tokens the store already handed out);
+//! - expired tokens are dropped, never carried into a later grant;
+//! - at most one call is in flight, until its answer or its deadline (a lost
+//!   answer never wedges the key);
+//! - a refill starts ahead of need: when what is left falls to what the holder
+//!   spends during [`REFILL_ROUND_TRIPS`] measured round trips, the take that
+//!   crosses the mark is served from what is left and tells its caller to start
+//!   one call for more, so the requests behind it do not wait;
+//! - the next ask is sized by the measured spend rate ([`Lease::want`]).
+//!
+//! Time is a parameter (`now_ns`); the spend rate is a decaying mean with a time
+//! constant of one second.
+
+const SPEND_TAU_NS: f64 = 1e9;
+/// A refill starts when the tokens left would last this many round trips.
+pub const REFILL_ROUND_TRIPS: f64 = 2.0;
+/// The round trip assumed before one is measured, in microseconds.
+const INITIAL_RTT_US: u32 = 1_000;
+/// The weight of a new round-trip sample in the mean.
+const RTT_WEIGHT: f64 = 0.2;
+
+/// One key's lease.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Lease {
+    /// Unspent tokens, usable until `expires_ns`.
+    pub tokens: u32,
+    pub expires_ns: u64,
+    /// Requests before this time are denied without asking.
+    pub denied_until_ns: u64,
+    /// The last grant (with what it carried over) and when it came: what was
+    /// spent of it, and how fast, is the spend rate.
+    pub granted: u32,
+    pub granted_at_ns: u64,
+    /// When the last grant ran out (0: it did not).
+    pub emptied_ns: u64,
+    /// Tokens per second spent while tokens were held (decaying mean).
+    pub spend_rate: f32,
+    /// A call for this key is in flight since this time (0: none)...
+    pub call_started_ns: u64,
+    /// ...until its answer, or this deadline at the latest.
+    pub call_deadline_ns: u64,
+    /// The measured round trip of a call, in microseconds (0: none measured).
+    pub rtt_us: u32,
+}
+
+/// What a lease can do for a request of `cost` tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spend {
+    /// Taken; `left` tokens remain. `refill`: this take crossed the refill mark,
+    /// the lease now has a call marked in flight, and the caller must start it.
+    Taken { left: u32, refill: bool },
+    /// The cached denial holds until `retry_after_ns` from now.
+    Denied { retry_after_ns: u64 },
+    /// Nothing to spend. `in_flight`: a call for more is on its way.
+    Empty { in_flight: bool },
+}
+
+impl Lease {
+    /// True while a call is in flight at `now_ns`.
+    pub fn in_flight(&self, now_ns: u64) -> bool {
+        self.call_started_ns > 0 && now_ns < self.call_deadline_ns
+    }
+
+    /// Unexpired tokens at `now_ns`.
+    pub fn usable(&self, now_ns: u64) -> u32 {
+        if self.expires_ns > now_ns {
+            self.tokens
+        } else {
+            0
+        }
+    }
+
+    /// Takes `cost` tokens if the lease holds them (see the module docs for the
+    /// order of tokens, denial and refill). `refill_timeout_ns`: the deadline of
+    /// a refill this take may start; `None` for a holder that never refills
+    /// ahead (every request of an exact rule is checked at the store).
+    pub fn take(&mut self, now_ns: u64, cost: u32, refill_timeout_ns: Option<u64>) -> Spend {
+        if self.expires_ns > now_ns && self.tokens >= cost {
+            self.tokens -= cost;
+            if self.tokens < cost {
+                self.emptied_ns = now_ns;
+            }
+            let refill = refill_timeout_ns
+                .is_some_and(|t| self.below_mark(now_ns, cost) && self.begin_call(now_ns, t));
+            return Spend::Taken {
+                left: self.tokens,
+                refill,
+            };
+        }
+        if self.denied_until_ns > now_ns {
+            return Spend::Denied {
+                retry_after_ns: self.denied_until_ns - now_ns,
+            };
+        }
+        Spend::Empty {
+            in_flight: self.in_flight(now_ns),
+        }
+    }
+
+    /// Marks a call in flight until `timeout_ns` from now; false when one
+    /// already is (single flight: the caller must not start another).
+    pub fn begin_call(&mut self, now_ns: u64, timeout_ns: u64) -> bool {
+        if self.in_flight(now_ns) {
+            return false;
+        }
+        self.call_started_ns = now_ns.max(1);
+        self.call_deadline_ns = now_ns.saturating_add(timeout_ns.max(1));
+        true
+    }
+
+    /// Whether what is left, after a take of `cost`, lasts fewer than
+    /// [`REFILL_ROUND_TRIPS`] round trips at the spend rate, or the lease expires
+    /// within them. Only a lease that has a spend rate refills ahead: the first
+    /// grant of a key is spent before its rate is known, and a holder that
+    /// spends less than two tokens in a lease's life asks when it needs one
+    /// (tokens fetched ahead would mostly expire unspent, stranded).
+    fn below_mark(&self, now_ns: u64, cost: u32) -> bool {
+        let life_s = self.expires_ns.saturating_sub(self.granted_at_ns) as f64 / 1e9;
+        if f64::from(self.spend_rate) * life_s < 2.0 {
+            return false;
+        }
+        let ahead_ns = REFILL_ROUND_TRIPS * f64::from(self.rtt_or_default()) * 1e3;
+        let reserve = f64::from(self.spend_rate) * ahead_ns / 1e9;
+        f64::from(self.tokens) < reserve + f64::from(cost)
+            || (self.expires_ns.saturating_sub(now_ns) as f64) < ahead_ns
+    }
+
+    fn rtt_or_default(&self) -> u32 {
+        if self.rtt_us == 0 {
+            INITIAL_RTT_US
+        } else {
+            self.rtt_us
+        }
+    }
+
+    /// Tokens to ask for: what this holder spends in `period_ns` at its spend
+    /// rate, at least `cost`. `None` before it has a rate (the holder's first
+    /// asks are for their cost).
+    pub fn want(&self, period_ns: u64, cost: u32) -> Option<u32> {
+        let want = (f64::from(self.spend_rate) * period_ns as f64 / 1e9).ceil();
+        (want >= 1.0).then(|| (want.min(f64::from(u32::MAX)) as u32).max(cost))
+    }
+
+    /// Records a grant of `tokens` of which `cost` went to the request that
+    /// asked (0 for a refill); the rest joins the unexpired tokens, all good
+    /// until `ttl_ns` from now. Ends the call in flight.
+    pub fn grant(&mut self, now_ns: u64, tokens: u32, cost: u32, ttl_ns: u64) {
+        self.measure_spend(now_ns);
+        self.end_call(now_ns, true);
+        let carried = self.usable(now_ns);
+        self.tokens = carried.saturating_add(tokens.saturating_sub(cost));
+        self.expires_ns = now_ns.saturating_add(ttl_ns);
+        self.denied_until_ns = 0;
+        self.granted = carried.saturating_add(tokens);
+        self.granted_at_ns = now_ns;
+        self.emptied_ns = 0;
+    }
+
+    /// Records a denial: requests are denied until `retry_after_ns` from now,
+    /// once the unexpired tokens are spent. Ends the call in flight.
+    pub fn deny(&mut self, now_ns: u64, retry_after_ns: u64) {
+        self.end_call(now_ns, true);
+        self.denied_until_ns = now_ns.saturating_add(retry_after_ns);
+        if self.expires_ns <= now_ns {
+            self.tokens = 0;
+        }
+    }
+
+    /// The call in flight failed (no answer): the next request may call again.
+    pub fn failed(&mut self) {
+        self.call_started_ns = 0;
+        self.call_deadline_ns = 0;
+    }
+
+    /// Drops the tokens (a holder that must not keep them, such as a key whose
+    /// slot changes hands); what they were is forgotten with them.
+    pub fn drop_tokens(&mut self) {
+        self.tokens = 0;
+        self.expires_ns = 0;
+    }
+
+    fn end_call(&mut self, now_ns: u64, answered: bool) {
+        if answered && self.call_started_ns > 0 && now_ns >= self.call_started_ns {
+            let sample = ((now_ns - self.call_started_ns) / 1_000).min(u64::from(u32::MAX)) as f64;
+            let rtt = if self.rtt_us == 0 {
+                sample
+            } else {
+                f64::from(self.rtt_us) + RTT_WEIGHT * (sample - f64::from(self.rtt_us))
+            };
+            self.rtt_us = (rtt.round() as u32).max(1);
+        }
+        self.failed();
+    }
+
+    /// Folds the grant being replaced into the spend rate.
+    fn measure_spend(&mut self, now_ns: u64) {
+        if self.granted == 0 {
+            return;
+        }
+        let end = if self.emptied_ns > 0 {
+            self.emptied_ns
+        } else {
+            now_ns.min(self.expires_ns)
+        };
+        let elapsed = end.saturating_sub(self.granted_at_ns).max(1_000_000) as f64;
+        let spent = f64::from(self.granted.saturating_sub(self.tokens));
+        let sample = spent * 1e9 / elapsed;
+        let weight = 1.0 - (-elapsed / SPEND_TAU_NS).exp();
+        let rate = f64::from(self.spend_rate);
+        self.spend_rate = (rate + weight * (sample - rate)) as f32;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn the_take_that_crosses_the_mark_is_served_and_starts_one_refill() {
+        let mut l = Lease {
+            spend_rate: 1_000.0,
+            rtt_us: 1_000,
+            ..Lease::default()
+        };
+        l.grant(0, 10, 0, 300 * MS);
+        // 1,000/s over two 1 ms round trips: a reserve of 2 tokens (+ the cost).
+        for left in (3..10).rev() {
+            assert_eq!(
+                l.take(MS, 1, Some(50 * MS)),
+                Spend::Taken {
+                    left,
+                    refill: false
+                }
+            );
+        }
+        assert_eq!(
+            l.take(MS, 1, Some(50 * MS)),
+            Spend::Taken {
+                left: 2,
+                refill: true
+            }
+        );
+        // Single flight: the next takes are served and start nothing more.
+        assert_eq!(
+            l.take(MS, 1, Some(50 * MS)),
+            Spend::Taken {
+                left: 1,
+                refill: false
+            }
+        );
+        assert_eq!(
+            l.take(MS, 1, Some(50 * MS)),
+            Spend::Taken {
+                left: 0,
+                refill: false
+            }
+        );
+        assert_eq!(
+            l.take(MS, 1, Some(50 * MS)),
+            Spend::Empty { in_flight: true }
+        );
+        // The refill's answer, 2 ms later, measures the round trip.
+        l.grant(3 * MS, 10, 0, 300 * MS);
+        assert!(!l.in_flight(3 * MS));
+        assert_eq!(l.rtt_us, 1_200, "a fifth of the way from 1 ms to 2 ms");
+    }
+
+    #[test]
+    fn a_lost_answer_never_wedges_the_key() {
+        let mut l = Lease::default();
+        assert!(l.begin_call(10, 50));
+        assert!(!l.begin_call(20, 50), "single flight");
+        assert_eq!(l.take(59, 1, Some(50)), Spend::Empty { in_flight: true });
+        // Past the deadline another call may start.
+        assert_eq!(l.take(60, 1, Some(50)), Spend::Empty { in_flight: false });
+        assert!(l.begin_call(60, 50));
+        l.failed();
+        assert!(l.begin_call(61, 50));
+    }
+
+    #[test]
+    fn a_lease_about_to_expire_refills_ahead() {
+        let mut l = Lease {
+            spend_rate: 1_000.0,
+            rtt_us: 1_000,
+            ..Lease::default()
+        };
+        l.grant(0, 100, 0, 10 * MS);
+        assert!(matches!(
+            l.take(7 * MS, 1, Some(MS)),
+            Spend::Taken { refill: false, .. }
+        ));
+        // Within two round trips of its expiry.
+        assert!(matches!(
+            l.take(9 * MS, 1, Some(MS)),
+            Spend::Taken { refill: true, .. }
+        ));
+    }
+
+    #[test]
+    fn the_next_ask_is_sized_by_the_spend_rate() {
+        let mut l = Lease::default();
+        assert_eq!(l.want(100 * MS, 1), None, "nothing spent yet");
+        l.grant(0, 101, 1, 1_000 * MS);
+        for i in 1..=100 {
+            assert!(matches!(l.take(i * 5 * MS, 1, None), Spend::Taken { .. }));
+        }
+        assert_eq!(l.emptied_ns, 500 * MS);
+        l.grant(600 * MS, 10, 1, 1_000 * MS);
+        // 101 tokens in 0.5 s is 202/s, weighted 1 - e^-0.5 against 0.
+        let expected = 202.0 * (1.0 - (-0.5f64).exp());
+        assert!((f64::from(l.spend_rate) - expected).abs() < 1e-3);
+        // 100 ms at 79.5/s.
+        assert_eq!(l.want(100 * MS, 1), Some(8));
+        assert_eq!(l.want(100 * MS, 20), Some(20), "never below the cost");
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Take(u32),
+        Grant(u32, u64),
+        Deny(u64),
+        Fail,
+        Wait(u64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (1u32..4).prop_map(Op::Take),
+            2 => (0u32..20, 1u64..400).prop_map(|(t, ttl)| Op::Grant(t, ttl * MS)),
+            1 => (1u64..200).prop_map(|w| Op::Deny(w * MS)),
+            1 => Just(Op::Fail),
+            2 => (0u64..100).prop_map(|w| Op::Wait(w * MS)),
+        ]
+    }
+
+    proptest! {
+        /// Whatever happens: never more spent than granted, expired tokens are
+        /// never spent, a denial never strands unexpired tokens, at most one call
+        /// is in flight and every one ends by its deadline.
+        #[test]
+        fn the_lease_keeps_its_promises(ops in proptest::collection::vec(op(), 1..200)) {
+            let mut l = Lease { spend_rate: 50.0, ..Lease::default() };
+            let (mut now, mut granted, mut spent) = (1u64, 0u64, 0u64);
+            let mut in_flight_until: Option<u64> = None;
+            for op in ops {
+                match op {
+                    Op::Take(cost) => {
+                        let before = l;
+                        match l.take(now, cost, Some(20 * MS)) {
+                            Spend::Taken { left, refill } => {
+                                prop_assert!(before.expires_ns > now, "an expired token was spent");
+                                prop_assert_eq!(left + cost, before.tokens);
+                                spent += u64::from(cost);
+                                if refill {
+                                    prop_assert!(in_flight_until.is_none_or(|d| d <= now), "two calls in flight");
+                                    in_flight_until = Some(now + 20 * MS);
+                                }
+                            }
+                            Spend::Denied { .. } => {
+                                prop_assert!(before.usable(now) < cost, "a denial stranded tokens");
+                            }
+                            Spend::Empty { in_flight } => {
+                                prop_assert!(before.usable(now) < cost);
+                                prop_assert_eq!(in_flight, in_flight_until.is_some_and(|d| d > now));
+                                if !in_flight && l.begin_call(now, 20 * MS) {
+                                    in_flight_until = Some(now + 20 * MS);
+                                }
+                            }
+                        }
+                    }
+                    Op::Grant(tokens, ttl) => {
+                        l.grant(now, tokens, 0, ttl);
+                        granted += u64::from(tokens);
+                        in_flight_until = None;
+                    }
+                    Op::Deny(wait) => {
+                        l.deny(now, wait);
+                        in_flight_until = None;
+                    }
+                    Op::Fail => {
+                        l.failed();
+                        in_flight_until = None;
+                    }
+                    Op::Wait(d) => now += d,
+                }
+                prop_assert!(spent <= granted, "spent {} of {} granted", spent, granted);
+                if let Some(d) = in_flight_until {
+                    prop_assert_eq!(l.in_flight(now), d > now);
+                }
+            }
+        }
+    }
+}

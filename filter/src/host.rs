@@ -159,6 +159,27 @@ pub fn resume_request() {
     let _ = hostcalls::resume_http_request();
 }
 
+/// Makes the following hostcalls act for `context_id` (the root context
+/// finishing a request that waited on its call).
+pub fn act_for(context_id: u32) {
+    let _ = hostcalls::set_effective_context(context_id);
+}
+
+/// Registers this VM's queue; its root context is told when it is not empty.
+pub fn register_queue(name: &str) -> Option<u32> {
+    hostcalls::register_shared_queue(name).ok()
+}
+
+/// Wakes the queue's root context.
+pub fn enqueue(queue: u32) -> bool {
+    hostcalls::enqueue_shared_queue(queue, Some(&[1])).is_ok()
+}
+
+/// Empties the queue.
+pub fn drain_queue(queue: u32) {
+    while let Ok(Some(_)) = hostcalls::dequeue_shared_queue(queue) {}
+}
+
 pub fn define_counter(name: &str) -> Option<u32> {
     hostcalls::define_metric(MetricType::Counter, name).ok()
 }

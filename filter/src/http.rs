@@ -8,7 +8,7 @@ use meshlimit_core::decision::Quota;
 use meshlimit_core::headers::{self, HeaderStyle, Protocol};
 use meshlimit_core::rules::KeyPart;
 use meshlimit_core::wire::{LeaseResponse, LEASE_PATH, WIRE_VERSION};
-use meshlimit_core::{client_ip, Limit, RequestInfo, RuleSet, Verdict};
+use meshlimit_core::{client_ip, RequestInfo, RuleSet, Verdict};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 
@@ -16,28 +16,34 @@ use crate::backoff;
 use crate::config::FilterConfig;
 use crate::host::{self, Host, ProxyHost};
 use crate::pipeline::Evaluation;
-use crate::state::Shared;
+use crate::state::{QuotaCell, Shared, Waiting};
 
 pub struct Http {
     vm: Shared,
     config: Rc<FilterConfig>,
-    /// The evaluation waiting for the agent's answer.
+    context_id: u32,
+    /// The evaluation waiting for this request's own agent call (a host without
+    /// shared queues, where the root context cannot call for it).
     pending: Option<Evaluation>,
-    /// The quota the allowed response reports.
-    quota: Option<(String, Limit, u32, u64)>,
+    /// The quota the allowed response reports (set by whoever finishes the request).
+    quota: QuotaCell,
     /// Whether a local answer takes the gRPC form.
     protocol: Protocol,
+    /// Waiting on the VM's lease calls (the root context finishes it).
+    parked: bool,
 }
 
 impl Http {
-    pub fn new(vm: Shared) -> Self {
+    pub fn new(vm: Shared, context_id: u32) -> Self {
         let config = Rc::clone(&vm.borrow().config);
         Self {
             vm,
             config,
+            context_id,
             pending: None,
-            quota: None,
+            quota: QuotaCell::default(),
             protocol: Protocol::Http,
+            parked: false,
         }
     }
 
@@ -81,38 +87,100 @@ impl Http {
         (info, protocol)
     }
 
-    /// Counts every rule's decision and carries out the verdict.
-    fn finish(&mut self, eval: &Evaluation) -> Action {
-        {
-            let mut vm = self.vm.borrow_mut();
-            for r in eval.results() {
-                vm.counts.record(r.rule, r.outcome());
+    /// Takes the request's evaluation to the VM's lease calls: it waits there
+    /// (returns `Pause`) or is decided at once.
+    fn join_flights(&mut self, eval: Evaluation, queue: u32) -> Action {
+        let admitted =
+            self.vm
+                .borrow_mut()
+                .flights
+                .admit(&ProxyHost, &self.config, self.context_id, eval);
+        let action = match admitted {
+            Some(eval) => finish(&self.vm, &self.config, self.protocol, &self.quota, &eval),
+            None => {
+                self.vm.borrow_mut().waiting.insert(
+                    self.context_id,
+                    Waiting {
+                        protocol: self.protocol,
+                        quota: Rc::clone(&self.quota),
+                    },
+                );
+                self.parked = true;
+                Action::Pause
             }
+        };
+        wake_root(&self.vm, queue);
+        action
+    }
+}
+
+/// Asks the root context to send the VM's queued items, once per turn. A queue
+/// the host refuses fails them (each waiting request takes its failure policy).
+fn wake_root(vm: &Shared, queue: u32) {
+    let wake = {
+        let v = vm.borrow();
+        v.flights.has_queued() && !v.wake_queued
+    };
+    if !wake {
+        return;
+    }
+    if host::enqueue(queue) {
+        vm.borrow_mut().wake_queued = true;
+    } else {
+        crate::root::fail_queued(vm);
+    }
+}
+
+/// Counts every rule's decision and carries out the verdict: `Continue`, or a
+/// local answer sent (`Pause`). The allowed request's quota goes in `quota` for
+/// its response.
+pub(crate) fn finish(
+    vm: &Shared,
+    config: &FilterConfig,
+    protocol: Protocol,
+    quota: &QuotaCell,
+    eval: &Evaluation,
+) -> Action {
+    {
+        let mut vm = vm.borrow_mut();
+        for r in eval.results() {
+            vm.counts.record(r.rule, r.outcome());
         }
-        let style = self.config.response_headers;
-        match eval.verdict() {
-            Verdict::Allow { tightest } => {
-                self.quota =
-                    tightest.map(|q| (q.rule.to_string(), q.limit, q.remaining, q.reset_ns));
-                Action::Continue
-            }
-            Verdict::Deny {
+    }
+    let style = config.response_headers;
+    match eval.verdict() {
+        Verdict::Allow { tightest } => {
+            *quota.borrow_mut() =
+                tightest.map(|q| (q.rule.to_string(), q.limit, q.remaining, q.reset_ns));
+            Action::Continue
+        }
+        Verdict::Deny {
+            rule,
+            limit,
+            retry_after_ns,
+        } => {
+            host::send_answer(headers::rejection(
+                protocol,
+                style,
                 rule,
-                limit,
+                &limit,
                 retry_after_ns,
-            } => {
-                host::send_answer(headers::rejection(
-                    self.protocol,
-                    style,
-                    rule,
-                    &limit,
-                    retry_after_ns,
-                ));
-                Action::Pause
-            }
-            Verdict::Unavailable { rule } => {
-                host::send_answer(headers::unavailable(self.protocol, rule));
-                Action::Pause
+            ));
+            Action::Pause
+        }
+        Verdict::Unavailable { rule } => {
+            host::send_answer(headers::unavailable(protocol, rule));
+            Action::Pause
+        }
+    }
+}
+
+impl Drop for Http {
+    fn drop(&mut self) {
+        if self.parked {
+            if let Ok(mut vm) = self.vm.try_borrow_mut() {
+                vm.flights.forget(self.context_id);
+                vm.waiting.remove(&self.context_id);
             }
         }
     }
@@ -147,7 +215,8 @@ impl Context for Http {
                 eval.fail_misses(&ProxyHost, &self.config);
             }
         }
-        if let Action::Continue = self.finish(&eval) {
+        if let Action::Continue = finish(&self.vm, &self.config, self.protocol, &self.quota, &eval)
+        {
             host::resume_request();
         }
     }
@@ -168,10 +237,21 @@ impl HttpContext for Http {
                 return Action::Pause;
             }
         };
-        if eval.local_pass(&ProxyHost, &self.config) {
-            if backoff::backing_off(&ProxyHost, ProxyHost.now_ns()) {
+        let ask = eval.local_pass(&ProxyHost, &self.config);
+        let queue = self.vm.borrow().call_queue;
+        if backoff::backing_off(&ProxyHost, ProxyHost.now_ns()) {
+            for item in eval.take_refills() {
+                crate::slots::update(&ProxyHost, item.fingerprint, self.config.slots, |s| {
+                    s.call_failed()
+                });
+            }
+            if ask {
                 eval.fail_misses(&ProxyHost, &self.config);
-            } else {
+            }
+        } else if let Some(queue) = queue {
+            return self.join_flights(eval, queue);
+        } else if ask {
+            {
                 let body = serde_json::to_vec(&eval.lease_request()).unwrap_or_default();
                 let cfg = &self.config;
                 if host::dispatch(
@@ -191,11 +271,12 @@ impl HttpContext for Http {
                 eval.fail_misses(&ProxyHost, &self.config);
             }
         }
-        self.finish(&eval)
+        finish(&self.vm, &self.config, self.protocol, &self.quota, &eval)
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        if let Some((rule, limit, remaining, reset_ns)) = &self.quota {
+        let quota = self.quota.borrow().clone();
+        if let Some((rule, limit, remaining, reset_ns)) = &quota {
             if self.config.response_headers != HeaderStyle::Off {
                 let quota = Quota {
                     rule,

@@ -10,6 +10,7 @@
 mod backoff;
 pub mod config;
 mod counts;
+pub mod flights;
 pub mod host;
 mod http;
 pub mod pipeline;
@@ -26,6 +27,6 @@ mod entry {
 
     proxy_wasm::main! {{
         proxy_wasm::set_log_level(LogLevel::Info);
-        proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(crate::root::Root::new()) });
+        proxy_wasm::set_root_context(|id| -> Box<dyn RootContext> { Box::new(crate::root::Root::new(id)) });
     }}
 }

@@ -5,7 +5,7 @@
 use std::rc::Rc;
 
 use meshlimit_core::decision::{decide, RuleResult};
-use meshlimit_core::rules::{FailurePolicy, Mode, RequestError, Rule, Scope};
+use meshlimit_core::rules::{Accuracy, FailurePolicy, Mode, RequestError, Rule, Scope};
 use meshlimit_core::slot::LocalCheck;
 use meshlimit_core::wire::{LeaseAnswer, LeaseItem, LeaseRequest, WIRE_VERSION};
 use meshlimit_core::{
@@ -20,6 +20,33 @@ use crate::slots;
 pub struct Evaluation {
     rules: Rc<RuleSet>,
     checks: Vec<Check>,
+    /// Refills the local pass started (each key's lease crossed its mark).
+    refills: Vec<Item>,
+    /// Agent calls this request has waited on so far.
+    pub(crate) rounds: u8,
+}
+
+/// One item of a lease call, with the slot it fills.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Item {
+    pub fingerprint: u64,
+    pub lease: LeaseItem,
+    /// Every request of the rule is checked at the store: no single flight
+    /// (each request's item asks for its own cost), no refill ahead.
+    pub exact: bool,
+}
+
+/// What an agent answer (or its absence) did for one key.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum KeyResult {
+    /// The slot holds the agent's grant or denial: the key's waiting requests
+    /// decide from it.
+    Answered,
+    /// The agent's own fail-local bucket denied (its store is down).
+    AgentLocalDeny { retry_after_ns: u64 },
+    /// No answer (call failed, agent unavailable, agent's fail-local grant):
+    /// the rule's failure policy decides.
+    Failed,
 }
 
 struct Check {
@@ -69,7 +96,12 @@ impl Evaluation {
                 state: State::Miss,
             })
             .collect();
-        Ok((!checks.is_empty()).then_some(Self { rules, checks }))
+        Ok((!checks.is_empty()).then_some(Self {
+            rules,
+            checks,
+            refills: Vec::new(),
+            rounds: 0,
+        }))
     }
 
     /// Decides what local state can: the denial cache, then the lease. Stops at
@@ -86,25 +118,46 @@ impl Evaluation {
                 c.state = State::Skipped;
                 continue;
             }
+            let exact = self.rules.rules()[c.rule].accuracy == Accuracy::Exact;
+            let refill_timeout = (!exact).then(|| cfg.timeout_ms.saturating_mul(NANOS_PER_MS));
             let mut want = None;
             let local = slots::update(host, c.fingerprint, cfg.slots, |s| {
-                let check = s.check(now, c.cost, max_wait_ns);
-                want = s.want();
+                let check = s.check(now, c.cost, max_wait_ns, refill_timeout);
+                // Half a lease's life at the spend rate: spent well before it expires.
+                let period = s.lease.expires_ns.saturating_sub(s.lease.granted_at_ns) / 2;
+                want = s.want(period, c.cost);
                 check
             });
             c.want = want;
-            c.state = match local.unwrap_or(LocalCheck::Miss) {
+            c.state = match local.unwrap_or(LocalCheck::Miss { in_flight: false }) {
                 LocalCheck::Denied { retry_after_ns } => {
                     decided(RuleVerdict::Deny { retry_after_ns })
                 }
                 LocalCheck::Taken {
                     remaining,
                     reset_ns,
-                } => decided(RuleVerdict::Allow {
-                    remaining,
-                    reset_ns,
-                }),
-                LocalCheck::Miss => State::Miss,
+                    refill,
+                } => {
+                    if refill {
+                        let lease = LeaseItem {
+                            rule: self.rules.rules()[c.rule].name.clone(),
+                            key: c.key.clone(),
+                            cost: 1,
+                            plan: c.plan.clone(),
+                            want: c.want,
+                        };
+                        self.refills.push(Item {
+                            fingerprint: c.fingerprint,
+                            lease,
+                            exact,
+                        });
+                    }
+                    decided(RuleVerdict::Allow {
+                        remaining,
+                        reset_ns,
+                    })
+                }
+                LocalCheck::Miss { .. } => State::Miss,
             };
             rejected = enforcing
                 && matches!(
@@ -125,84 +178,116 @@ impl Evaluation {
         self.checks.iter().any(|c| c.state == State::Miss)
     }
 
-    /// The lease request for every key local state could not decide.
-    pub fn lease_request(&self) -> LeaseRequest {
-        let items = self
-            .misses()
+    /// The refills the local pass started, for the VM's next lease call.
+    pub fn take_refills(&mut self) -> Vec<Item> {
+        std::mem::take(&mut self.refills)
+    }
+
+    /// True while some rule waits for the agent.
+    pub fn has_misses(&self) -> bool {
+        self.misses().next().is_some()
+    }
+
+    /// The lease call items for every key local state could not decide.
+    pub fn miss_items(&self) -> Vec<Item> {
+        self.misses()
             .map(|i| {
                 let c = &self.checks[i];
-                LeaseItem {
-                    rule: self.rule(i).name.clone(),
-                    key: c.key.clone(),
-                    cost: c.cost,
-                    plan: c.plan.clone(),
-                    want: c.want,
+                Item {
+                    fingerprint: c.fingerprint,
+                    lease: LeaseItem {
+                        rule: self.rule(i).name.clone(),
+                        key: c.key.clone(),
+                        cost: c.cost,
+                        plan: c.plan.clone(),
+                        want: c.want,
+                    },
+                    exact: self.rule(i).accuracy == Accuracy::Exact,
                 }
             })
-            .collect();
+            .collect()
+    }
+
+    /// The fingerprints of the keys still undecided.
+    pub fn miss_fingerprints(&self) -> Vec<u64> {
+        self.misses().map(|i| self.checks[i].fingerprint).collect()
+    }
+
+    /// The lease request for every key local state could not decide (one
+    /// request's own call; the VM's batched calls go through `Flights`).
+    pub fn lease_request(&self) -> LeaseRequest {
         LeaseRequest {
             v: WIRE_VERSION,
             rules_version: self.rules.version().to_string(),
-            items,
+            items: self.miss_items().into_iter().map(|i| i.lease).collect(),
         }
     }
 
-    /// Applies the agent's answers (in the order of `lease_request`'s items). A
-    /// missing answer takes the failure policy.
+    /// Applies the answers to this request's own call (in the order of
+    /// `lease_request`'s items): each fills its key's slot, then the request
+    /// decides from it. A missing answer takes the failure policy.
     pub fn apply_answers<H: Host>(
         &mut self,
         host: &H,
         cfg: &FilterConfig,
         answers: Vec<LeaseAnswer>,
     ) {
-        let now = host.now_ns();
-        let misses: Vec<usize> = self.misses().collect();
+        let items = self.miss_items();
         let mut answers = answers.into_iter();
+        for item in items {
+            let result = apply_answer(host, cfg, &item, answers.next());
+            self.resolve(host, cfg, item.fingerprint, result);
+        }
+    }
+
+    /// Decides the undecided rules of the key `fingerprint` from what its
+    /// answer did. After [`KeyResult::Answered`] the rule takes from the slot;
+    /// one that finds nothing there (another request took the grant) stays
+    /// undecided for another call.
+    pub fn resolve<H: Host>(
+        &mut self,
+        host: &H,
+        cfg: &FilterConfig,
+        fingerprint: u64,
+        result: KeyResult,
+    ) {
+        let now = host.now_ns();
+        let misses: Vec<usize> = self
+            .misses()
+            .filter(|i| self.checks[*i].fingerprint == fingerprint)
+            .collect();
         for i in misses {
-            let c = &self.checks[i];
-            let (fp, cost) = (c.fingerprint, c.cost);
-            let state = match answers.next() {
-                // The agent's own fail-local bucket admitted (its store is down).
-                // The request must pass this filter's bucket too: when a lease
-                // call times out the filter decides alone from that bucket, and
-                // two buckets spent apart would admit up to twice the ceiling.
-                Some(LeaseAnswer::Grant { local: true, .. }) => {
-                    self.failure_state(host, cfg, i, now)
+            let state = match result {
+                KeyResult::Answered => {
+                    // The denial was set by the answer just now: the clamp
+                    // against a stepped clock applies at later checks.
+                    let c = &self.checks[i];
+                    let local = slots::update(host, c.fingerprint, cfg.slots, |s| {
+                        s.check(now, c.cost, u64::MAX, None)
+                    });
+                    match local {
+                        Some(LocalCheck::Denied { retry_after_ns }) => {
+                            decided(RuleVerdict::Deny { retry_after_ns })
+                        }
+                        Some(LocalCheck::Taken {
+                            remaining,
+                            reset_ns,
+                            ..
+                        }) => decided(RuleVerdict::Allow {
+                            remaining,
+                            reset_ns,
+                        }),
+                        // No slot to hold the grant (another key's fail-local
+                        // bucket has it): the policy decides, as on failure.
+                        None => self.failure_state(host, cfg, i, now),
+                        Some(LocalCheck::Miss { .. }) => State::Miss,
+                    }
                 }
-                Some(LeaseAnswer::Deny {
-                    retry_after_ms,
-                    local: true,
-                }) => State::Decided {
-                    verdict: RuleVerdict::Deny {
-                        retry_after_ns: retry_after_ms.saturating_mul(NANOS_PER_MS),
-                    },
+                KeyResult::AgentLocalDeny { retry_after_ns } => State::Decided {
+                    verdict: RuleVerdict::Deny { retry_after_ns },
                     failure: Some(Outcome::FailedLocal),
                 },
-                Some(LeaseAnswer::Grant {
-                    tokens,
-                    ttl_ms,
-                    remaining,
-                    reset_ms,
-                    ..
-                }) => {
-                    let reset_ns = reset_ms.saturating_mul(NANOS_PER_MS);
-                    let ttl_ns = ttl_ms.saturating_mul(NANOS_PER_MS);
-                    slots::update(host, fp, cfg.slots, |s| {
-                        s.grant(now, tokens, cost, ttl_ns, remaining, reset_ns)
-                    });
-                    decided(RuleVerdict::Allow {
-                        remaining,
-                        reset_ns,
-                    })
-                }
-                Some(LeaseAnswer::Deny { retry_after_ms, .. }) => {
-                    let retry_after_ns = retry_after_ms.saturating_mul(NANOS_PER_MS);
-                    slots::update(host, fp, cfg.slots, |s| s.deny(now, retry_after_ns));
-                    decided(RuleVerdict::Deny { retry_after_ns })
-                }
-                Some(LeaseAnswer::Unavailable { .. }) | None => {
-                    self.failure_state(host, cfg, i, now)
-                }
+                KeyResult::Failed => self.failure_state(host, cfg, i, now),
             };
             self.checks[i].state = state;
         }
@@ -299,6 +384,57 @@ impl Evaluation {
     fn rule(&self, i: usize) -> &Rule {
         // Indices come from this rule set, which the evaluation holds.
         &self.rules.rules()[self.checks[i].rule]
+    }
+}
+
+/// Applies one item's answer to its key's slot: a grant joins the lease (the
+/// waiting requests take from it), a denial is cached; anything else ends the
+/// key's call in flight so the next request may call again.
+pub fn apply_answer<H: Host>(
+    host: &H,
+    cfg: &FilterConfig,
+    item: &Item,
+    answer: Option<LeaseAnswer>,
+) -> KeyResult {
+    let now = host.now_ns();
+    let fp = item.fingerprint;
+    match answer {
+        Some(LeaseAnswer::Grant {
+            tokens,
+            ttl_ms,
+            remaining,
+            reset_ms,
+            local: false,
+        }) => {
+            let reset_ns = reset_ms.saturating_mul(NANOS_PER_MS);
+            let ttl_ns = ttl_ms.saturating_mul(NANOS_PER_MS);
+            slots::update(host, fp, cfg.slots, |s| {
+                s.grant(now, tokens, 0, ttl_ns, remaining, reset_ns)
+            });
+            KeyResult::Answered
+        }
+        Some(LeaseAnswer::Deny {
+            retry_after_ms,
+            local: false,
+        }) => {
+            let retry_after_ns = retry_after_ms.saturating_mul(NANOS_PER_MS);
+            slots::update(host, fp, cfg.slots, |s| s.deny(now, retry_after_ns));
+            KeyResult::Answered
+        }
+        other => {
+            slots::update(host, fp, cfg.slots, |s| s.call_failed());
+            match other {
+                // The agent's own fail-local bucket denied (its store is down).
+                Some(LeaseAnswer::Deny { retry_after_ms, .. }) => KeyResult::AgentLocalDeny {
+                    retry_after_ns: retry_after_ms.saturating_mul(NANOS_PER_MS),
+                },
+                // The agent's fail-local bucket admitted: the request must pass
+                // this filter's bucket too. When a lease call times out the
+                // filter decides alone from that bucket, and two buckets spent
+                // apart would admit up to twice the ceiling.
+                _ => KeyResult::Failed,
+            }
+        }
     }
 }
 

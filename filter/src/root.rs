@@ -4,23 +4,29 @@
 
 use std::rc::Rc;
 
-use log::{info, warn};
+use log::{debug, info, warn};
 use meshlimit_core::rules::RulesConfig;
 use meshlimit_core::secret::{Secret, SECRET_ENV};
-use meshlimit_core::wire::{SyncRequest, SyncResponse, SYNC_PATH, WIRE_VERSION};
+use meshlimit_core::wire::{
+    LeaseAnswer, LeaseResponse, SyncRequest, SyncResponse, LEASE_PATH, SYNC_PATH, WIRE_VERSION,
+};
 use meshlimit_core::RuleSet;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::ContextType;
 
+use crate::backoff;
 use crate::config::FilterConfig;
+use crate::flights::{Call, FlightStats};
 use crate::host::{self, Host, ProxyHost};
-use crate::http::Http;
+use crate::http::{finish, Http};
+use crate::pipeline::Evaluation;
 use crate::state::{Shared, RULES_KEY, VM_SEQ_KEY};
 
 /// Tick period until the first rules arrive, so a fresh Envoy limits quickly.
 const STARTUP_TICK_MS: u64 = 100;
 
 pub struct Root {
+    context_id: u32,
     vm: Shared,
     filter_id: String,
     /// A sync in flight, with the counts it carries (restored if it fails).
@@ -29,11 +35,21 @@ pub struct Root {
     /// Whether the last sync failed: failures are logged once per outage, not
     /// once per tick.
     sync_failing: bool,
+    /// The lease-call counters (calls, refills, waits) and what they showed.
+    call_counters: [Option<u32>; 3],
+    reported: FlightStats,
 }
 
 impl Root {
-    pub fn new() -> Self {
+    pub fn new(context_id: u32) -> Self {
         Self {
+            context_id,
+            call_counters: [
+                host::define_counter("meshlimit.lease_calls"),
+                host::define_counter("meshlimit.lease_refills"),
+                host::define_counter("meshlimit.lease_waits"),
+            ],
+            reported: FlightStats::default(),
             vm: Shared::default(),
             filter_id: String::new(),
             in_flight: None,
@@ -96,6 +112,65 @@ impl Root {
         }
     }
 
+    /// Sends the VM's queued lease items, one call per batch. A batch the host
+    /// refuses to send is answered as a failed call.
+    fn send_queued(&mut self) {
+        loop {
+            let (config, version) = {
+                let vm = self.vm.borrow();
+                let version = vm.rules.as_ref().map(|r| r.version().to_string());
+                (Rc::clone(&vm.config), version.unwrap_or_default())
+            };
+            let Some((request, items)) = self.vm.borrow_mut().flights.take_batch(&version) else {
+                break;
+            };
+            let body = serde_json::to_vec(&request).unwrap_or_default();
+            match host::dispatch(
+                &config.agent_cluster,
+                &config.agent_authority,
+                config.agent_auth.as_deref(),
+                LEASE_PATH,
+                &body,
+                config.timeout_ms,
+            ) {
+                Some(token) => self.vm.borrow_mut().flights.sent(token, items),
+                None => {
+                    backoff::failed(&ProxyHost, config.agent_backoff_ms);
+                    self.answered(Call::Unsent(items), None);
+                }
+            }
+        }
+        self.report_calls();
+    }
+
+    /// Applies a lease call's answers (`None`: it failed) and finishes every
+    /// request they decide.
+    fn answered(&mut self, call: Call, answers: Option<Vec<LeaseAnswer>>) {
+        let config = Rc::clone(&self.vm.borrow().config);
+        let decided = self
+            .vm
+            .borrow_mut()
+            .flights
+            .answered(&ProxyHost, &config, call, answers);
+        finish_waiting(&self.vm, &config, decided);
+        host::act_for(self.context_id);
+    }
+
+    fn report_calls(&mut self) {
+        let now = self.vm.borrow().flights.stats;
+        let deltas = [
+            now.calls - self.reported.calls,
+            now.refills - self.reported.refills,
+            now.waits - self.reported.waits,
+        ];
+        for (metric, delta) in self.call_counters.iter().zip(deltas) {
+            if let (Some(id), true) = (metric, delta > 0) {
+                host::increment(*id, i64::try_from(delta).unwrap_or(i64::MAX));
+            }
+        }
+        self.reported = now;
+    }
+
     fn next_vm_number() -> u64 {
         for _ in 0..16 {
             let (bytes, cas) = ProxyHost.shared_get(VM_SEQ_KEY);
@@ -151,13 +226,26 @@ impl Context for Root {
         body_size: usize,
         _trailers: usize,
     ) {
-        let Some((token, decisions)) = self.in_flight.take() else {
+        let Some((_, decisions)) = self.in_flight.take_if(|(t, _)| *t == token_id) else {
+            // Not the sync: a lease call of this VM's.
+            let (status, body) = host::call_response(body_size);
+            let answers = (status == Some(200))
+                .then(|| serde_json::from_slice::<LeaseResponse>(&body).ok())
+                .flatten()
+                .filter(|r| r.v == WIRE_VERSION)
+                .map(|r| r.items);
+            if answers.is_some() {
+                backoff::answered(&ProxyHost);
+            } else {
+                debug!("meshlimit: lease call failed (status {status:?})");
+                let backoff_ms = self.vm.borrow().config.agent_backoff_ms;
+                backoff::failed(&ProxyHost, backoff_ms);
+            }
+            self.answered(Call::Sent(token_id), answers);
+            // Requests a lost race left undecided wait on new calls.
+            self.send_queued();
             return;
         };
-        if token != token_id {
-            self.in_flight = Some((token, decisions));
-            return;
-        }
         let (status, body) = host::call_response(body_size);
         let answer = (status == Some(200))
             .then(|| serde_json::from_slice::<SyncResponse>(&body).ok())
@@ -208,7 +296,13 @@ impl RootContext for Root {
         let node = host::property(vec!["node", "id"])
             .filter(|n| !n.is_empty())
             .unwrap_or_else(|| "envoy".into());
-        self.filter_id = format!("{node}/vm{}", Self::next_vm_number());
+        let vm_number = Self::next_vm_number();
+        self.filter_id = format!("{node}/vm{vm_number}");
+        // Requests queue their lease items and wake this context through a
+        // queue of this VM's own, so the calls belong to the root context:
+        // never cancelled with a stream that ends first, and batched.
+        self.vm.borrow_mut().call_queue =
+            host::register_queue(&format!("meshlimit.calls.{vm_number}"));
         // Start with the last good rules any VM on this Envoy had.
         if let (Some(json), _) = ProxyHost.shared_get(RULES_KEY) {
             if let Ok(config) = serde_json::from_slice::<RulesConfig>(&json) {
@@ -221,17 +315,55 @@ impl RootContext for Root {
         true
     }
 
+    fn on_queue_ready(&mut self, queue_id: u32) {
+        host::drain_queue(queue_id);
+        self.vm.borrow_mut().wake_queued = false;
+        self.send_queued();
+    }
+
     fn on_tick(&mut self) {
         if self.in_flight.is_none() {
             self.sync();
         }
     }
 
-    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
-        Some(Box::new(Http::new(Rc::clone(&self.vm))))
+    fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
+        Some(Box::new(Http::new(Rc::clone(&self.vm), context_id)))
     }
 
     fn get_type(&self) -> Option<ContextType> {
         Some(ContextType::HttpContext)
     }
+}
+
+/// Finishes requests the VM's lease calls decided, each acting as its own
+/// context: counts, the local answer or the resumed request.
+fn finish_waiting(vm: &Shared, config: &FilterConfig, decided: Vec<(u32, Evaluation)>) {
+    for (id, eval) in decided {
+        let Some(waiting) = vm.borrow_mut().waiting.remove(&id) else {
+            continue;
+        };
+        host::act_for(id);
+        if let proxy_wasm::types::Action::Continue =
+            finish(vm, config, waiting.protocol, &waiting.quota, &eval)
+        {
+            host::resume_request();
+        }
+    }
+}
+
+/// Fails the VM's queued items when the root context cannot be woken to send
+/// them: every request waiting on them takes its failure policy.
+pub(crate) fn fail_queued(vm: &Shared) {
+    let config = Rc::clone(&vm.borrow().config);
+    let mut decided = Vec::new();
+    while let Some((_, items)) = vm.borrow_mut().flights.take_batch("") {
+        decided.extend(vm.borrow_mut().flights.answered(
+            &ProxyHost,
+            &config,
+            Call::Unsent(items),
+            None,
+        ));
+    }
+    finish_waiting(vm, &config, decided);
 }

@@ -54,17 +54,18 @@ mod tests {
         // Another worker writes between our read and our write, once.
         host.interfere_once(slot_key(7, 16), |bytes| {
             let mut s = SlotState::claim(Some(bytes), 7, 0).unwrap();
-            s.lease_tokens -= 4;
+            s.lease.tokens -= 4;
             s.encode()
         });
-        let taken = update(&host, 7, 16, |s| s.check(1, 1, u64::MAX));
+        let taken = update(&host, 7, 16, |s| s.check(1, 1, u64::MAX, None));
         assert!(taken.is_some());
         let (bytes, _) = host.shared_get(&slot_key(7, 16));
         // 10 - 4 (the other worker) - 1 (ours): neither write was lost.
         assert_eq!(
             SlotState::claim(bytes.as_deref(), 7, 0)
                 .unwrap()
-                .lease_tokens,
+                .lease
+                .tokens,
             5
         );
     }

@@ -5,10 +5,14 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use meshlimit_core::RuleSet;
+use std::collections::HashMap;
+
+use meshlimit_core::headers::Protocol;
+use meshlimit_core::{Limit, RuleSet};
 
 use crate::config::FilterConfig;
 use crate::counts::Counts;
+use crate::flights::Flights;
 
 pub type Shared = Rc<RefCell<VmState>>;
 
@@ -29,9 +33,28 @@ pub const AGENT_ALIVE_NS: u64 = 200_000_000;
 /// Shared-data key: a counter giving each VM a distinct number.
 pub const VM_SEQ_KEY: &str = "meshlimit.vm_seq";
 
+/// The quota an allowed response reports: rule, limit, remaining, reset.
+pub type QuotaCell = Rc<RefCell<Option<(String, Limit, u32, u64)>>>;
+
 #[derive(Default)]
 pub struct VmState {
     pub config: Rc<FilterConfig>,
     pub rules: Option<Rc<RuleSet>>,
     pub counts: Counts,
+    /// The VM's lease calls, sent by the root context; requests waiting on
+    /// them are named by their context id.
+    pub flights: Flights<u32>,
+    /// What the root context needs to finish a waiting request.
+    pub waiting: HashMap<u32, Waiting>,
+    /// The shared queue that wakes the root context to send queued items
+    /// (`None`: the host has no queues; each request calls for itself).
+    pub call_queue: Option<u32>,
+    /// A wake-up is already queued.
+    pub wake_queued: bool,
+}
+
+/// A request paused for the agent, as the root context finishes it.
+pub struct Waiting {
+    pub protocol: Protocol,
+    pub quota: QuotaCell,
 }

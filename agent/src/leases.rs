@@ -51,6 +51,9 @@ pub struct LeaseSettings {
     pub max_inflight: usize,
     /// Keys the node pool and the fail-local buckets each hold at most.
     pub max_keys: usize,
+    /// The store's deadline: how long an ask waits on another ask's store call
+    /// for its key, and how long a call is marked in flight at most.
+    pub store_deadline: Duration,
 }
 
 /// Answers lease requests.
@@ -71,6 +74,19 @@ pub struct LeaseService {
     /// Agents alive in the region, from the heartbeat task; 0 = unknown.
     live_nodes: Arc<AtomicU32>,
     last_log_ns: AtomicU64,
+}
+
+/// A background refill of the pool: its rule and lease size.
+struct Refill {
+    rule: String,
+    lease: u32,
+}
+
+/// Waits until every receiver has seen a change (or its sender is gone).
+async fn futures_wait_all(waits: Vec<tokio::sync::watch::Receiver<()>>) {
+    for mut rx in waits {
+        let _ = rx.changed().await;
+    }
 }
 
 /// An item that goes to the store: its place in the answer and its rule's name.
@@ -118,6 +134,7 @@ impl Default for LeaseSettings {
             exact_below_rps: 0.0,
             max_inflight: 1024,
             max_keys: DEFAULT_MAX_KEYS,
+            store_deadline: Duration::from_millis(3),
         }
     }
 }
@@ -161,15 +178,171 @@ impl LeaseService {
     }
 
     /// Answers every item of a (validated) request, in order: from the node pool
-    /// where it can, otherwise with one store call for the rest.
-    pub async fn lease(&self, req: &LeaseRequest) -> LeaseResponse {
+    /// where it can, otherwise with one store call for the rest. An item whose
+    /// key has a store call in flight at this agent waits for that call (at
+    /// most the store deadline), then takes from the pool again.
+    pub async fn lease(self: &Arc<Self>, req: &LeaseRequest) -> LeaseResponse {
         let rules = self.rules.get();
-        let now = self.now_ns();
         let mut answers: Vec<Option<LeaseAnswer>> = vec![None; req.items.len()];
         let mut batch = Vec::with_capacity(req.items.len());
         let mut pending = Vec::with_capacity(req.items.len());
-        for (index, item) in req.items.iter().enumerate() {
-            let Some(rule) = rules.as_deref().and_then(|set| set.rule(&item.rule)) else {
+        let mut waits = Vec::new();
+        for round in 0..3 {
+            if round > 0 {
+                if waits.is_empty() {
+                    break;
+                }
+                let deadline = self.call_timeout();
+                self.metrics.pool_waits(waits.len());
+                let all = futures_wait_all(std::mem::take(&mut waits));
+                let _ = tokio::time::timeout(deadline, all).await;
+            }
+            let indices: Vec<usize> = if round == 0 {
+                (0..req.items.len()).collect()
+            } else {
+                answers
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, a)| {
+                        a.is_none() && !pending.iter().any(|p: &Pending| p.index == *i)
+                    })
+                    .map(|(i, _)| i)
+                    .collect()
+            };
+            self.first_pass(
+                req,
+                rules.as_deref(),
+                &indices,
+                round < 2,
+                &mut answers,
+                &mut batch,
+                &mut pending,
+                &mut waits,
+            );
+        }
+        let results = self.call_store(&batch).await;
+        let now = self.now_ns();
+        for ((p, acquire), result) in pending.iter().zip(&batch).zip(results) {
+            answers[p.index] = Some(self.answer(p, acquire, now, result));
+        }
+        self.shares
+            .record_offered(rules.as_deref(), &req.items, &answers);
+        LeaseResponse {
+            v: WIRE_VERSION,
+            items: answers
+                .into_iter()
+                .map(|a| a.unwrap_or_else(|| self.unavailable("internal")))
+                .collect(),
+        }
+    }
+
+    /// The deadline of one store call (and of a wait on another ask's call),
+    /// with a millisecond's margin for the scheduling around it.
+    fn call_timeout(&self) -> Duration {
+        self.settings.store_deadline + Duration::from_millis(1)
+    }
+
+    /// Refills the pool of `key` in the background: the ask that crossed the
+    /// pool's refill mark was served from what was left. One store call of a
+    /// lease sized by the node's demand; its answer fills the pool (or caches
+    /// the denial) and ends the call the pool marked.
+    fn refill(self: &Arc<Self>, rule: &Rule, limit: &Limit, share: f64, key: &DescriptorKey) {
+        let now = self.now_ns();
+        let demand = self.pools.demand(key, now);
+        let enforced = limit.scaled(share.min(1.0));
+        let lease = self.settings.lease_size(rule, &enforced, 1, demand);
+        let acquire = Acquire {
+            key: key.clone(),
+            limit: *limit,
+            min: 1,
+            max: lease.saturating_mul(2),
+            share,
+        };
+        let p = Refill {
+            rule: rule.name.clone(),
+            lease,
+        };
+        let service = Arc::clone(self);
+        self.metrics.pool_refill();
+        tokio::spawn(async move {
+            let result = service.call_store(std::slice::from_ref(&acquire)).await;
+            let now = service.now_ns();
+            let result = result.into_iter().next().unwrap_or(Err(StoreError::Shed));
+            service.refilled(&p, &acquire, now, result);
+        });
+    }
+
+    /// Applies a background refill's answer to the pool.
+    fn refilled(&self, p: &Refill, acquire: &Acquire, now: u64, result: Acquired) {
+        match result {
+            Ok(Take::Granted {
+                tokens,
+                remaining,
+                reset_ns,
+            }) => {
+                self.metrics.store_results("ok", 1);
+                let ttl = u64::try_from(self.settings.ttl.as_nanos()).unwrap_or(u64::MAX);
+                let hold = self.hold_ns(p.lease, remaining, acquire);
+                let grant = StoreGrant {
+                    tokens,
+                    remaining,
+                    reset_ns,
+                };
+                self.pools
+                    .fill_then_hold(&acquire.key, now, grant, 0, None, ttl, hold);
+            }
+            Ok(Take::Denied { retry_after_ns }) => {
+                self.metrics.store_results("ok", 1);
+                let wait = self.denial_hold_ns(p.lease, retry_after_ns, acquire);
+                self.pools.deny(&acquire.key, now, 0, wait);
+            }
+            Err(e) => {
+                self.metrics.store_results(e.metric_result(), 1);
+                self.pools.call_failed(&acquire.key, now);
+                if !matches!(e, StoreError::Shed) && self.should_log(now) {
+                    tracing::warn!(
+                        rule = p.rule,
+                        "pool refill failed (logged once a second at most): {e}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// After a grant that left the store fewer than a lease: the time until a
+    /// lease's worth has refilled, during which the pool asks no more.
+    fn hold_ns(&self, lease: u32, remaining: u32, acquire: &Acquire) -> u64 {
+        let short = f64::from(lease.saturating_sub(remaining));
+        (short / acquire.enforced_limit().rate_per_ns()).ceil() as u64
+    }
+
+    /// After a denial: its wait, plus the time a lease's worth takes to refill.
+    fn denial_hold_ns(&self, lease: u32, retry_after_ns: u64, acquire: &Acquire) -> u64 {
+        let refill =
+            f64::from(lease.saturating_sub(acquire.min)) / acquire.enforced_limit().rate_per_ns();
+        retry_after_ns.saturating_add(refill.ceil() as u64)
+    }
+
+    /// Answers the items at `indices` from the pool where it can; the rest go
+    /// in `batch` for the store, or, when their key's store call is in flight
+    /// and `may_wait`, in `waits`.
+    #[allow(clippy::too_many_arguments)]
+    fn first_pass<'r>(
+        self: &Arc<Self>,
+        req: &LeaseRequest,
+        rules: Option<&'r meshlimit_core::RuleSet>,
+        indices: &[usize],
+        may_wait: bool,
+        answers: &mut [Option<LeaseAnswer>],
+        batch: &mut Vec<Acquire>,
+        pending: &mut Vec<Pending<'r>>,
+        waits: &mut Vec<tokio::sync::watch::Receiver<()>>,
+    ) {
+        let now = self.now_ns();
+        let call_timeout = u64::try_from(self.call_timeout().as_nanos()).unwrap_or(u64::MAX);
+        for &index in indices {
+            let item = &req.items[index];
+            let Some(rule) = rules.and_then(|set| set.rule(&item.rule)) else {
                 let reason = if rules.is_some() {
                     "unknown_rule"
                 } else {
@@ -182,15 +355,32 @@ impl LeaseService {
             let share = self.shares.share(rule, &item.key);
             let pooled = !self.settings.is_exact(rule, &limit);
             let mut demand = 0.0;
+            let mut waited = 0;
             if pooled {
-                match self.pools.take(&item.key, now, item.cost, item.want) {
+                match self
+                    .pools
+                    .take(&item.key, now, item.cost, item.want, call_timeout)
+                {
                     PoolTake::Served {
                         tokens,
                         remaining,
                         reset_ns,
+                        refill,
                     } => {
                         answers[index] = Some(self.grant(&rule.name, tokens, remaining, reset_ns));
+                        if refill {
+                            self.refill(rule, &limit, share, &item.key);
+                        }
                         continue;
+                    }
+                    PoolTake::Wait(rx) if may_wait => {
+                        waits.push(rx);
+                        continue;
+                    }
+                    // Still in flight after a wait: this ask goes to the
+                    // store itself.
+                    PoolTake::Wait(_) => {
+                        demand = 0.0;
                     }
                     PoolTake::Denied { retry_after_ns } => {
                         answers[index] = Some(self.deny(&rule.name, &item.key, retry_after_ns));
@@ -199,16 +389,24 @@ impl LeaseService {
                     PoolTake::Miss {
                         demand_per_sec,
                         dropped,
+                        waited: w,
                     } => {
                         if dropped > 0 {
                             self.metrics.tokens_dropped(&rule.name, dropped);
                         }
                         demand = demand_per_sec;
+                        waited = w;
                     }
                 }
             }
             let enforced = limit.scaled(share.min(1.0));
-            let lease = self.settings.lease_size(rule, &enforced, item.cost, demand);
+            let mut lease = self.settings.lease_size(rule, &enforced, item.cost, demand);
+            if pooled {
+                // Asks that waited on the last call and found it too small are
+                // covered by this one (at most a tenth of the burst, as any lease).
+                let cover = item.cost.saturating_mul(waited.saturating_add(1));
+                lease = lease.max(cover.min((enforced.burst() / 10).max(item.cost)));
+            }
             // A pooled key takes up to two leases: after a hold (below) about one
             // lease has refilled, plus what refilled while the ask travelled; taking
             // only one would leave that remainder in the bucket, call after call.
@@ -234,20 +432,6 @@ impl LeaseService {
                 local_limit: Fallback::node_limit(&limit, share, self.live_nodes()),
                 demand,
             });
-        }
-        let results = self.call_store(&batch).await;
-        let now = self.now_ns();
-        for ((p, acquire), result) in pending.iter().zip(&batch).zip(results) {
-            answers[p.index] = Some(self.answer(p, acquire, now, result));
-        }
-        self.shares
-            .record_offered(rules.as_deref(), &req.items, &answers);
-        LeaseResponse {
-            v: WIRE_VERSION,
-            items: answers
-                .into_iter()
-                .map(|a| a.unwrap_or_else(|| self.unavailable("internal")))
-                .collect(),
         }
     }
 
@@ -309,8 +493,7 @@ impl LeaseService {
                 };
                 // The store kept fewer tokens than a lease: its bucket is drained.
                 // Ask it again once a lease's worth has refilled, not before.
-                let short = f64::from(p.lease.saturating_sub(remaining));
-                let hold = (short / acquire.enforced_limit().rate_per_ns()).ceil() as u64;
+                let hold = self.hold_ns(p.lease, remaining, acquire);
                 let filter = self.pools.fill_then_hold(
                     &acquire.key,
                     now,
@@ -333,14 +516,15 @@ impl LeaseService {
                 if !p.pooled {
                     return self.deny(p.rule, &acquire.key, retry_after_ns);
                 }
-                let refill = f64::from(p.lease.saturating_sub(acquire.min))
-                    / acquire.enforced_limit().rate_per_ns();
-                let wait = retry_after_ns.saturating_add(refill.ceil() as u64);
+                let wait = self.denial_hold_ns(p.lease, retry_after_ns, acquire);
                 self.pools.deny(&acquire.key, now, acquire.min, wait);
                 self.deny(p.rule, &acquire.key, wait)
             }
             Err(e) => {
                 self.metrics.store_results(e.metric_result(), 1);
+                if p.pooled {
+                    self.pools.call_failed(&acquire.key, now);
+                }
                 if !matches!(e, StoreError::Shed) && self.should_log(now) {
                     tracing::warn!(
                         rule = p.rule,

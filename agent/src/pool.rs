@@ -8,6 +8,14 @@
 //! a node-level denial cache, so a key over its limit costs the store one call per
 //! lease period per node instead of one per filter ask.
 //!
+//! Each key's tokens, denial, spend rate and store call in flight are a
+//! [`Lease`] (`meshlimit_core::lease`), the same state machine the filter keeps
+//! per key: so there is at most one store call per key in flight at this agent
+//! (the asks that find the pool empty while it is out wait for it,
+//! [`PoolTake::Wait`]), and the ask that takes the pool below its refill mark
+//! is served from what is left while one store call refills it in the
+//! background ([`PoolTake::Served`] with `refill`).
+//!
 //! Time is a parameter (`now_ns`), so tests move it by hand.
 //!
 //! Bounded: at most `max_keys` keys (`--max-keys`, default 25,000, enforced per
@@ -22,7 +30,9 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use meshlimit_core::lease::{Lease, Spend};
 use meshlimit_core::{DescriptorKey, NANOS_PER_SEC};
+use tokio::sync::watch;
 
 const SHARDS: usize = 16;
 /// The demand estimate's time constant.
@@ -35,19 +45,68 @@ pub struct Pools {
 }
 
 /// What the pool can do for one ask.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug)]
 pub enum PoolTake {
-    /// Served from the pool: `tokens` for the filter.
+    /// Served from the pool: `tokens` for the filter. `refill`: the pool fell
+    /// below its refill mark and has a store call marked in flight; the caller
+    /// starts it (in the background) and reports its end.
     Served {
         tokens: u32,
         remaining: u32,
         reset_ns: u64,
+        refill: bool,
     },
     /// The node knows the key is over its limit until `retry_after_ns` from now.
     Denied { retry_after_ns: u64 },
-    /// Ask the store; `demand_per_sec` is this node's recent demand for the key;
-    /// `dropped` pooled tokens expired unspent.
-    Miss { demand_per_sec: f64, dropped: u32 },
+    /// A store call for the key is in flight: wait for its end (the receiver
+    /// changes then), then take again.
+    Wait(watch::Receiver<()>),
+    /// Ask the store (the call is marked in flight: report its end);
+    /// `demand_per_sec` is this node's recent demand for the key; `dropped`
+    /// pooled tokens expired unspent; `waited`: asks that waited on the last
+    /// call and may still want tokens (the lease should cover them too).
+    Miss {
+        demand_per_sec: f64,
+        dropped: u32,
+        waited: u32,
+    },
+}
+
+impl PartialEq for PoolTake {
+    /// Equal answers; two waits are never equal (their calls differ).
+    fn eq(&self, other: &Self) -> bool {
+        use PoolTake::*;
+        match (self, other) {
+            (
+                Served {
+                    tokens: a,
+                    remaining: b,
+                    reset_ns: c,
+                    refill: d,
+                },
+                Served {
+                    tokens: e,
+                    remaining: f,
+                    reset_ns: g,
+                    refill: h,
+                },
+            ) => (a, b, c, d) == (e, f, g, h),
+            (Denied { retry_after_ns: a }, Denied { retry_after_ns: b }) => a == b,
+            (
+                Miss {
+                    demand_per_sec: a,
+                    dropped: b,
+                    waited: c,
+                },
+                Miss {
+                    demand_per_sec: d,
+                    dropped: e,
+                    waited: f,
+                },
+            ) => (a, b, c) == (d, e, f),
+            _ => false,
+        }
+    }
 }
 
 /// What the store granted: tokens, what it kept, and when its bucket is full.
@@ -58,17 +117,17 @@ pub struct StoreGrant {
     pub reset_ns: u64,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Default)]
 struct Entry {
-    tokens: u32,
-    /// What a filter gets per ask: half of the last store grant.
-    chunk: u32,
-    expires_ns: u64,
+    lease: Lease,
     remaining: u32,
     reset_at_ns: u64,
-    denied_until_ns: u64,
     demand: f64,
     demand_at_ns: u64,
+    /// Told when the store call in flight ends (the asks waiting on it).
+    call: Option<watch::Sender<()>>,
+    /// Asks that waited on the call in flight: the next call's lease covers them.
+    waited: u32,
 }
 
 impl Default for Pools {
@@ -87,44 +146,75 @@ impl Pools {
         }
     }
 
-    /// Serves an ask of `cost` tokens from the pool if it can.
-    pub fn take(&self, key: &DescriptorKey, now_ns: u64, cost: u32, want: Option<u32>) -> PoolTake {
+    /// Serves an ask of `cost` tokens from the pool if it can. A store call it
+    /// starts (a miss, a refill) is given `call_timeout_ns` to end.
+    pub fn take(
+        &self,
+        key: &DescriptorKey,
+        now_ns: u64,
+        cost: u32,
+        want: Option<u32>,
+        call_timeout_ns: u64,
+    ) -> PoolTake {
         self.with(key, now_ns, |e| {
             // Pooled tokens first: a hold set at the last grant starts once they
-            // are spent.
-            if e.expires_ns > now_ns && e.tokens >= cost {
-                // The same share the filter of the last store grant got, at least
-                // the cost: with one filter, two asks per store call.
-                let tokens = e.tokens.min(want.unwrap_or(e.chunk).max(cost));
-                e.tokens -= tokens;
-                e.add_demand(now_ns, tokens);
-                return PoolTake::Served {
-                    tokens,
-                    remaining: e.remaining.saturating_add(e.tokens),
-                    reset_ns: e.reset_at_ns.saturating_sub(now_ns),
-                };
-            }
-            if e.denied_until_ns > now_ns {
-                e.add_demand(now_ns, cost);
-                return PoolTake::Denied {
-                    retry_after_ns: e.denied_until_ns - now_ns,
-                };
-            }
-            let dropped = std::mem::take(&mut e.tokens);
-            PoolTake::Miss {
-                demand_per_sec: e.demand_at(now_ns),
-                dropped,
+            // are spent. A filter gets what it says it will spend (`want`), at
+            // least the cost; one that does not know yet gets its cost, so no
+            // tokens sit in a filter that will not spend them.
+            let usable = e.lease.usable(now_ns);
+            let tokens = usable.min(want.unwrap_or(cost).max(cost));
+            let ask = if usable >= cost { tokens } else { cost };
+            match e.lease.take(now_ns, ask, Some(call_timeout_ns)) {
+                Spend::Taken { left, refill } => {
+                    e.add_demand(now_ns, ask);
+                    if refill {
+                        e.call = Some(watch::channel(()).0);
+                    }
+                    PoolTake::Served {
+                        tokens: ask,
+                        remaining: e.remaining.saturating_add(left),
+                        reset_ns: e.reset_at_ns.saturating_sub(now_ns),
+                        refill,
+                    }
+                }
+                Spend::Denied { retry_after_ns } => {
+                    e.add_demand(now_ns, cost);
+                    PoolTake::Denied { retry_after_ns }
+                }
+                Spend::Empty { in_flight } => {
+                    if let (true, Some(tx)) = (in_flight, &e.call) {
+                        let rx = tx.subscribe();
+                        e.add_demand(now_ns, cost);
+                        e.waited = e.waited.saturating_add(1);
+                        return PoolTake::Wait(rx);
+                    }
+                    // Expired tokens are dropped (and said to be); unexpired
+                    // ones fewer than the cost join the next grant.
+                    let dropped = if e.lease.expires_ns <= now_ns {
+                        std::mem::take(&mut e.lease.tokens)
+                    } else {
+                        0
+                    };
+                    e.lease.begin_call(now_ns, call_timeout_ns);
+                    e.call = Some(watch::channel(()).0);
+                    PoolTake::Miss {
+                        demand_per_sec: e.demand_at(now_ns),
+                        dropped,
+                        waited: std::mem::take(&mut e.waited),
+                    }
+                }
             }
         })
         .unwrap_or(PoolTake::Miss {
             demand_per_sec: 0.0,
             dropped: 0,
+            waited: 0,
         })
     }
 
     /// Records a store grant of `granted` tokens for an ask of `cost`: the filter
-    /// gets half (at least its cost), the pool keeps the rest until `ttl_ns`.
-    /// Returns the filter's tokens.
+    /// gets its cost, the pool keeps the rest until `ttl_ns`. Returns the
+    /// filter's tokens.
     pub fn fill(
         &self,
         key: &DescriptorKey,
@@ -139,6 +229,7 @@ impl Pools {
     /// [`Pools::fill`], and once the pooled tokens are spent, asks are denied at the
     /// node until `hold_ns` from now: the store's bucket was drained, and asking
     /// it again before a lease's worth has refilled would only fetch crumbs.
+    /// `cost` 0 is a refill: every token joins the pool. Ends the call in flight.
     // Each argument is a distinct quantity of one grant; a struct would only
     // rename them.
     #[allow(clippy::too_many_arguments)]
@@ -157,36 +248,53 @@ impl Pools {
             remaining,
             reset_ns,
         } = grant;
-        let filter = want
-            .unwrap_or_else(|| granted.div_ceil(2))
-            .max(cost)
-            .min(granted);
+        let filter = if cost == 0 {
+            0
+        } else {
+            want.unwrap_or(cost).max(cost).min(granted)
+        };
         self.with(key, now_ns, |e| {
-            // Concurrent store calls for one key each fill the pool: add to what
-            // is pooled, never overwrite it (that would lose granted tokens).
-            let carried = if e.expires_ns > now_ns { e.tokens } else { 0 };
-            e.tokens = carried.saturating_add(granted - filter);
-            e.chunk = filter;
-            e.expires_ns = now_ns.saturating_add(ttl_ns);
+            // Tokens already pooled are added to, never overwritten (that would
+            // lose granted tokens).
+            e.lease.grant(now_ns, granted, filter, ttl_ns);
             e.remaining = remaining;
             e.reset_at_ns = now_ns.saturating_add(reset_ns);
-            e.denied_until_ns = now_ns.saturating_add(hold_ns);
+            e.lease.denied_until_ns = now_ns.saturating_add(hold_ns);
             e.add_demand(now_ns, filter);
+            e.end_call();
         });
         filter
     }
 
-    /// Records a store denial: asks for the key are denied at the node until then.
+    /// Records a store denial: asks for the key are denied at the node until
+    /// then. Ends the call in flight.
     pub fn deny(&self, key: &DescriptorKey, now_ns: u64, cost: u32, retry_after_ns: u64) {
         self.with(key, now_ns, |e| {
-            e.denied_until_ns = now_ns.saturating_add(retry_after_ns);
             // A denial answering a concurrent ask must not strand tokens that
             // another ask's grant just pooled: they are served first.
-            if e.expires_ns <= now_ns {
-                e.tokens = 0;
-            }
+            e.lease.deny(now_ns, retry_after_ns);
             e.add_demand(now_ns, cost);
+            e.end_call();
         });
+    }
+
+    /// The store call for the key failed: the asks waiting on it take again
+    /// (and one of them calls).
+    pub fn call_failed(&self, key: &DescriptorKey, now_ns: u64) {
+        self.with(key, now_ns, |e| {
+            e.lease.failed();
+            e.end_call();
+        });
+    }
+
+    /// This node's recent demand for `key`, tokens per second (0 for a key
+    /// without an entry).
+    pub fn demand(&self, key: &DescriptorKey, now_ns: u64) -> f64 {
+        self.shards
+            .get(key.fingerprint() as usize % SHARDS)
+            .and_then(|s| s.lock().ok())
+            .and_then(|m| m.get(key).map(|e| e.demand_at(now_ns)))
+            .unwrap_or(0.0)
     }
 
     /// Drops entries with nothing pooled, no denial and no recent demand.
@@ -194,8 +302,9 @@ impl Pools {
         for shard in &self.shards {
             if let Ok(mut map) = shard.lock() {
                 map.retain(|_, e| {
-                    e.expires_ns > now_ns
-                        || e.denied_until_ns > now_ns
+                    e.lease.expires_ns > now_ns
+                        || e.lease.denied_until_ns > now_ns
+                        || e.lease.in_flight(now_ns)
                         || e.demand_at(now_ns) >= 0.5
                 });
             }
@@ -223,7 +332,11 @@ impl Pools {
         let shard = self.shards.get(key.fingerprint() as usize % SHARDS)?;
         let mut map = shard.lock().ok()?;
         if !map.contains_key(key) && map.len() >= self.max_per_shard {
-            map.retain(|_, e| e.expires_ns > now_ns || e.denied_until_ns > now_ns);
+            map.retain(|_, e| {
+                e.lease.expires_ns > now_ns
+                    || e.lease.denied_until_ns > now_ns
+                    || e.lease.in_flight(now_ns)
+            });
             if map.len() >= self.max_per_shard {
                 return None;
             }
@@ -233,6 +346,13 @@ impl Pools {
 }
 
 impl Entry {
+    /// Tells the asks waiting on the store call that it ended.
+    fn end_call(&mut self) {
+        if let Some(tx) = self.call.take() {
+            let _ = tx.send(());
+        }
+    }
+
     /// Adds `tokens` to the decaying count: count(t) = Σ tokens × e^(−age/τ).
     fn add_demand(&mut self, now_ns: u64, tokens: u32) {
         self.demand = self.decayed(now_ns) + f64::from(tokens);

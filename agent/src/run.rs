@@ -218,6 +218,7 @@ fn lease_settings(args: &RunArgs) -> LeaseSettings {
         exact_below_rps: args.exact_below_rps,
         max_inflight: usize::try_from(args.max_inflight).unwrap_or(usize::MAX),
         max_keys: usize::try_from(args.max_keys).unwrap_or(usize::MAX),
+        store_deadline: args.store_deadline(),
     }
 }
 

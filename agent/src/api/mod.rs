@@ -47,7 +47,7 @@ pub struct App {
 struct AppState {
     rules: Arc<CurrentRules>,
     metrics: Arc<Metrics>,
-    leases: LeaseService,
+    leases: Arc<LeaseService>,
     auth: Auth,
 }
 
@@ -59,7 +59,12 @@ impl App {
         settings: LeaseSettings,
         auth: Auth,
     ) -> App {
-        let leases = LeaseService::new(rules.clone(), store.clone(), metrics.clone(), settings);
+        let leases = Arc::new(LeaseService::new(
+            rules.clone(),
+            store.clone(),
+            metrics.clone(),
+            settings,
+        ));
         App {
             inner: Arc::new(AppState {
                 rules,

@@ -61,6 +61,8 @@ enum Mode {
     Slow,
     /// Grants every ask its whole lease and reports the bucket then empty.
     Drained,
+    /// Grants every ask its whole lease after a millisecond, plenty left.
+    Delayed,
 }
 
 #[async_trait]
@@ -73,6 +75,19 @@ impl Store for FakeStore {
             Mode::Slow => {
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 vec![Ok(Take::Denied { retry_after_ns: 1 }); items.len()]
+            }
+            Mode::Delayed => {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                items
+                    .iter()
+                    .map(|a| {
+                        Ok(Take::Granted {
+                            tokens: a.max,
+                            remaining: 900,
+                            reset_ns: NANOS_PER_SEC,
+                        })
+                    })
+                    .collect()
             }
             Mode::Drained => items
                 .iter()
@@ -253,7 +268,7 @@ async fn with_the_store_down_a_fail_local_rule_gets_the_nodes_ceiling() {
     assert_eq!(grants, 1);
 }
 
-async fn futures_count(svc: &LeaseService, req: &LeaseRequest, n: usize) -> usize {
+async fn futures_count(svc: &Arc<LeaseService>, req: &LeaseRequest, n: usize) -> usize {
     let mut grants = 0;
     for _ in 0..n {
         grants += usize::from(matches!(
@@ -298,4 +313,31 @@ async fn after_a_drained_grant_the_key_holds_at_the_node_until_a_lease_has_refil
         LeaseAnswer::Grant { .. }
     ));
     assert_eq!(calls(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn asks_for_one_key_share_the_one_store_call_in_flight() {
+    let (svc, metrics, store) = service_and_store(Mode::Delayed, 8);
+    let asks: Vec<_> = (0..8)
+        .map(|_| {
+            let svc = Arc::clone(&svc);
+            tokio::spawn(async move { svc.lease(&request(&["fast"])).await })
+        })
+        .collect();
+    for ask in asks {
+        let resp = ask.await.unwrap();
+        assert!(
+            matches!(resp.items[0], LeaseAnswer::Grant { local: false, .. }),
+            "{resp:?}"
+        );
+    }
+    // The first ask's call went to the store, its lease sized for a cold key
+    // (one token and the spare); the seven others waited on it, and the one
+    // call that followed was sized for those it had left waiting.
+    assert_eq!(store.calls.load(Ordering::SeqCst), 2);
+    let text = metrics.render().unwrap();
+    assert_eq!(
+        sample(&text, "meshlimit_pool_calls_total", &[("kind", "wait")]),
+        Some(7.0 + 5.0)
+    );
 }

@@ -30,6 +30,7 @@ pub(super) struct LeaseMetrics {
     pipeline_size: Histogram,
     pipeline_latency: Histogram,
     dropped: IntCounterVec,
+    pool_calls: IntCounterVec,
     live_nodes: IntGauge,
     topology: IntCounterVec,
     nodes_down: IntGauge,
@@ -85,6 +86,14 @@ impl LeaseMetrics {
                 "meshlimit_lease_tokens_dropped_total",
                 "Pooled lease tokens that expired unspent (dropped, never hoarded), by rule.",
                 &["rule"],
+            )?,
+            pool_calls: f.counters(
+                "meshlimit_pool_calls_total",
+                "Node-pool events by kind: `refill` (a store call started in the background \
+                 when the pool fell below its refill mark; the ask was served from what was \
+                 left), `wait` (an ask that waited on the store call in flight for its key \
+                 instead of making its own).",
+                &["kind"],
             )?,
             top_rejected: f.gauges(
                 "meshlimit_top_rejected_keys",
@@ -165,6 +174,16 @@ impl Metrics {
     pub fn store_pipeline(&self, size: usize, latency: Duration) {
         self.leases.pipeline_size.observe(size as f64);
         self.leases.pipeline_latency.observe(latency.as_secs_f64());
+    }
+
+    /// A background refill of the pool started.
+    pub fn pool_refill(&self) {
+        inc(&self.leases.pool_calls, &["refill"], 1);
+    }
+
+    /// `asks` waited on the store call in flight for their key.
+    pub fn pool_waits(&self, asks: usize) {
+        inc(&self.leases.pool_calls, &["wait"], asks as u64);
     }
 
     /// `tokens` pooled for `rule` expired unspent.

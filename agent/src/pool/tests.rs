@@ -15,31 +15,41 @@ fn key() -> DescriptorKey {
 }
 
 #[test]
-fn a_grant_is_split_between_the_filter_and_the_pool() {
+fn a_grant_is_split_by_what_the_filter_will_spend() {
     let p = Pools::default();
-    assert!(matches!(p.take(&key(), 0, 1, None), PoolTake::Miss { .. }));
-    assert_eq!(p.fill(&key(), 0, grant(10, 50, 0), 1, 100 * MS), 5);
+    assert!(matches!(
+        p.take(&key(), 0, 1, None, MS),
+        PoolTake::Miss { .. }
+    ));
+    // A filter that does not know its spend rate yet gets its cost...
+    assert_eq!(p.fill(&key(), 0, grant(10, 50, 0), 1, 100 * MS), 1);
+    // ...one that does gets what it wants, from the pool while it lasts.
     assert_eq!(
-        p.take(&key(), MS, 1, None),
+        p.take(&key(), MS, 1, Some(4), MS),
+        PoolTake::Served {
+            tokens: 4,
+            remaining: 55,
+            reset_ns: 0,
+            refill: false,
+        }
+    );
+    assert_eq!(
+        p.take(&key(), MS, 1, Some(6), MS),
         PoolTake::Served {
             tokens: 5,
             remaining: 50,
-            reset_ns: 0
+            reset_ns: 0,
+            refill: false,
         }
     );
     assert!(matches!(
-        p.take(&key(), 2 * MS, 1, None),
+        p.take(&key(), 2 * MS, 1, None, MS),
         PoolTake::Miss { .. }
     ));
-    // A second filter asking for more than is left gets what is left.
-    assert_eq!(p.fill(&key(), 3 * MS, grant(7, 0, 0), 1, 100 * MS), 4);
+    // A grant smaller than the want goes whole to the filter.
     assert_eq!(
-        p.take(&key(), 4 * MS, 1, None),
-        PoolTake::Served {
-            tokens: 3,
-            remaining: 0,
-            reset_ns: 0
-        }
+        p.fill_then_hold(&key(), 3 * MS, grant(7, 0, 0), 1, Some(9), 100 * MS, 0),
+        7
     );
 }
 
@@ -47,13 +57,13 @@ fn a_grant_is_split_between_the_filter_and_the_pool() {
 fn pooled_tokens_expire_unspent() {
     let p = Pools::default();
     p.fill(&key(), 0, grant(100, 0, 0), 1, 100 * MS);
-    // Half went to the filter; the pooled half is dropped, and said to be.
+    // One went to the filter; the 99 pooled are dropped, and said to be.
     assert!(matches!(
-        p.take(&key(), 100 * MS, 1, None),
-        PoolTake::Miss { dropped: 50, .. }
+        p.take(&key(), 100 * MS, 1, None, MS),
+        PoolTake::Miss { dropped: 99, .. }
     ));
     assert!(matches!(
-        p.take(&key(), 101 * MS, 1, None),
+        p.take(&key(), 101 * MS, 1, None, MS),
         PoolTake::Miss { dropped: 0, .. }
     ));
 }
@@ -62,7 +72,10 @@ fn pooled_tokens_expire_unspent() {
 fn a_grant_smaller_than_the_cost_split_never_overdraws() {
     let p = Pools::default();
     assert_eq!(p.fill(&key(), 0, grant(3, 0, 0), 3, 100 * MS), 3);
-    assert!(matches!(p.take(&key(), MS, 1, None), PoolTake::Miss { .. }));
+    assert!(matches!(
+        p.take(&key(), MS, 1, None, MS),
+        PoolTake::Miss { .. }
+    ));
 }
 
 #[test]
@@ -70,13 +83,13 @@ fn denials_are_cached_at_the_node() {
     let p = Pools::default();
     p.deny(&key(), 0, 1, 50 * MS);
     assert_eq!(
-        p.take(&key(), 20 * MS, 1, None),
+        p.take(&key(), 20 * MS, 1, None, MS),
         PoolTake::Denied {
             retry_after_ns: 30 * MS
         }
     );
     assert!(matches!(
-        p.take(&key(), 50 * MS, 1, None),
+        p.take(&key(), 50 * MS, 1, None, MS),
         PoolTake::Miss { .. }
     ));
 }
@@ -88,7 +101,7 @@ fn demand_settles_at_the_offered_rate() {
     let mut demand = 0.0;
     for ms in 0..5_000u64 {
         p.deny(&key(), ms * MS, 1, 0);
-        if let PoolTake::Miss { demand_per_sec, .. } = p.take(&key(), ms * MS, 0, None) {
+        if let PoolTake::Miss { demand_per_sec, .. } = p.take(&key(), ms * MS, 0, None, MS) {
             demand = demand_per_sec;
         }
     }
@@ -124,16 +137,16 @@ fn a_sweep_drops_only_idle_entries_and_a_swept_key_asks_the_store() {
     p.sweep(3_000 * MS);
     assert_eq!(p.len(), 1);
     assert!(matches!(
-        p.take(&pooled, 3_000 * MS, 1, None),
+        p.take(&pooled, 3_000 * MS, 1, None, MS),
         PoolTake::Miss { dropped: 0, .. }
     ));
     assert!(matches!(
-        p.take(&denied, 3_000 * MS, 1, None),
+        p.take(&denied, 3_000 * MS, 1, None, MS),
         PoolTake::Denied { .. }
     ));
     p.sweep(10_000 * MS);
     assert!(matches!(
-        p.take(&denied, 10_000 * MS, 1, None),
+        p.take(&denied, 10_000 * MS, 1, None, MS),
         PoolTake::Miss { .. }
     ));
 }
@@ -148,16 +161,16 @@ fn at_the_cap_a_new_key_is_served_unpooled_and_nothing_is_handed_out() {
         .map(|i| DescriptorKey::new("r", [i.to_string().as_str()]))
         .find(|k| shard(k) == shard(&first))
         .unwrap();
-    assert_eq!(p.fill(&first, 0, grant(10, 0, 0), 1, 300 * MS), 5);
+    assert_eq!(p.fill(&first, 0, grant(10, 0, 0), 1, 300 * MS), 1);
     // The shard is full of a live entry: the second key is never pooled, its
     // grant goes to its filter only (the pool's share is dropped, not kept).
-    assert_eq!(p.fill(&second, 0, grant(10, 0, 0), 1, 300 * MS), 5);
+    assert_eq!(p.fill(&second, 0, grant(10, 0, 0), 1, 300 * MS), 1);
     assert!(matches!(
-        p.take(&second, MS, 1, None),
+        p.take(&second, MS, 1, None, MS),
         PoolTake::Miss { dropped: 0, .. }
     ));
     assert!(matches!(
-        p.take(&first, MS, 1, None),
+        p.take(&first, MS, 1, None, MS),
         PoolTake::Served { .. }
     ));
     assert_eq!(p.len(), 1);
@@ -166,16 +179,16 @@ fn at_the_cap_a_new_key_is_served_unpooled_and_nothing_is_handed_out() {
 #[test]
 fn a_denial_answering_a_concurrent_ask_keeps_the_pooled_tokens() {
     let p = Pools::default();
-    // One ask's grant pools 5 tokens; a concurrent ask's denial arrives after.
-    assert_eq!(p.fill(&key(), 0, grant(10, 0, 0), 1, 100 * MS), 5);
+    // One ask's grant pools 9 tokens; a concurrent ask's denial arrives after.
+    assert_eq!(p.fill(&key(), 0, grant(10, 0, 0), 1, 100 * MS), 1);
     p.deny(&key(), MS, 1, 500 * MS);
     // The pooled tokens are served first, then the denial answers.
     assert!(matches!(
-        p.take(&key(), 2 * MS, 1, None),
-        PoolTake::Served { tokens: 5, .. }
+        p.take(&key(), 2 * MS, 1, Some(9), MS),
+        PoolTake::Served { tokens: 9, .. }
     ));
     assert_eq!(
-        p.take(&key(), 3 * MS, 1, None),
+        p.take(&key(), 3 * MS, 1, None, MS),
         PoolTake::Denied {
             retry_after_ns: 498 * MS
         }
@@ -185,7 +198,97 @@ fn a_denial_answering_a_concurrent_ask_keeps_the_pooled_tokens() {
     p.fill(&key(), 0, grant(10, 0, 0), 1, 100 * MS);
     p.deny(&key(), 200 * MS, 1, 500 * MS);
     assert!(matches!(
-        p.take(&key(), 800 * MS, 1, None),
+        p.take(&key(), 800 * MS, 1, None, MS),
         PoolTake::Miss { dropped: 0, .. }
     ));
+}
+
+#[test]
+fn an_ask_for_a_key_whose_store_call_is_out_waits_for_it() {
+    let p = Pools::default();
+    assert!(matches!(
+        p.take(&key(), 0, 1, None, 10 * MS),
+        PoolTake::Miss { .. }
+    ));
+    // Single flight: the second ask waits on the first one's call...
+    let PoolTake::Wait(rx) = p.take(&key(), MS, 1, None, 10 * MS) else {
+        panic!("the second ask should wait");
+    };
+    assert!(!rx.has_changed().unwrap());
+    // ...which, answered, tells it, and the pool serves it.
+    p.fill(&key(), 2 * MS, grant(10, 50, 0), 1, 100 * MS);
+    assert!(rx.has_changed().unwrap_or(true));
+    assert!(matches!(
+        p.take(&key(), 3 * MS, 1, None, 10 * MS),
+        PoolTake::Served { .. }
+    ));
+}
+
+#[test]
+fn a_failed_or_lost_call_frees_the_key() {
+    let p = Pools::default();
+    p.take(&key(), 0, 1, None, 10 * MS);
+    let PoolTake::Wait(rx) = p.take(&key(), MS, 1, None, 10 * MS) else {
+        panic!("the second ask should wait");
+    };
+    p.call_failed(&key(), 2 * MS);
+    assert!(rx.has_changed().unwrap_or(true));
+    assert!(matches!(
+        p.take(&key(), 3 * MS, 1, None, 10 * MS),
+        PoolTake::Miss { .. }
+    ));
+    // A call never answered is forgotten at its deadline.
+    assert!(matches!(
+        p.take(&key(), 13 * MS, 1, None, 10 * MS),
+        PoolTake::Miss { .. }
+    ));
+}
+
+#[test]
+fn the_ask_that_crosses_the_refill_mark_is_served_and_starts_one_refill() {
+    let p = Pools::default();
+    let ask = |t: u64| p.take(&key(), t * MS, 1, Some(1), 10 * MS);
+    let mut refills = Vec::new();
+    let mut t = 0;
+    // Asks of one token each millisecond; every miss is answered at once
+    // with 40 tokens: the pool learns the rate, then refills ahead.
+    while t < 400 {
+        match ask(t) {
+            PoolTake::Miss { .. } => {
+                p.fill(&key(), t * MS, grant(41, 1_000, 0), 1, 300 * MS);
+            }
+            PoolTake::Served { refill: true, .. } => refills.push(t),
+            PoolTake::Served { .. } => {}
+            other => panic!("{other:?} at {t} ms"),
+        }
+        if let Some(&at) = refills.last() {
+            if at == t {
+                // The refill's answer comes 2 ms later; asks meanwhile are served.
+                assert!(matches!(ask(t + 1), PoolTake::Served { refill: false, .. }));
+                p.fill_then_hold(
+                    &key(),
+                    (t + 2) * MS,
+                    grant(40, 1_000, 0),
+                    0,
+                    None,
+                    300 * MS,
+                    0,
+                );
+                t += 2;
+            }
+        }
+        t += 1;
+    }
+    assert!(!refills.is_empty(), "the pool never refilled ahead");
+    // Once refilling ahead, it never runs dry: no miss after the first refill.
+    let first = refills[0];
+    for t in (t..t + 100).step_by(1) {
+        match ask(t) {
+            PoolTake::Served { refill: true, .. } => {
+                p.fill_then_hold(&key(), t * MS, grant(40, 1_000, 0), 0, None, 300 * MS, 0);
+            }
+            PoolTake::Served { .. } => {}
+            other => panic!("{other:?} at {t} ms (first refill at {first} ms)"),
+        }
+    }
 }

@@ -14,6 +14,8 @@
 //!   spends during [`REFILL_ROUND_TRIPS`] measured round trips, the take that
 //!   crosses the mark is served from what is left and tells its caller to start
 //!   one call for more, so the requests behind it do not wait;
+//!   No refill starts while a denial (or a hold the store's answer set) is
+//!   cached: the store said when to ask again;
 //! - the next ask is sized by the measured spend rate ([`Lease::want`]).
 //!
 //! Time is a parameter (`now_ns`); the spend rate is a decaying mean with a time
@@ -88,8 +90,12 @@ impl Lease {
             if self.tokens < cost {
                 self.emptied_ns = now_ns;
             }
-            let refill = refill_timeout_ns
-                .is_some_and(|t| self.below_mark(now_ns, cost) && self.begin_call(now_ns, t));
+            // No refill while a denial holds: the store said when to ask again.
+            let refill = refill_timeout_ns.is_some_and(|t| {
+                self.denied_until_ns <= now_ns
+                    && self.below_mark(now_ns, cost)
+                    && self.begin_call(now_ns, t)
+            });
             return Spend::Taken {
                 left: self.tokens,
                 refill,
@@ -274,6 +280,33 @@ mod tests {
         l.grant(3 * MS, 10, 0, 300 * MS);
         assert!(!l.in_flight(3 * MS));
         assert_eq!(l.rtt_us, 1_200, "a fifth of the way from 1 ms to 2 ms");
+    }
+
+    #[test]
+    fn no_refill_starts_while_a_denial_holds() {
+        let mut l = Lease {
+            spend_rate: 1_000.0,
+            rtt_us: 1_000,
+            ..Lease::default()
+        };
+        l.grant(0, 4, 0, 300 * MS);
+        l.deny(0, 10 * MS);
+        // Granted tokens are spent first, and the mark starts nothing...
+        assert_eq!(
+            l.take(MS, 1, Some(MS)),
+            Spend::Taken {
+                left: 3,
+                refill: false
+            }
+        );
+        // ...until the hold is over.
+        assert_eq!(
+            l.take(10 * MS, 1, Some(MS)),
+            Spend::Taken {
+                left: 2,
+                refill: true
+            }
+        );
     }
 
     #[test]

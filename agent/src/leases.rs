@@ -74,6 +74,8 @@ pub struct LeaseService {
     /// Agents alive in the region, from the heartbeat task; 0 = unknown.
     live_nodes: Arc<AtomicU32>,
     last_log_ns: AtomicU64,
+    /// This service, for the background refills it spawns.
+    me: std::sync::Weak<LeaseService>,
 }
 
 /// A background refill of the pool: its rule and lease size.
@@ -145,8 +147,9 @@ impl LeaseService {
         store: Arc<dyn Store>,
         metrics: Arc<Metrics>,
         settings: LeaseSettings,
-    ) -> Self {
-        Self {
+    ) -> Arc<Self> {
+        Arc::new_cyclic(|me| Self {
+            me: me.clone(),
             rules,
             store,
             metrics,
@@ -159,7 +162,7 @@ impl LeaseService {
             fallback: Fallback::new(settings.max_keys),
             live_nodes: Arc::default(),
             last_log_ns: AtomicU64::new(0),
-        }
+        })
     }
 
     /// Drops the node pool's idle keys (nothing pooled, no denial, no demand).
@@ -247,8 +250,7 @@ impl LeaseService {
     /// lease sized by the node's demand; its answer fills the pool (or caches
     /// the denial) and ends the call the pool marked.
     fn refill(self: &Arc<Self>, rule: &Rule, limit: &Limit, share: f64, key: &DescriptorKey) {
-        let now = self.now_ns();
-        let demand = self.pools.demand(key, now);
+        let demand = self.pools.demand(key, self.now_ns());
         let enforced = limit.scaled(share.min(1.0));
         let lease = self.settings.lease_size(rule, &enforced, 1, demand);
         let acquire = Acquire {
@@ -272,6 +274,39 @@ impl LeaseService {
         });
     }
 
+    /// Refills the pool of `key` once a hold ends (`after_ns` from now): the
+    /// store said when a lease's worth will be back, and the agent asks then,
+    /// not before, and not only when an ask finds the pool empty. Skipped when
+    /// the key's demand is gone, a call is in flight, or a later hold runs.
+    fn refill_after(
+        &self,
+        rule: &str,
+        limit: Limit,
+        share: f64,
+        key: &DescriptorKey,
+        after_ns: u64,
+    ) {
+        let Some(service) = self.me.upgrade() else {
+            return;
+        };
+        let (rule, key) = (rule.to_string(), key.clone());
+        let timeout = u64::try_from(self.call_timeout().as_nanos()).unwrap_or(u64::MAX);
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_nanos(after_ns)).await;
+            let now = service.now_ns();
+            if service.pools.demand(&key, now) < 1.0
+                || !service.pools.begin_refill(&key, now, timeout)
+            {
+                return;
+            }
+            let rules = service.rules.get();
+            match rules.as_deref().and_then(|set| set.rule(&rule)) {
+                Some(rule) => service.refill(rule, &limit, share, &key),
+                None => service.pools.call_failed(&key, now),
+            }
+        });
+    }
+
     /// Applies a background refill's answer to the pool.
     fn refilled(&self, p: &Refill, acquire: &Acquire, now: u64, result: Acquired) {
         match result {
@@ -290,11 +325,15 @@ impl LeaseService {
                 };
                 self.pools
                     .fill_then_hold(&acquire.key, now, grant, 0, None, ttl, hold);
+                if hold > 0 {
+                    self.refill_after(&p.rule, acquire.limit, acquire.share, &acquire.key, hold);
+                }
             }
             Ok(Take::Denied { retry_after_ns }) => {
                 self.metrics.store_results("ok", 1);
                 let wait = self.denial_hold_ns(p.lease, retry_after_ns, acquire);
                 self.pools.deny(&acquire.key, now, 0, wait);
+                self.refill_after(&p.rule, acquire.limit, acquire.share, &acquire.key, wait);
             }
             Err(e) => {
                 self.metrics.store_results(e.metric_result(), 1);
@@ -309,18 +348,34 @@ impl LeaseService {
         }
     }
 
-    /// After a grant that left the store fewer than a lease: the time until a
-    /// lease's worth has refilled, during which the pool asks no more.
+    /// After a grant that left the store fewer than a lease: the time until
+    /// this node's share of a lease has refilled (see `refill_ns`); the pool
+    /// asks the store no sooner.
     fn hold_ns(&self, lease: u32, remaining: u32, acquire: &Acquire) -> u64 {
-        let short = f64::from(lease.saturating_sub(remaining));
-        (short / acquire.enforced_limit().rate_per_ns()).ceil() as u64
+        self.refill_ns(lease.saturating_sub(remaining), acquire)
     }
 
-    /// After a denial: its wait, plus the time a lease's worth takes to refill.
+    /// After a denial: its wait, plus the time this node's share of a lease
+    /// takes to refill.
     fn denial_hold_ns(&self, lease: u32, retry_after_ns: u64, acquire: &Acquire) -> u64 {
-        let refill =
-            f64::from(lease.saturating_sub(acquire.min)) / acquire.enforced_limit().rate_per_ns();
-        retry_after_ns.saturating_add(refill.ceil() as u64)
+        retry_after_ns.saturating_add(self.refill_ns(lease.saturating_sub(acquire.min), acquire))
+    }
+
+    /// The time `tokens` take to refill at this node's share of the rate
+    /// (the region's live agents share the store's rate), but at most one
+    /// lease period: a node asks once per lease period for its share. Never
+    /// less than the time the store's whole rate takes.
+    fn refill_ns(&self, tokens: u32, acquire: &Acquire) -> u64 {
+        let rate = acquire.enforced_limit().rate_per_ns();
+        let whole = f64::from(tokens) / rate;
+        let share = whole * f64::from(self.live_nodes());
+        let target = self.settings.target.as_nanos() as f64;
+        let ns = whole.max(share.min(target)).ceil();
+        if ns.is_finite() {
+            ns.min(u64::MAX as f64) as u64
+        } else {
+            u64::MAX
+        }
     }
 
     /// Answers the items at `indices` from the pool where it can; the rest go
@@ -503,6 +558,9 @@ impl LeaseService {
                     ttl,
                     hold,
                 );
+                if hold > 0 {
+                    self.refill_after(p.rule, acquire.limit, acquire.share, &acquire.key, hold);
+                }
                 self.grant(
                     p.rule,
                     filter,
@@ -518,6 +576,7 @@ impl LeaseService {
                 }
                 let wait = self.denial_hold_ns(p.lease, retry_after_ns, acquire);
                 self.pools.deny(&acquire.key, now, acquire.min, wait);
+                self.refill_after(p.rule, acquire.limit, acquire.share, &acquire.key, wait);
                 self.deny(p.rule, &acquire.key, wait)
             }
             Err(e) => {

@@ -278,6 +278,19 @@ impl Pools {
         });
     }
 
+    /// Marks a background refill of `key` in flight, when its hold is over,
+    /// no call is in flight and it has an entry. False: nothing to do.
+    pub fn begin_refill(&self, key: &DescriptorKey, now_ns: u64, call_timeout_ns: u64) -> bool {
+        self.with(key, now_ns, |e| {
+            if e.lease.denied_until_ns > now_ns || !e.lease.begin_call(now_ns, call_timeout_ns) {
+                return false;
+            }
+            e.call = Some(watch::channel(()).0);
+            true
+        })
+        .unwrap_or(false)
+    }
+
     /// The store call for the key failed: the asks waiting on it take again
     /// (and one of them calls).
     pub fn call_failed(&self, key: &DescriptorKey, now_ns: u64) {

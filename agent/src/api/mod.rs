@@ -59,12 +59,7 @@ impl App {
         settings: LeaseSettings,
         auth: Auth,
     ) -> App {
-        let leases = Arc::new(LeaseService::new(
-            rules.clone(),
-            store.clone(),
-            metrics.clone(),
-            settings,
-        ));
+        let leases = LeaseService::new(rules.clone(), store.clone(), metrics.clone(), settings);
         App {
             inner: Arc::new(AppState {
                 rules,

@@ -132,7 +132,7 @@ fn service_and_store(
         ..LeaseSettings::default()
     };
     let service = LeaseService::new(rules, store.clone(), metrics.clone(), settings);
-    (Arc::new(service), metrics, store)
+    (service, metrics, store)
 }
 
 fn request(rules: &[&str]) -> LeaseRequest {

@@ -234,9 +234,10 @@ impl<W: Copy + Eq + Hash> Flights<W> {
 
 /// Which call an answer is for.
 pub enum Call {
-    /// The call sent with this token.
+    /// The call sent with this token (see [`Flights::sent`]).
     Sent(u32),
-    /// A batch that could not be sent.
+    /// These items: a batch that could not be sent, or one whose caller kept
+    /// it instead of reporting it sent (the simulator).
     Unsent(Vec<Item>),
 }
 

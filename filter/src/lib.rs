@@ -7,7 +7,7 @@
 //! host); `backoff` decides when misses skip the agent, over the same trait; `root` and `http` are the proxy-wasm contexts that glue them to Envoy.
 //! `unwrap`, `expect` and `panic!` are denied: a panic traps the whole VM.
 
-mod backoff;
+pub mod backoff;
 pub mod config;
 mod counts;
 pub mod flights;
@@ -15,7 +15,7 @@ pub mod host;
 mod http;
 pub mod pipeline;
 mod root;
-mod slots;
+pub mod slots;
 mod state;
 
 // The SDK's entry point exports `_initialize` (`#[no_mangle]`) and calls the

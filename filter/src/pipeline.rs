@@ -123,8 +123,9 @@ impl Evaluation {
             let mut want = None;
             let local = slots::update(host, c.fingerprint, cfg.slots, |s| {
                 let check = s.check(now, c.cost, max_wait_ns, refill_timeout);
-                // Half a lease's life at the spend rate: spent well before it expires.
-                let period = s.lease.expires_ns.saturating_sub(s.lease.granted_at_ns) / 2;
+                // Two thirds of a lease's life at the spend rate: spent before it
+                // expires, with a third to spare for a rate that drops.
+                let period = s.lease.expires_ns.saturating_sub(s.lease.granted_at_ns) * 2 / 3;
                 want = s.want(period, c.cost);
                 check
             });

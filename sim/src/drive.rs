@@ -25,6 +25,10 @@ pub struct Recorded {
     pub scripts_per_second: Vec<Vec<u64>>,
     /// How long the run took, wall clock (seconds).
     pub elapsed: f64,
+    /// The gateways' lease calls: refills started ahead of need, and requests
+    /// that waited on a call already in flight for their key.
+    pub refills: u64,
+    pub waits: u64,
 }
 
 /// Runs the plan's traffic against the stack's agents.
@@ -79,10 +83,14 @@ async fn drive(plan: &Plan, stack: &Stack, show_progress: bool) -> Result<Record
     }
     progress.tick(&rec, epoch.elapsed().as_secs_f64());
     let scripts_per_second = progress.finish();
+    let stats = gateways.iter().map(|g| g.flight_stats());
+    let (refills, waits) = stats.fold((0, 0), |(r, w), s| (r + s.refills, w + s.waits));
     Ok(Recorded {
         log: rec.take(),
         scripts_per_second,
         elapsed: epoch.elapsed().as_secs_f64(),
+        refills,
+        waits,
     })
 }
 

@@ -1,18 +1,26 @@
-//! One simulated gateway (one Envoy): its own shared data, its own filter
-//! configuration, the rules, and a client to its agent. Each request runs the
-//! filter's request path (`meshlimit_filter::pipeline`): the local pass (denial
-//! cache, lease bucket); on a miss one agent call whose answers are applied as
-//! the filter applies them; on a failed call the failure policy, and the agent
-//! is skipped for `agent_backoff_ms` as the filter's http context does.
+//! One simulated gateway (one Envoy worker's VM): its own shared data, its own
+//! filter configuration, the rules, and a client to its agent. Each request runs
+//! the filter's request path: the local pass (`meshlimit_filter::pipeline`:
+//! denial cache, lease, refill mark), then the VM's lease calls
+//! (`meshlimit_filter::flights`: batched, one per key in flight, requests
+//! waiting on their key's call), sent when the worker's event loop next turns
+//! as the filter's root context sends them, and the filter's back-off
+//! (`meshlimit_filter::backoff`) after failed calls. So the simulator measures
+//! the filter's own code, not a copy of it.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
+use meshlimit_core::wire::LeaseAnswer;
 use meshlimit_core::{Outcome, RequestInfo, RuleSet, Verdict};
+use meshlimit_filter::backoff;
 use meshlimit_filter::config::FilterConfig;
+use meshlimit_filter::flights::{Call, FlightStats, Flights};
 use meshlimit_filter::host::Host;
 use meshlimit_filter::pipeline::Evaluation;
+use meshlimit_filter::slots;
 
 use crate::arrivals::ArrivalGen;
 use crate::client::AgentClient;
@@ -34,7 +42,12 @@ pub struct Gateway {
     keys: Rc<Keys>,
     client: AgentClient,
     rec: Rc<Recorder>,
-    agent_down_until: Cell<u64>,
+    flights: RefCell<Flights<u64>>,
+    /// Requests waiting on the VM's calls, by number.
+    waiting: RefCell<HashMap<u64, Pending>>,
+    next_id: Cell<u64>,
+    /// The root context is already due to send the queued items.
+    root_woken: Cell<bool>,
     inflight: Cell<usize>,
 }
 
@@ -79,9 +92,17 @@ impl Gateway {
             keys,
             client,
             rec,
-            agent_down_until: Cell::new(0),
+            flights: RefCell::new(Flights::default()),
+            waiting: RefCell::new(HashMap::new()),
+            next_id: Cell::new(0),
+            root_woken: Cell::new(false),
             inflight: Cell::new(0),
         }
+    }
+
+    /// What the VM's lease calls did (calls, refills, waits).
+    pub fn flight_stats(&self) -> FlightStats {
+        self.flights.borrow().stats
     }
 
     /// Offers the planned arrivals at their times (open loop: a request waiting
@@ -105,37 +126,94 @@ impl Gateway {
             self.rec.unmatched();
             return;
         };
-        let pending = self.rec.arrive(key, self.id, self.host.now_ns());
-        if !eval.local_pass(&self.host, &self.cfg) {
+        let now = self.host.now_ns();
+        let pending = self.rec.arrive(key, self.id, now);
+        let ask = eval.local_pass(&self.host, &self.cfg);
+        if backoff::backing_off(&self.host, now) {
+            for item in eval.take_refills() {
+                slots::update(&self.host, item.fingerprint, self.cfg.slots, |s| {
+                    s.call_failed()
+                });
+            }
+            if ask {
+                eval.fail_misses(&self.host, &self.cfg);
+            }
             return self.finish(pending, &eval, true);
         }
-        if self.agent_down_until.get() > self.host.now_ns() {
-            eval.fail_misses(&self.host, &self.cfg);
-            return self.finish(pending, &eval, true);
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
+        let admitted = self
+            .flights
+            .borrow_mut()
+            .admit(&self.host, &self.cfg, id, eval);
+        match admitted {
+            Some(eval) => self.finish(pending, &eval, true),
+            None => {
+                self.waiting.borrow_mut().insert(id, pending);
+            }
         }
-        self.inflight.set(self.inflight.get() + 1);
+        self.wake_root();
+    }
+
+    /// The filter's requests wake the root context through a queue, which runs
+    /// when the worker's event loop next turns: everything queued by then goes
+    /// out in one call.
+    fn wake_root(self: &Rc<Self>) {
+        if !self.flights.borrow().has_queued() || self.root_woken.replace(true) {
+            return;
+        }
         let gw = Rc::clone(self);
         tokio::task::spawn_local(async move {
-            gw.ask(pending, eval).await;
-            gw.inflight.set(gw.inflight.get().saturating_sub(1));
+            tokio::task::yield_now().await;
+            gw.root_woken.set(false);
+            gw.send_queued();
         });
     }
 
-    async fn ask(&self, pending: Pending, mut eval: Evaluation) {
-        match self.client.lease(&eval.lease_request()).await {
-            Ok(resp) => {
-                self.rec.answers(&resp.items);
-                eval.apply_answers(&self.host, &self.cfg, resp.items);
-            }
-            Err(why) => {
-                self.rec.failed(why);
-                let backoff = self.cfg.agent_backoff_ms.saturating_mul(1_000_000);
-                self.agent_down_until
-                    .set(self.host.now_ns().saturating_add(backoff));
-                eval.fail_misses(&self.host, &self.cfg);
+    /// The root context's sending: one agent call per batch.
+    fn send_queued(self: &Rc<Self>) {
+        loop {
+            let batch = self.flights.borrow_mut().take_batch(self.rules.version());
+            let Some((request, items)) = batch else {
+                return;
+            };
+            self.inflight.set(self.inflight.get() + 1);
+            let gw = Rc::clone(self);
+            tokio::task::spawn_local(async move {
+                let answers = match gw.client.lease(&request).await {
+                    Ok(resp) => {
+                        gw.rec.answers(&resp.items);
+                        backoff::answered(&gw.host);
+                        Some(resp.items)
+                    }
+                    Err(why) => {
+                        gw.rec.failed(why);
+                        backoff::failed(&gw.host, gw.cfg.agent_backoff_ms);
+                        None
+                    }
+                };
+                gw.answered(items, answers);
+                gw.inflight.set(gw.inflight.get().saturating_sub(1));
+            });
+        }
+    }
+
+    fn answered(
+        self: &Rc<Self>,
+        items: Vec<meshlimit_filter::pipeline::Item>,
+        answers: Option<Vec<LeaseAnswer>>,
+    ) {
+        let decided =
+            self.flights
+                .borrow_mut()
+                .answered(&self.host, &self.cfg, Call::Unsent(items), answers);
+        for (id, eval) in decided {
+            if let Some(pending) = self.waiting.borrow_mut().remove(&id) {
+                self.finish(pending, &eval, false);
             }
         }
-        self.finish(pending, &eval, false);
+        // Requests a lost race left undecided wait on new calls.
+        self.send_queued();
     }
 
     fn finish(&self, pending: Pending, eval: &Evaluation, local: bool) {

@@ -89,6 +89,10 @@ pub struct Figures {
     /// rejects the key from its denial cache.
     pub denial_ms: Sizes,
     pub agent_calls: u64,
+    /// Agent-call items sent ahead of need, and requests that waited on a
+    /// call in flight for their key (from the filter's own counts).
+    pub refills: u64,
+    pub waits: u64,
     pub agent_failures: u64,
     pub script_calls: u64,
     /// The busiest Redis node's script calls per second over the steady part
@@ -128,6 +132,8 @@ pub fn figures(plan: &Plan, rec: &Recorded, script_calls: u64, limits: &[f64]) -
         leases: sizes(a.lease_tokens.iter().map(|&t| u64::from(t)).collect()),
         denial_ms: sizes(a.deny_ms.clone()),
         agent_calls: a.calls,
+        refills: rec.refills,
+        waits: rec.waits,
         agent_failures: a.timeouts + a.transport_errors + a.bad_status + a.bad_body,
         script_calls,
         hottest_node_scripts_per_sec: hottest_node(&rec.scripts_per_second, plan),

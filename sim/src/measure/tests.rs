@@ -60,6 +60,8 @@ fn figures_count_the_steady_part_and_wrong_decisions() {
         },
         scripts_per_second: vec![vec![5], vec![6], vec![7], vec![8]],
         elapsed: 4.0,
+        refills: 0,
+        waits: 0,
     };
     let f = figures(&plan(), &recorded, 26, &[2.0]);
     assert_eq!(f.totals.requests, 14);

@@ -1,0 +1,87 @@
+//! The request path through real Envoy: a key's requests share one agent call
+//! (single flight), and a steady key's lease is refilled ahead of need, so its
+//! calls are refills nobody waits for.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use meshlimit_tests::{eventually, AgentOptions, Stack};
+
+const RULES: &str = r#"
+version: 1
+rules:
+  - name: fast
+    key: [{ header: x-api-key }]
+    limit: { requests: 100000, per: 1s }
+    on_failure: open
+"#;
+
+fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
+fn stat(stack: &Stack, name: &str) -> u64 {
+    stack.filter_stat(name).unwrap_or(0)
+}
+
+#[test]
+fn requests_for_one_key_wait_on_its_one_agent_call() {
+    // One worker, and an agent that does not answer (stopped) for longer than
+    // the filter's timeout: every request for the key arrives while the first
+    // one's call is out.
+    let stack = Stack::start_with(AgentOptions::new(RULES), |c| {
+        c.concurrency(1).plugin("timeout_ms", 1500)
+    });
+    let pid = stack.agent.pid().unwrap();
+    let (calls, waits) = (stat(&stack, "lease_calls"), stat(&stack, "lease_waits"));
+    signal(pid, "-STOP");
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..10)
+            .map(|_| s.spawn(|| stack.get("/x", &[("x-api-key", "shared")]).status))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    signal(pid, "-CONT");
+    // The call timed out: the rule fails open for all ten.
+    assert_eq!(statuses, vec![200; 10]);
+    eventually(Duration::from_secs(5), "the filter's counters", || {
+        stat(&stack, "lease_waits") > waits
+    });
+    let calls = stat(&stack, "lease_calls") - calls;
+    let waits = stat(&stack, "lease_waits") - waits;
+    // Single flight: at most a call or two (a request that came after the
+    // timeout makes a new one), every other request waited on one of them.
+    assert!(calls <= 2, "{calls} calls for one key");
+    assert_eq!(calls + waits, 10, "{calls} calls, {waits} waits");
+}
+
+#[test]
+fn a_steady_key_is_refilled_ahead_and_its_requests_do_not_wait() {
+    let stack = Stack::start_with(AgentOptions::new(RULES), |c| c.concurrency(1));
+    let key = [("x-api-key", "steady")];
+    // Warm-up: the lease learns the key's spend rate.
+    for _ in 0..300 {
+        assert_eq!(stack.get("/x", &key).status, 200);
+    }
+    let before = (stat(&stack, "lease_calls"), stat(&stack, "lease_refills"));
+    for _ in 0..600 {
+        assert_eq!(stack.get("/x", &key).status, 200);
+    }
+    let calls = stat(&stack, "lease_calls") - before.0;
+    let refills = stat(&stack, "lease_refills") - before.1;
+    assert!(
+        calls > 0,
+        "600 requests made no call: the lease never refilled"
+    );
+    // Nearly every call is a refill started ahead of need (a request that
+    // found the lease empty would make a call of its own).
+    assert!(
+        refills * 10 >= calls * 9,
+        "{refills} of {calls} calls were refills"
+    );
+}

@@ -29,11 +29,14 @@ const PERCENTILES: [Pick; 3] = [
     |p| p.latency.admitted_p999,
 ];
 
-/// The distinct rates (a) ran at in the request-path phase, ascending.
+/// The distinct rates (a) ran at in the request-path phase, in the order run.
 fn baseline_rates(r: &Results) -> Vec<f64> {
-    let mut rates: Vec<f64> = r.path_runs("a").map(|p| p.latency.rate).collect();
-    rates.sort_by(f64::total_cmp);
-    rates.dedup_by(|x, y| (*x - *y).abs() < 0.5);
+    let mut rates: Vec<f64> = Vec::new();
+    for p in r.path_runs("a") {
+        if !rates.iter().any(|x| (x - p.latency.rate).abs() < 0.5) {
+            rates.push(p.latency.rate);
+        }
+    }
     rates
 }
 

@@ -2,7 +2,25 @@
 
 use std::fmt::Write;
 
-use crate::records::Results;
+use crate::records::{Latency, Results};
+
+/// An open-loop run's figures, by metric name.
+fn latency_figures(l: &Latency) -> [(&'static str, f64); 12] {
+    [
+        ("rate", l.rate),
+        ("p50_us", l.p50),
+        ("p99_us", l.p99),
+        ("p999_us", l.p999),
+        ("max_us", l.max),
+        ("admitted_p50_us", l.admitted_p50),
+        ("admitted_p99_us", l.admitted_p99),
+        ("admitted_p999_us", l.admitted_p999),
+        ("completed", l.completed as f64),
+        ("issued", l.issued as f64),
+        ("errors", l.errors as f64),
+        ("non_2xx", l.non_2xx as f64),
+    ]
+}
 
 pub fn render(r: &Results) -> String {
     let mut out = String::from("phase,scenario,round,metric,value\n");
@@ -42,15 +60,77 @@ pub fn render(r: &Results) -> String {
         }
     }
     for l in &r.latency {
-        let (s, n) = (l.scenario, l.round);
-        row("latency", s, n, "rate", l.rate);
-        row("latency", s, n, "p50_us", l.p50);
-        row("latency", s, n, "p99_us", l.p99);
-        row("latency", s, n, "p999_us", l.p999);
-        row("latency", s, n, "max_us", l.max);
-        row("latency", s, n, "completed", l.completed as f64);
-        row("latency", s, n, "errors", l.errors as f64);
-        row("latency", s, n, "non_2xx", l.non_2xx as f64);
+        for (metric, value) in latency_figures(l) {
+            row("latency", l.scenario, l.round, metric, value);
+        }
+    }
+    for p in &r.path {
+        let (s, n) = (p.latency.scenario, p.latency.round);
+        for (metric, value) in latency_figures(&p.latency) {
+            row("request_path", s, n, metric, value);
+        }
+        row("request_path", s, n, "envoy_cpu_s", p.envoy_cpu_s);
+        row("request_path", s, n, "seconds", p.wall_s);
+        if let Some((scripts, total)) = p.redis {
+            row("request_path", s, n, "redis_script_calls", scripts as f64);
+            row("request_path", s, n, "redis_commands", total as f64);
+        }
+        if let Some(items) = p.agent_leases {
+            row("request_path", s, n, "agent_lease_items", items as f64);
+        }
+        let lease = [
+            ("lease_calls", p.lease.calls),
+            ("lease_refills", p.lease.refills),
+            ("lease_waits", p.lease.waits),
+        ];
+        for (name, value) in lease {
+            if let Some(v) = value {
+                row("request_path", s, n, name, v as f64);
+            }
+        }
+        for (name, count) in &p.decisions {
+            row(
+                "request_path",
+                s,
+                n,
+                &format!("decisions.{name}"),
+                *count as f64,
+            );
+        }
+    }
+    for x in &r.scale {
+        let (s, n) = (format!("rules-{}", x.rules), x.round);
+        row("rules_at_scale", &s, n, "rps", x.wrk.rps);
+        row(
+            "rules_at_scale",
+            &s,
+            n,
+            "admitted_rps",
+            x.wrk.admitted_rps(),
+        );
+        row("rules_at_scale", &s, n, "requests", x.wrk.requests as f64);
+        row("rules_at_scale", &s, n, "envoy_cpu_s", x.envoy_cpu_s);
+        if let Some(kib) = x.rss_kib {
+            row("rules_at_scale", &s, n, "envoy_rss_kib", kib as f64);
+        }
+        row("rules_at_scale", &s, n, "open_loop_rate", x.steady.rate);
+        row("rules_at_scale", &s, n, "steady_p99_us", x.steady.p99);
+        row("rules_at_scale", &s, n, "reload_p99_us", x.reload.p99);
+        row("rules_at_scale", &s, n, "reload_max_us", x.reload.max);
+        row(
+            "rules_at_scale",
+            &s,
+            n,
+            "reload_non_2xx",
+            (x.reload.non_2xx + x.reload.errors) as f64,
+        );
+        row(
+            "rules_at_scale",
+            &s,
+            n,
+            "reload_reached",
+            f64::from(u8::from(x.reload_reached)),
+        );
     }
     for m in &r.micro {
         row("micro", &m.name, 0, "median_ns", m.median_ns);

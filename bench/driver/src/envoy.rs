@@ -21,6 +21,8 @@ pub struct Envoy {
     pub ports: EnvoyPorts,
     /// The command line, for the report.
     pub command: String,
+    /// The path the configuration's requests go to.
+    path: &'static str,
 }
 
 /// The reference filter module (`bench/floor-filter`).
@@ -124,13 +126,14 @@ impl Envoy {
             proc,
             ports,
             command,
+            path: scenario.path,
         };
         envoy.wait_ready(scenario.uses_agent())?;
         Ok(envoy)
     }
 
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/", self.ports.listener)
+        format!("http://127.0.0.1:{}{}", self.ports.listener, self.path)
     }
 
     /// Counters and gauges whose name starts with `prefix`.

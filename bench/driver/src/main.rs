@@ -4,6 +4,7 @@
 //! `bench/results/latest.md` and `latest.csv`. It builds nothing: `make bench`
 //! builds first.
 
+mod counters;
 mod csv;
 mod envoy;
 mod error;
@@ -15,6 +16,8 @@ mod procs;
 mod profile;
 mod records;
 mod report;
+mod request_path;
+mod scale;
 mod scenario;
 mod services;
 mod tables;
@@ -59,6 +62,12 @@ fn run(opts: &Options) -> Result<()> {
         }
         if !opts.skip_latency {
             bench.latency()?;
+        }
+        if !opts.skip_request_path {
+            bench.request_path()?;
+        }
+        if !opts.skip_rules_scale {
+            bench.rules_at_scale()?;
         }
         bench.results
     };

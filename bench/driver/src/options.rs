@@ -59,6 +59,16 @@ pub struct Options {
     /// Skip the latency phase.
     #[arg(long, env = "BENCH_SKIP_LATENCY", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub skip_latency: bool,
+    /// Skip the request-path phase (hot key on leases, cold keys, open loop).
+    #[arg(long, env = "BENCH_SKIP_REQUEST_PATH", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub skip_request_path: bool,
+    /// Skip the rules-at-scale phase.
+    #[arg(long, env = "BENCH_SKIP_RULES_SCALE", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub skip_rules_scale: bool,
+    /// Rules counts of the rules-at-scale phase (comma-separated; the first is
+    /// the baseline the others are compared with).
+    #[arg(long, env = "BENCH_SCALE_RULES", value_delimiter = ',', default_values_t = [10, 1_000, 20_000])]
+    pub scale_rules: Vec<usize>,
     /// After the throughput rounds, run (c), (e), (f), (e1)–(e3) once more with
     /// Envoy sampled by `perf` (apt: linux-perf), and add where its CPU went to
     /// the report.

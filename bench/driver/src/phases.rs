@@ -19,16 +19,16 @@ use crate::services::{script_and_total_calls, start_store_and_agent, Agent, Comm
 use crate::wrk;
 
 /// Seconds of unmeasured load before each wrk run (connections, leases, JIT).
-const WARMUP_SECONDS: u32 = 1;
+pub(crate) const WARMUP_SECONDS: u32 = 1;
 /// Open-loop connections: enough that a stall of a few ms does not starve the
 /// schedule of free connections at half of saturation.
 const LOADGEN_CONNECTIONS: u32 = 64;
 
 pub struct Bench<'a> {
-    opts: &'a Options,
-    dir: &'a Path,
-    redis: Option<Redis>,
-    agent: Agent,
+    pub(crate) opts: &'a Options,
+    pub(crate) dir: &'a Path,
+    pub(crate) redis: Option<Redis>,
+    pub(crate) agent: Agent,
     pub results: Results,
 }
 
@@ -37,7 +37,8 @@ struct Snapshot {
     envoy_cpu: f64,
     agent_cpu: f64,
     redis: Option<CommandCounts>,
-    decisions: BTreeMap<String, u64>,
+    /// Every `wasmcustom.meshlimit.*` stat of Envoy's admin.
+    meshlimit: BTreeMap<String, u64>,
 }
 
 impl<'a> Bench<'a> {
@@ -100,7 +101,7 @@ impl<'a> Bench<'a> {
         // A new agent whose `bench-limited` rule has the limit (same store).
         let rules = scenario::rules_yaml(limit);
         let store = self.agent.store.clone();
-        self.agent = Agent::start(&rules, &store, &self.opts.agent_cpu, self.dir)?;
+        self.agent = Agent::start("agent-3x", &rules, &store, &self.opts.agent_cpu, self.dir)?;
         for round in 1..=self.opts.rounds {
             for sc in scenario::over_limit(limit)
                 .into_iter()
@@ -155,15 +156,7 @@ impl<'a> Bench<'a> {
     }
 
     fn measure(&mut self, sc: &Scenario, round: usize) -> Result<Throughput> {
-        let envoy = Envoy::start(
-            sc,
-            self.agent.port,
-            self.opts.filter_timeout_ms,
-            &self.opts.envoy_cpu,
-            self.dir,
-        )?;
-        self.results
-            .step(format!("Envoy ({})", sc.id), envoy.command.clone());
+        let envoy = self.start_envoy(sc, self.agent.port)?;
         let cpu = self.opts.load_cpu.clone();
         let warm = self.wrk_args(sc, &envoy, WARMUP_SECONDS)?;
         wrk::run(&cpu, &warm)?;
@@ -201,20 +194,7 @@ impl<'a> Bench<'a> {
         }
         let mut envoy = envoy;
         envoy.proc.check_running()?;
-        let decisions = after
-            .decisions
-            .iter()
-            .filter_map(|(k, v)| {
-                let d = v.saturating_sub(before.decisions.get(k).copied().unwrap_or(0));
-                (d > 0).then(|| {
-                    (
-                        k.trim_start_matches("wasmcustom.meshlimit.rule.")
-                            .to_string(),
-                        d,
-                    )
-                })
-            })
-            .collect();
+        let decisions = decisions(&before.meshlimit, &after.meshlimit);
         Ok(Throughput {
             scenario: sc.id,
             round,
@@ -231,7 +211,12 @@ impl<'a> Bench<'a> {
         })
     }
 
-    fn wrk_args(&self, sc: &Scenario, envoy: &Envoy, seconds: u32) -> Result<Vec<String>> {
+    pub(crate) fn wrk_args(
+        &self,
+        sc: &Scenario,
+        envoy: &Envoy,
+        seconds: u32,
+    ) -> Result<Vec<String>> {
         let script = match sc.keys {
             Keys::Unique(header) => Some(wrk::unique_key_script(self.dir, header, &nonce())?),
             Keys::Fixed(..) => None,
@@ -250,21 +235,45 @@ impl<'a> Bench<'a> {
             envoy_cpu: envoy.proc.cpu_seconds()?,
             agent_cpu: self.agent.proc.cpu_seconds()?,
             redis: self.redis.as_ref().map(Redis::command_counts).transpose()?,
-            decisions: envoy.stats("wasmcustom.meshlimit.rule.")?,
+            meshlimit: envoy.stats(MESHLIMIT_STATS)?,
         })
     }
 
     fn open_loop(&mut self, sc: &Scenario, round: usize, rate: f64) -> Result<Latency> {
-        let mut envoy = Envoy::start(
+        let mut envoy = self.start_envoy(sc, self.agent.port)?;
+        let args = self.loadgen_args(sc, &envoy, rate, self.opts.latency_seconds)?;
+        let text = self.run_loadgen(sc, &args)?;
+        envoy.proc.check_running()?;
+        parse_loadgen(sc.id, round, &text)
+    }
+
+    /// A fresh Envoy for `sc` on the agent at `agent_port`, recorded in the
+    /// report's commands.
+    pub(crate) fn start_envoy(&mut self, sc: &Scenario, agent_port: u16) -> Result<Envoy> {
+        let envoy = Envoy::start(
             sc,
-            self.agent.port,
+            agent_port,
             self.opts.filter_timeout_ms,
             &self.opts.envoy_cpu,
             self.dir,
         )?;
-        // A closed-loop second first: V8 tiers the module up, the pools fill,
-        // and the open-loop warm-up starts from a steady Envoy.
-        let warm = self.wrk_args(sc, &envoy, WARMUP_SECONDS)?;
+        self.results
+            .step(format!("Envoy ({})", sc.id), envoy.command.clone());
+        Ok(envoy)
+    }
+
+    /// Warms `envoy` up with a closed-loop second (V8 tiers the module up, the
+    /// pools fill, so the open-loop warm-up starts from a steady Envoy), then
+    /// returns meshlimit-loadgen's arguments for `seconds` at `rate` after a
+    /// 1 s open-loop warm-up.
+    pub(crate) fn loadgen_args(
+        &self,
+        sc: &Scenario,
+        envoy: &Envoy,
+        rate: f64,
+        seconds: f64,
+    ) -> Result<Vec<String>> {
+        let warm = self.wrk_args(sc, envoy, WARMUP_SECONDS)?;
         wrk::run(&self.opts.load_cpu, &warm)?;
         let mut args = vec![
             "--url".to_string(),
@@ -272,7 +281,7 @@ impl<'a> Bench<'a> {
             "--rate".into(),
             format!("{rate}"),
             "--duration".into(),
-            format!("{}", self.opts.latency_seconds),
+            format!("{seconds}"),
             "--warmup".into(),
             "1".into(),
             "--connections".into(),
@@ -284,21 +293,26 @@ impl<'a> Bench<'a> {
             }
             Keys::Unique(name) => args.extend(["--unique-header".into(), name.to_string()]),
         }
+        Ok(args)
+    }
+
+    /// meshlimit-loadgen with `args`, pinned to the load CPU, recorded in the
+    /// report's commands.
+    pub(crate) fn loadgen_command(&mut self, sc: &Scenario, args: &[String]) -> Command {
         let bin = loadgen_bin();
         let cpu = &self.opts.load_cpu;
         self.results.step(
             format!("loadgen ({})", sc.id),
-            format!("taskset -c {cpu} {} {}", bin.display(), shell_words(&args)),
+            format!("taskset -c {cpu} {} {}", bin.display(), shell_words(args)),
         );
-        let text = output(
-            Command::new("taskset")
-                .arg("-c")
-                .arg(cpu)
-                .arg(&bin)
-                .args(&args),
-        )?;
-        envoy.proc.check_running()?;
-        parse_loadgen(sc.id, round, &text)
+        let mut cmd = Command::new("taskset");
+        cmd.arg("-c").arg(cpu).arg(&bin).args(args);
+        cmd
+    }
+
+    /// Runs meshlimit-loadgen to completion; its JSON output.
+    pub(crate) fn run_loadgen(&mut self, sc: &Scenario, args: &[String]) -> Result<String> {
+        output(&mut self.loadgen_command(sc, args))
     }
 }
 
@@ -306,7 +320,7 @@ pub fn loadgen_bin() -> PathBuf {
     meshlimit_tests::target_dir().join("release/meshlimit-loadgen")
 }
 
-fn parse_loadgen(scenario: &'static str, round: usize, text: &str) -> Result<Latency> {
+pub(crate) fn parse_loadgen(scenario: &'static str, round: usize, text: &str) -> Result<Latency> {
     let v: serde_json::Value =
         serde_json::from_str(text.trim()).context("meshlimit-loadgen output")?;
     let f = |path: &str| v.pointer(path).and_then(serde_json::Value::as_f64);
@@ -329,10 +343,35 @@ fn parse_loadgen(scenario: &'static str, round: usize, text: &str) -> Result<Lat
         p99: f("/latency_us/p99").ok_or_else(missing)?,
         p999: f("/latency_us/p999").ok_or_else(missing)?,
         max: f("/latency_us/max").ok_or_else(missing)?,
+        admitted_p50: f("/admitted_us/p50").ok_or_else(missing)?,
+        admitted_p99: f("/admitted_us/p99").ok_or_else(missing)?,
+        admitted_p999: f("/admitted_us/p999").ok_or_else(missing)?,
         completed: u("/completed").ok_or_else(missing)?,
+        issued: u("/issued").ok_or_else(missing)?,
         errors: u("/errors").unwrap_or(0) + u("/dropped").unwrap_or(0),
         non_2xx,
     })
+}
+
+/// The prefix of meshlimit's stats in Envoy's admin (Envoy shows metrics a Wasm
+/// module defines under `wasmcustom.`).
+pub(crate) const MESHLIMIT_STATS: &str = "wasmcustom.meshlimit.";
+
+/// meshlimit's decision counters (`wasmcustom.meshlimit.rule.<rule>.<outcome>`)
+/// that moved between two readings of Envoy's stats, by `<rule>.<outcome>`.
+pub(crate) fn decisions(
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+) -> BTreeMap<String, u64> {
+    let prefix = format!("{MESHLIMIT_STATS}rule.");
+    after
+        .iter()
+        .filter_map(|(k, v)| {
+            let name = k.strip_prefix(&prefix)?;
+            let d = v.saturating_sub(before.get(k).copied().unwrap_or(0));
+            (d > 0).then(|| (name.to_string(), d))
+        })
+        .collect()
 }
 
 /// A value unique to this run, for unique keys.

@@ -31,9 +31,76 @@ pub struct Latency {
     pub p99: f64,
     pub p999: f64,
     pub max: f64,
+    /// The same percentiles over the 2xx answers only.
+    pub admitted_p50: f64,
+    pub admitted_p99: f64,
+    pub admitted_p999: f64,
     pub completed: u64,
+    /// Requests sent, the open-loop warm-up included.
+    pub issued: u64,
     pub errors: u64,
     pub non_2xx: u64,
+}
+
+/// Lease-call counters of meshlimit's filter over one run, per Envoy's admin
+/// (`wasmcustom.meshlimit.lease_*`); `None` where this filter build defines no
+/// such counter.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LeaseCounts {
+    /// Lease calls dispatched (`meshlimit.lease_calls`).
+    pub calls: Option<u64>,
+    /// Calls started ahead of need (`meshlimit.lease_refills`).
+    pub refills: Option<u64>,
+    /// Requests that waited on a call already in flight (`meshlimit.lease_waits`).
+    pub waits: Option<u64>,
+}
+
+/// One open-loop run of the request-path phase, with what the filter, the
+/// agent and Redis did during it.
+#[derive(Debug, Clone)]
+pub struct PathRun {
+    pub latency: Latency,
+    /// Envoy's CPU seconds over the run (open-loop warm-up included, as in
+    /// `latency.issued`).
+    pub envoy_cpu_s: f64,
+    /// Wall-clock seconds of the run.
+    pub wall_s: f64,
+    /// Redis script calls and all commands (Redis store, meshlimit only).
+    pub redis: Option<(u64, u64)>,
+    /// Lease items the agent answered for the configuration's rule (granted or
+    /// denied, from its /metrics).
+    pub agent_leases: Option<u64>,
+    pub lease: LeaseCounts,
+    /// meshlimit's decision counters that moved, by `<rule>.<outcome>`.
+    pub decisions: BTreeMap<String, u64>,
+}
+
+/// The request-path phase's settings, derived from the throughput phase.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PathSettings {
+    /// The hot key's rate: half of (a)'s median saturation.
+    pub rate: f64,
+    /// The cold keys' rate: the same, or half of (d)'s saturation if lower.
+    pub cold_rate: f64,
+    /// `bench-lease`'s limit (all admitted) and `bench-lease-3x`'s.
+    pub admitted_limit: u64,
+    pub over_limit: u64,
+}
+
+/// One round of the rules-at-scale phase for one rules count.
+#[derive(Debug, Clone)]
+pub struct ScaleRun {
+    pub rules: usize,
+    pub round: usize,
+    pub wrk: WrkResult,
+    pub envoy_cpu_s: f64,
+    /// Envoy's VmRSS after the wrk run, KiB.
+    pub rss_kib: Option<u64>,
+    /// Open loop without and with a rules reload in the middle.
+    pub steady: Latency,
+    pub reload: Latency,
+    /// Whether a filter VM reported the reloaded version to the agent.
+    pub reload_reached: bool,
 }
 
 /// One criterion benchmark: median time per iteration and its 95% interval.
@@ -59,6 +126,9 @@ pub struct Results {
     pub micro: Vec<Micro>,
     pub steps: Vec<Step>,
     pub profiles: Vec<crate::profile::Profile>,
+    pub path: Vec<PathRun>,
+    pub path_settings: Option<PathSettings>,
+    pub scale: Vec<ScaleRun>,
     /// The store the agent used, and why.
     pub store: String,
     /// `bench-limited`'s limit in the over-limit phase, per second.
@@ -124,6 +194,45 @@ impl Results {
 
     pub fn latencies<'a>(&'a self, scenario: &'a str) -> impl Iterator<Item = &'a Latency> + 'a {
         self.latency.iter().filter(move |l| l.scenario == scenario)
+    }
+
+    pub fn path_runs<'a>(&'a self, scenario: &'a str) -> impl Iterator<Item = &'a PathRun> + 'a {
+        self.path
+            .iter()
+            .filter(move |p| p.latency.scenario == scenario)
+    }
+
+    /// A figure comparing each request-path run of `x` with (a)'s run at the
+    /// same rate in the same round, over the rounds.
+    pub fn path_paired(&self, x: &str, f: impl Fn(&PathRun, &PathRun) -> f64) -> Option<Spread> {
+        Spread::of(self.path_runs(x).filter_map(|p| {
+            let a = self.path_runs("a").find(|a| {
+                a.latency.round == p.latency.round && (a.latency.rate - p.latency.rate).abs() < 0.5
+            })?;
+            Some(f(p, a))
+        }))
+    }
+
+    /// A rules-at-scale figure of `rules` against the smallest rules count's run
+    /// in the same round, over the rounds.
+    pub fn scale_paired(
+        &self,
+        rules: usize,
+        f: impl Fn(&ScaleRun, &ScaleRun) -> Option<f64>,
+    ) -> Option<Spread> {
+        let base = self.scale.iter().map(|s| s.rules).min()?;
+        Spread::of(
+            self.scale
+                .iter()
+                .filter(|s| s.rules == rules)
+                .filter_map(|s| {
+                    let b = self
+                        .scale
+                        .iter()
+                        .find(|b| b.rules == base && b.round == s.round)?;
+                    f(s, b)
+                }),
+        )
     }
 
     pub fn micro(&self, name: &str) -> Option<&Micro> {

@@ -78,6 +78,8 @@ pub fn render(r: &Results, opts: &Options, machine: &Machine) -> String {
             .map_or("n/a".into(), |x| tables::fmt_num(x, 0))
     );
     md.push_str(&tables::latency(r));
+    md.push_str(&request_path_section(r));
+    md.push_str(&rules_at_scale_section(r, opts));
     md.push_str("\n## Agent CPU and Redis commands\n\n");
     md.push_str(
         "Agent CPU from /proc/<pid>/stat over each measured run; Redis calls from INFO commandstats \
@@ -96,6 +98,9 @@ pub fn render(r: &Results, opts: &Options, machine: &Machine) -> String {
     for s in scenario::throughput_round() {
         let _ = writeln!(md, "- ({}) {}", s.id, s.label);
     }
+    for s in scenario::request_path() {
+        let _ = writeln!(md, "- ({}) {}", s.id, s.label);
+    }
     md.push_str(
         "- (b3), (c3): (b) and (c) with the limit at a third of (c)'s admitted rate\n\n\
          Every configuration is sent one request header (`x-bench-key: hot`; (d) a unique `x-bench-cold` per \
@@ -110,6 +115,13 @@ pub fn render(r: &Results, opts: &Options, machine: &Machine) -> String {
     md.push_str(&scenario::rules_yaml(
         r.over_limit.unwrap_or(scenario::HIGH_LIMIT),
     ));
+    if let Some(p) = r.path_settings {
+        md.push_str("```\n\nThe request-path phase's rules (its own agent):\n\n```yaml\n");
+        md.push_str(&scenario::request_path_rules(
+            p.admitted_limit,
+            p.over_limit,
+        ));
+    }
     md.push_str("```\n\n## Commands\n\n```sh\n");
     let _ = writeln!(
         md,
@@ -120,5 +132,79 @@ pub fn render(r: &Results, opts: &Options, machine: &Machine) -> String {
         let _ = writeln!(md, "# {}\n{}", step.what, step.command);
     }
     md.push_str("```\n");
+    md
+}
+
+fn request_path_section(r: &Results) -> String {
+    let mut md =
+        String::from("\n## Request path: a hot key on leases, and cold keys (open loop)\n\n");
+    match r.path_settings {
+        Some(p) => {
+            let _ = writeln!(
+                md,
+                "meshlimit-loadgen at {rate} req/s (half of (a)'s median saturation) for (h), (h3) and \
+                 (a); (k) at {cold} req/s{cold_why}. (h): rule `bench-lease`, limit {adm}/s (4× the rate: \
+                 every request admitted, yet leases of about 100 ms of demand are renewed all the time); \
+                 (h3): `bench-lease-3x`, limit {over}/s (a third of the rate); (k): `bench-new`, a new key \
+                 on every request. All three `accuracy: fast` on the agent's store, with a fresh agent for \
+                 the phase. (a) runs at each rate in the same round, just before the configurations \
+                 compared with it; added = this configuration minus that (a) run.\n",
+                rate = tables::fmt_num(p.rate, 0),
+                cold = tables::fmt_num(p.cold_rate, 0),
+                cold_why = if p.cold_rate < p.rate {
+                    ", half of (d)'s saturation, below (h)'s rate: every request waits on the agent"
+                } else {
+                    ""
+                },
+                adm = tables::fmt_num(p.admitted_limit as f64, 0),
+                over = tables::fmt_num(p.over_limit as f64, 0),
+            );
+        }
+        None => return md + "Not run.\n",
+    }
+    md.push_str(
+        "Latency of the admitted (2xx) requests only, from each request's scheduled send time \
+         (a rejection is answered sooner than an admission and would flatter the percentiles).\n\n",
+    );
+    md.push_str(&tables::request_path_latency(r));
+    md.push_str(
+        "\nWhat each request cost, over the same runs (the open-loop warm-up second included): Envoy's CPU \
+         from /proc; Redis script calls from INFO commandstats per second of the run; the agent's lease \
+         items for the rule (granted + denied, from its /metrics); the filter's lease calls, calls \
+         started ahead of need and requests that waited on a call already in flight, from Envoy's \
+         counters `meshlimit.lease_calls`, `meshlimit.lease_refills` and `meshlimit.lease_waits` \
+         (n/a: this filter build does not define them).\n\n",
+    );
+    md.push_str(&tables::request_path_costs(r));
+    md
+}
+
+fn rules_at_scale_section(r: &Results, opts: &Options) -> String {
+    let mut md = String::from("\n## Rules at scale\n\n");
+    if r.scale.is_empty() {
+        return md + "Not run.\n";
+    }
+    let _ = writeln!(
+        md,
+        "meshlimit with {counts} rules loaded, each rule on its own path prefix and keyed on \
+         `x-bench-key`; every request goes to `{path}`, which one rule covers, so each request meets \
+         one rule among many. Each rules count has its own agent, and a fresh Envoy per run. Per \
+         round: wrk as in the throughput phase (req/s, Envoy CPU per request from /proc), Envoy's \
+         VmRSS after it (/proc/<pid>/status), then two open-loop runs of {secs} s at half of (a)'s \
+         saturation (or half of this run's own, if lower): one steady, one during which the rules file \
+         the agent watches is rewritten (one rule's limit raised: a new version) a quarter of the way \
+         in. The agent reads the file every 500 ms and the filter syncs every second, so the new version \
+         is compiled inside the measured time; \"reached\" counts the runs in which a filter VM reported \
+         the new version to the agent. Ratios and differences are against the fewest rules in the same round.\n",
+        counts = opts
+            .scale_rules
+            .iter()
+            .map(|n| tables::fmt_num(*n as f64, 0))
+            .collect::<Vec<_>>()
+            .join(" / "),
+        path = scenario::SCALE_PATH,
+        secs = opts.latency_seconds.max(4.0),
+    );
+    md.push_str(&tables::rules_at_scale(r));
     md
 }

@@ -11,6 +11,9 @@ pub const COLD_HEADER: &str = "x-bench-cold";
 /// (c3): keyed by rule `bench-limited`, whose limit is a third of the load.
 pub const LIMITED_HEADER: &str = "x-bench-limited";
 
+/// The path every configuration but the rules-at-scale runs requests.
+pub const ROOT: &str = "/";
+
 /// Far above any load this machine can offer: every request is admitted.
 pub const HIGH_LIMIT: u64 = 10_000_000;
 
@@ -43,6 +46,8 @@ pub struct Scenario {
     pub label: &'static str,
     pub filter: Filter,
     pub keys: Keys,
+    /// The request path (`/` but for the rules-at-scale runs).
+    pub path: &'static str,
 }
 
 impl Scenario {
@@ -60,6 +65,7 @@ pub fn admitted() -> Vec<Scenario> {
             label: "no filter",
             filter: Filter::None,
             keys: hot,
+            path: ROOT,
         },
         Scenario {
             id: "b",
@@ -68,30 +74,35 @@ pub fn admitted() -> Vec<Scenario> {
                 per_second: HIGH_LIMIT,
             },
             keys: hot,
+            path: ROOT,
         },
         Scenario {
             id: "c",
             label: "meshlimit, hot key (local leases)",
             filter: Filter::Meshlimit,
             keys: hot,
+            path: ROOT,
         },
         Scenario {
             id: "d",
             label: "meshlimit, cold keys (every request a miss)",
             filter: Filter::Meshlimit,
             keys: Keys::Unique(COLD_HEADER),
+            path: ROOT,
         },
         Scenario {
             id: "e",
             label: "floor: header + shared-data get + CAS set",
             filter: Filter::Floor("floor"),
             keys: hot,
+            path: ROOT,
         },
         Scenario {
             id: "f",
             label: "empty proxy-wasm filter",
             filter: Filter::Floor("empty"),
             keys: hot,
+            path: ROOT,
         },
     ]
 }
@@ -106,18 +117,21 @@ pub fn attribution() -> Vec<Scenario> {
             label: "floor + every request header fetched",
             filter: Filter::Floor("all_headers"),
             keys: hot,
+            path: ROOT,
         },
         Scenario {
             id: "e2",
             label: "floor + two stream properties (source.address, xds.route_name)",
             filter: Filter::Floor("properties"),
             keys: hot,
+            path: ROOT,
         },
         Scenario {
             id: "e3",
             label: "floor + two response headers added",
             filter: Filter::Floor("response_headers"),
             keys: hot,
+            path: ROOT,
         },
     ]
 }
@@ -135,12 +149,14 @@ pub fn over_limit(limit: u64) -> Vec<Scenario> {
             label: "Envoy local_ratelimit at 3x its limit",
             filter: Filter::NativeLocal { per_second: limit },
             keys: Keys::Fixed(KEY_HEADER, HOT_VALUE),
+            path: ROOT,
         },
         Scenario {
             id: "c3",
             label: "meshlimit hot key at 3x its limit",
             filter: Filter::Meshlimit,
             keys: Keys::Fixed(LIMITED_HEADER, HOT_VALUE),
+            path: ROOT,
         },
     ]
 }
@@ -169,4 +185,169 @@ rules:
     limit: {{ requests: {limited}, per: 1s, burst: {burst} }}
 "
     )
+}
+
+/// (h): `bench-lease`, a hot key whose limit is comfortably above the offered
+/// rate: every request admitted, and the lease path still exercised (leases of
+/// about 100 ms of demand, renewed all the time).
+pub const LEASE_HEADER: &str = "x-bench-lease";
+/// (h3): `bench-lease-3x`, a hot key offered three times its limit.
+pub const LEASE_3X_HEADER: &str = "x-bench-lease-3x";
+/// (k): `bench-new`, an `accuracy: fast` rule and a new key on every request.
+pub const NEW_KEY_HEADER: &str = "x-bench-new";
+
+/// The request-path configurations (open loop), each run beside (a) at the same
+/// rate in the same round.
+pub fn request_path() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            id: "h",
+            label: "meshlimit, hot key on leases, all admitted (limit 4× the rate)",
+            filter: Filter::Meshlimit,
+            keys: Keys::Fixed(LEASE_HEADER, HOT_VALUE),
+            path: ROOT,
+        },
+        Scenario {
+            id: "h3",
+            label: "meshlimit, hot key on leases, offered 3× its limit",
+            filter: Filter::Meshlimit,
+            keys: Keys::Fixed(LEASE_3X_HEADER, HOT_VALUE),
+            path: ROOT,
+        },
+        Scenario {
+            id: "k",
+            label: "meshlimit, cold keys, `accuracy: fast` (every request a new key)",
+            filter: Filter::Meshlimit,
+            keys: Keys::Unique(NEW_KEY_HEADER),
+            path: ROOT,
+        },
+    ]
+}
+
+/// The rule a request-path configuration's requests meet.
+pub fn rule_of(id: &str) -> Option<&'static str> {
+    match id {
+        "h" => Some("bench-lease"),
+        "h3" => Some("bench-lease-3x"),
+        "k" => Some("bench-new"),
+        _ => None,
+    }
+}
+
+/// The request-path phase's rules: every one `accuracy: fast` with the default
+/// failure policy (`local`), burst = limit, so a lease is about 100 ms of demand
+/// and at most a tenth of the limit.
+pub fn request_path_rules(admitted_limit: u64, over_limit: u64) -> String {
+    format!(
+        "version: 1
+rules:
+  - name: bench-lease
+    key: [{{ header: {LEASE_HEADER} }}]
+    limit: {{ requests: {admitted_limit}, per: 1s }}
+    accuracy: fast
+  - name: bench-lease-3x
+    key: [{{ header: {LEASE_3X_HEADER} }}]
+    limit: {{ requests: {over_limit}, per: 1s }}
+    accuracy: fast
+  - name: bench-new
+    key: [{{ header: {NEW_KEY_HEADER} }}]
+    limit: {{ requests: {HIGH_LIMIT}, per: 1s }}
+    accuracy: fast
+"
+    )
+}
+
+/// The path the rules-at-scale runs request: only `bench-match` covers it.
+pub const SCALE_PATH: &str = "/bench/match/items";
+
+/// The rules-at-scale configuration: meshlimit with many rules, one of which
+/// applies to every request.
+pub fn at_scale() -> Scenario {
+    Scenario {
+        id: "n",
+        label: "meshlimit, N rules loaded, one applies",
+        filter: Filter::Meshlimit,
+        keys: Keys::Fixed(KEY_HEADER, HOT_VALUE),
+        path: SCALE_PATH,
+    }
+}
+
+/// `n` rules keyed on `x-bench-key`, each on its own path prefix
+/// (`/api/<i>/`), so a request to [`SCALE_PATH`] meets exactly one of them,
+/// `bench-match`, whatever `n`. `generation` changes `bench-rule-0`'s limit
+/// (upwards), so each generation is a new rules version. One rule a line: 20,000
+/// rules are about 2 MB, under the agent's 4 MiB bound on a rules file.
+pub fn scale_rules_yaml(n: usize, generation: u64) -> String {
+    let mut yaml = String::with_capacity(n * 110 + 64);
+    yaml.push_str("version: 1\nrules:\n");
+    for i in 0..n.saturating_sub(1) {
+        let limit = if i == 0 {
+            HIGH_LIMIT + generation
+        } else {
+            HIGH_LIMIT
+        };
+        yaml.push_str(&format!(
+            "  - {{ name: bench-rule-{i}, match: {{ path_prefix: /api/{i}/ }}, key: [{{ header: {KEY_HEADER} }}], limit: {{ requests: {limit}, per: 1s }} }}\n"
+        ));
+    }
+    yaml.push_str(&format!(
+        "  - {{ name: bench-match, match: {{ path_prefix: /bench/match/ }}, key: [{{ header: {KEY_HEADER} }}], limit: {{ requests: {HIGH_LIMIT}, per: 1s }} }}\n"
+    ));
+    yaml
+}
+
+#[cfg(test)]
+mod tests {
+    use meshlimit_core::rules::{parse_rules, Accuracy};
+    use meshlimit_core::RequestInfo;
+
+    use super::*;
+
+    fn request(path: &str, headers: &[(&str, &str)]) -> RequestInfo {
+        let headers = headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        RequestInfo::new(path, "GET", headers)
+    }
+
+    #[test]
+    fn a_scale_request_meets_exactly_one_rule() -> Result<(), String> {
+        for n in [1, 10, 1_000, 20_000] {
+            let text = scale_rules_yaml(n, 0);
+            let set = parse_rules("rules.yaml", &text).map_err(|e| e.to_string())?;
+            assert_eq!(set.rules().len(), n);
+            let hit = request(SCALE_PATH, &[(KEY_HEADER, HOT_VALUE)]);
+            let applicable = set.applicable(&hit).map_err(|e| e.to_string())?;
+            let names: Vec<&str> = applicable.iter().map(|a| a.rule.name.as_str()).collect();
+            assert_eq!(names, ["bench-match"], "{n} rules");
+            // The reload's next generation is another version, accepted as a
+            // change (a limit raised, never cut).
+            let next =
+                parse_rules("rules.yaml", &scale_rules_yaml(n, 1)).map_err(|e| e.to_string())?;
+            if n > 1 {
+                assert_ne!(set.version(), next.version(), "{n} rules");
+            }
+        }
+        let twenty = scale_rules_yaml(20_000, 0).len();
+        assert!(twenty < 3 * 1024 * 1024, "{twenty} bytes");
+        Ok(())
+    }
+
+    #[test]
+    fn request_path_rules_each_take_one_configuration() -> Result<(), String> {
+        let set = parse_rules("rules.yaml", &request_path_rules(40_000, 3_333))
+            .map_err(|e| e.to_string())?;
+        for sc in request_path() {
+            let header = match sc.keys {
+                Keys::Fixed(name, _) | Keys::Unique(name) => name,
+            };
+            let req = request(sc.path, &[(header, "v")]);
+            let applicable = set.applicable(&req).map_err(|e| e.to_string())?;
+            let names: Vec<&str> = applicable.iter().map(|a| a.rule.name.as_str()).collect();
+            assert_eq!(names, [rule_of(sc.id).unwrap_or("none")], "({})", sc.id);
+        }
+        assert!(set.rules().iter().all(|r| r.accuracy == Accuracy::Fast));
+        Ok(())
+    }
 }

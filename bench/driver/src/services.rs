@@ -30,6 +30,8 @@ pub struct Redis {
 pub struct Agent {
     pub proc: Pinned,
     pub port: u16,
+    /// The rules file it watches.
+    pub rules_path: PathBuf,
     /// `memory` or `redis://127.0.0.1:PORT`.
     pub store: String,
     pub command: String,
@@ -115,9 +117,10 @@ pub fn script_and_total_calls(before: &CommandCounts, after: &CommandCounts) -> 
 }
 
 impl Agent {
-    /// Starts the release agent with `rules` on `store` and waits for `/readyz`.
-    pub fn start(rules: &str, store: &str, cpu: &str, dir: &Path) -> Result<Agent> {
-        let rules_path: PathBuf = dir.join("rules.yaml");
+    /// Starts the release agent `name` (its rules file and log are named after
+    /// it) with `rules` on `store` and waits for `/readyz`.
+    pub fn start(name: &str, rules: &str, store: &str, cpu: &str, dir: &Path) -> Result<Agent> {
+        let rules_path: PathBuf = dir.join(format!("rules-{name}.yaml"));
         std::fs::write(&rules_path, rules).context(rules_path.display())?;
         let port = free_port();
         let args: Vec<String> = [
@@ -136,7 +139,7 @@ impl Agent {
         .collect();
         let binary = meshlimit_tests::agent_bin();
         let command = format!("taskset -c {cpu} {} {}", binary.display(), args.join(" "));
-        let mut proc = Pinned::spawn("agent", cpu, &binary, &args, dir)?;
+        let mut proc = Pinned::spawn(name, cpu, &binary, &args, dir)?;
         let ready = format!("http://127.0.0.1:{port}/readyz");
         wait_for(Duration::from_secs(20), "the agent's /readyz", || {
             proc.check_running()?;
@@ -147,9 +150,28 @@ impl Agent {
         Ok(Agent {
             proc,
             port,
+            rules_path,
             store: store.to_string(),
             command,
         })
+    }
+
+    /// The agent's Prometheus text (`/metrics`, open without the token).
+    pub fn metrics(&self) -> Result<String> {
+        let url = format!("http://127.0.0.1:{}/metrics", self.port);
+        let resp = try_request("GET", &url, &[], None).map_err(BenchError::new)?;
+        if resp.status != 200 {
+            return Err(BenchError::new(format!("{url}: status {}", resp.status)));
+        }
+        Ok(resp.body)
+    }
+
+    /// Replaces the rules file at once (a new file renamed over the old, so the
+    /// agent never reads half of it).
+    pub fn rewrite_rules(&self, rules: &str) -> Result<()> {
+        let next = self.rules_path.with_extension("next");
+        std::fs::write(&next, rules).context(next.display())?;
+        std::fs::rename(&next, &self.rules_path).context(self.rules_path.display())
     }
 }
 
@@ -163,12 +185,12 @@ pub fn start_store_and_agent(
     dir: &Path,
 ) -> Result<(Option<Redis>, Agent, String)> {
     if choice == StoreChoice::Memory {
-        let agent = Agent::start(rules, "memory", cpu, dir)?;
+        let agent = Agent::start("agent", rules, "memory", cpu, dir)?;
         return Ok((None, agent, "memory (chosen)".into()));
     }
     let redis = Redis::start(cpu, dir)?;
     let url = format!("redis://127.0.0.1:{}", redis.port);
-    match Agent::start(rules, &url, cpu, dir) {
+    match Agent::start("agent", rules, &url, cpu, dir) {
         Ok(agent) => Ok((
             Some(redis),
             agent,
@@ -176,7 +198,7 @@ pub fn start_store_and_agent(
         )),
         Err(e) if choice == StoreChoice::Auto => {
             eprintln!("bench: the agent refused the Redis store, using memory: {e}");
-            let agent = Agent::start(rules, "memory", cpu, dir)?;
+            let agent = Agent::start("agent", rules, "memory", cpu, dir)?;
             let first_line = e.to_string().lines().last().unwrap_or_default().to_string();
             Ok((
                 None,

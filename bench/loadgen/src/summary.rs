@@ -34,6 +34,10 @@ pub struct Summary {
     pub latency_us: Percentiles,
     /// From the actual send to the end of the response: what the server took.
     pub service_us: Percentiles,
+    /// `latency_us` of the 2xx answers only: what an admitted request saw when
+    /// a limiter rejects some (its rejections are answered sooner or later
+    /// than its admissions, and would move the percentiles either way).
+    pub admitted_us: Percentiles,
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize)]
@@ -51,6 +55,7 @@ pub struct Recorder {
     measure_from: Instant,
     latency: Histogram<u64>,
     service: Histogram<u64>,
+    admitted: Histogram<u64>,
     status: BTreeMap<u16, u64>,
     errors: u64,
     dropped: u64,
@@ -63,6 +68,7 @@ impl Recorder {
             measure_from,
             latency: Histogram::new_with_bounds(1, MAX_NS, 3)?,
             service: Histogram::new_with_bounds(1, MAX_NS, 3)?,
+            admitted: Histogram::new_with_bounds(1, MAX_NS, 3)?,
             status: BTreeMap::new(),
             errors: 0,
             dropped: 0,
@@ -74,8 +80,11 @@ impl Recorder {
             return;
         }
         let ns = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(MAX_NS);
-        self.latency
-            .saturating_record(ns(done.saturating_duration_since(t.due)));
+        let latency = ns(done.saturating_duration_since(t.due));
+        self.latency.saturating_record(latency);
+        if (200..300).contains(&code) {
+            self.admitted.saturating_record(latency);
+        }
         self.service
             .saturating_record(ns(done.saturating_duration_since(sent)));
         *self.status.entry(code).or_default() += 1;
@@ -97,6 +106,7 @@ impl Recorder {
         // Same bounds on both sides: adding cannot fail.
         let _ = self.latency.add(&other.latency);
         let _ = self.service.add(&other.service);
+        let _ = self.admitted.add(&other.admitted);
         for (code, n) in other.status {
             *self.status.entry(code).or_default() += n;
         }
@@ -120,6 +130,7 @@ impl Recorder {
             achieved_rps: completed as f64 / duration_s,
             latency_us: percentiles(&self.latency),
             service_us: percentiles(&self.service),
+            admitted_us: percentiles(&self.admitted),
         }
     }
 }
@@ -138,7 +149,7 @@ fn percentiles(h: &Histogram<u64>) -> Percentiles {
 
 impl Summary {
     /// The CSV header matching [`Summary::csv_row`].
-    pub const CSV_HEADER: &'static str = "rate,duration_s,connections,issued,completed,errors,dropped,non_2xx,achieved_rps,p50_us,p90_us,p99_us,p999_us,max_us,mean_us,service_p50_us,service_p99_us,service_p999_us";
+    pub const CSV_HEADER: &'static str = "rate,duration_s,connections,issued,completed,errors,dropped,non_2xx,achieved_rps,p50_us,p90_us,p99_us,p999_us,max_us,mean_us,service_p50_us,service_p99_us,service_p999_us,admitted_p50_us,admitted_p99_us,admitted_p999_us";
 
     /// Answers whose status is not 2xx.
     pub fn non_2xx(&self) -> u64 {
@@ -150,9 +161,9 @@ impl Summary {
     }
 
     pub fn csv_row(&self) -> String {
-        let (l, s) = (&self.latency_us, &self.service_us);
+        let (l, s, a) = (&self.latency_us, &self.service_us, &self.admitted_us);
         format!(
-            "{},{},{},{},{},{},{},{},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1}",
+            "{},{},{},{},{},{},{},{},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1}",
             self.rate,
             self.duration_s,
             self.connections,
@@ -170,7 +181,41 @@ impl Summary {
             l.mean,
             s.p50,
             s.p99,
-            s.p999
+            s.p999,
+            a.p50,
+            a.p99,
+            a.p999
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::options::Target;
+
+    #[test]
+    fn admitted_latency_leaves_out_rejections() -> Result<(), Box<dyn std::error::Error>> {
+        let start = Instant::now();
+        let mut r = Recorder::new(start)?;
+        for seq in 0..100 {
+            let t = Ticket { seq, due: start };
+            // Admitted answers take 1 ms; the rejections 50 ms.
+            let (code, took) = if seq % 2 == 0 { (200, 1) } else { (429, 50) };
+            r.completed(&t, start, start + Duration::from_millis(took), code);
+        }
+        let target = Target::parse("http://127.0.0.1:1/")?;
+        let options = LoadOptions::new(target, 100.0, Duration::from_secs(1))?;
+        let s = r.finish(&options, 100);
+        assert_eq!(s.completed, 100);
+        assert_eq!(s.non_2xx(), 50);
+        assert!(s.latency_us.p99 >= 49_000.0, "{s:?}");
+        assert!(s.admitted_us.p99 <= 1_001.0, "{s:?}");
+        assert!(s.admitted_us.p50 >= 999.0, "{s:?}");
+        let columns = Summary::CSV_HEADER.split(',').count();
+        assert_eq!(s.csv_row().split(',').count(), columns);
+        Ok(())
     }
 }

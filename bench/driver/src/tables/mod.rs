@@ -3,6 +3,7 @@
 
 mod costs;
 mod latency;
+mod path;
 mod throughput;
 
 use crate::records::{Spread, Throughput};
@@ -10,6 +11,7 @@ use crate::scenario;
 
 pub use costs::{agent, micro};
 pub use latency::latency;
+pub use path::{request_path_costs, request_path_latency, rules_at_scale};
 pub use throughput::{attribution, headline, over_limit, throughput};
 
 /// Requests a run admitted per second.
@@ -64,6 +66,28 @@ pub fn fmt_spread(s: Option<Spread>, decimals: usize) -> String {
     }
 }
 
+/// The share of meshlimit's decisions (`<rule>.<outcome>` counts) a failure
+/// policy took, with their number; empty when there were none.
+pub(super) fn failure_policy_share<'a>(
+    decisions: impl Iterator<Item = (&'a String, &'a u64)>,
+) -> String {
+    let (mut failed, mut all) = (0u64, 0u64);
+    for (name, n) in decisions {
+        all += n;
+        if name.contains(".failed_") {
+            failed += n;
+        }
+    }
+    if all == 0 {
+        return String::new();
+    }
+    format!(
+        "{:.2}% of {}",
+        failed as f64 / all as f64 * 100.0,
+        fmt_num(all as f64, 0)
+    )
+}
+
 pub(super) fn verdict(ok: Option<bool>) -> &'static str {
     match ok {
         Some(true) => "met",
@@ -75,7 +99,8 @@ pub(super) fn verdict(ok: Option<bool>) -> &'static str {
 pub(super) fn label(id: &str) -> String {
     let all = scenario::throughput_round()
         .into_iter()
-        .chain(scenario::over_limit(0));
+        .chain(scenario::over_limit(0))
+        .chain(scenario::request_path());
     all.into_iter()
         .find(|s| s.id == id)
         .map_or_else(|| id.to_string(), |s| format!("({id}) {}", s.label))

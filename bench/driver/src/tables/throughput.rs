@@ -3,7 +3,9 @@
 
 use std::fmt::Write;
 
-use super::{added_us, admitted, cpu_us, fmt_num, fmt_spread, label, verdict};
+use super::{
+    added_us, admitted, cpu_us, failure_policy_share, fmt_num, fmt_spread, label, verdict,
+};
 use crate::records::{Results, Spread, Throughput};
 
 pub fn throughput(r: &Results) -> String {
@@ -52,23 +54,7 @@ pub fn throughput(r: &Results) -> String {
 /// The share of meshlimit's decisions taken by a failure policy (the agent did
 /// not answer in time), over every run of `id`; empty for other filters.
 fn failure_share(r: &Results, id: &str) -> String {
-    let (mut failed, mut all) = (0u64, 0u64);
-    for t in r.runs(id) {
-        for (name, n) in &t.decisions {
-            all += n;
-            if name.contains(".failed_") {
-                failed += n;
-            }
-        }
-    }
-    if all == 0 {
-        return String::new();
-    }
-    format!(
-        "{:.2}% of {}",
-        failed as f64 / all as f64 * 100.0,
-        fmt_num(all as f64, 0)
-    )
+    failure_policy_share(r.runs(id).flat_map(|t| t.decisions.iter()))
 }
 
 /// A figure computed from per-request costs within one round.

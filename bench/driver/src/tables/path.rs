@@ -1,0 +1,409 @@
+//! The request-path tables (hot key on leases, cold keys, open loop, each beside
+//! (a) at the same rate in the same round) and the rules-at-scale table.
+
+use std::fmt::Write;
+
+use super::{failure_policy_share, fmt_num, fmt_spread, label, verdict};
+use crate::records::{LeaseCounts, PathRun, Results, ScaleRun, Spread};
+
+/// Latency targets: (added p50, added p99, added p99.9) in µs, where one is set.
+fn latency_targets(id: &str) -> (&'static str, [Option<f64>; 3]) {
+    match id {
+        "h" | "h3" => (
+            "p99 ≤ 50 µs, p99.9 ≤ 200 µs",
+            [None, Some(50.0), Some(200.0)],
+        ),
+        "k" => (
+            "p50 ≤ 200 µs, p99 ≤ 1,000 µs",
+            [Some(200.0), Some(1_000.0), None],
+        ),
+        _ => ("—", [None; 3]),
+    }
+}
+
+type Pick = fn(&PathRun) -> f64;
+
+const PERCENTILES: [Pick; 3] = [
+    |p| p.latency.admitted_p50,
+    |p| p.latency.admitted_p99,
+    |p| p.latency.admitted_p999,
+];
+
+/// The distinct rates (a) ran at in the request-path phase, in the order run.
+fn baseline_rates(r: &Results) -> Vec<f64> {
+    let mut rates: Vec<f64> = Vec::new();
+    for p in r.path_runs("a") {
+        if !rates.iter().any(|x| (x - p.latency.rate).abs() < 0.5) {
+            rates.push(p.latency.rate);
+        }
+    }
+    rates
+}
+
+fn spread_at(
+    r: &Results,
+    id: &str,
+    rate: Option<f64>,
+    f: impl Fn(&PathRun) -> f64,
+) -> Option<Spread> {
+    Spread::of(
+        r.path_runs(id)
+            .filter(|p| rate.is_none_or(|x| (p.latency.rate - x).abs() < 0.5))
+            .map(f),
+    )
+}
+
+/// The rows: (a) at each of its rates, then (h), (h3), (k).
+fn rows(r: &Results) -> Vec<(&'static str, Option<f64>)> {
+    let mut rows: Vec<(&'static str, Option<f64>)> = baseline_rates(r)
+        .into_iter()
+        .map(|x| ("a", Some(x)))
+        .collect();
+    rows.extend(
+        ["h", "h3", "k"]
+            .into_iter()
+            .filter(|id| r.path_runs(id).next().is_some())
+            .map(|id| (id, None)),
+    );
+    rows
+}
+
+fn row_label(id: &str, rate: Option<f64>) -> String {
+    match rate {
+        Some(x) if id == "a" => format!("{} at {} req/s", label(id), fmt_num(x, 0)),
+        _ => label(id),
+    }
+}
+
+pub fn request_path_latency(r: &Results) -> String {
+    if r.path.is_empty() {
+        return "Not run.\n".into();
+    }
+    let mut out = String::from(
+        "| configuration | rate req/s | p50 µs | p99 µs | p99.9 µs | added p50 | added p99 | added p99.9 | errors + non-2xx | target (added) | |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for (id, rate) in rows(r) {
+        let (target, limits) = latency_targets(id);
+        let added: Vec<Option<Spread>> = PERCENTILES
+            .iter()
+            .map(|f| r.path_paired(id, |x, a| f(x) - f(a)))
+            .collect();
+        let met = limits.iter().zip(&added).filter_map(|(limit, s)| {
+            let limit = (*limit)?;
+            Some(s.map(|s| s.median <= limit))
+        });
+        let met: Vec<Option<bool>> = met.collect();
+        let ok = if met.is_empty() || met.iter().any(Option::is_none) {
+            None
+        } else {
+            Some(met.iter().all(|m| *m == Some(true)))
+        };
+        let cell = |s: &Option<Spread>| {
+            if id == "a" {
+                "—".to_string()
+            } else {
+                fmt_spread(*s, 0)
+            }
+        };
+        let bad: u64 = r
+            .path_runs(id)
+            .filter(|p| rate.is_none_or(|x| (p.latency.rate - x).abs() < 0.5))
+            .map(|p| p.latency.errors + p.latency.non_2xx)
+            .sum();
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {bad} | {target} | {} |",
+            row_label(id, rate),
+            fmt_spread(spread_at(r, id, rate, |p| p.latency.rate), 0),
+            fmt_spread(spread_at(r, id, rate, PERCENTILES[0]), 0),
+            fmt_spread(spread_at(r, id, rate, PERCENTILES[1]), 0),
+            fmt_spread(spread_at(r, id, rate, PERCENTILES[2]), 0),
+            cell(&added[0]),
+            cell(&added[1]),
+            cell(&added[2]),
+            if id == "a" { "" } else { verdict(ok) },
+        );
+    }
+    out
+}
+
+/// Requests of a run, its open-loop warm-up included (the span every counter
+/// was read over).
+fn requests(p: &PathRun) -> f64 {
+    p.latency.issued.max(1) as f64
+}
+
+fn per_thousand(r: &Results, id: &str, f: impl Fn(&PathRun) -> Option<u64>) -> String {
+    fmt_spread(
+        Spread::of(
+            r.path_runs(id)
+                .filter_map(|p| Some(f(p)? as f64 / requests(p) * 1e3)),
+        ),
+        1,
+    )
+}
+
+fn lease(r: &Results, id: &str, f: fn(&LeaseCounts) -> Option<u64>) -> String {
+    per_thousand(r, id, |p| f(&p.lease))
+}
+
+pub fn request_path_costs(r: &Results) -> String {
+    if r.path.is_empty() {
+        return "Not run.\n".into();
+    }
+    let mut out = String::from(
+        "| configuration | Envoy CPU µs/request (/proc) | added vs (a) | Redis script calls per second | target | | agent lease items per 1,000 requests | filter lease calls per 1,000 | started ahead of need per 1,000 | waited on a call in flight per 1,000 | decisions by failure policy |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    let cpu_us = |p: &PathRun| p.envoy_cpu_s / requests(p) * 1e6;
+    for (id, rate) in rows(r) {
+        let scripts = spread_at(r, id, rate, |p| {
+            p.redis.map_or(f64::NAN, |(s, _)| s as f64 / p.wall_s)
+        });
+        let (target, ok) = match id {
+            "h" | "h3" => (
+                "≤ 12 (1.2 × 1 agent ÷ 100 ms leases)",
+                scripts.map(|s| s.median <= 12.0),
+            ),
+            "k" => ("— (one per new key)", None),
+            _ => ("", None),
+        };
+        let dash = |text: String| if id == "a" { "—".to_string() } else { text };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {target} | {} | {} | {} | {} | {} | {} |",
+            row_label(id, rate),
+            fmt_spread(spread_at(r, id, rate, cpu_us), 2),
+            dash(fmt_spread(
+                r.path_paired(id, |x, a| cpu_us(x) - cpu_us(a)),
+                2
+            )),
+            dash(fmt_spread(scripts, 1)),
+            if target.is_empty() {
+                ""
+            } else if scripts.is_some() {
+                verdict(ok)
+            } else {
+                "n/a"
+            },
+            dash(per_thousand(r, id, |p| p.agent_leases)),
+            dash(lease(r, id, |l| l.calls)),
+            dash(lease(r, id, |l| l.refills)),
+            dash(lease(r, id, |l| l.waits)),
+            failure_policy_share(r.path_runs(id).flat_map(|p| p.decisions.iter())),
+        );
+    }
+    out
+}
+
+/// The throughput target at scale: the largest rules count ÷ the smallest.
+const SCALE_TARGET: f64 = 0.95;
+
+pub fn rules_at_scale(r: &Results) -> String {
+    let mut counts: Vec<usize> = r.scale.iter().map(|s| s.rules).collect();
+    counts.sort_unstable();
+    counts.dedup();
+    let (Some(&base), Some(&largest)) = (counts.first(), counts.last()) else {
+        return "Not run.\n".into();
+    };
+    let mut out = format!(
+        "| rules loaded | admitted req/s | ÷ {b} rules | target | | Envoy CPU µs/request (/proc) | added vs {b} rules | Envoy RSS MiB | added vs {b} rules | open-loop rate req/s | p99 µs, steady | p99 µs, reload during the run | added by the reload | max µs, reload | reload reached the filter |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        b = fmt_num(base as f64, 0)
+    );
+    let cpu_us = |s: &ScaleRun| s.envoy_cpu_s / s.wrk.requests.max(1) as f64 * 1e6;
+    let rss_mib = |s: &ScaleRun| s.rss_kib.map(|k| k as f64 / 1024.0);
+    for &n in &counts {
+        let runs = || r.scale.iter().filter(move |s| s.rules == n);
+        let of = |f: &dyn Fn(&ScaleRun) -> Option<f64>| Spread::of(runs().filter_map(f));
+        let ratio = r.scale_paired(n, |x, b| Some(x.wrk.admitted_rps() / b.wrk.admitted_rps()));
+        let (target, ok) = if n == largest && n != base {
+            (
+                format!("≥ {SCALE_TARGET}"),
+                Some(ratio.map(|s| s.median >= SCALE_TARGET)),
+            )
+        } else {
+            (String::new(), None)
+        };
+        let vs_base = |text: String| if n == base { "—".to_string() } else { text };
+        let reached = runs().filter(|s| s.reload_reached).count();
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {target} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {reached} of {} |",
+            fmt_num(n as f64, 0),
+            fmt_spread(of(&|s| Some(s.wrk.admitted_rps())), 0),
+            vs_base(fmt_spread(ratio, 3)),
+            ok.map_or("", verdict),
+            fmt_spread(of(&|s| Some(cpu_us(s))), 2),
+            vs_base(fmt_spread(r.scale_paired(n, |x, b| Some(cpu_us(x) - cpu_us(b))), 2)),
+            fmt_spread(of(&rss_mib), 1),
+            vs_base(fmt_spread(r.scale_paired(n, |x, b| Some(rss_mib(x)? - rss_mib(b)?)), 1)),
+            fmt_spread(of(&|s| Some(s.steady.rate)), 0),
+            fmt_spread(of(&|s| Some(s.steady.p99)), 0),
+            fmt_spread(of(&|s| Some(s.reload.p99)), 0),
+            fmt_spread(of(&|s| Some(s.reload.p99 - s.steady.p99)), 0),
+            fmt_spread(of(&|s| Some(s.reload.max)), 0),
+            runs().count(),
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::records::{Latency, PathSettings};
+    use crate::wrk::WrkResult;
+
+    fn latency(id: &'static str, round: usize, rate: f64, p: [f64; 3]) -> Latency {
+        Latency {
+            scenario: id,
+            round,
+            rate,
+            p50: p[0],
+            p99: p[1],
+            p999: p[2],
+            max: p[2] * 2.0,
+            admitted_p50: p[0],
+            admitted_p99: p[1],
+            admitted_p999: p[2],
+            completed: 9_000,
+            issued: 10_000,
+            errors: 0,
+            non_2xx: 0,
+        }
+    }
+
+    fn path(id: &'static str, round: usize, rate: f64, p: [f64; 3], lease: LeaseCounts) -> PathRun {
+        let meshlimit = id != "a";
+        PathRun {
+            latency: latency(id, round, rate, p),
+            envoy_cpu_s: if meshlimit { 0.5 } else { 0.4 },
+            wall_s: 2.0,
+            redis: meshlimit.then_some((20, 25)),
+            agent_leases: meshlimit.then_some(30),
+            lease,
+            decisions: BTreeMap::from([
+                (format!("bench.{id}.allowed"), 99),
+                (format!("bench.{id}.failed_local"), 1),
+            ]),
+        }
+    }
+
+    fn cells(table: &str, starts: &str) -> Vec<String> {
+        let line = table
+            .lines()
+            .find(|l| l.starts_with(starts))
+            .unwrap_or_default();
+        line.split('|').map(|c| c.trim().to_string()).collect()
+    }
+
+    #[test]
+    fn request_path_figures_are_taken_against_a_at_the_same_rate() {
+        let counted = LeaseCounts {
+            calls: Some(50),
+            refills: Some(20),
+            waits: Some(5),
+        };
+        let mut r = Results {
+            path_settings: Some(PathSettings {
+                rate: 5_000.0,
+                cold_rate: 800.0,
+                admitted_limit: 20_000,
+                over_limit: 1_667,
+            }),
+            ..Results::default()
+        };
+        for round in [1, 2] {
+            r.path.push(path(
+                "a",
+                round,
+                5_000.0,
+                [100.0, 300.0, 900.0],
+                LeaseCounts::default(),
+            ));
+            r.path
+                .push(path("h", round, 5_000.0, [110.0, 330.0, 1_200.0], counted));
+            r.path.push(path(
+                "a",
+                round,
+                800.0,
+                [90.0, 200.0, 400.0],
+                LeaseCounts::default(),
+            ));
+            r.path.push(path(
+                "k",
+                round,
+                800.0,
+                [400.0, 900.0, 2_000.0],
+                LeaseCounts::default(),
+            ));
+        }
+        let table = request_path_latency(&r);
+        let h = cells(&table, "| (h)");
+        // added p50, p99, p99.9 against (a) at 5,000/s; p99.9 misses 200 µs.
+        assert_eq!(h[6..9], ["10", "30", "300"], "{table}");
+        assert_eq!(h[11], "**missed**", "{table}");
+        let k = cells(&table, "| (k)");
+        // Against (a) at 800/s, not at 5,000/s: 400 − 90 and 900 − 200.
+        assert_eq!(k[6..8], ["310", "700"], "{table}");
+        assert_eq!(k[11], "**missed**", "{table}");
+        assert_eq!(cells(&table, "| (a) no filter at 800").len(), 13, "{table}");
+
+        let costs = request_path_costs(&r);
+        let h = cells(&costs, "| (h)");
+        // 0.5 s of CPU over 10,000 requests = 50 µs; (a) 40 µs.
+        assert_eq!(h[2..5], ["50.00", "10.00", "10.0"], "{costs}");
+        assert_eq!(h[6], "met", "{costs}");
+        // Per 1,000 of the 10,000 requests: agent items, calls, refills, waits.
+        assert_eq!(h[7..11], ["3.0", "5.0", "2.0", "0.5"], "{costs}");
+        assert_eq!(h[11], "1.00% of 200", "{costs}");
+        // A filter without the lease counters: n/a, not zero.
+        let k = cells(&costs, "| (k)");
+        assert_eq!(k[8..11], ["n/a", "n/a", "n/a"], "{costs}");
+    }
+
+    fn scale(rules: usize, round: usize, rps: f64, rss_kib: u64, p99: [f64; 2]) -> ScaleRun {
+        ScaleRun {
+            rules,
+            round,
+            wrk: WrkResult {
+                requests: (rps * 5.0) as u64,
+                seconds: 5.0,
+                rps,
+                non_2xx: 0,
+                socket_errors: 0,
+            },
+            envoy_cpu_s: 5.0 * 0.9,
+            rss_kib: Some(rss_kib),
+            steady: latency("n", round, 5_000.0, [50.0, p99[0], 900.0]),
+            reload: latency("n", round, 5_000.0, [50.0, p99[1], 900.0]),
+            reload_reached: rules != 1_000,
+        }
+    }
+
+    #[test]
+    fn rules_at_scale_compares_with_the_fewest_rules_in_the_same_round() {
+        let mut r = Results::default();
+        for round in [1, 2] {
+            r.scale
+                .push(scale(10, round, 20_000.0, 51_200, [200.0, 250.0]));
+            r.scale
+                .push(scale(1_000, round, 19_800.0, 53_248, [200.0, 300.0]));
+            r.scale
+                .push(scale(20_000, round, 18_000.0, 92_160, [210.0, 5_210.0]));
+        }
+        let table = rules_at_scale(&r);
+        let big = cells(&table, "| 20,000");
+        assert_eq!(big[3], "0.900", "{table}");
+        assert_eq!(big[4], "≥ 0.95", "{table}");
+        assert_eq!(big[5], "**missed**", "{table}");
+        // RSS 90 MiB, 40 more than 10 rules; the reload adds 5,000 µs at p99.
+        assert_eq!(big[8..10], ["90.0", "40.0"], "{table}");
+        assert_eq!(big[13], "5,000", "{table}");
+        assert_eq!(big[15], "2 of 2", "{table}");
+        assert_eq!(cells(&table, "| 1,000")[15], "0 of 2", "{table}");
+        assert_eq!(cells(&table, "| 10 ")[3], "—", "{table}");
+        assert_eq!(rules_at_scale(&Results::default()), "Not run.\n");
+    }
+}

@@ -5,6 +5,7 @@
 //! `unwrap`, `expect` and `panic!` are denied by the workspace lints: this code runs
 //! inside Envoy's Wasm VM, where a panic traps the whole VM, not one request.
 
+pub mod authority;
 pub mod bucket;
 pub mod client_ip;
 pub mod decision;
@@ -13,6 +14,7 @@ pub mod headers;
 pub mod key;
 pub mod limit;
 pub mod path;
+pub mod query;
 pub mod rules;
 pub mod secret;
 pub mod slot;

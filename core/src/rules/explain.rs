@@ -67,6 +67,20 @@ fn describe(rule: &Rule, m: Mismatch<'_>, req: &RequestInfo) -> String {
             PathMatch::Directory(d) => format!("path `{}` is not under `{d}/`", req.path),
             PathMatch::Any => "path".to_string(),
         },
+        Mismatch::Authority => {
+            let wanted = match &rule.matcher.authority {
+                Some(crate::authority::HostPattern::Exact(h)) => format!("`{h}`"),
+                Some(crate::authority::HostPattern::Suffix(s)) => format!("under `*{s}`"),
+                None => String::new(),
+            };
+            match req.header("host") {
+                Some(sent) => format!(
+                    "host `{}` is not {wanted}",
+                    crate::authority::normalize(sent.as_bytes())
+                ),
+                None => format!("the request names no host ({wanted} wanted)"),
+            }
+        }
         Mismatch::Method => format!(
             "method {} is not one of {}",
             req.method,
@@ -103,6 +117,8 @@ fn part_name(part: &KeyPart) -> String {
         KeyPart::ClientIp => "client IP".to_string(),
         KeyPart::Path => "path".to_string(),
         KeyPart::Route => "route name".to_string(),
+        KeyPart::Query(name) => format!("query parameter `{name}`"),
+        KeyPart::Authority => "host".to_string(),
     }
 }
 

@@ -79,6 +79,7 @@ pub enum Limits {
 #[derive(Debug, Clone)]
 struct Matcher {
     path: PathMatch,
+    authority: Option<crate::authority::HostPattern>,
     methods: Option<Vec<String>>,
     headers: Vec<(String, HeaderMatch)>,
 }

@@ -36,10 +36,12 @@ pub struct ExplainArgs {
     /// The request's method.
     #[arg(long, default_value = "GET")]
     pub method: String,
-    /// The request's path, as the client sent it (normalised as the filter does).
+    /// The request's path, as the client sent it (normalised as the filter
+    /// does), with its query for `query:` key parts.
     #[arg(long)]
     pub path: String,
-    /// A request header, `name: value`; repeatable.
+    /// A request header, `name: value`; repeatable. `host: NAME` is the
+    /// request's authority (for `authority` and `match.authority`).
     #[arg(short = 'H', long = "header", value_name = "NAME: VALUE", value_parser = parse_header)]
     pub headers: Vec<(String, String)>,
     /// The client IP the filter would key `client_ip` on.

@@ -325,7 +325,7 @@ fn rule_of(
         return None;
     }
     let name = unique_name(&d.name, names);
-    Some(RuleConfig {
+    let rule = RuleConfig {
         name,
         matches: (b.matches != MatchConfig::default()).then_some(b.matches),
         key: b.key,
@@ -338,7 +338,28 @@ fn rule_of(
         scope: None,
         owner: None,
         expires: None,
-    })
+    };
+    // What the peer wrote may still be no valid rule (a method `G3T`, a host
+    // with a port): refused here, at the peer's entry, not in the output.
+    let alone = RulesConfig {
+        version: SCHEMA_VERSION,
+        defaults: Default::default(),
+        rules: vec![rule.clone()],
+        changes: Default::default(),
+    };
+    match RuleSet::compile(&alone) {
+        Ok(_) => Some(rule),
+        Err(e) => {
+            for err in e.errors {
+                report.refuse(
+                    &d.at,
+                    "",
+                    format!("gives rule field `{}`: {}", err.field, err.message),
+                );
+            }
+            None
+        }
+    }
 }
 
 fn key_part(t: &Target) -> KeyPartConfig {

@@ -211,3 +211,21 @@ fn limitador_limits_become_rules() {
     let text = render(&i, "limitador `l.yaml`").unwrap();
     meshlimit_core::rules::parse_rules("out.yaml", &text).unwrap();
 }
+
+#[test]
+fn a_value_that_makes_no_valid_rule_is_refused_at_its_entry() {
+    let text = "domain: d
+descriptors:
+  - key: host
+    value: api.example.com:8443
+    descriptors:
+      - key: remote_address
+        rate_limit: { unit: second, requests_per_unit: 1 }
+";
+    let e = errors(&envoy(text, &["host=authority"]));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].starts_with("rl.yaml: descriptors[0].descriptors[0]: gives rule field `match.authority`: `api.example.com:8443` is not a host"),
+        "{e:?}"
+    );
+}

@@ -189,6 +189,41 @@ mod tests {
     }
 
     #[test]
+    fn host_and_query_skips_say_what_the_request_had() {
+        let config: RulesConfig = serde_json::from_value(serde_json::json!({
+            "version": 1,
+            "rules": [
+                {"name": "api", "match": {"authority": "*.example.com"}, "key": [{"query": "k"}],
+                 "limit": {"requests": 5, "per": "1m"}},
+            ]
+        }))
+        .unwrap();
+        let s = RuleSet::compile(&config).unwrap();
+        let why = |path: &str, host: Option<&str>| {
+            let headers = host
+                .map(|h| vec![("host".to_string(), h.to_string())])
+                .unwrap_or_default();
+            match &s.explain(&RequestInfo::new(path, "GET", headers)).unwrap()[0].verdict {
+                Explained::Skipped(w) => w.clone(),
+                Explained::Applies { key, .. } => format!("applies as {key}"),
+            }
+        };
+        assert_eq!(
+            why("/?k=1", Some("Example.com:80")),
+            "host `example.com` is not under `*.example.com`"
+        );
+        assert_eq!(
+            why("/?k=1", None),
+            "the request names no host (under `*.example.com` wanted)"
+        );
+        assert_eq!(
+            why("/?K=1", Some("a.example.com")),
+            "the request has no query parameter `k` to key on"
+        );
+        assert_eq!(why("/?k=%31", Some("A.example.com.")), "applies as api|1");
+    }
+
+    #[test]
     fn skips_name_the_condition_that_failed() {
         let s = set();
         let req = RequestInfo::new(

@@ -16,7 +16,10 @@ use crate::store::redis::client::{Connect, TlsFiles};
 mod commands;
 mod store;
 
-pub use commands::{CheckFormat, CheckRulesArgs, ExplainArgs, KeyIdArgs, ReplayArgs, SecretArgs};
+pub use commands::{
+    CheckFormat, CheckRulesArgs, ExplainArgs, ImportArgs, ImportFormat, KeyIdArgs, ReplayArgs,
+    SecretArgs,
+};
 pub use store::{Password, RedisTarget, StoreSpec};
 
 /// The exit code for a bad flag or configuration (BSD `EX_USAGE`).
@@ -48,6 +51,10 @@ pub enum Command {
     /// Which rules a request meets, in evaluation order, each with its key,
     /// limit and mode, and why each other rule does not apply (offline).
     Explain(ExplainArgs),
+    /// Convert a peer's rate limit configuration (envoyproxy/ratelimit,
+    /// Kuadrant Limitador) to a rules file: refuses what meshlimit cannot
+    /// express, lists every approximation it makes.
+    Import(ImportArgs),
 }
 
 #[derive(Debug, Clone, Args)]

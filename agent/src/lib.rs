@@ -12,6 +12,7 @@ pub mod check_rules;
 pub mod config;
 pub mod explain;
 pub mod fallback;
+pub mod import;
 pub mod leases;
 pub mod metrics;
 pub mod pool;

@@ -40,6 +40,11 @@ fn main() -> ExitCode {
             &mut std::io::stdout(),
             &mut std::io::stderr(),
         )),
+        Command::Import(args) => ExitCode::from(meshlimit_agent::import::import(
+            &args,
+            &mut std::io::stdout(),
+            &mut std::io::stderr(),
+        )),
         Command::Schema => {
             let text = meshlimit_core::rules::schema::rules_schema_text();
             let _ = write!(std::io::stdout(), "{text}");

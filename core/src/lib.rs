@@ -5,6 +5,7 @@
 //! `unwrap`, `expect` and `panic!` are denied by the workspace lints: this code runs
 //! inside Envoy's Wasm VM, where a panic traps the whole VM, not one request.
 
+pub mod authority;
 pub mod bucket;
 pub mod client_ip;
 pub mod decision;
@@ -14,6 +15,7 @@ pub mod key;
 pub mod lease;
 pub mod limit;
 pub mod path;
+pub mod query;
 pub mod rules;
 pub mod secret;
 pub mod slot;

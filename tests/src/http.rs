@@ -99,6 +99,24 @@ fn convert(resp: ureq::Response) -> Response {
     }
 }
 
+/// Sends `bytes` as they are to 127.0.0.1:`port` (a request a client library
+/// would refuse or re-spell) and returns the status line's code (0: no answer).
+pub fn raw_status(port: u16, bytes: &[u8]) -> u16 {
+    use std::io::Write;
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return 0;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = s.write_all(bytes);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out)
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
 /// One client for the whole test binary. No connection pool: a test that restarts
 /// a server must not get a stale pooled connection, and each request is
 /// independent of the one before. No redirects followed.

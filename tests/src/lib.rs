@@ -29,7 +29,7 @@ use std::path::PathBuf;
 
 pub use agent::{Agent, AgentOptions};
 pub use envoy::{render_envoy_config, Envoy, EnvoyConfig, EnvoyPorts};
-pub use http::{get, post, request, try_request, Response};
+pub use http::{get, post, raw_status, request, try_request, Response};
 pub use load::{count_between, latency_quantile, Load, Sample};
 pub use metrics::sample;
 pub use ports::free_port;

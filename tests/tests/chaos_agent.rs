@@ -1,8 +1,6 @@
 //! Chaos at the agent: floods of malformed requests, and of distinct keys.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::Command;
 use std::time::Duration;
 
@@ -19,16 +17,7 @@ fn rss_kib(pid: u32) -> u64 {
 
 /// Raw bytes to the agent; returns the status line's code (0: no answer).
 fn raw(port: u16, bytes: &[u8]) -> u16 {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let _ = s.write_all(bytes);
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    String::from_utf8_lossy(&out)
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0)
+    meshlimit_tests::raw_status(port, bytes)
 }
 
 fn lease_body(key: &str) -> String {

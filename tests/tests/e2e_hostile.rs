@@ -1,10 +1,6 @@
 //! End to end: hostile headers never bypass a limit and never trap the VM.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
-
 use meshlimit_tests::Stack;
 
 const RULES: &str = r#"
@@ -19,19 +15,10 @@ rules:
 /// Sends a raw HTTP/1.1 request (bytes a well-behaved client library refuses to
 /// send) and returns the status code.
 fn raw_status(port: u16, api_key: &[u8]) -> u16 {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut req = b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\nx-api-key: ".to_vec();
     req.extend_from_slice(api_key);
     req.extend_from_slice(b"\r\n\r\n");
-    s.write_all(&req).unwrap();
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    let text = String::from_utf8_lossy(&out);
-    text.split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0)
+    meshlimit_tests::raw_status(port, &req)
 }
 
 #[test]

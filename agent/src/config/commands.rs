@@ -1,5 +1,5 @@
 //! The offline commands' arguments (`check-rules`, `explain`, `replay`,
-//! `key-id`) and where the deployment's secret comes from.
+//! `key-id`, `import`) and where the deployment's secret comes from.
 
 use std::path::PathBuf;
 
@@ -36,10 +36,12 @@ pub struct ExplainArgs {
     /// The request's method.
     #[arg(long, default_value = "GET")]
     pub method: String,
-    /// The request's path, as the client sent it (normalised as the filter does).
+    /// The request's path, as the client sent it (normalised as the filter
+    /// does), with its query for `query:` key parts.
     #[arg(long)]
     pub path: String,
-    /// A request header, `name: value`; repeatable.
+    /// A request header, `name: value`; repeatable. `host: NAME` is the
+    /// request's authority (for `authority` and `match.authority`).
     #[arg(short = 'H', long = "header", value_name = "NAME: VALUE", value_parser = parse_header)]
     pub headers: Vec<(String, String)>,
     /// The client IP the filter would key `client_ip` on.
@@ -51,6 +53,46 @@ pub struct ExplainArgs {
     /// `text` for people, `json` for scripts.
     #[arg(long, value_enum, default_value_t = CheckFormat::Text)]
     pub format: CheckFormat,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ImportArgs {
+    /// The peer whose configuration FILE is.
+    #[arg(long, value_enum)]
+    pub from: ImportFormat,
+    /// What a descriptor key stands for: `KEY=TARGET` (client_ip, method, path,
+    /// authority, route, header:NAME, query:NAME), e.g. `user=header:x-user-id`;
+    /// or what one constant value stands for: `KEY:VALUE=CONDITION` (path:/P,
+    /// path_prefix:/P, method:M, authority:HOST, header:NAME, header:NAME=VALUE,
+    /// any), e.g. `generic_key:slow=path_prefix:/reports/`. `remote_address`
+    /// is client_ip unless mapped. Repeatable.
+    #[arg(long = "map", value_name = "MAPPING")]
+    pub map: Vec<String>,
+    /// Write the rules here instead of standard output.
+    #[arg(long, value_name = "PATH")]
+    pub out: Option<PathBuf>,
+    /// The peer's configuration file.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+}
+
+/// The configurations `import` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ImportFormat {
+    /// envoyproxy/ratelimit's service configuration (`domain`, `descriptors`).
+    EnvoyRatelimit,
+    /// Kuadrant Limitador's limits file (a list of `namespace`, `max_value`,
+    /// `seconds`, `conditions`, `variables`).
+    Limitador,
+}
+
+impl ImportFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::EnvoyRatelimit => "envoy-ratelimit",
+            Self::Limitador => "limitador",
+        }
+    }
 }
 
 /// Where the deployment's secret comes from.

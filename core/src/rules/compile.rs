@@ -164,8 +164,13 @@ fn compile_rule(rule: &RuleConfig, defaults: &DefaultsConfig) -> Result<Rule, Ve
         err("key", "at least one key part is required".into());
     }
     for (i, part) in rule.key.iter().enumerate() {
-        if let KeyPartConfig::Header(h) = part {
-            check_header_name(h, &format!("key[{i}].header"), &mut err);
+        match part {
+            KeyPartConfig::Header(h) => check_header_name(h, &format!("key[{i}].header"), &mut err),
+            KeyPartConfig::Query(q) if q.is_empty() || q.len() > 128 || q.chars().any(char::is_control) => err(
+                &format!("key[{i}].query"),
+                format!("`{q}` is not a query parameter name: 1 to 128 printable characters, as decoded (`user id`, not `user+id`)"),
+            ),
+            _ => {}
         }
     }
     if let Some(owner) = &rule.owner {
@@ -244,6 +249,11 @@ fn compile_match(m: &MatchConfig, err: &mut impl FnMut(&str, String)) -> Matcher
         }
         (None, None) => PathMatch::Any,
     };
+    let authority = m.authority.as_deref().and_then(|a| {
+        crate::authority::HostPattern::parse(a)
+            .map_err(|e| err("match.authority", e))
+            .ok()
+    });
     let methods = m.methods.as_ref().map(|ms| {
         if ms.is_empty() {
             err(
@@ -281,6 +291,7 @@ fn compile_match(m: &MatchConfig, err: &mut impl FnMut(&str, String)) -> Matcher
     }
     Matcher {
         path,
+        authority,
         methods,
         headers,
     }

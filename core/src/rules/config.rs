@@ -107,7 +107,8 @@ pub struct RuleConfig {
     pub name: String,
     #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
     pub matches: Option<MatchConfig>,
-    /// What the limit is counted per: `method`, `client_ip`, `path`, `route`, `header: NAME`.
+    /// What the limit is counted per: `method`, `client_ip`, `path`, `route`,
+    /// `authority`, `header: NAME`, `query: NAME`.
     #[cfg_attr(feature = "schema", schemars(length(min = 1)))]
     pub key: Vec<KeyPartConfig>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -161,6 +162,16 @@ pub struct MatchConfig {
         schemars(length(min = 1), inner(regex(pattern = r"^[A-Za-z]+$")))
     )]
     pub methods: Option<Vec<String>>,
+    /// The request's host (`:authority`/`Host`, lower case, without port or
+    /// trailing dot): a host, or `*.suffix` for every host below `suffix`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "schema",
+        schemars(regex(
+            pattern = r"^(\*\.)?([A-Za-z0-9-]+\.)*[A-Za-z0-9-]+\.?$|^\[[0-9A-Fa-f:.]+\]$"
+        ))
+    )]
+    pub authority: Option<String>,
     /// Header conditions by header name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[cfg_attr(feature = "schema", schemars(extend("propertyNames" = {"pattern": "^[A-Za-z0-9_-]+$"})))]
@@ -221,10 +232,14 @@ pub struct PlansConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyPartConfig {
     Header(String),
+    /// A query parameter, by its (decoded, case-sensitive) name.
+    Query(String),
     Method,
     ClientIp,
     Path,
     Route,
+    /// The request's host, as `match.authority` reads it.
+    Authority,
 }
 
 /// `enforce` (default): over the limit gets a 429. `shadow`: counted and
@@ -266,14 +281,14 @@ pub enum Scope {
     Global,
 }
 
-// A key part is either a bare word (`method`) or a one-entry map (`header: x-api-key`).
+// A key part is either a bare word (`method`) or a one-entry map (`header: x-api-key`,
+// `query: api_key`).
 // Written by hand so that a mistake gets a message naming the choices, not serde's
 // "did not match any variant".
 impl<'de> Deserialize<'de> for KeyPartConfig {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         use serde::de::Error;
-        const EXPECTED: &str =
-            "expected one of `method`, `client_ip`, `path`, `route` or `header: NAME`";
+        const EXPECTED: &str = "expected one of `method`, `client_ip`, `path`, `route`, `authority`, `header: NAME` or `query: NAME`";
         #[derive(Deserialize)]
         #[serde(untagged)]
         enum Raw {
@@ -286,12 +301,14 @@ impl<'de> Deserialize<'de> for KeyPartConfig {
                 "client_ip" => Ok(Self::ClientIp),
                 "path" => Ok(Self::Path),
                 "route" => Ok(Self::Route),
+                "authority" => Ok(Self::Authority),
                 other => Err(D::Error::custom(format!(
                     "unknown key part `{other}`: {EXPECTED}"
                 ))),
             },
-            Raw::Map(m) => match (m.len(), m.get("header")) {
-                (1, Some(name)) => Ok(Self::Header(name.clone())),
+            Raw::Map(m) => match (m.len(), m.get("header"), m.get("query")) {
+                (1, Some(name), None) => Ok(Self::Header(name.clone())),
+                (1, None, Some(name)) => Ok(Self::Query(name.clone())),
                 _ => Err(D::Error::custom(EXPECTED)),
             },
         }
@@ -307,15 +324,22 @@ impl Serialize for KeyPartConfig {
                 m.serialize_entry("header", name)?;
                 m.end()
             }
+            Self::Query(name) => {
+                let mut m = s.serialize_map(Some(1))?;
+                m.serialize_entry("query", name)?;
+                m.end()
+            }
             Self::Method => s.serialize_str("method"),
             Self::ClientIp => s.serialize_str("client_ip"),
             Self::Path => s.serialize_str("path"),
             Self::Route => s.serialize_str("route"),
+            Self::Authority => s.serialize_str("authority"),
         }
     }
 }
 
-/// Written by hand, like its `Deserialize`: a bare word or `{header: NAME}`.
+/// Written by hand, like its `Deserialize`: a bare word, `{header: NAME}` or
+/// `{query: NAME}`.
 #[cfg(feature = "schema")]
 impl schemars::JsonSchema for KeyPartConfig {
     fn schema_name() -> std::borrow::Cow<'static, str> {
@@ -324,13 +348,19 @@ impl schemars::JsonSchema for KeyPartConfig {
 
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
-            "description": "One part of a rule's key: `method`, `client_ip`, `path`, `route`, or `header: NAME`.",
+            "description": "One part of a rule's key: `method`, `client_ip`, `path`, `route`, `authority`, `header: NAME` or `query: NAME`.",
             "oneOf": [
-                {"type": "string", "enum": ["method", "client_ip", "path", "route"]},
+                {"type": "string", "enum": ["method", "client_ip", "path", "route", "authority"]},
                 {
                     "type": "object",
                     "properties": {"header": {"type": "string", "pattern": "^[A-Za-z0-9_-]+$"}},
                     "required": ["header"],
+                    "additionalProperties": false
+                },
+                {
+                    "type": "object",
+                    "properties": {"query": {"type": "string", "minLength": 1, "maxLength": 128}},
+                    "required": ["query"],
                     "additionalProperties": false
                 }
             ]

@@ -67,6 +67,20 @@ fn describe(rule: &Rule, m: Mismatch<'_>, req: &RequestInfo) -> String {
             PathMatch::Directory(d) => format!("path `{}` is not under `{d}/`", req.path),
             PathMatch::Any => "path".to_string(),
         },
+        Mismatch::Authority => {
+            let wanted = match &rule.matcher.authority {
+                Some(crate::authority::HostPattern::Exact(h)) => format!("`{h}`"),
+                Some(crate::authority::HostPattern::Suffix(s)) => format!("under `*{s}`"),
+                None => String::new(),
+            };
+            match req.header("host") {
+                Some(sent) => format!(
+                    "host `{}` is not {wanted}",
+                    crate::authority::normalize(sent.as_bytes())
+                ),
+                None => format!("the request names no host ({wanted} wanted)"),
+            }
+        }
         Mismatch::Method => format!(
             "method {} is not one of {}",
             req.method,
@@ -103,6 +117,8 @@ fn part_name(part: &KeyPart) -> String {
         KeyPart::ClientIp => "client IP".to_string(),
         KeyPart::Path => "path".to_string(),
         KeyPart::Route => "route name".to_string(),
+        KeyPart::Query(name) => format!("query parameter `{name}`"),
+        KeyPart::Authority => "host".to_string(),
     }
 }
 
@@ -170,6 +186,41 @@ mod tests {
             .map(|a| a.key.to_string())
             .collect();
         assert_eq!(applied, ["login|10.0.0.7", "per-key|k1"]);
+    }
+
+    #[test]
+    fn host_and_query_skips_say_what_the_request_had() {
+        let config: RulesConfig = serde_json::from_value(serde_json::json!({
+            "version": 1,
+            "rules": [
+                {"name": "api", "match": {"authority": "*.example.com"}, "key": [{"query": "k"}],
+                 "limit": {"requests": 5, "per": "1m"}},
+            ]
+        }))
+        .unwrap();
+        let s = RuleSet::compile(&config).unwrap();
+        let why = |path: &str, host: Option<&str>| {
+            let headers = host
+                .map(|h| vec![("host".to_string(), h.to_string())])
+                .unwrap_or_default();
+            match &s.explain(&RequestInfo::new(path, "GET", headers)).unwrap()[0].verdict {
+                Explained::Skipped(w) => w.clone(),
+                Explained::Applies { key, .. } => format!("applies as {key}"),
+            }
+        };
+        assert_eq!(
+            why("/?k=1", Some("Example.com:80")),
+            "host `example.com` is not under `*.example.com`"
+        );
+        assert_eq!(
+            why("/?k=1", None),
+            "the request names no host (under `*.example.com` wanted)"
+        );
+        assert_eq!(
+            why("/?K=1", Some("a.example.com")),
+            "the request has no query parameter `k` to key on"
+        );
+        assert_eq!(why("/?k=%31", Some("A.example.com.")), "applies as api|1");
     }
 
     #[test]

@@ -5,12 +5,16 @@
 //! behind a CGI-style gateway reads `x_api_key` as X-Api-Key), `host` is Envoy's
 //! `:authority`, and a header a rule keys on that arrives more than once makes
 //! the request ambiguous: it is refused ([`RequestError::RepeatedHeader`]) rather
-//! than counted under one value while the backend reads another.
+//! than counted under one value while the backend reads another. The same holds
+//! for a query parameter a rule keys on ([`crate::query`]); the host is read from
+//! `:authority` in one spelling ([`crate::authority`]).
+
+use std::borrow::Cow;
 
 use super::{HeaderMatch, KeyPart, Matcher, PathMatch, Rule, RuleSet};
 use crate::key::DescriptorKey;
 use crate::limit::Limit;
-use crate::path;
+use crate::{authority, path, query};
 
 /// What the rules look at in a request, gathered once by the filter (one host call
 /// for all headers) so that matching is plain code over plain data.
@@ -18,6 +22,9 @@ use crate::path;
 pub struct RequestInfo {
     /// The normalised path (see [`crate::path`]): no query, one spelling.
     pub path: String,
+    /// The raw query (after the first `?` of `:path`, before a `#`), read only
+    /// for rules keyed on a query parameter.
+    pub query: Vec<u8>,
     pub method: String,
     /// Header names as the host gives them (lowercase from Envoy); values as
     /// bytes, since clients may send bytes that are not UTF-8.
@@ -26,6 +33,10 @@ pub struct RequestInfo {
     pub route: Option<String>,
 }
 
+/// A rule's key parts as read from a request: borrowed, or decoded (a query
+/// parameter, the normalised host).
+pub(super) type KeyValues<'q> = Vec<Cow<'q, [u8]>>;
+
 /// A request the rules cannot be applied to as sent.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
@@ -33,6 +44,14 @@ pub enum RequestError {
     /// value would count is a guess, and a wrong guess mints a fresh bucket.
     #[error("header `{0}` is sent more than once; a rule keys on it")]
     RepeatedHeader(String),
+    /// A query parameter a rule keys on came more than once (under any escaping,
+    /// after `&` or `;`).
+    #[error("query parameter `{0}` is sent more than once; a rule keys on it")]
+    RepeatedQuery(String),
+    /// A query parameter name, or the value of one a rule keys on, has a `%`
+    /// that is not followed by two hex digits: backends decode it differently.
+    #[error("the query has a malformed escape where a rule reads parameter `{0}`")]
+    MalformedQuery(String),
 }
 
 /// A rule that applies to a request: the key it counts and the limit in force.
@@ -55,6 +74,7 @@ impl RequestInfo {
     ) -> Self {
         Self {
             path: path::normalize(path.as_ref()),
+            query: query::of_path(path.as_ref()).to_vec(),
             method: method.to_ascii_uppercase(),
             headers: headers.into_iter().map(|(n, v)| (n, v.into())).collect(),
             client_ip: None,
@@ -79,6 +99,20 @@ impl RequestInfo {
             Some(_) => Err(RequestError::RepeatedHeader(name.to_string())),
             None => Ok(first),
         }
+    }
+
+    /// The value of a query parameter a rule keys on, decoded.
+    fn query_param(&self, name: &str) -> Result<Option<Cow<'_, [u8]>>, RequestError> {
+        query::single(&self.query, name).map_err(|e| match e {
+            query::QueryError::Repeated => RequestError::RepeatedQuery(name.to_string()),
+            query::QueryError::Malformed => RequestError::MalformedQuery(name.to_string()),
+        })
+    }
+
+    /// The request's host, normalised (see [`crate::authority`]); a key
+    /// `:authority` sent twice is an error, as any key header is.
+    fn authority(&self) -> Result<Option<String>, RequestError> {
+        Ok(self.single("host")?.map(authority::normalize))
     }
 
     /// The first value of a header as text (names compared as in matching).
@@ -205,15 +239,20 @@ impl Rule {
     pub(super) fn key_parts<'q>(
         &self,
         req: &'q RequestInfo,
-    ) -> Result<Result<Vec<&'q [u8]>, &KeyPart>, RequestError> {
-        let mut parts: Vec<&[u8]> = Vec::with_capacity(self.key.len());
+    ) -> Result<Result<KeyValues<'q>, &KeyPart>, RequestError> {
+        let mut parts: Vec<Cow<'q, [u8]>> = Vec::with_capacity(self.key.len());
         for part in &self.key {
             let value = match part {
-                KeyPart::Header(name) => req.single(name)?,
-                KeyPart::Method => Some(req.method.as_bytes()),
-                KeyPart::ClientIp => req.client_ip.as_deref().map(str::as_bytes),
-                KeyPart::Path => Some(req.path.as_bytes()),
-                KeyPart::Route => req.route.as_deref().map(str::as_bytes),
+                KeyPart::Header(name) => req.single(name)?.map(Cow::Borrowed),
+                KeyPart::Query(name) => req.query_param(name)?,
+                KeyPart::Method => Some(Cow::Borrowed(req.method.as_bytes())),
+                KeyPart::ClientIp => req
+                    .client_ip
+                    .as_deref()
+                    .map(|v| Cow::Borrowed(v.as_bytes())),
+                KeyPart::Path => Some(Cow::Borrowed(req.path.as_bytes())),
+                KeyPart::Route => req.route.as_deref().map(|v| Cow::Borrowed(v.as_bytes())),
+                KeyPart::Authority => req.authority()?.map(|h| Cow::Owned(h.into_bytes())),
             };
             let Some(value) = value else {
                 return Ok(Err(part));
@@ -228,7 +267,7 @@ impl Rule {
         &'r self,
         index: usize,
         req: &RequestInfo,
-        parts: Vec<&[u8]>,
+        parts: Vec<Cow<'_, [u8]>>,
     ) -> Applicable<'r> {
         let plan_header = match &self.limits {
             super::Limits::Plans { header, .. } => req.header(header),
@@ -249,6 +288,7 @@ impl Rule {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Mismatch<'m> {
     Path,
+    Authority,
     Method,
     Header(&'m str),
 }
@@ -270,6 +310,15 @@ impl Matcher {
         };
         if !path_ok {
             return Some(Mismatch::Path);
+        }
+        // Any host sent counts, as for header conditions.
+        if let Some(want) = &self.authority {
+            if !req
+                .values("host")
+                .any(|h| want.matches(&authority::normalize(h)))
+            {
+                return Some(Mismatch::Authority);
+            }
         }
         if !self
             .methods

@@ -26,7 +26,7 @@ pub use error::{RuleError, RulesError};
 pub use explain::{Explained, Explanation};
 pub use matching::{Applicable, RequestError, RequestInfo};
 #[cfg(feature = "yaml")]
-pub use parse::{parse_rules, MAX_RULES_FILE_BYTES};
+pub use parse::{check_yaml_text, parse_rules, MAX_RULES_FILE_BYTES};
 
 use crate::limit::Limit;
 
@@ -79,6 +79,7 @@ pub enum Limits {
 #[derive(Debug, Clone)]
 struct Matcher {
     path: PathMatch,
+    authority: Option<crate::authority::HostPattern>,
     methods: Option<Vec<String>>,
     headers: Vec<(String, HeaderMatch)>,
 }

@@ -50,6 +50,13 @@ pub fn parse_rules(file: &str, text: &str) -> Result<RuleSet, RulesError> {
         .map_err(|e| e.in_file(file))
 }
 
+/// Refuses a YAML text a rules file would be refused for before it is parsed
+/// (larger than [`MAX_RULES_FILE_BYTES`], or holding an alias), so that other
+/// YAML the agent reads (a peer's configuration to import) gets the same guard.
+pub fn check_yaml_text(file: &str, text: &str) -> Result<(), RulesError> {
+    check_bounds(text).map(|_| ()).map_err(|e| e.in_file(file))
+}
+
 /// Where things start in the text, from the event scan: the top-level keys' lines
 /// and each rule's first line (1-based), in order.
 #[derive(Debug, Default)]

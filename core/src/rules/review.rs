@@ -7,6 +7,7 @@
 
 use super::config::Mode;
 use super::{HeaderMatch, Limits, Matcher, PathMatch, Rule, RuleSet};
+use crate::authority::HostPattern;
 use crate::limit::Limit;
 
 /// What changed for one rule.
@@ -228,7 +229,21 @@ fn covers(a: &Matcher, b: &Matcher) -> bool {
             .iter()
             .any(|(n, other)| n == name && same_condition(hm, other))
     });
-    path_covers(&a.path, &b.path) && methods && headers
+    path_covers(&a.path, &b.path)
+        && methods
+        && headers
+        && authority_covers(&a.authority, &b.authority)
+}
+
+/// Whether host condition `a` holds for every host `b` admits.
+fn authority_covers(a: &Option<HostPattern>, b: &Option<HostPattern>) -> bool {
+    match (a, b) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(a), Some(HostPattern::Exact(h))) => a.matches(h),
+        (Some(HostPattern::Exact(_)), Some(HostPattern::Suffix(_))) => false,
+        (Some(HostPattern::Suffix(x)), Some(HostPattern::Suffix(y))) => y.ends_with(x.as_str()),
+    }
 }
 
 fn same_condition(a: &HeaderMatch, b: &HeaderMatch) -> bool {

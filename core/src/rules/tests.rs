@@ -245,6 +245,137 @@ fn header_spellings_do_not_skip_a_rule_or_mint_a_key() {
     assert_eq!(keys(&s, &req), ["by-host|api.example.com"]);
 }
 
+fn scoped_set() -> RuleSet {
+    compile(serde_json::json!({
+        "version": 1,
+        "rules": [
+            {"name": "by-param", "match": {"path": "/search"}, "key": [{"query": "api_key"}, "authority"],
+             "limit": {"requests": 2, "per": "1h"}},
+            {"name": "api-host", "match": {"authority": "API.example.com."}, "key": ["method"],
+             "limit": {"requests": 5, "per": "1s"}},
+            {"name": "tenants", "match": {"authority": "*.tenants.example.com"}, "key": ["authority"],
+             "limit": {"requests": 50, "per": "1s"}},
+        ]
+    }))
+    .unwrap()
+}
+
+#[test]
+fn a_query_parameter_key_is_the_same_under_every_spelling() {
+    let s = scoped_set();
+    for path in [
+        "/search?api_key=k+1",
+        "/search?api_key=k%201",
+        "/search?%61pi_key=%6B+1",
+        "/search?x=1&api_key=k 1",
+        "/search?x=1;api_key=k+1",
+        "/search/?api_key=k+1#api_key=other",
+    ] {
+        let req = request(path, "GET", &[(":authority", "Other.example.com:80")]);
+        assert_eq!(keys(&s, &req), ["by-param|k 1|other.example.com"], "{path}");
+    }
+    // Names are case-sensitive, and path parameters are not query parameters:
+    // the rule does not apply, as when a key header is absent.
+    for path in ["/search?API_KEY=k", "/search;api_key=k", "/search"] {
+        let req = request(path, "GET", &[(":authority", "other.example.com")]);
+        assert!(keys(&s, &req).is_empty(), "{path}");
+    }
+}
+
+#[test]
+fn a_key_parameter_sent_twice_or_malformed_is_refused() {
+    let s = scoped_set();
+    for path in [
+        "/search?api_key=a&api_key=b",
+        "/search?api_key=a;api_key=b",
+        "/search?api_key=a&api%5Fkey=b",
+        "/search?api_key=a&api_key",
+    ] {
+        let req = request(path, "GET", &[(":authority", "x.example.com")]);
+        assert_eq!(
+            s.applicable(&req).map(|a| a.len()),
+            Err(RequestError::RepeatedQuery("api_key".into())),
+            "{path}"
+        );
+    }
+    let req = request("/search?api_key=%zz", "GET", &[]);
+    assert_eq!(
+        s.applicable(&req).map(|a| a.len()),
+        Err(RequestError::MalformedQuery("api_key".into()))
+    );
+    // Elsewhere the query is not read: a repeated parameter is no error.
+    let req = request("/other?api_key=a&api_key=b", "GET", &[]);
+    assert_eq!(s.applicable(&req).map(|a| a.len()), Ok(0));
+}
+
+#[test]
+fn a_host_condition_and_key_see_one_spelling_of_the_host() {
+    let s = scoped_set();
+    for host in [
+        "api.example.com",
+        "API.Example.Com",
+        "api.example.com:8443",
+        "api.example.com.",
+    ] {
+        for name in [":authority", "host", "Host"] {
+            let req = request("/", "GET", &[(name, host)]);
+            assert_eq!(keys(&s, &req), ["api-host|GET"], "{name}: {host}");
+        }
+    }
+    for host in ["a.tenants.example.com", "A.B.Tenants.Example.com.:443"] {
+        let req = request("/", "GET", &[(":authority", host)]);
+        assert_eq!(
+            keys(&s, &req),
+            [format!(
+                "tenants|{}",
+                host.to_ascii_lowercase()
+                    .trim_end_matches(":443")
+                    .trim_end_matches('.')
+            )],
+            "{host}"
+        );
+    }
+    for host in [
+        "tenants.example.com",
+        "example.com",
+        "xapi.example.com",
+        "api.example.com.evil",
+    ] {
+        let req = request("/", "GET", &[(":authority", host)]);
+        assert!(keys(&s, &req).is_empty(), "{host}");
+    }
+    assert!(keys(&s, &request("/", "GET", &[])).is_empty());
+    // A host key sent twice is ambiguous, like any key header.
+    let req = request(
+        "/",
+        "GET",
+        &[
+            (":authority", "a.tenants.example.com"),
+            ("host", "b.tenants.example.com"),
+        ],
+    );
+    assert_eq!(
+        s.applicable(&req).map(|a| a.len()),
+        Err(RequestError::RepeatedHeader("host".into()))
+    );
+}
+
+#[test]
+fn bad_authority_patterns_and_query_names_name_their_field() {
+    let err = compile(serde_json::json!({
+        "version": 1,
+        "rules": [{"name": "r", "match": {"authority": "api.example.com:80"},
+                   "key": [{"query": ""}], "limit": {"requests": 1, "per": "1s"}}]
+    }))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("match.authority") && err.contains("no port"),
+        "{err}"
+    );
+    assert!(err.contains("key[0].query"), "{err}");
+}
+
 #[test]
 fn header_conditions_hold_for_any_value_sent() {
     let s = set();

@@ -1,0 +1,337 @@
+//! envoyproxy/ratelimit's service configuration: one `domain` and a tree of
+//! `descriptors`, each with a `key`, an optional `value` (a pattern where it
+//! holds `*`), an optional `rate_limit` (`unit`, `requests_per_unit`, or
+//! `unlimited`) and nested `descriptors`. A limit applies to a descriptor whose
+//! entries are the path from the root to it.
+
+use serde::Deserialize;
+use serde_yaml::Value;
+
+use meshlimit_core::rules::config::LimitConfig;
+
+use super::{Draft, Entry, Report};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    domain: String,
+    #[serde(default)]
+    descriptors: Vec<Descriptor>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Descriptor {
+    key: String,
+    #[serde(default)]
+    value: Option<Value>,
+    #[serde(default)]
+    rate_limit: Option<RateLimit>,
+    #[serde(default)]
+    descriptors: Vec<Descriptor>,
+    #[serde(default)]
+    shadow_mode: bool,
+    #[serde(default)]
+    quota_mode: bool,
+    #[serde(default)]
+    detailed_metric: bool,
+    #[serde(default)]
+    value_to_metric: bool,
+    #[serde(default)]
+    share_threshold: bool,
+    #[serde(default)]
+    metadata: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RateLimit {
+    #[serde(default)]
+    unit: Option<String>,
+    #[serde(default)]
+    requests_per_unit: Option<u64>,
+    #[serde(default)]
+    unlimited: bool,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    replaces: Vec<Value>,
+}
+
+/// The peer's units, as it counts them (a month is 30 days, a year 365).
+fn unit_seconds(unit: &str) -> Option<u64> {
+    Some(match unit.to_ascii_lowercase().as_str() {
+        "second" => 1,
+        "minute" => 60,
+        "hour" => 3_600,
+        "day" => 86_400,
+        "week" => 7 * 86_400,
+        "month" => 30 * 86_400,
+        "year" => 365 * 86_400,
+        _ => return None,
+    })
+}
+
+pub(super) fn read(text: &str, report: &mut Report<'_>) -> Vec<Draft> {
+    let config: Config = match serde_yaml::from_str(text) {
+        Ok(c) => c,
+        Err(e) => {
+            report.refuse(
+                "",
+                "",
+                format!("not an envoyproxy/ratelimit configuration: {e}"),
+            );
+            return Vec::new();
+        }
+    };
+    if config.descriptors.is_empty() {
+        report.refuse("", "descriptors", "no descriptors: nothing to import");
+        return Vec::new();
+    }
+    report.note(format!(
+        "domain `{}` is dropped: the rules apply to every request the filter sees, whichever \
+         domain its Envoy would have named",
+        config.domain
+    ));
+    report.note(
+        "every rule applies to each request it matches; the peer applied a limit only when \
+         Envoy sent a descriptor of exactly its entries (one route `rate_limits` entry), and \
+         only its most specific match",
+    );
+    let mut drafts = Vec::new();
+    walk(
+        &config.descriptors,
+        "descriptors",
+        &[],
+        &config.domain,
+        report,
+        &mut drafts,
+    );
+    drafts
+}
+
+/// A descriptor's value as text: the peer reads scalars as strings.
+fn scalar(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+fn walk(
+    list: &[Descriptor],
+    prefix: &str,
+    chain: &[Entry],
+    name: &str,
+    report: &mut Report<'_>,
+    drafts: &mut Vec<Draft>,
+) {
+    for (i, d) in list.iter().enumerate() {
+        let at = format!("{prefix}[{i}]");
+        let value = match &d.value {
+            None => None,
+            Some(v) => match scalar(v) {
+                Some(s) if s.is_empty() => None,
+                Some(s) => Some(s),
+                None => {
+                    report.refuse(&at, "value", "a descriptor value is a string");
+                    continue;
+                }
+            },
+        };
+        if d.detailed_metric || d.value_to_metric || d.metadata.is_some() {
+            report.note(
+                "`detailed_metric`, `value_to_metric` and `metadata` are dropped: meshlimit's \
+                 metrics are per rule, keys appear by id in `meshlimit_top_rejected_keys`",
+            );
+        }
+        let pattern = value.as_deref().is_some_and(|v| v.contains('*'));
+        if d.share_threshold && !pattern {
+            report.refuse(
+                &at,
+                "share_threshold",
+                "only a value with `*` shares a threshold",
+            );
+        }
+        let mut here = chain.to_vec();
+        here.push(Entry {
+            key: d.key.clone(),
+            value: value.clone(),
+            pattern,
+            shared: d.share_threshold,
+            at: at.clone(),
+            field: "key".into(),
+        });
+        let step = match &value {
+            Some(v) => {
+                let v: String = v
+                    .chars()
+                    .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+                    .collect();
+                format!("{}_{}", d.key, v.trim_matches('-'))
+            }
+            None => d.key.clone(),
+        };
+        let rule_name = format!("{name}.{step}");
+        if let Some(rl) = &d.rate_limit {
+            if let Some(draft) = limit_of(d, rl, list, &at, &here, &rule_name, report) {
+                drafts.push(draft);
+            }
+        } else if d.shadow_mode {
+            report.refuse(
+                &at,
+                "shadow_mode",
+                "shadow mode on a descriptor without `rate_limit`",
+            );
+        }
+        walk(
+            &d.descriptors,
+            &format!("{at}.descriptors"),
+            &here,
+            &rule_name,
+            report,
+            drafts,
+        );
+    }
+}
+
+/// The draft of one descriptor's `rate_limit`, or `None` (refused, or no limit).
+fn limit_of(
+    d: &Descriptor,
+    rl: &RateLimit,
+    siblings: &[Descriptor],
+    at: &str,
+    entries: &[Entry],
+    rule_name: &str,
+    report: &mut Report<'_>,
+) -> Option<Draft> {
+    if !rl.replaces.is_empty() {
+        report.refuse(
+            at,
+            "rate_limit.replaces",
+            "meshlimit applies every rule a request meets; one limit cannot replace another",
+        );
+    }
+    if d.quota_mode {
+        report.refuse(at, "quota_mode", "meshlimit has no quota mode");
+    }
+    if !rl.replaces.is_empty() || d.quota_mode {
+        return None;
+    }
+    // The value-less sibling of the same key: its limit covers this value too.
+    let generic = siblings
+        .iter()
+        .find(|s| s.key == d.key && s.value.is_none())
+        .and_then(|s| s.rate_limit.as_ref())
+        .filter(|g| !g.unlimited)
+        .and_then(|g| Some((g.requests_per_unit?, unit_seconds(g.unit.as_deref()?)?)));
+    let is_value = entries.last().is_some_and(|e| e.value.is_some());
+    if rl.unlimited {
+        if rl.unit.is_some() || rl.requests_per_unit.is_some() {
+            report.refuse(
+                at,
+                "rate_limit.unlimited",
+                "`unlimited` with a unit or a rate",
+            );
+        }
+        match generic {
+            Some(_) if is_value => report.refuse(
+                at,
+                "rate_limit.unlimited",
+                format!(
+                    "exempts one value from the limit of every `{}`; meshlimit applies every \
+                     rule a request meets and has no exemption",
+                    d.key
+                ),
+            ),
+            _ => report.note(format!(
+                "{at} (`unlimited`) gives no rule: meshlimit limits only what a rule names"
+            )),
+        }
+        return None;
+    }
+    let Some(unit) = rl.unit.as_deref() else {
+        report.refuse(
+            at,
+            "rate_limit.unit",
+            "required: second, minute, hour, day, week, month or year",
+        );
+        return None;
+    };
+    let Some(seconds) = unit_seconds(unit) else {
+        report.refuse(
+            at,
+            "rate_limit.unit",
+            format!("`{unit}` is not one of second, minute, hour, day, week, month, year"),
+        );
+        return None;
+    };
+    let requests = match rl.requests_per_unit {
+        None => {
+            report.refuse(at, "rate_limit.requests_per_unit", "required");
+            return None;
+        }
+        Some(0) => {
+            report.refuse(
+                at,
+                "rate_limit.requests_per_unit",
+                "0 refuses every request; meshlimit limits, it does not deny: block these \
+                 requests in Envoy (an RBAC filter)",
+            );
+            return None;
+        }
+        Some(n) => match u32::try_from(n) {
+            Ok(n) => n,
+            Err(_) => {
+                report.refuse(
+                    at,
+                    "rate_limit.requests_per_unit",
+                    format!("{n} is above meshlimit's largest limit, {}", u32::MAX),
+                );
+                return None;
+            }
+        },
+    };
+    if let (true, Some((g_requests, g_seconds))) = (is_value, generic) {
+        // Rates compared exactly: requests ÷ seconds, cross-multiplied.
+        if u128::from(requests) * u128::from(g_seconds)
+            > u128::from(g_requests) * u128::from(seconds)
+        {
+            report.refuse(
+                at,
+                "rate_limit",
+                format!(
+                    "raises one value above the limit of every `{}` ({g_requests} per {}); \
+                     meshlimit applies both rules, so the lower one would hold",
+                    d.key,
+                    super::period(g_seconds)
+                ),
+            );
+            return None;
+        }
+        report.note(format!(
+            "{at}: requests with this `{}` also count against the rule for every `{}` (the \
+             peer counted them only here)",
+            d.key, d.key
+        ));
+    }
+    if unit.eq_ignore_ascii_case("month") || unit.eq_ignore_ascii_case("year") {
+        report.note(format!(
+            "{at}: a {unit} is {} days, as the peer counts it",
+            seconds / 86_400
+        ));
+    }
+    Some(Draft {
+        at: at.to_string(),
+        name: rl.name.clone().unwrap_or_else(|| rule_name.to_string()),
+        entries: entries.to_vec(),
+        limit: LimitConfig {
+            requests,
+            per: super::period(seconds),
+            burst: None,
+        },
+        shadow: d.shadow_mode,
+    })
+}

@@ -1,0 +1,231 @@
+use super::*;
+
+fn mapping(options: &[&str]) -> Mapping {
+    let options: Vec<String> = options.iter().map(|s| s.to_string()).collect();
+    Mapping::from_options(&options).unwrap()
+}
+
+fn envoy(text: &str, options: &[&str]) -> Imported {
+    convert(
+        ImportFormat::EnvoyRatelimit,
+        "rl.yaml",
+        text,
+        &mapping(options),
+    )
+}
+
+fn errors(i: &Imported) -> Vec<String> {
+    i.errors.iter().map(ToString::to_string).collect()
+}
+
+#[test]
+fn mappings_are_read_and_mistakes_refused() {
+    let m = mapping(&[
+        "user=header:X-User",
+        "q=query:api_key",
+        "generic_key:slow=path_prefix:/reports/",
+        "header_match:beta=header:x-beta=yes",
+        "generic_key:all=any",
+    ]);
+    assert_eq!(m.keys.get("user"), Some(&Target::Header("x-user".into())));
+    assert_eq!(m.keys.get("q"), Some(&Target::Query("api_key".into())));
+    assert_eq!(m.keys.get("remote_address"), Some(&Target::ClientIp));
+    assert_eq!(
+        m.values.get(&("generic_key".into(), "slow".into())),
+        Some(&Condition::PathPrefix("/reports/".into()))
+    );
+    assert_eq!(
+        m.values.get(&("header_match".into(), "beta".into())),
+        Some(&Condition::Header("x-beta".into(), Some("yes".into())))
+    );
+    for bad in [
+        "user",
+        "user=cookie:x",
+        "=client_ip",
+        "k:v=path:reports",
+        "k:v=nothing",
+        "user=header:",
+    ] {
+        let options = vec![bad.to_string()];
+        assert!(Mapping::from_options(&options).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn names_are_valid_and_unique() {
+    let mut taken = BTreeSet::new();
+    assert_eq!(
+        unique_name("Edge.Path_/files/*", &mut taken),
+        "edge.path_-files"
+    );
+    assert_eq!(
+        unique_name("edge.path_-files", &mut taken),
+        "edge.path_-files-2"
+    );
+    let long = "x".repeat(100);
+    let a = unique_name(&long, &mut taken);
+    let b = unique_name(&long, &mut taken);
+    assert_eq!(a.len(), MAX_RULE_NAME);
+    assert_eq!(b.len(), MAX_RULE_NAME);
+    assert!(b.ends_with("-2"));
+    assert_eq!(unique_name("***", &mut taken), "rule");
+}
+
+#[test]
+fn periods_take_the_largest_whole_unit() {
+    assert_eq!(period(1), "1s");
+    assert_eq!(period(90), "90s");
+    assert_eq!(period(120), "2m");
+    assert_eq!(period(7_200), "2h");
+    assert_eq!(period(30 * 86_400), "30d");
+}
+
+#[test]
+fn a_wildcard_path_keeps_a_bucket_per_path_unless_it_shares_its_threshold() {
+    let text = "domain: d
+descriptors:
+  - key: path
+    value: /files/*
+    rate_limit: { unit: minute, requests_per_unit: 5 }
+";
+    let i = envoy(text, &["path=path"]);
+    assert_eq!(errors(&i), Vec::<String>::new());
+    let files = &i.rules[0];
+    assert_eq!(
+        files.matches.as_ref().unwrap().path_prefix.as_deref(),
+        Some("/files/")
+    );
+    assert_eq!(files.key, [KeyPartConfig::Path]);
+    // Shared: one bucket for every matching path, and no constant key to count
+    // it under: refused rather than given a bucket per path.
+    let shared = text.replace(
+        "    rate_limit",
+        "    share_threshold: true\n    rate_limit",
+    );
+    let e = errors(&envoy(&shared, &["path=path"]));
+    assert_eq!(e.len(), 1);
+    assert!(
+        e[0].starts_with(
+            "rl.yaml: descriptors[0]: the peer counts every matching request in one bucket"
+        ),
+        "{e:?}"
+    );
+    // An exact path is its own constant key.
+    let exact = envoy(&text.replace("/files/*", "/files/x"), &["path=path"]);
+    assert_eq!(exact.rules[0].key, [KeyPartConfig::Path]);
+    assert_eq!(
+        exact.rules[0].matches.as_ref().unwrap().path.as_deref(),
+        Some("/files/x")
+    );
+}
+
+#[test]
+fn a_value_above_its_keys_limit_or_exempt_from_it_is_refused() {
+    let base = "domain: d
+descriptors:
+  - key: user
+    rate_limit: { unit: second, requests_per_unit: 10 }
+  - key: user
+    value: vip
+";
+    let looser = format!("{base}    rate_limit: {{ unit: minute, requests_per_unit: 601 }}\n");
+    let same = format!("{base}    rate_limit: {{ unit: minute, requests_per_unit: 600 }}\n");
+    let exempt = format!("{base}    rate_limit: {{ unlimited: true }}\n");
+    let m = ["user=header:x-user"];
+    assert!(errors(&envoy(&looser, &m))[0]
+        .starts_with("rl.yaml: descriptors[1]: field rate_limit: raises"));
+    let ok = envoy(&same, &m);
+    assert_eq!(errors(&ok), Vec::<String>::new());
+    assert_eq!(ok.rules.len(), 2);
+    assert!(ok.notes.iter().any(|n| n.contains("also count against")));
+    assert!(errors(&envoy(&exempt, &m))[0].contains("field rate_limit.unlimited: exempts"));
+}
+
+#[test]
+fn the_peers_own_mistakes_are_refused_with_their_place() {
+    let i = envoy(
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limt: {}\n",
+        &[],
+    );
+    let e = errors(&i);
+    assert!(
+        e[0].starts_with("rl.yaml: not an envoyproxy/ratelimit configuration"),
+        "{e:?}"
+    );
+    assert!(
+        e[0].contains("rate_limt") && e[0].contains("line 4"),
+        "{e:?}"
+    );
+    // Aliases are refused before they are expanded, as in rules files.
+    let i = envoy("domain: &d x\ndescriptors:\n  - key: *d\n", &[]);
+    assert!(errors(&i)[0].contains("aliases"), "{:?}", errors(&i));
+}
+
+#[test]
+fn unmapped_keys_are_refused_once_naming_the_option_to_give() {
+    let text = "domain: d
+descriptors:
+  - key: tenant
+    descriptors:
+      - key: user
+        rate_limit: { unit: second, requests_per_unit: 1 }
+      - key: ip
+        rate_limit: { unit: second, requests_per_unit: 2 }
+";
+    let e = errors(&envoy(text, &["ip=client_ip"]));
+    assert_eq!(
+        e,
+        [
+            "rl.yaml: descriptors[0]: field key: descriptor key `tenant` names no request part: \
+             say which with --map tenant=TARGET (client_ip, method, path, authority, route, \
+             header:NAME, query:NAME)",
+            "rl.yaml: descriptors[0].descriptors[0]: field key: descriptor key `user` names no \
+             request part: say which with --map user=TARGET (client_ip, method, path, authority, \
+             route, header:NAME, query:NAME)",
+        ]
+    );
+}
+
+#[test]
+fn limitador_limits_become_rules() {
+    let text = "- namespace: ns
+  max_value: 3
+  seconds: 3600
+  conditions: [\"descriptors[0]['m'] == 'POST'\", \"descriptors[0].host == 'api.example.com'\"]
+  variables: [\"descriptors[0].k\"]
+";
+    let i = convert(
+        ImportFormat::Limitador,
+        "l.yaml",
+        text,
+        &mapping(&["m=method", "host=authority", "k=query:api_key"]),
+    );
+    assert_eq!(errors(&i), Vec::<String>::new());
+    let r = &i.rules[0];
+    assert_eq!(r.name, "ns.limit-0");
+    assert_eq!(r.key, [KeyPartConfig::Query("api_key".into())]);
+    let m = r.matches.as_ref().unwrap();
+    assert_eq!(m.methods.as_deref(), Some(&["POST".to_string()][..]));
+    assert_eq!(m.authority.as_deref(), Some("api.example.com"));
+    assert_eq!(r.limit.as_ref().unwrap().per, "1h");
+    let text = render(&i, "limitador `l.yaml`").unwrap();
+    meshlimit_core::rules::parse_rules("out.yaml", &text).unwrap();
+}
+
+#[test]
+fn a_value_that_makes_no_valid_rule_is_refused_at_its_entry() {
+    let text = "domain: d
+descriptors:
+  - key: host
+    value: api.example.com:8443
+    descriptors:
+      - key: remote_address
+        rate_limit: { unit: second, requests_per_unit: 1 }
+";
+    let e = errors(&envoy(text, &["host=authority"]));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].starts_with("rl.yaml: descriptors[0].descriptors[0]: gives rule field `match.authority`: `api.example.com:8443` is not a host"),
+        "{e:?}"
+    );
+}

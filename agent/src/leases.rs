@@ -332,7 +332,7 @@ impl LeaseService {
             Ok(Take::Denied { retry_after_ns }) => {
                 self.metrics.store_results("ok", 1);
                 let wait = self.denial_hold_ns(p.lease, retry_after_ns, acquire);
-                self.pools.deny(&acquire.key, now, 0, wait);
+                self.pools.deny(&acquire.key, now, wait);
                 self.refill_after(&p.rule, acquire.limit, acquire.share, &acquire.key, wait);
             }
             Err(e) => {
@@ -575,7 +575,7 @@ impl LeaseService {
                     return self.deny(p.rule, &acquire.key, retry_after_ns);
                 }
                 let wait = self.denial_hold_ns(p.lease, retry_after_ns, acquire);
-                self.pools.deny(&acquire.key, now, acquire.min, wait);
+                self.pools.deny(&acquire.key, now, wait);
                 self.refill_after(p.rule, acquire.limit, acquire.share, &acquire.key, wait);
                 self.deny(p.rule, &acquire.key, wait)
             }

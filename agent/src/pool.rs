@@ -3,12 +3,13 @@
 //! the node's next asks from them; only pool misses go to the store. Pooled
 //! tokens expire with the lease TTL: unspent tokens are dropped, never hoarded.
 //!
-//! It also keeps the node's demand per key (a decaying count of tokens handed
-//! out and asks denied, time constant 1 s), which sizes the next store lease, and
-//! a node-level denial cache, so a key over its limit costs the store one call per
-//! lease period per node instead of one per filter ask.
+//! It also keeps the node's demand per key (the tokens its filters asked for,
+//! served or not, as a decaying count with a time constant of 1 s), which
+//! sizes the next store lease, and a node-level denial cache, so a key over its
+//! limit costs the store one call per lease period per node instead of one per
+//! filter ask.
 //!
-//! Each key's tokens, denial, spend rate and store call in flight are a
+//! Each key's tokens, denial, demand and store call in flight are a
 //! [`Lease`] (`meshlimit_core::lease`), the same state machine the filter keeps
 //! per key: so there is at most one store call per key in flight at this agent
 //! (the asks that find the pool empty while it is out wait for it,
@@ -31,12 +32,10 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use meshlimit_core::lease::{Lease, Spend};
-use meshlimit_core::{DescriptorKey, NANOS_PER_SEC};
+use meshlimit_core::DescriptorKey;
 use tokio::sync::watch;
 
 const SHARDS: usize = 16;
-/// The demand estimate's time constant.
-const DEMAND_TAU_NS: f64 = NANOS_PER_SEC as f64;
 
 /// Pools for every key this node has leased, bounded in size.
 pub struct Pools {
@@ -122,8 +121,6 @@ struct Entry {
     lease: Lease,
     remaining: u32,
     reset_at_ns: u64,
-    demand: f64,
-    demand_at_ns: u64,
     /// Told when the store call in flight ends (the asks waiting on it).
     call: Option<watch::Sender<()>>,
     /// Asks that waited on the call in flight: the next call's lease covers them.
@@ -166,7 +163,6 @@ impl Pools {
             let ask = if usable >= cost { tokens } else { cost };
             match e.lease.take(now_ns, ask, Some(call_timeout_ns)) {
                 Spend::Taken { left, refill } => {
-                    e.add_demand(now_ns, ask);
                     if refill {
                         e.call = Some(watch::channel(()).0);
                     }
@@ -177,14 +173,10 @@ impl Pools {
                         refill,
                     }
                 }
-                Spend::Denied { retry_after_ns } => {
-                    e.add_demand(now_ns, cost);
-                    PoolTake::Denied { retry_after_ns }
-                }
+                Spend::Denied { retry_after_ns } => PoolTake::Denied { retry_after_ns },
                 Spend::Empty { in_flight } => {
                     if let (true, Some(tx)) = (in_flight, &e.call) {
                         let rx = tx.subscribe();
-                        e.add_demand(now_ns, cost);
                         e.waited = e.waited.saturating_add(1);
                         return PoolTake::Wait(rx);
                     }
@@ -197,8 +189,10 @@ impl Pools {
                     };
                     e.lease.begin_call(now_ns, call_timeout_ns);
                     e.call = Some(watch::channel(()).0);
+                    // The demand before this ask: a key nobody asked for is cold.
+                    let demand = e.lease.demand_per_sec(now_ns) - f64::from(ask);
                     PoolTake::Miss {
-                        demand_per_sec: e.demand_at(now_ns),
+                        demand_per_sec: demand.max(0.0),
                         dropped,
                         waited: std::mem::take(&mut e.waited),
                     }
@@ -260,7 +254,6 @@ impl Pools {
             e.remaining = remaining;
             e.reset_at_ns = now_ns.saturating_add(reset_ns);
             e.lease.denied_until_ns = now_ns.saturating_add(hold_ns);
-            e.add_demand(now_ns, filter);
             e.end_call();
         });
         filter
@@ -268,12 +261,11 @@ impl Pools {
 
     /// Records a store denial: asks for the key are denied at the node until
     /// then. Ends the call in flight.
-    pub fn deny(&self, key: &DescriptorKey, now_ns: u64, cost: u32, retry_after_ns: u64) {
+    pub fn deny(&self, key: &DescriptorKey, now_ns: u64, retry_after_ns: u64) {
         self.with(key, now_ns, |e| {
             // A denial answering a concurrent ask must not strand tokens that
             // another ask's grant just pooled: they are served first.
             e.lease.deny(now_ns, retry_after_ns);
-            e.add_demand(now_ns, cost);
             e.end_call();
         });
     }
@@ -306,7 +298,7 @@ impl Pools {
         self.shards
             .get(key.fingerprint() as usize % SHARDS)
             .and_then(|s| s.lock().ok())
-            .and_then(|m| m.get(key).map(|e| e.demand_at(now_ns)))
+            .and_then(|m| m.get(key).map(|e| e.lease.demand_per_sec(now_ns)))
             .unwrap_or(0.0)
     }
 
@@ -318,7 +310,7 @@ impl Pools {
                     e.lease.expires_ns > now_ns
                         || e.lease.denied_until_ns > now_ns
                         || e.lease.in_flight(now_ns)
-                        || e.demand_at(now_ns) >= 0.5
+                        || e.lease.demand_per_sec(now_ns) >= 0.5
                 });
             }
         }
@@ -364,22 +356,6 @@ impl Entry {
         if let Some(tx) = self.call.take() {
             let _ = tx.send(());
         }
-    }
-
-    /// Adds `tokens` to the decaying count: count(t) = Σ tokens × e^(−age/τ).
-    fn add_demand(&mut self, now_ns: u64, tokens: u32) {
-        self.demand = self.decayed(now_ns) + f64::from(tokens);
-        self.demand_at_ns = now_ns;
-    }
-
-    fn decayed(&self, now_ns: u64) -> f64 {
-        let age = now_ns.saturating_sub(self.demand_at_ns) as f64;
-        self.demand * (-age / DEMAND_TAU_NS).exp()
-    }
-
-    /// Tokens per second: a steady rate r settles the count at r × τ.
-    fn demand_at(&self, now_ns: u64) -> f64 {
-        self.decayed(now_ns) * NANOS_PER_SEC as f64 / DEMAND_TAU_NS
     }
 }
 

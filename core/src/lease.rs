@@ -16,14 +16,24 @@
 //!   one call for more, so the requests behind it do not wait;
 //!   No refill starts while a denial (or a hold the store's answer set) is
 //!   cached: the store said when to ask again;
-//! - the next ask is sized by the measured spend rate ([`Lease::want`]).
+//! - the next ask is sized by the measured demand ([`Lease::want`]): tokens
+//!   asked for per second of wall-clock time, whether they were there or not
+//!   (a decaying count with a time constant of one second). A holder whose
+//!   demand fills fewer than [`THICK_TOKENS_PER_LIFE`] tokens in a lease's life
+//!   asks for its cost each time and never ahead.
 //!
-//! Time is a parameter (`now_ns`); the spend rate is a decaying mean with a time
-//! constant of one second.
+//! Time is a parameter (`now_ns`).
 
-const SPEND_TAU_NS: f64 = 1e9;
+const DEMAND_TAU_NS: f64 = 1e9;
 /// A refill starts when the tokens left would last this many round trips.
 pub const REFILL_ROUND_TRIPS: f64 = 2.0;
+/// A holder leases ahead (asks for more than its cost, refills before it runs
+/// out) only when it spends at least this many tokens in a lease's life. A
+/// thinner one asks for each request's cost when it needs it: tokens fetched
+/// ahead would often expire before its next request, stranded, so the tokens
+/// of a key that is thin at each holder stay where they are shared (the
+/// node's pool, the store).
+pub const THICK_TOKENS_PER_LIFE: f64 = 4.0;
 /// The round trip assumed before one is measured, in microseconds.
 const INITIAL_RTT_US: u32 = 1_000;
 /// The weight of a new round-trip sample in the mean.
@@ -37,14 +47,14 @@ pub struct Lease {
     pub expires_ns: u64,
     /// Requests before this time are denied without asking.
     pub denied_until_ns: u64,
-    /// The last grant (with what it carried over) and when it came: what was
-    /// spent of it, and how fast, is the spend rate.
+    /// The last grant (with what it carried over) and when it came.
     pub granted: u32,
     pub granted_at_ns: u64,
-    /// When the last grant ran out (0: it did not).
-    pub emptied_ns: u64,
-    /// Tokens per second spent while tokens were held (decaying mean).
-    pub spend_rate: f32,
+    /// Tokens asked for (spent or not), as a count decaying with a time
+    /// constant of one second, last updated at `demand_at_ns`: at a steady
+    /// rate r it settles at r × 1 s, so it reads as tokens per second.
+    pub demand: f32,
+    pub demand_at_ns: u64,
     /// A call for this key is in flight since this time (0: none)...
     pub call_started_ns: u64,
     /// ...until its answer, or this deadline at the latest.
@@ -85,11 +95,9 @@ impl Lease {
     /// a refill this take may start; `None` for a holder that never refills
     /// ahead (every request of an exact rule is checked at the store).
     pub fn take(&mut self, now_ns: u64, cost: u32, refill_timeout_ns: Option<u64>) -> Spend {
+        self.add_demand(now_ns, cost);
         if self.expires_ns > now_ns && self.tokens >= cost {
             self.tokens -= cost;
-            if self.tokens < cost {
-                self.emptied_ns = now_ns;
-            }
             // No refill while a denial holds: the store said when to ask again.
             let refill = refill_timeout_ns.is_some_and(|t| {
                 self.denied_until_ns <= now_ns
@@ -125,16 +133,14 @@ impl Lease {
     /// Whether what is left, after a take of `cost`, lasts fewer than
     /// [`REFILL_ROUND_TRIPS`] round trips at the spend rate, or the lease expires
     /// within them. Only a lease that has a spend rate refills ahead: the first
-    /// grant of a key is spent before its rate is known, and a holder that
-    /// spends less than two tokens in a lease's life asks when it needs one
-    /// (tokens fetched ahead would mostly expire unspent, stranded).
+    /// grant of a key is spent before its rate is known, and a thin holder
+    /// (see [`THICK_TOKENS_PER_LIFE`]) asks when it needs a token.
     fn below_mark(&self, now_ns: u64, cost: u32) -> bool {
-        let life_s = self.expires_ns.saturating_sub(self.granted_at_ns) as f64 / 1e9;
-        if f64::from(self.spend_rate) * life_s < 2.0 {
+        if !self.is_thick() {
             return false;
         }
         let ahead_ns = REFILL_ROUND_TRIPS * f64::from(self.rtt_or_default()) * 1e3;
-        let reserve = f64::from(self.spend_rate) * ahead_ns / 1e9;
+        let reserve = f64::from(self.demand) * ahead_ns / 1e9;
         f64::from(self.tokens) < reserve + f64::from(cost)
             || (self.expires_ns.saturating_sub(now_ns) as f64) < ahead_ns
     }
@@ -147,11 +153,21 @@ impl Lease {
         }
     }
 
-    /// Tokens to ask for: what this holder spends in `period_ns` at its spend
-    /// rate, at least `cost`. `None` before it has a rate (the holder's first
-    /// asks are for their cost).
+    /// Whether this holder's demand fills a lease's life with enough tokens
+    /// to lease ahead.
+    pub fn is_thick(&self) -> bool {
+        let life_s = self.expires_ns.saturating_sub(self.granted_at_ns) as f64 / 1e9;
+        f64::from(self.demand) * life_s >= THICK_TOKENS_PER_LIFE
+    }
+
+    /// Tokens to ask for: this holder's demand over `period_ns`, at least
+    /// `cost`. `None` for a thin holder (and before its first grant): it asks
+    /// for its cost.
     pub fn want(&self, period_ns: u64, cost: u32) -> Option<u32> {
-        let want = (f64::from(self.spend_rate) * period_ns as f64 / 1e9).ceil();
+        if !self.is_thick() {
+            return None;
+        }
+        let want = (f64::from(self.demand) * period_ns as f64 / 1e9).ceil();
         (want >= 1.0).then(|| (want.min(f64::from(u32::MAX)) as u32).max(cost))
     }
 
@@ -159,7 +175,6 @@ impl Lease {
     /// asked (0 for a refill); the rest joins the unexpired tokens, all good
     /// until `ttl_ns` from now. Ends the call in flight.
     pub fn grant(&mut self, now_ns: u64, tokens: u32, cost: u32, ttl_ns: u64) {
-        self.measure_spend(now_ns);
         self.end_call(now_ns, true);
         let carried = self.usable(now_ns);
         self.tokens = carried.saturating_add(tokens.saturating_sub(cost));
@@ -167,7 +182,6 @@ impl Lease {
         self.denied_until_ns = 0;
         self.granted = carried.saturating_add(tokens);
         self.granted_at_ns = now_ns;
-        self.emptied_ns = 0;
     }
 
     /// Records a denial: requests are denied until `retry_after_ns` from now,
@@ -206,22 +220,18 @@ impl Lease {
         self.failed();
     }
 
-    /// Folds the grant being replaced into the spend rate.
-    fn measure_spend(&mut self, now_ns: u64) {
-        if self.granted == 0 {
-            return;
-        }
-        let end = if self.emptied_ns > 0 {
-            self.emptied_ns
-        } else {
-            now_ns.min(self.expires_ns)
-        };
-        let elapsed = end.saturating_sub(self.granted_at_ns).max(1_000_000) as f64;
-        let spent = f64::from(self.granted.saturating_sub(self.tokens));
-        let sample = spent * 1e9 / elapsed;
-        let weight = 1.0 - (-elapsed / SPEND_TAU_NS).exp();
-        let rate = f64::from(self.spend_rate);
-        self.spend_rate = (rate + weight * (sample - rate)) as f32;
+    /// The demand at `now_ns`, in tokens per second.
+    pub fn demand_per_sec(&self, now_ns: u64) -> f64 {
+        let age = now_ns.saturating_sub(self.demand_at_ns) as f64;
+        f64::from(self.demand) * (-age / DEMAND_TAU_NS).exp() * 1e9 / DEMAND_TAU_NS
+    }
+
+    /// Adds `cost` tokens asked for at `now_ns` to the decaying count.
+    fn add_demand(&mut self, now_ns: u64, cost: u32) {
+        let age = now_ns.saturating_sub(self.demand_at_ns) as f64;
+        let decayed = f64::from(self.demand) * (-age / DEMAND_TAU_NS).exp();
+        self.demand = (decayed + f64::from(cost)) as f32;
+        self.demand_at_ns = now_ns;
     }
 }
 
@@ -235,43 +245,39 @@ mod tests {
     #[test]
     fn the_take_that_crosses_the_mark_is_served_and_starts_one_refill() {
         let mut l = Lease {
-            spend_rate: 1_000.0,
+            demand: 1_000.0,
             rtt_us: 1_000,
             ..Lease::default()
         };
         l.grant(0, 10, 0, 300 * MS);
         // 1,000/s over two 1 ms round trips: a reserve of 2 tokens (+ the cost).
-        for left in (3..10).rev() {
+        let mut left = 10;
+        let refilled_at = loop {
+            match l.take(MS, 1, Some(50 * MS)) {
+                Spend::Taken { left: n, refill } => {
+                    assert_eq!(n, left - 1);
+                    left = n;
+                    if refill {
+                        break n;
+                    }
+                }
+                other => panic!("{other:?}"),
+            }
+        };
+        assert!(
+            (2..=3).contains(&refilled_at),
+            "refilled with {refilled_at} left"
+        );
+        // Single flight: the next takes are served and start nothing more.
+        for n in (0..refilled_at).rev() {
             assert_eq!(
                 l.take(MS, 1, Some(50 * MS)),
                 Spend::Taken {
-                    left,
+                    left: n,
                     refill: false
                 }
             );
         }
-        assert_eq!(
-            l.take(MS, 1, Some(50 * MS)),
-            Spend::Taken {
-                left: 2,
-                refill: true
-            }
-        );
-        // Single flight: the next takes are served and start nothing more.
-        assert_eq!(
-            l.take(MS, 1, Some(50 * MS)),
-            Spend::Taken {
-                left: 1,
-                refill: false
-            }
-        );
-        assert_eq!(
-            l.take(MS, 1, Some(50 * MS)),
-            Spend::Taken {
-                left: 0,
-                refill: false
-            }
-        );
         assert_eq!(
             l.take(MS, 1, Some(50 * MS)),
             Spend::Empty { in_flight: true }
@@ -285,7 +291,7 @@ mod tests {
     #[test]
     fn no_refill_starts_while_a_denial_holds() {
         let mut l = Lease {
-            spend_rate: 1_000.0,
+            demand: 1_000.0,
             rtt_us: 1_000,
             ..Lease::default()
         };
@@ -310,6 +316,36 @@ mod tests {
     }
 
     #[test]
+    fn a_thin_holder_asks_for_its_cost_and_never_refills_ahead() {
+        // 10/s over a 300 ms lease: 3 tokens a life, below the mark of 4.
+        let mut l = Lease {
+            demand: 10.0,
+            rtt_us: 100_000,
+            ..Lease::default()
+        };
+        l.grant(0, 2, 0, 300 * MS);
+        assert!(!l.is_thick());
+        assert_eq!(l.want(200 * MS, 1), None);
+        assert_eq!(
+            l.take(MS, 1, Some(MS)),
+            Spend::Taken {
+                left: 1,
+                refill: false
+            }
+        );
+        // 20/s is thick: it asks ahead and refills.
+        l.demand = 20.0;
+        assert_eq!(l.want(200 * MS, 1), Some(4));
+        assert_eq!(
+            l.take(MS, 1, Some(MS)),
+            Spend::Taken {
+                left: 0,
+                refill: true
+            }
+        );
+    }
+
+    #[test]
     fn a_lost_answer_never_wedges_the_key() {
         let mut l = Lease::default();
         assert!(l.begin_call(10, 50));
@@ -325,7 +361,7 @@ mod tests {
     #[test]
     fn a_lease_about_to_expire_refills_ahead() {
         let mut l = Lease {
-            spend_rate: 1_000.0,
+            demand: 1_000.0,
             rtt_us: 1_000,
             ..Lease::default()
         };
@@ -342,21 +378,29 @@ mod tests {
     }
 
     #[test]
-    fn the_next_ask_is_sized_by_the_spend_rate() {
+    fn the_next_ask_is_sized_by_the_demand_over_wall_clock_time() {
         let mut l = Lease::default();
-        assert_eq!(l.want(100 * MS, 1), None, "nothing spent yet");
-        l.grant(0, 101, 1, 1_000 * MS);
-        for i in 1..=100 {
-            assert!(matches!(l.take(i * 5 * MS, 1, None), Spend::Taken { .. }));
+        assert_eq!(l.want(100 * MS, 1), None, "nothing asked yet");
+        l.grant(0, 1_000, 0, 10_000 * MS);
+        // 100 tokens a second, asked a token every 10 ms for 3 s.
+        for i in 1..=300 {
+            assert!(matches!(l.take(i * 10 * MS, 1, None), Spend::Taken { .. }));
         }
-        assert_eq!(l.emptied_ns, 500 * MS);
-        l.grant(600 * MS, 10, 1, 1_000 * MS);
-        // 101 tokens in 0.5 s is 202/s, weighted 1 - e^-0.5 against 0.
-        let expected = 202.0 * (1.0 - (-0.5f64).exp());
-        assert!((f64::from(l.spend_rate) - expected).abs() < 1e-3);
-        // 100 ms at 79.5/s.
-        assert_eq!(l.want(100 * MS, 1), Some(8));
+        // The decaying count settles near the rate (a discrete sum of
+        // e^-0.01k: 1 / (1 - e^-0.01) ≈ 100.5, 95% of the way after 3 s).
+        assert!((94.0..=101.0).contains(&l.demand), "{}", l.demand);
+        // 100 ms of it.
+        assert_eq!(l.want(100 * MS, 1), Some(10));
         assert_eq!(l.want(100 * MS, 20), Some(20), "never below the cost");
+        // Requests that find nothing count too: demand is what was asked for.
+        let mut dry = Lease::default();
+        for i in 1..=300 {
+            assert!(matches!(
+                dry.take(i * 10 * MS, 1, None),
+                Spend::Empty { .. }
+            ));
+        }
+        assert!(dry.demand > 90.0);
     }
 
     #[derive(Debug, Clone)]
@@ -384,7 +428,7 @@ mod tests {
         /// is in flight and every one ends by its deadline.
         #[test]
         fn the_lease_keeps_its_promises(ops in proptest::collection::vec(op(), 1..200)) {
-            let mut l = Lease { spend_rate: 50.0, ..Lease::default() };
+            let mut l = Lease { demand: 50.0, ..Lease::default() };
             let (mut now, mut granted, mut spent) = (1u64, 0u64, 0u64);
             let mut in_flight_until: Option<u64> = None;
             for op in ops {

@@ -21,7 +21,7 @@ use crate::bucket::{Bucket, Take};
 use crate::lease::{Lease, Spend};
 use crate::limit::Limit;
 
-const FORMAT: u8 = 4;
+const FORMAT: u8 = 5;
 const ENCODED_LEN: usize = 110;
 /// The longest a lease may be kept, whatever the agent or a stepped clock says.
 pub const MAX_LEASE_TTL_NS: u64 = 2_000_000_000;
@@ -102,8 +102,8 @@ impl SlotState {
         out.extend_from_slice(&updated.to_le_bytes());
         out.extend_from_slice(&l.granted.to_le_bytes());
         out.extend_from_slice(&l.granted_at_ns.to_le_bytes());
-        out.extend_from_slice(&l.emptied_ns.to_le_bytes());
-        out.extend_from_slice(&l.spend_rate.to_le_bytes());
+        out.extend_from_slice(&l.demand_at_ns.to_le_bytes());
+        out.extend_from_slice(&l.demand.to_le_bytes());
         out.extend_from_slice(&self.fallback_full_ns.to_le_bytes());
         out.extend_from_slice(&l.call_started_ns.to_le_bytes());
         out.extend_from_slice(&l.call_deadline_ns.to_le_bytes());
@@ -194,7 +194,9 @@ impl SlotState {
     /// leases already out are its head start, so the ceiling's rate holds from
     /// the first request after the agent went away, not a burst on top.
     pub fn fallback_take(&mut self, limit: &Limit, now_ns: u64, cost: u32) -> Take {
-        let in_use = self.lease.spend_rate > 0.0 || self.lease.granted > 0;
+        // Demand beyond this request's own ask (counted by its local check).
+        let others = self.lease.demand_per_sec(now_ns) - f64::from(cost);
+        let in_use = others >= 0.5 || self.lease.granted > 0;
         let bucket = self.fallback.get_or_insert_with(|| {
             let start = if in_use {
                 f64::from(cost)
@@ -240,8 +242,8 @@ impl SlotState {
                 denied_until_ns: u64_at(33)?,
                 granted: u32_at(58)?,
                 granted_at_ns: u64_at(62)?,
-                emptied_ns: u64_at(70)?,
-                spend_rate: f32::from_bits(u32_at(78)?),
+                demand_at_ns: u64_at(70)?,
+                demand: f32::from_bits(u32_at(78)?),
                 call_started_ns: u64_at(90)?,
                 call_deadline_ns: u64_at(98)?,
                 rtt_us: u32_at(106)?,
@@ -420,7 +422,7 @@ mod tests {
         let l = limit(40, 1_000_000_000, 40);
         let mut cold = SlotState::empty(1);
         let mut hot = SlotState::empty(2);
-        hot.lease.spend_rate = 30.0;
+        hot.lease.demand = 30.0;
         let granted = |s: &mut SlotState| {
             (0..50)
                 .filter(|_| matches!(s.fallback_take(&l, 0, 1), Take::Granted { .. }))

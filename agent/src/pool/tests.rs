@@ -81,7 +81,7 @@ fn a_grant_smaller_than_the_cost_split_never_overdraws() {
 #[test]
 fn denials_are_cached_at_the_node() {
     let p = Pools::default();
-    p.deny(&key(), 0, 1, 50 * MS);
+    p.deny(&key(), 0, 50 * MS);
     assert_eq!(
         p.take(&key(), 20 * MS, 1, None, MS),
         PoolTake::Denied {
@@ -97,14 +97,16 @@ fn denials_are_cached_at_the_node() {
 #[test]
 fn demand_settles_at_the_offered_rate() {
     let p = Pools::default();
-    // 1,000 tokens per second, one per millisecond, for 5 s (5 time constants).
-    let mut demand = 0.0;
+    // 1,000 tokens per second, one per millisecond, for 5 s (5 time constants),
+    // all denied at the node: demand counts what was asked for, not served.
+    p.deny(&key(), 0, 10_000 * MS);
     for ms in 0..5_000u64 {
-        p.deny(&key(), ms * MS, 1, 0);
-        if let PoolTake::Miss { demand_per_sec, .. } = p.take(&key(), ms * MS, 0, None, MS) {
-            demand = demand_per_sec;
-        }
+        assert!(matches!(
+            p.take(&key(), ms * MS, 1, None, MS),
+            PoolTake::Denied { .. }
+        ));
     }
+    let demand = p.demand(&key(), 5_000 * MS);
     assert!((demand - 1_000.0).abs() < 20.0, "{demand}");
 }
 
@@ -128,7 +130,7 @@ fn a_sweep_drops_only_idle_entries_and_a_swept_key_asks_the_store() {
         DescriptorKey::new("r", ["b"]),
     );
     p.fill(&pooled, 0, grant(10, 0, 0), 1, 300 * MS);
-    p.deny(&denied, 0, 1, 5_000 * MS);
+    p.deny(&denied, 0, 5_000 * MS);
     // Within the lease TTL and the denial, both stay.
     p.sweep(200 * MS);
     assert_eq!(p.len(), 2);
@@ -181,7 +183,7 @@ fn a_denial_answering_a_concurrent_ask_keeps_the_pooled_tokens() {
     let p = Pools::default();
     // One ask's grant pools 9 tokens; a concurrent ask's denial arrives after.
     assert_eq!(p.fill(&key(), 0, grant(10, 0, 0), 1, 100 * MS), 1);
-    p.deny(&key(), MS, 1, 500 * MS);
+    p.deny(&key(), MS, 500 * MS);
     // The pooled tokens are served first, then the denial answers.
     assert!(matches!(
         p.take(&key(), 2 * MS, 1, Some(9), MS),
@@ -196,7 +198,7 @@ fn a_denial_answering_a_concurrent_ask_keeps_the_pooled_tokens() {
     // Expired pooled tokens are dropped by a denial.
     let p = Pools::default();
     p.fill(&key(), 0, grant(10, 0, 0), 1, 100 * MS);
-    p.deny(&key(), 200 * MS, 1, 500 * MS);
+    p.deny(&key(), 200 * MS, 500 * MS);
     assert!(matches!(
         p.take(&key(), 800 * MS, 1, None, MS),
         PoolTake::Miss { dropped: 0, .. }

@@ -315,8 +315,8 @@ fn built_state(input: &mut Input, fingerprint: u64) -> SlotState {
     s.fallback = has_fallback.then(|| Bucket::from_parts(tokens, updated));
     s.lease.granted = input.u32();
     s.lease.granted_at_ns = input.u64();
-    s.lease.emptied_ns = input.u64();
-    s.lease.spend_rate = f32::from_bits(input.u32());
+    s.lease.demand_at_ns = input.u64();
+    s.lease.demand = f32::from_bits(input.u32());
     s.fallback_full_ns = input.u64();
     s.lease.call_started_ns = input.u64();
     s.lease.call_deadline_ns = input.u64();
@@ -342,7 +342,7 @@ fn check_one_owner(bytes: &[u8], fingerprint: u64, now: u64) {
     );
 }
 
-/// encode → claim gives the same state back (compared as bytes: `spend_rate`
+/// encode → claim gives the same state back (compared as bytes: `demand`
 /// may be NaN), at any time.
 fn check_round_trip(state: &SlotState) {
     let bytes = state.encode();

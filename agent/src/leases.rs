@@ -216,7 +216,7 @@ impl LeaseService {
                 req,
                 rules.as_deref(),
                 &indices,
-                round < 2,
+                round,
                 &mut answers,
                 &mut batch,
                 &mut pending,
@@ -380,14 +380,14 @@ impl LeaseService {
 
     /// Answers the items at `indices` from the pool where it can; the rest go
     /// in `batch` for the store, or, when their key's store call is in flight
-    /// and `may_wait`, in `waits`.
+    /// and this is not the last `round`, in `waits`.
     #[allow(clippy::too_many_arguments)]
     fn first_pass<'r>(
         self: &Arc<Self>,
         req: &LeaseRequest,
         rules: Option<&'r meshlimit_core::RuleSet>,
         indices: &[usize],
-        may_wait: bool,
+        round: usize,
         answers: &mut [Option<LeaseAnswer>],
         batch: &mut Vec<Acquire>,
         pending: &mut Vec<Pending<'r>>,
@@ -395,6 +395,9 @@ impl LeaseService {
     ) {
         let now = self.now_ns();
         let call_timeout = u64::try_from(self.call_timeout().as_nanos()).unwrap_or(u64::MAX);
+        // Round 0 takes (and counts the asks' demand); later rounds take again
+        // for asks that waited on a store call; the last may not wait again.
+        let may_wait = round < 2;
         for &index in indices {
             let item = &req.items[index];
             let Some(rule) = rules.and_then(|set| set.rule(&item.rule)) else {
@@ -412,10 +415,14 @@ impl LeaseService {
             let mut demand = 0.0;
             let mut waited = 0;
             if pooled {
-                match self
-                    .pools
-                    .take(&item.key, now, item.cost, item.want, call_timeout)
-                {
+                let take = if round == 0 {
+                    self.pools
+                        .take(&item.key, now, item.cost, item.want, call_timeout)
+                } else {
+                    self.pools
+                        .retake(&item.key, now, item.cost, item.want, call_timeout)
+                };
+                match take {
                     PoolTake::Served {
                         tokens,
                         remaining,

@@ -153,6 +153,31 @@ impl Pools {
         want: Option<u32>,
         call_timeout_ns: u64,
     ) -> PoolTake {
+        self.take_counted(key, now_ns, cost, want, call_timeout_ns, true)
+    }
+
+    /// [`Pools::take`] again for an ask that waited on the key's store call:
+    /// its demand was counted by its first take.
+    pub fn retake(
+        &self,
+        key: &DescriptorKey,
+        now_ns: u64,
+        cost: u32,
+        want: Option<u32>,
+        call_timeout_ns: u64,
+    ) -> PoolTake {
+        self.take_counted(key, now_ns, cost, want, call_timeout_ns, false)
+    }
+
+    fn take_counted(
+        &self,
+        key: &DescriptorKey,
+        now_ns: u64,
+        cost: u32,
+        want: Option<u32>,
+        call_timeout_ns: u64,
+        count: bool,
+    ) -> PoolTake {
         self.with(key, now_ns, |e| {
             // Pooled tokens first: a hold set at the last grant starts once they
             // are spent. A filter gets what it says it will spend (`want`), at
@@ -161,7 +186,12 @@ impl Pools {
             let usable = e.lease.usable(now_ns);
             let tokens = usable.min(want.unwrap_or(cost).max(cost));
             let ask = if usable >= cost { tokens } else { cost };
-            match e.lease.take(now_ns, ask, Some(call_timeout_ns)) {
+            let spend = if count {
+                e.lease.take(now_ns, ask, Some(call_timeout_ns))
+            } else {
+                e.lease.spend(now_ns, ask, Some(call_timeout_ns))
+            };
+            match spend {
                 Spend::Taken { left, refill } => {
                     if refill {
                         e.call = Some(watch::channel(()).0);
@@ -190,7 +220,8 @@ impl Pools {
                     e.lease.begin_call(now_ns, call_timeout_ns);
                     e.call = Some(watch::channel(()).0);
                     // The demand before this ask: a key nobody asked for is cold.
-                    let demand = e.lease.demand_per_sec(now_ns) - f64::from(ask);
+                    let own = if count { f64::from(ask) } else { 0.0 };
+                    let demand = e.lease.demand_per_sec(now_ns) - own;
                     PoolTake::Miss {
                         demand_per_sec: demand.max(0.0),
                         dropped,

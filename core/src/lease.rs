@@ -96,6 +96,13 @@ impl Lease {
     /// ahead (every request of an exact rule is checked at the store).
     pub fn take(&mut self, now_ns: u64, cost: u32, refill_timeout_ns: Option<u64>) -> Spend {
         self.add_demand(now_ns, cost);
+        self.spend(now_ns, cost, refill_timeout_ns)
+    }
+
+    /// [`Lease::take`] for a request whose demand was counted already (one
+    /// that waited on a call and takes from its answer): a request counts
+    /// once, however many times it looks.
+    pub fn spend(&mut self, now_ns: u64, cost: u32, refill_timeout_ns: Option<u64>) -> Spend {
         if self.expires_ns > now_ns && self.tokens >= cost {
             self.tokens -= cost;
             // No refill while a denial holds: the store said when to ask again.

@@ -150,6 +150,20 @@ impl SlotState {
         }
     }
 
+    /// Takes `cost` for a request that waited on the key's call, from what its
+    /// answer left (its demand was counted by its first check).
+    pub fn take_answered(&mut self, now_ns: u64, cost: u32) -> LocalCheck {
+        match self.lease.spend(now_ns, cost, None) {
+            Spend::Taken { left, .. } => LocalCheck::Taken {
+                remaining: self.store_remaining.saturating_add(left),
+                reset_ns: self.store_reset_at_ns.saturating_sub(now_ns),
+                refill: false,
+            },
+            Spend::Denied { retry_after_ns } => LocalCheck::Denied { retry_after_ns },
+            Spend::Empty { in_flight } => LocalCheck::Miss { in_flight },
+        }
+    }
+
     /// Marks a call for the key in flight; false when one already is.
     pub fn begin_call(&mut self, now_ns: u64, call_timeout_ns: u64) -> bool {
         self.lease.begin_call(now_ns, call_timeout_ns)

@@ -320,6 +320,12 @@ mod tests {
             .all(|(_, e)| matches!(e.verdict(), Verdict::Allow { .. })));
         assert_eq!(f.parked(), 0);
         assert!(!f.has_queued());
+        // Each request counts once in the key's demand, though the three that
+        // waited looked at the slot twice.
+        let fp = rs_fp(&rs, &cfg);
+        let (bytes, _) = host.shared_get(&crate::slots::slot_key(fp, cfg.slots));
+        let slot = meshlimit_core::slot::SlotState::claim(bytes.as_deref(), fp, 0).unwrap();
+        assert_eq!(slot.lease.demand, 3.0);
     }
 
     #[test]

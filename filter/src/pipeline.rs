@@ -260,11 +260,9 @@ impl Evaluation {
         for i in misses {
             let state = match result {
                 KeyResult::Answered => {
-                    // The denial was set by the answer just now: the clamp
-                    // against a stepped clock applies at later checks.
                     let c = &self.checks[i];
                     let local = slots::update(host, c.fingerprint, cfg.slots, |s| {
-                        s.check(now, c.cost, u64::MAX, None)
+                        s.take_answered(now, c.cost)
                     });
                     match local {
                         Some(LocalCheck::Denied { retry_after_ns }) => {

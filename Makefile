@@ -155,12 +155,16 @@ bench-smoke: tools build bench-build
 
 ACCURACY_SCENARIOS ?= $(sort $(wildcard scenarios/*.yaml))
 ACCURACY_OUT ?= bench/results/accuracy
+# The heavy scenarios, run again at fleet scale (400 gateways over 8 agents)
+# into $(ACCURACY_OUT)/fleet.
+ACCURACY_FLEET ?= scenarios/leased-hot-key-3x.yaml scenarios/zipf-keys.yaml
 
 .PHONY: accuracy
 
 accuracy: tools build
 	$(CARGO) build --release -p meshlimit-sim
 	target/release/meshlimit-sim run --out $(ACCURACY_OUT) $(ACCURACY_SCENARIOS)
+	target/release/meshlimit-sim run --gateways 400 --agents 8 --out $(ACCURACY_OUT)/fleet $(ACCURACY_FLEET)
 
 ## ---- fuzzing (fuzz/): cargo-fuzz targets on attacker-controlled input. Their
 ## bodies are in fuzz/checks/, a workspace member whose test replays the committed

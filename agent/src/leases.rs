@@ -252,7 +252,7 @@ impl LeaseService {
     fn refill(self: &Arc<Self>, rule: &Rule, limit: &Limit, share: f64, key: &DescriptorKey) {
         let demand = self.pools.demand(key, self.now_ns());
         let enforced = limit.scaled(share.min(1.0));
-        let lease = self.settings.lease_size(rule, &enforced, 1, demand);
+        let lease = self.contended_lease(rule, &enforced, 1, demand, key);
         let acquire = Acquire {
             key: key.clone(),
             limit: *limit,
@@ -294,7 +294,7 @@ impl LeaseService {
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_nanos(after_ns)).await;
             let now = service.now_ns();
-            if service.pools.demand(&key, now) < 1.0
+            if service.pools.demand(&key, now) < 0.5
                 || !service.pools.begin_refill(&key, now, timeout)
             {
                 return;
@@ -346,6 +346,30 @@ impl LeaseService {
                 }
             }
         }
+    }
+
+    /// The store lease for a pooled key: by the node's demand, and, while the
+    /// nodes compete for the key (its bucket was drained at the last answer),
+    /// at least this node's share of a lease period of the rate. Its filters
+    /// asked less than that only because they were caching denials; a lease
+    /// sized by those suppressed asks alone would leave tokens in the store at
+    /// every call, and the fleet would admit less than the limit.
+    fn contended_lease(
+        &self,
+        rule: &Rule,
+        enforced: &Limit,
+        cost: u32,
+        demand: f64,
+        key: &DescriptorKey,
+    ) -> u32 {
+        let lease = self.settings.lease_size(rule, enforced, cost, demand);
+        if !self.pools.drained(key) {
+            return lease;
+        }
+        let share = enforced.rate_per_sec() / f64::from(self.live_nodes())
+            * self.settings.target.as_secs_f64();
+        let cap = (enforced.burst() / 10).max(cost);
+        lease.max((share.ceil().min(f64::from(cap))) as u32)
     }
 
     /// After a grant that left the store fewer than a lease: the time until
@@ -462,7 +486,11 @@ impl LeaseService {
                 }
             }
             let enforced = limit.scaled(share.min(1.0));
-            let mut lease = self.settings.lease_size(rule, &enforced, item.cost, demand);
+            let mut lease = if pooled {
+                self.contended_lease(rule, &enforced, item.cost, demand, &item.key)
+            } else {
+                self.settings.lease_size(rule, &enforced, item.cost, demand)
+            };
             if pooled {
                 // Asks that waited on the last call and found it too small are
                 // covered by this one (at most a tenth of the burst, as any lease).

@@ -125,6 +125,9 @@ struct Entry {
     call: Option<watch::Sender<()>>,
     /// Asks that waited on the call in flight: the next call's lease covers them.
     waited: u32,
+    /// The last store answer found the bucket drained (a hold or a denial):
+    /// the nodes are competing for the key's rate.
+    drained: bool,
 }
 
 impl Default for Pools {
@@ -285,6 +288,7 @@ impl Pools {
             e.remaining = remaining;
             e.reset_at_ns = now_ns.saturating_add(reset_ns);
             e.lease.denied_until_ns = now_ns.saturating_add(hold_ns);
+            e.drained = hold_ns > 0;
             e.end_call();
         });
         filter
@@ -297,6 +301,7 @@ impl Pools {
             // A denial answering a concurrent ask must not strand tokens that
             // another ask's grant just pooled: they are served first.
             e.lease.deny(now_ns, retry_after_ns);
+            e.drained = true;
             e.end_call();
         });
     }
@@ -321,6 +326,15 @@ impl Pools {
             e.lease.failed();
             e.end_call();
         });
+    }
+
+    /// Whether the last store answer for `key` found its bucket drained.
+    pub fn drained(&self, key: &DescriptorKey) -> bool {
+        self.shards
+            .get(key.fingerprint() as usize % SHARDS)
+            .and_then(|s| s.lock().ok())
+            .and_then(|m| m.get(key).map(|e| e.drained))
+            .unwrap_or(false)
     }
 
     /// This node's recent demand for `key`, tokens per second (0 for a key

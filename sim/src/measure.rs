@@ -88,6 +88,8 @@ pub struct Figures {
     /// Retry times of the denials the agents sent (ms): how long a gateway
     /// rejects the key from its denial cache.
     pub denial_ms: Sizes,
+    /// How late the harness offered each arrival (µs): its own cost.
+    pub harness_lag_us: Sizes,
     pub agent_calls: u64,
     /// Agent-call items sent ahead of need, and requests that waited on a
     /// call in flight for their key (from the filter's own counts).
@@ -131,6 +133,7 @@ pub fn figures(plan: &Plan, rec: &Recorded, script_calls: u64, limits: &[f64]) -
         steady,
         leases: sizes(a.lease_tokens.iter().map(|&t| u64::from(t)).collect()),
         denial_ms: sizes(a.deny_ms.clone()),
+        harness_lag_us: sizes(rec.log.lag_us.clone()),
         agent_calls: a.calls,
         refills: rec.refills,
         waits: rec.waits,

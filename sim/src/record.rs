@@ -74,6 +74,9 @@ pub struct Log {
     pub agent: AgentCounts,
     /// Requests no rule applied to (a scenario mistake; reported).
     pub unmatched: u64,
+    /// How late each arrival was offered after its planned time (µs): the
+    /// harness's own cost, so a miss can be told from a slow simulator.
+    pub lag_us: Vec<u64>,
 }
 
 /// A request between its arrival and its decision.
@@ -99,6 +102,14 @@ impl Recorder {
             judges: RefCell::new(judges),
             log: RefCell::new(Log::default()),
         }
+    }
+
+    /// An arrival planned for `planned_ns` is offered at `now_ns`.
+    pub fn lag(&self, planned_ns: u64, now_ns: u64) {
+        self.log
+            .borrow_mut()
+            .lag_us
+            .push(now_ns.saturating_sub(planned_ns) / 1_000);
     }
 
     /// A request arrives (call in arrival order).

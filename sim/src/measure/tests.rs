@@ -57,6 +57,7 @@ fn figures_count_the_steady_part_and_wrong_decisions() {
                 ..AgentCounts::default()
             },
             unmatched: 0,
+            lag_us: Vec::new(),
         },
         scripts_per_second: vec![vec![5], vec![6], vec![7], vec![8]],
         elapsed: 4.0,

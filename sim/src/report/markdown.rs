@@ -145,6 +145,13 @@ fn cost_rows(r: &RunReport) -> Vec<Row> {
             ),
         ),
         (
+            "harness lag (its own cost)",
+            format!(
+                "arrivals offered after their planned time by p50 {} µs, p99 {} µs, max {} µs",
+                f.harness_lag_us.p50, f.harness_lag_us.p99, f.harness_lag_us.max
+            ),
+        ),
+        (
             "Redis script calls",
             format!(
                 "{} (**{:.2} per 1,000 requests**, {:.1}/s); busiest node {:.1}/s in the steady part",

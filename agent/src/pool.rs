@@ -189,11 +189,13 @@ impl Pools {
             let usable = e.lease.usable(now_ns);
             let tokens = usable.min(want.unwrap_or(cost).max(cost));
             let ask = if usable >= cost { tokens } else { cost };
-            let spend = if count {
-                e.lease.take(now_ns, ask, Some(call_timeout_ns))
-            } else {
-                e.lease.spend(now_ns, ask, Some(call_timeout_ns))
-            };
+            // Demand is what the filter asked for (its want), not what the
+            // pool happened to hold.
+            let asked = want.unwrap_or(cost).max(cost);
+            if count {
+                e.lease.add_demand(now_ns, asked);
+            }
+            let spend = e.lease.spend(now_ns, ask, Some(call_timeout_ns));
             match spend {
                 Spend::Taken { left, refill } => {
                     if refill {
@@ -223,7 +225,7 @@ impl Pools {
                     e.lease.begin_call(now_ns, call_timeout_ns);
                     e.call = Some(watch::channel(()).0);
                     // The demand before this ask: a key nobody asked for is cold.
-                    let own = if count { f64::from(ask) } else { 0.0 };
+                    let own = if count { f64::from(asked) } else { 0.0 };
                     let demand = e.lease.demand_per_sec(now_ns) - own;
                     PoolTake::Miss {
                         demand_per_sec: demand.max(0.0),

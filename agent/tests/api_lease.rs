@@ -84,7 +84,14 @@ async fn an_exact_rule_grants_its_burst_one_by_one_then_denies_with_the_retry_ti
 
 /// The tokens of a single grant, or a panic naming what came instead.
 async fn granted(app: &meshlimit_agent::api::App) -> u32 {
-    match lease(app, vec![item("search", "GET", 1)]).await[..] {
+    granted_wanting(app, None).await
+}
+
+/// Tokens granted to one ask that says it will spend `want`.
+async fn granted_wanting(app: &meshlimit_agent::api::App, want: Option<u32>) -> u32 {
+    let mut ask = item("search", "GET", 1);
+    ask.want = want;
+    match lease(app, vec![ask]).await[..] {
         [LeaseAnswer::Grant { tokens, .. }] => tokens,
         ref other => panic!("unexpected {other:?}"),
     }
@@ -95,15 +102,22 @@ async fn a_fast_rule_gets_leases_sized_by_the_nodes_demand() {
     let app = app(Some(RULES));
     // A cold key starts at one token: every request is checked in the store.
     assert_eq!(granted(&app).await, 1);
-    // The node then spends 1,000 tokens a second (the rule allows that much): each
-    // lease is spent before the next ask. Within a few seconds a store lease is
-    // 100 ms of that demand (100 tokens), half of it for the asking filter.
-    let mut last = 0;
-    for _ in 0..3_000 {
-        last = granted(&app).await;
-        tokio::time::advance(Duration::from_millis(u64::from(last))).await;
+    // The node then spends 500 tokens a second (half what the rule allows),
+    // its filter asking for 40 at a time (what it says it spends): each lease
+    // is spent before the next ask. Within a few seconds a store lease is 100
+    // ms of that demand (50 tokens, up to twice that), so the filter gets its
+    // 40 from the pool, and most asks never reach the store.
+    let mut late = Vec::new();
+    for i in 0..3_000 {
+        let last = granted_wanting(&app, Some(40)).await;
+        tokio::time::advance(Duration::from_millis(2 * u64::from(last))).await;
+        if i >= 2_500 {
+            late.push(last);
+        }
     }
-    assert!((45..=100).contains(&last), "lease {last}");
+    let mean = f64::from(late.iter().sum::<u32>()) / late.len() as f64;
+    assert!(late.iter().all(|&t| t <= 40), "never more than it wants");
+    assert!(mean >= 30.0, "mean grant {mean} of the 40 wanted");
     let text = metrics(&app).await;
     let store_calls = sample(&text, "meshlimit_store_requests_total", &[]).unwrap();
     let asks = sample(&text, "meshlimit_leases_granted_total", &[]).unwrap();

@@ -233,8 +233,10 @@ impl Lease {
         f64::from(self.demand) * (-age / DEMAND_TAU_NS).exp() * 1e9 / DEMAND_TAU_NS
     }
 
-    /// Adds `cost` tokens asked for at `now_ns` to the decaying count.
-    fn add_demand(&mut self, now_ns: u64, cost: u32) {
+    /// Adds `cost` tokens asked for at `now_ns` to the decaying count (what
+    /// [`Lease::take`] does; a holder serving asks of several tokens counts
+    /// what was asked for, then [`Lease::spend`]s).
+    pub fn add_demand(&mut self, now_ns: u64, cost: u32) {
         let age = now_ns.saturating_sub(self.demand_at_ns) as f64;
         let decayed = f64::from(self.demand) * (-age / DEMAND_TAU_NS).exp();
         self.demand = (decayed + f64::from(cost)) as f32;

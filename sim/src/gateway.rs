@@ -120,9 +120,10 @@ impl Gateway {
         }
     }
 
-    /// Agent calls still waiting for an answer.
+    /// Agent calls still waiting for an answer, plus requests still waiting
+    /// on one (queued for the next call, or parked on a call out).
     pub fn inflight(&self) -> usize {
-        self.inflight.get()
+        self.inflight.get() + self.waiting.borrow().len()
     }
 
     /// One request for `key`, now.

@@ -3,7 +3,7 @@
 //! default so that `{}` is a working configuration next to a local agent.
 
 use meshlimit_core::headers::HeaderStyle;
-use meshlimit_core::secret::{Secret, SlotHasher};
+use meshlimit_core::secret::{KeyIds, Secret, SlotHasher};
 use serde::Deserialize;
 
 /// Plugin configuration.
@@ -43,6 +43,10 @@ pub struct FilterConfig {
     pub agent_auth: Option<String>,
     #[serde(skip)]
     pub slot_hasher: SlotHasher,
+    /// The keyed hash that names keys in the access log, as the agent names
+    /// them in metrics.
+    #[serde(skip)]
+    pub key_ids: KeyIds,
 }
 
 impl Default for FilterConfig {
@@ -61,6 +65,7 @@ impl Default for FilterConfig {
             slots: 16_384,
             agent_auth: None,
             slot_hasher: SlotHasher::UNKEYED,
+            key_ids: KeyIds::placeholder(),
         }
     }
 }
@@ -93,6 +98,7 @@ impl FilterConfig {
     pub fn with_secret(mut self, secret: &Secret) -> Self {
         self.agent_auth = Some(format!("Bearer {}", secret.agent_token()));
         self.slot_hasher = secret.slot_hasher();
+        self.key_ids = secret.key_ids();
         self
     }
 

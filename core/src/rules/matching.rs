@@ -207,6 +207,12 @@ impl RuleSet {
         Ok(out)
     }
 
+    /// The rule named `name` applied to `req` (its key and limit), when it
+    /// applies; `None` also for a request the rules refuse as ambiguous.
+    pub fn applicable_rule(&self, name: &str, req: &RequestInfo) -> Option<Applicable<'_>> {
+        self.check(self.position(name)?, req).ok().flatten()
+    }
+
     fn check<'r>(
         &'r self,
         index: usize,

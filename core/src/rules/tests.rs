@@ -1,4 +1,5 @@
 use super::*;
+use crate::key::DescriptorKey;
 use crate::limit::limit;
 use crate::NANOS_PER_SEC;
 
@@ -575,4 +576,20 @@ fn a_plan_rule_is_ordered_by_its_strictest_plan() {
     assert_eq!(names, ["plans", "middle"]);
     let plans = s.rule("plans").unwrap();
     assert_eq!(plans.limits.strictest().requests(), 1);
+}
+
+#[test]
+fn one_rule_is_applied_by_name() {
+    let s = set();
+    let req = request(
+        "/v1/search",
+        "GET",
+        &[("x-env", "prod"), ("x-api-key", "k1")],
+    );
+    let a = s.applicable_rule("per-key", &req).unwrap();
+    assert_eq!(a.key, DescriptorKey::new("per-key", ["k1"]));
+    assert_eq!(a.index, s.position("per-key").unwrap());
+    // A rule that does not apply, and one that does not exist.
+    assert!(s.applicable_rule("plans", &req).is_none());
+    assert!(s.applicable_rule("nope", &req).is_none());
 }

@@ -14,10 +14,10 @@ use proxy_wasm::types::Action;
 
 use crate::backoff;
 use crate::config::FilterConfig;
-use crate::decided;
 use crate::host::{self, Host, ProxyHost};
 use crate::pipeline::Evaluation;
 use crate::state::{Asked, QuotaCell, Shared, Waiting};
+use crate::{decided, usage};
 
 pub struct Http {
     vm: Shared,
@@ -251,11 +251,25 @@ impl Context for Http {
 
 impl HttpContext for Http {
     fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        let Some(rules) = self.vm.borrow().rules.clone() else {
+        let rules = self.vm.borrow().rules.clone();
+        if rules.is_none() && self.config.usage_path.is_none() {
+            return Action::Continue;
+        }
+        let (info, protocol) = self.request_info(rules.as_deref());
+        self.protocol = protocol;
+        if usage::is_usage(&self.config, &info) {
+            host::send_answer(usage::answer(
+                &ProxyHost,
+                &self.config,
+                rules.as_deref(),
+                &info,
+                protocol,
+            ));
+            return Action::Pause;
+        }
+        let Some(rules) = rules else {
             return Action::Continue;
         };
-        let (info, protocol) = self.request_info(Some(&rules));
-        self.protocol = protocol;
         let mut eval = match Evaluation::new(Rc::clone(&rules), &info, &self.config) {
             Ok(Some(eval)) => eval,
             Ok(None) => return Action::Continue,

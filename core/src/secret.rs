@@ -107,7 +107,7 @@ pub fn token_matches(presented: &[u8], expected: &str) -> bool {
 /// Names keys by a keyed hash: HMAC-SHA-256 truncated to 128 bits, so ids are
 /// collision-free in practice (a Redis key name is one bucket: two keys must never
 /// share one) and cannot be mapped back without the secret.
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct KeyIds {
     key: [u8; 32],
 }

@@ -3,7 +3,7 @@
 //! default so that `{}` is a working configuration next to a local agent.
 
 use meshlimit_core::headers::HeaderStyle;
-use meshlimit_core::secret::{Secret, SlotHasher};
+use meshlimit_core::secret::{KeyIds, Secret, SlotHasher};
 use serde::Deserialize;
 
 /// Plugin configuration.
@@ -36,6 +36,10 @@ pub struct FilterConfig {
     /// Shared-data slots for per-key state: bounds the filter's memory whatever
     /// the key cardinality.
     pub slots: u32,
+    /// A path (e.g. `/.well-known/ratelimit`) where the filter answers a GET
+    /// itself with the caller's limits and what is left of them, as far as
+    /// this Envoy knows; `None`: no such path.
+    pub usage_path: Option<String>,
     /// From the deployment's secret (the VM's `MESHLIMIT_SECRET`), never from the
     /// plugin configuration, which Envoy's admin interface shows to anyone on the
     /// pod: the agent's bearer token, and the key of the slot hash.
@@ -43,6 +47,10 @@ pub struct FilterConfig {
     pub agent_auth: Option<String>,
     #[serde(skip)]
     pub slot_hasher: SlotHasher,
+    /// The keyed hash that names keys in the access log, as the agent names
+    /// them in metrics.
+    #[serde(skip)]
+    pub key_ids: KeyIds,
 }
 
 impl Default for FilterConfig {
@@ -59,8 +67,10 @@ impl Default for FilterConfig {
             local_safety_factor: 2.0,
             agent_backoff_ms: 500,
             slots: 16_384,
+            usage_path: None,
             agent_auth: None,
             slot_hasher: SlotHasher::UNKEYED,
+            key_ids: KeyIds::placeholder(),
         }
     }
 }
@@ -68,7 +78,7 @@ impl Default for FilterConfig {
 impl FilterConfig {
     /// Parses the plugin configuration; empty means defaults.
     pub fn parse(bytes: Option<&[u8]>) -> Result<Self, String> {
-        let config: Self = match bytes {
+        let mut config: Self = match bytes {
             None => Self::default(),
             Some(b) if b.iter().all(u8::is_ascii_whitespace) => Self::default(),
             Some(b) => {
@@ -85,6 +95,15 @@ impl FilterConfig {
         if !(config.local_safety_factor.is_finite() && config.local_safety_factor > 0.0) {
             return Err("plugin configuration: local_safety_factor must be above 0".into());
         }
+        if let Some(p) = &config.usage_path {
+            if !p.starts_with('/') || p.contains(['?', '#']) {
+                return Err(format!(
+                    "plugin configuration: usage_path `{p}` must be a path starting with `/`, without `?` or `#`"
+                ));
+            }
+            // Compared with the request's normalised path.
+            config.usage_path = Some(meshlimit_core::path::normalize(p.as_bytes()));
+        }
         Ok(config)
     }
 
@@ -93,6 +112,7 @@ impl FilterConfig {
     pub fn with_secret(mut self, secret: &Secret) -> Self {
         self.agent_auth = Some(format!("Bearer {}", secret.agent_token()));
         self.slot_hasher = secret.slot_hasher();
+        self.key_ids = secret.key_ids();
         self
     }
 
@@ -119,5 +139,9 @@ mod tests {
         assert_eq!((c.timeout_ms, c.response_headers), (7, HeaderStyle::Legacy));
         assert!(FilterConfig::parse(Some(br#"{"timeout": 7}"#)).is_err());
         assert!(FilterConfig::parse(Some(br#"{"slots": 0}"#)).is_err());
+        let c = FilterConfig::parse(Some(br#"{"usage_path": "/.well-known/ratelimit"}"#)).unwrap();
+        assert_eq!(c.usage_path.as_deref(), Some("/.well-known/ratelimit"));
+        let e = FilterConfig::parse(Some(br#"{"usage_path": "usage"}"#)).unwrap_err();
+        assert!(e.contains("usage_path `usage`"), "{e}");
     }
 }

@@ -155,6 +155,12 @@ fn grpc_code(status: u32) -> GrpcStatusCode {
     }
 }
 
+/// Sets a property of the stream; Envoy keeps it as filter state
+/// `wasm.<name>`, which an access log prints with `%FILTER_STATE(wasm.<name>:PLAIN)%`.
+pub fn set_property(name: &str, value: &str) {
+    let _ = hostcalls::set_property(vec![name], Some(value.as_bytes()));
+}
+
 pub fn resume_request() {
     let _ = hostcalls::resume_http_request();
 }

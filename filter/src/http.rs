@@ -16,7 +16,8 @@ use crate::backoff;
 use crate::config::FilterConfig;
 use crate::host::{self, Host, ProxyHost};
 use crate::pipeline::Evaluation;
-use crate::state::{QuotaCell, Shared, Waiting};
+use crate::state::{Asked, QuotaCell, Shared, Waiting};
+use crate::{decided, usage};
 
 pub struct Http {
     vm: Shared,
@@ -31,6 +32,8 @@ pub struct Http {
     protocol: Protocol,
     /// Waiting on the VM's lease calls (the root context finishes it).
     parked: bool,
+    /// The request as the rules saw it, once its headers came.
+    asked: Option<Rc<Asked>>,
 }
 
 impl Http {
@@ -44,13 +47,15 @@ impl Http {
             quota: QuotaCell::default(),
             protocol: Protocol::Http,
             parked: false,
+            asked: None,
         }
     }
 
     /// The request as the rules see it, and the protocol it speaks. Stream
     /// properties are host calls, so they are fetched only when some rule keys
     /// on them.
-    fn request_info(&self, rules: &RuleSet) -> (RequestInfo, Protocol) {
+    fn request_info(&self, rules: Option<&RuleSet>) -> (RequestInfo, Protocol) {
+        let uses = |part: &KeyPart| rules.is_some_and(|r| r.uses(part));
         let headers = host::request_headers();
         let find = |name: &str| {
             headers
@@ -73,7 +78,7 @@ impl Http {
                 .map(|(_, v)| v.as_slice()),
         );
         let mut info = RequestInfo::new(path, &method, headers);
-        if rules.uses(&KeyPart::ClientIp) {
+        if uses(&KeyPart::ClientIp) {
             let downstream = host::property(vec!["source", "address"]);
             info.client_ip = client_ip::resolve(
                 downstream.as_deref(),
@@ -81,7 +86,7 @@ impl Http {
                 self.config.trusted_hops,
             );
         }
-        if rules.uses(&KeyPart::Route) {
+        if uses(&KeyPart::Route) {
             info.route = host::property(vec!["xds", "route_name"]).filter(|r| !r.is_empty());
         }
         (info, protocol)
@@ -89,22 +94,29 @@ impl Http {
 
     /// Takes the request's evaluation to the VM's lease calls: it waits there
     /// (returns `Pause`) or is decided at once.
-    fn join_flights(&mut self, eval: Evaluation, queue: u32) -> Action {
+    /// What finishing this request needs (known once its headers came).
+    fn waiting(&self, asked: &Rc<Asked>) -> Waiting {
+        Waiting {
+            protocol: self.protocol,
+            quota: Rc::clone(&self.quota),
+            asked: Rc::clone(asked),
+        }
+    }
+
+    fn join_flights(&mut self, eval: Evaluation, queue: u32, asked: &Rc<Asked>) -> Action {
         let admitted =
             self.vm
                 .borrow_mut()
                 .flights
                 .admit(&ProxyHost, &self.config, self.context_id, eval);
         let action = match admitted {
-            Some(eval) => finish(&self.vm, &self.config, self.protocol, &self.quota, &eval),
+            Some(eval) => finish(&self.vm, &self.config, &self.waiting(asked), &eval),
             None => {
-                self.vm.borrow_mut().waiting.insert(
-                    self.context_id,
-                    Waiting {
-                        protocol: self.protocol,
-                        quota: Rc::clone(&self.quota),
-                    },
-                );
+                let waiting = self.waiting(asked);
+                self.vm
+                    .borrow_mut()
+                    .waiting
+                    .insert(self.context_id, waiting);
                 self.parked = true;
                 Action::Pause
             }
@@ -131,24 +143,37 @@ fn wake_root(vm: &Shared, queue: u32) {
     }
 }
 
-/// Counts every rule's decision and carries out the verdict: `Continue`, or a
-/// local answer sent (`Pause`). The allowed request's quota goes in `quota` for
+/// Counts every rule's decision, names it in the stream's filter state for the
+/// access log, and carries out the verdict: `Continue`, or a local answer sent
+/// (`Pause`). The allowed request's quota goes in the request's quota cell for
 /// its response.
 pub(crate) fn finish(
     vm: &Shared,
     config: &FilterConfig,
-    protocol: Protocol,
-    quota: &QuotaCell,
+    request: &Waiting,
     eval: &Evaluation,
 ) -> Action {
+    let results = eval.results();
     {
         let mut vm = vm.borrow_mut();
-        for r in eval.results() {
+        for r in &results {
             vm.counts.record(r.rule, r.outcome());
         }
     }
+    let verdict = eval.verdict();
+    let asked = &request.asked;
+    for (name, value) in decided::properties(
+        &config.key_ids,
+        &asked.rules,
+        &asked.info,
+        &verdict,
+        &results,
+    ) {
+        host::set_property(name, &value);
+    }
+    let (protocol, quota) = (request.protocol, &request.quota);
     let style = config.response_headers;
-    match eval.verdict() {
+    match verdict {
         Verdict::Allow { tightest } => {
             *quota.borrow_mut() =
                 tightest.map(|q| (q.rule.to_string(), q.limit, q.remaining, q.reset_ns));
@@ -215,8 +240,10 @@ impl Context for Http {
                 eval.fail_misses(&ProxyHost, &self.config);
             }
         }
-        if let Action::Continue = finish(&self.vm, &self.config, self.protocol, &self.quota, &eval)
-        {
+        let Some(asked) = self.asked.clone() else {
+            return;
+        };
+        if let Action::Continue = finish(&self.vm, &self.config, &self.waiting(&asked), &eval) {
             host::resume_request();
         }
     }
@@ -224,12 +251,26 @@ impl Context for Http {
 
 impl HttpContext for Http {
     fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        let Some(rules) = self.vm.borrow().rules.clone() else {
+        let rules = self.vm.borrow().rules.clone();
+        if rules.is_none() && self.config.usage_path.is_none() {
+            return Action::Continue;
+        }
+        let (info, protocol) = self.request_info(rules.as_deref());
+        self.protocol = protocol;
+        if usage::is_usage(&self.config, &info) {
+            host::send_answer(usage::answer(
+                &ProxyHost,
+                &self.config,
+                rules.as_deref(),
+                &info,
+                protocol,
+            ));
+            return Action::Pause;
+        }
+        let Some(rules) = rules else {
             return Action::Continue;
         };
-        let (info, protocol) = self.request_info(&rules);
-        self.protocol = protocol;
-        let mut eval = match Evaluation::new(rules, &info, &self.config) {
+        let mut eval = match Evaluation::new(Rc::clone(&rules), &info, &self.config) {
             Ok(Some(eval)) => eval,
             Ok(None) => return Action::Continue,
             Err(e) => {
@@ -237,6 +278,8 @@ impl HttpContext for Http {
                 return Action::Pause;
             }
         };
+        let asked = Rc::new(Asked { rules, info });
+        self.asked = Some(Rc::clone(&asked));
         let ask = eval.local_pass(&ProxyHost, &self.config);
         let queue = self.vm.borrow().call_queue;
         if backoff::backing_off(&ProxyHost, ProxyHost.now_ns()) {
@@ -249,7 +292,7 @@ impl HttpContext for Http {
                 eval.fail_misses(&ProxyHost, &self.config);
             }
         } else if let Some(queue) = queue {
-            return self.join_flights(eval, queue);
+            return self.join_flights(eval, queue, &asked);
         } else if ask {
             {
                 let body = serde_json::to_vec(&eval.lease_request()).unwrap_or_default();
@@ -271,7 +314,7 @@ impl HttpContext for Http {
                 eval.fail_misses(&ProxyHost, &self.config);
             }
         }
-        finish(&self.vm, &self.config, self.protocol, &self.quota, &eval)
+        finish(&self.vm, &self.config, &self.waiting(&asked), &eval)
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {

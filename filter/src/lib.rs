@@ -4,12 +4,14 @@
 //!
 //! Layout: `host` is the only module that calls hostcalls; `pipeline` is the
 //! request path as plain code over the `Host` trait (tested natively with a fake
-//! host); `backoff` decides when misses skip the agent, over the same trait; `root` and `http` are the proxy-wasm contexts that glue them to Envoy.
+//! host); `backoff` decides when misses skip the agent, `usage` answers the usage
+//! path and `decided` names a decision for the access log, over the same trait; `root` and `http` are the proxy-wasm contexts that glue them to Envoy.
 //! `unwrap`, `expect` and `panic!` are denied: a panic traps the whole VM.
 
 pub mod backoff;
 pub mod config;
 mod counts;
+pub mod decided;
 pub mod flights;
 pub mod host;
 mod http;
@@ -17,6 +19,7 @@ pub mod pipeline;
 mod root;
 pub mod slots;
 mod state;
+pub mod usage;
 
 // The SDK's entry point exports `_initialize` (`#[no_mangle]`) and calls the
 // WASI constructors in an `unsafe` block; that is the only unsafe code here.

@@ -344,9 +344,7 @@ fn finish_waiting(vm: &Shared, config: &FilterConfig, decided: Vec<(u32, Evaluat
             continue;
         };
         host::act_for(id);
-        if let proxy_wasm::types::Action::Continue =
-            finish(vm, config, waiting.protocol, &waiting.quota, &eval)
-        {
+        if let proxy_wasm::types::Action::Continue = finish(vm, config, &waiting, &eval) {
             host::resume_request();
         }
     }

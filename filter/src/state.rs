@@ -8,7 +8,7 @@ use std::rc::Rc;
 use std::collections::HashMap;
 
 use meshlimit_core::headers::Protocol;
-use meshlimit_core::{Limit, RuleSet};
+use meshlimit_core::{Limit, RequestInfo, RuleSet};
 
 use crate::config::FilterConfig;
 use crate::counts::Counts;
@@ -57,4 +57,12 @@ pub struct VmState {
 pub struct Waiting {
     pub protocol: Protocol,
     pub quota: QuotaCell,
+    pub asked: Rc<Asked>,
+}
+
+/// The request as the rules saw it: what names the deciding rule's key in the
+/// access log.
+pub struct Asked {
+    pub rules: Rc<RuleSet>,
+    pub info: RequestInfo,
 }

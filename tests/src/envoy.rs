@@ -21,6 +21,9 @@ const ADMIN_PORT: u64 = 9_901;
 const AGENT_PORT: u64 = 8_081;
 const WASM_FILTER: &str = "envoy.filters.http.wasm";
 const ROOT_ID: &str = "meshlimit";
+const FILE_ACCESS_LOG: &str =
+    "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog";
+const ACCESS_LOG: &str = "access.log";
 
 /// Where one Envoy listens and where it finds the agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +73,8 @@ pub struct EnvoyConfig {
     /// More Envoy arguments (e.g. `["-l", "debug"]`).
     pub args: Vec<String>,
     pub start_timeout: Duration,
+    /// Where the file access logs of the bootstrap write (`None`: where it says).
+    pub access_log: Option<PathBuf>,
 }
 
 impl EnvoyConfig {
@@ -85,6 +90,7 @@ impl EnvoyConfig {
             secret: Some(crate::TEST_SECRET.to_string()),
             args: Vec::new(),
             start_timeout: Duration::from_secs(30),
+            access_log: None,
         }
     }
 
@@ -154,7 +160,9 @@ impl Envoy {
         Envoy::start_with(EnvoyConfig::new(agent_port))
     }
 
-    pub fn start_with(config: EnvoyConfig) -> Envoy {
+    /// Starts Envoy; its access log goes to `access.log` in its directory (see
+    /// [`Envoy::access_log`]).
+    pub fn start_with(mut config: EnvoyConfig) -> Envoy {
         let binary = envoy_bin();
         assert!(
             binary.exists(),
@@ -173,9 +181,10 @@ impl Envoy {
         let base = std::fs::read_to_string(&base_path)
             .unwrap_or_else(|e| panic!("read {}: {e}", base_path.display()));
         let ports = EnvoyPorts::free(config.agent_port);
+        let dir = temp_dir("envoy");
+        config.access_log = Some(dir.path().join(ACCESS_LOG));
         let yaml = render_envoy_config(&base, &ports, &config)
             .unwrap_or_else(|e| panic!("{}: {e}", base_path.display()));
-        let dir = temp_dir("envoy");
         let config_path = dir.path().join("envoy.yaml");
         std::fs::write(&config_path, yaml).expect("write the Envoy config");
 
@@ -249,6 +258,15 @@ impl Envoy {
 
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The access log's lines so far (empty before the first).
+    pub fn access_log(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.path().join(ACCESS_LOG))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
     }
 
     /// Envoy's log (its stderr).
@@ -349,6 +367,7 @@ impl Rewrite<'_> {
             }
             Yaml::Mapping(map) => {
                 self.port(map);
+                self.access_log(map);
                 if map.get("root_id").and_then(Yaml::as_str) == Some(ROOT_ID) {
                     self.plugin(map)?;
                 }
@@ -376,6 +395,16 @@ impl Rewrite<'_> {
         };
         *port = Yaml::from(table[index].1);
         self.ports_seen[index] = true;
+    }
+
+    /// A file access log writes where the config says, if it says.
+    fn access_log(&mut self, map: &mut Mapping) {
+        if map.get("@type").and_then(Yaml::as_str) != Some(FILE_ACCESS_LOG) {
+            return;
+        }
+        if let (Some(path), Some(to)) = (map.get_mut("path"), &self.config.access_log) {
+            *path = Yaml::from(to.to_string_lossy().into_owned());
+        }
     }
 
     /// The wasm PluginConfig: its configuration string and module path.

@@ -43,6 +43,17 @@ pub use wait::{eventually, wait_for, Probe};
 /// `MESHLIMIT_SECRET`) unless a test says otherwise.
 pub const TEST_SECRET: &str = "meshlimit-harness-secret-0123456789abcdef";
 
+/// Rules for tests that need a key limited after two requests: `per-key`, two
+/// per hour per `x-api-key`, checked exactly at the store.
+pub const EXACT_TWO_PER_HOUR: &str = r#"
+version: 1
+rules:
+  - name: per-key
+    key: [{ header: x-api-key }]
+    limit: { requests: 2, per: 1h }
+    accuracy: exact
+"#;
+
 /// The `authorization` header value the node's filters send to the agent, for
 /// tests that call the filter API themselves.
 pub fn agent_auth() -> String {
@@ -55,10 +66,16 @@ pub fn agent_auth() -> String {
 /// with [`TEST_SECRET`] names it: `ml:{<key id>}:<rule>` (the agent's
 /// `store::redis::topology::redis_key`; its unit test pins the same form).
 pub fn redis_bucket_key(rule: &str, parts: &[&str]) -> String {
+    format!("ml:{{{}}}:{rule}", key_id(rule, parts))
+}
+
+/// The id of `rule`'s key made of `parts` under [`TEST_SECRET`]: how metrics,
+/// the store and the access log name it.
+pub fn key_id(rule: &str, parts: &[&str]) -> String {
     let secret = meshlimit_core::secret::Secret::new(TEST_SECRET.as_bytes())
         .expect("the harness secret is long enough");
     let key = meshlimit_core::DescriptorKey::new(rule, parts);
-    format!("ml:{{{}}}:{rule}", secret.key_ids().id(&key))
+    secret.key_ids().id(&key).to_string()
 }
 
 /// How agents with [`TEST_SECRET`] name the descriptor key `rule|part…` in the

@@ -1,16 +1,7 @@
 //! End to end: hostile headers never bypass a limit and never trap the VM.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use meshlimit_tests::Stack;
-
-const RULES: &str = r#"
-version: 1
-rules:
-  - name: per-key
-    key: [{ header: x-api-key }]
-    limit: { requests: 2, per: 1h }
-    accuracy: exact
-"#;
+use meshlimit_tests::{Stack, EXACT_TWO_PER_HOUR};
 
 /// Sends a raw HTTP/1.1 request (bytes a well-behaved client library refuses to
 /// send) and returns the status code.
@@ -26,9 +17,10 @@ fn non_utf8_and_huge_header_values_are_limited_like_any_other() {
     // A generous lease deadline: this test is about hostile input, and a lease
     // call that missed 5 ms on a busy machine would hand the decision to the
     // fail-local policy.
-    let stack = Stack::start_with(meshlimit_tests::AgentOptions::new(RULES), |c| {
-        c.plugin("timeout_ms", 100)
-    });
+    let stack = Stack::start_with(
+        meshlimit_tests::AgentOptions::new(EXACT_TWO_PER_HOUR),
+        |c| c.plugin("timeout_ms", 100),
+    );
     let port = stack.envoy.port();
     for key in [
         b"caf\xe9-\xff\xfe".to_vec(),

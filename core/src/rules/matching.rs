@@ -207,6 +207,36 @@ impl RuleSet {
         Ok(out)
     }
 
+    /// The rule named `name` applied to `req` (its key and limit), when it
+    /// applies; `None` also for a request the rules refuse as ambiguous.
+    pub fn applicable_rule(&self, name: &str, req: &RequestInfo) -> Option<Applicable<'_>> {
+        self.check(self.position(name)?, req).ok().flatten()
+    }
+
+    /// The rules that count a caller under the same key whatever it requests:
+    /// every rule whose conditions other than path and method hold for `req`
+    /// and whose key is made of headers, the host and the client IP only (a key
+    /// on the path, method, query or route depends on the request). Strictest
+    /// first, as [`RuleSet::applicable`].
+    pub fn keyed_by_caller(&self, req: &RequestInfo) -> Result<Vec<Applicable<'_>>, RequestError> {
+        let mut out = Vec::new();
+        for (index, rule) in self.rules.iter().enumerate() {
+            let per_request = rule.key.iter().any(|p| {
+                matches!(
+                    p,
+                    KeyPart::Path | KeyPart::Method | KeyPart::Query(_) | KeyPart::Route
+                )
+            });
+            if per_request || rule.matcher.mismatch_where(req, false).is_some() {
+                continue;
+            }
+            if let Ok(parts) = rule.key_parts(req)? {
+                out.push(rule.applicable_with(index, req, parts));
+            }
+        }
+        Ok(out)
+    }
+
     fn check<'r>(
         &'r self,
         index: usize,
@@ -296,18 +326,26 @@ pub(super) enum Mismatch<'m> {
 impl Matcher {
     /// `None` when every condition holds, else the first that does not.
     pub(super) fn mismatch(&self, req: &RequestInfo) -> Option<Mismatch<'_>> {
-        let path_ok = match &self.path {
-            PathMatch::Any => true,
-            PathMatch::Exact(p) => req.path == *p,
-            PathMatch::Prefix(p) => req.path.starts_with(p.as_str()),
-            // A prefix written with a trailing slash (`/v1/`) covers its directory,
-            // `/v1` included (the normal form drops trailing slashes), not `/v1x`.
-            PathMatch::Directory(d) => {
-                req.path == *d
-                    || (req.path.starts_with(d.as_str())
-                        && (d.ends_with('/') || req.path.as_bytes().get(d.len()) == Some(&b'/')))
-            }
-        };
+        self.mismatch_where(req, true)
+    }
+
+    /// As [`Matcher::mismatch`]; without `path_and_method`, the path and method
+    /// conditions are not looked at.
+    fn mismatch_where(&self, req: &RequestInfo, path_and_method: bool) -> Option<Mismatch<'_>> {
+        let path_ok = !path_and_method
+            || match &self.path {
+                PathMatch::Any => true,
+                PathMatch::Exact(p) => req.path == *p,
+                PathMatch::Prefix(p) => req.path.starts_with(p.as_str()),
+                // A prefix written with a trailing slash (`/v1/`) covers its directory,
+                // `/v1` included (the normal form drops trailing slashes), not `/v1x`.
+                PathMatch::Directory(d) => {
+                    req.path == *d
+                        || (req.path.starts_with(d.as_str())
+                            && (d.ends_with('/')
+                                || req.path.as_bytes().get(d.len()) == Some(&b'/')))
+                }
+            };
         if !path_ok {
             return Some(Mismatch::Path);
         }
@@ -320,10 +358,11 @@ impl Matcher {
                 return Some(Mismatch::Authority);
             }
         }
-        if !self
-            .methods
-            .as_ref()
-            .is_none_or(|ms| ms.contains(&req.method))
+        if path_and_method
+            && !self
+                .methods
+                .as_ref()
+                .is_none_or(|ms| ms.contains(&req.method))
         {
             return Some(Mismatch::Method);
         }

@@ -117,12 +117,17 @@ impl RuleSet {
     }
 
     pub fn rule(&self, name: &str) -> Option<&Rule> {
+        self.rules.get(self.position(name)?)
+    }
+
+    /// The position of the rule named `name` in [`RuleSet::rules`].
+    pub fn position(&self, name: &str) -> Option<usize> {
         let rule = |i: &usize| self.rules.get(*i);
         let at = self
             .by_name
             .binary_search_by(|i| rule(i).map_or("", |r| r.name.as_str()).cmp(name))
             .ok()?;
-        self.by_name.get(at).and_then(rule)
+        self.by_name.get(at).copied()
     }
 
     /// True when some rule keys on `part` (the filter then fetches what that part

@@ -1,4 +1,5 @@
 use super::*;
+use crate::key::DescriptorKey;
 use crate::limit::limit;
 use crate::NANOS_PER_SEC;
 
@@ -575,4 +576,48 @@ fn a_plan_rule_is_ordered_by_its_strictest_plan() {
     assert_eq!(names, ["plans", "middle"]);
     let plans = s.rule("plans").unwrap();
     assert_eq!(plans.limits.strictest().requests(), 1);
+}
+
+#[test]
+fn one_rule_is_applied_by_name() {
+    let s = set();
+    let req = request(
+        "/v1/search",
+        "GET",
+        &[("x-env", "prod"), ("x-api-key", "k1")],
+    );
+    let a = s.applicable_rule("per-key", &req).unwrap();
+    assert_eq!(a.key, DescriptorKey::new("per-key", ["k1"]));
+    assert_eq!(a.index, s.position("per-key").unwrap());
+    // A rule that does not apply, and one that does not exist.
+    assert!(s.applicable_rule("plans", &req).is_none());
+    assert!(s.applicable_rule("nope", &req).is_none());
+}
+
+#[test]
+fn the_caller_keys_rules_whatever_path_and_method_it_asks() {
+    let s = set();
+    // Asked on another path and method: `per-key`'s path and method conditions
+    // are set aside, its header condition is not; `loose` keys on the method,
+    // which depends on the request, so it is not listed.
+    let caller = request(
+        "/.well-known/ratelimit",
+        "POST",
+        &[("x-env", "prod"), ("x-api-key", "k1"), ("x-customer", "c1")],
+    );
+    let names: Vec<(String, String)> = s
+        .keyed_by_caller(&caller)
+        .unwrap()
+        .into_iter()
+        .map(|a| (a.rule.name.clone(), a.key.as_str().to_string()))
+        .collect();
+    let expect: Vec<(String, String)> = [("plans", ["c1"]), ("per-key", ["k1"])]
+        .into_iter()
+        .map(|(r, k)| (r.to_string(), DescriptorKey::new(r, k).as_str().to_string()))
+        .collect();
+    assert_eq!(names, expect);
+    let staging = request("/", "GET", &[("x-env", "staging"), ("x-api-key", "k1")]);
+    assert!(s.keyed_by_caller(&staging).unwrap().is_empty());
+    let twice = request("/", "GET", &[("x-customer", "a"), ("x-customer", "b")]);
+    assert!(s.keyed_by_caller(&twice).is_err());
 }

@@ -1,0 +1,114 @@
+//! "Why was I limited?" through real Envoy, the real filter and the real agent:
+//! the access log names each request's deciding rule, decision and key id, and
+//! the usage path tells a caller its limits without spending a token.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use meshlimit_tests::{eventually, key_id, AgentOptions, EnvoyConfig, Stack, EXACT_TWO_PER_HOUR};
+
+/// Envoy writes its access log every 10 s by default; 50 ms here.
+fn flush_often(config: EnvoyConfig) -> EnvoyConfig {
+    config.arg("--file-flush-interval-msec").arg("50")
+}
+
+#[test]
+fn the_access_log_names_the_rule_the_decision_and_the_key_id() {
+    let stack = Stack::start_with(AgentOptions::new(EXACT_TWO_PER_HOUR), flush_often);
+    let key = "alice-clear-key";
+    let statuses = stack.statuses(3, "/anything", &[("x-api-key", key)]);
+    assert_eq!(statuses, [200, 200, 429]);
+    // Envoy writes its access log in the background.
+    let mut lines = Vec::new();
+    eventually(Duration::from_secs(10), "three access log lines", || {
+        lines = stack.envoy.access_log();
+        lines.len() >= 3
+    });
+    let id = key_id("per-key", &[key]);
+    assert!(!id.contains(key));
+    let allowed = format!("rule=per-key decision=allowed key_id={id}");
+    let limited = format!("rule=per-key decision=limited key_id={id}");
+    assert!(
+        lines[0].contains(" 200 ") && lines[0].ends_with(&allowed),
+        "{lines:?}"
+    );
+    assert!(
+        lines[2].contains(" 429 ") && lines[2].ends_with(&limited),
+        "{lines:?}"
+    );
+    assert!(lines.iter().all(|l| !l.contains(key)), "{lines:?}");
+
+    // A request no rule applies to has nothing to name.
+    assert_eq!(stack.get("/anything", &[]).status, 200);
+    eventually(Duration::from_secs(10), "a fourth line", || {
+        lines = stack.envoy.access_log();
+        lines.len() >= 4
+    });
+    assert!(
+        lines[3].ends_with("rule=- decision=- key_id=-"),
+        "{lines:?}"
+    );
+}
+
+const USAGE_RULES: &str = r#"
+version: 1
+rules:
+  - name: per-key
+    key: [{ header: x-api-key }]
+    limit: { requests: 5, per: 1h }
+    accuracy: exact
+  - name: search
+    match: { path_prefix: /search }
+    key: [{ header: x-api-key }]
+    limit: { requests: 50, per: 1h }
+"#;
+
+const USAGE: &str = "/.well-known/ratelimit";
+
+#[test]
+fn the_usage_path_answers_from_local_state_and_spends_nothing() {
+    let stack = Stack::start(USAGE_RULES);
+    let bob = [("x-api-key", "bob")];
+    let usage = |query: &str| {
+        let r = stack.get(&format!("{USAGE}{query}"), &bob);
+        assert_eq!(r.status, 200, "{r:?}");
+        assert_eq!(r.header("content-type"), Some("application/json"));
+        r.json()
+    };
+    let limit = |rule: &str, remaining: u32| {
+        serde_json::json!({"rule": rule, "requests": if rule == "search" {50} else {5},
+            "per_seconds": 3600, "remaining": remaining, "reset_seconds": 0})
+    };
+    // Nothing spent: full limits. Naming no request lists every rule keyed on
+    // the caller's headers; naming one, the rules that would count it.
+    for _ in 0..3 {
+        assert_eq!(
+            usage(""),
+            serde_json::json!({"limits": [limit("per-key", 5), limit("search", 50)]})
+        );
+    }
+    assert_eq!(
+        usage("?method=GET&path=/anything"),
+        serde_json::json!({"limits": [limit("per-key", 5)]})
+    );
+    // Asking spent nothing: two requests pass and the usage shows them.
+    assert_eq!(stack.statuses(2, "/anything", &bob), [200, 200]);
+    let after = usage("?path=/anything");
+    let line = &after["limits"][0];
+    assert_eq!(
+        (&line["rule"], &line["remaining"]),
+        (&"per-key".into(), &3.into()),
+        "{after}"
+    );
+    let reset = line["reset_seconds"].as_u64().unwrap();
+    assert!((1..=3600).contains(&reset), "{after}");
+    // Asking again spends nothing either: exactly three more pass.
+    usage("");
+    assert_eq!(stack.statuses(4, "/anything", &bob), [200, 200, 200, 429]);
+    assert_eq!(usage("")["limits"][0]["remaining"], 0);
+    // The usage answers never reached the backend, nor counted as decisions.
+    assert_eq!(stack.decisions("per-key", "allowed"), 5);
+    // Only a GET is answered; an ambiguous question is refused.
+    let twice = stack.get(&format!("{USAGE}?path=/a&path=/b"), &bob);
+    assert_eq!(twice.status, 400, "{twice:?}");
+}

@@ -12,9 +12,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::conn::{RegionConn, RegionError};
-use super::keys::LOCK;
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
+use crate::store::redis::keys::region::LOCK;
+use crate::store::redis::script::{ELECT_SCRIPT, RELEASE_SCRIPT};
 
 /// How long the lock lives without renewal.
 pub const LOCK_TTL: Duration = Duration::from_millis(2_000);
@@ -23,15 +24,6 @@ pub const ROUND: Duration = Duration::from_millis(400);
 /// How long after sending a successful renewal this agent may act as leader: well
 /// inside the lock's life, which starts only when Redis ran the renewal.
 const VALID: Duration = Duration::from_millis(1_500);
-
-/// Takes the lock if free, renews it if ours; returns the holder either way.
-const ELECT_SCRIPT: &str = "local cur = redis.call('GET', KEYS[1]) \
-     if cur == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return cur end \
-     if not cur then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return ARGV[1] end \
-     return cur";
-/// Deletes the lock if ours (on shutdown, so the next leader need not wait).
-const RELEASE_SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
-     return redis.call('DEL', KEYS[1]) end return 0";
 
 /// This agent's standing in its region's election.
 #[derive(Debug)]

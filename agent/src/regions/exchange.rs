@@ -11,8 +11,9 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::conn::{RegionConn, RegionError};
-use super::keys::{self, BUCKETS, LEADER, META, PERIOD, SEALED};
 use super::table::Entry;
+use crate::store::redis::keys::region::{self as keys, BUCKETS, LEADER, META, PERIOD, SEALED};
+use crate::store::redis::script::{FLUSH_SCRIPT, SEAL_SCRIPT};
 
 /// Demand keys live long enough to be sealed and read, not longer.
 const DEMAND_TTL_MS: u64 = 10_000;
@@ -21,24 +22,6 @@ const DEMAND_TTL_MS: u64 = 10_000;
 const SHARES_TTL_MS: u64 = 24 * 3_600 * 1_000;
 /// How often a rebalancer looks whether a region has sealed the period yet.
 const SEALED_POLL: Duration = Duration::from_millis(10);
-
-/// Seals a bucket's demand for a period: marks the period sealed (`KEYS[3]`) and
-/// renames its demand (`KEYS[1]`) to the sealed name (`KEYS[2]`), if there was
-/// any. `ARGV[1]`: the marker's life in ms. One slot: every key carries the
-/// bucket's hash tag.
-const SEAL_SCRIPT: &str = "redis.call('SET', KEYS[3], '1', 'PX', ARGV[1]) \
-     if redis.call('EXISTS', KEYS[1]) == 1 then \
-     redis.call('RENAME', KEYS[1], KEYS[2]) return 1 end return 0";
-
-/// Adds a bucket's demand for a period: into the period's demand (`KEYS[1]`),
-/// or, once the period is sealed (marker `KEYS[2]`), into the next period's
-/// (`KEYS[3]`), so a late flush moves demand by a period instead of losing it.
-/// `ARGV[1]`: the demand's life in ms; then `key, tokens` pairs.
-const FLUSH_SCRIPT: &str = "local target = KEYS[1] \
-     if redis.call('EXISTS', KEYS[2]) == 1 then target = KEYS[3] end \
-     for i = 2, #ARGV, 2 do redis.call('HINCRBY', target, ARGV[i], ARGV[i + 1]) end \
-     redis.call('PEXPIRE', target, ARGV[1]) \
-     if target == KEYS[1] then return 1 end return 0";
 
 /// Agents: adds demand counted in `period` to the region's Redis (every agent of
 /// the region adds into the same hashes).

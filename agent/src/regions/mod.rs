@@ -14,7 +14,7 @@
 //! Static stability: an agent with no published share for a key uses the floor;
 //! cached shares stay when Redis does not answer; a rebalancer that cannot read
 //! every region publishes nothing new. The split degrades to static, never to
-//! unlimited. Redis keys: [`keys`]; the rest in `docs/internals.md`, "Regions".
+//! unlimited. Redis keys: [`crate::store::redis::keys::region`]; the rest in `docs/internals.md`, "Regions".
 
 pub mod cache;
 pub mod clock;
@@ -22,13 +22,14 @@ pub mod conn;
 pub mod demand;
 pub mod election;
 pub mod exchange;
-pub mod keys;
 pub mod rebalancer;
 pub mod setup;
 pub mod share;
 pub mod table;
 
 use meshlimit_core::secret::KeyIds;
+
+use crate::store::redis::keys::region as keys;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -95,13 +96,6 @@ struct Regional {
     ids: KeyIds,
 }
 
-/// How the region exchange names a key in Redis: the rule, then the key's id
-/// (the same in every region of a deployment, which shares one secret; never
-/// the key in clear, since peers' Redis and their operators see these).
-pub fn exchange_key(ids: &KeyIds, key: &DescriptorKey) -> String {
-    format!("{}|{}", key.rule(), ids.id(key))
-}
-
 impl Shares {
     /// Turns regions on with this floor; false if they were already on.
     pub fn enable(&self, floor: f64, ids: KeyIds) -> bool {
@@ -128,7 +122,7 @@ impl Shares {
             Some(r) if rule.scope == Scope::Global => r
                 .table
                 .load()
-                .get(&exchange_key(&r.ids, key))
+                .get(&keys::exchange_key(&r.ids, key))
                 .map_or(r.floor, |e| e.share),
             _ => 1.0,
         }
@@ -159,8 +153,11 @@ impl Shares {
             };
             // A denied ask counts what its rule costs (the API refuses any other
             // cost), so no caller books demand beyond what it could spend.
-            r.demand
-                .record(&exchange_key(&r.ids, &item.key), u64::from(tokens), period);
+            r.demand.record(
+                &keys::exchange_key(&r.ids, &item.key),
+                u64::from(tokens),
+                period,
+            );
         }
     }
 

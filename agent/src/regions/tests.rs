@@ -48,7 +48,7 @@ fn a_global_key_takes_the_floor_until_a_share_is_published() {
     };
     shares.install(ShareTable::new(
         Some(7),
-        [(exchange_key(&KeyIds::placeholder(), &key), entry)]
+        [(keys::exchange_key(&KeyIds::placeholder(), &key), entry)]
             .into_iter()
             .collect(),
     ));

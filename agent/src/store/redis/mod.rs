@@ -6,6 +6,7 @@
 mod batcher;
 pub mod client;
 mod health;
+pub mod keys;
 pub mod script;
 mod tasks;
 pub mod topology;
@@ -23,7 +24,7 @@ use tokio::time::{timeout, Instant};
 pub use batcher::{BatchConfig, BatchObserver};
 use health::Health;
 use tasks::{cluster_slots, prewarm, probe, refresher};
-use topology::{redis_key, slot, SlotMap};
+use topology::{slot, SlotMap};
 
 use super::{Acquire, Acquired, Store, StoreError};
 
@@ -32,6 +33,8 @@ use super::{Acquire, Acquired, Store, StoreError};
 const REFRESH_EVERY: Duration = Duration::from_secs(5);
 /// Deadline of one `CLUSTER SLOTS`, one probe, one connection.
 const CONTROL_TIMEOUT: Duration = Duration::from_millis(300);
+/// An agent not heard from for this long no longer counts as live.
+const HEARTBEAT_WINDOW_MS: u64 = 5_000;
 
 /// Where the store is and how it batches.
 #[derive(Debug, Clone)]
@@ -259,7 +262,7 @@ impl Shared {
         node: Option<String>,
     ) -> oneshot::Receiver<Acquired> {
         let (reply, rx) = oneshot::channel();
-        let key = redis_key(&self.cfg.key_ids, &item.key);
+        let key = keys::bucket(&self.cfg.key_ids, &item.key);
         let node = node.or_else(|| {
             let map = self.map.read().ok()?.clone();
             map.node_of(slot(&key))
@@ -378,7 +381,7 @@ impl Store for RedisStore {
             .map(|m| m.clone())
             .unwrap_or_default();
         let node = map
-            .node_of(slot(script::AGENTS_KEY))
+            .node_of(slot(keys::AGENTS))
             .and_then(|i| map.nodes.get(i).cloned())
             .ok_or_else(|| StoreError::Unavailable("topology unknown".into()))?;
         let client = client(&node, &self.shared.cfg)?;
@@ -387,9 +390,9 @@ impl Store for RedisStore {
             redis::cmd("EVAL")
                 .arg(script::HEARTBEAT_SCRIPT)
                 .arg(1)
-                .arg(script::AGENTS_KEY)
+                .arg(keys::AGENTS)
                 .arg(agent_id)
-                .arg(script::HEARTBEAT_WINDOW_MS)
+                .arg(HEARTBEAT_WINDOW_MS)
                 .query_async::<u32>(&mut c)
                 .await
         };

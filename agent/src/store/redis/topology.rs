@@ -2,20 +2,7 @@
 //! hash tag) mapped to nodes by `CLUSTER SLOTS`. A single Redis is a topology of
 //! one node owning every slot.
 
-use meshlimit_core::secret::KeyIds;
-use meshlimit_core::DescriptorKey;
-
 pub const SLOTS: u16 = 16_384;
-
-/// The Redis key of a bucket: `ml:{<id>}:<rule>`, where the id is the key's
-/// keyed hash (never the key in clear: Redis key names show up in `KEYS`,
-/// `MONITOR`, slow logs and backups). The id is the hash tag, so a key's bucket
-/// is one slot of a cluster, spread evenly whatever the key's text; the rule name
-/// follows so an operator can tell buckets apart, and `meshlimit-agent key-id`
-/// maps a known customer key to its bucket.
-pub fn redis_key(ids: &KeyIds, key: &DescriptorKey) -> String {
-    format!("ml:{{{}}}:{}", ids.id(key), key.rule())
-}
 
 /// The slot of a Redis key (CRC16/XMODEM of its hash tag, or of the whole key).
 pub fn slot(key: &str) -> u16 {
@@ -98,19 +85,6 @@ mod tests {
         assert_eq!(slot("123456789"), 0x31C3 % SLOTS);
         // An empty tag does not count: the whole key is hashed.
         assert_eq!(slot("{}abc"), crc16(b"{}abc") % SLOTS);
-    }
-
-    #[test]
-    fn keys_cannot_choose_their_slot() {
-        let ids = KeyIds::placeholder();
-        let a = redis_key(&ids, &DescriptorKey::new("r", ["{x}"]));
-        let b = redis_key(&ids, &DescriptorKey::new("r", ["{y}"]));
-        assert_ne!(slot(&a), slot(&b));
-        // `ml:{<32 hex of the key id>}:<rule>`, never the key's own text (the
-        // test harness's `redis_bucket_key` builds the same form).
-        let id = ids.id(&DescriptorKey::new("r", ["{x}"]));
-        assert_eq!(a, format!("ml:{{{id}}}:r"));
-        assert!(!a.contains("{x}"));
     }
 
     #[test]

@@ -4,13 +4,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use meshlimit_core::secret::KeyIds;
 use std::num::{NonZeroU32, NonZeroU64};
 use std::sync::Arc;
 use std::time::Duration;
 
 use meshlimit_agent::store::redis::keys;
-use meshlimit_agent::store::redis::{BatchConfig, RedisConfig, RedisStore};
+use meshlimit_agent::store::redis::RedisStore;
 use meshlimit_agent::store::{Acquire, Store};
 use meshlimit_core::{DescriptorKey, Limit, Take};
 use meshlimit_tests::{RedisServer, Resp};
@@ -27,19 +29,10 @@ fn limit(requests: u32, per_ms: u64, burst: u32) -> Limit {
 }
 
 fn store(redis: &RedisServer) -> RedisStore {
-    let cfg = RedisConfig {
-        nodes: vec![redis.addr()],
-        cluster: false,
-        connect: Default::default(),
-        key_ids: KeyIds::placeholder(),
-        batch: BatchConfig {
-            window: Duration::ZERO,
-            max_batch: 16,
-            // Correctness, not latency, on a loaded machine.
-            deadline: Duration::from_secs(2),
-        },
-    };
-    RedisStore::new(cfg, Arc::new(|_, _, _| {}))
+    RedisStore::new(
+        common::redis_store_config(vec![redis.addr()], false),
+        Arc::new(|_, _, _| {}),
+    )
 }
 
 async fn take(store: &RedisStore, key: &DescriptorKey, limit: Limit, min: u32, max: u32) -> Take {

@@ -11,9 +11,13 @@ use std::time::Duration;
 use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 
+use crate::leases::LeaseSettings;
+use crate::server::ServerLimits;
 use crate::store::redis::client::{Connect, TlsFiles};
+use crate::store::redis::BatchConfig;
 
 mod commands;
+pub mod defaults;
 mod store;
 
 pub use commands::{
@@ -70,51 +74,51 @@ pub struct RunArgs {
         long,
         env = "MESHLIMIT_LISTEN",
         value_name = "ADDR",
-        default_value = "127.0.0.1:8081"
+        default_value = defaults::LISTEN
     )]
     pub listen: SocketAddr,
     /// Where buckets live: memory, redis://HOST:PORT or redis+cluster://HOST:PORT,…;
     /// rediss://HOST:PORT or rediss+cluster://HOST:PORT,… for TLS (see --redis-ca).
-    #[arg(long, env = "MESHLIMIT_STORE", default_value = "memory", value_parser = StoreSpec::parse)]
+    #[arg(long, env = "MESHLIMIT_STORE", default_value = defaults::STORE, value_parser = StoreSpec::parse)]
     pub store: StoreSpec,
     /// This agent's region (a metric label; regions share `global` rules).
-    #[arg(long, env = "MESHLIMIT_REGION", default_value = "local", value_parser = parse_region)]
+    #[arg(long, env = "MESHLIMIT_REGION", default_value = defaults::REGION, value_parser = parse_region)]
     pub region: String,
     /// How long a granted lease may be spent, in milliseconds. A store lease is
     /// 100 ms of the node's demand and the pool may hold two; a filter asks for
     /// half a TTL of its own spend. 300 ms lets both be spent before they expire
     /// (the accuracy harness measured 0.54 of the limit at 100 ms before the
     /// filter sized its asks, 0.98 after, 0.99 with 300 ms).
-    #[arg(long, env = "MESHLIMIT_LEASE_TTL_MS", default_value_t = 300,
+    #[arg(long, env = "MESHLIMIT_LEASE_TTL_MS", default_value_t = defaults::LEASE_TTL_MS,
           value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub lease_ttl_ms: u64,
     /// A lease holds about this much of the rule's rate, in milliseconds.
-    #[arg(long, env = "MESHLIMIT_LEASE_TARGET_MS", default_value_t = 100,
+    #[arg(long, env = "MESHLIMIT_LEASE_TARGET_MS", default_value_t = defaults::LEASE_TARGET_MS,
           value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub lease_target_ms: u64,
     /// Rules slower than this many requests per second get leases of one request.
-    #[arg(long, env = "MESHLIMIT_EXACT_BELOW_RPS", default_value_t = 0.0, value_parser = parse_rate)]
+    #[arg(long, env = "MESHLIMIT_EXACT_BELOW_RPS", default_value_t = defaults::EXACT_BELOW_RPS, value_parser = parse_rate)]
     pub exact_below_rps: f64,
     /// How often the rules file is read for changes, in milliseconds.
-    #[arg(long, env = "MESHLIMIT_RULES_POLL_MS", default_value_t = 500,
+    #[arg(long, env = "MESHLIMIT_RULES_POLL_MS", default_value_t = defaults::RULES_POLL_MS,
           value_parser = clap::value_parser!(u64).range(10..=600_000))]
     pub rules_poll_ms: u64,
     /// Lease requests served at once; more are shed (the failure policy applies).
-    #[arg(long, env = "MESHLIMIT_MAX_INFLIGHT", default_value_t = 1024,
+    #[arg(long, env = "MESHLIMIT_MAX_INFLIGHT", default_value_t = defaults::MAX_INFLIGHT,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_inflight: u32,
     /// Deadline of one Redis pipeline, in milliseconds; never retried. Keep it
     /// below the filter's lease timeout (5 ms) so an answer can still arrive.
-    #[arg(long, env = "MESHLIMIT_STORE_DEADLINE_MS", default_value_t = 3,
+    #[arg(long, env = "MESHLIMIT_STORE_DEADLINE_MS", default_value_t = defaults::STORE_DEADLINE_MS,
           value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub store_deadline_ms: u64,
     /// Lease misses bound for one Redis node are gathered for at most this long
     /// (microseconds) and sent as one pipeline; 0 sends what is queued at once.
-    #[arg(long, env = "MESHLIMIT_BATCH_WINDOW_US", default_value_t = 500,
+    #[arg(long, env = "MESHLIMIT_BATCH_WINDOW_US", default_value_t = defaults::BATCH_WINDOW_US,
           value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub batch_window_us: u64,
     /// The most lease items in one pipeline.
-    #[arg(long, env = "MESHLIMIT_MAX_BATCH", default_value_t = 256,
+    #[arg(long, env = "MESHLIMIT_MAX_BATCH", default_value_t = defaults::MAX_BATCH,
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub max_batch: u32,
     /// Redis ACL user (from a Secret; never on the command line in a pod).
@@ -161,7 +165,7 @@ pub struct RunArgs {
     #[arg(long, env = "MESHLIMIT_REGION_CREDENTIALS_DIR", value_name = "DIR")]
     pub region_credentials_dir: Option<PathBuf>,
     /// Log filter, in `tracing_subscriber::EnvFilter` syntax (e.g. `info,meshlimit_agent=debug`).
-    #[arg(long, env = "MESHLIMIT_LOG", default_value = "info")]
+    #[arg(long, env = "MESHLIMIT_LOG", default_value = defaults::LOG)]
     pub log: String,
     #[command(flatten)]
     pub secret: SecretArgs,
@@ -175,11 +179,11 @@ pub struct RunArgs {
     #[arg(long, env = "MESHLIMIT_PEER_REGIONS_FILE", value_name = "PATH")]
     pub peer_regions_file: Option<PathBuf>,
     /// The least share of a `global` limit any region holds (at most 1 / regions).
-    #[arg(long, env = "MESHLIMIT_REGION_FLOOR", default_value_t = 0.1, value_parser = parse_floor)]
+    #[arg(long, env = "MESHLIMIT_REGION_FLOOR", default_value_t = defaults::REGION_FLOOR, value_parser = parse_floor)]
     pub region_floor: f64,
     /// Deadline of each call the region tasks make to a region's Redis, in
     /// milliseconds; also how long a rebalancer waits for another region's demand.
-    #[arg(long, env = "MESHLIMIT_REGION_TIMEOUT_MS", default_value_t = 250,
+    #[arg(long, env = "MESHLIMIT_REGION_TIMEOUT_MS", default_value_t = defaults::REGION_TIMEOUT_MS,
           value_parser = clap::value_parser!(u64).range(10..=5_000))]
     pub region_timeout_ms: u64,
     /// Keys held at most in each per-key table: the node pool, the fail-local
@@ -187,19 +191,19 @@ pub struct RunArgs {
     /// keys being at most 1 KiB: see `crate::store::memory`). Past it, a new key
     /// is served unpooled, or by the rule's failure policy; never by evicting a
     /// live bucket.
-    #[arg(long, env = "MESHLIMIT_MAX_KEYS", default_value_t = 25_000,
+    #[arg(long, env = "MESHLIMIT_MAX_KEYS", default_value_t = defaults::MAX_KEYS,
           value_parser = clap::value_parser!(u32).range(16..=10_000_000))]
     pub max_keys: u32,
     /// Connections open at once; past it new ones are closed at once (counted in
     /// `meshlimit_connections_refused_total`), not queued.
-    #[arg(long, env = "MESHLIMIT_MAX_CONNECTIONS", default_value_t = 1024,
+    #[arg(long, env = "MESHLIMIT_MAX_CONNECTIONS", default_value_t = defaults::MAX_CONNECTIONS,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub max_connections: u32,
     /// A connection that has not sent a request's whole header this long after
     /// opening or after its last response (so also an idle keep-alive connection)
     /// is closed, in milliseconds; a request's body must then arrive, and be
     /// answered, within as long (else 408).
-    #[arg(long, env = "MESHLIMIT_HEADER_TIMEOUT_MS", default_value_t = 5_000,
+    #[arg(long, env = "MESHLIMIT_HEADER_TIMEOUT_MS", default_value_t = defaults::HEADER_TIMEOUT_MS,
           value_parser = clap::value_parser!(u64).range(10..=600_000))]
     pub header_timeout_ms: u64,
 }
@@ -282,6 +286,41 @@ impl RunArgs {
 
     pub fn header_timeout(&self) -> Duration {
         Duration::from_millis(self.header_timeout_ms)
+    }
+
+    /// Lease sizing and handling, from `--lease-ttl-ms`, `--lease-target-ms`,
+    /// `--exact-below-rps`, `--max-inflight` and `--max-keys`.
+    pub fn lease_settings(&self) -> LeaseSettings {
+        LeaseSettings {
+            ttl: self.lease_ttl(),
+            target: self.lease_target(),
+            exact_below_rps: self.exact_below_rps,
+            max_inflight: usize::try_from(self.max_inflight).unwrap_or(usize::MAX),
+            max_keys: self.max_keys(),
+            store_deadline: self.store_deadline(),
+        }
+    }
+
+    /// What a peer can hold of the server: `--max-connections`, `--header-timeout-ms`.
+    pub fn server_limits(&self) -> ServerLimits {
+        ServerLimits {
+            max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
+            header_timeout: self.header_timeout(),
+        }
+    }
+
+    /// The store's Redis pipelines: `--batch-window-us`, `--max-batch`,
+    /// `--store-deadline-ms`.
+    pub fn batch(&self) -> BatchConfig {
+        BatchConfig {
+            window: self.batch_window(),
+            max_batch: usize::try_from(self.max_batch).unwrap_or(usize::MAX),
+            deadline: self.store_deadline(),
+        }
+    }
+
+    pub fn max_keys(&self) -> usize {
+        usize::try_from(self.max_keys).unwrap_or(usize::MAX)
     }
 
     /// How to reach this region's Redis (`--store`): `--redis-username`, the

@@ -9,11 +9,6 @@ use std::sync::Mutex;
 
 use meshlimit_core::{Bucket, DescriptorKey, Limit, Take};
 
-/// Keys kept at most by default (`--max-keys` sets it); past that, full buckets
-/// (equal to absent ones) are dropped first, and if none is full the key is
-/// refused a fallback (denied) rather than given a fresh bucket.
-const MAX_KEYS: usize = 100_000;
-
 /// The safety factor: the fleet may admit up to this multiple of the limit
 /// while its store is down, so uneven traffic between nodes is not over-limited.
 pub const SAFETY: f64 = 2.0;
@@ -23,9 +18,12 @@ pub struct Fallback {
     max_keys: usize,
 }
 
+/// At most `--max-keys`' default keys; past that, full buckets (equal to absent
+/// ones) are dropped first, and if none is full the key is refused a fallback
+/// (denied) rather than given a fresh bucket.
 impl Default for Fallback {
     fn default() -> Self {
-        Self::new(MAX_KEYS)
+        Self::new(crate::config::defaults::max_keys())
     }
 }
 

@@ -39,6 +39,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use crate::api::{ApiResponse, App};
+use crate::config::defaults;
 use crate::shutdown::Shutdown;
 
 /// How long connections may take to finish their requests after shutdown begins.
@@ -52,7 +53,8 @@ pub const MAX_HEADER_BYTES: usize = 8 * 1024;
 /// What one peer, or many, can hold of the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServerLimits {
-    /// Connections open at once. The default, 1024, matches `--max-inflight`: an
+    /// Connections open at once. The default (`--max-connections`'), as many as
+    /// `--max-inflight`'s: an
     /// Envoy keeps about one connection per lease call in flight on each worker (a
     /// few per worker at a few thousand lease calls a second), so a node of 50
     /// sidecars × 2 workers sits near a few hundred; more connections than the
@@ -70,8 +72,8 @@ pub struct ServerLimits {
 impl Default for ServerLimits {
     fn default() -> Self {
         Self {
-            max_connections: 1024,
-            header_timeout: Duration::from_secs(5),
+            max_connections: usize::try_from(defaults::MAX_CONNECTIONS).unwrap_or(usize::MAX),
+            header_timeout: Duration::from_millis(defaults::HEADER_TIMEOUT_MS),
         }
     }
 }

@@ -50,9 +50,6 @@ pub struct MemoryStore {
     max_per_shard: usize,
 }
 
-/// The default cap on buckets (`--max-keys`).
-pub const DEFAULT_MAX_KEYS: usize = crate::leases::DEFAULT_MAX_KEYS;
-
 #[derive(Debug)]
 struct Entry {
     bucket: Bucket,
@@ -62,7 +59,7 @@ struct Entry {
 
 impl MemoryStore {
     pub fn new() -> Self {
-        Self::with_max_keys(DEFAULT_MAX_KEYS)
+        Self::with_max_keys(crate::config::defaults::max_keys())
     }
 
     /// A store of at most about `max_keys` buckets (see the module docs).

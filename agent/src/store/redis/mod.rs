@@ -33,6 +33,9 @@ use super::{Acquire, Acquired, Store, StoreError};
 const REFRESH_EVERY: Duration = Duration::from_secs(5);
 /// Deadline of one `CLUSTER SLOTS`, one probe, one connection.
 const CONTROL_TIMEOUT: Duration = Duration::from_millis(300);
+/// Deadline of one readiness ping or heartbeat (background calls, off the
+/// request path).
+const PING_TIMEOUT: Duration = Duration::from_millis(500);
 /// An agent not heard from for this long no longer counts as live.
 const HEARTBEAT_WINDOW_MS: u64 = 5_000;
 
@@ -364,10 +367,10 @@ impl Store for RedisStore {
                 let mut c = client.get_multiplexed_async_connection().await?;
                 redis::cmd("PING").query_async::<String>(&mut c).await
             };
-            match timeout(Duration::from_millis(500), ping).await {
+            match timeout(PING_TIMEOUT, ping).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => return Err(StoreError::Unavailable(format!("{node}: {e}"))),
-                Err(_) => return Err(StoreError::Timeout(Duration::from_millis(500))),
+                Err(_) => return Err(StoreError::Timeout(PING_TIMEOUT)),
             }
         }
         Ok(())
@@ -396,10 +399,10 @@ impl Store for RedisStore {
                 .query_async::<u32>(&mut c)
                 .await
         };
-        match timeout(Duration::from_millis(500), beat).await {
+        match timeout(PING_TIMEOUT, beat).await {
             Ok(Ok(n)) => Ok(Some(n)),
             Ok(Err(e)) => Err(StoreError::Unavailable(format!("{node}: {e}"))),
-            Err(_) => Err(StoreError::Timeout(Duration::from_millis(500))),
+            Err(_) => Err(StoreError::Timeout(PING_TIMEOUT)),
         }
     }
 

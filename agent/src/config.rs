@@ -167,6 +167,11 @@ pub struct RunArgs {
     /// Log filter, in `tracing_subscriber::EnvFilter` syntax (e.g. `info,meshlimit_agent=debug`).
     #[arg(long, env = "MESHLIMIT_LOG", default_value = defaults::LOG)]
     pub log: String,
+    /// How log lines are written to stderr: `text` for people, `json` for a log
+    /// collector (one object a line: `timestamp`, `level`, `target`, `message`
+    /// and the event's fields).
+    #[arg(long, env = "MESHLIMIT_LOG_FORMAT", value_enum, default_value_t = defaults::LOG_FORMAT)]
+    pub log_format: LogFormat,
     #[command(flatten)]
     pub secret: SecretArgs,
     /// Another region sharing the `global` rules, and its Redis: NAME=redis://HOST:PORT
@@ -206,6 +211,13 @@ pub struct RunArgs {
     #[arg(long, env = "MESHLIMIT_HEADER_TIMEOUT_MS", default_value_t = defaults::HEADER_TIMEOUT_MS,
           value_parser = clap::value_parser!(u64).range(10..=600_000))]
     pub header_timeout_ms: u64,
+}
+
+/// How the agent writes its log (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 /// What to do instead of running: print `message` (on stdout for help and version,

@@ -12,7 +12,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
 use crate::api::{App, Auth};
-use crate::config::{ConfigError, RunArgs, EXIT_USAGE};
+use crate::config::{ConfigError, LogFormat, RunArgs, EXIT_USAGE};
 use crate::metrics::{Metrics, MetricsError};
 use crate::regions;
 use crate::rules_watch::{CurrentRules, RulesWatcher};
@@ -59,21 +59,26 @@ impl RunError {
     }
 }
 
-/// Logs to stderr, filtered by `--log`.
-pub fn init_logging(filter: &str) -> Result<(), ConfigError> {
+/// Logs to stderr, filtered by `--log`, as text or JSON lines (`--log-format`).
+pub fn init_logging(filter: &str, format: LogFormat) -> Result<(), ConfigError> {
     let env_filter =
         tracing_subscriber::EnvFilter::try_new(filter).map_err(|e| ConfigError::LogFilter {
             filter: filter.to_string(),
             reason: e.to_string(),
         })?;
-    // Colours only on a terminal: in a pod the log goes to a file or a collector.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    // A subscriber already set (tests) is not an error worth stopping for.
-    let _ = tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(env_filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi)
-        .try_init();
+        .with_writer(std::io::stderr);
+    // A subscriber already set (tests) is not an error worth stopping for.
+    let _ = match format {
+        // Colours only on a terminal: in a pod the log goes to a file or a collector.
+        LogFormat::Text => fmt
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+        // The event's fields beside `message` at the top level, as collectors
+        // index them.
+        LogFormat::Json => fmt.json().flatten_event(true).try_init(),
+    };
     Ok(())
 }
 

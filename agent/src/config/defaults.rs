@@ -4,6 +4,8 @@
 //! memory store's and the fail-local buckets' key caps) take the same values.
 //! Each is explained on its flag ([`super::RunArgs`]).
 
+use super::LogFormat;
+
 /// `--listen`: the filters' API, `/metrics` and the probes.
 pub const LISTEN: &str = "127.0.0.1:8081";
 /// `--store`: the embedded store.
@@ -28,6 +30,8 @@ pub const BATCH_WINDOW_US: u64 = 500;
 pub const MAX_BATCH: u32 = 256;
 /// `--log`.
 pub const LOG: &str = "info";
+/// `--log-format`.
+pub const LOG_FORMAT: LogFormat = LogFormat::Text;
 /// `--region-floor`.
 pub const REGION_FLOOR: f64 = 0.1;
 /// `--region-timeout-ms`.

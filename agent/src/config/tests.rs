@@ -189,8 +189,8 @@ fn what_is_built_without_flags_takes_the_flags_defaults() {
 }
 
 /// Every default of `run` shows in `--help`, and the README's command line
-/// gives the same value wherever it names one (`[--flag VALUE]`, VALUE not a
-/// placeholder in capitals).
+/// gives the same value wherever it names one (`[--flag VALUE]` or
+/// `[--flag VALUE|OTHER]`, VALUE not a placeholder in capitals).
 #[test]
 fn help_and_the_readme_show_the_defaults() {
     use clap::CommandFactory;
@@ -219,7 +219,7 @@ fn help_and_the_readme_show_the_defaults() {
             .unwrap_or_else(|| panic!("--{long} is missing from the README's command line"));
         let value: String = readme[at + flag.len()..]
             .chars()
-            .take_while(|c| !matches!(c, ']' | ' '))
+            .take_while(|c| !matches!(c, ']' | ' ' | '|'))
             .collect();
         if value
             .chars()

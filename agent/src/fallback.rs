@@ -11,7 +11,7 @@ use meshlimit_core::{Bucket, DescriptorKey, Limit, Take};
 
 /// The safety factor: the fleet may admit up to this multiple of the limit
 /// while its store is down, so uneven traffic between nodes is not over-limited.
-pub const SAFETY: f64 = 2.0;
+pub(crate) const SAFETY: f64 = 2.0;
 
 pub struct Fallback {
     buckets: Mutex<HashMap<DescriptorKey, Bucket>>,
@@ -80,7 +80,7 @@ impl Fallback {
     /// The store answered for `key` again: its fallback bucket is dropped, so
     /// the next outage starts from the node's demand then, not a bucket that
     /// refilled meanwhile.
-    pub fn forget(&self, key: &DescriptorKey) {
+    pub(crate) fn forget(&self, key: &DescriptorKey) {
         if let Ok(mut map) = self.buckets.lock() {
             if !map.is_empty() {
                 map.remove(key);
@@ -89,7 +89,7 @@ impl Fallback {
     }
 
     /// This node's slice of `limit` given the region's `share` and live agents.
-    pub fn node_limit(limit: &Limit, share: f64, live_nodes: u32) -> Limit {
+    pub(crate) fn node_limit(limit: &Limit, share: f64, live_nodes: u32) -> Limit {
         limit.scaled(share.min(1.0) * SAFETY / f64::from(live_nodes.max(1)))
     }
 }
@@ -98,7 +98,7 @@ impl Fallback {
 /// node was spending (any demand) one request's worth, since the leases it
 /// already holds are its head start and the ceiling's rate holds from the
 /// first request of the outage. (The filter's own bucket starts the same way.)
-pub fn head_start(limit: &Limit, cost: u32, demand_per_sec: f64) -> f64 {
+pub(crate) fn head_start(limit: &Limit, cost: u32, demand_per_sec: f64) -> f64 {
     let burst = f64::from(limit.burst());
     if demand_per_sec > 0.0 || !demand_per_sec.is_finite() {
         f64::from(cost).min(burst.max(f64::from(cost)))

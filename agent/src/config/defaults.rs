@@ -7,44 +7,44 @@
 use super::LogFormat;
 
 /// `--listen`: the filters' API, `/metrics` and the probes.
-pub const LISTEN: &str = "127.0.0.1:8081";
+pub(crate) const LISTEN: &str = "127.0.0.1:8081";
 /// `--store`: the embedded store.
-pub const STORE: &str = "memory";
+pub(crate) const STORE: &str = "memory";
 /// `--region`.
-pub const REGION: &str = "local";
+pub(crate) const REGION: &str = "local";
 /// `--lease-ttl-ms`.
-pub const LEASE_TTL_MS: u64 = 300;
+pub(crate) const LEASE_TTL_MS: u64 = 300;
 /// `--lease-target-ms`.
-pub const LEASE_TARGET_MS: u64 = 100;
+pub(crate) const LEASE_TARGET_MS: u64 = 100;
 /// `--exact-below-rps`: no rule is made exact by its rate alone.
-pub const EXACT_BELOW_RPS: f64 = 0.0;
+pub(crate) const EXACT_BELOW_RPS: f64 = 0.0;
 /// `--rules-poll-ms`.
-pub const RULES_POLL_MS: u64 = 500;
+pub(crate) const RULES_POLL_MS: u64 = 500;
 /// `--max-inflight`.
-pub const MAX_INFLIGHT: u32 = 1024;
+pub(crate) const MAX_INFLIGHT: u32 = 1024;
 /// `--store-deadline-ms`: below the filter's 5 ms lease timeout.
-pub const STORE_DEADLINE_MS: u64 = 3;
+pub(crate) const STORE_DEADLINE_MS: u64 = 3;
 /// `--batch-window-us`.
-pub const BATCH_WINDOW_US: u64 = 500;
+pub(crate) const BATCH_WINDOW_US: u64 = 500;
 /// `--max-batch`.
-pub const MAX_BATCH: u32 = 256;
+pub(crate) const MAX_BATCH: u32 = 256;
 /// `--log`.
-pub const LOG: &str = "info";
+pub(crate) const LOG: &str = "info";
 /// `--log-format`.
-pub const LOG_FORMAT: LogFormat = LogFormat::Text;
+pub(crate) const LOG_FORMAT: LogFormat = LogFormat::Text;
 /// `--region-floor`.
-pub const REGION_FLOOR: f64 = 0.1;
+pub(crate) const REGION_FLOOR: f64 = 0.1;
 /// `--region-timeout-ms`.
-pub const REGION_TIMEOUT_MS: u64 = 250;
+pub(crate) const REGION_TIMEOUT_MS: u64 = 250;
 /// `--max-keys`: each per-key table's cap (see `crate::store::memory` for the
 /// memory it bounds).
-pub const MAX_KEYS: u32 = 25_000;
+pub(crate) const MAX_KEYS: u32 = 25_000;
 /// `--max-connections`: as many as `--max-inflight` (see `ServerLimits`).
-pub const MAX_CONNECTIONS: u32 = MAX_INFLIGHT;
+pub(crate) const MAX_CONNECTIONS: u32 = MAX_INFLIGHT;
 /// `--header-timeout-ms`.
-pub const HEADER_TIMEOUT_MS: u64 = 5_000;
+pub(crate) const HEADER_TIMEOUT_MS: u64 = 5_000;
 
 /// [`MAX_KEYS`] as a size.
-pub fn max_keys() -> usize {
+pub(crate) fn max_keys() -> usize {
     usize::try_from(MAX_KEYS).unwrap_or(usize::MAX)
 }

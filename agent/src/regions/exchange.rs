@@ -25,7 +25,7 @@ const SEALED_POLL: Duration = Duration::from_millis(10);
 
 /// Agents: adds demand counted in `period` to the region's Redis (every agent of
 /// the region adds into the same hashes).
-pub async fn flush(
+pub(crate) async fn flush(
     conn: &Arc<RegionConn>,
     period: u64,
     demand: HashMap<String, u64>,
@@ -58,7 +58,7 @@ pub async fn flush(
 }
 
 /// The leader: seals its region's demand for `period`, then says so in the meta.
-pub async fn seal(conn: &Arc<RegionConn>, period: u64) -> Result<(), RegionError> {
+pub(crate) async fn seal(conn: &Arc<RegionConn>, period: u64) -> Result<(), RegionError> {
     let pipes = (0..BUCKETS)
         .map(|b| {
             let mut p = redis::pipe();
@@ -80,7 +80,7 @@ pub async fn seal(conn: &Arc<RegionConn>, period: u64) -> Result<(), RegionError
 
 /// A leader: the demand a region sealed for `period`, waiting up to `wait` for
 /// the region's own leader to seal it.
-pub async fn read_sealed(
+pub(crate) async fn read_sealed(
     conn: &Arc<RegionConn>,
     period: u64,
     wait: Duration,
@@ -113,7 +113,7 @@ pub async fn read_sealed(
 /// The leader: replaces its region's shares by `entries` (each bucket in one
 /// MULTI/EXEC, so an agent never reads a half-written bucket), then announces
 /// `period` in the meta; agents read the shares once they see it.
-pub async fn publish(
+pub(crate) async fn publish(
     conn: &Arc<RegionConn>,
     period: u64,
     leader: &str,
@@ -152,7 +152,7 @@ pub async fn publish(
 }
 
 /// The leader, when it cannot compute new shares: keeps the last ones alive.
-pub async fn keep_alive(conn: &Arc<RegionConn>) -> Result<(), RegionError> {
+pub(crate) async fn keep_alive(conn: &Arc<RegionConn>) -> Result<(), RegionError> {
     let pipes = (0..BUCKETS)
         .map(|b| {
             let mut p = redis::pipe();
@@ -167,12 +167,12 @@ pub async fn keep_alive(conn: &Arc<RegionConn>) -> Result<(), RegionError> {
 }
 
 /// The period of the region's published shares, if any.
-pub async fn published_period(conn: &RegionConn) -> Result<Option<u64>, RegionError> {
+pub(crate) async fn published_period(conn: &RegionConn) -> Result<Option<u64>, RegionError> {
     conn.query(redis::cmd("HGET").arg(META).arg(PERIOD)).await
 }
 
 /// The region's published shares, as stored.
-pub async fn read_published(
+pub(crate) async fn read_published(
     conn: &Arc<RegionConn>,
 ) -> Result<HashMap<String, String>, RegionError> {
     let pipes = (0..BUCKETS)

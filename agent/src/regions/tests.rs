@@ -1,6 +1,7 @@
 use meshlimit_core::rules::parse_rules;
 use meshlimit_core::wire::LeaseItem;
 
+use super::setup::validate;
 use super::setup::{parse_peer, parse_peers_file};
 use super::table::Entry;
 use super::*;

@@ -39,7 +39,7 @@ use crate::shutdown::Shutdown;
 const SHARDS: usize = 16;
 
 /// How often full buckets are forgotten.
-pub const SWEEP_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// The in-memory store.
 #[derive(Debug)]
@@ -98,7 +98,11 @@ impl MemoryStore {
     }
 
     /// Sweeps every `every` until shutdown.
-    pub async fn run_sweeper(self: std::sync::Arc<Self>, every: Duration, mut shutdown: Shutdown) {
+    pub(crate) async fn run_sweeper(
+        self: std::sync::Arc<Self>,
+        every: Duration,
+        mut shutdown: Shutdown,
+    ) {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

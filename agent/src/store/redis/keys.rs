@@ -29,7 +29,7 @@ pub fn bucket(ids: &KeyIds, key: &DescriptorKey) -> String {
 }
 
 /// The sorted set of the region's live agents (one slot, whatever the cluster).
-pub const AGENTS: &str = "ml:{agents}";
+pub(crate) const AGENTS: &str = "ml:{agents}";
 
 /// The Redis keys of the region exchange, all in a region's own Redis (its agents
 /// write, every region's rebalancer reads). Keys per key-bucket carry the bucket
@@ -54,17 +54,17 @@ pub mod region {
 
     /// Key buckets: enough to spread over the nodes of a cluster, few enough that
     /// a tick's reads stay a handful of round trips run at once.
-    pub const BUCKETS: usize = 16;
+    pub(crate) const BUCKETS: usize = 16;
 
     /// The hash of the rebalancer's progress in a region.
-    pub const META: &str = "ml:rg:{meta}";
+    pub(crate) const META: &str = "ml:rg:{meta}";
     /// The lock electing the region's rebalancer.
-    pub const LOCK: &str = "ml:rg:{lock}";
+    pub(crate) const LOCK: &str = "ml:rg:{lock}";
 
     /// `META` fields.
-    pub const SEALED: &str = "sealed";
-    pub const PERIOD: &str = "period";
-    pub const LEADER: &str = "leader";
+    pub(crate) const SEALED: &str = "sealed";
+    pub(crate) const PERIOD: &str = "period";
+    pub(crate) const LEADER: &str = "leader";
 
     /// How the region exchange names a key in its hashes: the rule, then the
     /// key's id (the same in every region of a deployment, which shares one
@@ -80,22 +80,22 @@ pub mod region {
     }
 
     /// Demand being written for `period`.
-    pub fn demand(bucket: usize, period: u64) -> String {
+    pub(crate) fn demand(bucket: usize, period: u64) -> String {
         format!("ml:rg:{{b{bucket:02}}}:d:{period}")
     }
 
     /// Set when `period` is sealed: later flushes for it go to the next period.
-    pub fn marker(bucket: usize, period: u64) -> String {
+    pub(crate) fn marker(bucket: usize, period: u64) -> String {
         format!("ml:rg:{{b{bucket:02}}}:m:{period}")
     }
 
     /// Demand sealed for `period`: what every region's rebalancer reads.
-    pub fn sealed(bucket: usize, period: u64) -> String {
+    pub(crate) fn sealed(bucket: usize, period: u64) -> String {
         format!("ml:rg:{{b{bucket:02}}}:x:{period}")
     }
 
     /// The region's published shares.
-    pub fn shares(bucket: usize) -> String {
+    pub(crate) fn shares(bucket: usize) -> String {
         format!("ml:rg:{{b{bucket:02}}}:s")
     }
 }

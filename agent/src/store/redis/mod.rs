@@ -9,7 +9,7 @@ mod health;
 pub mod keys;
 pub mod script;
 mod tasks;
-pub mod topology;
+pub(crate) mod topology;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -54,7 +54,7 @@ pub struct RedisConfig {
 
 /// A change in the store's view of the cluster, for metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StoreEvent {
+pub(crate) enum StoreEvent {
     /// `CLUSTER SLOTS` gave a different map (a promotion, a migration).
     SlotMapChanged,
     /// A node was marked down: its keys take the failure policy.
@@ -66,7 +66,7 @@ pub enum StoreEvent {
 }
 
 /// Observes [`StoreEvent`]s.
-pub type EventObserver = Arc<dyn Fn(StoreEvent) + Send + Sync>;
+pub(crate) type EventObserver = Arc<dyn Fn(StoreEvent) + Send + Sync>;
 
 /// A Redis or Redis Cluster bucket store.
 pub struct RedisStore {
@@ -111,7 +111,7 @@ impl RedisStore {
 
     /// Reports slot-map changes and node failures to `events`.
     #[must_use]
-    pub fn with_events(mut self, events: EventObserver) -> Self {
+    pub(crate) fn with_events(mut self, events: EventObserver) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.events = events;
         }

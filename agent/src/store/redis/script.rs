@@ -96,7 +96,7 @@ return {granted, 0, math.floor(tokens), math.min(cap, math.ceil((burst - tokens)
 /// one second, capped at 400 days, and always a whole number of ms, so PEXPIRE
 /// cannot fail after the HSET (a failure there would leave a key without expiry:
 /// Redis does not roll a script back).
-pub const LEASE_SCRIPT: &str = concat!(
+pub(crate) const LEASE_SCRIPT: &str = concat!(
     "local clock = redis.call('TIME')\n",
     "local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])\n",
     lease_body!()
@@ -108,12 +108,12 @@ pub const LEASE_SCRIPT: &str = concat!(
 pub const LEASE_SCRIPT_AT: &str = concat!("local now = tonumber(ARGV[7])\n", lease_body!());
 
 /// The script's SHA1, for EVALSHA.
-pub fn sha() -> String {
+pub(crate) fn sha() -> String {
     redis::Script::new(LEASE_SCRIPT).get_hash().to_string()
 }
 
 /// Reads the script's reply.
-pub fn parse_reply(value: &Value) -> Result<Take, StoreError> {
+pub(crate) fn parse_reply(value: &Value) -> Result<Take, StoreError> {
     let Value::Array(items) = value else {
         return Err(StoreError::Failed(format!(
             "lease script: unexpected reply {value:?}"
@@ -151,7 +151,7 @@ pub fn parse_reply(value: &Value) -> Result<Take, StoreError> {
 /// - `ARGV[1]`: this agent's id; `ARGV[2]`: how long a heartbeat counts (ms).
 /// - Returns how many agents beat within that window, this one included; the
 ///   set expires after two windows without a beat.
-pub const HEARTBEAT_SCRIPT: &str = r"
+pub(crate) const HEARTBEAT_SCRIPT: &str = r"
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local window = tonumber(ARGV[2])
@@ -171,7 +171,7 @@ return redis.call('ZCARD', KEYS[1])
 /// - `ARGV[1]`: the demand's life in ms; then `exchange key, tokens` pairs
 ///   (HINCRBY into the target hash).
 /// - Returns 1 when the demand went to the period asked, 0 when to the next one.
-pub const FLUSH_SCRIPT: &str = "local target = KEYS[1] \
+pub(crate) const FLUSH_SCRIPT: &str = "local target = KEYS[1] \
      if redis.call('EXISTS', KEYS[2]) == 1 then target = KEYS[3] end \
      for i = 2, #ARGV, 2 do redis.call('HINCRBY', target, ARGV[i], ARGV[i + 1]) end \
      redis.call('PEXPIRE', target, ARGV[1]) \
@@ -186,7 +186,7 @@ pub const FLUSH_SCRIPT: &str = "local target = KEYS[1] \
 ///   `KEYS[3]`: the period's sealed marker ([`super::keys::region::marker`]).
 /// - `ARGV[1]`: the marker's life in ms.
 /// - Returns 1 when there was demand to seal, 0 otherwise.
-pub const SEAL_SCRIPT: &str = "redis.call('SET', KEYS[3], '1', 'PX', ARGV[1]) \
+pub(crate) const SEAL_SCRIPT: &str = "redis.call('SET', KEYS[3], '1', 'PX', ARGV[1]) \
      if redis.call('EXISTS', KEYS[1]) == 1 then \
      redis.call('RENAME', KEYS[1], KEYS[2]) return 1 end return 0";
 
@@ -197,7 +197,7 @@ pub const SEAL_SCRIPT: &str = "redis.call('SET', KEYS[3], '1', 'PX', ARGV[1]) \
 ///   leader's id.
 /// - `ARGV[1]`: this agent's id; `ARGV[2]`: the lock's life in ms.
 /// - Returns the holder's id after the call (this agent's when it leads).
-pub const ELECT_SCRIPT: &str = "local cur = redis.call('GET', KEYS[1]) \
+pub(crate) const ELECT_SCRIPT: &str = "local cur = redis.call('GET', KEYS[1]) \
      if cur == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return cur end \
      if not cur then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return ARGV[1] end \
      return cur";
@@ -208,5 +208,5 @@ pub const ELECT_SCRIPT: &str = "local cur = redis.call('GET', KEYS[1]) \
 /// - `KEYS[1]`: the lock ([`super::keys::region::LOCK`]).
 /// - `ARGV[1]`: this agent's id.
 /// - Returns 1 when the lock was deleted, 0 when another agent (or none) held it.
-pub const RELEASE_SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+pub(crate) const RELEASE_SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
      return redis.call('DEL', KEYS[1]) end return 0";

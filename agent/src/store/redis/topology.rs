@@ -2,10 +2,10 @@
 //! hash tag) mapped to nodes by `CLUSTER SLOTS`. A single Redis is a topology of
 //! one node owning every slot.
 
-pub const SLOTS: u16 = 16_384;
+pub(crate) const SLOTS: u16 = 16_384;
 
 /// The slot of a Redis key (CRC16/XMODEM of its hash tag, or of the whole key).
-pub fn slot(key: &str) -> u16 {
+pub(crate) fn slot(key: &str) -> u16 {
     let bytes = key.as_bytes();
     let tagged = key
         .find('{')
@@ -33,14 +33,14 @@ fn crc16(bytes: &[u8]) -> u16 {
 
 /// Slot ranges and the node (`host:port`) owning each.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct SlotMap {
+pub(crate) struct SlotMap {
     ranges: Vec<(u16, u16, usize)>,
-    pub nodes: Vec<String>,
+    pub(crate) nodes: Vec<String>,
 }
 
 impl SlotMap {
     /// Every slot on one node (a single Redis).
-    pub fn single(node: String) -> Self {
+    pub(crate) fn single(node: String) -> Self {
         Self {
             ranges: vec![(0, SLOTS - 1, 0)],
             nodes: vec![node],
@@ -48,7 +48,7 @@ impl SlotMap {
     }
 
     /// Builds the map from `(first, last, "host:port")` rows of `CLUSTER SLOTS`.
-    pub fn from_rows(rows: Vec<(u16, u16, String)>) -> Self {
+    pub(crate) fn from_rows(rows: Vec<(u16, u16, String)>) -> Self {
         let mut map = Self::default();
         for (first, last, node) in rows {
             let index = match map.nodes.iter().position(|n| *n == node) {
@@ -65,7 +65,7 @@ impl SlotMap {
     }
 
     /// The index (into `nodes`) of the node owning `slot`.
-    pub fn node_of(&self, slot: u16) -> Option<usize> {
+    pub(crate) fn node_of(&self, slot: u16) -> Option<usize> {
         self.ranges
             .iter()
             .find(|(a, b, _)| (*a..=*b).contains(&slot))

@@ -59,7 +59,7 @@ pub struct ExplainArgs {
 pub struct ImportArgs {
     /// The peer whose configuration FILE is.
     #[arg(long, value_enum)]
-    pub from: ImportFormat,
+    pub(crate) from: ImportFormat,
     /// What a descriptor key stands for: `KEY=TARGET` (client_ip, method, path,
     /// authority, route, header:NAME, query:NAME), e.g. `user=header:x-user-id`;
     /// or what one constant value stands for: `KEY:VALUE=CONDITION` (path:/P,
@@ -67,13 +67,13 @@ pub struct ImportArgs {
     /// any), e.g. `generic_key:slow=path_prefix:/reports/`. `remote_address`
     /// is client_ip unless mapped. Repeatable.
     #[arg(long = "map", value_name = "MAPPING")]
-    pub map: Vec<String>,
+    pub(crate) map: Vec<String>,
     /// Write the rules here instead of standard output.
     #[arg(long, value_name = "PATH")]
-    pub out: Option<PathBuf>,
+    pub(crate) out: Option<PathBuf>,
     /// The peer's configuration file.
     #[arg(value_name = "FILE")]
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
 }
 
 /// The configurations `import` reads.
@@ -87,7 +87,7 @@ pub enum ImportFormat {
 }
 
 impl ImportFormat {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::EnvoyRatelimit => "envoy-ratelimit",
             Self::Limitador => "limitador",

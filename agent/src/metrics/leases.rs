@@ -177,12 +177,12 @@ impl Metrics {
     }
 
     /// A background refill of the pool started.
-    pub fn pool_refill(&self) {
+    pub(crate) fn pool_refill(&self) {
         inc(&self.leases.pool_calls, &["refill"], 1);
     }
 
     /// `asks` waited on the store call in flight for their key.
-    pub fn pool_waits(&self, asks: usize) {
+    pub(crate) fn pool_waits(&self, asks: usize) {
         inc(&self.leases.pool_calls, &["wait"], asks as u64);
     }
 

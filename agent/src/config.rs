@@ -11,9 +11,13 @@ use std::time::Duration;
 use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 
+use crate::leases::LeaseSettings;
+use crate::server::ServerLimits;
 use crate::store::redis::client::{Connect, TlsFiles};
+use crate::store::redis::BatchConfig;
 
 mod commands;
+pub(crate) mod defaults;
 mod store;
 
 pub use commands::{
@@ -70,70 +74,70 @@ pub struct RunArgs {
         long,
         env = "MESHLIMIT_LISTEN",
         value_name = "ADDR",
-        default_value = "127.0.0.1:8081"
+        default_value = defaults::LISTEN
     )]
-    pub listen: SocketAddr,
+    pub(crate) listen: SocketAddr,
     /// Where buckets live: memory, redis://HOST:PORT or redis+cluster://HOST:PORT,…;
     /// rediss://HOST:PORT or rediss+cluster://HOST:PORT,… for TLS (see --redis-ca).
-    #[arg(long, env = "MESHLIMIT_STORE", default_value = "memory", value_parser = StoreSpec::parse)]
-    pub store: StoreSpec,
+    #[arg(long, env = "MESHLIMIT_STORE", default_value = defaults::STORE, value_parser = StoreSpec::parse)]
+    pub(crate) store: StoreSpec,
     /// This agent's region (a metric label; regions share `global` rules).
-    #[arg(long, env = "MESHLIMIT_REGION", default_value = "local", value_parser = parse_region)]
-    pub region: String,
+    #[arg(long, env = "MESHLIMIT_REGION", default_value = defaults::REGION, value_parser = parse_region)]
+    pub(crate) region: String,
     /// How long a granted lease may be spent, in milliseconds. A store lease is
     /// 100 ms of the node's demand and the pool may hold two; a filter asks for
     /// half a TTL of its own spend. 300 ms lets both be spent before they expire
     /// (the accuracy harness measured 0.54 of the limit at 100 ms before the
     /// filter sized its asks, 0.98 after, 0.99 with 300 ms).
-    #[arg(long, env = "MESHLIMIT_LEASE_TTL_MS", default_value_t = 300,
+    #[arg(long, env = "MESHLIMIT_LEASE_TTL_MS", default_value_t = defaults::LEASE_TTL_MS,
           value_parser = clap::value_parser!(u64).range(1..=60_000))]
-    pub lease_ttl_ms: u64,
+    pub(crate) lease_ttl_ms: u64,
     /// A lease holds about this much of the rule's rate, in milliseconds.
-    #[arg(long, env = "MESHLIMIT_LEASE_TARGET_MS", default_value_t = 100,
+    #[arg(long, env = "MESHLIMIT_LEASE_TARGET_MS", default_value_t = defaults::LEASE_TARGET_MS,
           value_parser = clap::value_parser!(u64).range(1..=60_000))]
-    pub lease_target_ms: u64,
+    pub(crate) lease_target_ms: u64,
     /// Rules slower than this many requests per second get leases of one request.
-    #[arg(long, env = "MESHLIMIT_EXACT_BELOW_RPS", default_value_t = 0.0, value_parser = parse_rate)]
-    pub exact_below_rps: f64,
+    #[arg(long, env = "MESHLIMIT_EXACT_BELOW_RPS", default_value_t = defaults::EXACT_BELOW_RPS, value_parser = parse_rate)]
+    pub(crate) exact_below_rps: f64,
     /// How often the rules file is read for changes, in milliseconds.
-    #[arg(long, env = "MESHLIMIT_RULES_POLL_MS", default_value_t = 500,
+    #[arg(long, env = "MESHLIMIT_RULES_POLL_MS", default_value_t = defaults::RULES_POLL_MS,
           value_parser = clap::value_parser!(u64).range(10..=600_000))]
-    pub rules_poll_ms: u64,
+    pub(crate) rules_poll_ms: u64,
     /// Lease requests served at once; more are shed (the failure policy applies).
-    #[arg(long, env = "MESHLIMIT_MAX_INFLIGHT", default_value_t = 1024,
+    #[arg(long, env = "MESHLIMIT_MAX_INFLIGHT", default_value_t = defaults::MAX_INFLIGHT,
           value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_inflight: u32,
+    pub(crate) max_inflight: u32,
     /// Deadline of one Redis pipeline, in milliseconds; never retried. Keep it
     /// below the filter's lease timeout (5 ms) so an answer can still arrive.
-    #[arg(long, env = "MESHLIMIT_STORE_DEADLINE_MS", default_value_t = 3,
+    #[arg(long, env = "MESHLIMIT_STORE_DEADLINE_MS", default_value_t = defaults::STORE_DEADLINE_MS,
           value_parser = clap::value_parser!(u64).range(1..=10_000))]
-    pub store_deadline_ms: u64,
+    pub(crate) store_deadline_ms: u64,
     /// Lease misses bound for one Redis node are gathered for at most this long
     /// (microseconds) and sent as one pipeline; 0 sends what is queued at once.
-    #[arg(long, env = "MESHLIMIT_BATCH_WINDOW_US", default_value_t = 500,
+    #[arg(long, env = "MESHLIMIT_BATCH_WINDOW_US", default_value_t = defaults::BATCH_WINDOW_US,
           value_parser = clap::value_parser!(u64).range(0..=10_000))]
-    pub batch_window_us: u64,
+    pub(crate) batch_window_us: u64,
     /// The most lease items in one pipeline.
-    #[arg(long, env = "MESHLIMIT_MAX_BATCH", default_value_t = 256,
+    #[arg(long, env = "MESHLIMIT_MAX_BATCH", default_value_t = defaults::MAX_BATCH,
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    pub max_batch: u32,
+    pub(crate) max_batch: u32,
     /// Redis ACL user (from a Secret; never on the command line in a pod).
     #[arg(long, env = "MESHLIMIT_REDIS_USERNAME", hide_env_values = true)]
-    pub redis_username: Option<String>,
+    pub(crate) redis_username: Option<String>,
     /// Redis password (from a Secret). Never logged. Prefer --redis-password-file:
     /// a value here is visible in the process's arguments or environment.
     #[arg(long, env = "MESHLIMIT_REDIS_PASSWORD", hide_env_values = true,
           value_parser = Password::parse, conflicts_with = "redis_password_file")]
-    pub redis_password: Option<Password>,
+    pub(crate) redis_password: Option<Password>,
     /// A file holding the Redis password (a mounted Secret; one trailing newline
     /// is ignored), read at start.
     #[arg(long, env = "MESHLIMIT_REDIS_PASSWORD_FILE", value_name = "PATH")]
-    pub redis_password_file: Option<PathBuf>,
+    pub(crate) redis_password_file: Option<PathBuf>,
     /// TLS (rediss:// stores and peers): the PEM file of the CA the Redis
     /// servers' certificates must chain to; without it, the system's roots. The
     /// server's name (or IP address) in the URL is verified.
     #[arg(long, env = "MESHLIMIT_REDIS_CA", value_name = "PATH")]
-    pub redis_ca: Option<PathBuf>,
+    pub(crate) redis_ca: Option<PathBuf>,
     /// TLS: a client certificate (PEM) for Redis servers that ask for one
     /// (`tls-auth-clients`); with --redis-key.
     #[arg(
@@ -142,7 +146,7 @@ pub struct RunArgs {
         value_name = "PATH",
         requires = "redis_key"
     )]
-    pub redis_cert: Option<PathBuf>,
+    pub(crate) redis_cert: Option<PathBuf>,
     /// TLS: the client certificate's private key (PEM); with --redis-cert.
     #[arg(
         long,
@@ -150,7 +154,7 @@ pub struct RunArgs {
         value_name = "PATH",
         requires = "redis_cert"
     )]
-    pub redis_key: Option<PathBuf>,
+    pub(crate) redis_key: Option<PathBuf>,
     /// Each peer region's own Redis credentials, so that no region's Redis ever
     /// sees another's password: a directory (a mounted Secret) holding, for a peer
     /// region NAME, `NAME.password` and optionally `NAME.username`. Without
@@ -159,10 +163,15 @@ pub struct RunArgs {
     /// without either, the peer is reached with no credentials. --redis-username
     /// and --redis-password are this region's only.
     #[arg(long, env = "MESHLIMIT_REGION_CREDENTIALS_DIR", value_name = "DIR")]
-    pub region_credentials_dir: Option<PathBuf>,
+    pub(crate) region_credentials_dir: Option<PathBuf>,
     /// Log filter, in `tracing_subscriber::EnvFilter` syntax (e.g. `info,meshlimit_agent=debug`).
-    #[arg(long, env = "MESHLIMIT_LOG", default_value = "info")]
+    #[arg(long, env = "MESHLIMIT_LOG", default_value = defaults::LOG)]
     pub log: String,
+    /// How log lines are written to stderr: `text` for people, `json` for a log
+    /// collector (one object a line: `timestamp`, `level`, `target`, `message`
+    /// and the event's fields).
+    #[arg(long, env = "MESHLIMIT_LOG_FORMAT", value_enum, default_value_t = defaults::LOG_FORMAT)]
+    pub log_format: LogFormat,
     #[command(flatten)]
     pub secret: SecretArgs,
     /// Another region sharing the `global` rules, and its Redis: NAME=redis://HOST:PORT
@@ -170,38 +179,45 @@ pub struct RunArgs {
     /// variable). Reached only by background tasks.
     #[arg(long = "peer-region", env = "MESHLIMIT_PEER_REGIONS", value_name = "NAME=URL",
           value_delimiter = ';', value_parser = crate::regions::setup::parse_peer)]
-    pub peer_regions: Vec<(String, StoreSpec)>,
+    pub(crate) peer_regions: Vec<(String, StoreSpec)>,
     /// A file of peer regions, one NAME=URL a line (`#` comments), read at start.
     #[arg(long, env = "MESHLIMIT_PEER_REGIONS_FILE", value_name = "PATH")]
-    pub peer_regions_file: Option<PathBuf>,
+    pub(crate) peer_regions_file: Option<PathBuf>,
     /// The least share of a `global` limit any region holds (at most 1 / regions).
-    #[arg(long, env = "MESHLIMIT_REGION_FLOOR", default_value_t = 0.1, value_parser = parse_floor)]
-    pub region_floor: f64,
+    #[arg(long, env = "MESHLIMIT_REGION_FLOOR", default_value_t = defaults::REGION_FLOOR, value_parser = parse_floor)]
+    pub(crate) region_floor: f64,
     /// Deadline of each call the region tasks make to a region's Redis, in
     /// milliseconds; also how long a rebalancer waits for another region's demand.
-    #[arg(long, env = "MESHLIMIT_REGION_TIMEOUT_MS", default_value_t = 250,
+    #[arg(long, env = "MESHLIMIT_REGION_TIMEOUT_MS", default_value_t = defaults::REGION_TIMEOUT_MS,
           value_parser = clap::value_parser!(u64).range(10..=5_000))]
-    pub region_timeout_ms: u64,
+    pub(crate) region_timeout_ms: u64,
     /// Keys held at most in each per-key table: the node pool, the fail-local
     /// buckets and the embedded store's buckets (each about 1.3 KiB a key at worst,
     /// keys being at most 1 KiB: see `crate::store::memory`). Past it, a new key
     /// is served unpooled, or by the rule's failure policy; never by evicting a
     /// live bucket.
-    #[arg(long, env = "MESHLIMIT_MAX_KEYS", default_value_t = 25_000,
+    #[arg(long, env = "MESHLIMIT_MAX_KEYS", default_value_t = defaults::MAX_KEYS,
           value_parser = clap::value_parser!(u32).range(16..=10_000_000))]
-    pub max_keys: u32,
+    pub(crate) max_keys: u32,
     /// Connections open at once; past it new ones are closed at once (counted in
     /// `meshlimit_connections_refused_total`), not queued.
-    #[arg(long, env = "MESHLIMIT_MAX_CONNECTIONS", default_value_t = 1024,
+    #[arg(long, env = "MESHLIMIT_MAX_CONNECTIONS", default_value_t = defaults::MAX_CONNECTIONS,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-    pub max_connections: u32,
+    pub(crate) max_connections: u32,
     /// A connection that has not sent a request's whole header this long after
     /// opening or after its last response (so also an idle keep-alive connection)
     /// is closed, in milliseconds; a request's body must then arrive, and be
     /// answered, within as long (else 408).
-    #[arg(long, env = "MESHLIMIT_HEADER_TIMEOUT_MS", default_value_t = 5_000,
+    #[arg(long, env = "MESHLIMIT_HEADER_TIMEOUT_MS", default_value_t = defaults::HEADER_TIMEOUT_MS,
           value_parser = clap::value_parser!(u64).range(10..=600_000))]
-    pub header_timeout_ms: u64,
+    pub(crate) header_timeout_ms: u64,
+}
+
+/// How the agent writes its log (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 /// What to do instead of running: print `message` (on stdout for help and version,
@@ -260,28 +276,63 @@ impl Cli {
 }
 
 impl RunArgs {
-    pub fn lease_ttl(&self) -> Duration {
+    pub(crate) fn lease_ttl(&self) -> Duration {
         Duration::from_millis(self.lease_ttl_ms)
     }
 
-    pub fn lease_target(&self) -> Duration {
+    pub(crate) fn lease_target(&self) -> Duration {
         Duration::from_millis(self.lease_target_ms)
     }
 
-    pub fn store_deadline(&self) -> Duration {
+    pub(crate) fn store_deadline(&self) -> Duration {
         Duration::from_millis(self.store_deadline_ms)
     }
 
-    pub fn batch_window(&self) -> Duration {
+    pub(crate) fn batch_window(&self) -> Duration {
         Duration::from_micros(self.batch_window_us)
     }
 
-    pub fn rules_poll(&self) -> Duration {
+    pub(crate) fn rules_poll(&self) -> Duration {
         Duration::from_millis(self.rules_poll_ms)
     }
 
-    pub fn header_timeout(&self) -> Duration {
+    pub(crate) fn header_timeout(&self) -> Duration {
         Duration::from_millis(self.header_timeout_ms)
+    }
+
+    /// Lease sizing and handling, from `--lease-ttl-ms`, `--lease-target-ms`,
+    /// `--exact-below-rps`, `--max-inflight` and `--max-keys`.
+    pub(crate) fn lease_settings(&self) -> LeaseSettings {
+        LeaseSettings {
+            ttl: self.lease_ttl(),
+            target: self.lease_target(),
+            exact_below_rps: self.exact_below_rps,
+            max_inflight: usize::try_from(self.max_inflight).unwrap_or(usize::MAX),
+            max_keys: self.max_keys(),
+            store_deadline: self.store_deadline(),
+        }
+    }
+
+    /// What a peer can hold of the server: `--max-connections`, `--header-timeout-ms`.
+    pub(crate) fn server_limits(&self) -> ServerLimits {
+        ServerLimits {
+            max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
+            header_timeout: self.header_timeout(),
+        }
+    }
+
+    /// The store's Redis pipelines: `--batch-window-us`, `--max-batch`,
+    /// `--store-deadline-ms`.
+    pub(crate) fn batch(&self) -> BatchConfig {
+        BatchConfig {
+            window: self.batch_window(),
+            max_batch: usize::try_from(self.max_batch).unwrap_or(usize::MAX),
+            deadline: self.store_deadline(),
+        }
+    }
+
+    pub(crate) fn max_keys(&self) -> usize {
+        usize::try_from(self.max_keys).unwrap_or(usize::MAX)
     }
 
     /// How to reach this region's Redis (`--store`): `--redis-username`, the

@@ -9,23 +9,21 @@ use std::sync::Mutex;
 
 use meshlimit_core::{Bucket, DescriptorKey, Limit, Take};
 
-/// Keys kept at most by default (`--max-keys` sets it); past that, full buckets
-/// (equal to absent ones) are dropped first, and if none is full the key is
-/// refused a fallback (denied) rather than given a fresh bucket.
-const MAX_KEYS: usize = 100_000;
-
 /// The safety factor: the fleet may admit up to this multiple of the limit
 /// while its store is down, so uneven traffic between nodes is not over-limited.
-pub const SAFETY: f64 = 2.0;
+pub(crate) const SAFETY: f64 = 2.0;
 
 pub struct Fallback {
     buckets: Mutex<HashMap<DescriptorKey, Bucket>>,
     max_keys: usize,
 }
 
+/// At most `--max-keys`' default keys; past that, full buckets (equal to absent
+/// ones) are dropped first, and if none is full the key is refused a fallback
+/// (denied) rather than given a fresh bucket.
 impl Default for Fallback {
     fn default() -> Self {
-        Self::new(MAX_KEYS)
+        Self::new(crate::config::defaults::max_keys())
     }
 }
 
@@ -82,7 +80,7 @@ impl Fallback {
     /// The store answered for `key` again: its fallback bucket is dropped, so
     /// the next outage starts from the node's demand then, not a bucket that
     /// refilled meanwhile.
-    pub fn forget(&self, key: &DescriptorKey) {
+    pub(crate) fn forget(&self, key: &DescriptorKey) {
         if let Ok(mut map) = self.buckets.lock() {
             if !map.is_empty() {
                 map.remove(key);
@@ -91,7 +89,7 @@ impl Fallback {
     }
 
     /// This node's slice of `limit` given the region's `share` and live agents.
-    pub fn node_limit(limit: &Limit, share: f64, live_nodes: u32) -> Limit {
+    pub(crate) fn node_limit(limit: &Limit, share: f64, live_nodes: u32) -> Limit {
         limit.scaled(share.min(1.0) * SAFETY / f64::from(live_nodes.max(1)))
     }
 }
@@ -100,7 +98,7 @@ impl Fallback {
 /// node was spending (any demand) one request's worth, since the leases it
 /// already holds are its head start and the ceiling's rate holds from the
 /// first request of the outage. (The filter's own bucket starts the same way.)
-pub fn head_start(limit: &Limit, cost: u32, demand_per_sec: f64) -> f64 {
+pub(crate) fn head_start(limit: &Limit, cost: u32, demand_per_sec: f64) -> f64 {
     let burst = f64::from(limit.burst());
     if demand_per_sec > 0.0 || !demand_per_sec.is_finite() {
         f64::from(cost).min(burst.max(f64::from(cost)))

@@ -20,10 +20,10 @@ pub mod regions;
 pub mod replay;
 pub mod rules_watch;
 pub mod run;
-pub mod server;
+pub(crate) mod server;
 pub mod shutdown;
 pub mod store;
-pub mod window;
+pub(crate) mod window;
 
 pub use api::App;
 pub use leases::LeaseSettings;

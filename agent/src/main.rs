@@ -72,7 +72,7 @@ fn main() -> ExitCode {
 }
 
 fn serve(args: RunArgs) -> Result<(), RunError> {
-    init_logging(&args.log)?;
+    init_logging(&args.log, args.log_format)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("meshlimit-agent")

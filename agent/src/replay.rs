@@ -27,20 +27,20 @@ use serde_json::{json, Value};
 #[derive(Debug, Default)]
 pub struct Outcome {
     /// Per rule: (requests it applied to, requests it would reject).
-    pub by_rule: BTreeMap<String, (u64, u64)>,
+    pub(crate) by_rule: BTreeMap<String, (u64, u64)>,
     /// Per key: requests it would reject.
-    pub by_key: HashMap<DescriptorKey, u64>,
+    pub(crate) by_key: HashMap<DescriptorKey, u64>,
     /// Requests the filter would answer 400 (a key header sent twice).
-    pub ambiguous: u64,
+    pub(crate) ambiguous: u64,
 }
 
 /// What a replay read.
 #[derive(Debug, Default)]
 pub struct Replay {
-    pub requests: u64,
+    pub(crate) requests: u64,
     /// Lines that are not a request (counted, not fatal: logs have noise).
-    pub skipped: u64,
-    pub new: Outcome,
+    pub(crate) skipped: u64,
+    pub(crate) new: Outcome,
     pub baseline: Option<Outcome>,
 }
 

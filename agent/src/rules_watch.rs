@@ -33,7 +33,7 @@ pub struct CurrentRules {
 
 /// What one poll found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reload {
+pub(crate) enum Reload {
     /// Same content as last time.
     Unchanged,
     /// A valid file, now in force.
@@ -46,7 +46,7 @@ pub enum Reload {
 
 /// Polls the rules file and installs each new valid version.
 #[derive(Debug)]
-pub struct RulesWatcher {
+pub(crate) struct RulesWatcher {
     path: PathBuf,
     rules: Arc<CurrentRules>,
     metrics: Arc<Metrics>,
@@ -72,7 +72,7 @@ impl CurrentRules {
 
     /// The set in force. Readers hold their `Arc` for one request, so a swap never
     /// changes the rules under a request half-way.
-    pub fn get(&self) -> Option<Arc<RuleSet>> {
+    pub(crate) fn get(&self) -> Option<Arc<RuleSet>> {
         self.set.load_full()
     }
 
@@ -87,7 +87,7 @@ impl CurrentRules {
 
     /// The problems of the last refused or unreadable file, one per line, until a
     /// valid file is installed.
-    pub fn last_error(&self) -> Option<String> {
+    pub(crate) fn last_error(&self) -> Option<String> {
         self.last_error
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -117,13 +117,9 @@ impl RulesWatcher {
         }
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Reads the file once and applies it if it changed. A blocking read is fine
     /// here: a rules file is a few KiB on a local (tmpfs) volume, read twice a second.
-    pub fn poll(&mut self) -> Reload {
+    pub(crate) fn poll(&mut self) -> Reload {
         if self.path.is_dir() {
             return self.poll_directory();
         }
@@ -191,7 +187,8 @@ impl RulesWatcher {
     }
 
     /// Sets a clock (Unix seconds) other than the wall clock.
-    pub fn with_clock(mut self, clock: fn() -> u64) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_clock(mut self, clock: fn() -> u64) -> Self {
         self.clock = clock;
         self
     }

@@ -12,15 +12,14 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
 use crate::api::{App, Auth};
-use crate::config::{ConfigError, RunArgs, EXIT_USAGE};
-use crate::leases::LeaseSettings;
+use crate::config::{ConfigError, LogFormat, RunArgs, EXIT_USAGE};
 use crate::metrics::{Metrics, MetricsError};
 use crate::regions;
 use crate::rules_watch::{CurrentRules, RulesWatcher};
 use crate::server;
 use crate::shutdown::{self, Shutdown, Signals};
 use crate::store::memory::SWEEP_EVERY;
-use crate::store::redis::{BatchConfig, RedisConfig, RedisStore, StoreEvent};
+use crate::store::redis::{RedisConfig, RedisStore, StoreEvent};
 use crate::store::{MemoryStore, Store};
 
 /// How often the time-dependent gauges (fail-open ratios, filter versions) are
@@ -60,21 +59,26 @@ impl RunError {
     }
 }
 
-/// Logs to stderr, filtered by `--log`.
-pub fn init_logging(filter: &str) -> Result<(), ConfigError> {
+/// Logs to stderr, filtered by `--log`, as text or JSON lines (`--log-format`).
+pub fn init_logging(filter: &str, format: LogFormat) -> Result<(), ConfigError> {
     let env_filter =
         tracing_subscriber::EnvFilter::try_new(filter).map_err(|e| ConfigError::LogFilter {
             filter: filter.to_string(),
             reason: e.to_string(),
         })?;
-    // Colours only on a terminal: in a pod the log goes to a file or a collector.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    // A subscriber already set (tests) is not an error worth stopping for.
-    let _ = tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(env_filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi)
-        .try_init();
+        .with_writer(std::io::stderr);
+    // A subscriber already set (tests) is not an error worth stopping for.
+    let _ = match format {
+        // Colours only on a terminal: in a pod the log goes to a file or a collector.
+        LogFormat::Text => fmt
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+        // The event's fields beside `message` at the top level, as collectors
+        // index them.
+        LogFormat::Json => fmt.json().flatten_event(true).try_init(),
+    };
     Ok(())
 }
 
@@ -111,7 +115,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         rules,
         store.clone(),
         metrics.clone(),
-        lease_settings(&args),
+        args.lease_settings(),
         Auth::new(&secret),
     );
     if let Some(cfg) = &region_setup {
@@ -133,10 +137,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         "meshlimit-agent serving"
     );
     tasks.spawn(sweep_pools(app.clone(), POOL_SWEEP_EVERY, shutdown.clone()));
-    let limits = server::ServerLimits {
-        max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
-        header_timeout: args.header_timeout(),
-    };
+    let limits = args.server_limits();
     let server = tokio::spawn(server::serve_with(listener, app, shutdown.clone(), limits));
     let signal = signals.recv().await;
     tracing::info!("{signal}: shutting down");
@@ -158,8 +159,7 @@ fn start_store(
     shutdown: &Shutdown,
 ) -> Result<Arc<dyn Store>, ConfigError> {
     let Some(target) = args.store.redis() else {
-        let max_keys = usize::try_from(args.max_keys).unwrap_or(usize::MAX);
-        let store = Arc::new(MemoryStore::with_max_keys(max_keys));
+        let store = Arc::new(MemoryStore::with_max_keys(args.max_keys()));
         tasks.spawn(store.clone().run_sweeper(SWEEP_EVERY, shutdown.clone()));
         return Ok(store);
     };
@@ -167,11 +167,7 @@ fn start_store(
         nodes: target.nodes,
         cluster: target.cluster,
         connect: args.redis_connect()?,
-        batch: BatchConfig {
-            window: args.batch_window(),
-            max_batch: usize::try_from(args.max_batch).unwrap_or(256),
-            deadline: args.store_deadline(),
-        },
+        batch: args.batch(),
         key_ids: key_ids.clone(),
     };
     let observer = metrics.clone();
@@ -209,17 +205,6 @@ fn check_tls_flags(
         args.redis_connect()?;
     }
     Ok(())
-}
-
-fn lease_settings(args: &RunArgs) -> LeaseSettings {
-    LeaseSettings {
-        ttl: args.lease_ttl(),
-        target: args.lease_target(),
-        exact_below_rps: args.exact_below_rps,
-        max_inflight: usize::try_from(args.max_inflight).unwrap_or(usize::MAX),
-        max_keys: usize::try_from(args.max_keys).unwrap_or(usize::MAX),
-        store_deadline: args.store_deadline(),
-    }
 }
 
 /// A name for this agent among the region's: host, process and port.

@@ -39,39 +39,41 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use crate::api::{ApiResponse, App};
+use crate::config::defaults;
 use crate::shutdown::Shutdown;
 
 /// How long connections may take to finish their requests after shutdown begins.
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The most bytes of one request's header (request line and fields) the agent
 /// buffers; a longer header gets 431. The filters send a few hundred bytes; 8 KiB
 /// is hyper's smallest buffer (and nginx's default for large headers).
-pub const MAX_HEADER_BYTES: usize = 8 * 1024;
+pub(crate) const MAX_HEADER_BYTES: usize = 8 * 1024;
 
 /// What one peer, or many, can hold of the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ServerLimits {
-    /// Connections open at once. The default, 1024, matches `--max-inflight`: an
+pub(crate) struct ServerLimits {
+    /// Connections open at once. The default (`--max-connections`'), as many as
+    /// `--max-inflight`'s: an
     /// Envoy keeps about one connection per lease call in flight on each worker (a
     /// few per worker at a few thousand lease calls a second), so a node of 50
     /// sidecars × 2 workers sits near a few hundred; more connections than the
     /// lease calls the agent serves at once would only wait.
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// How long a request's header may take to arrive, counted from the end of
     /// the previous response (so also how long a keep-alive connection may stay
     /// idle); then, once it has, how long its body may take to arrive and be
     /// answered (408 past it, and the connection is closed). Lease calls are
     /// answered within the store deadline (3 ms), so 5 s only ever cuts off a
     /// stalled or hostile peer, or a connection unused for 5 s.
-    pub header_timeout: Duration,
+    pub(crate) header_timeout: Duration,
 }
 
 impl Default for ServerLimits {
     fn default() -> Self {
         Self {
-            max_connections: 1024,
-            header_timeout: Duration::from_secs(5),
+            max_connections: usize::try_from(defaults::MAX_CONNECTIONS).unwrap_or(usize::MAX),
+            header_timeout: Duration::from_millis(defaults::HEADER_TIMEOUT_MS),
         }
     }
 }
@@ -90,14 +92,8 @@ fn timed_out(deadline: Duration) -> ApiResponse {
     resp
 }
 
-/// Serves `app` on `listener` until `shutdown`, then drains, with the default
-/// [`ServerLimits`].
-pub async fn serve(listener: TcpListener, app: App, shutdown: Shutdown) {
-    serve_with(listener, app, shutdown, ServerLimits::default()).await;
-}
-
 /// Serves `app` on `listener` within `limits` until `shutdown`, then drains.
-pub async fn serve_with(
+pub(crate) async fn serve_with(
     listener: TcpListener,
     app: App,
     mut shutdown: Shutdown,

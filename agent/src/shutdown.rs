@@ -15,7 +15,7 @@ pub struct Shutdown(watch::Receiver<bool>);
 /// SIGTERM and SIGINT, registered up front so that a registration failure is a
 /// startup error rather than a signal silently missed later.
 #[derive(Debug)]
-pub struct Signals {
+pub(crate) struct Signals {
     term: Signal,
     int: Signal,
 }
@@ -35,11 +35,12 @@ impl ShutdownTrigger {
 impl Shutdown {
     /// Resolves once shutdown has been triggered (or its trigger is gone, which
     /// means the agent is going away anyway).
-    pub async fn wait(&mut self) {
+    pub(crate) async fn wait(&mut self) {
         let _ = self.0.wait_for(|stop| *stop).await;
     }
 
-    pub fn is_triggered(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_triggered(&self) -> bool {
         *self.0.borrow()
     }
 }
@@ -53,7 +54,7 @@ impl Signals {
     }
 
     /// Resolves on the first SIGTERM or SIGINT; returns its name.
-    pub async fn recv(&mut self) -> &'static str {
+    pub(crate) async fn recv(&mut self) -> &'static str {
         tokio::select! {
             _ = self.term.recv() => "SIGTERM",
             _ = self.int.recv() => "SIGINT",

@@ -6,18 +6,18 @@
 use std::collections::HashMap;
 
 /// The window's length in seconds.
-pub const WINDOW_SECS: u64 = 60;
+pub(crate) const WINDOW_SECS: u64 = 60;
 
 /// Decision counts of one rule over the last [`WINDOW_SECS`] seconds. Time is a
 /// parameter (whole seconds on any monotonic clock), so tests need no clock.
 #[derive(Debug, Clone)]
-pub struct SlidingWindow {
+pub(crate) struct SlidingWindow {
     slots: [Slot; WINDOW_SECS as usize],
 }
 
 /// Sliding windows by rule label.
 #[derive(Debug, Clone, Default)]
-pub struct RuleWindows {
+pub(crate) struct RuleWindows {
     windows: HashMap<String, SlidingWindow>,
 }
 
@@ -37,7 +37,7 @@ impl SlidingWindow {
     }
 
     /// Adds `total` decisions, `failed_open` of them failed open, at second `now`.
-    pub fn add(&mut self, now: u64, failed_open: u64, total: u64) {
+    pub(crate) fn add(&mut self, now: u64, failed_open: u64, total: u64) {
         let stamp = now.saturating_add(1);
         let slot = &mut self.slots[(now % WINDOW_SECS) as usize];
         if slot.stamp != stamp {
@@ -52,7 +52,7 @@ impl SlidingWindow {
     }
 
     /// `(failed_open, total)` over the seconds `now - 59 ..= now`.
-    pub fn totals(&self, now: u64) -> (u64, u64) {
+    pub(crate) fn totals(&self, now: u64) -> (u64, u64) {
         self.slots
             .iter()
             .filter(|s| s.stamp != 0 && s.stamp <= now + 1 && now + 1 - s.stamp < WINDOW_SECS)
@@ -65,7 +65,7 @@ impl SlidingWindow {
     }
 
     /// failed_open / all over the window; 0 when there were no decisions.
-    pub fn ratio(&self, now: u64) -> f64 {
+    pub(crate) fn ratio(&self, now: u64) -> f64 {
         match self.totals(now) {
             (_, 0) => 0.0,
             (fo, all) => (fo as f64 / all as f64).min(1.0),
@@ -84,7 +84,7 @@ impl Default for SlidingWindow {
 }
 
 impl RuleWindows {
-    pub fn add(&mut self, rule: &str, now: u64, failed_open: u64, total: u64) {
+    pub(crate) fn add(&mut self, rule: &str, now: u64, failed_open: u64, total: u64) {
         if let Some(w) = self.windows.get_mut(rule) {
             w.add(now, failed_open, total);
             return;
@@ -95,18 +95,18 @@ impl RuleWindows {
     }
 
     /// The ratio of `rule` at `now`; 0 for a rule never seen.
-    pub fn ratio(&self, rule: &str, now: u64) -> f64 {
+    pub(crate) fn ratio(&self, rule: &str, now: u64) -> f64 {
         self.windows.get(rule).map_or(0.0, |w| w.ratio(now))
     }
 
     /// Forgets windows with nothing left in them, so rules removed from the rules
     /// file stop costing memory a minute later.
-    pub fn prune(&mut self, now: u64) {
+    pub(crate) fn prune(&mut self, now: u64) {
         self.windows.retain(|_, w| !w.is_empty(now));
     }
 
     /// Rule labels with decisions in the window.
-    pub fn rules(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn rules(&self) -> impl Iterator<Item = &str> {
         self.windows.keys().map(String::as_str)
     }
 }

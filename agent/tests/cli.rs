@@ -190,23 +190,30 @@ fn http_get(addr: &str, path: &str) -> Option<String> {
     Some(reply)
 }
 
-#[test]
-fn run_serves_then_stops_cleanly_on_sigterm() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = rules_file(dir.path(), GOOD);
+/// `run` with GOOD rules and `extra` flags on a free port, stderr piped; the
+/// agent and its address.
+fn start_run(dir: &std::path::Path, extra: &[&str]) -> (Running, String) {
+    let path = rules_file(dir, GOOD);
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
     let addr = format!("127.0.0.1:{port}");
-    let child = agent(&["run", "--rules", &path])
+    let args = [&["run", "--rules", path.as_str()][..], extra].concat();
+    let child = agent(&args)
         .env("MESHLIMIT_LISTEN", &addr)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut agent = Running(child);
+    (Running(child), addr)
+}
+
+#[test]
+fn run_serves_then_stops_cleanly_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut agent, addr) = start_run(dir.path(), &[]);
     let start = Instant::now();
     let ready = loop {
         match http_get(&addr, "/readyz") {
@@ -281,4 +288,39 @@ fn key_id_maps_a_known_key_to_its_id_and_only_with_the_secret() {
     let secret = meshlimit_core::secret::Secret::new(SECRET.as_bytes()).unwrap();
     let key = meshlimit_core::DescriptorKey::new("per-key", ["k-123"]);
     assert_eq!(a, secret.key_ids().id(&key).to_string());
+}
+
+#[test]
+fn log_format_json_writes_one_json_object_a_line() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut agent, addr) = start_run(dir.path(), &["--log-format", "json"]);
+    let stderr = agent.0.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            if tx.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let serving = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = rx
+            .recv_timeout(left)
+            .unwrap_or_else(|e| panic!("no `serving` log line within 10 s: {e}"));
+        let event: serde_json::Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+        assert!(event["timestamp"].is_string(), "{line}");
+        assert!(event["level"].is_string(), "{line}");
+        if event["message"] == "meshlimit-agent serving" {
+            break event;
+        }
+    };
+    assert_eq!(serving["level"], "INFO", "{serving}");
+    assert_eq!(serving["target"], "meshlimit_agent::run", "{serving}");
+    // The event's fields sit beside the message.
+    assert_eq!(serving["listen"], addr.as_str(), "{serving}");
+    assert_eq!(serving["store"], "memory", "{serving}");
 }

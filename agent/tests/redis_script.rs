@@ -4,13 +4,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use meshlimit_core::secret::KeyIds;
 use std::num::{NonZeroU32, NonZeroU64};
 use std::sync::Arc;
 use std::time::Duration;
 
-use meshlimit_agent::store::redis::topology::redis_key;
-use meshlimit_agent::store::redis::{BatchConfig, RedisConfig, RedisStore};
+use meshlimit_agent::store::redis::keys;
+use meshlimit_agent::store::redis::RedisStore;
 use meshlimit_agent::store::{Acquire, Store};
 use meshlimit_core::{DescriptorKey, Limit, Take};
 use meshlimit_tests::{RedisServer, Resp};
@@ -27,19 +29,10 @@ fn limit(requests: u32, per_ms: u64, burst: u32) -> Limit {
 }
 
 fn store(redis: &RedisServer) -> RedisStore {
-    let cfg = RedisConfig {
-        nodes: vec![redis.addr()],
-        cluster: false,
-        connect: Default::default(),
-        key_ids: KeyIds::placeholder(),
-        batch: BatchConfig {
-            window: Duration::ZERO,
-            max_batch: 16,
-            // Correctness, not latency, on a loaded machine.
-            deadline: Duration::from_secs(2),
-        },
-    };
-    RedisStore::new(cfg, Arc::new(|_, _, _| {}))
+    RedisStore::new(
+        common::redis_store_config(vec![redis.addr()], false),
+        Arc::new(|_, _, _| {}),
+    )
 }
 
 async fn take(store: &RedisStore, key: &DescriptorKey, limit: Limit, min: u32, max: u32) -> Take {
@@ -89,7 +82,7 @@ async fn a_bucket_stamped_in_the_future_refills_from_the_server_clock() {
     let redis = RedisServer::start();
     let store = store(&redis);
     let key = DescriptorKey::new("r", ["future"]);
-    let rk = redis_key(&KeyIds::placeholder(), &key);
+    let rk = keys::bucket(&KeyIds::placeholder(), &key);
     // 1 token per ms, burst 10; empty, and stamped an hour ahead (a promoted
     // replica with a fast clock, or a clock stepped back).
     let l = limit(1_000, 1_000, 10);
@@ -140,7 +133,7 @@ async fn corrupt_state_grants_at_most_one_burst_and_is_repaired() {
     ];
     for (i, (t, u)) in cases.into_iter().enumerate() {
         let key = DescriptorKey::new("r", [format!("corrupt-{i}").as_str()]);
-        let rk = redis_key(&KeyIds::placeholder(), &key);
+        let rk = keys::bucket(&KeyIds::placeholder(), &key);
         redis.cmd(&["HSET", &rk, "t", t, "u", u]);
         let mut total = 0;
         for call in 0..3 {
@@ -176,7 +169,7 @@ async fn a_limit_refilling_over_centuries_still_gets_an_expiry() {
     // Legal for `Limit`: 1 per day with a burst of 4e9, a full refill in 11
     // million years. PEXPIRE must still get a valid TTL.
     let key = DescriptorKey::new("r", ["huge"]);
-    let rk = redis_key(&KeyIds::placeholder(), &key);
+    let rk = keys::bucket(&KeyIds::placeholder(), &key);
     let answer = take(
         &store,
         &key,
@@ -196,7 +189,7 @@ async fn a_limit_refilling_over_centuries_still_gets_an_expiry() {
     // And a bucket that would refill within seconds expires within seconds.
     let key = DescriptorKey::new("r", ["fast"]);
     take(&store, &key, limit(10, 1_000, 10), 1, 1).await;
-    let Resp::Int(ttl) = redis.cmd(&["PTTL", &redis_key(&KeyIds::placeholder(), &key)]) else {
+    let Resp::Int(ttl) = redis.cmd(&["PTTL", &keys::bucket(&KeyIds::placeholder(), &key)]) else {
         panic!("PTTL")
     };
     assert!((1..=2_000).contains(&ttl), "PTTL {ttl}");
@@ -258,7 +251,10 @@ fn the_lua_bucket_matches_core_bucket() {
     let case = std::sync::atomic::AtomicU32::new(0);
     let result = runner.run(&strategy, |(l, steps)| {
         let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let key = format!("ml:{{diff}}:{n}");
+        let key = keys::bucket(
+            &KeyIds::placeholder(),
+            &DescriptorKey::new("diff", [n.to_string().as_str()]),
+        );
         let burst = f64::from(l.burst());
         let mut now_us = 1_700_000_000_000_000u64;
         for (advance_us, cost, extra) in steps {

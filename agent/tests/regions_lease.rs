@@ -77,7 +77,7 @@ async fn a_global_rule_is_enforced_at_the_regions_share() {
     shares.install(ShareTable::new(
         Some(1),
         [(
-            meshlimit_agent::regions::exchange_key(
+            meshlimit_agent::store::redis::keys::region::exchange_key(
                 &meshlimit_core::secret::KeyIds::placeholder(),
                 &key,
             ),

@@ -63,8 +63,13 @@ pub fn agent_auth() -> String {
 }
 
 /// The Redis key of the bucket of `rule`'s key made of `parts`, as an agent
-/// with [`TEST_SECRET`] names it: `ml:{<key id>}:<rule>` (the agent's
-/// `store::redis::topology::redis_key`; its unit test pins the same form).
+/// with [`TEST_SECRET`] names it: `ml:{<key id>}:<rule>`.
+///
+/// Built here on purpose rather than by calling the agent's
+/// `store::redis::keys::bucket` (the agent depends on this crate for its own
+/// tests, so this crate cannot depend on the agent): the tests that look up this
+/// name in a real Redis then check the key format from the outside, the one
+/// operators and `meshlimit-agent key-id` rely on, and fail if it changes.
 pub fn redis_bucket_key(rule: &str, parts: &[&str]) -> String {
     format!("ml:{{{}}}:{rule}", key_id(rule, parts))
 }
@@ -79,8 +84,9 @@ pub fn key_id(rule: &str, parts: &[&str]) -> String {
 }
 
 /// How agents with [`TEST_SECRET`] name the descriptor key `rule|part…` in the
-/// region exchange and its metrics: `<rule>|<key id>` (the agent's
-/// `regions::exchange_key`).
+/// region exchange and its metrics: `<rule>|<key id>`. Built here independently
+/// of the agent's `store::redis::keys::region::exchange_key`, for the same
+/// reason as [`redis_bucket_key`]: it guards the format from the outside.
 pub fn exchange_key(descriptor: &str) -> String {
     let secret = meshlimit_core::secret::Secret::new(TEST_SECRET.as_bytes())
         .expect("the harness secret is long enough");

@@ -8,7 +8,7 @@ use meshlimit_core::wire::{ErrorBody, MAX_BODY_BYTES, MAX_LEASE_ITEMS, WIRE_VERS
 use super::{respond, ApiResponse};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ApiError {
+pub(crate) enum ApiError {
     #[error("body larger than {MAX_BODY_BYTES} bytes")]
     TooLarge,
     #[error("cannot read the body: {0}")]
@@ -41,7 +41,7 @@ pub enum ApiError {
 }
 
 impl ApiError {
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         match self {
             ApiError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyRead(_)
@@ -59,7 +59,7 @@ impl ApiError {
     }
 
     /// The `error` field of the body: a fixed word per variant.
-    pub fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> &'static str {
         match self {
             ApiError::TooLarge => "body_too_large",
             ApiError::BodyRead(_) => "body_read",
@@ -78,11 +78,11 @@ impl ApiError {
 
     /// The `reason` label of `meshlimit_bad_requests_total`, for the caller's
     /// mistakes (4xx) only.
-    pub fn bad_request_reason(&self) -> Option<&'static str> {
+    pub(crate) fn bad_request_reason(&self) -> Option<&'static str> {
         self.status().is_client_error().then(|| self.code())
     }
 
-    pub fn into_response(self) -> ApiResponse {
+    pub(crate) fn into_response(self) -> ApiResponse {
         let body = ErrorBody {
             error: self.code().to_string(),
             detail: self.to_string(),

@@ -28,7 +28,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 pub use auth::Auth;
-pub use error::ApiError;
+pub(crate) use error::ApiError;
 
 use crate::leases::{LeaseService, LeaseSettings};
 use crate::metrics::Metrics;
@@ -36,7 +36,7 @@ use crate::rules_watch::CurrentRules;
 use crate::store::Store;
 
 /// The response type of every route.
-pub type ApiResponse = Response<Full<Bytes>>;
+pub(crate) type ApiResponse = Response<Full<Bytes>>;
 
 /// The agent's request handler; cheap to clone (one per connection).
 #[derive(Clone)]
@@ -71,7 +71,7 @@ impl App {
     }
 
     /// The count the heartbeat task keeps up to date (shared with it).
-    pub fn live_nodes_handle(&self) -> Arc<AtomicU32> {
+    pub(crate) fn live_nodes_handle(&self) -> Arc<AtomicU32> {
         self.inner.leases.live_nodes_handle()
     }
 
@@ -81,7 +81,7 @@ impl App {
     }
 
     /// Agents alive in the region, when known.
-    pub fn live_nodes(&self) -> Option<u32> {
+    pub(crate) fn live_nodes(&self) -> Option<u32> {
         Some(
             self.inner
                 .leases
@@ -101,12 +101,8 @@ impl App {
         self.inner.leases.pooled_keys()
     }
 
-    pub fn metrics(&self) -> &Arc<Metrics> {
+    pub(crate) fn metrics(&self) -> &Arc<Metrics> {
         &self.inner.metrics
-    }
-
-    pub fn rules(&self) -> &Arc<CurrentRules> {
-        &self.inner.rules
     }
 
     /// Serves one request. Never fails: every error becomes its response.

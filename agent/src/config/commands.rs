@@ -35,7 +35,7 @@ pub struct ExplainArgs {
     pub rules: PathBuf,
     /// The request's method.
     #[arg(long, default_value = "GET")]
-    pub method: String,
+    pub(crate) method: String,
     /// The request's path, as the client sent it (normalised as the filter
     /// does), with its query for `query:` key parts.
     #[arg(long)]
@@ -43,13 +43,13 @@ pub struct ExplainArgs {
     /// A request header, `name: value`; repeatable. `host: NAME` is the
     /// request's authority (for `authority` and `match.authority`).
     #[arg(short = 'H', long = "header", value_name = "NAME: VALUE", value_parser = parse_header)]
-    pub headers: Vec<(String, String)>,
+    pub(crate) headers: Vec<(String, String)>,
     /// The client IP the filter would key `client_ip` on.
     #[arg(long, value_name = "IP")]
-    pub client_ip: Option<String>,
+    pub(crate) client_ip: Option<String>,
     /// The Envoy route name, for rules keyed on `route`.
     #[arg(long, value_name = "NAME")]
-    pub route: Option<String>,
+    pub(crate) route: Option<String>,
     /// `text` for people, `json` for scripts.
     #[arg(long, value_enum, default_value_t = CheckFormat::Text)]
     pub format: CheckFormat,
@@ -59,7 +59,7 @@ pub struct ExplainArgs {
 pub struct ImportArgs {
     /// The peer whose configuration FILE is.
     #[arg(long, value_enum)]
-    pub from: ImportFormat,
+    pub(crate) from: ImportFormat,
     /// What a descriptor key stands for: `KEY=TARGET` (client_ip, method, path,
     /// authority, route, header:NAME, query:NAME), e.g. `user=header:x-user-id`;
     /// or what one constant value stands for: `KEY:VALUE=CONDITION` (path:/P,
@@ -67,13 +67,13 @@ pub struct ImportArgs {
     /// any), e.g. `generic_key:slow=path_prefix:/reports/`. `remote_address`
     /// is client_ip unless mapped. Repeatable.
     #[arg(long = "map", value_name = "MAPPING")]
-    pub map: Vec<String>,
+    pub(crate) map: Vec<String>,
     /// Write the rules here instead of standard output.
     #[arg(long, value_name = "PATH")]
-    pub out: Option<PathBuf>,
+    pub(crate) out: Option<PathBuf>,
     /// The peer's configuration file.
     #[arg(value_name = "FILE")]
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
 }
 
 /// The configurations `import` reads.
@@ -87,7 +87,7 @@ pub enum ImportFormat {
 }
 
 impl ImportFormat {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::EnvoyRatelimit => "envoy-ratelimit",
             Self::Limitador => "limitador",
@@ -111,7 +111,7 @@ pub struct SecretArgs {
     /// A file holding the deployment's secret (a mounted Kubernetes Secret); used
     /// when MESHLIMIT_SECRET is not set.
     #[arg(long, env = "MESHLIMIT_SECRET_FILE", value_name = "PATH")]
-    pub secret_file: Option<PathBuf>,
+    pub(crate) secret_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -20,9 +20,9 @@ pub enum StoreSpec {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisTarget {
     /// The single Redis, or the cluster's seeds (`host:port`).
-    pub nodes: Vec<String>,
-    pub cluster: bool,
-    pub tls: bool,
+    pub(crate) nodes: Vec<String>,
+    pub(crate) cluster: bool,
+    pub(crate) tls: bool,
 }
 
 /// A secret (a Redis password): its `Debug` and `Display` print `<redacted>`,
@@ -40,7 +40,7 @@ impl Password {
     }
 
     /// Reads a password file: its text without one trailing newline.
-    pub fn read_file(path: &std::path::Path) -> Result<Password, String> {
+    pub(crate) fn read_file(path: &std::path::Path) -> Result<Password, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let text = text.strip_suffix('\n').unwrap_or(&text);
         let text = text.strip_suffix('\r').unwrap_or(text);
@@ -48,7 +48,7 @@ impl Password {
     }
 
     /// The secret itself, for the AUTH command only.
-    pub fn expose(&self) -> &str {
+    pub(crate) fn expose(&self) -> &str {
         &self.0
     }
 }
@@ -116,7 +116,7 @@ impl StoreSpec {
     }
 
     /// The Redis deployment named, or `None` for the memory store.
-    pub fn redis(&self) -> Option<RedisTarget> {
+    pub(crate) fn redis(&self) -> Option<RedisTarget> {
         let (nodes, cluster, tls) = match self {
             StoreSpec::Memory => return None,
             StoreSpec::Redis(n) => (vec![n.clone()], false, false),

@@ -176,3 +176,58 @@ fn each_region_has_its_own_credentials() {
     ];
     assert_eq!(parse(&both).unwrap_err().code, EXIT_USAGE);
 }
+
+#[test]
+fn what_is_built_without_flags_takes_the_flags_defaults() {
+    let args = run_args(&[]);
+    assert_eq!(
+        args.lease_settings(),
+        crate::leases::LeaseSettings::default()
+    );
+    assert_eq!(args.server_limits(), crate::server::ServerLimits::default());
+    assert_eq!(args.max_keys(), defaults::max_keys());
+}
+
+/// Every default of `run` shows in `--help`, and the README's command line
+/// gives the same value wherever it names one (`[--flag VALUE]` or
+/// `[--flag VALUE|OTHER]`, VALUE not a placeholder in capitals).
+#[test]
+fn help_and_the_readme_show_the_defaults() {
+    use clap::CommandFactory;
+    let readme = include_str!("../../../README.md");
+    let mut cli = Cli::command();
+    let help = cli
+        .find_subcommand_mut("run")
+        .unwrap()
+        .render_long_help()
+        .to_string();
+    let run = Cli::command();
+    let run = run.find_subcommand("run").unwrap();
+    let mut checked = 0;
+    for arg in run.get_arguments() {
+        let (Some(long), [default]) = (arg.get_long(), arg.get_default_values()) else {
+            continue;
+        };
+        let default = default.to_string_lossy();
+        assert!(
+            help.contains(&format!("[default: {default}]")),
+            "--{long}: default {default} not in --help"
+        );
+        let flag = format!("[--{long} ");
+        let at = readme
+            .find(&flag)
+            .unwrap_or_else(|| panic!("--{long} is missing from the README's command line"));
+        let value: String = readme[at + flag.len()..]
+            .chars()
+            .take_while(|c| !matches!(c, ']' | ' ' | '|'))
+            .collect();
+        if value
+            .chars()
+            .any(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        {
+            assert_eq!(value, default, "--{long}: the README says {value}");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 15, "only {checked} defaults found in the README");
+}

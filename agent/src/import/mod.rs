@@ -29,7 +29,7 @@ use crate::config::{ImportArgs, ImportFormat};
 
 /// What a descriptor key stands for: a request part.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
+pub(crate) enum Target {
     ClientIp,
     Method,
     Path,
@@ -42,7 +42,7 @@ pub enum Target {
 /// What one constant descriptor value (`generic_key`, `header_match`) stands
 /// for: the requests Envoy attached it to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Condition {
+pub(crate) enum Condition {
     Path(String),
     PathPrefix(String),
     Method(String),
@@ -55,14 +55,14 @@ pub enum Condition {
 
 /// The `--map` options, with the defaults under them.
 #[derive(Debug, Clone, Default)]
-pub struct Mapping {
+pub(crate) struct Mapping {
     keys: BTreeMap<String, Target>,
     values: BTreeMap<(String, String), Condition>,
 }
 
 impl Mapping {
     /// The defaults (`remote_address` is the client IP), then each `--map`.
-    pub fn from_options(options: &[String]) -> Result<Self, String> {
+    pub(crate) fn from_options(options: &[String]) -> Result<Self, String> {
         let mut m = Mapping::default();
         m.keys.insert("remote_address".into(), Target::ClientIp);
         for option in options {
@@ -129,38 +129,38 @@ impl Mapping {
 /// One entry a peer's limit requires of a request's descriptor.
 #[derive(Debug, Clone)]
 pub(crate) struct Entry {
-    pub key: String,
+    pub(crate) key: String,
     /// `None`: any value, one bucket per value.
-    pub value: Option<String>,
+    pub(crate) value: Option<String>,
     /// The value is a pattern (`*` matches any text: envoyproxy/ratelimit).
-    pub pattern: bool,
+    pub(crate) pattern: bool,
     /// Every value the pattern matches shares one bucket.
-    pub shared: bool,
+    pub(crate) shared: bool,
     /// Where it is written (`descriptors[0]`, `limits[2]`) and in which field
     /// (`key`, `conditions[1]`), for errors.
-    pub at: String,
-    pub field: String,
+    pub(crate) at: String,
+    pub(crate) field: String,
 }
 
 /// A peer's limit, read: what it requires, its rate, and where it was written.
 #[derive(Debug, Clone)]
 pub(crate) struct Draft {
     /// Where it is in the peer's file (`descriptors[0].descriptors[1]`, `limits[2]`).
-    pub at: String,
+    pub(crate) at: String,
     /// A readable name for the rule.
-    pub name: String,
-    pub entries: Vec<Entry>,
-    pub limit: LimitConfig,
-    pub shadow: bool,
+    pub(crate) name: String,
+    pub(crate) entries: Vec<Entry>,
+    pub(crate) limit: LimitConfig,
+    pub(crate) shadow: bool,
 }
 
 /// A refusal: which file, which entry, which field, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ImportError {
-    pub file: String,
-    pub at: String,
-    pub field: String,
-    pub message: String,
+pub(crate) struct ImportError {
+    pub(crate) file: String,
+    pub(crate) at: String,
+    pub(crate) field: String,
+    pub(crate) message: String,
 }
 
 impl fmt::Display for ImportError {
@@ -180,17 +180,17 @@ impl fmt::Display for ImportError {
 
 /// What an import found: the rules, the approximations made, the refusals.
 #[derive(Debug, Default)]
-pub struct Imported {
+pub(crate) struct Imported {
     pub rules: Vec<RuleConfig>,
-    pub notes: BTreeSet<String>,
-    pub errors: Vec<ImportError>,
+    pub(crate) notes: BTreeSet<String>,
+    pub(crate) errors: Vec<ImportError>,
 }
 
 /// Collects errors and notes while one file is read.
 pub(crate) struct Report<'f> {
-    pub file: &'f str,
-    pub errors: Vec<ImportError>,
-    pub notes: BTreeSet<String>,
+    pub(crate) file: &'f str,
+    pub(crate) errors: Vec<ImportError>,
+    pub(crate) notes: BTreeSet<String>,
 }
 
 impl<'f> Report<'f> {
@@ -203,7 +203,7 @@ impl<'f> Report<'f> {
     }
 
     /// Records a refusal; the same one twice (a parent entry of two limits) once.
-    pub fn refuse(&mut self, at: &str, field: &str, message: impl Into<String>) {
+    pub(crate) fn refuse(&mut self, at: &str, field: &str, message: impl Into<String>) {
         let e = ImportError {
             file: self.file.to_string(),
             at: at.to_string(),
@@ -215,13 +215,13 @@ impl<'f> Report<'f> {
         }
     }
 
-    pub fn note(&mut self, text: impl Into<String>) {
+    pub(crate) fn note(&mut self, text: impl Into<String>) {
         self.notes.insert(text.into());
     }
 }
 
 /// Converts `text` (the peer's file, named `file` in messages).
-pub fn convert(format: ImportFormat, file: &str, text: &str, mapping: &Mapping) -> Imported {
+pub(crate) fn convert(format: ImportFormat, file: &str, text: &str, mapping: &Mapping) -> Imported {
     let mut report = Report::new(file);
     if let Err(e) = check_yaml_text(file, text) {
         report.refuse(
@@ -567,7 +567,7 @@ pub(crate) fn period(seconds: u64) -> String {
 }
 
 /// The rules file text: the approximations as comments, then the rules.
-pub fn render(imported: &Imported, from: &str) -> Result<String, String> {
+pub(crate) fn render(imported: &Imported, from: &str) -> Result<String, String> {
     let config = RulesConfig {
         version: SCHEMA_VERSION,
         defaults: Default::default(),

@@ -129,14 +129,14 @@ impl LeaseMetrics {
 }
 
 impl Metrics {
-    pub fn lease_granted(&self, rule: &str, tokens: u32) {
+    pub(crate) fn lease_granted(&self, rule: &str, tokens: u32) {
         inc(&self.leases.granted, &[rule], 1);
         inc(&self.leases.tokens, &[rule], u64::from(tokens));
     }
 
     /// A denial for `key` of `rule` (also counted among the most rejected keys,
     /// which name the key by its id, never in clear).
-    pub fn lease_denied(&self, rule: &str, key: &meshlimit_core::DescriptorKey) {
+    pub(crate) fn lease_denied(&self, rule: &str, key: &meshlimit_core::DescriptorKey) {
         inc(&self.leases.denials, &[rule], 1);
         let id = self.key_id(key).to_string();
         if let Ok(mut top) = self.leases.top_keys.lock() {
@@ -145,12 +145,12 @@ impl Metrics {
     }
 
     /// An item answered `unavailable`; `reason` is a fixed word.
-    pub fn lease_unavailable(&self, reason: &str) {
+    pub(crate) fn lease_unavailable(&self, reason: &str) {
         inc(&self.leases.unavailable, &[reason], 1);
     }
 
     /// A Redis Cluster event (`event` is a fixed word).
-    pub fn store_topology(&self, event: &str, down_for: Option<Duration>) {
+    pub(crate) fn store_topology(&self, event: &str, down_for: Option<Duration>) {
         inc(&self.leases.topology, &[event], 1);
         match (event, down_for) {
             ("node_down", _) => self.leases.nodes_down.inc(),
@@ -165,34 +165,34 @@ impl Metrics {
     }
 
     /// One store call of `items` items that took `latency`.
-    pub fn store_call(&self, items: usize, latency: Duration) {
+    pub(crate) fn store_call(&self, items: usize, latency: Duration) {
         self.leases.store_batch_size.observe(items as f64);
         self.leases.store_latency.observe(latency.as_secs_f64());
     }
 
     /// One Redis pipeline of `size` scripts that took `latency`.
-    pub fn store_pipeline(&self, size: usize, latency: Duration) {
+    pub(crate) fn store_pipeline(&self, size: usize, latency: Duration) {
         self.leases.pipeline_size.observe(size as f64);
         self.leases.pipeline_latency.observe(latency.as_secs_f64());
     }
 
     /// A background refill of the pool started.
-    pub fn pool_refill(&self) {
+    pub(crate) fn pool_refill(&self) {
         inc(&self.leases.pool_calls, &["refill"], 1);
     }
 
     /// `asks` waited on the store call in flight for their key.
-    pub fn pool_waits(&self, asks: usize) {
+    pub(crate) fn pool_waits(&self, asks: usize) {
         inc(&self.leases.pool_calls, &["wait"], asks as u64);
     }
 
     /// `tokens` pooled for `rule` expired unspent.
-    pub fn tokens_dropped(&self, rule: &str, tokens: u32) {
+    pub(crate) fn tokens_dropped(&self, rule: &str, tokens: u32) {
         inc(&self.leases.dropped, &[rule], u64::from(tokens));
     }
 
     /// Re-exports the ten most rejected keys (old ranks are cleared first).
-    pub fn refresh_top_keys(&self) {
+    pub(crate) fn refresh_top_keys(&self) {
         let top = match self.leases.top_keys.lock() {
             Ok(t) => t.top(),
             Err(_) => return,
@@ -211,12 +211,12 @@ impl Metrics {
     }
 
     /// The region's live agents, from the heartbeats.
-    pub fn live_nodes(&self, n: u32) {
+    pub(crate) fn live_nodes(&self, n: u32) {
         self.leases.live_nodes.set(i64::from(n));
     }
 
     /// `n` store operations ended with `result` (ok, error, timeout, shed).
-    pub fn store_results(&self, result: &str, n: u64) {
+    pub(crate) fn store_results(&self, result: &str, n: u64) {
         inc(&self.leases.store_requests, &[result], n);
     }
 }

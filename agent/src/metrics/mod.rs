@@ -24,7 +24,6 @@ use prometheus::{
 };
 use tokio::time::Instant;
 
-pub use regions::TOP_KEYS;
 pub use reports::{FILTER_TTL, MAX_FILTERS, MAX_REPORTED_COUNT, OTHER_RULE};
 
 /// Every metric the agent exports, registered in one registry.
@@ -44,7 +43,7 @@ pub struct Metrics {
 
 /// A metric could not be registered: a programming error (a duplicate or
 /// malformed name), reported at startup rather than hidden.
-pub type MetricsError = prometheus::Error;
+pub(crate) type MetricsError = prometheus::Error;
 
 /// Creates metrics and registers them in one go.
 struct Factory<'a>(&'a Registry);
@@ -83,29 +82,29 @@ impl Metrics {
     }
 
     /// Sets the keyed hash that names keys in labels (once, at start).
-    pub fn set_key_ids(&self, ids: KeyIds) {
+    pub(crate) fn set_key_ids(&self, ids: KeyIds) {
         let _ = self.key_ids.set(ids);
     }
 
     /// The id a label shows for `key`. Before [`Metrics::set_key_ids`] (tests
     /// only: `run` sets it first) ids are keyed by a fixed placeholder, still
     /// never the key in clear.
-    pub fn key_id(&self, key: &meshlimit_core::DescriptorKey) -> KeyId {
+    pub(crate) fn key_id(&self, key: &meshlimit_core::DescriptorKey) -> KeyId {
         self.key_ids.get_or_init(KeyIds::placeholder).id(key)
     }
 
     /// The Prometheus text exposition of every metric.
-    pub fn render(&self) -> Result<String, MetricsError> {
+    pub(crate) fn render(&self) -> Result<String, MetricsError> {
         TextEncoder::new().encode_to_string(&self.registry.gather())
     }
 
     /// A request refused for the caller's mistake; `reason` is a fixed word.
-    pub fn bad_request(&self, reason: &str) {
+    pub(crate) fn bad_request(&self, reason: &str) {
         inc(&self.bad_requests, &[reason], 1);
     }
 
     /// A connection closed on accept: the agent had its maximum open.
-    pub fn connection_refused(&self) {
+    pub(crate) fn connection_refused(&self) {
         self.connections_refused.inc();
     }
 

@@ -13,7 +13,7 @@ use super::{inc, lock, Factory, Metrics, MetricsError};
 use crate::regions::table::ShareTable;
 
 /// Keys shown with their share.
-pub const TOP_KEYS: usize = 10;
+pub(crate) const TOP_KEYS: usize = 10;
 
 /// From a sealed read to a publication: a few round trips to every region.
 const REBALANCE_BUCKETS: [f64; 9] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
@@ -118,7 +118,7 @@ impl RegionMetrics {
 
 impl Metrics {
     /// This agent's standing in the election, and the holder it read.
-    pub fn region_leader(&self, is_leader: bool, holder: Option<&str>) {
+    pub(crate) fn region_leader(&self, is_leader: bool, holder: Option<&str>) {
         let m = &self.regions;
         m.leader.set(i64::from(is_leader));
         let mut shown = lock(&m.shown);
@@ -136,25 +136,25 @@ impl Metrics {
     }
 
     /// Whether the leader could read `region` this period.
-    pub fn region_peer(&self, region: &str, up: bool) {
+    pub(crate) fn region_peer(&self, region: &str, up: bool) {
         if let Ok(g) = self.regions.peer_up.get_metric_with_label_values(&[region]) {
             g.set(i64::from(up));
         }
     }
 
     /// A rebalance ended with `result` (ok, stale, error) after `took`.
-    pub fn region_rebalance(&self, result: &str, took: Duration) {
+    pub(crate) fn region_rebalance(&self, result: &str, took: Duration) {
         inc(&self.regions.rebalances, &[result], 1);
         self.regions.rebalance_seconds.observe(took.as_secs_f64());
     }
 
-    pub fn region_flush(&self, ok: bool) {
+    pub(crate) fn region_flush(&self, ok: bool) {
         inc(&self.regions.flushes, &[if ok { "ok" } else { "error" }], 1);
     }
 
     /// A shares refresh ended with `result`; `ok` means new shares are in force
     /// from `now_ms`.
-    pub fn region_refresh(&self, result: &str, now_ms: u64) {
+    pub(crate) fn region_refresh(&self, result: &str, now_ms: u64) {
         inc(&self.regions.refreshes, &[result], 1);
         if result == "ok" {
             set(&self.regions.adopted_at, &[], now_ms as f64 / 1_000.0);
@@ -162,7 +162,7 @@ impl Metrics {
     }
 
     /// Shows the cached shares: per rule, and for the top keys.
-    pub fn region_shares(&self, table: &ShareTable, now_ms: u64) {
+    pub(crate) fn region_shares(&self, table: &ShareTable, now_ms: u64) {
         let m = &self.regions;
         if let Some(p) = table.period {
             m.period.set(i64::try_from(p).unwrap_or(i64::MAX));

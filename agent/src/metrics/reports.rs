@@ -32,7 +32,7 @@ pub const FILTER_TTL: Duration = Duration::from_secs(60);
 /// VMs each; the cap only matters if something floods the agent with ids).
 pub const MAX_FILTERS: usize = 1024;
 /// The version label of a sync whose `rules_version` is too long or not printable.
-pub const INVALID_VERSION: &str = "invalid";
+pub(crate) const INVALID_VERSION: &str = "invalid";
 /// The longest filter id shown verbatim as a label.
 const MAX_FILTER_LABEL: usize = 160;
 
@@ -108,7 +108,7 @@ impl ReportMetrics {
 impl Metrics {
     /// Adds one filter's sync report: its decision counts (into
     /// `meshlimit_decisions_total` and the fail-open windows) and its rules version.
-    pub fn record_sync(&self, rules: Option<&RuleSet>, report: &SyncRequest) {
+    pub(crate) fn record_sync(&self, rules: Option<&RuleSet>, report: &SyncRequest) {
         self.reports.filter_syncs.inc();
         let now = self.now_secs();
         let mut state = lock(&self.reports.state);
@@ -131,7 +131,7 @@ impl Metrics {
     /// of the current set is shown, 0 without decisions) and the filters' versions
     /// (filters silent for [`FILTER_TTL`] are dropped). Called at every scrape and
     /// every second.
-    pub fn refresh(&self, rules: Option<&RuleSet>) {
+    pub(crate) fn refresh(&self, rules: Option<&RuleSet>) {
         self.refresh_top_keys();
         let now = self.now_secs();
         let mut state = lock(&self.reports.state);

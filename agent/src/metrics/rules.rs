@@ -52,7 +52,7 @@ impl RulesMetrics {
 
 impl Metrics {
     /// A valid rules file was applied: its version becomes the only one shown.
-    pub fn rules_applied(&self, version: &str) {
+    pub(crate) fn rules_applied(&self, version: &str) {
         let m = &self.rules;
         inc(&m.reloads, &["ok"], 1);
         m.last_reload_success.set(1);
@@ -70,7 +70,7 @@ impl Metrics {
 
     /// Shows `set`'s limits on `meshlimit_rule_limit`, and only them: the labels of
     /// rules or plans no longer in force are removed.
-    pub fn rule_limits(&self, set: &RuleSet) {
+    pub(crate) fn rule_limits(&self, set: &RuleSet) {
         let m = &self.rules;
         let mut wanted = HashSet::new();
         for rule in set.rules() {
@@ -105,7 +105,7 @@ impl Metrics {
     }
 
     /// A rules file was refused (or could not be read); the last good set stays.
-    pub fn rules_refused(&self) {
+    pub(crate) fn rules_refused(&self) {
         inc(&self.rules.reloads, &["error"], 1);
         self.rules.last_reload_success.set(0);
     }

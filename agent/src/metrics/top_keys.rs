@@ -7,19 +7,19 @@
 use std::collections::HashMap;
 
 /// Counters kept; the top ten of them are exported.
-pub const CAPACITY: usize = 64;
+pub(crate) const CAPACITY: usize = 64;
 /// Keys exported as labels.
-pub const EXPORTED: usize = 10;
+pub(crate) const EXPORTED: usize = 10;
 
 /// Space-Saving counters of rejections by (rule, key).
 #[derive(Debug, Default)]
-pub struct TopKeys {
+pub(crate) struct TopKeys {
     counts: HashMap<(String, String), u64>,
 }
 
 impl TopKeys {
     /// Counts `n` rejections of `key` under `rule`.
-    pub fn record(&mut self, rule: &str, key: &str, n: u64) {
+    pub(crate) fn record(&mut self, rule: &str, key: &str, n: u64) {
         let id = (rule.to_string(), key.to_string());
         if let Some(c) = self.counts.get_mut(&id) {
             *c += n;
@@ -41,7 +41,7 @@ impl TopKeys {
     }
 
     /// The `EXPORTED` most rejected (rule, key, count), most first.
-    pub fn top(&self) -> Vec<(String, String, u64)> {
+    pub(crate) fn top(&self) -> Vec<(String, String, u64)> {
         let mut all: Vec<_> = self
             .counts
             .iter()

@@ -19,10 +19,10 @@ use crate::shutdown::Shutdown;
 
 /// Demand is flushed this often, a little after each slice of the period ends;
 /// a flush after the rebalancer sealed a period counts in the next one.
-pub const FLUSH_EVERY: Duration = Duration::from_millis(250);
-pub const FLUSH_AT: Duration = Duration::from_millis(2);
+pub(crate) const FLUSH_EVERY: Duration = Duration::from_millis(250);
+pub(crate) const FLUSH_AT: Duration = Duration::from_millis(2);
 /// The refresh looks for the period's shares from this offset on ...
-pub const REFRESH_AT: Duration = Duration::from_millis(12);
+pub(crate) const REFRESH_AT: Duration = Duration::from_millis(12);
 /// ... this often for `REFRESH_FAST` (a healthy rebalancer publishes within
 /// it), then twice as long each time up to `REFRESH_POLL_MAX`, so a region whose
 /// rebalancer is stuck costs each agent about 20 reads a period, not 160 ...
@@ -33,7 +33,7 @@ const REFRESH_POLL_MAX: Duration = Duration::from_millis(100);
 const REFRESH_FOR: Duration = Duration::from_millis(800);
 
 /// Flushes the agent's demand until shutdown.
-pub async fn flush_loop(
+pub(crate) async fn flush_loop(
     conn: Arc<RegionConn>,
     shares: Shares,
     metrics: Arc<Metrics>,
@@ -58,7 +58,7 @@ pub async fn flush_loop(
 }
 
 /// Refreshes the cached shares once a period until shutdown.
-pub async fn refresh_loop(
+pub(crate) async fn refresh_loop(
     conn: Arc<RegionConn>,
     shares: Shares,
     metrics: Arc<Metrics>,
@@ -85,7 +85,7 @@ pub async fn refresh_loop(
 
 /// Reads the region's shares once they are published for `want` (or anything
 /// newer than the cache), polling until `until`. True when the cache changed.
-pub async fn refresh(
+pub(crate) async fn refresh(
     conn: &Arc<RegionConn>,
     shares: &Shares,
     want: u64,

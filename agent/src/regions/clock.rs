@@ -7,10 +7,10 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A period: one second.
-pub const PERIOD: Duration = Duration::from_secs(1);
+pub(crate) const PERIOD: Duration = Duration::from_secs(1);
 
 /// Milliseconds of Unix time.
-pub fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -18,13 +18,13 @@ pub fn now_ms() -> u64 {
 }
 
 /// The period (Unix second) holding `ms`.
-pub fn period_of(ms: u64) -> u64 {
+pub(crate) fn period_of(ms: u64) -> u64 {
     ms / 1_000
 }
 
 /// How long from `now_ms` until the next instant `offset` past a multiple of
 /// `every` (a period, or a slice of one).
-pub fn until_offset(now_ms: u64, every: Duration, offset: Duration) -> Duration {
+pub(crate) fn until_offset(now_ms: u64, every: Duration, offset: Duration) -> Duration {
     let every = duration_ms(every).max(1);
     let offset = duration_ms(offset) % every;
     let into = now_ms % every;
@@ -40,7 +40,7 @@ pub fn until_offset(now_ms: u64, every: Duration, offset: Duration) -> Duration 
 /// the period it falls in. Sleeps are measured on tokio's clock but aimed at the
 /// wall clock: a wake-up that comes early sleeps the rest, so an instant is never
 /// run twice.
-pub async fn at_offset(every: Duration, offset: Duration) -> u64 {
+pub(crate) async fn at_offset(every: Duration, offset: Duration) -> u64 {
     let now = now_ms();
     let target = now.saturating_add(duration_ms(until_offset(now, every, offset)));
     loop {

@@ -112,7 +112,7 @@ impl RegionConn {
 
     /// Runs one pipeline within the deadline; with a cluster, every key of the
     /// pipeline must be in one slot.
-    pub async fn pipe<T: FromRedisValue>(&self, p: &Pipeline) -> Result<T, RegionError> {
+    pub(crate) async fn pipe<T: FromRedisValue>(&self, p: &Pipeline) -> Result<T, RegionError> {
         self.run(|c| async move {
             match c {
                 Conn::Single(mut c) => p.query_async(&mut c).await,

@@ -19,10 +19,10 @@ const SHARDS: usize = 16;
 const KEEP_PERIODS: usize = 3;
 
 /// Demand per period per key.
-pub type PeriodDemand = BTreeMap<u64, HashMap<String, u64>>;
+pub(crate) type PeriodDemand = BTreeMap<u64, HashMap<String, u64>>;
 
 /// The agent's demand book, sharded so concurrent lease requests rarely share a lock.
-pub struct DemandBook {
+pub(crate) struct DemandBook {
     shards: Vec<Mutex<PeriodDemand>>,
     max_keys_per_shard: usize,
 }
@@ -38,7 +38,7 @@ impl DemandBook {
     }
 
     /// Adds `tokens` offered for `key` in `period`.
-    pub fn record(&self, key: &str, tokens: u64, period: u64) {
+    pub(crate) fn record(&self, key: &str, tokens: u64, period: u64) {
         let index = (fingerprint(key.as_bytes()) % SHARDS as u64) as usize;
         let Some(shard) = self.shards.get(index) else {
             return;

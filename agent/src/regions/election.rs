@@ -12,30 +12,22 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::conn::{RegionConn, RegionError};
-use super::keys::LOCK;
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
+use crate::store::redis::keys::region::LOCK;
+use crate::store::redis::script::{ELECT_SCRIPT, RELEASE_SCRIPT};
 
 /// How long the lock lives without renewal.
-pub const LOCK_TTL: Duration = Duration::from_millis(2_000);
+pub(crate) const LOCK_TTL: Duration = Duration::from_millis(2_000);
 /// How often every agent runs an election round.
-pub const ROUND: Duration = Duration::from_millis(400);
+pub(crate) const ROUND: Duration = Duration::from_millis(400);
 /// How long after sending a successful renewal this agent may act as leader: well
 /// inside the lock's life, which starts only when Redis ran the renewal.
 const VALID: Duration = Duration::from_millis(1_500);
 
-/// Takes the lock if free, renews it if ours; returns the holder either way.
-const ELECT_SCRIPT: &str = "local cur = redis.call('GET', KEYS[1]) \
-     if cur == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return cur end \
-     if not cur then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return ARGV[1] end \
-     return cur";
-/// Deletes the lock if ours (on shutdown, so the next leader need not wait).
-const RELEASE_SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
-     return redis.call('DEL', KEYS[1]) end return 0";
-
 /// This agent's standing in its region's election.
 #[derive(Debug)]
-pub struct Leadership {
+pub(crate) struct Leadership {
     id: String,
     state: Mutex<State>,
 }
@@ -56,22 +48,22 @@ impl Leadership {
         }
     }
 
-    pub fn id(&self) -> &str {
+    pub(crate) fn id(&self) -> &str {
         &self.id
     }
 
     /// True while this agent holds the lock for sure.
-    pub fn is_leader(&self, now: Instant) -> bool {
+    pub(crate) fn is_leader(&self, now: Instant) -> bool {
         self.lock().valid_until.is_some_and(|t| t > now)
     }
 
     /// The lock's holder as last read.
-    pub fn holder(&self) -> Option<String> {
+    pub(crate) fn holder(&self) -> Option<String> {
         self.lock().holder.clone()
     }
 
     /// Records a round's answer: `holder` read at a call sent at `sent`.
-    pub fn observe(&self, holder: Option<String>, sent: Instant) {
+    pub(crate) fn observe(&self, holder: Option<String>, sent: Instant) {
         let mut s = self.lock();
         s.valid_until = (holder.as_deref() == Some(self.id.as_str())).then_some(sent + VALID);
         s.holder = holder;
@@ -119,7 +111,7 @@ pub async fn run(
 }
 
 /// One round: take or renew the lock, learn who holds it.
-pub async fn round(conn: &RegionConn, lead: &Leadership) -> Result<(), RegionError> {
+pub(crate) async fn round(conn: &RegionConn, lead: &Leadership) -> Result<(), RegionError> {
     let sent = Instant::now();
     let ttl = u64::try_from(LOCK_TTL.as_millis()).unwrap_or(2_000);
     let holder: Option<String> = conn

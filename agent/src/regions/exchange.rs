@@ -11,8 +11,9 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::conn::{RegionConn, RegionError};
-use super::keys::{self, BUCKETS, LEADER, META, PERIOD, SEALED};
 use super::table::Entry;
+use crate::store::redis::keys::region::{self as keys, BUCKETS, LEADER, META, PERIOD, SEALED};
+use crate::store::redis::script::{FLUSH_SCRIPT, SEAL_SCRIPT};
 
 /// Demand keys live long enough to be sealed and read, not longer.
 const DEMAND_TTL_MS: u64 = 10_000;
@@ -22,27 +23,9 @@ const SHARES_TTL_MS: u64 = 24 * 3_600 * 1_000;
 /// How often a rebalancer looks whether a region has sealed the period yet.
 const SEALED_POLL: Duration = Duration::from_millis(10);
 
-/// Seals a bucket's demand for a period: marks the period sealed (`KEYS[3]`) and
-/// renames its demand (`KEYS[1]`) to the sealed name (`KEYS[2]`), if there was
-/// any. `ARGV[1]`: the marker's life in ms. One slot: every key carries the
-/// bucket's hash tag.
-const SEAL_SCRIPT: &str = "redis.call('SET', KEYS[3], '1', 'PX', ARGV[1]) \
-     if redis.call('EXISTS', KEYS[1]) == 1 then \
-     redis.call('RENAME', KEYS[1], KEYS[2]) return 1 end return 0";
-
-/// Adds a bucket's demand for a period: into the period's demand (`KEYS[1]`),
-/// or, once the period is sealed (marker `KEYS[2]`), into the next period's
-/// (`KEYS[3]`), so a late flush moves demand by a period instead of losing it.
-/// `ARGV[1]`: the demand's life in ms; then `key, tokens` pairs.
-const FLUSH_SCRIPT: &str = "local target = KEYS[1] \
-     if redis.call('EXISTS', KEYS[2]) == 1 then target = KEYS[3] end \
-     for i = 2, #ARGV, 2 do redis.call('HINCRBY', target, ARGV[i], ARGV[i + 1]) end \
-     redis.call('PEXPIRE', target, ARGV[1]) \
-     if target == KEYS[1] then return 1 end return 0";
-
 /// Agents: adds demand counted in `period` to the region's Redis (every agent of
 /// the region adds into the same hashes).
-pub async fn flush(
+pub(crate) async fn flush(
     conn: &Arc<RegionConn>,
     period: u64,
     demand: HashMap<String, u64>,
@@ -75,7 +58,7 @@ pub async fn flush(
 }
 
 /// The leader: seals its region's demand for `period`, then says so in the meta.
-pub async fn seal(conn: &Arc<RegionConn>, period: u64) -> Result<(), RegionError> {
+pub(crate) async fn seal(conn: &Arc<RegionConn>, period: u64) -> Result<(), RegionError> {
     let pipes = (0..BUCKETS)
         .map(|b| {
             let mut p = redis::pipe();
@@ -97,7 +80,7 @@ pub async fn seal(conn: &Arc<RegionConn>, period: u64) -> Result<(), RegionError
 
 /// A leader: the demand a region sealed for `period`, waiting up to `wait` for
 /// the region's own leader to seal it.
-pub async fn read_sealed(
+pub(crate) async fn read_sealed(
     conn: &Arc<RegionConn>,
     period: u64,
     wait: Duration,
@@ -130,7 +113,7 @@ pub async fn read_sealed(
 /// The leader: replaces its region's shares by `entries` (each bucket in one
 /// MULTI/EXEC, so an agent never reads a half-written bucket), then announces
 /// `period` in the meta; agents read the shares once they see it.
-pub async fn publish(
+pub(crate) async fn publish(
     conn: &Arc<RegionConn>,
     period: u64,
     leader: &str,
@@ -169,7 +152,7 @@ pub async fn publish(
 }
 
 /// The leader, when it cannot compute new shares: keeps the last ones alive.
-pub async fn keep_alive(conn: &Arc<RegionConn>) -> Result<(), RegionError> {
+pub(crate) async fn keep_alive(conn: &Arc<RegionConn>) -> Result<(), RegionError> {
     let pipes = (0..BUCKETS)
         .map(|b| {
             let mut p = redis::pipe();
@@ -184,12 +167,12 @@ pub async fn keep_alive(conn: &Arc<RegionConn>) -> Result<(), RegionError> {
 }
 
 /// The period of the region's published shares, if any.
-pub async fn published_period(conn: &RegionConn) -> Result<Option<u64>, RegionError> {
+pub(crate) async fn published_period(conn: &RegionConn) -> Result<Option<u64>, RegionError> {
     conn.query(redis::cmd("HGET").arg(META).arg(PERIOD)).await
 }
 
 /// The region's published shares, as stored.
-pub async fn read_published(
+pub(crate) async fn read_published(
     conn: &Arc<RegionConn>,
 ) -> Result<HashMap<String, String>, RegionError> {
     let pipes = (0..BUCKETS)

@@ -14,21 +14,22 @@
 //! Static stability: an agent with no published share for a key uses the floor;
 //! cached shares stay when Redis does not answer; a rebalancer that cannot read
 //! every region publishes nothing new. The split degrades to static, never to
-//! unlimited. Redis keys: [`keys`]; the rest in `docs/internals.md`, "Regions".
+//! unlimited. Redis keys: [`crate::store::redis::keys::region`]; the rest in `docs/internals.md`, "Regions".
 
-pub mod cache;
-pub mod clock;
+pub(crate) mod cache;
+pub(crate) mod clock;
 pub mod conn;
-pub mod demand;
-pub mod election;
-pub mod exchange;
-pub mod keys;
-pub mod rebalancer;
-pub mod setup;
-pub mod share;
+pub(crate) mod demand;
+pub(crate) mod election;
+pub(crate) mod exchange;
+pub(crate) mod rebalancer;
+pub(crate) mod setup;
+pub(crate) mod share;
 pub mod table;
 
 use meshlimit_core::secret::KeyIds;
+
+use crate::store::redis::keys::region as keys;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -48,35 +49,35 @@ use election::Leadership;
 use rebalancer::Rebalancer;
 use table::ShareTable;
 
-pub use setup::{regions_config, validate};
+pub(crate) use setup::regions_config;
 
 /// The rebalancer seals and reads at this offset into each period: after the
 /// agents' last flush of the period ([`cache::FLUSH_AT`]).
-pub const REBALANCE_AT: Duration = Duration::from_millis(10);
+pub(crate) const REBALANCE_AT: Duration = Duration::from_millis(10);
 /// Keys whose demand one agent counts per period, at most.
 const MAX_DEMAND_KEYS: usize = 100_000;
 
 /// How this agent takes part in the region exchange.
 #[derive(Debug, Clone)]
-pub struct RegionsConfig {
+pub(crate) struct RegionsConfig {
     /// This agent's region and its Redis.
-    pub region: String,
-    pub store: StoreSpec,
+    pub(crate) region: String,
+    pub(crate) store: StoreSpec,
     /// Every other region and its Redis.
-    pub peers: Vec<(String, StoreSpec)>,
+    pub(crate) peers: Vec<(String, StoreSpec)>,
     /// The least share of a global limit a region ever holds.
-    pub floor: f64,
+    pub(crate) floor: f64,
     /// This agent's id in the election.
-    pub agent_id: String,
+    pub(crate) agent_id: String,
     /// How to reach this region's Redis (its credentials and TLS).
-    pub credentials: Connect,
+    pub(crate) credentials: Connect,
     /// How to reach each peer's Redis: its own credentials, never this region's.
-    pub peer_credentials: std::collections::BTreeMap<String, Connect>,
+    pub(crate) peer_credentials: std::collections::BTreeMap<String, Connect>,
     /// Deadline of each Redis call of the region tasks, and how long a
     /// rebalancer waits for the other regions to seal a period.
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// How keys are named in the regions' Redis (from the deployment secret).
-    pub key_ids: KeyIds,
+    pub(crate) key_ids: KeyIds,
 }
 
 /// The lease path's view of the regions: a cheap handle, shared with the region
@@ -95,13 +96,6 @@ struct Regional {
     ids: KeyIds,
 }
 
-/// How the region exchange names a key in Redis: the rule, then the key's id
-/// (the same in every region of a deployment, which shares one secret; never
-/// the key in clear, since peers' Redis and their operators see these).
-pub fn exchange_key(ids: &KeyIds, key: &DescriptorKey) -> String {
-    format!("{}|{}", key.rule(), ids.id(key))
-}
-
 impl Shares {
     /// Turns regions on with this floor; false if they were already on.
     pub fn enable(&self, floor: f64, ids: KeyIds) -> bool {
@@ -116,19 +110,19 @@ impl Shares {
     }
 
     /// True when `rule` is split between regions.
-    pub fn is_split(&self, rule: &Rule) -> bool {
+    pub(crate) fn is_split(&self, rule: &Rule) -> bool {
         rule.scope == Scope::Global && self.cell.get().is_some()
     }
 
     /// The share of `rule`'s limit this region enforces for `key`: 1 for
     /// region-scoped rules (and without peers), else the published share, or the
     /// floor while none is published.
-    pub fn share(&self, rule: &Rule, key: &DescriptorKey) -> f64 {
+    pub(crate) fn share(&self, rule: &Rule, key: &DescriptorKey) -> f64 {
         match self.cell.get() {
             Some(r) if rule.scope == Scope::Global => r
                 .table
                 .load()
-                .get(&exchange_key(&r.ids, key))
+                .get(&keys::exchange_key(&r.ids, key))
                 .map_or(r.floor, |e| e.share),
             _ => 1.0,
         }
@@ -136,7 +130,7 @@ impl Shares {
 
     /// Counts what a lease request offered for split rules: the tokens granted,
     /// or the cost of an ask denied or unanswered.
-    pub fn record_offered(
+    pub(crate) fn record_offered(
         &self,
         rules: Option<&RuleSet>,
         items: &[LeaseItem],
@@ -159,8 +153,11 @@ impl Shares {
             };
             // A denied ask counts what its rule costs (the API refuses any other
             // cost), so no caller books demand beyond what it could spend.
-            r.demand
-                .record(&exchange_key(&r.ids, &item.key), u64::from(tokens), period);
+            r.demand.record(
+                &keys::exchange_key(&r.ids, &item.key),
+                u64::from(tokens),
+                period,
+            );
         }
     }
 
@@ -186,7 +183,7 @@ impl Shares {
 }
 
 /// Starts the region tasks of this agent and turns `shares` on.
-pub fn start(
+pub(crate) fn start(
     cfg: &RegionsConfig,
     shares: &Shares,
     metrics: &Arc<Metrics>,

@@ -30,14 +30,14 @@ use crate::shutdown::Shutdown;
 
 /// Periods a key may go without demand anywhere before it is dropped (its
 /// regions fall back to the floor).
-pub const IDLE_PERIODS: u32 = 30;
+pub(crate) const IDLE_PERIODS: u32 = 30;
 /// The most keys with published shares; past it the keys with the least demand
 /// take the floor.
-pub const MAX_KEYS: usize = 50_000;
+pub(crate) const MAX_KEYS: usize = 50_000;
 
 /// What one tick did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Tick {
+pub(crate) enum Tick {
     /// Another agent leads.
     Follower,
     /// New shares published for this many keys.
@@ -47,7 +47,7 @@ pub enum Tick {
 }
 
 /// The rebalancer's state (kept across periods while this agent leads).
-pub struct Rebalancer {
+pub(crate) struct Rebalancer {
     /// This region first, then the peers.
     regions: Vec<Arc<RegionConn>>,
     floor: f64,
@@ -76,7 +76,11 @@ impl Rebalancer {
     }
 
     /// Rebalances after `period`, if this agent leads.
-    pub async fn tick(&mut self, period: u64, metrics: &Metrics) -> Result<Tick, RegionError> {
+    pub(crate) async fn tick(
+        &mut self,
+        period: u64,
+        metrics: &Metrics,
+    ) -> Result<Tick, RegionError> {
         let Some(own) = self.regions.first().cloned() else {
             return Ok(Tick::Follower);
         };
@@ -147,7 +151,7 @@ impl Rebalancer {
 /// (`demand[r]`: key → tokens offered in region r). Updates `known`: keys with
 /// demand anywhere become (or stay) active; keys idle for more than
 /// [`IDLE_PERIODS`] are dropped, and past `max_keys` the least demanded are.
-pub fn compute(
+pub(crate) fn compute(
     known: &mut HashMap<String, u32>,
     demand: &[HashMap<String, u64>],
     own: usize,

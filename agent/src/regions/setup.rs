@@ -11,7 +11,7 @@ use crate::config::{ConfigError, RunArgs, StoreSpec};
 
 /// The regions setup of `args`, or `None` without peer regions (every rule is
 /// then enforced whole in this region). `agent_id` names this agent in the election.
-pub fn regions_config(
+pub(crate) fn regions_config(
     args: &RunArgs,
     agent_id: &str,
     key_ids: &KeyIds,
@@ -50,7 +50,7 @@ pub fn regions_config(
 
 /// Reads a peer regions file: one `NAME=URL` a line; blank lines and `#`
 /// comments are skipped.
-pub fn parse_peers_file(text: &str) -> Result<Vec<(String, StoreSpec)>, String> {
+pub(crate) fn parse_peers_file(text: &str) -> Result<Vec<(String, StoreSpec)>, String> {
     text.lines()
         .enumerate()
         .map(|(i, l)| (i + 1, l.trim()))
@@ -62,7 +62,7 @@ pub fn parse_peers_file(text: &str) -> Result<Vec<(String, StoreSpec)>, String> 
 /// Reads `NAME=URL`, the URL as `--store` takes it (redis://, redis+cluster://,
 /// or rediss for TLS). Credentials never travel in the URL (it is logged): see
 /// `--region-credentials-dir`.
-pub fn parse_peer(text: &str) -> Result<(String, StoreSpec), String> {
+pub(crate) fn parse_peer(text: &str) -> Result<(String, StoreSpec), String> {
     let (name, url) = text
         .split_once('=')
         .ok_or_else(|| format!("`{text}`: expected NAME=redis://HOST:PORT"))?;
@@ -83,7 +83,7 @@ pub fn parse_peer(text: &str) -> Result<(String, StoreSpec), String> {
 }
 
 /// Checks a regions setup: unique names, Redis stores, a floor every region can hold.
-pub fn validate(cfg: &RegionsConfig) -> Result<(), String> {
+pub(crate) fn validate(cfg: &RegionsConfig) -> Result<(), String> {
     if matches!(cfg.store, StoreSpec::Memory) {
         return Err("peer regions need this region's store to be Redis (--store redis://…)".into());
     }

@@ -13,7 +13,7 @@
 /// or not finite counts as none. Every share is at least `floor` (taken as at most
 /// `1 / R`) and the shares sum to 1 (to within float rounding); no regions, no
 /// shares.
-pub fn shares(demand: &[f64], floor: f64) -> Vec<f64> {
+pub(crate) fn shares(demand: &[f64], floor: f64) -> Vec<f64> {
     let regions = demand.len();
     if regions == 0 {
         return Vec::new();
@@ -40,7 +40,8 @@ pub fn shares(demand: &[f64], floor: f64) -> Vec<f64> {
 }
 
 /// The largest share one region can hold: `1 − (R − 1) × floor`.
-pub fn max_share(regions: usize, floor: f64) -> f64 {
+#[cfg(test)]
+pub(crate) fn max_share(regions: usize, floor: f64) -> f64 {
     1.0 - (regions.saturating_sub(1) as f64) * floor
 }
 

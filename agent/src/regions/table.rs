@@ -20,26 +20,26 @@ pub struct Entry {
 pub struct ShareTable {
     /// The period (wall clock second) whose demand they follow; `None` before the
     /// first read.
-    pub period: Option<u64>,
+    pub(crate) period: Option<u64>,
     entries: HashMap<String, Entry>,
 }
 
 /// Per rule: keys with a published share and their mean share.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct RuleSummary {
-    pub keys: usize,
-    pub mean_share: f64,
+pub(crate) struct RuleSummary {
+    pub(crate) keys: usize,
+    pub(crate) mean_share: f64,
 }
 
 impl Entry {
     /// The value stored in the shares hash: `"<share> <demand>"` (shortest
     /// round-trip decimal forms, so every region reads back the exact float).
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         format!("{} {}", self.share, self.demand)
     }
 
     /// Reads a stored value; `None` when it is not two numbers with a share in 0..=1.
-    pub fn decode(text: &str) -> Option<Entry> {
+    pub(crate) fn decode(text: &str) -> Option<Entry> {
         let (share, demand) = text.split_once(' ')?;
         let share: f64 = share.parse().ok()?;
         let demand: f64 = demand.parse().ok()?;
@@ -54,7 +54,7 @@ impl ShareTable {
 
     /// Builds a table from stored `(key, value)` fields; unreadable values are
     /// skipped (the key then takes the floor).
-    pub fn from_fields(
+    pub(crate) fn from_fields(
         period: Option<u64>,
         fields: impl IntoIterator<Item = (String, String)>,
     ) -> Self {
@@ -65,7 +65,7 @@ impl ShareTable {
         Self { period, entries }
     }
 
-    pub fn get(&self, key: &str) -> Option<Entry> {
+    pub(crate) fn get(&self, key: &str) -> Option<Entry> {
         self.entries.get(key).copied()
     }
 
@@ -77,12 +77,8 @@ impl ShareTable {
         self.entries.is_empty()
     }
 
-    pub fn entries(&self) -> impl Iterator<Item = (&String, &Entry)> {
-        self.entries.iter()
-    }
-
     /// Keys and mean share per rule (the key's rule name prefix).
-    pub fn by_rule(&self) -> BTreeMap<String, RuleSummary> {
+    pub(crate) fn by_rule(&self) -> BTreeMap<String, RuleSummary> {
         let mut out: BTreeMap<String, RuleSummary> = BTreeMap::new();
         for (key, e) in &self.entries {
             let rule = DescriptorKey::from_wire(key.clone()).rule().to_string();
@@ -97,7 +93,7 @@ impl ShareTable {
     }
 
     /// The `n` keys with the most demand over all regions, most first.
-    pub fn top(&self, n: usize) -> Vec<(&str, Entry)> {
+    pub(crate) fn top(&self, n: usize) -> Vec<(&str, Entry)> {
         let mut all: Vec<(&str, Entry)> =
             self.entries.iter().map(|(k, e)| (k.as_str(), *e)).collect();
         all.sort_by(|a, b| b.1.demand.total_cmp(&a.1.demand).then(a.0.cmp(b.0)));

@@ -1,6 +1,7 @@
 use meshlimit_core::rules::parse_rules;
 use meshlimit_core::wire::LeaseItem;
 
+use super::setup::validate;
 use super::setup::{parse_peer, parse_peers_file};
 use super::table::Entry;
 use super::*;
@@ -48,7 +49,7 @@ fn a_global_key_takes_the_floor_until_a_share_is_published() {
     };
     shares.install(ShareTable::new(
         Some(7),
-        [(exchange_key(&KeyIds::placeholder(), &key), entry)]
+        [(keys::exchange_key(&KeyIds::placeholder(), &key), entry)]
             .into_iter()
             .collect(),
     ));

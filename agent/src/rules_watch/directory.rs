@@ -26,12 +26,12 @@ struct FileState {
 /// What a poll of the directory found.
 pub(super) struct Merged {
     /// The merged rules of every file's last good version, without conflicts.
-    pub config: RulesConfig,
+    pub(crate) config: RulesConfig,
     /// Problems of this poll: broken files (which kept their last good
     /// version) and conflicting ones (left out).
-    pub errors: Vec<RuleError>,
+    pub(crate) errors: Vec<RuleError>,
     /// Whether any file's text changed since the last poll.
-    pub changed: bool,
+    pub(crate) changed: bool,
 }
 
 impl Directory {

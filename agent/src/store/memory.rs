@@ -39,7 +39,7 @@ use crate::shutdown::Shutdown;
 const SHARDS: usize = 16;
 
 /// How often full buckets are forgotten.
-pub const SWEEP_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// The in-memory store.
 #[derive(Debug)]
@@ -50,9 +50,6 @@ pub struct MemoryStore {
     max_per_shard: usize,
 }
 
-/// The default cap on buckets (`--max-keys`).
-pub const DEFAULT_MAX_KEYS: usize = crate::leases::DEFAULT_MAX_KEYS;
-
 #[derive(Debug)]
 struct Entry {
     bucket: Bucket,
@@ -62,7 +59,7 @@ struct Entry {
 
 impl MemoryStore {
     pub fn new() -> Self {
-        Self::with_max_keys(DEFAULT_MAX_KEYS)
+        Self::with_max_keys(crate::config::defaults::max_keys())
     }
 
     /// A store of at most about `max_keys` buckets (see the module docs).
@@ -101,7 +98,11 @@ impl MemoryStore {
     }
 
     /// Sweeps every `every` until shutdown.
-    pub async fn run_sweeper(self: std::sync::Arc<Self>, every: Duration, mut shutdown: Shutdown) {
+    pub(crate) async fn run_sweeper(
+        self: std::sync::Arc<Self>,
+        every: Duration,
+        mut shutdown: Shutdown,
+    ) {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

@@ -4,7 +4,7 @@
 //! backends answer a whole lease request with one pipeline: asking per item would
 //! cost a round trip per rule.
 
-pub mod memory;
+pub(crate) mod memory;
 pub mod redis;
 
 use std::time::Duration;
@@ -32,7 +32,7 @@ pub struct Acquire {
 
 impl Acquire {
     /// The limit the store enforces: `limit` scaled by `share`, never below one token.
-    pub fn enforced_limit(&self) -> Limit {
+    pub(crate) fn enforced_limit(&self) -> Limit {
         if self.share >= 1.0 {
             self.limit
         } else {
@@ -43,10 +43,11 @@ impl Acquire {
 
 /// One item's answer: tokens granted or a denial with its wait (core's [`Take`]),
 /// or the store could not say.
-pub type Acquired = Result<Take, StoreError>;
+pub(crate) type Acquired = Result<Take, StoreError>;
 
-/// Why the store could not answer. Every variant says whether trying again later
-/// may help, so callers (and a later retry or cool-down policy) need not parse text.
+/// Why the store could not answer. Each variant's doc says whether trying again
+/// later may help; callers map them to a metric label and a filter-facing reason
+/// ([`StoreError::metric_result`], [`StoreError::reason`]) without parsing text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
     /// The call missed its deadline; its effect is unknown.
@@ -93,17 +94,8 @@ pub trait Store: Send + Sync + 'static {
 }
 
 impl StoreError {
-    /// True when the same call may succeed later.
-    pub fn is_transient(&self) -> bool {
-        !matches!(self, StoreError::Failed(_))
-    }
-
-    pub fn is_timeout(&self) -> bool {
-        matches!(self, StoreError::Timeout(_))
-    }
-
     /// The `result` label of `meshlimit_store_requests_total`.
-    pub fn metric_result(&self) -> &'static str {
+    pub(crate) fn metric_result(&self) -> &'static str {
         match self {
             StoreError::Timeout(_) => "timeout",
             StoreError::Shed => "shed",
@@ -114,7 +106,7 @@ impl StoreError {
     }
 
     /// The `reason` a filter sees in an `unavailable` lease answer.
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             StoreError::Timeout(_) => "store_timeout",
             StoreError::Shed => "shed",
@@ -129,11 +121,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn errors_say_whether_they_are_transient() {
-        assert!(StoreError::Timeout(Duration::from_millis(5)).is_transient());
-        assert!(StoreError::Timeout(Duration::from_millis(5)).is_timeout());
-        assert!(StoreError::Unavailable("refused".into()).is_transient());
-        assert!(!StoreError::Failed("NOSCRIPT".into()).is_transient());
-        assert_eq!(StoreError::Shed.metric_result(), "shed");
+    fn errors_name_their_metric_result_and_reason() {
+        let timeout = StoreError::Timeout(Duration::from_millis(5));
+        assert_eq!(
+            (timeout.metric_result(), timeout.reason()),
+            ("timeout", "store_timeout")
+        );
+        assert_eq!(
+            (StoreError::Shed.metric_result(), StoreError::Shed.reason()),
+            ("shed", "shed")
+        );
+        let moved = StoreError::Moved { node: "a:1".into() };
+        assert_eq!(
+            (moved.metric_result(), moved.reason()),
+            ("error", "store_unavailable")
+        );
+        let failed = StoreError::Failed("NOSCRIPT".into());
+        assert_eq!(
+            (failed.metric_result(), failed.reason()),
+            ("error", "store_error")
+        );
     }
 }

@@ -1,5 +1,5 @@
-//! Helpers shared by the in-process API tests: an `App` over the memory store, and
-//! requests sent straight to `App::handle`.
+//! Helpers shared by the agent's tests: an `App` over the memory store, requests
+//! sent straight to `App::handle`, and the Redis store's configuration.
 
 // Each test binary uses a different subset of these helpers.
 #![allow(dead_code, clippy::unwrap_used, clippy::panic)]
@@ -202,4 +202,24 @@ pub fn rules_file(dir: &std::path::Path, content: &str) -> String {
     let path = dir.join("rules.yaml");
     std::fs::write(&path, content).unwrap();
     path.display().to_string()
+}
+
+/// A Redis store's configuration for tests: `nodes` (a single Redis, or a
+/// cluster's seeds), no batching window and a 2 s deadline (the tests check
+/// correctness, not latency, on a loaded machine), placeholder key ids.
+pub fn redis_store_config(
+    nodes: Vec<String>,
+    cluster: bool,
+) -> meshlimit_agent::store::redis::RedisConfig {
+    meshlimit_agent::store::redis::RedisConfig {
+        nodes,
+        cluster,
+        connect: Default::default(),
+        key_ids: meshlimit_core::secret::KeyIds::placeholder(),
+        batch: meshlimit_agent::store::redis::BatchConfig {
+            window: std::time::Duration::ZERO,
+            max_batch: 16,
+            deadline: std::time::Duration::from_secs(2),
+        },
+    }
 }

@@ -278,6 +278,8 @@ fn a_region_on_a_redis_cluster_takes_part() {
     });
     let cluster = mesh.cluster.as_ref().unwrap();
     let published: usize = (0..3)
+        // The published shares' keys (`ml:rg:{b<NN>}:s`), named here as an
+        // operator would look for them, independently of the agent's key module.
         .map(|n| match cluster.cmd(n, &["KEYS", "ml:rg:*:s"]) {
             meshlimit_tests::Resp::Array(Some(keys)) => keys.len(),
             _ => 0,

@@ -51,29 +51,6 @@ async fn one_token_raced_by_a_thousand_acquires_is_granted_once() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_batch_answers_in_order() {
-    let store = MemoryStore::new();
-    let l = limit(10, 1, 10);
-    let answers = store
-        .acquire(&[
-            item("a", l, 1, 4),
-            item("b", l, 11, 11),
-            item("a", l, 1, 100),
-        ])
-        .await;
-    assert!(matches!(answers[0], Ok(Take::Granted { tokens: 4, .. })));
-    assert!(matches!(answers[1], Ok(Take::Denied { .. })));
-    assert!(matches!(
-        answers[2],
-        Ok(Take::Granted {
-            tokens: 6,
-            remaining: 0,
-            ..
-        })
-    ));
-}
-
-#[tokio::test(start_paused = true)]
 async fn the_sweep_forgets_only_full_buckets() {
     let store = MemoryStore::new();
     let l = limit(10, 1, 10);

@@ -14,11 +14,11 @@ use super::script::{self, LEASE_SCRIPT};
 use crate::store::{Acquire, Acquired, StoreError};
 
 /// One lease to perform on this node.
-pub struct Job {
-    pub redis_key: String,
-    pub item: Acquire,
+pub(crate) struct Job {
+    pub(crate) redis_key: String,
+    pub(crate) item: Acquire,
     pub share: f64,
-    pub reply: oneshot::Sender<Acquired>,
+    pub(crate) reply: oneshot::Sender<Acquired>,
 }
 
 /// Batching settings.
@@ -35,7 +35,7 @@ pub type BatchObserver =
 
 /// Observes each pipeline for the node's health: the result, and whether the
 /// connection itself was lost (refused, reset, closed), not merely slow.
-pub type NodeObserver =
+pub(crate) type NodeObserver =
     std::sync::Arc<dyn Fn(usize, Duration, Result<(), &StoreError>, bool) + Send + Sync>;
 
 /// Collects jobs for one node and sends them in windows; runs until every sender

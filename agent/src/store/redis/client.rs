@@ -37,9 +37,9 @@ pub struct Connect {
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct TlsFiles {
     /// The CA certificates the server's certificate must chain to.
-    pub ca: Option<Vec<u8>>,
+    pub(crate) ca: Option<Vec<u8>>,
     /// A client certificate (chain) and its private key, for servers that ask.
-    pub client: Option<(Vec<u8>, Vec<u8>)>,
+    pub(crate) client: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl fmt::Debug for TlsFiles {
@@ -81,7 +81,7 @@ impl TlsFiles {
 }
 
 /// Connection details of `host:port` (address, TLS, credentials).
-pub fn connection_info(node: &str, c: &Connect) -> Result<ConnectionInfo, String> {
+pub(crate) fn connection_info(node: &str, c: &Connect) -> Result<ConnectionInfo, String> {
     let (host, port) = node
         .rsplit_once(':')
         .ok_or_else(|| format!("{node}: not HOST:PORT"))?;
@@ -121,7 +121,7 @@ pub fn client(node: &str, c: &Connect) -> Result<redis::Client, String> {
 
 /// A cluster client over the seed `nodes`; every call within `deadline`, never
 /// retried.
-pub fn cluster_client(
+pub(crate) fn cluster_client(
     nodes: &[String],
     c: &Connect,
     deadline: Duration,

@@ -11,13 +11,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// Consecutive failed (timed-out) batches that mark a node down.
-pub const FAILURES_TO_DOWN: u32 = 3;
+pub(crate) const FAILURES_TO_DOWN: u32 = 3;
 /// How often a down node is probed (PING, off the request path).
-pub const PROBE_EVERY: Duration = Duration::from_millis(100);
+pub(crate) const PROBE_EVERY: Duration = Duration::from_millis(100);
 
 /// Health of every node this store talks to.
 #[derive(Debug, Default)]
-pub struct Health {
+pub(crate) struct Health {
     nodes: HashMap<String, NodeHealth>,
 }
 
@@ -29,18 +29,18 @@ struct NodeHealth {
 
 impl Health {
     /// True when `node` is down; its keys are not sent to it.
-    pub fn is_down(&self, node: &str) -> bool {
+    pub(crate) fn is_down(&self, node: &str) -> bool {
         self.nodes.get(node).is_some_and(|h| h.down_since.is_some())
     }
 
     /// True when any node is down.
-    pub fn any_down(&self) -> bool {
+    pub(crate) fn any_down(&self) -> bool {
         self.nodes.values().any(|h| h.down_since.is_some())
     }
 
     /// A batch to `node` answered: it is healthy. Returns how long it was down,
     /// if it was.
-    pub fn succeeded(&mut self, node: &str, now: Instant) -> Option<Duration> {
+    pub(crate) fn succeeded(&mut self, node: &str, now: Instant) -> Option<Duration> {
         self.nodes
             .remove(node)
             .and_then(|h| h.down_since)
@@ -49,7 +49,7 @@ impl Health {
 
     /// A batch to `node` failed; `lost` when its connection was lost (refused,
     /// reset), not merely slow. Returns true when this failure marks it down.
-    pub fn failed(&mut self, node: &str, now: Instant, lost: bool) -> bool {
+    pub(crate) fn failed(&mut self, node: &str, now: Instant, lost: bool) -> bool {
         let h = self.nodes.entry(node.to_string()).or_default();
         h.failures = h.failures.saturating_add(1);
         if h.down_since.is_none() && (lost || h.failures >= FAILURES_TO_DOWN) {
@@ -61,7 +61,7 @@ impl Health {
 
     /// `node` left the slot map (replaced by a promoted replica): forgotten.
     /// Returns how long it was down, if it was.
-    pub fn forget(&mut self, node: &str, now: Instant) -> Option<Duration> {
+    pub(crate) fn forget(&mut self, node: &str, now: Instant) -> Option<Duration> {
         self.succeeded(node, now)
     }
 }

@@ -6,9 +6,10 @@
 mod batcher;
 pub mod client;
 mod health;
+pub mod keys;
 pub mod script;
 mod tasks;
-pub mod topology;
+pub(crate) mod topology;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,7 +24,7 @@ use tokio::time::{timeout, Instant};
 pub use batcher::{BatchConfig, BatchObserver};
 use health::Health;
 use tasks::{cluster_slots, prewarm, probe, refresher};
-use topology::{redis_key, slot, SlotMap};
+use topology::{slot, SlotMap};
 
 use super::{Acquire, Acquired, Store, StoreError};
 
@@ -32,6 +33,11 @@ use super::{Acquire, Acquired, Store, StoreError};
 const REFRESH_EVERY: Duration = Duration::from_secs(5);
 /// Deadline of one `CLUSTER SLOTS`, one probe, one connection.
 const CONTROL_TIMEOUT: Duration = Duration::from_millis(300);
+/// Deadline of one readiness ping or heartbeat (background calls, off the
+/// request path).
+const PING_TIMEOUT: Duration = Duration::from_millis(500);
+/// An agent not heard from for this long no longer counts as live.
+const HEARTBEAT_WINDOW_MS: u64 = 5_000;
 
 /// Where the store is and how it batches.
 #[derive(Debug, Clone)]
@@ -48,7 +54,7 @@ pub struct RedisConfig {
 
 /// A change in the store's view of the cluster, for metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StoreEvent {
+pub(crate) enum StoreEvent {
     /// `CLUSTER SLOTS` gave a different map (a promotion, a migration).
     SlotMapChanged,
     /// A node was marked down: its keys take the failure policy.
@@ -60,7 +66,7 @@ pub enum StoreEvent {
 }
 
 /// Observes [`StoreEvent`]s.
-pub type EventObserver = Arc<dyn Fn(StoreEvent) + Send + Sync>;
+pub(crate) type EventObserver = Arc<dyn Fn(StoreEvent) + Send + Sync>;
 
 /// A Redis or Redis Cluster bucket store.
 pub struct RedisStore {
@@ -105,7 +111,7 @@ impl RedisStore {
 
     /// Reports slot-map changes and node failures to `events`.
     #[must_use]
-    pub fn with_events(mut self, events: EventObserver) -> Self {
+    pub(crate) fn with_events(mut self, events: EventObserver) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.events = events;
         }
@@ -259,7 +265,7 @@ impl Shared {
         node: Option<String>,
     ) -> oneshot::Receiver<Acquired> {
         let (reply, rx) = oneshot::channel();
-        let key = redis_key(&self.cfg.key_ids, &item.key);
+        let key = keys::bucket(&self.cfg.key_ids, &item.key);
         let node = node.or_else(|| {
             let map = self.map.read().ok()?.clone();
             map.node_of(slot(&key))
@@ -361,10 +367,10 @@ impl Store for RedisStore {
                 let mut c = client.get_multiplexed_async_connection().await?;
                 redis::cmd("PING").query_async::<String>(&mut c).await
             };
-            match timeout(Duration::from_millis(500), ping).await {
+            match timeout(PING_TIMEOUT, ping).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => return Err(StoreError::Unavailable(format!("{node}: {e}"))),
-                Err(_) => return Err(StoreError::Timeout(Duration::from_millis(500))),
+                Err(_) => return Err(StoreError::Timeout(PING_TIMEOUT)),
             }
         }
         Ok(())
@@ -378,7 +384,7 @@ impl Store for RedisStore {
             .map(|m| m.clone())
             .unwrap_or_default();
         let node = map
-            .node_of(slot(script::AGENTS_KEY))
+            .node_of(slot(keys::AGENTS))
             .and_then(|i| map.nodes.get(i).cloned())
             .ok_or_else(|| StoreError::Unavailable("topology unknown".into()))?;
         let client = client(&node, &self.shared.cfg)?;
@@ -387,16 +393,16 @@ impl Store for RedisStore {
             redis::cmd("EVAL")
                 .arg(script::HEARTBEAT_SCRIPT)
                 .arg(1)
-                .arg(script::AGENTS_KEY)
+                .arg(keys::AGENTS)
                 .arg(agent_id)
-                .arg(script::HEARTBEAT_WINDOW_MS)
+                .arg(HEARTBEAT_WINDOW_MS)
                 .query_async::<u32>(&mut c)
                 .await
         };
-        match timeout(Duration::from_millis(500), beat).await {
+        match timeout(PING_TIMEOUT, beat).await {
             Ok(Ok(n)) => Ok(Some(n)),
             Ok(Err(e)) => Err(StoreError::Unavailable(format!("{node}: {e}"))),
-            Err(_) => Err(StoreError::Timeout(Duration::from_millis(500))),
+            Err(_) => Err(StoreError::Timeout(PING_TIMEOUT)),
         }
     }
 

@@ -1,6 +1,16 @@
-//! The one Lua script of the Redis stores: a token-bucket lease, atomic per key,
-//! on the Redis server's clock. Rate, burst and the region's share travel as ARGV
-//! with every call, so a rules change needs no script reload and no counter reset.
+//! Every Lua script the agent runs in Redis, here and nowhere else, each with what
+//! it does, its `KEYS` and `ARGV`, and its reply (key names: [`super::keys`]):
+//!
+//! - [`LEASE_SCRIPT`]: the token-bucket lease, atomic per key, on the Redis
+//!   server's clock ([`LEASE_SCRIPT_AT`] is its test form, the clock from ARGV);
+//! - [`HEARTBEAT_SCRIPT`]: an agent says it is alive and learns how many are;
+//! - [`FLUSH_SCRIPT`], [`SEAL_SCRIPT`]: the region exchange's demand;
+//! - [`ELECT_SCRIPT`], [`RELEASE_SCRIPT`]: the election of a region's rebalancer.
+//!
+//! Every script touches the keys of one slot (each call's keys share a hash
+//! tag), so each runs on a Redis Cluster as on a single Redis. Rate, burst and
+//! the region's share travel as ARGV with every lease, so a rules change needs
+//! no script reload and no counter reset.
 
 use meshlimit_core::Take;
 use redis::Value;
@@ -86,7 +96,7 @@ return {granted, 0, math.floor(tokens), math.min(cap, math.ceil((burst - tokens)
 /// one second, capped at 400 days, and always a whole number of ms, so PEXPIRE
 /// cannot fail after the HSET (a failure there would leave a key without expiry:
 /// Redis does not roll a script back).
-pub const LEASE_SCRIPT: &str = concat!(
+pub(crate) const LEASE_SCRIPT: &str = concat!(
     "local clock = redis.call('TIME')\n",
     "local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])\n",
     lease_body!()
@@ -98,12 +108,12 @@ pub const LEASE_SCRIPT: &str = concat!(
 pub const LEASE_SCRIPT_AT: &str = concat!("local now = tonumber(ARGV[7])\n", lease_body!());
 
 /// The script's SHA1, for EVALSHA.
-pub fn sha() -> String {
+pub(crate) fn sha() -> String {
     redis::Script::new(LEASE_SCRIPT).get_hash().to_string()
 }
 
 /// Reads the script's reply.
-pub fn parse_reply(value: &Value) -> Result<Take, StoreError> {
+pub(crate) fn parse_reply(value: &Value) -> Result<Take, StoreError> {
     let Value::Array(items) = value else {
         return Err(StoreError::Failed(format!(
             "lease script: unexpected reply {value:?}"
@@ -133,12 +143,15 @@ pub fn parse_reply(value: &Value) -> Result<Take, StoreError> {
     })
 }
 
-/// Agent heartbeat, on the server's clock.
+/// Agent heartbeat, on the server's clock: records this agent's beat, forgets
+/// agents not heard from within the window.
 ///
-/// - `KEYS[1]`: the region's agents, a sorted set scored by last heartbeat (ms).
+/// - `KEYS[1]`: the region's agents ([`super::keys::AGENTS`]), a sorted set
+///   scored by last heartbeat (ms of the server's `TIME`).
 /// - `ARGV[1]`: this agent's id; `ARGV[2]`: how long a heartbeat counts (ms).
-/// - Returns how many agents beat within that window, this one included.
-pub const HEARTBEAT_SCRIPT: &str = r"
+/// - Returns how many agents beat within that window, this one included; the
+///   set expires after two windows without a beat.
+pub(crate) const HEARTBEAT_SCRIPT: &str = r"
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local window = tonumber(ARGV[2])
@@ -148,7 +161,52 @@ redis.call('PEXPIRE', KEYS[1], window * 2)
 return redis.call('ZCARD', KEYS[1])
 ";
 
-/// The sorted set of the region's agents (one slot, whatever the cluster).
-pub const AGENTS_KEY: &str = "ml:{agents}";
-/// An agent not heard from for this long no longer counts as live.
-pub const HEARTBEAT_WINDOW_MS: u64 = 5_000;
+/// The region exchange, agents: adds a bucket's demand for a period into the
+/// period's demand or, once the period is sealed, into the next period's, so a
+/// late flush moves demand by a period instead of losing it.
+///
+/// - `KEYS[1]`: the period's demand ([`super::keys::region::demand`]);
+///   `KEYS[2]`: the period's sealed marker ([`super::keys::region::marker`]);
+///   `KEYS[3]`: the next period's demand.
+/// - `ARGV[1]`: the demand's life in ms; then `exchange key, tokens` pairs
+///   (HINCRBY into the target hash).
+/// - Returns 1 when the demand went to the period asked, 0 when to the next one.
+pub(crate) const FLUSH_SCRIPT: &str = "local target = KEYS[1] \
+     if redis.call('EXISTS', KEYS[2]) == 1 then target = KEYS[3] end \
+     for i = 2, #ARGV, 2 do redis.call('HINCRBY', target, ARGV[i], ARGV[i + 1]) end \
+     redis.call('PEXPIRE', target, ARGV[1]) \
+     if target == KEYS[1] then return 1 end return 0";
+
+/// The region exchange, the region's leader: seals a bucket's demand for a
+/// period. Marks the period sealed, then renames its demand to the sealed name
+/// (keeping the demand's expiry), if there was any.
+///
+/// - `KEYS[1]`: the period's demand ([`super::keys::region::demand`]);
+///   `KEYS[2]`: the sealed demand ([`super::keys::region::sealed`]);
+///   `KEYS[3]`: the period's sealed marker ([`super::keys::region::marker`]).
+/// - `ARGV[1]`: the marker's life in ms.
+/// - Returns 1 when there was demand to seal, 0 otherwise.
+pub(crate) const SEAL_SCRIPT: &str = "redis.call('SET', KEYS[3], '1', 'PX', ARGV[1]) \
+     if redis.call('EXISTS', KEYS[1]) == 1 then \
+     redis.call('RENAME', KEYS[1], KEYS[2]) return 1 end return 0";
+
+/// The election of a region's rebalancer: takes the lock if free, renews it
+/// if this agent holds it, leaves it alone otherwise.
+///
+/// - `KEYS[1]`: the lock ([`super::keys::region::LOCK`]), a string holding the
+///   leader's id.
+/// - `ARGV[1]`: this agent's id; `ARGV[2]`: the lock's life in ms.
+/// - Returns the holder's id after the call (this agent's when it leads).
+pub(crate) const ELECT_SCRIPT: &str = "local cur = redis.call('GET', KEYS[1]) \
+     if cur == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return cur end \
+     if not cur then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return ARGV[1] end \
+     return cur";
+
+/// The election, on shutdown: deletes the lock if this agent holds it, so the
+/// next leader need not wait for it to expire.
+///
+/// - `KEYS[1]`: the lock ([`super::keys::region::LOCK`]).
+/// - `ARGV[1]`: this agent's id.
+/// - Returns 1 when the lock was deleted, 0 when another agent (or none) held it.
+pub(crate) const RELEASE_SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+     return redis.call('DEL', KEYS[1]) end return 0";

@@ -2,23 +2,10 @@
 //! hash tag) mapped to nodes by `CLUSTER SLOTS`. A single Redis is a topology of
 //! one node owning every slot.
 
-use meshlimit_core::secret::KeyIds;
-use meshlimit_core::DescriptorKey;
-
-pub const SLOTS: u16 = 16_384;
-
-/// The Redis key of a bucket: `ml:{<id>}:<rule>`, where the id is the key's
-/// keyed hash (never the key in clear: Redis key names show up in `KEYS`,
-/// `MONITOR`, slow logs and backups). The id is the hash tag, so a key's bucket
-/// is one slot of a cluster, spread evenly whatever the key's text; the rule name
-/// follows so an operator can tell buckets apart, and `meshlimit-agent key-id`
-/// maps a known customer key to its bucket.
-pub fn redis_key(ids: &KeyIds, key: &DescriptorKey) -> String {
-    format!("ml:{{{}}}:{}", ids.id(key), key.rule())
-}
+pub(crate) const SLOTS: u16 = 16_384;
 
 /// The slot of a Redis key (CRC16/XMODEM of its hash tag, or of the whole key).
-pub fn slot(key: &str) -> u16 {
+pub(crate) fn slot(key: &str) -> u16 {
     let bytes = key.as_bytes();
     let tagged = key
         .find('{')
@@ -46,14 +33,14 @@ fn crc16(bytes: &[u8]) -> u16 {
 
 /// Slot ranges and the node (`host:port`) owning each.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct SlotMap {
+pub(crate) struct SlotMap {
     ranges: Vec<(u16, u16, usize)>,
-    pub nodes: Vec<String>,
+    pub(crate) nodes: Vec<String>,
 }
 
 impl SlotMap {
     /// Every slot on one node (a single Redis).
-    pub fn single(node: String) -> Self {
+    pub(crate) fn single(node: String) -> Self {
         Self {
             ranges: vec![(0, SLOTS - 1, 0)],
             nodes: vec![node],
@@ -61,7 +48,7 @@ impl SlotMap {
     }
 
     /// Builds the map from `(first, last, "host:port")` rows of `CLUSTER SLOTS`.
-    pub fn from_rows(rows: Vec<(u16, u16, String)>) -> Self {
+    pub(crate) fn from_rows(rows: Vec<(u16, u16, String)>) -> Self {
         let mut map = Self::default();
         for (first, last, node) in rows {
             let index = match map.nodes.iter().position(|n| *n == node) {
@@ -78,7 +65,7 @@ impl SlotMap {
     }
 
     /// The index (into `nodes`) of the node owning `slot`.
-    pub fn node_of(&self, slot: u16) -> Option<usize> {
+    pub(crate) fn node_of(&self, slot: u16) -> Option<usize> {
         self.ranges
             .iter()
             .find(|(a, b, _)| (*a..=*b).contains(&slot))
@@ -98,19 +85,6 @@ mod tests {
         assert_eq!(slot("123456789"), 0x31C3 % SLOTS);
         // An empty tag does not count: the whole key is hashed.
         assert_eq!(slot("{}abc"), crc16(b"{}abc") % SLOTS);
-    }
-
-    #[test]
-    fn keys_cannot_choose_their_slot() {
-        let ids = KeyIds::placeholder();
-        let a = redis_key(&ids, &DescriptorKey::new("r", ["{x}"]));
-        let b = redis_key(&ids, &DescriptorKey::new("r", ["{y}"]));
-        assert_ne!(slot(&a), slot(&b));
-        // `ml:{<32 hex of the key id>}:<rule>`, never the key's own text (the
-        // test harness's `redis_bucket_key` builds the same form).
-        let id = ids.id(&DescriptorKey::new("r", ["{x}"]));
-        assert_eq!(a, format!("ml:{{{id}}}:r"));
-        assert!(!a.contains("{x}"));
     }
 
     #[test]

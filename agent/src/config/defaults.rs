@@ -1,0 +1,50 @@
+//! Every default of the agent's settings, defined here once. The flags of
+//! `meshlimit-agent run` take their defaults from these (so `--help` shows
+//! them), and the types built without flags (`ServerLimits::default`, the
+//! memory store's and the fail-local buckets' key caps) take the same values.
+//! Each is explained on its flag ([`super::RunArgs`]).
+
+use super::LogFormat;
+
+/// `--listen`: the filters' API, `/metrics` and the probes.
+pub(crate) const LISTEN: &str = "127.0.0.1:8081";
+/// `--store`: the embedded store.
+pub(crate) const STORE: &str = "memory";
+/// `--region`.
+pub(crate) const REGION: &str = "local";
+/// `--lease-ttl-ms`.
+pub(crate) const LEASE_TTL_MS: u64 = 300;
+/// `--lease-target-ms`.
+pub(crate) const LEASE_TARGET_MS: u64 = 100;
+/// `--exact-below-rps`: no rule is made exact by its rate alone.
+pub(crate) const EXACT_BELOW_RPS: f64 = 0.0;
+/// `--rules-poll-ms`.
+pub(crate) const RULES_POLL_MS: u64 = 500;
+/// `--max-inflight`.
+pub(crate) const MAX_INFLIGHT: u32 = 1024;
+/// `--store-deadline-ms`: below the filter's 5 ms lease timeout.
+pub(crate) const STORE_DEADLINE_MS: u64 = 3;
+/// `--batch-window-us`.
+pub(crate) const BATCH_WINDOW_US: u64 = 500;
+/// `--max-batch`.
+pub(crate) const MAX_BATCH: u32 = 256;
+/// `--log`.
+pub(crate) const LOG: &str = "info";
+/// `--log-format`.
+pub(crate) const LOG_FORMAT: LogFormat = LogFormat::Text;
+/// `--region-floor`.
+pub(crate) const REGION_FLOOR: f64 = 0.1;
+/// `--region-timeout-ms`.
+pub(crate) const REGION_TIMEOUT_MS: u64 = 250;
+/// `--max-keys`: each per-key table's cap (see `crate::store::memory` for the
+/// memory it bounds).
+pub(crate) const MAX_KEYS: u32 = 25_000;
+/// `--max-connections`: as many as `--max-inflight` (see `ServerLimits`).
+pub(crate) const MAX_CONNECTIONS: u32 = MAX_INFLIGHT;
+/// `--header-timeout-ms`.
+pub(crate) const HEADER_TIMEOUT_MS: u64 = 5_000;
+
+/// [`MAX_KEYS`] as a size.
+pub(crate) fn max_keys() -> usize {
+    usize::try_from(MAX_KEYS).unwrap_or(usize::MAX)
+}

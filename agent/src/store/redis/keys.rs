@@ -1,0 +1,155 @@
+//! Every Redis key the agent reads or writes, named here and nowhere else: the
+//! token buckets and the agents' heartbeat of the lease store, and the region
+//! exchange ([`region`]). Every key carries a hash tag (`{…}`), so each command,
+//! script or atomic pipeline touches one slot of a Redis Cluster. No key holds a
+//! customer key in clear: keys are named by their key id (`core::secret`).
+//!
+//! | key | type | written by |
+//! |---|---|---|
+//! | `ml:{<key id>}:<rule>` | hash `t` (tokens), `u` (µs of the server's `TIME`) | the lease script |
+//! | `ml:{agents}` | sorted set, agent id → ms of its last heartbeat | the heartbeat script |
+//! | `ml:rg:…` | the region exchange | see [`region`] |
+//!
+//! The test harness (`tests/src/lib.rs`, `redis_bucket_key`, `exchange_key`)
+//! builds the same names on its own, from the outside: the end-to-end tests that
+//! look into Redis then guard the format itself, which operators' tooling and
+//! `meshlimit-agent key-id` depend on.
+
+use meshlimit_core::secret::KeyIds;
+use meshlimit_core::DescriptorKey;
+
+/// The Redis key of a token bucket: `ml:{<id>}:<rule>`, where the id is the key's
+/// keyed hash (never the key in clear: Redis key names show up in `KEYS`,
+/// `MONITOR`, slow logs and backups). The id is the hash tag, so a key's bucket
+/// is one slot of a cluster, spread evenly whatever the key's text; the rule name
+/// follows so an operator can tell buckets apart, and `meshlimit-agent key-id`
+/// maps a known customer key to its bucket.
+pub fn bucket(ids: &KeyIds, key: &DescriptorKey) -> String {
+    format!("ml:{{{}}}:{}", ids.id(key), key.rule())
+}
+
+/// The sorted set of the region's live agents (one slot, whatever the cluster).
+pub(crate) const AGENTS: &str = "ml:{agents}";
+
+/// The Redis keys of the region exchange, all in a region's own Redis (its agents
+/// write, every region's rebalancer reads). Keys per key-bucket carry the bucket
+/// in a hash tag, so each is one slot of a Redis Cluster and every command or
+/// atomic pipeline touches one slot; the buckets spread the exchange over the
+/// nodes.
+///
+/// | key | type | written by | read by |
+/// |---|---|---|---|
+/// | `ml:rg:{b<NN>}:d:<period>` | hash key → tokens offered | the region's agents (HINCRBY, a few times a second) | its leader, which renames it to the sealed key |
+/// | `ml:rg:{b<NN>}:m:<period>` | string: the period is sealed | the region's leader | agents: later demand goes to the next period |
+/// | `ml:rg:{b<NN>}:x:<period>` | hash key → tokens offered (sealed) | the region's leader (RENAME) | every region's leader |
+/// | `ml:rg:{b<NN>}:s` | hash key → `"<share> <global demand>"` | the region's leader (MULTI DEL, HSET, PEXPIRE) | the region's agents |
+/// | `ml:rg:{meta}` | hash `sealed`, `period`, `leader` | the region's leader | agents (`period`), other leaders (`sealed`) |
+/// | `ml:rg:{lock}` | string: the leader's id, with expiry | the election | the election |
+///
+/// The hash fields naming a key in these hashes are [`region::exchange_key`].
+pub mod region {
+    use meshlimit_core::fingerprint::fingerprint;
+    use meshlimit_core::secret::KeyIds;
+    use meshlimit_core::DescriptorKey;
+
+    /// Key buckets: enough to spread over the nodes of a cluster, few enough that
+    /// a tick's reads stay a handful of round trips run at once.
+    pub(crate) const BUCKETS: usize = 16;
+
+    /// The hash of the rebalancer's progress in a region.
+    pub(crate) const META: &str = "ml:rg:{meta}";
+    /// The lock electing the region's rebalancer.
+    pub(crate) const LOCK: &str = "ml:rg:{lock}";
+
+    /// `META` fields.
+    pub(crate) const SEALED: &str = "sealed";
+    pub(crate) const PERIOD: &str = "period";
+    pub(crate) const LEADER: &str = "leader";
+
+    /// How the region exchange names a key in its hashes: the rule, then the
+    /// key's id (the same in every region of a deployment, which shares one
+    /// secret; never the key in clear, since peers' Redis and their operators
+    /// see these).
+    pub fn exchange_key(ids: &KeyIds, key: &DescriptorKey) -> String {
+        format!("{}|{}", key.rule(), ids.id(key))
+    }
+
+    /// The bucket of an exchange key.
+    pub fn bucket(key: &str) -> usize {
+        (fingerprint(key.as_bytes()) % BUCKETS as u64) as usize
+    }
+
+    /// Demand being written for `period`.
+    pub(crate) fn demand(bucket: usize, period: u64) -> String {
+        format!("ml:rg:{{b{bucket:02}}}:d:{period}")
+    }
+
+    /// Set when `period` is sealed: later flushes for it go to the next period.
+    pub(crate) fn marker(bucket: usize, period: u64) -> String {
+        format!("ml:rg:{{b{bucket:02}}}:m:{period}")
+    }
+
+    /// Demand sealed for `period`: what every region's rebalancer reads.
+    pub(crate) fn sealed(bucket: usize, period: u64) -> String {
+        format!("ml:rg:{{b{bucket:02}}}:x:{period}")
+    }
+
+    /// The region's published shares.
+    pub(crate) fn shares(bucket: usize) -> String {
+        format!("ml:rg:{{b{bucket:02}}}:s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::region::{self, BUCKETS};
+    use super::*;
+    use crate::store::redis::topology::slot;
+
+    #[test]
+    fn bucket_keys_cannot_choose_their_slot() {
+        let ids = KeyIds::placeholder();
+        let a = bucket(&ids, &DescriptorKey::new("r", ["{x}"]));
+        let b = bucket(&ids, &DescriptorKey::new("r", ["{y}"]));
+        assert_ne!(slot(&a), slot(&b));
+        // `ml:{<32 hex of the key id>}:<rule>`, never the key's own text.
+        let id = ids.id(&DescriptorKey::new("r", ["{x}"]));
+        assert_eq!(a, format!("ml:{{{id}}}:r"));
+        assert!(!a.contains("{x}"));
+    }
+
+    #[test]
+    fn an_exchange_key_is_the_rule_and_the_key_id() {
+        let ids = KeyIds::placeholder();
+        let key = DescriptorKey::new("g", ["alice"]);
+        let name = region::exchange_key(&ids, &key);
+        assert_eq!(name, format!("g|{}", ids.id(&key)));
+        assert!(!name.contains("alice"));
+    }
+
+    #[test]
+    fn a_region_bucket_is_one_slot_and_buckets_spread() {
+        let mut slots = Vec::new();
+        for b in 0..BUCKETS {
+            let s = slot(&region::shares(b));
+            assert_eq!(s, slot(&region::demand(b, 7)));
+            assert_eq!(s, slot(&region::sealed(b, 9)));
+            assert_eq!(s, slot(&region::marker(b, 9)));
+            slots.push(s);
+        }
+        slots.sort_unstable();
+        slots.dedup();
+        assert_eq!(slots.len(), BUCKETS);
+        // Three equal masters each own some buckets.
+        for third in 0..3u16 {
+            let range = (third * 5461)..((third + 1) * 5461);
+            assert!(slots.iter().any(|s| range.contains(s)), "{slots:?}");
+        }
+    }
+
+    #[test]
+    fn a_key_always_lands_in_the_same_region_bucket() {
+        assert_eq!(region::bucket("r|alice"), region::bucket("r|alice"));
+        assert!(region::bucket("r|bob") < BUCKETS);
+    }
+}

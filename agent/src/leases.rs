@@ -27,6 +27,7 @@ use meshlimit_core::wire::{LeaseAnswer, LeaseRequest, LeaseResponse, WIRE_VERSIO
 use meshlimit_core::{DescriptorKey, Limit, Take, NANOS_PER_MS, NANOS_PER_SEC};
 use tokio::sync::Semaphore;
 
+use crate::config::defaults;
 use crate::fallback::Fallback;
 use crate::metrics::Metrics;
 use crate::pool::{PoolTake, Pools, StoreGrant};
@@ -35,8 +36,8 @@ use crate::rules_watch::CurrentRules;
 use crate::store::{Acquire, Acquired, Store, StoreError};
 
 /// `--max-keys`' default: the per-key tables' cap (see `crate::store::memory` for
-/// the memory it bounds).
-pub const DEFAULT_MAX_KEYS: usize = 25_000;
+/// the memory it bounds). Defined in `config::defaults`.
+pub const DEFAULT_MAX_KEYS: usize = defaults::MAX_KEYS as usize;
 
 /// The tunables of lease sizing and handling.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -131,12 +132,12 @@ impl LeaseSettings {
 impl Default for LeaseSettings {
     fn default() -> Self {
         Self {
-            ttl: Duration::from_millis(300),
-            target: Duration::from_millis(100),
-            exact_below_rps: 0.0,
-            max_inflight: 1024,
-            max_keys: DEFAULT_MAX_KEYS,
-            store_deadline: Duration::from_millis(3),
+            ttl: Duration::from_millis(defaults::LEASE_TTL_MS),
+            target: Duration::from_millis(defaults::LEASE_TARGET_MS),
+            exact_below_rps: defaults::EXACT_BELOW_RPS,
+            max_inflight: usize::try_from(defaults::MAX_INFLIGHT).unwrap_or(usize::MAX),
+            max_keys: defaults::max_keys(),
+            store_deadline: Duration::from_millis(defaults::STORE_DEADLINE_MS),
         }
     }
 }

@@ -132,7 +132,7 @@ struct Entry {
 
 impl Default for Pools {
     fn default() -> Self {
-        Self::new(100_000)
+        Self::new(crate::config::defaults::max_keys())
     }
 }
 

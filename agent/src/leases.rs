@@ -278,7 +278,8 @@ impl LeaseService {
     /// Refills the pool of `key` once a hold ends (`after_ns` from now): the
     /// store said when a lease's worth will be back, and the agent asks then,
     /// not before, and not only when an ask finds the pool empty. Skipped when
-    /// the key's demand is gone, a call is in flight, or a later hold runs.
+    /// the key is thin at this node (its demand would not spend a lease within
+    /// its life), a call is in flight, or a later hold runs.
     fn refill_after(
         &self,
         rule: &str,
@@ -295,7 +296,10 @@ impl LeaseService {
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_nanos(after_ns)).await;
             let now = service.now_ns();
-            if service.pools.demand(&key, now) < 0.5
+            // A thin key's token fetched by the clock would mostly expire in
+            // the pool before anyone asks: its next ask fetches it instead.
+            let life = u64::try_from(service.settings.ttl.as_nanos()).unwrap_or(u64::MAX);
+            if !service.pools.is_thick(&key, now, life)
                 || !service.pools.begin_refill(&key, now, timeout)
             {
                 return;

@@ -330,6 +330,14 @@ impl Pools {
         });
     }
 
+    /// Whether this node's demand for `key` would spend a lease within its
+    /// life (see `meshlimit_core::lease::THICK_TOKENS_PER_LIFE`): only then are
+    /// tokens fetched without an ask waiting for them.
+    pub fn is_thick(&self, key: &DescriptorKey, now_ns: u64, life_ns: u64) -> bool {
+        let demand = self.demand(key, now_ns);
+        demand * life_ns as f64 / 1e9 >= meshlimit_core::lease::THICK_TOKENS_PER_LIFE
+    }
+
     /// Whether the last store answer for `key` found its bucket drained.
     pub fn drained(&self, key: &DescriptorKey) -> bool {
         self.shards

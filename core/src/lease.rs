@@ -33,7 +33,7 @@ pub const REFILL_ROUND_TRIPS: f64 = 2.0;
 /// ahead would often expire before its next request, stranded, so the tokens
 /// of a key that is thin at each holder stay where they are shared (the
 /// node's pool, the store).
-pub const THICK_TOKENS_PER_LIFE: f64 = 4.0;
+pub const THICK_TOKENS_PER_LIFE: f64 = 8.0;
 /// The round trip assumed before one is measured, in microseconds.
 const INITIAL_RTT_US: u32 = 1_000;
 /// The weight of a new round-trip sample in the mean.
@@ -326,7 +326,7 @@ mod tests {
 
     #[test]
     fn a_thin_holder_asks_for_its_cost_and_never_refills_ahead() {
-        // 10/s over a 300 ms lease: 3 tokens a life, below the mark of 4.
+        // 10/s over a 300 ms lease: 3 tokens a life, below the mark of 8.
         let mut l = Lease {
             demand: 10.0,
             rtt_us: 100_000,
@@ -342,9 +342,12 @@ mod tests {
                 refill: false
             }
         );
-        // 20/s is thick: it asks ahead and refills.
+        // 20/s is 6 tokens a life, still thin; 40/s is thick: it asks ahead
+        // and refills.
         l.demand = 20.0;
-        assert_eq!(l.want(200 * MS, 1), Some(4));
+        assert_eq!(l.want(200 * MS, 1), None);
+        l.demand = 40.0;
+        assert_eq!(l.want(200 * MS, 1), Some(8));
         assert_eq!(
             l.take(MS, 1, Some(MS)),
             Spend::Taken {

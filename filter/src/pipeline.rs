@@ -123,9 +123,9 @@ impl Evaluation {
             let mut want = None;
             let local = slots::update(host, c.fingerprint, cfg.slots, |s| {
                 let check = s.check(now, c.cost, max_wait_ns, refill_timeout);
-                // Two thirds of a lease's life at the spend rate: spent before it
-                // expires, with a third to spare for a rate that drops.
-                let period = s.lease.expires_ns.saturating_sub(s.lease.granted_at_ns) * 2 / 3;
+                // Half a lease's life of demand: spent before it expires, with
+                // half to spare for a rate that drops (a burst that ends).
+                let period = s.lease.expires_ns.saturating_sub(s.lease.granted_at_ns) / 2;
                 want = s.want(period, c.cost);
                 check
             });

@@ -357,6 +357,11 @@ async fn while_nodes_compete_for_a_key_a_node_asks_for_its_share_of_a_lease_peri
     // A cold key: a lease of one token (the store then says it is drained).
     svc.lease(&req).await;
     assert_eq!(store.last_max.load(Ordering::SeqCst), 2);
+    // Forty asks at once: the node's demand would spend a lease within its
+    // life (a thinner key would not be refilled by the clock).
+    for _ in 0..39 {
+        svc.lease(&req).await;
+    }
     // The next call (the refill when the hold ends) asks for at least this
     // node's share of 100 ms of the 1,000/s rate over four nodes (25, up to
     // twice that), though the node's own asks would size a lease of one.

@@ -78,7 +78,7 @@ pub struct PathRun {
 /// The request-path phase's settings, derived from the throughput phase.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PathSettings {
-    /// The hot key's rate: half of (a)'s median saturation.
+    /// The hot key's rate: half of (c)'s median saturation (or of (a)'s, when lower).
     pub rate: f64,
     /// The cold keys' rate: the same, or half of (d)'s saturation if lower.
     pub cold_rate: f64,

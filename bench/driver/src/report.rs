@@ -142,7 +142,7 @@ fn request_path_section(r: &Results) -> String {
         Some(p) => {
             let _ = writeln!(
                 md,
-                "meshlimit-loadgen at {rate} req/s (half of (a)'s median saturation) for (h), (h3) and \
+                "meshlimit-loadgen at {rate} req/s (half of the hot key's saturation (c), or of (a)'s when lower) for (h), (h3) and \
                  (a); (k) at {cold} req/s{cold_why}. (h): rule `bench-lease`, limit {adm}/s (4× the rate: \
                  every request admitted, yet leases of about 100 ms of demand are renewed all the time); \
                  (h3): `bench-lease-3x`, limit {over}/s (a third of the rate); (k): `bench-new`, a new key \

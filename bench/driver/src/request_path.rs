@@ -30,7 +30,14 @@ impl Bench<'_> {
     /// (a) (h) (h3) [(a) again] (k), `latency_rounds` times, on an agent of its
     /// own whose rules are sized from the throughput phase.
     pub fn request_path(&mut self) -> Result<()> {
-        let rate = self.half_saturation("a").unwrap_or(1_000.0);
+        // Half of what meshlimit's filter sustains on a hot key ((c)), or of
+        // (a)'s when that is lower: past the filter's own saturation an open
+        // loop measures Envoy's queue, not the request path.
+        let a_half = self.half_saturation("a").unwrap_or(1_000.0);
+        let rate = self
+            .half_saturation("c")
+            .filter(|c| *c < a_half)
+            .unwrap_or(a_half);
         // Cold keys cannot always be offered (a)'s rate: each waits on the agent.
         let cold_rate = self
             .half_saturation("d")

@@ -125,9 +125,6 @@ struct Entry {
     call: Option<watch::Sender<()>>,
     /// Asks that waited on the call in flight: the next call's lease covers them.
     waited: u32,
-    /// The last store answer found the bucket drained (a hold or a denial):
-    /// the nodes are competing for the key's rate.
-    drained: bool,
 }
 
 impl Default for Pools {
@@ -290,7 +287,6 @@ impl Pools {
             e.remaining = remaining;
             e.reset_at_ns = now_ns.saturating_add(reset_ns);
             e.lease.denied_until_ns = now_ns.saturating_add(hold_ns);
-            e.drained = hold_ns > 0;
             e.end_call();
         });
         filter
@@ -303,7 +299,6 @@ impl Pools {
             // A denial answering a concurrent ask must not strand tokens that
             // another ask's grant just pooled: they are served first.
             e.lease.deny(now_ns, retry_after_ns);
-            e.drained = true;
             e.end_call();
         });
     }
@@ -336,15 +331,6 @@ impl Pools {
     pub fn is_thick(&self, key: &DescriptorKey, now_ns: u64, life_ns: u64) -> bool {
         let demand = self.demand(key, now_ns);
         demand * life_ns as f64 / 1e9 >= meshlimit_core::lease::THICK_TOKENS_PER_LIFE
-    }
-
-    /// Whether the last store answer for `key` found its bucket drained.
-    pub fn drained(&self, key: &DescriptorKey) -> bool {
-        self.shards
-            .get(key.fingerprint() as usize % SHARDS)
-            .and_then(|s| s.lock().ok())
-            .and_then(|m| m.get(key).map(|e| e.drained))
-            .unwrap_or(false)
     }
 
     /// This node's recent demand for `key`, tokens per second (0 for a key

@@ -33,7 +33,7 @@ pub const REFILL_ROUND_TRIPS: f64 = 2.0;
 /// ahead would often expire before its next request, stranded, so the tokens
 /// of a key that is thin at each holder stay where they are shared (the
 /// node's pool, the store).
-pub const THICK_TOKENS_PER_LIFE: f64 = 8.0;
+pub const THICK_TOKENS_PER_LIFE: f64 = 4.0;
 /// The round trip assumed before one is measured, in microseconds.
 const INITIAL_RTT_US: u32 = 1_000;
 /// The weight of a new round-trip sample in the mean.

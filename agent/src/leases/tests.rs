@@ -53,8 +53,6 @@ fn sizing() {
 struct FakeStore {
     mode: Mode,
     calls: AtomicUsize,
-    /// The largest lease (`max`) of the last call's first item.
-    last_max: AtomicUsize,
 }
 
 enum Mode {
@@ -71,9 +69,6 @@ enum Mode {
 impl Store for FakeStore {
     async fn acquire(&self, items: &[Acquire]) -> Vec<Acquired> {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        if let Some(a) = items.first() {
-            self.last_max.store(a.max as usize, Ordering::SeqCst);
-        }
         match &self.mode {
             Mode::Fail(e) => vec![Err(e.clone()); items.len()],
             Mode::Short => Vec::new(),
@@ -131,7 +126,6 @@ fn service_and_store(
     let store = Arc::new(FakeStore {
         mode,
         calls: AtomicUsize::new(0),
-        last_max: AtomicUsize::new(0),
     });
     let settings = LeaseSettings {
         max_inflight,
@@ -346,29 +340,4 @@ async fn asks_for_one_key_share_the_one_store_call_in_flight() {
         sample(&text, "meshlimit_pool_calls_total", &[("kind", "wait")]),
         Some(7.0 + 5.0)
     );
-}
-
-#[tokio::test(start_paused = true)]
-async fn while_nodes_compete_for_a_key_a_node_asks_for_its_share_of_a_lease_period() {
-    let (svc, _, store) = service_and_store(Mode::Drained, 8);
-    svc.live_nodes_handle()
-        .store(4, std::sync::atomic::Ordering::Relaxed);
-    let req = request(&["fast"]);
-    // A cold key: a lease of one token (the store then says it is drained).
-    svc.lease(&req).await;
-    assert_eq!(store.last_max.load(Ordering::SeqCst), 2);
-    // Forty asks at once: the node's demand would spend a lease within its
-    // life (a thinner key would not be refilled by the clock).
-    for _ in 0..39 {
-        svc.lease(&req).await;
-    }
-    // The next call (the refill when the hold ends) asks for at least this
-    // node's share of 100 ms of the 1,000/s rate over four nodes (25, up to
-    // twice that), though the node's own asks would size a lease of one.
-    tokio::time::advance(Duration::from_millis(200)).await;
-    // Let the timer (4 ms from when it first ran) and its call run.
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    svc.lease(&req).await;
-    assert!(store.calls.load(Ordering::SeqCst) >= 2);
-    assert_eq!(store.last_max.load(Ordering::SeqCst), 50);
 }

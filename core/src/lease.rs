@@ -326,7 +326,7 @@ mod tests {
 
     #[test]
     fn a_thin_holder_asks_for_its_cost_and_never_refills_ahead() {
-        // 10/s over a 300 ms lease: 3 tokens a life, below the mark of 8.
+        // 10/s over a 300 ms lease: 3 tokens a life, below the mark of 4.
         let mut l = Lease {
             demand: 10.0,
             rtt_us: 100_000,
@@ -342,12 +342,12 @@ mod tests {
                 refill: false
             }
         );
-        // 20/s is 6 tokens a life, still thin; 40/s is thick: it asks ahead
+        // 13/s is 3.9 tokens a life, still thin; 20/s is thick: it asks ahead
         // and refills.
-        l.demand = 20.0;
+        l.demand = 13.0;
         assert_eq!(l.want(200 * MS, 1), None);
-        l.demand = 40.0;
-        assert_eq!(l.want(200 * MS, 1), Some(8));
+        l.demand = 20.0;
+        assert_eq!(l.want(200 * MS, 1), Some(4));
         assert_eq!(
             l.take(MS, 1, Some(MS)),
             Spend::Taken {

@@ -30,7 +30,13 @@ use crate::pipeline::{apply_answer, Evaluation, Item};
 use crate::slots;
 
 /// Calls a request may wait on before its failure policies decide.
-pub const MAX_ROUNDS: u8 = 3;
+/// Each round is one agent call (a few hundred microseconds, at most the
+/// lease timeout); a request loses a round only when the tokens its call
+/// brought were taken by requests that asked before it. At 3 rounds, one
+/// gateway taking 40% of a hot key's requests at 3× its limit sent 6 of
+/// 120,000 requests to their failure policy (503 for a rule that fails
+/// closed) with the agent healthy.
+pub const MAX_ROUNDS: u8 = 8;
 
 /// What the lease calls did, for the filter's counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -353,6 +359,28 @@ mod tests {
             }]),
         );
         assert!(matches!(decided[0].1.verdict(), Verdict::Deny { .. }));
+    }
+
+    #[test]
+    fn a_request_that_keeps_losing_its_grant_takes_its_policy_after_max_rounds() {
+        let (host, cfg, rs) = (FakeHost::default(), FilterConfig::default(), rules("fast"));
+        let mut f = Flights::default();
+        f.admit(&host, &cfg, 1, eval(&rs, &host, &cfg, "a"));
+        let mut calls = 0;
+        let decided = loop {
+            let (_, items) = f.take_batch("v").unwrap();
+            calls += 1;
+            // Every answer's tokens are gone before the request looks.
+            let decided = f.answered(&host, &cfg, Call::Unsent(items), Some(vec![grant(0)]));
+            if !decided.is_empty() {
+                break decided;
+            }
+        };
+        assert_eq!(calls, usize::from(MAX_ROUNDS));
+        assert!(matches!(
+            decided[0].1.verdict(),
+            Verdict::Unavailable { .. }
+        ));
     }
 
     #[test]

@@ -315,30 +315,9 @@ impl LeaseService {
     /// Applies a background refill's answer to the pool.
     fn refilled(&self, p: &Refill, acquire: &Acquire, now: u64, result: Acquired) {
         match result {
-            Ok(Take::Granted {
-                tokens,
-                remaining,
-                reset_ns,
-            }) => {
+            Ok(take) => {
                 self.metrics.store_results("ok", 1);
-                let ttl = u64::try_from(self.settings.ttl.as_nanos()).unwrap_or(u64::MAX);
-                let hold = self.hold_ns(p.lease, remaining, acquire);
-                let grant = StoreGrant {
-                    tokens,
-                    remaining,
-                    reset_ns,
-                };
-                self.pools
-                    .fill_then_hold(&acquire.key, now, grant, 0, None, ttl, hold);
-                if hold > 0 {
-                    self.refill_after(&p.rule, acquire.limit, acquire.share, &acquire.key, hold);
-                }
-            }
-            Ok(Take::Denied { retry_after_ns }) => {
-                self.metrics.store_results("ok", 1);
-                let wait = self.denial_hold_ns(p.lease, retry_after_ns, acquire);
-                self.pools.deny(&acquire.key, now, wait);
-                self.refill_after(&p.rule, acquire.limit, acquire.share, &acquire.key, wait);
+                self.settle_pooled(&p.rule, p.lease, acquire, now, take, 0, None);
             }
             Err(e) => {
                 self.metrics.store_results(e.metric_result(), 1);
@@ -351,6 +330,65 @@ impl LeaseService {
                 }
             }
         }
+    }
+
+    /// Puts a store answer for a pooled key into the pool, one way for an
+    /// ask's call and a background refill: a grant fills the pool (the asking
+    /// filter's `cost`, or its `want`, taken out; 0 for a refill) and, when it
+    /// left the store fewer than a lease, holds the key until a lease's worth
+    /// has refilled; a denial is cached for its wait plus that refill. Either
+    /// hold ends in a refill by the clock. Returns the filter's tokens, or the
+    /// node's wait.
+    // Each argument is a distinct quantity of one answer.
+    #[allow(clippy::too_many_arguments)]
+    fn settle_pooled(
+        &self,
+        rule: &str,
+        lease: u32,
+        acquire: &Acquire,
+        now: u64,
+        take: Take,
+        cost: u32,
+        want: Option<u32>,
+    ) -> Take {
+        let (settled, hold) = match take {
+            Take::Granted {
+                tokens,
+                remaining,
+                reset_ns,
+            } => {
+                let ttl = u64::try_from(self.settings.ttl.as_nanos()).unwrap_or(u64::MAX);
+                let hold = self.hold_ns(lease, remaining, acquire);
+                let grant = StoreGrant {
+                    tokens,
+                    remaining,
+                    reset_ns,
+                };
+                let filter =
+                    self.pools
+                        .fill_then_hold(&acquire.key, now, grant, cost, want, ttl, hold);
+                let settled = Take::Granted {
+                    tokens: filter,
+                    remaining,
+                    reset_ns,
+                };
+                (settled, hold)
+            }
+            Take::Denied { retry_after_ns } => {
+                let wait = self.denial_hold_ns(lease, retry_after_ns, acquire);
+                self.pools.deny(&acquire.key, now, wait);
+                (
+                    Take::Denied {
+                        retry_after_ns: wait,
+                    },
+                    wait,
+                )
+            }
+        };
+        if hold > 0 {
+            self.refill_after(rule, acquire.limit, acquire.share, &acquire.key, hold);
+        }
+        settled
     }
 
     /// After a grant that left the store fewer than a lease: the time until a
@@ -548,27 +586,23 @@ impl LeaseService {
                 if !p.pooled {
                     return self.grant(p.rule, tokens, remaining, reset_ns);
                 }
-                let ttl = u64::try_from(self.settings.ttl.as_nanos()).unwrap_or(u64::MAX);
-                let grant = StoreGrant {
+                let take = Take::Granted {
                     tokens,
                     remaining,
                     reset_ns,
                 };
-                // The store kept fewer tokens than a lease: its bucket is drained.
-                // Ask it again once a lease's worth has refilled, not before.
-                let hold = self.hold_ns(p.lease, remaining, acquire);
-                let filter = self.pools.fill_then_hold(
-                    &acquire.key,
+                let filter = match self.settle_pooled(
+                    p.rule,
+                    p.lease,
+                    acquire,
                     now,
-                    grant,
+                    take,
                     acquire.min,
                     p.want,
-                    ttl,
-                    hold,
-                );
-                if hold > 0 {
-                    self.refill_after(p.rule, acquire.limit, acquire.share, &acquire.key, hold);
-                }
+                ) {
+                    Take::Granted { tokens, .. } => tokens,
+                    Take::Denied { .. } => 0,
+                };
                 self.grant(
                     p.rule,
                     filter,
@@ -582,9 +616,11 @@ impl LeaseService {
                 if !p.pooled {
                     return self.deny(p.rule, &acquire.key, retry_after_ns);
                 }
-                let wait = self.denial_hold_ns(p.lease, retry_after_ns, acquire);
-                self.pools.deny(&acquire.key, now, wait);
-                self.refill_after(p.rule, acquire.limit, acquire.share, &acquire.key, wait);
+                let take = Take::Denied { retry_after_ns };
+                let wait = match self.settle_pooled(p.rule, p.lease, acquire, now, take, 0, None) {
+                    Take::Denied { retry_after_ns } => retry_after_ns,
+                    Take::Granted { .. } => retry_after_ns,
+                };
                 self.deny(p.rule, &acquire.key, wait)
             }
             Err(e) => {

@@ -329,8 +329,7 @@ impl Pools {
     /// life (see `meshlimit_core::lease::THICK_TOKENS_PER_LIFE`): only then are
     /// tokens fetched without an ask waiting for them.
     pub fn is_thick(&self, key: &DescriptorKey, now_ns: u64, life_ns: u64) -> bool {
-        let demand = self.demand(key, now_ns);
-        demand * life_ns as f64 / 1e9 >= meshlimit_core::lease::THICK_TOKENS_PER_LIFE
+        meshlimit_core::lease::is_thick(self.demand(key, now_ns), life_ns)
     }
 
     /// This node's recent demand for `key`, tokens per second (0 for a key

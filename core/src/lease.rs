@@ -34,6 +34,12 @@ pub const REFILL_ROUND_TRIPS: f64 = 2.0;
 /// of a key that is thin at each holder stay where they are shared (the
 /// node's pool, the store).
 pub const THICK_TOKENS_PER_LIFE: f64 = 4.0;
+/// Whether a demand of `demand_per_sec` fills a lease living `life_ns` with
+/// at least [`THICK_TOKENS_PER_LIFE`] tokens.
+pub fn is_thick(demand_per_sec: f64, life_ns: u64) -> bool {
+    demand_per_sec * life_ns as f64 / 1e9 >= THICK_TOKENS_PER_LIFE
+}
+
 /// The round trip assumed before one is measured, in microseconds.
 const INITIAL_RTT_US: u32 = 1_000;
 /// The weight of a new round-trip sample in the mean.
@@ -163,8 +169,10 @@ impl Lease {
     /// Whether this holder's demand fills a lease's life with enough tokens
     /// to lease ahead.
     pub fn is_thick(&self) -> bool {
-        let life_s = self.expires_ns.saturating_sub(self.granted_at_ns) as f64 / 1e9;
-        f64::from(self.demand) * life_s >= THICK_TOKENS_PER_LIFE
+        is_thick(
+            f64::from(self.demand),
+            self.expires_ns.saturating_sub(self.granted_at_ns),
+        )
     }
 
     /// Tokens to ask for: this holder's demand over `period_ns`, at least
@@ -176,6 +184,13 @@ impl Lease {
         }
         let want = (f64::from(self.demand) * period_ns as f64 / 1e9).ceil();
         (want >= 1.0).then(|| (want.min(f64::from(u32::MAX)) as u32).max(cost))
+    }
+
+    /// What a holder asks for next: half a lease's life of demand, spent
+    /// before the lease expires with half to spare for a rate that drops (a
+    /// burst that ends); `None` for a thin holder (see [`Lease::want`]).
+    pub fn next_ask(&self, cost: u32) -> Option<u32> {
+        self.want(self.expires_ns.saturating_sub(self.granted_at_ns) / 2, cost)
     }
 
     /// Records a grant of `tokens` of which `cost` went to the request that

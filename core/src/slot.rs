@@ -111,12 +111,6 @@ impl SlotState {
         out
     }
 
-    /// Tokens to ask for: what this Envoy spends in `period_ns` at its recent
-    /// spend rate. `None` before it has spent a lease.
-    pub fn want(&self, period_ns: u64, cost: u32) -> Option<u32> {
-        self.lease.want(period_ns, cost)
-    }
-
     /// Decides from local state, taking `cost` lease tokens when it can. A cached
     /// denial longer than `max_wait_ns` (the longest the rule can make anyone
     /// wait) is cut to it, and a lease dated beyond [`MAX_LEASE_TTL_NS`] from now

@@ -41,7 +41,8 @@ pub const MAX_ROUNDS: u8 = 8;
 /// What the lease calls did, for the filter's counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FlightStats {
-    /// Lease calls sent.
+    /// Lease calls sent (reported by [`Flights::sent`]; a batch the host
+    /// refused is not one).
     pub calls: u64,
     /// Items sent ahead of need (nobody waiting).
     pub refills: u64,
@@ -113,12 +114,12 @@ impl<W: Copy + Eq + Hash> Flights<W> {
             rules_version: rules_version.to_string(),
             items: items.iter().map(|i| i.lease.clone()).collect(),
         };
-        self.stats.calls += 1;
         Some((request, items))
     }
 
     /// The batch went out as call `token`.
     pub fn sent(&mut self, token: u32, items: Vec<Item>) {
+        self.stats.calls += 1;
         self.calls.insert(token, items);
     }
 
@@ -309,6 +310,7 @@ mod tests {
         let (req, items) = f.take_batch("v").unwrap();
         // One item per key, in one call; two requests waited.
         assert_eq!(req.items.len(), 2);
+        f.sent(7, items);
         assert_eq!(
             f.stats,
             FlightStats {
@@ -317,7 +319,6 @@ mod tests {
                 waits: 2
             }
         );
-        f.sent(7, items);
         let decided = f.answered(&host, &cfg, Call::Sent(7), Some(vec![grant(3), grant(1)]));
         let ids: Vec<u32> = decided.iter().map(|(id, _)| *id).collect();
         assert_eq!(ids.len(), 4, "{ids:?}");

@@ -123,10 +123,13 @@ impl Evaluation {
             let mut want = None;
             let local = slots::update(host, c.fingerprint, cfg.slots, |s| {
                 let check = s.check(now, c.cost, max_wait_ns, refill_timeout);
-                // Half a lease's life of demand: spent before it expires, with
-                // half to spare for a rate that drops (a burst that ends).
-                let period = s.lease.expires_ns.saturating_sub(s.lease.granted_at_ns) / 2;
-                want = s.want(period, c.cost);
+                // Only a call (a miss, a refill) carries what to ask for.
+                if matches!(
+                    check,
+                    LocalCheck::Miss { .. } | LocalCheck::Taken { refill: true, .. }
+                ) {
+                    want = s.lease.next_ask(c.cost);
+                }
                 check
             });
             c.want = want;

@@ -285,7 +285,8 @@ pub fn slot_decoder(data: &[u8]) {
                 assert!(bucket.tokens_at(&limit, now) <= f64::from(limit.burst()));
             }
             _ => {
-                let _ = state.want(input.u64(), input.u32());
+                let _ = state.lease.want(input.u64(), input.u32());
+                let _ = state.lease.next_ask(input.u32());
                 if input.u8() & 1 == 1 {
                     state.begin_call(now, input.u64());
                 } else {

@@ -60,19 +60,59 @@ pub fn dispatch(
     body: &[u8],
     timeout_ms: u64,
 ) -> Option<u32> {
+    let headers = agent_headers(
+        "POST",
+        path,
+        authority,
+        auth,
+        ("content-type", "application/json"),
+    );
+    call_agent(cluster, headers, Some(body), timeout_ms)
+}
+
+/// A `GET` of `path` from the agent, accepting `accept`; `None` when the host
+/// refused to send it.
+pub fn fetch(
+    cluster: &str,
+    authority: &str,
+    auth: Option<&str>,
+    path: &str,
+    accept: &str,
+    timeout_ms: u64,
+) -> Option<u32> {
+    let headers = agent_headers("GET", path, authority, auth, ("accept", accept));
+    call_agent(cluster, headers, None, timeout_ms)
+}
+
+fn agent_headers<'a>(
+    method: &'a str,
+    path: &'a str,
+    authority: &'a str,
+    auth: Option<&'a str>,
+    content: (&'a str, &'a str),
+) -> Vec<(&'a str, &'a str)> {
     let mut headers = vec![
-        (":method", "POST"),
+        (":method", method),
         (":path", path),
         (":authority", authority),
-        ("content-type", "application/json"),
+        content,
     ];
     if let Some(auth) = auth {
         headers.push((meshlimit_core::secret::AUTH_HEADER, auth));
     }
+    headers
+}
+
+fn call_agent(
+    cluster: &str,
+    headers: Vec<(&str, &str)>,
+    body: Option<&[u8]>,
+    timeout_ms: u64,
+) -> Option<u32> {
     hostcalls::dispatch_http_call(
         cluster,
         headers,
-        Some(body),
+        body,
         vec![],
         Duration::from_millis(timeout_ms),
     )

@@ -92,13 +92,14 @@ impl RuleIndex {
             }
         }
         // Exact paths first, then prefixes, each by path; within a path by kind
-        // (prefix rules before directory rules) and position (the sort is stable).
+        // (prefix rules before directory rules), then position.
         let exact_first = |k: Kind| k != Kind::Exact;
-        items.sort_by(|a, b| {
+        items.sort_unstable_by(|a, b| {
             exact_first(a.0)
                 .cmp(&exact_first(b.0))
                 .then_with(|| a.1.cmp(b.1))
                 .then_with(|| a.0.cmp(&b.0))
+                .then(a.2.cmp(&b.2))
         });
         let mut index = RuleIndex {
             positions: Vec::with_capacity(items.len()),

@@ -171,9 +171,10 @@ mod tests {
                 Slice::Failed(e) => panic!("{e}"),
             }
         };
-        // Five steps a slice (16 rules each while lines are left, then one part
-        // of finishing the set each): 12 slices read 960 rules, the 13th reads
-        // the last 40 and orders and indexes them, the 14th sorts the names.
+        // Five steps a slice (16 rules each while lines are left, then one step
+        // of finishing the set each): 12 slices read 960 rules; the 13th reads
+        // the last 40, checks their order and sorts their paths; the 14th
+        // indexes them and sorts and keeps their names.
         assert_eq!(slices, 14);
         assert_eq!(set.rules().len(), 1_000);
         assert_eq!(set.version(), version);

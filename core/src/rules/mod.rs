@@ -15,6 +15,7 @@ mod parse;
 pub mod review;
 #[cfg(feature = "schema")]
 pub mod schema;
+mod stepsort;
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;

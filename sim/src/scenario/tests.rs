@@ -83,3 +83,21 @@ fn weights_sum_to_one() {
     assert!((one[0] - 0.4).abs() < 1e-12);
     assert_eq!(Spread::Range { from: 25, to: 50 }.weights(50)[0], 0.0);
 }
+
+#[test]
+fn every_committed_scenario_reads_and_plans() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+    let mut read = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+            continue;
+        }
+        let scenario = Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        scenario
+            .plan(&Overrides::default())
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        read += 1;
+    }
+    assert!(read >= 12, "{read} scenarios read");
+}

@@ -15,7 +15,7 @@ use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::ContextType;
 
 use crate::backoff;
-use crate::config::FilterConfig;
+use crate::config::{millis, FilterConfig};
 use crate::flights::{Call, FlightStats};
 use crate::host::{self, Host, ProxyHost};
 use crate::http::{finish, Http};
@@ -86,7 +86,7 @@ impl Root {
                     if let Some(g) = self.ready_gauge {
                         host::increment(g, 1);
                     }
-                    host::set_tick_period(self.vm.borrow().config.sync_interval_ms);
+                    host::set_tick_period(millis(self.vm.borrow().config.sync_interval));
                 }
                 true
             }
@@ -131,11 +131,11 @@ impl Root {
                 config.agent_auth.as_deref(),
                 LEASE_PATH,
                 &body,
-                config.timeout_ms,
+                millis(config.timeout),
             ) {
                 Some(token) => self.vm.borrow_mut().flights.sent(token, items),
                 None => {
-                    backoff::failed(&ProxyHost, config.agent_backoff_ms);
+                    backoff::failed(&ProxyHost, config.agent_backoff);
                     self.answered(Call::Unsent(items), None);
                 }
             }
@@ -210,7 +210,7 @@ impl Root {
             config.agent_auth.as_deref(),
             SYNC_PATH,
             &body,
-            config.sync_timeout_ms,
+            millis(config.sync_timeout),
         ) {
             Some(token) => self.in_flight = Some((token, request.decisions)),
             None => self.vm.borrow_mut().counts.restore(request.decisions),
@@ -238,8 +238,8 @@ impl Context for Root {
                 backoff::answered(&ProxyHost);
             } else {
                 debug!("meshlimit: lease call failed (status {status:?})");
-                let backoff_ms = self.vm.borrow().config.agent_backoff_ms;
-                backoff::failed(&ProxyHost, backoff_ms);
+                let backoff = self.vm.borrow().config.agent_backoff;
+                backoff::failed(&ProxyHost, backoff);
             }
             self.answered(Call::Sent(token_id), answers);
             // Requests a lost race left undecided wait on new calls.

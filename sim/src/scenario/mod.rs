@@ -199,7 +199,9 @@ impl Scenario {
         // The harness's deployment secret, as the filter's VM would have it.
         let secret = meshlimit_core::secret::Secret::new(meshlimit_tests::TEST_SECRET.as_bytes())
             .map_err(|e| e.to_string())?;
-        FilterConfig::parse(Some(text.as_bytes())).map(|c| c.with_secret(&secret))
+        FilterConfig::parse(Some(text.as_bytes()))
+            .map(|c| c.with_secret(&secret))
+            .map_err(|e| e.to_string())
     }
 }
 

@@ -19,7 +19,7 @@ fn defaults_fill_what_a_file_leaves_out() {
     assert_eq!(s.traffic.keys, 1);
     let plan = s.plan(&Overrides::default()).unwrap();
     // A generous lease timeout: accuracy, not latency, is measured.
-    assert_eq!(plan.filter.timeout_ms, 1_000);
+    assert_eq!(plan.filter.timeout, std::time::Duration::from_secs(1));
     assert_eq!(plan.filter.expected_nodes, 50);
 }
 
@@ -40,7 +40,7 @@ fn shapes_spreads_and_overrides_read_as_maps() {
         .unwrap();
     assert_eq!(plan.scenario.duration, Secs(4.0));
     assert_eq!(plan.scenario.gateways, 3);
-    assert_eq!(plan.filter.timeout_ms, 20);
+    assert_eq!(plan.filter.timeout, std::time::Duration::from_millis(20));
 }
 
 #[test]

@@ -24,15 +24,16 @@ use super::error::{RuleError, RulesError};
 use super::RuleSet;
 
 /// The largest rules file read: 4 MiB, above the biggest rule sets seen (20,000
-/// rules are about 2.5 MB) with room to spare. Parsing costs about 50 bytes of
+/// rules are about 2.5 MB) with room to spare. Parsing costs about 40 bytes of
 /// peak memory per byte of text (the text's value tree, then the rules):
-/// `check-rules` peaked at 62 MiB on a 1 MiB file (8,621 rules; a ConfigMap holds
-/// at most 1 MiB, so no ConfigMap can cost more), 134 MiB on 2.5 MB (20,266
-/// rules) and 217 MiB on a file at this cap (33,820 rules), measured with
-/// `/usr/bin/time -f %M meshlimit-agent check-rules FILE` (debug build). An agent
-/// given files above 1 MiB needs its memory limit raised by as much. Readers stop
-/// at this size plus one byte (see the agent's rules watcher), so a bigger file is
-/// never held.
+/// `check-rules` peaked at 50 MiB on a 1 MiB file (8,548 one-line rules; a
+/// ConfigMap holds at most 1 MiB, so no ConfigMap can cost more), 100 MiB on
+/// 2.5 MB (20,190 rules) and 158 MiB on a file at this cap (33,752 rules),
+/// measured with `/usr/bin/time -f %M meshlimit-agent check-rules FILE` (debug
+/// build; the release build peaks at 41 and 150 MiB for 1 MiB and the cap). An
+/// agent given files above 1 MiB needs its memory limit raised by as much.
+/// Readers stop at this size plus one byte (see the agent's rules watcher), so a
+/// bigger file is never held.
 pub const MAX_RULES_FILE_BYTES: usize = 4 * 1024 * 1024;
 
 /// The top-level fields of a rules file, in the order serde's message names them.

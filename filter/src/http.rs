@@ -236,7 +236,7 @@ impl Context for Http {
                 debug!("meshlimit: lease call failed (status {status:?})");
                 // A 4xx means we sent something the agent refuses: a bug, not an
                 // outage, but the request must not wait either way.
-                backoff::failed(&ProxyHost, self.config.agent_backoff_ms);
+                backoff::failed(&ProxyHost, self.config.agent_backoff);
                 eval.fail_misses(&ProxyHost, &self.config);
             }
         }
@@ -303,14 +303,14 @@ impl HttpContext for Http {
                     cfg.agent_auth.as_deref(),
                     LEASE_PATH,
                     &body,
-                    cfg.timeout_ms,
+                    crate::config::millis(cfg.timeout),
                 )
                 .is_some()
                 {
                     self.pending = Some(eval);
                     return Action::Pause;
                 }
-                backoff::failed(&ProxyHost, self.config.agent_backoff_ms);
+                backoff::failed(&ProxyHost, self.config.agent_backoff);
                 eval.fail_misses(&ProxyHost, &self.config);
             }
         }

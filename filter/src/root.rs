@@ -16,7 +16,7 @@ use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::ContextType;
 
 use crate::backoff;
-use crate::config::FilterConfig;
+use crate::config::{millis, nanos, FilterConfig};
 use crate::flights::{Call, FlightStats};
 use crate::host::{self, Host, ProxyHost};
 use crate::http::{finish, Http};
@@ -143,7 +143,7 @@ impl Root {
         host::set_tick_period(if self.loading.is_some() || !self.retired.is_empty() {
             LOAD_TICK_MS
         } else if vm.rules.is_some() {
-            vm.config.sync_interval_ms
+            millis(vm.config.sync_interval)
         } else {
             STARTUP_TICK_MS
         });
@@ -173,7 +173,7 @@ impl Root {
             config.agent_auth.as_deref(),
             RULES_PATH,
             RULES_LINES_TYPE,
-            config.sync_timeout_ms,
+            millis(config.sync_timeout),
         );
     }
 
@@ -211,11 +211,11 @@ impl Root {
                 config.agent_auth.as_deref(),
                 LEASE_PATH,
                 &body,
-                config.timeout_ms,
+                millis(config.timeout),
             ) {
                 Some(token) => self.vm.borrow_mut().flights.sent(token, items),
                 None => {
-                    backoff::failed(&ProxyHost, config.agent_backoff_ms);
+                    backoff::failed(&ProxyHost, config.agent_backoff);
                     self.answered(Call::Unsent(items), None);
                 }
             }
@@ -291,7 +291,7 @@ impl Root {
             config.agent_auth.as_deref(),
             SYNC_PATH,
             &body,
-            config.sync_timeout_ms,
+            millis(config.sync_timeout),
         ) {
             Some(token) => self.in_flight = Some((token, request.decisions)),
             None => self.vm.borrow_mut().counts.restore(request.decisions),
@@ -327,8 +327,8 @@ impl Context for Root {
                 backoff::answered(&ProxyHost);
             } else {
                 debug!("meshlimit: lease call failed (status {status:?})");
-                let backoff_ms = self.vm.borrow().config.agent_backoff_ms;
-                backoff::failed(&ProxyHost, backoff_ms);
+                let backoff = self.vm.borrow().config.agent_backoff;
+                backoff::failed(&ProxyHost, backoff);
             }
             self.answered(Call::Sent(token_id), answers);
             // Requests a lost race left undecided wait on new calls.
@@ -416,8 +416,8 @@ impl RootContext for Root {
         // While the tick is fast, syncs keep their own interval.
         let now = ProxyHost.now_ns();
         if self.in_flight.is_none() && (!fast || now >= self.next_sync_ns) {
-            let interval = self.vm.borrow().config.sync_interval_ms;
-            self.next_sync_ns = now.saturating_add(interval.saturating_mul(1_000_000));
+            let interval = self.vm.borrow().config.sync_interval;
+            self.next_sync_ns = now.saturating_add(nanos(interval));
             self.sync();
         }
     }

@@ -4,6 +4,7 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashSet};
 use std::num::{NonZeroU32, NonZeroU64};
+use std::sync::Arc;
 
 use super::config::*;
 use super::error::{RuleError, RulesError};
@@ -34,35 +35,41 @@ impl RuleSet {
     /// the first, so one round of edits fixes a file. The set keeps a copy of the
     /// normalised file, to serve it ([`RuleSet::config`]).
     pub fn compile(config: &RulesConfig) -> Result<RuleSet, RulesError> {
-        Self::compile_with(config, &[], true)
+        Self::compile_shared(Arc::new(config.clone()))
     }
 
-    /// [`RuleSet::compile`] for a host that only matches requests (the filter):
-    /// no copy of the file is kept, about half the set's memory for large sets.
+    /// [`RuleSet::compile`] keeping `config` itself rather than a copy (the
+    /// agent holds one file, not one per holder).
+    pub fn compile_shared(config: Arc<RulesConfig>) -> Result<RuleSet, RulesError> {
+        Self::compile_with(&config, &[]).finish(version_of(&config), Some(config))
+    }
+
+    /// [`RuleSet::compile`] for a host that only matches requests: no copy of
+    /// the file is kept, about half the set's memory for large sets.
     pub fn compile_unserved(config: &RulesConfig) -> Result<RuleSet, RulesError> {
-        Self::compile_with(config, &[], false)
+        Self::compile_with(config, &[]).finish(version_of(config), None)
     }
 
-    /// [`RuleSet::compile`], with each rule's line in the file (by position; a
-    /// missing entry is an unknown line): every error about a rule carries it.
+    /// [`RuleSet::compile_shared`], with each rule's line in the file (by
+    /// position; a missing entry is an unknown line): every error about a rule
+    /// carries it.
     #[cfg(feature = "yaml")]
     pub(crate) fn compile_at(
-        config: &RulesConfig,
+        config: RulesConfig,
         lines: &[Option<usize>],
     ) -> Result<RuleSet, RulesError> {
-        Self::compile_with(config, lines, true)
+        let builder = Self::compile_with(&config, lines);
+        let version = version_of(&config);
+        builder.finish(version, Some(Arc::new(config)))
     }
 
-    fn compile_with(
-        config: &RulesConfig,
-        lines: &[Option<usize>],
-        keep: bool,
-    ) -> Result<RuleSet, RulesError> {
+    /// Every rule of `config` added to a builder.
+    fn compile_with(config: &RulesConfig, lines: &[Option<usize>]) -> RuleSetBuilder {
         let mut builder = RuleSetBuilder::new(config);
         for (i, rule) in config.rules.iter().enumerate() {
             builder.add(rule, lines.get(i).copied().flatten());
         }
-        builder.finish(version_of(config), keep.then(|| config.clone()))
+        builder
     }
 }
 
@@ -260,7 +267,7 @@ impl RuleSetBuilder {
     pub fn finish(
         mut self,
         version: String,
-        config: Option<RulesConfig>,
+        config: Option<Arc<RulesConfig>>,
     ) -> Result<RuleSet, RulesError> {
         if self.added == 0 {
             // Where a whole-file compile reports it: after the schema version.

@@ -147,8 +147,8 @@ impl RulesWatcher {
         }
     }
 
-    /// Reads the file once and applies it if it changed. A blocking read is fine
-    /// here: a rules file is a few KiB on a local (tmpfs) volume, read twice a second.
+    /// Reads the file once and applies it if it changed (blocking: [`RulesWatcher::run`]
+    /// calls it on a blocking thread).
     pub(crate) fn poll(&mut self) -> Reload {
         if self.path.is_dir() {
             return self.poll_directory();
@@ -259,7 +259,21 @@ impl RulesWatcher {
         loop {
             tokio::select! {
                 _ = tick.tick() => {
-                    self.poll();
+                    // Parsing and compiling a large file takes the better part of
+                    // a second: on a blocking thread, so no lease call waits behind
+                    // it on a runtime worker.
+                    self = match tokio::task::spawn_blocking(move || {
+                        self.poll();
+                        self
+                    })
+                    .await
+                    {
+                        Ok(watcher) => watcher,
+                        Err(e) => {
+                            tracing::error!("rules watcher stopped: {e}");
+                            return;
+                        }
+                    };
                 }
                 _ = shutdown.wait() => return,
             }

@@ -52,6 +52,15 @@ impl Retired {
     pub fn is_empty(&self) -> bool {
         self.sets.is_empty()
     }
+
+    /// Whether a set can be freed now: none is held by a request (a long
+    /// stream keeps the set it started on until it ends, and a retired set
+    /// waits for it without a fast tick).
+    pub fn can_shed(&self) -> bool {
+        self.sets
+            .iter()
+            .any(|set| Rc::strong_count(set) == 1 && Rc::weak_count(set) == 0)
+    }
 }
 
 /// Where a load stands after a slice.
@@ -189,9 +198,11 @@ mod tests {
         let request = Rc::clone(&set);
         let mut retired = Retired::default();
         retired.push(set);
+        assert!(!retired.can_shed());
         assert!(!retired.shed(SHED_RULES), "a request still runs on it");
         assert_eq!(request.rules().len(), 2_500, "untouched while in use");
         drop(request);
+        assert!(retired.can_shed());
         let mut ticks = 1;
         while !retired.shed(SHED_RULES) {
             ticks += 1;

@@ -135,12 +135,13 @@ impl Root {
         self.set_tick();
     }
 
-    /// The tick: every millisecond while rules are being loaded or freed (a
-    /// slice of the work each); otherwise fast until the first rules arrive, so
-    /// a fresh Envoy limits quickly, then the sync interval.
+    /// The tick: every millisecond while rules are being loaded or a replaced
+    /// set can be freed (a slice of the work each); otherwise fast until the
+    /// first rules arrive, so a fresh Envoy limits quickly, then the sync
+    /// interval.
     fn set_tick(&self) {
         let vm = self.vm.borrow();
-        host::set_tick_period(if self.loading.is_some() || !self.retired.is_empty() {
+        host::set_tick_period(if self.loading.is_some() || self.retired.can_shed() {
             LOAD_TICK_MS
         } else if vm.rules.is_some() {
             millis(vm.config.sync_interval)
@@ -408,9 +409,14 @@ impl RootContext for Root {
     }
 
     fn on_tick(&mut self) {
-        let fast = self.loading.is_some() || !self.retired.is_empty();
+        let fast = self.loading.is_some() || self.retired.can_shed();
         self.load_slice();
-        if !self.retired.is_empty() && self.retired.shed(SHED_RULES) {
+        if !self.retired.is_empty() {
+            self.retired.shed(SHED_RULES);
+        }
+        // Fast while there is work: a set still held by a long stream is looked
+        // at again at the sync interval.
+        if fast != (self.loading.is_some() || self.retired.can_shed()) {
             self.set_tick();
         }
         // While the tick is fast, syncs keep their own interval.

@@ -17,7 +17,7 @@ use proxy_wasm::types::ContextType;
 use crate::backoff;
 use crate::config::FilterConfig;
 use crate::flights::{Call, FlightStats};
-use crate::host::{self, Host, ProxyHost};
+use crate::host::{AgentCall, Metric, Proxy};
 use crate::http::{finish, Http};
 use crate::pipeline::Evaluation;
 use crate::state::{Shared, RULES_KEY, VM_SEQ_KEY};
@@ -25,8 +25,9 @@ use crate::state::{Shared, RULES_KEY, VM_SEQ_KEY};
 /// Tick period until the first rules arrive, so a fresh Envoy limits quickly.
 const STARTUP_TICK_MS: u64 = 100;
 
-pub struct Root {
+pub struct Root<H> {
     context_id: u32,
+    host: Rc<H>,
     vm: Shared,
     filter_id: String,
     /// A sync in flight, with the counts it carries (restored if it fails).
@@ -40,22 +41,28 @@ pub struct Root {
     reported: FlightStats,
 }
 
-impl Root {
-    pub fn new(context_id: u32) -> Self {
+impl<H: Proxy + 'static> Root<H> {
+    pub fn new(context_id: u32, host: Rc<H>) -> Self {
         Self {
             context_id,
             call_counters: [
-                host::define_counter("meshlimit.lease_calls"),
-                host::define_counter("meshlimit.lease_refills"),
-                host::define_counter("meshlimit.lease_waits"),
+                host.define_metric(Metric::Counter, "meshlimit.lease_calls"),
+                host.define_metric(Metric::Counter, "meshlimit.lease_refills"),
+                host.define_metric(Metric::Counter, "meshlimit.lease_waits"),
             ],
             reported: FlightStats::default(),
             vm: Shared::default(),
             filter_id: String::new(),
             in_flight: None,
-            ready_gauge: host::define_gauge("meshlimit.rules_ready_vms"),
+            ready_gauge: host.define_metric(Metric::Gauge, "meshlimit.rules_ready_vms"),
             sync_failing: false,
+            host,
         }
+    }
+
+    /// The HTTP context of stream `context_id`.
+    pub(crate) fn http(&self, context_id: u32) -> Http<H> {
+        Http::new(Rc::clone(&self.host), Rc::clone(&self.vm), context_id)
     }
 
     /// Installs a rule set in this VM (and in shared data for the other VMs).
@@ -78,15 +85,16 @@ impl Root {
                 }
                 if publish {
                     if let Ok(json) = serde_json::to_vec(config) {
-                        let _ = ProxyHost.shared_set(RULES_KEY, &json, None);
+                        let _ = self.host.shared_set(RULES_KEY, &json, None);
                     }
                 }
                 self.vm.borrow_mut().rules = Some(Rc::new(set));
                 if first {
                     if let Some(g) = self.ready_gauge {
-                        host::increment(g, 1);
+                        self.host.increment(g, 1);
                     }
-                    host::set_tick_period(self.vm.borrow().config.sync_interval_ms);
+                    self.host
+                        .set_tick_period(self.vm.borrow().config.sync_interval_ms);
                 }
                 true
             }
@@ -125,17 +133,17 @@ impl Root {
                 break;
             };
             let body = serde_json::to_vec(&request).unwrap_or_default();
-            match host::dispatch(
-                &config.agent_cluster,
-                &config.agent_authority,
-                config.agent_auth.as_deref(),
-                LEASE_PATH,
-                &body,
-                config.timeout_ms,
-            ) {
+            match self.host.dispatch(AgentCall {
+                cluster: &config.agent_cluster,
+                authority: &config.agent_authority,
+                auth: config.agent_auth.as_deref(),
+                path: LEASE_PATH,
+                body: &body,
+                timeout_ms: config.timeout_ms,
+            }) {
                 Some(token) => self.vm.borrow_mut().flights.sent(token, items),
                 None => {
-                    backoff::failed(&ProxyHost, config.agent_backoff_ms);
+                    backoff::failed(&*self.host, config.agent_backoff_ms);
                     self.answered(Call::Unsent(items), None);
                 }
             }
@@ -151,9 +159,9 @@ impl Root {
             .vm
             .borrow_mut()
             .flights
-            .answered(&ProxyHost, &config, call, answers);
-        finish_waiting(&self.vm, &config, decided);
-        host::act_for(self.context_id);
+            .answered(&*self.host, &config, call, answers);
+        finish_waiting(&*self.host, &self.vm, &config, decided);
+        self.host.act_for(self.context_id);
     }
 
     fn report_calls(&mut self) {
@@ -165,20 +173,22 @@ impl Root {
         ];
         for (metric, delta) in self.call_counters.iter().zip(deltas) {
             if let (Some(id), true) = (metric, delta > 0) {
-                host::increment(*id, i64::try_from(delta).unwrap_or(i64::MAX));
+                self.host
+                    .increment(*id, i64::try_from(delta).unwrap_or(i64::MAX));
             }
         }
         self.reported = now;
     }
 
-    fn next_vm_number() -> u64 {
+    fn next_vm_number(&self) -> u64 {
         for _ in 0..16 {
-            let (bytes, cas) = ProxyHost.shared_get(VM_SEQ_KEY);
+            let (bytes, cas) = self.host.shared_get(VM_SEQ_KEY);
             let n = bytes
                 .and_then(|b| b.try_into().ok())
                 .map_or(0, u64::from_le_bytes)
                 + 1;
-            if ProxyHost
+            if self
+                .host
                 .shared_set(VM_SEQ_KEY, &n.to_le_bytes(), cas)
                 .is_ok()
             {
@@ -204,21 +214,21 @@ impl Root {
             decisions,
         };
         let body = serde_json::to_vec(&request).unwrap_or_default();
-        match host::dispatch(
-            &config.agent_cluster,
-            &config.agent_authority,
-            config.agent_auth.as_deref(),
-            SYNC_PATH,
-            &body,
-            config.sync_timeout_ms,
-        ) {
+        match self.host.dispatch(AgentCall {
+            cluster: &config.agent_cluster,
+            authority: &config.agent_authority,
+            auth: config.agent_auth.as_deref(),
+            path: SYNC_PATH,
+            body: &body,
+            timeout_ms: config.sync_timeout_ms,
+        }) {
             Some(token) => self.in_flight = Some((token, request.decisions)),
             None => self.vm.borrow_mut().counts.restore(request.decisions),
         }
     }
 }
 
-impl Context for Root {
+impl<H: Proxy + 'static> Context for Root<H> {
     fn on_http_call_response(
         &mut self,
         token_id: u32,
@@ -228,25 +238,25 @@ impl Context for Root {
     ) {
         let Some((_, decisions)) = self.in_flight.take_if(|(t, _)| *t == token_id) else {
             // Not the sync: a lease call of this VM's.
-            let (status, body) = host::call_response(body_size);
+            let (status, body) = self.host.call_response(body_size);
             let answers = (status == Some(200))
                 .then(|| serde_json::from_slice::<LeaseResponse>(&body).ok())
                 .flatten()
                 .filter(|r| r.v == WIRE_VERSION)
                 .map(|r| r.items);
             if answers.is_some() {
-                backoff::answered(&ProxyHost);
+                backoff::answered(&*self.host);
             } else {
                 debug!("meshlimit: lease call failed (status {status:?})");
                 let backoff_ms = self.vm.borrow().config.agent_backoff_ms;
-                backoff::failed(&ProxyHost, backoff_ms);
+                backoff::failed(&*self.host, backoff_ms);
             }
             self.answered(Call::Sent(token_id), answers);
             // Requests a lost race left undecided wait on new calls.
             self.send_queued();
             return;
         };
-        let (status, body) = host::call_response(body_size);
+        let (status, body) = self.host.call_response(body_size);
         let answer = (status == Some(200))
             .then(|| serde_json::from_slice::<SyncResponse>(&body).ok())
             .flatten()
@@ -275,9 +285,9 @@ impl Context for Root {
     }
 }
 
-impl RootContext for Root {
+impl<H: Proxy + 'static> RootContext for Root<H> {
     fn on_configure(&mut self, _size: usize) -> bool {
-        let mut config = match FilterConfig::parse(host::plugin_configuration().as_deref()) {
+        let mut config = match FilterConfig::parse(self.host.plugin_configuration().as_deref()) {
             Ok(c) => c,
             Err(e) => {
                 warn!("meshlimit: {e}");
@@ -287,36 +297,39 @@ impl RootContext for Root {
         // The secret comes from the VM's environment (Envoy's
         // `vm_config.environment_variables.host_env_keys`). Without one the agent
         // refuses this filter's calls and every rule takes its failure policy.
-        match std::env::var(SECRET_ENV).map(|s| Secret::new(s.as_bytes())) {
-            Ok(Ok(secret)) => config = config.with_secret(&secret),
-            Ok(Err(e)) => warn!("meshlimit: {SECRET_ENV}: {e}; the agent will refuse this filter"),
-            Err(_) => warn!("meshlimit: no {SECRET_ENV} in the VM's environment; the agent will refuse this filter"),
+        match self.host.env_var(SECRET_ENV).map(|s| Secret::new(s.as_bytes())) {
+            Some(Ok(secret)) => config = config.with_secret(&secret),
+            Some(Err(e)) => warn!("meshlimit: {SECRET_ENV}: {e}; the agent will refuse this filter"),
+            None => warn!("meshlimit: no {SECRET_ENV} in the VM's environment; the agent will refuse this filter"),
         }
         self.vm.borrow_mut().config = Rc::new(config);
-        let node = host::property(vec!["node", "id"])
+        let node = self
+            .host
+            .property(&["node", "id"])
             .filter(|n| !n.is_empty())
             .unwrap_or_else(|| "envoy".into());
-        let vm_number = Self::next_vm_number();
+        let vm_number = self.next_vm_number();
         self.filter_id = format!("{node}/vm{vm_number}");
         // Requests queue their lease items and wake this context through a
         // queue of this VM's own, so the calls belong to the root context:
         // never cancelled with a stream that ends first, and batched.
-        self.vm.borrow_mut().call_queue =
-            host::register_queue(&format!("meshlimit.calls.{vm_number}"));
+        self.vm.borrow_mut().call_queue = self
+            .host
+            .register_queue(&format!("meshlimit.calls.{vm_number}"));
         // Start with the last good rules any VM on this Envoy had.
-        if let (Some(json), _) = ProxyHost.shared_get(RULES_KEY) {
+        if let (Some(json), _) = self.host.shared_get(RULES_KEY) {
             if let Ok(config) = serde_json::from_slice::<RulesConfig>(&json) {
                 self.install(&config, false);
             }
         }
         if self.vm.borrow().rules.is_none() {
-            host::set_tick_period(STARTUP_TICK_MS);
+            self.host.set_tick_period(STARTUP_TICK_MS);
         }
         true
     }
 
     fn on_queue_ready(&mut self, queue_id: u32) {
-        host::drain_queue(queue_id);
+        self.host.drain_queue(queue_id);
         self.vm.borrow_mut().wake_queued = false;
         self.send_queued();
     }
@@ -328,7 +341,7 @@ impl RootContext for Root {
     }
 
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
-        Some(Box::new(Http::new(Rc::clone(&self.vm), context_id)))
+        Some(Box::new(self.http(context_id)))
     }
 
     fn get_type(&self) -> Option<ContextType> {
@@ -338,30 +351,34 @@ impl RootContext for Root {
 
 /// Finishes requests the VM's lease calls decided, each acting as its own
 /// context: counts, the local answer or the resumed request.
-fn finish_waiting(vm: &Shared, config: &FilterConfig, decided: Vec<(u32, Evaluation)>) {
+fn finish_waiting<H: Proxy>(
+    host: &H,
+    vm: &Shared,
+    config: &FilterConfig,
+    decided: Vec<(u32, Evaluation)>,
+) {
     for (id, eval) in decided {
         let Some(waiting) = vm.borrow_mut().waiting.remove(&id) else {
             continue;
         };
-        host::act_for(id);
-        if let proxy_wasm::types::Action::Continue = finish(vm, config, &waiting, &eval) {
-            host::resume_request();
+        host.act_for(id);
+        if let proxy_wasm::types::Action::Continue = finish(host, vm, config, &waiting, &eval) {
+            host.resume_request();
         }
     }
 }
 
 /// Fails the VM's queued items when the root context cannot be woken to send
 /// them: every request waiting on them takes its failure policy.
-pub(crate) fn fail_queued(vm: &Shared) {
+pub(crate) fn fail_queued<H: Proxy>(host: &H, vm: &Shared) {
     let config = Rc::clone(&vm.borrow().config);
     let mut decided = Vec::new();
     while let Some((_, items)) = vm.borrow_mut().flights.take_batch("") {
-        decided.extend(vm.borrow_mut().flights.answered(
-            &ProxyHost,
-            &config,
-            Call::Unsent(items),
-            None,
-        ));
+        decided.extend(
+            vm.borrow_mut()
+                .flights
+                .answered(host, &config, Call::Unsent(items), None),
+        );
     }
-    finish_waiting(vm, &config, decided);
+    finish_waiting(host, vm, &config, decided);
 }

@@ -1,6 +1,7 @@
 //! When misses skip the agent: the back-off after failed agent calls, kept in
 //! shared data so every worker of this Envoy sees it. Plain code over the
-//! [`Host`] trait (tested natively with the fake host); `http.rs` calls it.
+//! [`Host`] trait (tested natively over `testing::MemoryHost`); `http.rs` and
+//! `root.rs` call it.
 
 use crate::host::Host;
 use crate::state::{

@@ -131,6 +131,23 @@ impl Vm {
         calls.remove(0)
     }
 
+    /// One request for `key`, its lease call granting one token.
+    fn get_with_granted_call(&mut self, key: &str) -> u32 {
+        let (id, action) = self.get(key);
+        assert_eq!(action, Action::Pause);
+        self.turn();
+        let call = self.only_call();
+        let grant = LeaseAnswer::Grant {
+            tokens: 1,
+            ttl_ms: 300,
+            remaining: 9,
+            reset_ms: 100,
+            local: false,
+        };
+        self.answer(&call, Some(200), &lease_answer(vec![grant]));
+        id
+    }
+
     /// One request for `key`, its lease call failing.
     fn get_with_failed_call(&mut self, key: &str) -> u32 {
         let (id, action) = self.get(key);
@@ -349,17 +366,7 @@ fn after_three_failed_calls_in_a_row_a_miss_takes_its_failure_policy_without_a_c
 
     // The back-off ends on time (agent_backoff_ms, 500 ms): the next miss calls.
     vm.host.set_now(vm.host.now_ns() + 500 * MS);
-    let (id, _) = vm.get("k5");
-    vm.turn();
-    let call = vm.only_call();
-    let grant = LeaseAnswer::Grant {
-        tokens: 1,
-        ttl_ms: 300,
-        remaining: 9,
-        reset_ms: 100,
-        local: false,
-    };
-    vm.answer(&call, Some(200), &lease_answer(vec![grant]));
+    let id = vm.get_with_granted_call("k5");
     assert_eq!(vm.host.stream(id).resumed, 1);
 }
 
@@ -368,17 +375,7 @@ fn an_answered_call_ends_a_run_of_failed_calls() {
     let mut vm = Vm::with_rules(per_key("closed"));
     vm.get_with_failed_call("k1");
     vm.get_with_failed_call("k2");
-    let (_, _) = vm.get("k3");
-    vm.turn();
-    let call = vm.only_call();
-    let grant = LeaseAnswer::Grant {
-        tokens: 1,
-        ttl_ms: 300,
-        remaining: 9,
-        reset_ms: 100,
-        local: false,
-    };
-    vm.answer(&call, Some(200), &lease_answer(vec![grant]));
+    vm.get_with_granted_call("k3");
     // Past the time an answer vouches for the agent, two more failures are
     // not three in a row: the next miss still calls.
     vm.host.set_now(vm.host.now_ns() + AGENT_ALIVE_NS);

@@ -124,6 +124,14 @@ impl Vm {
         }
     }
 
+    /// The HTTP status of the local reply stream `id` got, if it got one.
+    fn replied(&self, id: u32) -> Option<u32> {
+        match self.host.stream(id).answer {
+            Some(Answer::Http { status, .. }) => Some(status),
+            _ => None,
+        }
+    }
+
     /// The one call dispatched since the last look.
     fn only_call(&self) -> Dispatched {
         let mut calls = self.host.take_calls();
@@ -135,17 +143,22 @@ impl Vm {
     fn get_with_granted_call(&mut self, key: &str) -> u32 {
         let (id, action) = self.get(key);
         assert_eq!(action, Action::Pause);
-        self.turn();
-        let call = self.only_call();
-        let grant = LeaseAnswer::Grant {
+        self.send_and_answer(LeaseAnswer::Grant {
             tokens: 1,
             ttl_ms: 300,
             remaining: 9,
             reset_ms: 100,
             local: false,
-        };
-        self.answer(&call, Some(200), &lease_answer(vec![grant]));
+        });
         id
+    }
+
+    /// The worker's loop turns, and the one lease call it sends is answered
+    /// with `answer`.
+    fn send_and_answer(&mut self, answer: LeaseAnswer) {
+        self.turn();
+        let call = self.only_call();
+        self.answer(&call, Some(200), &lease_answer(vec![answer]));
     }
 
     /// One request for `key`, its lease call failing.
@@ -308,13 +321,10 @@ fn a_miss_waits_for_one_lease_call_and_a_grant_lets_it_through_with_its_quota() 
 fn a_denied_miss_is_answered_429_with_when_to_retry() {
     let mut vm = Vm::with_rules(per_key("closed"));
     let (id, _) = vm.get("k1");
-    vm.turn();
-    let call = vm.only_call();
-    let deny = LeaseAnswer::Deny {
+    vm.send_and_answer(LeaseAnswer::Deny {
         retry_after_ms: 2_500,
         local: false,
-    };
-    vm.answer(&call, Some(200), &lease_answer(vec![deny]));
+    });
     let stream = vm.host.stream(id);
     assert_eq!(stream.resumed, 0);
     let Some(Answer::Http { status, fields, .. }) = stream.answer else {
@@ -329,10 +339,7 @@ fn a_denied_miss_is_answered_429_with_when_to_retry() {
     assert_eq!(action, Action::Pause);
     vm.turn();
     assert!(vm.host.take_calls().is_empty());
-    assert!(matches!(
-        vm.host.stream(id).answer,
-        Some(Answer::Http { status: 429, .. })
-    ));
+    assert_eq!(vm.replied(id), Some(429));
 }
 
 #[test]
@@ -341,18 +348,12 @@ fn after_three_failed_calls_in_a_row_a_miss_takes_its_failure_policy_without_a_c
     for key in ["k1", "k2", "k3"] {
         let id = vm.get_with_failed_call(key);
         // Each failed call sends its request to the rule's policy: 503.
-        assert!(matches!(
-            vm.host.stream(id).answer,
-            Some(Answer::Http { status: 503, .. })
-        ));
+        assert_eq!(vm.replied(id), Some(503));
     }
     let before = vm.host.calls_dispatched();
     let (id, action) = vm.get("k4");
     assert_eq!(action, Action::Pause);
-    assert!(matches!(
-        vm.host.stream(id).answer,
-        Some(Answer::Http { status: 503, .. })
-    ));
+    assert_eq!(vm.replied(id), Some(503));
     vm.turn();
     assert_eq!(
         vm.host.calls_dispatched(),
@@ -386,4 +387,51 @@ fn an_answered_call_ends_a_run_of_failed_calls() {
     vm.turn();
     let call = vm.only_call();
     assert_eq!(call.path, LEASE_PATH);
+}
+
+#[test]
+fn a_call_the_host_refuses_to_send_decides_its_requests_by_policy_and_counts_as_a_failure() {
+    let mut vm = Vm::with_rules(per_key("closed"));
+    vm.host.refuse_calls(true);
+    let mut ids = Vec::new();
+    for key in ["k1", "k2", "k3"] {
+        let (id, action) = vm.get(key);
+        assert_eq!(action, Action::Pause);
+        vm.turn();
+        ids.push(id);
+    }
+    for id in ids {
+        assert_eq!(vm.replied(id), Some(503));
+    }
+    assert_eq!(vm.host.metric("meshlimit.lease_calls"), Some(0));
+    // Three refusals are three failures in a row: the next miss does not wait
+    // for the root context at all.
+    vm.host.refuse_calls(false);
+    let (id, _) = vm.get("k4");
+    assert!(vm.host.take_woken_queues().is_empty());
+    assert_eq!(vm.replied(id), Some(503));
+}
+
+#[test]
+fn a_limited_grpc_call_gets_a_grpc_answer() {
+    let mut vm = Vm::with_rules(per_key("closed"));
+    let (id, _) = vm.request(&[
+        (":method", "POST"),
+        (":path", "/search.Search/Find"),
+        ("content-type", "application/grpc"),
+        ("x-api-key", "k1"),
+    ]);
+    vm.send_and_answer(LeaseAnswer::Deny {
+        retry_after_ms: 1_000,
+        local: false,
+    });
+    let answer = vm.host.stream(id).answer;
+    let Some(Answer::Grpc { status, fields, .. }) = answer else {
+        panic!("not a gRPC answer: {answer:?}");
+    };
+    assert_eq!(
+        status,
+        meshlimit_core::headers::grpc_status::RESOURCE_EXHAUSTED
+    );
+    assert_eq!(field(&fields, "x-meshlimit-rule"), Some("per-key"));
 }

@@ -28,7 +28,17 @@ use crate::shutdown::Shutdown;
 #[derive(Debug, Default)]
 pub struct CurrentRules {
     set: ArcSwapOption<RuleSet>,
+    /// The set as filters load it (one rule a line), encoded once per version
+    /// rather than once per filter VM that asks.
+    lines: ArcSwapOption<ServedLines>,
     last_error: Mutex<Option<String>>,
+}
+
+/// A version's rules as lines (`meshlimit_core::rules::lines`).
+#[derive(Debug)]
+pub(crate) struct ServedLines {
+    pub version: String,
+    pub body: bytes::Bytes,
 }
 
 /// What one poll found.
@@ -76,8 +86,19 @@ impl CurrentRules {
         self.set.load_full()
     }
 
+    /// The rules in force as lines, for filters.
+    pub(crate) fn lines(&self) -> Option<Arc<ServedLines>> {
+        let set = self.get()?;
+        match self.lines.load_full() {
+            Some(lines) if lines.version == set.version() => Some(lines),
+            // Installed between the two loads: encode this once more.
+            _ => Some(Arc::new(ServedLines::of(&set)?)),
+        }
+    }
+
     /// Puts `set` in force and forgets the last error.
     pub fn install(&self, set: Arc<RuleSet>) {
+        self.lines.store(ServedLines::of(&set).map(Arc::new));
         self.set.store(Some(set));
         *self
             .last_error
@@ -99,6 +120,16 @@ impl CurrentRules {
             .last_error
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(text);
+    }
+}
+
+impl ServedLines {
+    fn of(set: &RuleSet) -> Option<Self> {
+        let config = set.config()?;
+        Some(Self {
+            version: set.version().to_string(),
+            body: meshlimit_core::rules::lines::encode(config, set.version()).into(),
+        })
     }
 }
 

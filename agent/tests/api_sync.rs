@@ -156,6 +156,37 @@ async fn rules_carry_an_etag_and_answer_304_when_unchanged() {
 }
 
 #[tokio::test]
+async fn a_filter_that_fetches_its_rules_gets_them_as_lines_not_in_the_sync() {
+    let app = app(Some(RULES));
+    let mut request = sync_request("node-1/vm-0", None, &[]);
+    request.fetches_rules = true;
+    let answer = sync(&app, &request).await;
+    assert_eq!(answer.rules, None, "only the version");
+    assert_eq!(answer.version, parse_rules("x", RULES).unwrap().version());
+
+    let reply = call(
+        &app,
+        "GET",
+        RULES_PATH,
+        Bytes::new(),
+        &[("accept", "application/jsonl")],
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.headers["content-type"], "application/jsonl");
+    assert_eq!(
+        reply.headers["etag"].to_str().unwrap(),
+        format!("\"{}\"", answer.version)
+    );
+    let (set, _) =
+        meshlimit_core::rules::lines::RulesLoad::run(reply.body.clone().into_bytes()).unwrap();
+    assert_eq!(set.version(), answer.version);
+    let names =
+        |s: &meshlimit_core::RuleSet| s.rules().iter().map(|r| r.name.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&set), names(&parse_rules("x", RULES).unwrap()));
+}
+
+#[tokio::test]
 async fn ready_only_with_rules() {
     let empty = app(None);
     assert_eq!(get(&empty, "/healthz").await.status, StatusCode::OK);

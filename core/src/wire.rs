@@ -110,6 +110,11 @@ pub struct SyncRequest {
     /// Decisions taken since the last successful sync.
     #[serde(default)]
     pub decisions: Vec<DecisionCount>,
+    /// The filter fetches new rules itself (`GET /v1/rules` as lines) and needs
+    /// only the version in the answer. Filters of earlier releases leave it out
+    /// and get the rules inside the answer.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub fetches_rules: bool,
 }
 
 /// A count of decisions of one outcome for one rule.
@@ -198,6 +203,7 @@ mod tests {
     fn sync_round_trip() {
         let req = SyncRequest {
             v: WIRE_VERSION,
+            fetches_rules: false,
             filter_id: "node-1/vm".into(),
             rules_version: Some("v".into()),
             decisions: vec![DecisionCount {

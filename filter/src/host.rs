@@ -11,6 +11,8 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use meshlimit_core::headers::{self, Answer};
 use proxy_wasm::hostcalls;
+
+use crate::config::FilterConfig;
 use proxy_wasm::types::{BufferType, GrpcStatusCode, MapType, MetricType, Status};
 
 /// Shared data and time, as the request path needs them.
@@ -32,7 +34,7 @@ pub enum SharedError {
     Host,
 }
 
-/// A call to the agent: `POST path` on `cluster`, with the filter's token.
+/// A call to the node's agent, with the filter's token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AgentCall<'a> {
     pub cluster: &'a str,
@@ -40,9 +42,37 @@ pub struct AgentCall<'a> {
     /// The `authorization` header's value (none without a secret).
     pub auth: Option<&'a str>,
     pub path: &'a str,
-    pub body: &'a [u8],
+    pub request: AgentRequest<'a>,
     /// The host's deadline; the call is never retried.
     pub timeout_ms: u64,
+}
+
+/// What a call to the agent sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentRequest<'a> {
+    /// A `POST` of this JSON body.
+    Post(&'a [u8]),
+    /// A `GET`, accepting this content type.
+    Get { accept: &'a str },
+}
+
+impl<'a> AgentCall<'a> {
+    /// A call to the agent as `cfg` reaches it (cluster, authority, token).
+    pub fn to_agent(
+        cfg: &'a FilterConfig,
+        path: &'a str,
+        request: AgentRequest<'a>,
+        timeout_ms: u64,
+    ) -> Self {
+        Self {
+            cluster: &cfg.agent_cluster,
+            authority: &cfg.agent_authority,
+            auth: cfg.agent_auth.as_deref(),
+            path,
+            request,
+            timeout_ms,
+        }
+    }
 }
 
 /// A statistic the filter defines.
@@ -175,11 +205,15 @@ impl Proxy for ProxyHost {
     }
 
     fn dispatch(&self, call: AgentCall<'_>) -> Option<u32> {
+        let (method, content, body) = match call.request {
+            AgentRequest::Post(body) => ("POST", ("content-type", "application/json"), Some(body)),
+            AgentRequest::Get { accept } => ("GET", ("accept", accept), None),
+        };
         let mut headers = vec![
-            (":method", "POST"),
+            (":method", method),
             (":path", call.path),
             (":authority", call.authority),
-            ("content-type", "application/json"),
+            content,
         ];
         if let Some(auth) = call.auth {
             headers.push((meshlimit_core::secret::AUTH_HEADER, auth));
@@ -187,7 +221,7 @@ impl Proxy for ProxyHost {
         hostcalls::dispatch_http_call(
             call.cluster,
             headers,
-            Some(call.body),
+            body,
             vec![],
             Duration::from_millis(call.timeout_ms),
         )

@@ -14,7 +14,7 @@ use proxy_wasm::types::Action;
 
 use crate::backoff;
 use crate::config::FilterConfig;
-use crate::host::{AgentCall, Proxy};
+use crate::host::{AgentCall, AgentRequest, Proxy};
 use crate::pipeline::Evaluation;
 use crate::state::{Asked, QuotaCell, Shared, Waiting};
 use crate::{decided, usage};
@@ -312,17 +312,9 @@ impl<H: Proxy> HttpContext for Http<H> {
             {
                 let body = serde_json::to_vec(&eval.lease_request()).unwrap_or_default();
                 let cfg = &self.config;
-                if host
-                    .dispatch(AgentCall {
-                        cluster: &cfg.agent_cluster,
-                        authority: &cfg.agent_authority,
-                        auth: cfg.agent_auth.as_deref(),
-                        path: LEASE_PATH,
-                        body: &body,
-                        timeout_ms: cfg.timeout_ms,
-                    })
-                    .is_some()
-                {
+                let call =
+                    AgentCall::to_agent(cfg, LEASE_PATH, AgentRequest::Post(&body), cfg.timeout_ms);
+                if host.dispatch(call).is_some() {
                     self.pending = Some(eval);
                     return Action::Pause;
                 }

@@ -20,6 +20,7 @@ pub mod flights;
 pub mod host;
 mod http;
 pub mod pipeline;
+mod reload;
 mod root;
 pub mod slots;
 mod state;

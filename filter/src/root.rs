@@ -5,10 +5,11 @@
 use std::rc::Rc;
 
 use log::{debug, info, warn};
-use meshlimit_core::rules::RulesConfig;
+use meshlimit_core::rules::lines::{RulesLoad, RULES_LINES_TYPE};
 use meshlimit_core::secret::{Secret, SECRET_ENV};
 use meshlimit_core::wire::{
-    LeaseAnswer, LeaseResponse, SyncRequest, SyncResponse, LEASE_PATH, SYNC_PATH, WIRE_VERSION,
+    LeaseAnswer, LeaseResponse, SyncRequest, SyncResponse, LEASE_PATH, RULES_PATH, SYNC_PATH,
+    WIRE_VERSION,
 };
 use meshlimit_core::RuleSet;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
@@ -17,9 +18,10 @@ use proxy_wasm::types::ContextType;
 use crate::backoff;
 use crate::config::FilterConfig;
 use crate::flights::{Call, FlightStats};
-use crate::host::{AgentCall, Metric, Proxy};
+use crate::host::{AgentCall, AgentRequest, Metric, Proxy};
 use crate::http::{finish, Http};
 use crate::pipeline::Evaluation;
+use crate::reload::{Loading, Slice, LOAD_TICK_MS, SLICE_NS};
 use crate::state::{Shared, RULES_KEY, VM_SEQ_KEY};
 
 /// Tick period until the first rules arrive, so a fresh Envoy limits quickly.
@@ -39,6 +41,12 @@ pub struct Root<H> {
     /// The lease-call counters (calls, refills, waits) and what they showed.
     call_counters: [Option<u32>; 3],
     reported: FlightStats,
+    /// The call fetching the agent's rules, if one is in flight.
+    rules_call: Option<u32>,
+    /// A new rules version being compiled a slice at a time.
+    loading: Option<Loading>,
+    /// When the next sync is due (the tick is faster while a load lasts).
+    next_sync_ns: u64,
 }
 
 impl<H: Proxy + 'static> Root<H> {
@@ -56,6 +64,9 @@ impl<H: Proxy + 'static> Root<H> {
             in_flight: None,
             ready_gauge: host.define_metric(Metric::Gauge, "meshlimit.rules_ready_vms"),
             sync_failing: false,
+            rules_call: None,
+            loading: None,
+            next_sync_ns: 0,
             host,
         }
     }
@@ -65,44 +76,103 @@ impl<H: Proxy + 'static> Root<H> {
         Http::new(Rc::clone(&self.host), Rc::clone(&self.vm), context_id)
     }
 
-    /// Installs a rule set in this VM (and in shared data for the other VMs).
-    /// Called from the root context (the sync's answer, or start-up), never on a
-    /// request: requests keep the `Rc` of the set they started with, and the ones
-    /// that start after the swap take the new one.
-    fn install(&mut self, config: &RulesConfig, publish: bool) -> bool {
-        // The VM never serves the rules: no copy of the file is kept beside them.
-        match RuleSet::compile_unserved(config) {
-            Ok(set) => {
-                let first = self.vm.borrow().rules.is_none();
-                let changed = self
-                    .vm
-                    .borrow()
-                    .rules
-                    .as_ref()
-                    .is_none_or(|r| r.version() != set.version());
-                if changed {
-                    info!("meshlimit: rules version {} installed", set.version());
-                }
-                if publish {
-                    if let Ok(json) = serde_json::to_vec(config) {
-                        let _ = self.host.shared_set(RULES_KEY, &json, None);
-                    }
-                }
-                self.vm.borrow_mut().rules = Some(Rc::new(set));
-                if first {
-                    if let Some(g) = self.ready_gauge {
-                        self.host.increment(g, 1);
-                    }
-                    self.host
-                        .set_tick_period(self.vm.borrow().config.sync_interval_ms);
-                }
-                true
-            }
-            Err(e) => {
-                warn!("meshlimit: refusing rules from the agent, keeping the last good set: {e}");
-                false
+    /// Installs a rule set in this VM, and hands its `lines` to the VMs that
+    /// start later through shared data. Called from the root context (a load's
+    /// last slice, or start-up), never on a request: requests keep the `Rc` of
+    /// the set they started with, and the ones that start after the swap take
+    /// the new one.
+    fn install(&mut self, set: RuleSet, lines: Option<&[u8]>) {
+        let first = self.vm.borrow().rules.is_none();
+        info!("meshlimit: rules version {} installed", set.version());
+        if let Some(lines) = lines {
+            let _ = self.host.shared_set(RULES_KEY, lines, None);
+        }
+        self.vm.borrow_mut().rules = Some(Rc::new(set));
+        if first {
+            if let Some(g) = self.ready_gauge {
+                self.host.increment(g, 1);
             }
         }
+    }
+
+    /// Starts loading the rules the agent answered with: at once when this VM
+    /// has none yet, a slice a tick otherwise.
+    fn load(&mut self, lines: Vec<u8>) {
+        let mut loading = match Loading::start(lines) {
+            Ok(l) => l,
+            Err(e) => {
+                warn!("meshlimit: refusing rules from the agent, keeping the last good set: {e}");
+                return;
+            }
+        };
+        if self.vm.borrow().rules.is_some() {
+            self.loading = Some(loading);
+            self.host.set_tick_period(LOAD_TICK_MS);
+            return;
+        }
+        match loading.slice(&*self.host, u64::MAX) {
+            Slice::Done(set, lines) => self.install(*set, Some(&lines)),
+            Slice::Failed(e) => {
+                warn!("meshlimit: refusing rules from the agent, keeping the last good set: {e}")
+            }
+            Slice::Working => {}
+        }
+        self.set_sync_tick();
+    }
+
+    /// One slice of the load in progress; the set is swapped in when done.
+    fn load_slice(&mut self) {
+        let Some(loading) = self.loading.as_mut() else {
+            return;
+        };
+        match loading.slice(&*self.host, SLICE_NS) {
+            Slice::Working => return,
+            Slice::Done(set, lines) => self.install(*set, Some(&lines)),
+            Slice::Failed(e) => {
+                warn!("meshlimit: refusing rules from the agent, keeping the last good set: {e}")
+            }
+        }
+        self.loading = None;
+        self.set_sync_tick();
+    }
+
+    /// The tick between syncs: fast until the first rules arrive, so a fresh
+    /// Envoy limits quickly; the sync interval after.
+    fn set_sync_tick(&self) {
+        let vm = self.vm.borrow();
+        self.host.set_tick_period(if vm.rules.is_some() {
+            vm.config.sync_interval_ms
+        } else {
+            STARTUP_TICK_MS
+        });
+    }
+
+    /// Asks the agent for its rules, as lines, unless that version is already
+    /// here, on its way or being compiled.
+    fn fetch_rules(&mut self, version: &str) {
+        let here = self
+            .vm
+            .borrow()
+            .rules
+            .as_ref()
+            .map(|r| r.version() == version);
+        let loading = self.loading.as_ref().map(|l| l.version() == version);
+        if version.is_empty()
+            || here == Some(true)
+            || loading == Some(true)
+            || self.rules_call.is_some()
+        {
+            return;
+        }
+        let config = Rc::clone(&self.vm.borrow().config);
+        self.rules_call = self.host.dispatch(AgentCall::to_agent(
+            &config,
+            RULES_PATH,
+            AgentRequest::Get {
+                accept: RULES_LINES_TYPE,
+            },
+            config.sync_timeout_ms,
+        ));
     }
 
     /// The agent counts the region's live agents; the fail-local bucket is sized
@@ -133,14 +203,13 @@ impl<H: Proxy + 'static> Root<H> {
                 break;
             };
             let body = serde_json::to_vec(&request).unwrap_or_default();
-            match self.host.dispatch(AgentCall {
-                cluster: &config.agent_cluster,
-                authority: &config.agent_authority,
-                auth: config.agent_auth.as_deref(),
-                path: LEASE_PATH,
-                body: &body,
-                timeout_ms: config.timeout_ms,
-            }) {
+            let call = AgentCall::to_agent(
+                &config,
+                LEASE_PATH,
+                AgentRequest::Post(&body),
+                config.timeout_ms,
+            );
+            match self.host.dispatch(call) {
                 Some(token) => self.vm.borrow_mut().flights.sent(token, items),
                 None => {
                     backoff::failed(&*self.host, config.agent_backoff_ms);
@@ -212,16 +281,16 @@ impl<H: Proxy + 'static> Root<H> {
             filter_id: self.filter_id.clone(),
             rules_version: version,
             decisions,
+            fetches_rules: true,
         };
         let body = serde_json::to_vec(&request).unwrap_or_default();
-        match self.host.dispatch(AgentCall {
-            cluster: &config.agent_cluster,
-            authority: &config.agent_authority,
-            auth: config.agent_auth.as_deref(),
-            path: SYNC_PATH,
-            body: &body,
-            timeout_ms: config.sync_timeout_ms,
-        }) {
+        let call = AgentCall::to_agent(
+            &config,
+            SYNC_PATH,
+            AgentRequest::Post(&body),
+            config.sync_timeout_ms,
+        );
+        match self.host.dispatch(call) {
             Some(token) => self.in_flight = Some((token, request.decisions)),
             None => self.vm.borrow_mut().counts.restore(request.decisions),
         }
@@ -236,6 +305,14 @@ impl<H: Proxy + 'static> Context for Root<H> {
         body_size: usize,
         _trailers: usize,
     ) {
+        if self.rules_call.take_if(|t| *t == token_id).is_some() {
+            let (status, body) = self.host.call_response(body_size);
+            match status {
+                Some(200) => self.load(body),
+                _ => warn!("meshlimit: fetching the rules failed (status {status:?}); keeping the last good rules"),
+            }
+            return;
+        }
         let Some((_, decisions)) = self.in_flight.take_if(|(t, _)| *t == token_id) else {
             // Not the sync: a lease call of this VM's.
             let (status, body) = self.host.call_response(body_size);
@@ -270,9 +347,7 @@ impl<H: Proxy + 'static> Context for Root<H> {
                 if let Some(nodes) = response.live_nodes.filter(|n| *n > 0) {
                     self.set_live_nodes(nodes);
                 }
-                if let Some(rules) = response.rules {
-                    self.install(&rules, true);
-                }
+                self.fetch_rules(&response.version);
             }
             None => {
                 if !self.sync_failing {
@@ -317,14 +392,13 @@ impl<H: Proxy + 'static> RootContext for Root<H> {
             .host
             .register_queue(&format!("meshlimit.calls.{vm_number}"));
         // Start with the last good rules any VM on this Envoy had.
-        if let (Some(json), _) = self.host.shared_get(RULES_KEY) {
-            if let Ok(config) = serde_json::from_slice::<RulesConfig>(&json) {
-                self.install(&config, false);
+        if let (Some(lines), _) = self.host.shared_get(RULES_KEY) {
+            match RulesLoad::run(lines) {
+                Ok((set, _)) => self.install(set, None),
+                Err(e) => debug!("meshlimit: no usable rules in shared data: {e}"),
             }
         }
-        if self.vm.borrow().rules.is_none() {
-            self.host.set_tick_period(STARTUP_TICK_MS);
-        }
+        self.set_sync_tick();
         true
     }
 
@@ -335,7 +409,12 @@ impl<H: Proxy + 'static> RootContext for Root<H> {
     }
 
     fn on_tick(&mut self) {
-        if self.in_flight.is_none() {
+        self.load_slice();
+        // While a load ticks fast, syncs keep their own interval.
+        let now = self.host.now_ns();
+        if self.in_flight.is_none() && (self.loading.is_none() || now >= self.next_sync_ns) {
+            let interval = self.vm.borrow().config.sync_interval_ms;
+            self.next_sync_ns = now.saturating_add(interval.saturating_mul(1_000_000));
             self.sync();
         }
     }

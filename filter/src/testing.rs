@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use meshlimit_core::headers::Answer;
 
-use crate::host::{AgentCall, Host, Metric, Proxy, SharedError};
+use crate::host::{AgentCall, AgentRequest, Host, Metric, Proxy, SharedError};
 use crate::slots::SLOT_PREFIX;
 
 type Interference = (String, Box<dyn Fn(&[u8]) -> Vec<u8>>);
@@ -23,6 +23,8 @@ enum Clock {
     At(u64),
     /// Nanoseconds since this instant.
     Since(Instant),
+    /// Moves `step` nanoseconds at every look.
+    Ticking { now: u64, step: u64 },
 }
 
 /// An agent call the filter dispatched, as the host received it.
@@ -35,7 +37,12 @@ pub struct Dispatched {
     pub cluster: String,
     pub authority: String,
     pub auth: Option<String>,
+    /// `POST` or `GET`.
+    pub method: &'static str,
     pub path: String,
+    /// The `accept` header of a `GET`.
+    pub accept: Option<String>,
+    /// The body of a `POST`.
     pub body: Vec<u8>,
     pub timeout_ms: u64,
 }
@@ -103,6 +110,17 @@ impl MemoryHost {
     pub fn since(epoch: Instant) -> Self {
         let host = Self::default();
         host.clock.set(Clock::Since(epoch));
+        host
+    }
+
+    /// A host whose clock moves `step_ns` at every look (so a time budget is a
+    /// number of looks).
+    pub fn ticking(step_ns: u64) -> Self {
+        let host = Self::default();
+        host.clock.set(Clock::Ticking {
+            now: 0,
+            step: step_ns,
+        });
         host
     }
 
@@ -222,6 +240,11 @@ impl Host for MemoryHost {
         match self.clock.get() {
             Clock::At(ns) => ns,
             Clock::Since(epoch) => u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX),
+            Clock::Ticking { now, step } => {
+                let now = now.saturating_add(step);
+                self.clock.set(Clock::Ticking { now, step });
+                now
+            }
         }
     }
 
@@ -324,14 +347,20 @@ impl Proxy for MemoryHost {
         }
         let token = self.next_token.get();
         self.next_token.set(token.wrapping_add(1));
+        let (method, accept, body) = match call.request {
+            AgentRequest::Post(body) => ("POST", None, body.to_vec()),
+            AgentRequest::Get { accept } => ("GET", Some(accept.to_string()), Vec::new()),
+        };
         self.calls.borrow_mut().push(Dispatched {
             token,
             context: self.context.get(),
             cluster: call.cluster.to_string(),
             authority: call.authority.to_string(),
             auth: call.auth.map(str::to_string),
+            method,
             path: call.path.to_string(),
-            body: call.body.to_vec(),
+            accept,
+            body,
             timeout_ms: call.timeout_ms,
         });
         Some(token)

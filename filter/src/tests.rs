@@ -6,10 +6,11 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use meshlimit_core::headers::Answer;
+use meshlimit_core::rules::lines::{self, RULES_LINES_TYPE};
 use meshlimit_core::secret::{Secret, SECRET_ENV};
 use meshlimit_core::wire::{
-    LeaseAnswer, LeaseRequest, LeaseResponse, SyncRequest, SyncResponse, LEASE_PATH, SYNC_PATH,
-    WIRE_VERSION,
+    LeaseAnswer, LeaseRequest, LeaseResponse, SyncRequest, SyncResponse, LEASE_PATH, RULES_PATH,
+    SYNC_PATH, WIRE_VERSION,
 };
 use meshlimit_core::DescriptorKey;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
@@ -61,10 +62,18 @@ impl Vm {
         host.set_host_property(&["node", "id"], "node-a");
         let (mut vm, configured) = Vm::start(&host, "{}");
         assert!(configured);
-        vm.tick();
-        let sync = vm.only_call();
-        vm.answer(&sync, Some(200), &sync_answer(rules));
+        vm.sync_rules(rules);
         vm
+    }
+
+    /// A tick's sync finds the agent on rules version `v1`; the VM fetches them
+    /// and the agent answers with `rules`.
+    fn sync_rules(&mut self, rules: serde_json::Value) {
+        self.tick();
+        let sync = self.only_call();
+        self.answer(&sync, Some(200), &sync_answer());
+        let fetch = self.only_call();
+        self.answer(&fetch, Some(200), &rules_lines(rules));
     }
 
     fn tick(&mut self) {
@@ -172,12 +181,15 @@ impl Vm {
     }
 }
 
-fn sync_answer(rules: serde_json::Value) -> Vec<u8> {
-    let rules = serde_json::from_value(rules).unwrap();
+fn rules_lines(rules: serde_json::Value) -> Vec<u8> {
+    lines::encode(&serde_json::from_value(rules).unwrap(), "v1")
+}
+
+fn sync_answer() -> Vec<u8> {
     serde_json::to_vec(&SyncResponse {
         v: WIRE_VERSION,
         version: "v1".into(),
-        rules: Some(rules),
+        rules: None,
         live_nodes: None,
     })
     .unwrap()
@@ -234,7 +246,15 @@ fn a_vm_with_a_good_plugin_configuration_fetches_its_rules_on_its_first_tick() {
     assert_eq!(asked.filter_id, "node-a/vm1");
     assert_eq!(asked.rules_version, None);
 
-    vm.answer(&sync, Some(200), &sync_answer(per_key("closed")));
+    vm.answer(&sync, Some(200), &sync_answer());
+    // The agent is on a version this VM lacks: it fetches it, as lines.
+    let fetch = vm.only_call();
+    assert_eq!(
+        (fetch.method, fetch.path.as_str(), fetch.accept.as_deref()),
+        ("GET", RULES_PATH, Some(RULES_LINES_TYPE))
+    );
+    assert_eq!(host.tick_period_ms(), Some(100));
+    vm.answer(&fetch, Some(200), &rules_lines(per_key("closed")));
     assert_eq!(host.tick_period_ms(), Some(2000));
     assert_eq!(host.metric("meshlimit.rules_ready_vms"), Some(1));
     // The rules apply: a request they match waits for its key's lease.

@@ -31,7 +31,7 @@ pub use agent::{Agent, AgentOptions};
 pub use envoy::{render_envoy_config, Envoy, EnvoyConfig, EnvoyPorts};
 pub use http::{get, post, raw_status, request, try_request, Response};
 pub use load::{count_between, latency_quantile, Load, Sample};
-pub use metrics::sample;
+pub use metrics::{label, sample};
 pub use ports::free_port;
 pub use redis::{RedisCluster, RedisServer};
 pub use resp::Resp;

@@ -11,6 +11,16 @@ pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         .reduce(|a, b| a + b)
 }
 
+/// The value of label `key` on the first sample of metric `name` that is not
+/// zero (an info metric's current value): `label(&text,
+/// "meshlimit_rules_version_info", "version")`.
+pub fn label(text: &str, name: &str, key: &str) -> Option<String> {
+    text.lines()
+        .filter_map(Sample::parse)
+        .filter(|s| s.name == name && s.value != 0.0)
+        .find_map(|s| s.labels.into_iter().find(|(k, _)| k == key).map(|(_, v)| v))
+}
+
 /// One line of the exposition format: `name{k="v",...} value [timestamp]`.
 struct Sample<'a> {
     name: &'a str,
@@ -116,5 +126,10 @@ meshlimit_up 1
             &[("le", "+Inf")],
         );
         assert_eq!(le, Some(12.0));
+        assert_eq!(
+            label(TEXT, "meshlimit_rules_version_info", "version").as_deref(),
+            Some("x\"y,z}")
+        );
+        assert_eq!(label(TEXT, "meshlimit_up", "version"), None);
     }
 }

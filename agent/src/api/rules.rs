@@ -1,11 +1,13 @@
 //! `GET /v1/rules`: the rules in force, versioned by ETag so pollers get a 304 when
-//! nothing changed.
+//! nothing changed: as one JSON document, or, with `Accept: application/jsonl`,
+//! as the lines filters load a slice at a time (`meshlimit_core::rules::lines`).
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::header::{HeaderValue, CACHE_CONTROL, ETAG, IF_NONE_MATCH};
+use hyper::header::{HeaderValue, ACCEPT, CACHE_CONTROL, CONTENT_TYPE, ETAG, IF_NONE_MATCH};
 use hyper::http::request::Parts;
 use hyper::{Response, StatusCode};
+use meshlimit_core::rules::lines::RULES_LINES_TYPE;
 use meshlimit_core::wire::{SyncResponse, WIRE_VERSION};
 
 use super::{json, ApiError, ApiResponse, App};
@@ -16,6 +18,12 @@ pub(super) fn handle(app: &App, parts: &Parts) -> Result<ApiResponse, ApiError> 
     let mut resp = if if_none_match(parts, &etag) {
         let mut resp = Response::new(Full::new(Bytes::new()));
         *resp.status_mut() = StatusCode::NOT_MODIFIED;
+        resp
+    } else if accepts_lines(parts) {
+        let lines = app.inner.rules.lines().ok_or(ApiError::NoRules)?;
+        let mut resp = Response::new(Full::new(lines.body.clone()));
+        resp.headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static(RULES_LINES_TYPE));
         resp
     } else {
         json(
@@ -48,4 +56,15 @@ fn if_none_match(parts: &Parts, etag: &str) -> bool {
         .flat_map(|v| v.split(','))
         .map(str::trim)
         .any(|tag| tag == "*" || tag.trim_start_matches("W/") == etag)
+}
+
+/// Whether the caller asked for the rules as lines.
+fn accepts_lines(parts: &Parts) -> bool {
+    parts
+        .headers
+        .get_all(ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.split(';').next().map(str::trim) == Some(RULES_LINES_TYPE))
 }

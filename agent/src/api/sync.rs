@@ -1,6 +1,7 @@
 //! `POST /v1/sync`: a filter reports its decisions and rules version; the answer
-//! carries the agent's version, and the rules only when the filter's differ (so the
-//! once-a-second sync costs a few bytes when nothing changed).
+//! carries the agent's version (a filter that differs fetches the rules as lines
+//! from `GET /v1/rules`; a filter of an earlier release gets them inside the
+//! answer), so the once-a-second sync costs a few bytes when nothing changed.
 
 use hyper::StatusCode;
 use meshlimit_core::wire::{SyncRequest, SyncResponse, WIRE_VERSION};
@@ -17,7 +18,8 @@ pub(super) fn handle(app: &App, req: SyncRequest) -> Result<ApiResponse, ApiErro
         Some(set) => SyncResponse {
             v: WIRE_VERSION,
             version: set.version().to_string(),
-            rules: (req.rules_version.as_deref() != Some(set.version()))
+            // A filter that fetches its rules gets the version only.
+            rules: (!req.fetches_rules && req.rules_version.as_deref() != Some(set.version()))
                 .then(|| set.config().cloned())
                 .flatten(),
             live_nodes: app.live_nodes(),

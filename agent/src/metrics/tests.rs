@@ -12,6 +12,7 @@ const RULES: &str =
 fn report(filter: &str, version: &str, decisions: &[(&str, Outcome, u64)]) -> SyncRequest {
     SyncRequest {
         v: WIRE_VERSION,
+        fetches_rules: false,
         filter_id: filter.into(),
         rules_version: Some(version.into()),
         decisions: decisions

@@ -164,6 +164,7 @@ pub fn sync_request(
 ) -> SyncRequest {
     SyncRequest {
         v: WIRE_VERSION,
+        fetches_rules: false,
         filter_id: filter.into(),
         rules_version: version.map(str::to_string),
         decisions: decisions

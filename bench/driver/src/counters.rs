@@ -50,6 +50,13 @@ pub fn prometheus_label(text: &str, metric: &str, name: &str) -> Option<String> 
     })
 }
 
+/// Filter VMs the agent last heard report rules `version`
+/// (`meshlimit_filters_on_version`); 0 when none does.
+pub fn vms_on_version(text: &str, version: &str) -> u64 {
+    let label = format!("version=\"{version}\"");
+    prometheus_sum(text, "meshlimit_filters_on_version", &label).map_or(0, |n| n.max(0.0) as u64)
+}
+
 /// Lease items the agent answered for `rule` (granted or denied) between two
 /// readings of its /metrics.
 pub fn agent_lease_items(before: &str, after: &str, rule: &str) -> Option<u64> {
@@ -134,6 +141,9 @@ meshlimit_filters_on_version{version=\"9f2c\"} 2
             prometheus_label(METRICS, "meshlimit_absent", "version"),
             None
         );
+        assert_eq!(vms_on_version(METRICS, "9f2c"), 2);
+        assert_eq!(vms_on_version(METRICS, "old"), 0);
+        assert_eq!(vms_on_version(METRICS, "9f2"), 0);
     }
 
     #[test]

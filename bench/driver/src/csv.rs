@@ -100,37 +100,34 @@ pub fn render(r: &Results) -> String {
     }
     for x in &r.scale {
         let (s, n) = (format!("rules-{}", x.rules), x.round);
-        row("rules_at_scale", &s, n, "rps", x.wrk.rps);
-        row(
-            "rules_at_scale",
-            &s,
-            n,
-            "admitted_rps",
-            x.wrk.admitted_rps(),
-        );
-        row("rules_at_scale", &s, n, "requests", x.wrk.requests as f64);
-        row("rules_at_scale", &s, n, "envoy_cpu_s", x.envoy_cpu_s);
-        if let Some(kib) = x.rss_kib {
-            row("rules_at_scale", &s, n, "envoy_rss_kib", kib as f64);
+        let mut put = |metric: &str, value: f64| row("rules_at_scale", &s, n, metric, value);
+        for (to, load) in [("", &x.matched), ("no_rule_", &x.unmatched)] {
+            put(&format!("{to}rps"), load.wrk.rps);
+            put(&format!("{to}admitted_rps"), load.admitted_rps());
+            put(&format!("{to}requests"), load.wrk.requests as f64);
+            put(&format!("{to}envoy_cpu_s"), load.envoy_cpu_s);
         }
-        row("rules_at_scale", &s, n, "open_loop_rate", x.steady.rate);
-        row("rules_at_scale", &s, n, "steady_p99_us", x.steady.p99);
-        row("rules_at_scale", &s, n, "reload_p99_us", x.reload.p99);
-        row("rules_at_scale", &s, n, "reload_max_us", x.reload.max);
-        row(
-            "rules_at_scale",
-            &s,
-            n,
+        if let Some(kib) = x.rss_kib {
+            put("envoy_rss_kib", kib as f64);
+        }
+        if let Some(kib) = x.agent_rss_kib {
+            put("agent_rss_kib", kib as f64);
+        }
+        put("open_loop_rate", x.steady.rate);
+        put("steady_p99_us", x.steady.p99);
+        put("reload_p99_us", x.reload.p99);
+        put("reload_max_us", x.reload.max);
+        put(
             "reload_non_2xx",
             (x.reload.non_2xx + x.reload.errors) as f64,
         );
-        row(
-            "rules_at_scale",
-            &s,
-            n,
-            "reload_reached",
-            f64::from(u8::from(x.reload_reached)),
-        );
+        let p = &x.propagation;
+        put("reload_vms", p.vms as f64);
+        put("reload_vms_reached", p.reached as f64);
+        put("reload_reached_every_vm", f64::from(u8::from(p.every_vm())));
+        if let Some(seconds) = p.seconds {
+            put("propagation_s", seconds);
+        }
     }
     for m in &r.micro {
         row("micro", &m.name, 0, "median_ns", m.median_ns);

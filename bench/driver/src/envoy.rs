@@ -133,7 +133,13 @@ impl Envoy {
     }
 
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}{}", self.ports.listener, self.path)
+        self.url_to(self.path)
+    }
+
+    /// The listener's URL for `path` (the rules-at-scale runs send a second
+    /// load to another path of the same Envoy).
+    pub fn url_to(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.ports.listener)
     }
 
     /// Counters and gauges whose name starts with `prefix`.

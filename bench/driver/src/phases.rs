@@ -211,6 +211,7 @@ impl<'a> Bench<'a> {
         })
     }
 
+    /// wrk's arguments for `sc`'s requests (its keys, to its path) on `envoy`.
     pub(crate) fn wrk_args(
         &self,
         sc: &Scenario,
@@ -222,7 +223,7 @@ impl<'a> Bench<'a> {
             Keys::Fixed(..) => None,
         };
         Ok(wrk::args(
-            &envoy.url(),
+            &envoy.url_to(sc.path),
             seconds,
             self.opts.connections,
             sc.keys,

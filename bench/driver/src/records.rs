@@ -87,20 +87,63 @@ pub struct PathSettings {
     pub over_limit: u64,
 }
 
+/// One closed-loop run of the rules-at-scale phase.
+#[derive(Debug, Clone, Copy)]
+pub struct ScaleLoad {
+    pub wrk: WrkResult,
+    /// Envoy's CPU seconds during the run.
+    pub envoy_cpu_s: f64,
+}
+
+impl ScaleLoad {
+    pub fn admitted_rps(&self) -> f64 {
+        self.wrk.admitted_rps()
+    }
+
+    /// Envoy CPU microseconds per request, from /proc.
+    pub fn cpu_us(&self) -> f64 {
+        self.envoy_cpu_s / self.wrk.requests.max(1) as f64 * 1e6
+    }
+}
+
+/// How a rules reload reached the filter VMs of one Envoy, per the agent's
+/// `meshlimit_filters_on_version`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Propagation {
+    /// VMs on the old version just before the rules file was rewritten.
+    pub vms: u64,
+    /// VMs on the new version when the wait ended.
+    pub reached: u64,
+    /// Seconds from the agent showing the new version to the last of `vms`
+    /// reporting it; `None` when they did not all within the wait.
+    pub seconds: Option<f64>,
+}
+
+impl Propagation {
+    /// Whether every VM that was on the old version reported the new one.
+    pub fn every_vm(&self) -> bool {
+        self.vms > 0 && self.reached >= self.vms && self.seconds.is_some()
+    }
+}
+
 /// One round of the rules-at-scale phase for one rules count.
 #[derive(Debug, Clone)]
 pub struct ScaleRun {
     pub rules: usize,
     pub round: usize,
-    pub wrk: WrkResult,
-    pub envoy_cpu_s: f64,
-    /// Envoy's VmRSS after the wrk run, KiB.
+    /// wrk to the path one rule covers (`scenario::SCALE_PATH`).
+    pub matched: ScaleLoad,
+    /// wrk to the path no rule covers (`scenario::NO_RULE_PATH`), right after,
+    /// same Envoy.
+    pub unmatched: ScaleLoad,
+    /// Envoy's VmRSS after the wrk runs, KiB.
     pub rss_kib: Option<u64>,
+    /// The agent's VmRSS after all of the round's runs of this rules count, KiB.
+    pub agent_rss_kib: Option<u64>,
     /// Open loop without and with a rules reload in the middle.
     pub steady: Latency,
     pub reload: Latency,
-    /// Whether a filter VM reported the reloaded version to the agent.
-    pub reload_reached: bool,
+    pub propagation: Propagation,
 }
 
 /// One criterion benchmark: median time per iteration and its 95% interval.
@@ -267,5 +310,19 @@ mod tests {
         );
         assert_eq!(Spread::of([1.0, 2.0]).map(|s| s.median), Some(1.5));
         assert_eq!(Spread::of([]), None);
+    }
+
+    #[test]
+    fn a_reload_reaches_every_vm_only_when_all_that_were_on_the_old_version_report_it() {
+        let p = |vms, reached, seconds| Propagation {
+            vms,
+            reached,
+            seconds,
+        };
+        assert!(p(2, 2, Some(1.2)).every_vm());
+        assert!(!p(2, 1, None).every_vm());
+        // No VM seen before the rewrite: nothing shows the reload reached one.
+        assert!(!p(0, 0, None).every_vm());
+        assert!(!p(0, 1, Some(0.5)).every_vm());
     }
 }

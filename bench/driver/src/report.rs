@@ -187,15 +187,12 @@ fn rules_at_scale_section(r: &Results, opts: &Options) -> String {
     let _ = writeln!(
         md,
         "meshlimit with {counts} rules loaded, each rule on its own path prefix and keyed on \
-         `x-bench-key`; every request goes to `{path}`, which one rule covers, so each request meets \
-         one rule among many. Each rules count has its own agent, and a fresh Envoy per run. Per \
-         round: wrk as in the throughput phase (req/s, Envoy CPU per request from /proc), Envoy's \
-         VmRSS after it (/proc/<pid>/status), then two open-loop runs of {secs} s at half of (a)'s \
-         saturation (or half of this run's own, if lower): one steady, one during which the rules file \
-         the agent watches is rewritten (one rule's limit raised: a new version) a quarter of the way \
-         in. The agent reads the file every 500 ms and the filter syncs every second, so the new version \
-         is compiled inside the measured time; \"reached\" counts the runs in which a filter VM reported \
-         the new version to the agent. Ratios and differences are against the fewest rules in the same round.\n",
+         `x-bench-key`. Each rules count has its own agent, and a fresh Envoy per run. Per round, two \
+         wrk runs as in the throughput phase (req/s, Envoy CPU per request from /proc), back to back on \
+         the same Envoy: one to `{path}`, which one rule covers (each request meets one rule among \
+         many), one to `{none}`, which no rule covers (each request is looked up and taken by none); \
+         then Envoy's VmRSS, and the agent's after the round's runs of its count (/proc/<pid>/status). \
+         Ratios and differences are against the fewest rules in the same round.\n",
         counts = opts
             .scale_rules
             .iter()
@@ -203,8 +200,24 @@ fn rules_at_scale_section(r: &Results, opts: &Options) -> String {
             .collect::<Vec<_>>()
             .join(" / "),
         path = scenario::SCALE_PATH,
-        secs = opts.latency_seconds.max(4.0),
+        none = scenario::NO_RULE_PATH,
     );
     md.push_str(&tables::rules_at_scale(r));
+    let _ = writeln!(
+        md,
+        "\nThen two open-loop runs of {secs} s to `{path}` at half of (a)'s saturation (or half of \
+         this run's own, if lower): one steady, one during which the rules file the agent watches is \
+         rewritten (one rule's limit raised: a new version) a quarter of the way in. The agent reads \
+         the file every 500 ms and the filter syncs every second, so the new version is compiled inside \
+         the measured time. The driver counts the filter VMs the agent shows on the old version just \
+         before the rewrite (`meshlimit_filters_on_version`), then reads the agent's /metrics every \
+         50 ms: propagation is from the agent showing the new version \
+         (`meshlimit_rules_version_info`) to every one of those VMs reporting it, waited for up to 5 s. \
+         A VM reports its version at its once-a-second sync, so the figure includes up to one sync \
+         interval, and the 50 ms reads are part of the load on the agent's CPU during the run.\n",
+        path = scenario::SCALE_PATH,
+        secs = opts.latency_seconds.max(4.0),
+    );
+    md.push_str(&tables::rules_reload(r));
     md
 }

@@ -259,6 +259,8 @@ rules:
 
 /// The path the rules-at-scale runs request: only `bench-match` covers it.
 pub const SCALE_PATH: &str = "/bench/match/items";
+/// The path of the rules-at-scale runs that meet no rule: no rule covers it.
+pub const NO_RULE_PATH: &str = "/bench/none/items";
 
 /// The rules-at-scale configuration: meshlimit with many rules, one of which
 /// applies to every request.
@@ -272,9 +274,20 @@ pub fn at_scale() -> Scenario {
     }
 }
 
+/// The same Envoy and rules as [`at_scale`], sent requests no rule applies to:
+/// what looking through N rules costs a request that none of them takes.
+pub fn at_scale_no_rule() -> Scenario {
+    Scenario {
+        id: "n0",
+        label: "meshlimit, N rules loaded, none applies",
+        path: NO_RULE_PATH,
+        ..at_scale()
+    }
+}
+
 /// `n` rules keyed on `x-bench-key`, each on its own path prefix
 /// (`/api/<i>/`), so a request to [`SCALE_PATH`] meets exactly one of them,
-/// `bench-match`, whatever `n`. `generation` changes `bench-rule-0`'s limit
+/// `bench-match`, and one to [`NO_RULE_PATH`] none, whatever `n`. `generation` changes `bench-rule-0`'s limit
 /// (upwards), so each generation is a new rules version. One rule a line: 20,000
 /// rules are about 2 MB, under the agent's 4 MiB bound on a rules file.
 pub fn scale_rules_yaml(n: usize, generation: u64) -> String {
@@ -312,7 +325,7 @@ mod tests {
     }
 
     #[test]
-    fn a_scale_request_meets_exactly_one_rule() -> Result<(), String> {
+    fn a_scale_request_meets_exactly_one_rule_or_none() -> Result<(), String> {
         for n in [1, 10, 1_000, 20_000] {
             let text = scale_rules_yaml(n, 0);
             let set = parse_rules("rules.yaml", &text).map_err(|e| e.to_string())?;
@@ -321,6 +334,12 @@ mod tests {
             let applicable = set.applicable(&hit).map_err(|e| e.to_string())?;
             let names: Vec<&str> = applicable.iter().map(|a| a.rule.name.as_str()).collect();
             assert_eq!(names, ["bench-match"], "{n} rules");
+            let miss = request(NO_RULE_PATH, &[(KEY_HEADER, HOT_VALUE)]);
+            let applicable = set.applicable(&miss).map_err(|e| e.to_string())?;
+            assert!(
+                applicable.is_empty(),
+                "{n} rules: {NO_RULE_PATH} is covered"
+            );
             // The reload's next generation is another version, accepted as a
             // change (a limit raised, never cut).
             let next =

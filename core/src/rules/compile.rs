@@ -56,25 +56,43 @@ impl RuleSet {
         lines: &[Option<usize>],
         keep: bool,
     ) -> Result<RuleSet, RulesError> {
+        let mut builder = RuleSetBuilder::new(config);
+        for (i, rule) in config.rules.iter().enumerate() {
+            builder.add(rule, lines.get(i).copied().flatten());
+        }
+        builder.finish(version_of(config), keep.then(|| config.clone()))
+    }
+}
+
+/// A rule set compiled one rule at a time, so a host that must not stall (the
+/// filter, compiling 20,000 rules between requests) can spread the work over
+/// several turns of its loop. [`RuleSet::compile`] is this builder run at once.
+#[derive(Debug)]
+pub struct RuleSetBuilder {
+    errors: Vec<RuleError>,
+    defaults: DefaultsConfig,
+    changes: ChangesConfig,
+    seen: HashSet<String>,
+    rules: Vec<Rule>,
+    added: usize,
+}
+
+impl RuleSetBuilder {
+    /// Starts a set with the file's settings (`head.rules` is not read: rules
+    /// come through [`RuleSetBuilder::add`]).
+    pub fn new(head: &RulesConfig) -> Self {
         let mut errors = Vec::new();
-        if config.version != SCHEMA_VERSION {
+        if head.version != SCHEMA_VERSION {
             errors.push(RuleError::new(
                 None,
                 "version",
                 format!(
                     "unsupported schema version {}; this agent reads version {SCHEMA_VERSION}",
-                    config.version
+                    head.version
                 ),
             ));
         }
-        if config.rules.is_empty() {
-            errors.push(RuleError::new(
-                None,
-                "rules",
-                "at least one rule is required",
-            ));
-        }
-        let max = config.changes.max_tightening;
+        let max = head.changes.max_tightening;
         if !(max.is_finite() && (0.0..=1.0).contains(&max)) {
             errors.push(RuleError::new(
                 None,
@@ -82,30 +100,73 @@ impl RuleSet {
                 format!("{max} is not a factor from 0 to 1 (0.5: a limit may be halved without approval)"),
             ));
         }
-        let mut seen = HashSet::new();
-        let mut rules = Vec::with_capacity(config.rules.len());
-        for (i, rule) in config.rules.iter().enumerate() {
-            let mut rule_errors = Vec::new();
-            if !seen.insert(rule.name.as_str()) {
-                rule_errors.push(RuleError::new(
-                    Some(&rule.name),
-                    "name",
-                    "duplicate rule name",
-                ));
-            }
-            match compile_rule(rule, &config.defaults) {
-                Ok(r) => rules.push(r),
-                Err(mut e) => rule_errors.append(&mut e),
-            }
-            let line = lines.get(i).copied().flatten();
-            errors.extend(rule_errors.into_iter().map(|mut e| {
-                e.line = line;
-                e
-            }));
+        Self {
+            errors,
+            defaults: head.defaults.clone(),
+            changes: head.changes.clone(),
+            seen: HashSet::new(),
+            rules: Vec::with_capacity(head.rules.len()),
+            added: 0,
         }
-        if !errors.is_empty() {
-            return Err(RulesError { errors });
+    }
+
+    /// Compiles one rule (at `line` of its file, when known); its problems are
+    /// kept for [`RuleSetBuilder::finish`].
+    pub fn add(&mut self, rule: &RuleConfig, line: Option<usize>) {
+        self.added += 1;
+        let mut rule_errors = Vec::new();
+        if !self.seen.insert(rule.name.clone()) {
+            rule_errors.push(RuleError::new(
+                Some(&rule.name),
+                "name",
+                "duplicate rule name",
+            ));
         }
+        match compile_rule(rule, &self.defaults) {
+            Ok(r) => self.rules.push(r),
+            Err(mut e) => rule_errors.append(&mut e),
+        }
+        self.errors.extend(rule_errors.into_iter().map(|mut e| {
+            e.line = line;
+            e
+        }));
+    }
+
+    /// How many rules were added.
+    pub fn len(&self) -> usize {
+        self.added
+    }
+
+    /// Whether no rule was added.
+    pub fn is_empty(&self) -> bool {
+        self.added == 0
+    }
+
+    /// The set, named `version`, keeping `config` to serve when given; or every
+    /// problem found.
+    pub fn finish(
+        mut self,
+        version: String,
+        config: Option<RulesConfig>,
+    ) -> Result<RuleSet, RulesError> {
+        if self.added == 0 {
+            // Where a whole-file compile reports it: after the schema version.
+            let at = self
+                .errors
+                .iter()
+                .take_while(|e| e.field == "version")
+                .count();
+            self.errors.insert(
+                at,
+                RuleError::new(None, "rules", "at least one rule is required"),
+            );
+        }
+        if !self.errors.is_empty() {
+            return Err(RulesError {
+                errors: self.errors,
+            });
+        }
+        let mut rules = self.rules;
         // Strictest first: the lowest rate per second, then the smallest burst.
         rules.sort_by(|a: &Rule, b: &Rule| {
             let (ra, rb) = (a.limits.strictest(), b.limits.strictest());
@@ -123,9 +184,9 @@ impl RuleSet {
         });
         Ok(RuleSet {
             rules,
-            version: version_of(config),
-            config: keep.then(|| config.clone()),
-            changes: config.changes.clone(),
+            version,
+            config,
+            changes: self.changes,
             uses_client_ip,
             uses_route,
             index,

@@ -8,6 +8,7 @@ mod error;
 pub mod expiry;
 mod explain;
 mod index;
+pub mod lines;
 mod matching;
 #[cfg(feature = "yaml")]
 mod parse;
@@ -18,7 +19,7 @@ pub mod schema;
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 
-pub use compile::{parse_period, MAX_RULE_NAME, SCHEMA_VERSION};
+pub use compile::{parse_period, RuleSetBuilder, MAX_RULE_NAME, SCHEMA_VERSION};
 pub use config::{
     Accuracy, ChangesConfig, FailurePolicy, KeyPartConfig as KeyPart, Mode, RulesConfig, Scope,
 };

@@ -4,6 +4,7 @@
 mod costs;
 mod latency;
 mod path;
+mod scale;
 mod throughput;
 
 use crate::records::{Spread, Throughput};
@@ -11,7 +12,8 @@ use crate::scenario;
 
 pub use costs::{agent, micro};
 pub use latency::latency;
-pub use path::{request_path_costs, request_path_latency, rules_at_scale};
+pub use path::{request_path_costs, request_path_latency};
+pub use scale::{rules_at_scale, rules_reload};
 pub use throughput::{attribution, headline, over_limit, throughput};
 
 /// Requests a run admitted per second.
@@ -104,6 +106,39 @@ pub(super) fn label(id: &str) -> String {
     all.into_iter()
         .find(|s| s.id == id)
         .map_or_else(|| id.to_string(), |s| format!("({id}) {}", s.label))
+}
+
+/// What the tables' unit tests build their runs from and read them with.
+#[cfg(test)]
+mod fixtures {
+    use crate::records::Latency;
+
+    pub fn latency(id: &'static str, round: usize, rate: f64, p: [f64; 3]) -> Latency {
+        Latency {
+            scenario: id,
+            round,
+            rate,
+            p50: p[0],
+            p99: p[1],
+            p999: p[2],
+            max: p[2] * 2.0,
+            admitted_p50: p[0],
+            admitted_p99: p[1],
+            admitted_p999: p[2],
+            completed: 9_000,
+            issued: 10_000,
+            errors: 0,
+            non_2xx: 0,
+        }
+    }
+
+    pub fn cells(table: &str, starts: &str) -> Vec<String> {
+        let line = table
+            .lines()
+            .find(|l| l.starts_with(starts))
+            .unwrap_or_default();
+        line.split('|').map(|c| c.trim().to_string()).collect()
+    }
 }
 
 #[cfg(test)]

@@ -1,10 +1,10 @@
-//! The request-path tables (hot key on leases, cold keys, open loop, each beside
-//! (a) at the same rate in the same round) and the rules-at-scale table.
+//! The request-path tables: hot key on leases, cold keys, open loop, each beside
+//! (a) at the same rate in the same round.
 
 use std::fmt::Write;
 
 use super::{failure_policy_share, fmt_num, fmt_spread, label, verdict};
-use crate::records::{LeaseCounts, PathRun, Results, ScaleRun, Spread};
+use crate::records::{LeaseCounts, PathRun, Results, Spread};
 
 /// Latency targets: (added p50, added p99, added p99.9) in µs, where one is set.
 fn latency_targets(id: &str) -> (&'static str, [Option<f64>; 3]) {
@@ -195,84 +195,13 @@ pub fn request_path_costs(r: &Results) -> String {
     out
 }
 
-/// The throughput target at scale: the largest rules count ÷ the smallest.
-const SCALE_TARGET: f64 = 0.95;
-
-pub fn rules_at_scale(r: &Results) -> String {
-    let mut counts: Vec<usize> = r.scale.iter().map(|s| s.rules).collect();
-    counts.sort_unstable();
-    counts.dedup();
-    let (Some(&base), Some(&largest)) = (counts.first(), counts.last()) else {
-        return "Not run.\n".into();
-    };
-    let mut out = format!(
-        "| rules loaded | admitted req/s | ÷ {b} rules | target | | Envoy CPU µs/request (/proc) | added vs {b} rules | Envoy RSS MiB | added vs {b} rules | open-loop rate req/s | p99 µs, steady | p99 µs, reload during the run | added by the reload | max µs, reload | reload reached the filter |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
-        b = fmt_num(base as f64, 0)
-    );
-    let cpu_us = |s: &ScaleRun| s.envoy_cpu_s / s.wrk.requests.max(1) as f64 * 1e6;
-    let rss_mib = |s: &ScaleRun| s.rss_kib.map(|k| k as f64 / 1024.0);
-    for &n in &counts {
-        let runs = || r.scale.iter().filter(move |s| s.rules == n);
-        let of = |f: &dyn Fn(&ScaleRun) -> Option<f64>| Spread::of(runs().filter_map(f));
-        let ratio = r.scale_paired(n, |x, b| Some(x.wrk.admitted_rps() / b.wrk.admitted_rps()));
-        let (target, ok) = if n == largest && n != base {
-            (
-                format!("≥ {SCALE_TARGET}"),
-                Some(ratio.map(|s| s.median >= SCALE_TARGET)),
-            )
-        } else {
-            (String::new(), None)
-        };
-        let vs_base = |text: String| if n == base { "—".to_string() } else { text };
-        let reached = runs().filter(|s| s.reload_reached).count();
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {target} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {reached} of {} |",
-            fmt_num(n as f64, 0),
-            fmt_spread(of(&|s| Some(s.wrk.admitted_rps())), 0),
-            vs_base(fmt_spread(ratio, 3)),
-            ok.map_or("", verdict),
-            fmt_spread(of(&|s| Some(cpu_us(s))), 2),
-            vs_base(fmt_spread(r.scale_paired(n, |x, b| Some(cpu_us(x) - cpu_us(b))), 2)),
-            fmt_spread(of(&rss_mib), 1),
-            vs_base(fmt_spread(r.scale_paired(n, |x, b| Some(rss_mib(x)? - rss_mib(b)?)), 1)),
-            fmt_spread(of(&|s| Some(s.steady.rate)), 0),
-            fmt_spread(of(&|s| Some(s.steady.p99)), 0),
-            fmt_spread(of(&|s| Some(s.reload.p99)), 0),
-            fmt_spread(of(&|s| Some(s.reload.p99 - s.steady.p99)), 0),
-            fmt_spread(of(&|s| Some(s.reload.max)), 0),
-            runs().count(),
-        );
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
 
+    use super::super::fixtures::{cells, latency};
     use super::*;
-    use crate::records::{Latency, PathSettings};
-    use crate::wrk::WrkResult;
-
-    fn latency(id: &'static str, round: usize, rate: f64, p: [f64; 3]) -> Latency {
-        Latency {
-            scenario: id,
-            round,
-            rate,
-            p50: p[0],
-            p99: p[1],
-            p999: p[2],
-            max: p[2] * 2.0,
-            admitted_p50: p[0],
-            admitted_p99: p[1],
-            admitted_p999: p[2],
-            completed: 9_000,
-            issued: 10_000,
-            errors: 0,
-            non_2xx: 0,
-        }
-    }
+    use crate::records::PathSettings;
 
     fn path(id: &'static str, round: usize, rate: f64, p: [f64; 3], lease: LeaseCounts) -> PathRun {
         let meshlimit = id != "a";
@@ -288,14 +217,6 @@ mod tests {
                 (format!("bench.{id}.failed_local"), 1),
             ]),
         }
-    }
-
-    fn cells(table: &str, starts: &str) -> Vec<String> {
-        let line = table
-            .lines()
-            .find(|l| l.starts_with(starts))
-            .unwrap_or_default();
-        line.split('|').map(|c| c.trim().to_string()).collect()
     }
 
     #[test]
@@ -361,49 +282,5 @@ mod tests {
         // A filter without the lease counters: n/a, not zero.
         let k = cells(&costs, "| (k)");
         assert_eq!(k[8..11], ["n/a", "n/a", "n/a"], "{costs}");
-    }
-
-    fn scale(rules: usize, round: usize, rps: f64, rss_kib: u64, p99: [f64; 2]) -> ScaleRun {
-        ScaleRun {
-            rules,
-            round,
-            wrk: WrkResult {
-                requests: (rps * 5.0) as u64,
-                seconds: 5.0,
-                rps,
-                non_2xx: 0,
-                socket_errors: 0,
-            },
-            envoy_cpu_s: 5.0 * 0.9,
-            rss_kib: Some(rss_kib),
-            steady: latency("n", round, 5_000.0, [50.0, p99[0], 900.0]),
-            reload: latency("n", round, 5_000.0, [50.0, p99[1], 900.0]),
-            reload_reached: rules != 1_000,
-        }
-    }
-
-    #[test]
-    fn rules_at_scale_compares_with_the_fewest_rules_in_the_same_round() {
-        let mut r = Results::default();
-        for round in [1, 2] {
-            r.scale
-                .push(scale(10, round, 20_000.0, 51_200, [200.0, 250.0]));
-            r.scale
-                .push(scale(1_000, round, 19_800.0, 53_248, [200.0, 300.0]));
-            r.scale
-                .push(scale(20_000, round, 18_000.0, 92_160, [210.0, 5_210.0]));
-        }
-        let table = rules_at_scale(&r);
-        let big = cells(&table, "| 20,000");
-        assert_eq!(big[3], "0.900", "{table}");
-        assert_eq!(big[4], "≥ 0.95", "{table}");
-        assert_eq!(big[5], "**missed**", "{table}");
-        // RSS 90 MiB, 40 more than 10 rules; the reload adds 5,000 µs at p99.
-        assert_eq!(big[8..10], ["90.0", "40.0"], "{table}");
-        assert_eq!(big[13], "5,000", "{table}");
-        assert_eq!(big[15], "2 of 2", "{table}");
-        assert_eq!(cells(&table, "| 1,000")[15], "0 of 2", "{table}");
-        assert_eq!(cells(&table, "| 10 ")[3], "—", "{table}");
-        assert_eq!(rules_at_scale(&Results::default()), "Not run.\n");
     }
 }

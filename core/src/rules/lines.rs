@@ -1,0 +1,245 @@
+//! The rules as the agent serves them to filters: JSON lines, a head line with the
+//! version, the rule count and the file's settings, then one rule a line. A filter
+//! reads them a slice at a time ([`RulesLoad::step`]) between requests, so a set of
+//! 20,000 rules (3 MB) is never parsed and compiled in one turn of a worker's loop
+//! with requests waiting behind it.
+//!
+//! Compact JSON never holds a raw newline (control characters are escaped in
+//! strings), so a line is exactly one value.
+
+use serde::{Deserialize, Serialize};
+
+use super::compile::RuleSetBuilder;
+use super::config::{RuleConfig, RulesConfig};
+use super::{RuleSet, RulesError};
+
+/// The media type of the served lines (`Accept` on `GET /v1/rules`).
+pub const RULES_LINES_TYPE: &str = "application/jsonl";
+
+/// The first line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Head {
+    /// The rules version (the content hash the agent computed).
+    version: String,
+    /// How many rule lines follow.
+    rules: usize,
+    /// The file's settings, with no rules.
+    file: RulesConfig,
+}
+
+/// The lines of `config`, named `version`.
+pub fn encode(config: &RulesConfig, version: &str) -> Vec<u8> {
+    let head = Head {
+        version: version.to_string(),
+        rules: config.rules.len(),
+        file: RulesConfig {
+            rules: Vec::new(),
+            ..config.clone()
+        },
+    };
+    // Serializing these types cannot fail (string keys, no non-finite floats
+    // reach here: the file was validated); an empty line is refused on load.
+    let mut out = serde_json::to_vec(&head).unwrap_or_default();
+    for rule in &config.rules {
+        out.push(b'\n');
+        out.extend(serde_json::to_vec(rule).unwrap_or_default());
+    }
+    out
+}
+
+/// Why served lines were not loaded: the VM keeps the rules it has.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LoadError {
+    #[error("rules head line: {0}")]
+    Head(String),
+    #[error("rules line {line}: {message}")]
+    Rule { line: usize, message: String },
+    #[error("rules: the head announced {expected} rules, {found} arrived")]
+    Count { expected: usize, found: usize },
+    #[error("{0}")]
+    Rules(RulesError),
+}
+
+/// Served lines being compiled, a slice of rules at a time.
+#[derive(Debug)]
+pub struct RulesLoad {
+    body: Vec<u8>,
+    /// Where the next rule line starts.
+    at: usize,
+    version: String,
+    expected: usize,
+    builder: RuleSetBuilder,
+}
+
+impl RulesLoad {
+    /// Reads the head line of `body`.
+    pub fn start(body: Vec<u8>) -> Result<Self, LoadError> {
+        let end = line_end(&body, 0);
+        let head: Head = serde_json::from_slice(body.get(..end).unwrap_or_default())
+            .map_err(|e| LoadError::Head(e.to_string()))?;
+        let builder = RuleSetBuilder::new(&head.file);
+        Ok(Self {
+            at: (end + 1).min(body.len()),
+            body,
+            version: head.version,
+            expected: head.rules,
+            builder,
+        })
+    }
+
+    /// The version being loaded.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// Compiles up to `rules` more rules; true when every rule line was read.
+    pub fn step(&mut self, rules: usize) -> Result<bool, LoadError> {
+        for _ in 0..rules {
+            if self.at >= self.body.len() {
+                return Ok(true);
+            }
+            let end = line_end(&self.body, self.at);
+            let line = self.body.get(self.at..end).unwrap_or_default();
+            // Line 1 is the head; rule n is on line n + 1.
+            let number = self.builder.len() + 2;
+            let rule: RuleConfig = serde_json::from_slice(line).map_err(|e| LoadError::Rule {
+                line: number,
+                message: e.to_string(),
+            })?;
+            self.builder.add(&rule, None);
+            self.at = end + 1;
+        }
+        Ok(self.at >= self.body.len())
+    }
+
+    /// The compiled set (kept without a copy of the file: a filter only matches),
+    /// and the lines, to hand to other VMs.
+    pub fn finish(mut self) -> Result<(RuleSet, Vec<u8>), LoadError> {
+        while !self.step(usize::MAX)? {}
+        if self.builder.len() != self.expected {
+            return Err(LoadError::Count {
+                expected: self.expected,
+                found: self.builder.len(),
+            });
+        }
+        let set = self
+            .builder
+            .finish(self.version, None)
+            .map_err(LoadError::Rules)?;
+        Ok((set, self.body))
+    }
+
+    /// Loads `body` in one go (a VM with no rules yet has no requests to keep
+    /// waiting for them).
+    pub fn run(body: Vec<u8>) -> Result<(RuleSet, Vec<u8>), LoadError> {
+        Self::start(body)?.finish()
+    }
+}
+
+/// The end of the line starting at `from`: its newline, or the body's end.
+fn line_end(body: &[u8], from: usize) -> usize {
+    body.get(from..)
+        .and_then(|rest| rest.iter().position(|b| *b == b'\n'))
+        .map_or(body.len(), |n| from + n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(n: usize) -> RulesConfig {
+        let rules: Vec<serde_json::Value> = (0..n)
+            .map(|i| {
+                serde_json::json!({
+                    "name": format!("r-{i}"),
+                    "match": {"path_prefix": format!("/api/{i}/"), "headers": {"x-note": {"equals": "line\nbreak"}}},
+                    "key": [{"header": "x-api-key"}],
+                    "limit": {"requests": 10 + i, "per": "1s"},
+                })
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "version": 1,
+            "defaults": {"mode": "shadow"},
+            "rules": rules,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn lines_loaded_in_slices_give_the_set_compiled_at_once() {
+        let config = config(50);
+        let whole = RuleSet::compile(&config).unwrap();
+        let body = encode(&config, whole.version());
+        assert_eq!(
+            body.iter().filter(|b| **b == b'\n').count(),
+            50,
+            "a head line and one line per rule"
+        );
+        let mut load = RulesLoad::start(body.clone()).unwrap();
+        assert_eq!(load.version(), whole.version());
+        let mut steps = 1;
+        while !load.step(7).unwrap() {
+            steps += 1;
+        }
+        assert_eq!(steps, 8, "50 rules, 7 a step");
+        let (set, back) = load.finish().unwrap();
+        assert_eq!(back, body);
+        assert_eq!(set.version(), whole.version());
+        let names = |s: &RuleSet| s.rules().iter().map(|r| r.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&set), names(&whole));
+        assert!(set
+            .rules()
+            .iter()
+            .all(|r| r.mode == crate::rules::Mode::Shadow));
+        assert!(
+            set.config().is_none(),
+            "a loaded set keeps no copy of the file"
+        );
+    }
+
+    #[test]
+    fn a_broken_or_truncated_body_is_refused_naming_the_line() {
+        let config = config(3);
+        let body = encode(&config, "v1");
+        let text = String::from_utf8(body.clone()).unwrap();
+        let mut lines: Vec<&str> = text.lines().collect();
+        lines[2] = "{\"name\": ";
+        let broken = lines.join("\n").into_bytes();
+        assert!(matches!(
+            RulesLoad::run(broken),
+            Err(LoadError::Rule { line: 3, .. })
+        ));
+        let cut = body[..text.rfind('\n').unwrap()].to_vec();
+        assert_eq!(
+            RulesLoad::run(cut).unwrap_err(),
+            LoadError::Count {
+                expected: 3,
+                found: 2
+            }
+        );
+        assert!(matches!(
+            RulesLoad::run(b"not json".to_vec()),
+            Err(LoadError::Head(_))
+        ));
+        assert!(matches!(
+            RulesLoad::run(Vec::new()),
+            Err(LoadError::Head(_))
+        ));
+    }
+
+    #[test]
+    fn an_invalid_rule_in_the_lines_is_refused_as_a_compile_would() {
+        let mut config = config(2);
+        config.rules[1].name = "Bad Name".into();
+        let body = encode(&config, "v1");
+        match RulesLoad::run(body) {
+            Err(LoadError::Rules(e)) => {
+                assert_eq!(e.errors.len(), 1);
+                assert_eq!(e.errors[0].field, "name");
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+}

@@ -6,8 +6,9 @@
 //! through (`Host`: clock and shared data; `Proxy`: the rest) and `ProxyHost`,
 //! the only code that calls hostcalls. `pipeline` is the request path as plain
 //! code over `Host`; `flights` the VM's lease calls, `backoff` when misses skip
-//! the agent, `usage` the usage path and `decided` a decision's name for the
-//! access log, over the same trait. `root` and `http` are the proxy-wasm
+//! the agent, `reload` a new rules version compiled a slice at a time, `usage`
+//! the usage path and `decided` a decision's name for the access log, over the
+//! same trait. `root` and `http` are the proxy-wasm
 //! contexts, generic over `Proxy`: Envoy runs them over `ProxyHost`, the tests
 //! over `testing::MemoryHost` (feature `test-util`, also used by the simulator).
 //! `unwrap`, `expect` and `panic!` are denied: a panic traps the whole VM.

@@ -125,10 +125,9 @@ impl CurrentRules {
 
 impl ServedLines {
     fn of(set: &RuleSet) -> Option<Self> {
-        let config = set.config()?;
         Some(Self {
             version: set.version().to_string(),
-            body: meshlimit_core::rules::lines::encode(config, set.version()).into(),
+            body: meshlimit_core::rules::lines::encode(set)?.into(),
         })
     }
 }

@@ -21,7 +21,7 @@ use crate::flights::{Call, FlightStats};
 use crate::host::{AgentCall, AgentRequest, Metric, Proxy};
 use crate::http::{finish, Http};
 use crate::pipeline::Evaluation;
-use crate::reload::{Loading, Slice, LOAD_TICK_MS, SLICE_NS};
+use crate::reload::{Loading, Retired, Slice, LOAD_TICK_MS, SHED_RULES, SLICE_NS};
 use crate::state::{Shared, RULES_KEY, VM_SEQ_KEY};
 
 /// Tick period until the first rules arrive, so a fresh Envoy limits quickly.
@@ -45,6 +45,8 @@ pub struct Root<H> {
     rules_call: Option<u32>,
     /// A new rules version being compiled a slice at a time.
     loading: Option<Loading>,
+    /// Replaced sets, freed a slice at a time.
+    retired: Retired,
     /// When the next sync is due (the tick is faster while a load lasts).
     next_sync_ns: u64,
 }
@@ -66,6 +68,7 @@ impl<H: Proxy + 'static> Root<H> {
             sync_failing: false,
             rules_call: None,
             loading: None,
+            retired: Retired::default(),
             next_sync_ns: 0,
             host,
         }
@@ -87,7 +90,10 @@ impl<H: Proxy + 'static> Root<H> {
         if let Some(lines) = lines {
             let _ = self.host.shared_set(RULES_KEY, lines, None);
         }
-        self.vm.borrow_mut().rules = Some(Rc::new(set));
+        let old = self.vm.borrow_mut().rules.replace(Rc::new(set));
+        if let Some(old) = old {
+            self.retired.push(old);
+        }
         if first {
             if let Some(g) = self.ready_gauge {
                 self.host.increment(g, 1);
@@ -107,7 +113,7 @@ impl<H: Proxy + 'static> Root<H> {
         };
         if self.vm.borrow().rules.is_some() {
             self.loading = Some(loading);
-            self.host.set_tick_period(LOAD_TICK_MS);
+            self.set_tick();
             return;
         }
         match loading.slice(&*self.host, u64::MAX) {
@@ -117,7 +123,7 @@ impl<H: Proxy + 'static> Root<H> {
             }
             Slice::Working => {}
         }
-        self.set_sync_tick();
+        self.set_tick();
     }
 
     /// One slice of the load in progress; the set is swapped in when done.
@@ -133,18 +139,22 @@ impl<H: Proxy + 'static> Root<H> {
             }
         }
         self.loading = None;
-        self.set_sync_tick();
+        self.set_tick();
     }
 
-    /// The tick between syncs: fast until the first rules arrive, so a fresh
-    /// Envoy limits quickly; the sync interval after.
-    fn set_sync_tick(&self) {
+    /// The tick: every millisecond while rules are being loaded or freed (a
+    /// slice of the work each); otherwise fast until the first rules arrive, so
+    /// a fresh Envoy limits quickly, then the sync interval.
+    fn set_tick(&self) {
         let vm = self.vm.borrow();
-        self.host.set_tick_period(if vm.rules.is_some() {
-            vm.config.sync_interval_ms
-        } else {
-            STARTUP_TICK_MS
-        });
+        self.host
+            .set_tick_period(if self.loading.is_some() || !self.retired.is_empty() {
+                LOAD_TICK_MS
+            } else if vm.rules.is_some() {
+                vm.config.sync_interval_ms
+            } else {
+                STARTUP_TICK_MS
+            });
     }
 
     /// Asks the agent for its rules, as lines, unless that version is already
@@ -398,7 +408,7 @@ impl<H: Proxy + 'static> RootContext for Root<H> {
                 Err(e) => debug!("meshlimit: no usable rules in shared data: {e}"),
             }
         }
-        self.set_sync_tick();
+        self.set_tick();
         true
     }
 
@@ -409,10 +419,14 @@ impl<H: Proxy + 'static> RootContext for Root<H> {
     }
 
     fn on_tick(&mut self) {
+        let fast = self.loading.is_some() || !self.retired.is_empty();
         self.load_slice();
-        // While a load ticks fast, syncs keep their own interval.
+        if !self.retired.is_empty() && self.retired.shed(SHED_RULES) {
+            self.set_tick();
+        }
+        // While the tick is fast, syncs keep their own interval.
         let now = self.host.now_ns();
-        if self.in_flight.is_none() && (self.loading.is_none() || now >= self.next_sync_ns) {
+        if self.in_flight.is_none() && (!fast || now >= self.next_sync_ns) {
             let interval = self.vm.borrow().config.sync_interval_ms;
             self.next_sync_ns = now.saturating_add(interval.saturating_mul(1_000_000));
             self.sync();

@@ -12,7 +12,7 @@ use meshlimit_core::wire::{
     LeaseAnswer, LeaseRequest, LeaseResponse, SyncRequest, SyncResponse, LEASE_PATH, RULES_PATH,
     SYNC_PATH, WIRE_VERSION,
 };
-use meshlimit_core::DescriptorKey;
+use meshlimit_core::{DescriptorKey, RuleSet};
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::Action;
 
@@ -66,14 +66,15 @@ impl Vm {
         vm
     }
 
-    /// A tick's sync finds the agent on rules version `v1`; the VM fetches them
-    /// and the agent answers with `rules`.
+    /// A tick's sync finds the agent on the version of `rules`; the VM fetches
+    /// them and the agent answers with their lines.
     fn sync_rules(&mut self, rules: serde_json::Value) {
+        let (version, lines) = served(rules);
         self.tick();
         let sync = self.only_call();
-        self.answer(&sync, Some(200), &sync_answer());
+        self.answer(&sync, Some(200), &sync_answer(&version));
         let fetch = self.only_call();
-        self.answer(&fetch, Some(200), &rules_lines(rules));
+        self.answer(&fetch, Some(200), &lines);
     }
 
     fn tick(&mut self) {
@@ -181,14 +182,16 @@ impl Vm {
     }
 }
 
-fn rules_lines(rules: serde_json::Value) -> Vec<u8> {
-    lines::encode(&serde_json::from_value(rules).unwrap(), "v1")
+/// The version of `rules` and their lines, as the agent serves them.
+fn served(rules: serde_json::Value) -> (String, Vec<u8>) {
+    let set = RuleSet::compile(&serde_json::from_value(rules).unwrap()).unwrap();
+    (set.version().to_string(), lines::encode(&set).unwrap())
 }
 
-fn sync_answer() -> Vec<u8> {
+fn sync_answer(version: &str) -> Vec<u8> {
     serde_json::to_vec(&SyncResponse {
         v: WIRE_VERSION,
-        version: "v1".into(),
+        version: version.into(),
         rules: None,
         live_nodes: None,
     })
@@ -246,7 +249,8 @@ fn a_vm_with_a_good_plugin_configuration_fetches_its_rules_on_its_first_tick() {
     assert_eq!(asked.filter_id, "node-a/vm1");
     assert_eq!(asked.rules_version, None);
 
-    vm.answer(&sync, Some(200), &sync_answer());
+    let (version, lines) = served(per_key("closed"));
+    vm.answer(&sync, Some(200), &sync_answer(&version));
     // The agent is on a version this VM lacks: it fetches it, as lines.
     let fetch = vm.only_call();
     assert_eq!(
@@ -254,7 +258,7 @@ fn a_vm_with_a_good_plugin_configuration_fetches_its_rules_on_its_first_tick() {
         ("GET", RULES_PATH, Some(RULES_LINES_TYPE))
     );
     assert_eq!(host.tick_period_ms(), Some(100));
-    vm.answer(&fetch, Some(200), &rules_lines(per_key("closed")));
+    vm.answer(&fetch, Some(200), &lines);
     assert_eq!(host.tick_period_ms(), Some(2000));
     assert_eq!(host.metric("meshlimit.rules_ready_vms"), Some(1));
     // The rules apply: a request they match waits for its key's lease.
@@ -267,7 +271,7 @@ fn a_vm_with_a_good_plugin_configuration_fetches_its_rules_on_its_first_tick() {
     second.tick();
     let asked: SyncRequest = serde_json::from_slice(&second.only_call().body).unwrap();
     assert_eq!(asked.filter_id, "node-a/vm2");
-    assert!(asked.rules_version.is_some());
+    assert_eq!(asked.rules_version, Some(version));
 }
 
 #[test]

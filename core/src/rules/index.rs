@@ -62,7 +62,7 @@ struct PrefixEntry {
 
 /// How a rule's path condition is indexed; the order groups a path's entries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Kind {
+pub(super) enum Kind {
     Exact,
     Prefix,
     Directory,
@@ -79,64 +79,96 @@ fn at(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
+/// A rule's path condition to index: its kind and the rule's position.
+pub(super) type Item = (Kind, u32);
+
+/// The path a rule's condition names (empty for none).
+fn path_of(rule: &Rule) -> &str {
+    match &rule.matcher.path {
+        PathMatch::Any => "",
+        PathMatch::Exact(p) | PathMatch::Prefix(p) | PathMatch::Directory(p) => p,
+    }
+}
+
 impl RuleIndex {
-    pub(super) fn build(rules: &[Rule]) -> Self {
+    /// What to index: an item per rule with a path condition, and the rules
+    /// without one. The items are then sorted by [`RuleIndex::order`] (a step
+    /// at a time, by the builder) and laid out by [`RuleIndex::from_sorted`].
+    pub(super) fn items(rules: &[Rule]) -> (Vec<Item>, Vec<usize>) {
         let mut any = Vec::new();
-        let mut items: Vec<(Kind, &str, usize)> = Vec::with_capacity(rules.len());
+        let mut items = Vec::with_capacity(rules.len());
         for (i, rule) in rules.iter().enumerate() {
-            match &rule.matcher.path {
-                PathMatch::Any => any.push(i),
-                PathMatch::Exact(p) => items.push((Kind::Exact, p, i)),
-                PathMatch::Prefix(p) => items.push((Kind::Prefix, p, i)),
-                PathMatch::Directory(d) => items.push((Kind::Directory, d, i)),
-            }
+            let kind = match &rule.matcher.path {
+                PathMatch::Any => {
+                    any.push(i);
+                    continue;
+                }
+                PathMatch::Exact(_) => Kind::Exact,
+                PathMatch::Prefix(_) => Kind::Prefix,
+                PathMatch::Directory(_) => Kind::Directory,
+            };
+            items.push((kind, at(i)));
         }
-        // Exact paths first, then prefixes, each by path; within a path by kind
-        // (prefix rules before directory rules) and position (the sort is stable).
+        (items, any)
+    }
+
+    /// Exact paths first, then prefixes, each by path; within a path by kind
+    /// (prefix rules before directory rules), then position.
+    pub(super) fn order(rules: &[Rule], a: &Item, b: &Item) -> Ordering {
         let exact_first = |k: Kind| k != Kind::Exact;
-        items.sort_by(|a, b| {
-            exact_first(a.0)
-                .cmp(&exact_first(b.0))
-                .then_with(|| a.1.cmp(b.1))
-                .then_with(|| a.0.cmp(&b.0))
-        });
+        let path = |i: u32| rules.get(i as usize).map_or("", path_of);
+        exact_first(a.0)
+            .cmp(&exact_first(b.0))
+            .then_with(|| path(a.1).cmp(path(b.1)))
+            .then_with(|| a.0.cmp(&b.0))
+            .then(a.1.cmp(&b.1))
+    }
+
+    /// The index from its items sorted by [`RuleIndex::order`]: one pass.
+    pub(super) fn from_sorted(rules: &[Rule], items: &[Item], any: Vec<usize>) -> Self {
         let mut index = RuleIndex {
             positions: Vec::with_capacity(items.len()),
             ..RuleIndex::default()
         };
+        let path = |i: u32| rules.get(i as usize).map_or("", path_of);
         let (mut exact, mut prefixes) = (Vec::new(), Vec::<PrefixEntry>::new());
         // In sorted order every prefix of an entry comes before it and stays on
         // the stack until an entry it is not a prefix of: the top is the parent.
         let mut stack: Vec<usize> = Vec::new();
-        let mut rest = items.as_slice();
-        while let Some(&(kind, path, _)) = rest.first() {
-            let same = |k: Kind| move |item: &(Kind, &str, usize)| item.0 == k && item.1 == path;
-            let group = |rest: &mut &[(Kind, &str, usize)], k: Kind, index: &mut RuleIndex| {
-                let n = rest.iter().take_while(|item| same(k)(item)).count();
+        let mut rest = items;
+        while let Some(&(kind, first)) = rest.first() {
+            let text = path(first);
+            let group = |rest: &mut &[Item], k: Kind, index: &mut RuleIndex| {
+                let n = rest
+                    .iter()
+                    .take_while(|item| item.0 == k && path(item.1) == text)
+                    .count();
                 let (taken, left) = rest.split_at(n);
                 *rest = left;
                 let start = at(index.positions.len());
-                index.positions.extend(taken.iter().map(|item| item.2));
+                index
+                    .positions
+                    .extend(taken.iter().map(|item| item.1 as usize));
                 Span {
                     start,
                     end: at(index.positions.len()),
                 }
             };
-            let text = Span {
+            let span = Span {
                 start: at(index.paths.len()),
-                end: at(index.paths.len() + path.len()),
+                end: at(index.paths.len() + text.len()),
             };
-            index.paths.push_str(path);
+            index.paths.push_str(text);
             if kind == Kind::Exact {
                 let rules = group(&mut rest, Kind::Exact, &mut index);
-                exact.push(ExactEntry { path: text, rules });
+                exact.push(ExactEntry { path: span, rules });
                 continue;
             }
             let prefix = group(&mut rest, Kind::Prefix, &mut index);
             let directory = group(&mut rest, Kind::Directory, &mut index);
             while let Some(&top) = stack.last() {
                 let top_path = prefixes.get(top).map(|e| index.text(e.path));
-                if top_path.is_some_and(|t| path.starts_with(t)) {
+                if top_path.is_some_and(|t| text.starts_with(t)) {
                     break;
                 }
                 stack.pop();
@@ -144,7 +176,7 @@ impl RuleIndex {
             let parent = stack.last().map(|&p| at(p));
             stack.push(prefixes.len());
             prefixes.push(PrefixEntry {
-                path: text,
+                path: span,
                 parent,
                 prefix,
                 directory,

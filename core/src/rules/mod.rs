@@ -15,6 +15,7 @@ mod parse;
 pub mod review;
 #[cfg(feature = "schema")]
 pub mod schema;
+mod stepsort;
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
@@ -110,6 +111,20 @@ impl RuleSet {
     /// [`RuleSet::compile_unserved`].
     pub fn config(&self) -> Option<&RulesConfig> {
         self.config.as_ref()
+    }
+
+    /// Frees up to `n` more of the set's rules, for a host that must not stall
+    /// on freeing a large set it no longer uses (the filter, between requests);
+    /// true once everything is freed. Meanwhile the set holds fewer rules.
+    pub fn shed(&mut self, n: usize) -> bool {
+        if self.rules.is_empty() {
+            self.index = index::RuleIndex::default();
+            self.by_name = Box::default();
+            self.config = None;
+            return true;
+        }
+        self.rules.truncate(self.rules.len().saturating_sub(n));
+        false
     }
 
     /// Rules, strictest first.

@@ -19,8 +19,8 @@
 //!
 //! Time is a parameter (`now_ns`), so tests move it by hand.
 //!
-//! Bounded: at most `max_keys` keys (`--max-keys`, default 25,000, enforced per
-//! lock shard), about 1.2 KiB each at worst (a key of at most 1 KiB and its
+//! Bounded: at most `max_keys` keys (`--max-keys`; its default in
+//! `config::defaults`; enforced per lock shard), about 1.2 KiB each at worst (a key of at most 1 KiB and its
 //! ~64-byte entry; see `crate::store::memory` for the sum). `run` sweeps it every
 //! second ([`Pools::sweep`]). Dropping an entry, by the sweep or at the cap, only
 //! loses unspent pooled tokens (they expire with their lease anyway), a denial

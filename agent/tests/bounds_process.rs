@@ -21,10 +21,11 @@ const GOOD: &str =
 /// The bound stated for refusing a billion-laughs file (core `rules::parse`).
 const LAUGHS_PEAK_BYTES: u64 = 16 * 1024 * 1024;
 
-/// A rules file with a "billion laughs" in extra fields, made to stay under
-/// serde_yaml's own limit (100 alias jumps per event, hence the padding): a 2.5 KB
-/// string, four levels of twenty aliases, 7 KB of text that serde_yaml expanded to
-/// 160,000 copies, 433 MiB peak RSS in `check-rules` before aliases were refused.
+/// A rules file with a "billion laughs" in extra fields, made to stay under the
+/// limit of the YAML reader the agent used before (serde_yaml: 100 alias jumps
+/// per event, hence the padding): a 2.5 KB string, four levels of twenty
+/// aliases, 7 KB of text that reader expanded to 160,000 copies, 433 MiB peak
+/// RSS in `check-rules` before aliases were refused.
 fn laughs() -> String {
     let mut text = format!("version: 1\nlol0: &a0 \"{}\"\n", "x".repeat(2_500));
     for i in 1..5 {

@@ -34,7 +34,10 @@ pub fn quota_fields(style: HeaderStyle, quota: &Quota<'_>) -> Vec<(&'static str,
             ("ratelimit-policy", policy(quota.rule, &quota.limit)),
             (
                 "ratelimit",
-                format!("\"{}\";r={};t={}", quota.rule, quota.remaining, reset),
+                structured(
+                    quota.rule,
+                    [("r", u64::from(quota.remaining)), ("t", reset)],
+                ),
             ),
         ],
         HeaderStyle::Legacy => vec![
@@ -282,7 +285,27 @@ pub fn bad_request(protocol: Protocol, error: &crate::rules::RequestError) -> An
 
 fn policy(rule: &str, limit: &Limit) -> String {
     let (q, w) = limit.window_quota();
-    format!("\"{rule}\";q={q};w={w}")
+    structured(rule, [("q", q), ("w", w)])
+}
+
+/// One member of a structured-field List (RFC 9651; a one-member List is written
+/// as its Item): the rule's name as an sf-string with integer parameters, e.g.
+/// `"search";r=0;t=30`. The `sfv` crate writes it, so the string escaping, the
+/// key syntax and the integer range are the RFC's. A value above the largest
+/// sf-integer (999,999,999,999,999) is written as that; a rule name that is not
+/// an sf-string (none is: names are `[a-z0-9._-]`) is written as an empty one.
+fn structured<const N: usize>(name: &str, params: [(&'static str, u64); N]) -> String {
+    let name = sfv::StringRef::from_str(name).unwrap_or(sfv::StringRef::EMPTY);
+    let mut item = sfv::ItemSerializer::new().bare_item(name);
+    for (key, value) in params {
+        let value = sfv::Integer::try_from(value).unwrap_or(sfv::Integer::MAX);
+        // Our keys are constants of the RFC's key syntax; a key that is not
+        // would be left out, never panic.
+        if let Ok(key) = sfv::KeyRef::from_str(key) {
+            item = item.parameter(key, value);
+        }
+    }
+    item.finish()
 }
 
 #[cfg(test)]
@@ -319,6 +342,26 @@ mod tests {
         let f = rejection_fields(HeaderStyle::Ietf, "r", &l, 1);
         let get = |n: &str| f.iter().find(|(k, _)| *k == n).map(|(_, v)| v.as_str());
         assert_eq!(get("ratelimit-policy"), Some("\"r\";q=6;w=2"));
+    }
+
+    #[test]
+    fn structured_fields_keep_the_rfcs_rules() {
+        // The largest sf-integer is 15 digits: a larger count is written as that.
+        assert_eq!(
+            structured("r", [("q", u64::MAX), ("w", 1)]),
+            "\"r\";q=999999999999999;w=1"
+        );
+        assert_eq!(
+            structured("r", [("q", 999_999_999_999_999)]),
+            "\"r\";q=999999999999999"
+        );
+        // Quotes and backslashes are escaped; what an sf-string cannot hold
+        // (a control character, non-ASCII) gives an empty string, not a broken field.
+        assert_eq!(structured("a\"b\\c", [("r", 0)]), r#""a\"b\\c";r=0"#);
+        assert_eq!(structured("a\nb", [("r", 0)]), "\"\";r=0");
+        assert_eq!(structured("\u{e9}", [("r", 0)]), "\"\";r=0");
+        // A key outside the RFC's syntax is left out.
+        assert_eq!(structured("r", [("Q", 1), ("t", 2)]), "\"r\";t=2");
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //! [`Host`] trait (tested natively over `testing::MemoryHost`); `http.rs` and
 //! `root.rs` call it.
 
+use std::time::Duration;
+
 use crate::host::Host;
 use crate::state::{
     AGENT_ALIVE_NS, AGENT_DOWN_KEY, AGENT_FAILURES_KEY, AGENT_FAILURES_TO_BACK_OFF, AGENT_OK_KEY,
@@ -19,8 +21,8 @@ pub fn backing_off<H: Host>(host: &H, now: u64) -> bool {
 
 /// A failed agent call. Each failing request takes its policy at once; after
 /// [`AGENT_FAILURES_TO_BACK_OFF`] failures in a row (the agent is down, not just
-/// slow once) misses skip the agent for `backoff_ms`.
-pub fn failed<H: Host>(host: &H, backoff_ms: u64) {
+/// slow once) misses skip the agent for `backoff`.
+pub fn failed<H: Host>(host: &H, backoff: Duration) {
     let (bytes, _) = host.shared_get(AGENT_FAILURES_KEY);
     let failures = bytes
         .and_then(|b| b.try_into().ok())
@@ -40,7 +42,7 @@ pub fn failed<H: Host>(host: &H, backoff_ms: u64) {
         return;
     }
     let _ = host.shared_set(AGENT_FAILURES_KEY, &0u32.to_le_bytes(), None);
-    let until = now.saturating_add(backoff_ms.saturating_mul(1_000_000));
+    let until = now.saturating_add(crate::config::nanos(backoff));
     let _ = host.shared_set(AGENT_DOWN_KEY, &until.to_le_bytes(), None);
 }
 
@@ -67,19 +69,20 @@ mod tests {
     use crate::testing::MemoryHost;
 
     const MS: u64 = 1_000_000;
+    const BACKOFF: Duration = Duration::from_millis(500);
 
     #[test]
     fn three_failures_in_a_row_back_off_for_the_configured_time() {
         let host = MemoryHost::default();
         host.set_now(1_000 * MS);
         assert!(!backing_off(&host, host.now_ns()));
-        failed(&host, 500);
-        failed(&host, 500);
+        failed(&host, BACKOFF);
+        failed(&host, BACKOFF);
         assert!(
             !backing_off(&host, host.now_ns()),
             "two failures are not down"
         );
-        failed(&host, 500);
+        failed(&host, BACKOFF);
         assert!(backing_off(&host, 1_000 * MS));
         assert!(backing_off(&host, 1_499 * MS));
         assert!(!backing_off(&host, 1_500 * MS), "back-off ends on time");
@@ -89,15 +92,15 @@ mod tests {
     fn an_answer_ends_a_run_of_failures() {
         let host = MemoryHost::default();
         host.set_now(1_000 * MS);
-        failed(&host, 500);
-        failed(&host, 500);
+        failed(&host, BACKOFF);
+        failed(&host, BACKOFF);
         answered(&host);
         // Well past the alive window, two more failures are not three in a row.
         host.set_now(2_000 * MS);
-        failed(&host, 500);
-        failed(&host, 500);
+        failed(&host, BACKOFF);
+        failed(&host, BACKOFF);
         assert!(!backing_off(&host, host.now_ns()));
-        failed(&host, 500);
+        failed(&host, BACKOFF);
         assert!(backing_off(&host, host.now_ns()));
     }
 
@@ -110,12 +113,12 @@ mod tests {
         // fail, the rest keep asking.
         host.set_now(1_000 * MS + AGENT_ALIVE_NS - 1);
         for _ in 0..5 {
-            failed(&host, 500);
+            failed(&host, BACKOFF);
         }
         assert!(!backing_off(&host, host.now_ns()));
         // Past the window the run counts: the next failure backs off.
         host.set_now(1_000 * MS + AGENT_ALIVE_NS);
-        failed(&host, 500);
+        failed(&host, BACKOFF);
         assert!(backing_off(&host, host.now_ns()));
     }
 }

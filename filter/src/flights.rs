@@ -219,7 +219,7 @@ impl<W: Copy + Eq + Hash> Flights<W> {
     /// each key that has none (every key of an exact rule).
     fn wait<H: Host>(&mut self, host: &H, cfg: &FilterConfig, id: W, eval: Evaluation) {
         let now = host.now_ns();
-        let timeout = cfg.timeout_ms.saturating_mul(meshlimit_core::NANOS_PER_MS);
+        let timeout = crate::config::nanos(cfg.timeout);
         for item in eval.miss_items() {
             let fp = item.fingerprint;
             if !item.exact && self.busy.contains_key(&fp) {

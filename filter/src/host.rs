@@ -44,7 +44,7 @@ pub struct AgentCall<'a> {
     pub path: &'a str,
     pub request: AgentRequest<'a>,
     /// The host's deadline; the call is never retried.
-    pub timeout_ms: u64,
+    pub timeout: Duration,
 }
 
 /// What a call to the agent sends.
@@ -62,7 +62,7 @@ impl<'a> AgentCall<'a> {
         cfg: &'a FilterConfig,
         path: &'a str,
         request: AgentRequest<'a>,
-        timeout_ms: u64,
+        timeout: Duration,
     ) -> Self {
         Self {
             cluster: &cfg.agent_cluster,
@@ -70,7 +70,7 @@ impl<'a> AgentCall<'a> {
             auth: cfg.agent_auth.as_deref(),
             path,
             request,
-            timeout_ms,
+            timeout,
         }
     }
 }
@@ -218,14 +218,7 @@ impl Proxy for ProxyHost {
         if let Some(auth) = call.auth {
             headers.push((meshlimit_core::secret::AUTH_HEADER, auth));
         }
-        hostcalls::dispatch_http_call(
-            call.cluster,
-            headers,
-            body,
-            vec![],
-            Duration::from_millis(call.timeout_ms),
-        )
-        .ok()
+        hostcalls::dispatch_http_call(call.cluster, headers, body, vec![], call.timeout).ok()
     }
 
     fn call_response(&self, body_size: usize) -> (Option<u32>, Vec<u8>) {

@@ -248,7 +248,7 @@ impl<H: Proxy> Context for Http<H> {
                 debug!("meshlimit: lease call failed (status {status:?})");
                 // A 4xx means we sent something the agent refuses: a bug, not an
                 // outage, but the request must not wait either way.
-                backoff::failed(&*self.host, self.config.agent_backoff_ms);
+                backoff::failed(&*self.host, self.config.agent_backoff);
                 eval.fail_misses(&*self.host, &self.config);
             }
         }
@@ -313,12 +313,12 @@ impl<H: Proxy> HttpContext for Http<H> {
                 let body = serde_json::to_vec(&eval.lease_request()).unwrap_or_default();
                 let cfg = &self.config;
                 let call =
-                    AgentCall::to_agent(cfg, LEASE_PATH, AgentRequest::Post(&body), cfg.timeout_ms);
+                    AgentCall::to_agent(cfg, LEASE_PATH, AgentRequest::Post(&body), cfg.timeout);
                 if host.dispatch(call).is_some() {
                     self.pending = Some(eval);
                     return Action::Pause;
                 }
-                backoff::failed(host, self.config.agent_backoff_ms);
+                backoff::failed(host, self.config.agent_backoff);
                 eval.fail_misses(host, &self.config);
             }
         }

@@ -119,7 +119,7 @@ impl Evaluation {
                 continue;
             }
             let exact = self.rules.rules()[c.rule].accuracy == Accuracy::Exact;
-            let refill_timeout = (!exact).then(|| cfg.timeout_ms.saturating_mul(NANOS_PER_MS));
+            let refill_timeout = (!exact).then(|| crate::config::nanos(cfg.timeout));
             let mut want = None;
             let local = slots::update(host, c.fingerprint, cfg.slots, |s| {
                 let check = s.check(now, c.cost, max_wait_ns, refill_timeout);

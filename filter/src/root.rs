@@ -16,7 +16,7 @@ use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::ContextType;
 
 use crate::backoff;
-use crate::config::FilterConfig;
+use crate::config::{millis, nanos, FilterConfig};
 use crate::flights::{Call, FlightStats};
 use crate::host::{AgentCall, AgentRequest, Metric, Proxy};
 use crate::http::{finish, Http};
@@ -151,7 +151,7 @@ impl<H: Proxy + 'static> Root<H> {
             .set_tick_period(if self.loading.is_some() || !self.retired.is_empty() {
                 LOAD_TICK_MS
             } else if vm.rules.is_some() {
-                vm.config.sync_interval_ms
+                millis(vm.config.sync_interval)
             } else {
                 STARTUP_TICK_MS
             });
@@ -181,7 +181,7 @@ impl<H: Proxy + 'static> Root<H> {
             AgentRequest::Get {
                 accept: RULES_LINES_TYPE,
             },
-            config.sync_timeout_ms,
+            config.sync_timeout,
         ));
     }
 
@@ -217,12 +217,12 @@ impl<H: Proxy + 'static> Root<H> {
                 &config,
                 LEASE_PATH,
                 AgentRequest::Post(&body),
-                config.timeout_ms,
+                config.timeout,
             );
             match self.host.dispatch(call) {
                 Some(token) => self.vm.borrow_mut().flights.sent(token, items),
                 None => {
-                    backoff::failed(&*self.host, config.agent_backoff_ms);
+                    backoff::failed(&*self.host, config.agent_backoff);
                     self.answered(Call::Unsent(items), None);
                 }
             }
@@ -298,7 +298,7 @@ impl<H: Proxy + 'static> Root<H> {
             &config,
             SYNC_PATH,
             AgentRequest::Post(&body),
-            config.sync_timeout_ms,
+            config.sync_timeout,
         );
         match self.host.dispatch(call) {
             Some(token) => self.in_flight = Some((token, request.decisions)),
@@ -335,8 +335,8 @@ impl<H: Proxy + 'static> Context for Root<H> {
                 backoff::answered(&*self.host);
             } else {
                 debug!("meshlimit: lease call failed (status {status:?})");
-                let backoff_ms = self.vm.borrow().config.agent_backoff_ms;
-                backoff::failed(&*self.host, backoff_ms);
+                let backoff = self.vm.borrow().config.agent_backoff;
+                backoff::failed(&*self.host, backoff);
             }
             self.answered(Call::Sent(token_id), answers);
             // Requests a lost race left undecided wait on new calls.
@@ -427,8 +427,8 @@ impl<H: Proxy + 'static> RootContext for Root<H> {
         // While the tick is fast, syncs keep their own interval.
         let now = self.host.now_ns();
         if self.in_flight.is_none() && (!fast || now >= self.next_sync_ns) {
-            let interval = self.vm.borrow().config.sync_interval_ms;
-            self.next_sync_ns = now.saturating_add(interval.saturating_mul(1_000_000));
+            let interval = self.vm.borrow().config.sync_interval;
+            self.next_sync_ns = now.saturating_add(nanos(interval));
             self.sync();
         }
     }

@@ -361,7 +361,7 @@ impl Proxy for MemoryHost {
             path: call.path.to_string(),
             accept,
             body,
-            timeout_ms: call.timeout_ms,
+            timeout_ms: crate::config::millis(call.timeout),
         });
         Some(token)
     }

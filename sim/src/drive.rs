@@ -76,7 +76,7 @@ async fn drive(plan: &Plan, stack: &Stack, show_progress: bool) -> Result<Record
         }
         Kind::Race => race(plan, &gateways),
     }
-    let drain = Duration::from_millis(plan.filter.timeout_ms) + Duration::from_secs(2);
+    let drain = plan.filter.timeout + Duration::from_secs(2);
     let drained = started.elapsed() + drain;
     while gateways.iter().any(|g| g.inflight() > 0) && started.elapsed() < drained {
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -125,7 +125,7 @@ fn gateways(
     epoch: Instant,
 ) -> Result<Vec<Rc<Gateway>>, SimError> {
     let ports = stack.agent_ports();
-    let timeout = Duration::from_millis(plan.filter.timeout_ms);
+    let timeout = plan.filter.timeout;
     (0..plan.scenario.gateways)
         .map(|g| {
             let port = ports.get(g % ports.len().max(1)).copied().unwrap_or(0);

@@ -195,7 +195,7 @@ impl Gateway {
                     }
                     Err(why) => {
                         gw.rec.failed(why);
-                        backoff::failed(&gw.host, gw.cfg.agent_backoff_ms);
+                        backoff::failed(&gw.host, gw.cfg.agent_backoff);
                         None
                     }
                 };

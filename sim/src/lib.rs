@@ -143,7 +143,7 @@ fn setup(plan: &Plan, stack: &Stack, recorded: &drive::Recorded, admitted: u64) 
         agents: s.agents,
         store: stack.store_line(),
         agent_args: stack.agent_args.clone(),
-        filter_timeout_ms: plan.filter.timeout_ms,
+        filter_timeout_ms: meshlimit_filter::config::millis(plan.filter.timeout),
         elapsed: recorded.elapsed,
         unmatched: recorded.log.unmatched,
         failures: [a.timeouts, a.transport_errors, a.bad_status, a.bad_body],

@@ -7,7 +7,11 @@ use std::process::{Command, ExitStatus};
 use std::time::Duration;
 
 use serde_json::{Map, Value as Json};
-use serde_yaml::{Mapping, Value as Yaml};
+
+/// A YAML document read into values: `envoy.yaml` is read and written through
+/// JSON's value tree (YAML holds JSON; Envoy reads the keys in any order).
+type Yaml = Json;
+type Mapping = Map<String, Json>;
 
 use crate::http::{get, try_request};
 use crate::process::Proc;
@@ -320,7 +324,7 @@ pub fn render_envoy_config(
     ports: &EnvoyPorts,
     config: &EnvoyConfig,
 ) -> Result<String, String> {
-    let mut doc: Yaml = serde_yaml::from_str(base_yaml).map_err(|e| e.to_string())?;
+    let mut doc: Yaml = serde_saphyr::from_str(base_yaml).map_err(|e| e.to_string())?;
     let mut rewrite = Rewrite {
         ports,
         config,
@@ -341,7 +345,7 @@ pub fn render_envoy_config(
             "expected one {WASM_FILTER} filter with root_id {ROOT_ID}, found {wasm_found}"
         ));
     }
-    serde_yaml::to_string(&doc).map_err(|e| e.to_string())
+    serde_saphyr::to_string(&doc).map_err(|e| e.to_string())
 }
 
 struct Rewrite<'a> {
@@ -355,7 +359,7 @@ struct Rewrite<'a> {
 impl Rewrite<'_> {
     fn visit(&mut self, node: &mut Yaml) -> Result<(), String> {
         match node {
-            Yaml::Sequence(items) => {
+            Yaml::Array(items) => {
                 if !self.config.filter {
                     let before = items.len();
                     items.retain(|item| {
@@ -365,7 +369,7 @@ impl Rewrite<'_> {
                 }
                 items.iter_mut().try_for_each(|item| self.visit(item))
             }
-            Yaml::Mapping(map) => {
+            Yaml::Object(map) => {
                 self.port(map);
                 self.access_log(map);
                 if map.get("root_id").and_then(Yaml::as_str) == Some(ROOT_ID) {

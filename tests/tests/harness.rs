@@ -109,7 +109,7 @@ fn envoy_config_is_rendered_from_envoy_yaml() {
             "{new} missing"
         );
     }
-    let doc: serde_yaml::Value = serde_yaml::from_str(&yaml).unwrap();
+    let doc: serde_json::Value = serde_saphyr::from_str(&yaml).unwrap();
     let plugin = find_key(&doc, "root_id").unwrap();
     let json: serde_json::Value =
         serde_json::from_str(plugin["configuration"]["value"].as_str().unwrap()).unwrap();
@@ -130,11 +130,11 @@ fn envoy_config_is_rendered_from_envoy_yaml() {
 }
 
 /// The first mapping (depth first) that has `key`.
-fn find_key<'a>(node: &'a serde_yaml::Value, key: &str) -> Option<&'a serde_yaml::Value> {
+fn find_key<'a>(node: &'a serde_json::Value, key: &str) -> Option<&'a serde_json::Value> {
     match node {
-        serde_yaml::Value::Mapping(map) if map.contains_key(key) => Some(node),
-        serde_yaml::Value::Mapping(map) => map.values().find_map(|v| find_key(v, key)),
-        serde_yaml::Value::Sequence(items) => items.iter().find_map(|v| find_key(v, key)),
+        serde_json::Value::Object(map) if map.contains_key(key) => Some(node),
+        serde_json::Value::Object(map) => map.values().find_map(|v| find_key(v, key)),
+        serde_json::Value::Array(items) => items.iter().find_map(|v| find_key(v, key)),
         _ => None,
     }
 }

@@ -5,7 +5,7 @@
 //! entries are the path from the root to it.
 
 use serde::Deserialize;
-use serde_yaml::Value;
+use serde_json::Value;
 
 use meshlimit_core::rules::config::LimitConfig;
 
@@ -73,7 +73,7 @@ fn unit_seconds(unit: &str) -> Option<u64> {
 }
 
 pub(super) fn read(text: &str, report: &mut Report<'_>) -> Vec<Draft> {
-    let config: Config = match serde_yaml::from_str(text) {
+    let config: Config = match meshlimit_core::rules::read_yaml(text) {
         Ok(c) => c,
         Err(e) => {
             report.refuse(

@@ -31,7 +31,7 @@ struct Limit {
 const MAX_SECONDS: u64 = 366 * 86_400;
 
 pub(super) fn read(text: &str, report: &mut Report<'_>) -> Vec<Draft> {
-    let limits: Vec<Limit> = match serde_yaml::from_str(text) {
+    let limits: Vec<Limit> = match meshlimit_core::rules::read_yaml(text) {
         Ok(l) => l,
         Err(e) => {
             report.refuse(

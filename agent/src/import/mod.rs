@@ -576,7 +576,7 @@ pub(crate) fn render(imported: &Imported, from: &str) -> Result<String, String> 
     };
     // The output must be a valid rules file: compiled here, as the agent will.
     RuleSet::compile(&config).map_err(|e| e.to_string())?;
-    let yaml = serde_yaml::to_string(&config).map_err(|e| e.to_string())?;
+    let yaml = serde_saphyr::to_string(&config).map_err(|e| e.to_string())?;
     let mut out = format!("# Imported by `meshlimit-agent import` from {from}.\n");
     if imported.notes.is_empty() {
         out.push_str("# No approximations.\n");

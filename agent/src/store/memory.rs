@@ -5,10 +5,11 @@
 //!
 //! Memory bound. Buckets are swept every [`SWEEP_EVERY`]: a bucket that has
 //! refilled to full is forgotten, which changes nothing (an absent key starts full).
-//! At most `max_keys` buckets are held (`--max-keys`, default 25,000; enforced per
-//! lock shard, so at most `max_keys` + 15). When a new key finds its shard at the
-//! cap, the shard's full buckets are dropped; if none is full the key gets
-//! [`StoreError::Unavailable`] (its rule's failure policy applies, counted in
+//! At most `max_keys` buckets are held (`--max-keys`, its default in
+//! `config::defaults`; enforced per lock shard, so at most `max_keys` + 15).
+//! When a new key finds its shard at the cap, the shard's full buckets are
+//! dropped; if none is full the key gets [`StoreError::Unavailable`] (its rule's
+//! failure policy applies, counted in
 //! `meshlimit_store_requests_total{result="error"}`): a live bucket is never
 //! evicted, since an evicted key would come back as a fresh full bucket.
 //!
@@ -19,10 +20,10 @@
 //! the fail-local buckets, for 25,000 keys of 1 KiB (`cargo test -p
 //! meshlimit-agent --test memory_bounds -- --nocapture`, which holds each table
 //! under 1,300 B a key). So the three per-key tables hold at most about
-//! 3 × 1.3 KB × `max_keys`: under 95 MiB at the default 25,000 keys (82 MiB
-//! measured). With the server's bound (`crate::server`: 91 MiB measured at 1,024
-//! connections) and its ~14 MiB at rest, the agent stays under ~200 MiB whatever
-//! callers send.
+//! 3 × 1.3 KB × `max_keys`: under 95 MiB at 25,000 keys, the default
+//! `--max-keys` when measured (82 MiB measured). With the server's bound
+//! (`crate::server`: 91 MiB measured at 1,024 connections) and its ~14 MiB at
+//! rest, the agent stays under ~200 MiB whatever callers send.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use meshlimit_tests::{render_envoy_config, try_request, EnvoyConfig, EnvoyPorts};
-use serde_yaml::Value as Yaml;
+use serde_json::Value as Yaml;
 
 use crate::error::{BenchError, Context, Result};
 use crate::procs::{wait_for, Pinned};
@@ -55,7 +55,7 @@ pub fn render(scenario: &Scenario, ports: &EnvoyPorts, timeout_ms: u64) -> Resul
 /// every request.
 fn with_local_ratelimit(yaml: &str, per_second: u64) -> Result<String> {
     let tokens = (per_second / 10).max(1);
-    let filter: Yaml = serde_yaml::from_str(&format!(
+    let filter: Yaml = serde_saphyr::from_str(&format!(
         r#"
 name: envoy.filters.http.local_ratelimit
 typed_config:
@@ -71,11 +71,11 @@ typed_config:
 "#
     ))
     .context("local_ratelimit snippet")?;
-    let mut doc: Yaml = serde_yaml::from_str(yaml).context("rendered envoy.yaml")?;
+    let mut doc: Yaml = serde_saphyr::from_str(yaml).context("rendered envoy.yaml")?;
     let filters = doc
         .get_mut("static_resources")
         .and_then(|s| s.get_mut("listeners"))
-        .and_then(Yaml::as_sequence_mut)
+        .and_then(Yaml::as_array_mut)
         .and_then(|ls| {
             ls.iter_mut()
                 .find(|l| l.get("name").and_then(Yaml::as_str) == Some("ingress"))
@@ -86,10 +86,10 @@ typed_config:
         .and_then(|f| f.get_mut(0))
         .and_then(|f| f.get_mut("typed_config"))
         .and_then(|t| t.get_mut("http_filters"))
-        .and_then(Yaml::as_sequence_mut)
+        .and_then(Yaml::as_array_mut)
         .ok_or_else(|| BenchError::new("envoy.yaml: no ingress listener with http_filters"))?;
     filters.insert(0, filter);
-    serde_yaml::to_string(&doc).context("render local_ratelimit config")
+    serde_saphyr::to_string(&doc).context("render local_ratelimit config")
 }
 
 impl Envoy {

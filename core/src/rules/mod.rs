@@ -28,7 +28,7 @@ pub use error::{RuleError, RulesError};
 pub use explain::{Explained, Explanation};
 pub use matching::{Applicable, RequestError, RequestInfo};
 #[cfg(feature = "yaml")]
-pub use parse::{check_yaml_text, parse_rules, MAX_RULES_FILE_BYTES};
+pub use parse::{check_yaml_text, parse_rules, read_yaml, MAX_RULES_FILE_BYTES};
 
 use crate::limit::Limit;
 

@@ -2,19 +2,21 @@
 //! deserialised on its own so an error names the rule and the field path.
 //!
 //! Bounded input: a file longer than [`MAX_RULES_FILE_BYTES`] is refused, and so is
-//! any YAML alias (`*name`). serde_yaml expands aliases into its `Value` tree, so a
-//! 14 KB file of nested aliases (a "billion laughs") grew to 400 MB before any rule
-//! was looked at; rules files have no use for aliases. The aliases are found by a
-//! pure event scan ([`saphyr_parser`]) before serde_yaml sees the text: the scan holds
-//! one event and the nesting stack at a time, so refusing such a file costs about
-//! what reading it did (the agent's test measures the `check-rules` process's peak
-//! RSS at under 16 MiB). A text the scanner cannot read is left to serde_yaml, whose
-//! error messages the fixtures pin.
+//! any YAML alias (`*name`). A YAML reader expands aliases as it builds values, so
+//! a 14 KB file of nested aliases (a "billion laughs") grew to 400 MB before any
+//! rule was looked at; rules files have no use for aliases. The aliases are found
+//! by a pure event scan ([`granit_parser`], the parser `serde_saphyr` itself reads
+//! with) before the text is read into values: the scan holds one event and the
+//! nesting stack at a time, so refusing such a file costs about what reading it
+//! did (the agent's test measures the `check-rules` process's peak RSS at under
+//! 16 MiB). A text the scanner cannot read is left to `serde_saphyr`, whose error
+//! (message, line and column) the fixtures pin.
 
 use std::collections::BTreeMap;
 
 use serde::de::DeserializeOwned;
-use serde_yaml::Value;
+use serde_json::Value;
+use serde_saphyr::granit_parser;
 
 use super::compile::SCHEMA_VERSION;
 use super::config::{ChangesConfig, DefaultsConfig, RuleConfig, RulesConfig};
@@ -22,15 +24,16 @@ use super::error::{RuleError, RulesError};
 use super::RuleSet;
 
 /// The largest rules file read: 4 MiB, above the biggest rule sets seen (20,000
-/// rules are about 2.5 MB) with room to spare. Parsing costs about 50 bytes of
-/// peak memory per byte of text (serde_yaml's `Value` tree, then the rules):
-/// `check-rules` peaked at 62 MiB on a 1 MiB file (8,621 rules; a ConfigMap holds
-/// at most 1 MiB, so no ConfigMap can cost more), 134 MiB on 2.5 MB (20,266
-/// rules) and 217 MiB on a file at this cap (33,820 rules), measured with
-/// `/usr/bin/time -f %M meshlimit-agent check-rules FILE` (debug build). An agent
-/// given files above 1 MiB needs its memory limit raised by as much. Readers stop
-/// at this size plus one byte (see the agent's rules watcher), so a bigger file is
-/// never held.
+/// rules are about 2.5 MB) with room to spare. Parsing costs about 40 bytes of
+/// peak memory per byte of text (the text's value tree, then the rules):
+/// `check-rules` peaked at 50 MiB on a 1 MiB file (8,548 one-line rules; a
+/// ConfigMap holds at most 1 MiB, so no ConfigMap can cost more), 100 MiB on
+/// 2.5 MB (20,190 rules) and 158 MiB on a file at this cap (33,752 rules),
+/// measured with `/usr/bin/time -f %M meshlimit-agent check-rules FILE` (debug
+/// build; the release build peaks at 41 and 150 MiB for 1 MiB and the cap). An
+/// agent given files above 1 MiB needs its memory limit raised by as much.
+/// Readers stop at this size plus one byte (see the agent's rules watcher), so a
+/// bigger file is never held.
 pub const MAX_RULES_FILE_BYTES: usize = 4 * 1024 * 1024;
 
 /// The top-level fields of a rules file, in the order serde's message names them.
@@ -101,15 +104,15 @@ fn check_bounds(text: &str) -> Result<Lines, RulesError> {
     }
     let mut lines = Lines::default();
     let mut stack: Vec<Frame> = Vec::new();
-    for event in saphyr_parser::Parser::new_from_str(text) {
+    for event in granit_parser::Parser::new_from_str(text) {
         let (event, span) = match event {
             Ok(e) => e,
-            // serde_yaml reports malformed YAML in its own words (the fixtures'
-            // texts); the scan only looks for aliases and positions.
+            // serde_saphyr reports malformed YAML in its own words (the
+            // fixtures' texts); the scan only looks for aliases and positions.
             Err(_) => break,
         };
         let line = span.start.line();
-        use saphyr_parser::Event;
+        use granit_parser::Event;
         let starts_node = matches!(
             event,
             Event::Alias(_)
@@ -179,14 +182,57 @@ fn part<T: DeserializeOwned>(value: Value, prefix: &str) -> Result<T, (String, S
     })
 }
 
-fn parse_and_compile(text: &str, lines: &Lines) -> Result<RuleSet, RulesError> {
-    let value: Value = serde_yaml::from_str(text).map_err(|e| {
-        let error = RuleError::new(None, "-", format!("not valid YAML or JSON: {e}"));
-        match e.location() {
-            Some(at) => error.at(at.line(), at.column()),
+/// The YAML reader's limits for a text already checked by [`check_bounds`]: no
+/// alias, at most [`MAX_RULES_FILE_BYTES`]. Its default node and event budgets
+/// (250,000 nodes) are below what a file at the cap holds (33,820 rules of about
+/// ten nodes each); a node takes at least one byte of text, so the cap bounds them.
+fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_nodes: MAX_RULES_FILE_BYTES,
+            max_events: 2 * MAX_RULES_FILE_BYTES,
+            max_aliases: 0,
+        },
+    }
+}
+
+/// Reads YAML (or JSON) text other than a rules file (a peer's configuration to
+/// import) with the rules file's reader and limits; give it a text that passed
+/// [`check_yaml_text`]. The error is one line: what is wrong, then where.
+pub fn read_yaml<T: DeserializeOwned>(text: &str) -> Result<T, String> {
+    serde_saphyr::from_str_with_options(text, yaml_options()).map_err(|e| plain_error(&e).0)
+}
+
+/// A YAML error as one line of text (no source snippet) and its line and column.
+fn plain_error(e: &serde_saphyr::Error) -> (String, Option<(usize, usize)>) {
+    let plain = e.without_snippet();
+    let message = plain.render_with_options(serde_saphyr::render_options! {
+        snippets: serde_saphyr::SnippetMode::Off,
+    });
+    let at = plain.location().map(|at| {
+        (
+            usize::try_from(at.line()).unwrap_or(usize::MAX),
+            usize::try_from(at.column()).unwrap_or(usize::MAX),
+        )
+    });
+    (message, at)
+}
+
+/// Reads the text into values, or says where and why it is not YAML.
+fn read_value(text: &str) -> Result<Value, RulesError> {
+    serde_saphyr::from_str_with_options(text, yaml_options()).map_err(|e| {
+        let (message, at) = plain_error(&e);
+        let error = RuleError::new(None, "-", format!("not valid YAML or JSON: {message}"));
+        match at {
+            Some((line, column)) => error.at(line, column),
             None => error,
         }
-    })?;
+        .into()
+    })
+}
+
+fn parse_and_compile(text: &str, lines: &Lines) -> Result<RuleSet, RulesError> {
+    let value = read_value(text)?;
     let mut errors = Vec::new();
     let top_error = |field: String, message: String| {
         let line = lines.top_level(&field);
@@ -196,7 +242,7 @@ fn parse_and_compile(text: &str, lines: &Lines) -> Result<RuleSet, RulesError> {
             None => error,
         }
     };
-    let Value::Mapping(map) = value else {
+    let Value::Object(map) = value else {
         return Err(RuleError::new(
             None,
             "-",
@@ -206,14 +252,7 @@ fn parse_and_compile(text: &str, lines: &Lines) -> Result<RuleSet, RulesError> {
     };
     let (mut version, mut defaults, mut raw_rules, mut changes) = (None, None, None, None);
     for (key, value) in map {
-        let name = match &key {
-            Value::String(s) => s.clone(),
-            other => serde_yaml::to_string(other)
-                .unwrap_or_default()
-                .trim()
-                .to_string(),
-        };
-        match name.as_str() {
+        match key.as_str() {
             "version" => match part::<u32>(value, "version") {
                 Ok(v) => version = Some(v),
                 Err((f, m)) => errors.push(top_error(f, m)),
@@ -338,6 +377,17 @@ mod tests {
             "limit": {"requests": 1, "per": "1s"}}]}"#;
         let err = parse_rules("r.json", json).unwrap_err().to_string();
         assert!(!err.contains("alias"), "{err}");
+    }
+
+    #[test]
+    fn broken_yaml_is_one_line_saying_where_it_broke() {
+        let err = parse_rules("r.yaml", "version: 1\nrules: [\n").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "r.yaml:2:8: field -: not valid YAML or JSON: unclosed bracket '[' at line 2, column 8"
+        );
+        let err = read_yaml::<Vec<u32>>("[1, x]").unwrap_err();
+        assert_eq!(err, "invalid u32 at line 1, column 5");
     }
 
     #[test]

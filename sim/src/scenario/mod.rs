@@ -147,8 +147,7 @@ impl Scenario {
     /// Parses a scenario's text. Enums are written as YAML maps
     /// (`rate: { steady: 3000 }`), not tags.
     pub fn parse(text: &str) -> Result<Scenario, String> {
-        let de = serde_yaml::Deserializer::from_str(text);
-        serde_yaml::with::singleton_map_recursive::deserialize(de).map_err(|e| e.to_string())
+        serde_saphyr::from_str(text).map_err(|e| e.to_string())
     }
 
     /// Applies the overrides, compiles the rules and checks what the run needs.
@@ -200,7 +199,9 @@ impl Scenario {
         // The harness's deployment secret, as the filter's VM would have it.
         let secret = meshlimit_core::secret::Secret::new(meshlimit_tests::TEST_SECRET.as_bytes())
             .map_err(|e| e.to_string())?;
-        FilterConfig::parse(Some(text.as_bytes())).map(|c| c.with_secret(&secret))
+        FilterConfig::parse(Some(text.as_bytes()))
+            .map(|c| c.with_secret(&secret))
+            .map_err(|e| e.to_string())
     }
 }
 

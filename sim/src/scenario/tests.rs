@@ -19,7 +19,7 @@ fn defaults_fill_what_a_file_leaves_out() {
     assert_eq!(s.traffic.keys, 1);
     let plan = s.plan(&Overrides::default()).unwrap();
     // A generous lease timeout: accuracy, not latency, is measured.
-    assert_eq!(plan.filter.timeout_ms, 1_000);
+    assert_eq!(plan.filter.timeout, std::time::Duration::from_secs(1));
     assert_eq!(plan.filter.expected_nodes, 50);
 }
 
@@ -40,7 +40,7 @@ fn shapes_spreads_and_overrides_read_as_maps() {
         .unwrap();
     assert_eq!(plan.scenario.duration, Secs(4.0));
     assert_eq!(plan.scenario.gateways, 3);
-    assert_eq!(plan.filter.timeout_ms, 20);
+    assert_eq!(plan.filter.timeout, std::time::Duration::from_millis(20));
 }
 
 #[test]
@@ -82,4 +82,22 @@ fn weights_sum_to_one() {
     let one = Spread::One { share: 0.4 }.weights(50);
     assert!((one[0] - 0.4).abs() < 1e-12);
     assert_eq!(Spread::Range { from: 25, to: 50 }.weights(50)[0], 0.0);
+}
+
+#[test]
+fn every_committed_scenario_reads_and_plans() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+    let mut read = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+            continue;
+        }
+        let scenario = Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        scenario
+            .plan(&Overrides::default())
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        read += 1;
+    }
+    assert!(read >= 12, "{read} scenarios read");
 }

@@ -1,5 +1,5 @@
 //! Per-node batching: lease misses bound for one Redis node are gathered for at
-//! most one window (default 500 µs) and sent as one pipeline of EVALSHA calls
+//! most one window (`--batch-window-us`) and sent as one pipeline of EVALSHA calls
 //! under one deadline, never retried. Each caller gets its answer as soon as its
 //! pipeline returns.
 

@@ -11,9 +11,9 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use meshlimit_core::headers::{self, Answer};
 use proxy_wasm::hostcalls;
+use proxy_wasm::types::{BufferType, GrpcStatusCode, MapType, MetricType, Status};
 
 use crate::config::FilterConfig;
-use proxy_wasm::types::{BufferType, GrpcStatusCode, MapType, MetricType, Status};
 
 /// Shared data and time, as the request path needs them.
 pub trait Host {

@@ -257,7 +257,7 @@ mod tests {
     use meshlimit_core::{RequestInfo, RuleSet, Verdict};
 
     use super::*;
-    use crate::host::fake::FakeHost;
+    use crate::testing::MemoryHost;
 
     const MS: u64 = 1_000_000;
 
@@ -271,7 +271,7 @@ mod tests {
         Rc::new(RuleSet::compile(&config).unwrap())
     }
 
-    fn eval(rs: &Rc<RuleSet>, host: &FakeHost, cfg: &FilterConfig, key: &str) -> Evaluation {
+    fn eval(rs: &Rc<RuleSet>, host: &MemoryHost, cfg: &FilterConfig, key: &str) -> Evaluation {
         let req = RequestInfo::new("/", "GET", vec![("x-k".to_string(), key.to_string())]);
         let mut e = Evaluation::new(Rc::clone(rs), &req, cfg).unwrap().unwrap();
         e.local_pass(host, cfg);
@@ -297,7 +297,11 @@ mod tests {
 
     #[test]
     fn requests_for_a_busy_key_wait_on_its_one_call() {
-        let (host, cfg, rs) = (FakeHost::default(), FilterConfig::default(), rules("fast"));
+        let (host, cfg, rs) = (
+            MemoryHost::default(),
+            FilterConfig::default(),
+            rules("fast"),
+        );
         let mut f = Flights::default();
         for id in 1..=3 {
             assert!(f
@@ -337,7 +341,11 @@ mod tests {
 
     #[test]
     fn a_grant_too_small_for_every_waiter_sends_another_call_for_the_rest() {
-        let (host, cfg, rs) = (FakeHost::default(), FilterConfig::default(), rules("fast"));
+        let (host, cfg, rs) = (
+            MemoryHost::default(),
+            FilterConfig::default(),
+            rules("fast"),
+        );
         let mut f = Flights::default();
         for id in 1..=3 {
             f.admit(&host, &cfg, id, eval(&rs, &host, &cfg, "a"));
@@ -364,7 +372,11 @@ mod tests {
 
     #[test]
     fn a_request_that_keeps_losing_its_grant_takes_its_policy_after_max_rounds() {
-        let (host, cfg, rs) = (FakeHost::default(), FilterConfig::default(), rules("fast"));
+        let (host, cfg, rs) = (
+            MemoryHost::default(),
+            FilterConfig::default(),
+            rules("fast"),
+        );
         let mut f = Flights::default();
         f.admit(&host, &cfg, 1, eval(&rs, &host, &cfg, "a"));
         let mut calls = 0;
@@ -386,7 +398,11 @@ mod tests {
 
     #[test]
     fn a_failed_call_decides_its_waiters_by_their_policy_and_frees_the_key() {
-        let (host, cfg, rs) = (FakeHost::default(), FilterConfig::default(), rules("fast"));
+        let (host, cfg, rs) = (
+            MemoryHost::default(),
+            FilterConfig::default(),
+            rules("fast"),
+        );
         let mut f = Flights::default();
         f.admit(&host, &cfg, 1, eval(&rs, &host, &cfg, "a"));
         f.admit(&host, &cfg, 2, eval(&rs, &host, &cfg, "a"));
@@ -404,7 +420,11 @@ mod tests {
 
     #[test]
     fn each_request_of_an_exact_rule_asks_for_itself() {
-        let (host, cfg, rs) = (FakeHost::default(), FilterConfig::default(), rules("exact"));
+        let (host, cfg, rs) = (
+            MemoryHost::default(),
+            FilterConfig::default(),
+            rules("exact"),
+        );
         let mut f = Flights::default();
         f.admit(&host, &cfg, 1, eval(&rs, &host, &cfg, "a"));
         f.admit(&host, &cfg, 2, eval(&rs, &host, &cfg, "a"));
@@ -421,7 +441,11 @@ mod tests {
 
     #[test]
     fn a_request_that_crosses_the_mark_is_served_and_its_refill_queued() {
-        let (host, cfg, rs) = (FakeHost::default(), FilterConfig::default(), rules("fast"));
+        let (host, cfg, rs) = (
+            MemoryHost::default(),
+            FilterConfig::default(),
+            rules("fast"),
+        );
         let mut f = Flights::default();
         // A first grant, spent at 1,000/s, gives the key a spend rate.
         f.admit(&host, &cfg, 1, eval(&rs, &host, &cfg, "a"));
@@ -431,7 +455,7 @@ mod tests {
         let mut id = 2;
         let mut refilled_at = None;
         for ms in 1..=300u64 {
-            host.now.set(ms * MS);
+            host.set_now(ms * MS);
             let decided = f.admit(&host, &cfg, id, eval(&rs, &host, &cfg, "a"));
             id += 1;
             if decided.is_none() {
@@ -462,6 +486,6 @@ mod tests {
         let slot =
             meshlimit_core::slot::SlotState::claim(bytes.as_deref(), rs_fp(&rs, &cfg), 0).unwrap();
         assert!(slot.lease.tokens > 0, "served from what was left");
-        assert!(slot.lease.in_flight(host.now.get()));
+        assert!(slot.lease.in_flight(host.now_ns()));
     }
 }

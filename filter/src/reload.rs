@@ -121,7 +121,7 @@ impl Loading {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::fake::FakeHost;
+    use crate::testing::MemoryHost;
     use meshlimit_core::rules::lines::encode;
     use meshlimit_core::rules::RulesConfig;
 
@@ -142,32 +142,11 @@ mod tests {
         (encode(&set).unwrap(), set.version().to_string())
     }
 
-    /// A host whose clock moves 10 µs at every look, so a slice's budget is a
-    /// number of looks.
-    struct Ticking(FakeHost);
-
-    impl Host for Ticking {
-        fn now_ns(&self) -> u64 {
-            self.0.now.set(self.0.now.get() + 10_000);
-            self.0.now.get()
-        }
-        fn shared_get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
-            self.0.shared_get(key)
-        }
-        fn shared_set(
-            &self,
-            key: &str,
-            value: &[u8],
-            cas: Option<u32>,
-        ) -> Result<(), crate::host::SharedError> {
-            self.0.shared_set(key, value, cas)
-        }
-    }
-
     #[test]
     fn a_large_set_is_compiled_in_slices_each_within_its_budget() {
         let (body, version) = lines(1_000);
-        let host = Ticking(FakeHost::default());
+        // The clock moves 10 µs at every look: a slice's budget is a number of looks.
+        let host = MemoryHost::ticking(10_000);
         let mut loading = Loading::start(body.clone()).unwrap();
         assert_eq!(loading.version(), version);
         // 50 µs a slice: the first look starts it, every 16 rules one more.
@@ -217,7 +196,7 @@ mod tests {
         let (body, _) = lines(40);
         let mut loading = Loading::start(body).unwrap();
         assert!(matches!(
-            loading.slice(&FakeHost::default(), SLICE_NS),
+            loading.slice(&MemoryHost::default(), SLICE_NS),
             Slice::Done(..)
         ));
     }
@@ -229,7 +208,7 @@ mod tests {
         text.push_str("\n{");
         let mut loading = Loading::start(text.into_bytes()).unwrap();
         assert!(matches!(
-            loading.slice(&FakeHost::default(), SLICE_NS),
+            loading.slice(&MemoryHost::default(), SLICE_NS),
             Slice::Failed(LoadError::Rule { line: 42, .. })
         ));
     }

@@ -5,24 +5,24 @@
 use std::rc::Rc;
 
 use log::{debug, info, warn};
-use meshlimit_core::rules::lines::{RulesLoad, RULES_LINES_TYPE};
+use meshlimit_core::rules::lines::RulesLoad;
 use meshlimit_core::secret::{Secret, SECRET_ENV};
 use meshlimit_core::wire::{
-    LeaseAnswer, LeaseResponse, SyncRequest, SyncResponse, LEASE_PATH, RULES_PATH, SYNC_PATH,
-    WIRE_VERSION,
+    LeaseAnswer, LeaseResponse, SyncRequest, SyncResponse, LEASE_PATH, SYNC_PATH, WIRE_VERSION,
 };
-use meshlimit_core::RuleSet;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::ContextType;
 
 use crate::backoff;
-use crate::config::{millis, nanos, FilterConfig};
+use crate::config::{nanos, FilterConfig};
 use crate::flights::{Call, FlightStats};
 use crate::host::{AgentCall, AgentRequest, Metric, Proxy};
 use crate::http::{finish, Http};
 use crate::pipeline::Evaluation;
-use crate::reload::{Loading, Retired, Slice, LOAD_TICK_MS, SHED_RULES, SLICE_NS};
+use crate::reload::{Loading, Retired, SHED_RULES};
 use crate::state::{Shared, RULES_KEY, VM_SEQ_KEY};
+
+mod rules;
 
 /// Tick period until the first rules arrive, so a fresh Envoy limits quickly.
 const STARTUP_TICK_MS: u64 = 100;
@@ -77,113 +77,6 @@ impl<H: Proxy + 'static> Root<H> {
     /// The HTTP context of stream `context_id`.
     pub(crate) fn http(&self, context_id: u32) -> Http<H> {
         Http::new(Rc::clone(&self.host), Rc::clone(&self.vm), context_id)
-    }
-
-    /// Installs a rule set in this VM, and hands its `lines` to the VMs that
-    /// start later through shared data. Called from the root context (a load's
-    /// last slice, or start-up), never on a request: requests keep the `Rc` of
-    /// the set they started with, and the ones that start after the swap take
-    /// the new one.
-    fn install(&mut self, set: RuleSet, lines: Option<&[u8]>) {
-        let first = self.vm.borrow().rules.is_none();
-        info!("meshlimit: rules version {} installed", set.version());
-        if let Some(lines) = lines {
-            let _ = self.host.shared_set(RULES_KEY, lines, None);
-        }
-        let old = self.vm.borrow_mut().rules.replace(Rc::new(set));
-        if let Some(old) = old {
-            self.retired.push(old);
-        }
-        if first {
-            if let Some(g) = self.ready_gauge {
-                self.host.increment(g, 1);
-            }
-        }
-    }
-
-    /// Starts loading the rules the agent answered with: at once when this VM
-    /// has none yet, a slice a tick otherwise.
-    fn load(&mut self, lines: Vec<u8>) {
-        let mut loading = match Loading::start(lines) {
-            Ok(l) => l,
-            Err(e) => {
-                warn!("meshlimit: refusing rules from the agent, keeping the last good set: {e}");
-                return;
-            }
-        };
-        if self.vm.borrow().rules.is_some() {
-            self.loading = Some(loading);
-            self.set_tick();
-            return;
-        }
-        match loading.slice(&*self.host, u64::MAX) {
-            Slice::Done(set, lines) => self.install(*set, Some(&lines)),
-            Slice::Failed(e) => {
-                warn!("meshlimit: refusing rules from the agent, keeping the last good set: {e}")
-            }
-            Slice::Working => {}
-        }
-        self.set_tick();
-    }
-
-    /// One slice of the load in progress; the set is swapped in when done.
-    fn load_slice(&mut self) {
-        let Some(loading) = self.loading.as_mut() else {
-            return;
-        };
-        match loading.slice(&*self.host, SLICE_NS) {
-            Slice::Working => return,
-            Slice::Done(set, lines) => self.install(*set, Some(&lines)),
-            Slice::Failed(e) => {
-                warn!("meshlimit: refusing rules from the agent, keeping the last good set: {e}")
-            }
-        }
-        self.loading = None;
-        self.set_tick();
-    }
-
-    /// The tick: every millisecond while rules are being loaded or a replaced
-    /// set can be freed (a slice of the work each); otherwise fast until the
-    /// first rules arrive, so a fresh Envoy limits quickly, then the sync
-    /// interval.
-    fn set_tick(&self) {
-        let vm = self.vm.borrow();
-        self.host
-            .set_tick_period(if self.loading.is_some() || self.retired.can_shed() {
-                LOAD_TICK_MS
-            } else if vm.rules.is_some() {
-                millis(vm.config.sync_interval)
-            } else {
-                STARTUP_TICK_MS
-            });
-    }
-
-    /// Asks the agent for its rules, as lines, unless that version is already
-    /// here, on its way or being compiled.
-    fn fetch_rules(&mut self, version: &str) {
-        let here = self
-            .vm
-            .borrow()
-            .rules
-            .as_ref()
-            .map(|r| r.version() == version);
-        let loading = self.loading.as_ref().map(|l| l.version() == version);
-        if version.is_empty()
-            || here == Some(true)
-            || loading == Some(true)
-            || self.rules_call.is_some()
-        {
-            return;
-        }
-        let config = Rc::clone(&self.vm.borrow().config);
-        self.rules_call = self.host.dispatch(AgentCall::to_agent(
-            &config,
-            RULES_PATH,
-            AgentRequest::Get {
-                accept: RULES_LINES_TYPE,
-            },
-            config.sync_timeout,
-        ));
     }
 
     /// The agent counts the region's live agents; the fail-local bucket is sized

@@ -2,6 +2,7 @@
 //! parsing from text (`parse`, with the `yaml` feature), and matching a request
 //! against the compiled set (`matching`).
 
+mod builder;
 mod compile;
 pub mod config;
 mod error;
@@ -21,7 +22,8 @@ use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 
-pub use compile::{parse_period, RuleSetBuilder, MAX_RULE_NAME, SCHEMA_VERSION};
+pub use builder::RuleSetBuilder;
+pub use compile::{parse_period, MAX_RULE_NAME, SCHEMA_VERSION};
 pub use config::{
     Accuracy, ChangesConfig, FailurePolicy, KeyPartConfig as KeyPart, Mode, RulesConfig, Scope,
 };

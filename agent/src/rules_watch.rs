@@ -148,7 +148,7 @@ impl RulesWatcher {
     }
 
     /// Reads the file once and applies it if it changed (blocking: [`RulesWatcher::run`]
-    /// calls it on a blocking thread).
+    /// calls it on a thread of its own).
     pub(crate) fn poll(&mut self) -> Reload {
         if self.path.is_dir() {
             return self.poll_directory();
@@ -252,32 +252,39 @@ impl RulesWatcher {
         }
     }
 
-    /// Polls every `every` until shutdown.
+    /// Polls every `every` until shutdown, on a thread of its own at the lowest
+    /// CPU priority (nice 19): parsing and compiling a large file takes the better
+    /// part of a second of CPU, which lease calls and the node's Envoys need more.
+    /// A niced thread still gets its share of a busy CPU, so a file is never
+    /// starved: it is only applied later on a saturated node.
     pub async fn run(mut self, every: Duration, mut shutdown: Shutdown) {
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {
-                    // Parsing and compiling a large file takes the better part of
-                    // a second: on a blocking thread, so no lease call waits behind
-                    // it on a runtime worker.
-                    self = match tokio::task::spawn_blocking(move || {
-                        self.poll();
-                        self
-                    })
-                    .await
-                    {
-                        Ok(watcher) => watcher,
-                        Err(e) => {
-                            tracing::error!("rules watcher stopped: {e}");
-                            return;
-                        }
-                    };
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("meshlimit-rules".into())
+            .spawn(move || {
+                if let Err(e) = thread_priority::set_current_thread_priority(
+                    thread_priority::ThreadPriority::Min,
+                ) {
+                    tracing::debug!("rules watcher keeps the normal priority: {e:?}");
                 }
-                _ = shutdown.wait() => return,
+                loop {
+                    self.poll();
+                    match stopped.recv_timeout(every) {
+                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                        _ => return,
+                    }
+                }
+            });
+        let thread = match thread {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::error!("cannot start the rules watcher: {e}");
+                return;
             }
-        }
+        };
+        shutdown.wait().await;
+        drop(stop);
+        let _ = tokio::task::spawn_blocking(move || thread.join()).await;
     }
 
     fn apply(&mut self, set: RuleSet) -> Reload {

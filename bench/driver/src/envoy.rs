@@ -121,7 +121,14 @@ impl Envoy {
         .collect();
         let binary = meshlimit_tests::envoy_bin();
         let command = format!("taskset -c {cpu} {} {}", binary.display(), args.join(" "));
-        let proc = Pinned::spawn(&format!("envoy-{}", scenario.id), cpu, &binary, &args, dir)?;
+        let proc = Pinned::spawn(
+            &format!("envoy-{}", scenario.id),
+            cpu,
+            &binary,
+            &args,
+            &[],
+            dir,
+        )?;
         let mut envoy = Envoy {
             proc,
             ports,

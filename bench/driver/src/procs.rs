@@ -26,6 +26,7 @@ impl Pinned {
         cpu: &str,
         program: &Path,
         args: &[String],
+        env: &[(&str, &str)],
         dir: &Path,
     ) -> Result<Pinned> {
         let log = dir.join(format!("{name}.log"));
@@ -39,6 +40,7 @@ impl Pinned {
             .current_dir(meshlimit_tests::repo_root())
             // The deployment secret both the agent and Envoy's filter read.
             .env("MESHLIMIT_SECRET", meshlimit_tests::TEST_SECRET)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)

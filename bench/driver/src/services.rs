@@ -12,6 +12,10 @@ use meshlimit_tests::{free_port, try_request};
 use crate::error::{BenchError, Context, Result};
 use crate::procs::{output, wait_for, Pinned};
 
+/// The agent's allocator settings in the shipped DaemonSet: two glibc arenas,
+/// trimmed from 64 KiB, so rules reloads do not grow it.
+const AGENT_GLIBC_TUNABLES: &str = "glibc.malloc.arena_max=2:glibc.malloc.trim_threshold=65536";
+
 /// Which store the agent uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum StoreChoice {
@@ -56,7 +60,7 @@ impl Redis {
         .iter()
         .map(|s| s.to_string())
         .collect();
-        let mut proc = Pinned::spawn("redis", cpu, Path::new("redis-server"), &args, dir)?;
+        let mut proc = Pinned::spawn("redis", cpu, Path::new("redis-server"), &args, &[], dir)?;
         wait_for(
             Duration::from_secs(10),
             "redis-server to answer PING",
@@ -138,8 +142,14 @@ impl Agent {
         .map(|s| s.to_string())
         .collect();
         let binary = meshlimit_tests::agent_bin();
-        let command = format!("taskset -c {cpu} {} {}", binary.display(), args.join(" "));
-        let mut proc = Pinned::spawn(name, cpu, &binary, &args, dir)?;
+        let command = format!(
+            "GLIBC_TUNABLES={AGENT_GLIBC_TUNABLES} taskset -c {cpu} {} {}",
+            binary.display(),
+            args.join(" ")
+        );
+        // The allocator settings of the shipped DaemonSet (deploy/base/daemonset.yaml).
+        let env = [("GLIBC_TUNABLES", AGENT_GLIBC_TUNABLES)];
+        let mut proc = Pinned::spawn(name, cpu, &binary, &args, &env, dir)?;
         let ready = format!("http://127.0.0.1:{port}/readyz");
         wait_for(Duration::from_secs(20), "the agent's /readyz", || {
             proc.check_running()?;
@@ -207,5 +217,19 @@ pub fn start_store_and_agent(
             ))
         }
         Err(e) => Err(BenchError::new(format!("agent on {url}: {e}"))),
+    }
+}
+
+#[cfg(test)]
+mod deployed {
+    #[test]
+    fn the_agent_runs_with_the_daemonsets_allocator_settings() {
+        let path = meshlimit_tests::repo_root().join("deploy/base/daemonset.yaml");
+        let manifest = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            manifest.contains(&format!("value: {}", super::AGENT_GLIBC_TUNABLES)),
+            "{} sets another GLIBC_TUNABLES",
+            path.display()
+        );
     }
 }

@@ -18,6 +18,7 @@ use crate::store::redis::BatchConfig;
 
 mod commands;
 pub(crate) mod defaults;
+pub(crate) mod peers;
 mod store;
 
 pub use commands::{
@@ -178,7 +179,7 @@ pub struct RunArgs {
     /// or NAME=redis+cluster://HOST:PORT,…; repeatable (`;` between them in the
     /// variable). Reached only by background tasks.
     #[arg(long = "peer-region", env = "MESHLIMIT_PEER_REGIONS", value_name = "NAME=URL",
-          value_delimiter = ';', value_parser = crate::regions::setup::parse_peer)]
+          value_delimiter = ';', value_parser = peers::parse_peer)]
     pub(crate) peer_regions: Vec<(String, StoreSpec)>,
     /// A file of peer regions, one NAME=URL a line (`#` comments), read at start.
     #[arg(long, env = "MESHLIMIT_PEER_REGIONS_FILE", value_name = "PATH")]

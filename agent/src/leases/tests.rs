@@ -3,7 +3,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use async_trait::async_trait;
 use meshlimit_core::rules::parse_rules;
 use meshlimit_core::wire::LeaseItem;
-use meshlimit_core::DescriptorKey;
+use meshlimit_core::{DescriptorKey, Take};
+
+use crate::store::{Acquire, Acquired, StoreError};
 
 use super::*;
 use crate::metrics::sample;

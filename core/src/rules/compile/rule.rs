@@ -1,0 +1,280 @@
+//! One rule from its rules-file form: its key, match, limit or plans, each
+//! checked and refused with the rule's name and the field.
+
+use std::collections::BTreeMap;
+use std::num::{NonZeroU32, NonZeroU64};
+
+use super::super::config::*;
+use super::super::error::RuleError;
+use super::super::{expiry, HeaderMatch, Limits, Matcher, PathMatch, Rule};
+use super::{MAX_PERIOD_NS, MAX_REFILL_NS, MAX_RULE_NAME};
+use crate::limit::Limit;
+use crate::{NANOS_PER_MS, NANOS_PER_SEC};
+
+pub(super) fn compile_rule(
+    rule: &RuleConfig,
+    defaults: &DefaultsConfig,
+) -> Result<Rule, Vec<RuleError>> {
+    let name = rule.name.as_str();
+    let mut errors = Vec::new();
+    let mut err = |field: &str, msg: String| errors.push(RuleError::new(Some(name), field, msg));
+    if name.is_empty()
+        || name.len() > MAX_RULE_NAME
+        || !name
+            .chars()
+            .all(|c| matches!(c, 'a'..='z' | '0'..='9' | '.' | '_' | '-'))
+    {
+        err(
+            "name",
+            format!("`{name}` must be 1 to {MAX_RULE_NAME} characters of [a-z0-9._-]"),
+        );
+    }
+    let matcher = compile_match(
+        rule.matches.as_ref().unwrap_or(&MatchConfig::default()),
+        &mut err,
+    );
+    if rule.key.is_empty() {
+        err("key", "at least one key part is required".into());
+    }
+    for (i, part) in rule.key.iter().enumerate() {
+        match part {
+            KeyPartConfig::Header(h) => check_header_name(h, &format!("key[{i}].header"), &mut err),
+            KeyPartConfig::Query(q) if q.is_empty() || q.len() > 128 || q.chars().any(char::is_control) => err(
+                &format!("key[{i}].query"),
+                format!("`{q}` is not a query parameter name: 1 to 128 printable characters, as decoded (`user id`, not `user+id`)"),
+            ),
+            _ => {}
+        }
+    }
+    if let Some(owner) = &rule.owner {
+        if owner.is_empty() || owner.len() > 128 || owner.chars().any(char::is_control) {
+            err("owner", "1 to 128 printable characters".into());
+        }
+    }
+    if let Some(at) = &rule.expires {
+        if expiry::parse_instant(at).is_none() {
+            err(
+                "expires",
+                format!("`{at}` is not a UTC instant: write 2026-12-31 or 2026-12-31T18:00:00Z"),
+            );
+        }
+    }
+    let cost = rule.cost.unwrap_or(1);
+    if cost == 0 {
+        err("cost", "must be at least 1".into());
+    }
+    let limits = match (&rule.limit, &rule.plans) {
+        (Some(l), None) => compile_limit(l, "limit", cost, &mut err).map(Limits::Single),
+        (None, Some(p)) => compile_plans(p, cost, &mut err),
+        (Some(_), Some(_)) => {
+            err("plans", "give either `limit` or `plans`, not both".into());
+            None
+        }
+        (None, None) => {
+            err("limit", "a rule needs `limit` or `plans`".into());
+            None
+        }
+    };
+    match (limits, NonZeroU32::new(cost), errors.is_empty()) {
+        (Some(limits), Some(cost), true) => Ok(Rule {
+            name: rule.name.clone(),
+            matcher,
+            key: rule.key.clone(),
+            limits,
+            cost,
+            mode: rule.mode.or(defaults.mode).unwrap_or(Mode::Enforce),
+            on_failure: rule
+                .on_failure
+                .or(defaults.on_failure)
+                .unwrap_or(FailurePolicy::Local),
+            accuracy: rule
+                .accuracy
+                .or(defaults.accuracy)
+                .unwrap_or(Accuracy::Fast),
+            scope: rule.scope.or(defaults.scope).unwrap_or(Scope::Region),
+        }),
+        _ => Err(errors),
+    }
+}
+
+fn compile_match(m: &MatchConfig, err: &mut impl FnMut(&str, String)) -> Matcher {
+    let path = match (&m.path, &m.path_prefix) {
+        (Some(_), Some(_)) => {
+            err(
+                "match.path",
+                "give either `path` or `path_prefix`, not both".into(),
+            );
+            PathMatch::Any
+        }
+        (Some(p), None) => {
+            check_path(p, "match.path", err);
+            PathMatch::Exact(crate::path::normalize(p.as_bytes()))
+        }
+        (None, Some(p)) => {
+            check_path(p, "match.path_prefix", err);
+            // Rules match normalised paths, so their paths are normalised too.
+            let normal = crate::path::normalize(p.as_bytes());
+            if p.ends_with('/') {
+                PathMatch::Directory(normal)
+            } else {
+                PathMatch::Prefix(normal)
+            }
+        }
+        (None, None) => PathMatch::Any,
+    };
+    let authority = m.authority.as_deref().and_then(|a| {
+        crate::authority::HostPattern::parse(a)
+            .map_err(|e| err("match.authority", e))
+            .ok()
+    });
+    let methods = m.methods.as_ref().map(|ms| {
+        if ms.is_empty() {
+            err(
+                "match.methods",
+                "an empty list matches nothing; leave `methods` out to match every method".into(),
+            );
+        }
+        ms.iter()
+            .enumerate()
+            .map(|(i, method)| {
+                if method.is_empty() || !method.chars().all(|c| c.is_ascii_alphabetic()) {
+                    err(
+                        &format!("match.methods[{i}]"),
+                        format!("`{method}` is not an HTTP method"),
+                    );
+                }
+                method.to_ascii_uppercase()
+            })
+            .collect()
+    });
+    let mut headers = Vec::new();
+    for (name, hm) in &m.headers {
+        let field = format!("match.headers.{name}");
+        check_header_name(name, &field, err);
+        match (hm.present, &hm.equals) {
+            (Some(p), None) => headers.push((name.to_ascii_lowercase(), HeaderMatch::Present(p))),
+            (None, Some(v)) => {
+                headers.push((name.to_ascii_lowercase(), HeaderMatch::Equals(v.clone())))
+            }
+            _ => err(&field, "give exactly one of `present` or `equals`".into()),
+        }
+    }
+    Matcher {
+        path,
+        authority,
+        methods,
+        headers,
+    }
+}
+
+fn compile_plans(p: &PlansConfig, cost: u32, err: &mut impl FnMut(&str, String)) -> Option<Limits> {
+    check_header_name(&p.header, "plans.header", err);
+    if p.limits.is_empty() {
+        err("plans.limits", "at least one plan is required".into());
+    }
+    let mut limits = BTreeMap::new();
+    for (plan, l) in &p.limits {
+        if let Some(limit) = compile_limit(l, &format!("plans.limits.{plan}"), cost, err) {
+            limits.insert(plan.clone(), limit);
+        }
+    }
+    if !p.limits.contains_key(&p.default) {
+        err(
+            "plans.default",
+            format!("plan `{}` is not in `plans.limits`", p.default),
+        );
+    }
+    let default = limits.get(&p.default).copied()?;
+    (limits.len() == p.limits.len()).then(|| Limits::Plans {
+        header: p.header.to_ascii_lowercase(),
+        default_plan: p.default.clone(),
+        default,
+        limits,
+    })
+}
+
+fn compile_limit(
+    l: &LimitConfig,
+    field: &str,
+    cost: u32,
+    err: &mut impl FnMut(&str, String),
+) -> Option<Limit> {
+    let requests = NonZeroU32::new(l.requests);
+    if requests.is_none() {
+        err(&format!("{field}.requests"), "must be at least 1".into());
+    }
+    let per = match parse_period(&l.per) {
+        Ok(ns) => NonZeroU64::new(ns),
+        Err(msg) => {
+            err(&format!("{field}.per"), msg);
+            None
+        }
+    };
+    let burst = NonZeroU32::new(l.burst.unwrap_or(l.requests));
+    if l.burst == Some(0) {
+        err(&format!("{field}.burst"), "must be at least 1".into());
+    }
+    let limit = Limit::new(requests?, per?, burst?);
+    // A full burst's refill time, exactly (u32 × u64 fits in u128).
+    let refill_ns =
+        u128::from(limit.burst()) * u128::from(limit.per_ns()) / u128::from(limit.requests());
+    if refill_ns > u128::from(MAX_REFILL_NS) {
+        err(
+            &format!("{field}.burst"),
+            format!(
+                "a full burst of {} takes {} days to refill at {} per `{}`; at most 366 days: raise `requests` or lower `burst`",
+                limit.burst(),
+                refill_ns / u128::from(86_400 * NANOS_PER_SEC),
+                limit.requests(),
+                l.per.trim()
+            ),
+        );
+        return None;
+    }
+    if cost > limit.burst() {
+        err(
+            "cost",
+            format!(
+                "cost {cost} is above the burst {} of `{field}`: no request could ever pass",
+                limit.burst()
+            ),
+        );
+        return None;
+    }
+    Some(limit)
+}
+
+/// Parses `250ms`, `1s`, `10s`, `1m`, `1h`, `1d` into nanoseconds.
+pub fn parse_period(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let unit_ns = match unit {
+        "ms" => NANOS_PER_MS,
+        "s" => NANOS_PER_SEC,
+        "m" => 60 * NANOS_PER_SEC,
+        "h" => 3_600 * NANOS_PER_SEC,
+        "d" => 86_400 * NANOS_PER_SEC,
+        _ => return Err(format!("`{text}` is not a period: write a whole number and one of ms, s, m, h, d (e.g. 250ms, 1s, 1m)")),
+    };
+    match num.parse::<u64>().ok().and_then(|n| n.checked_mul(unit_ns)) {
+        Some(ns) if (NANOS_PER_MS..=MAX_PERIOD_NS).contains(&ns) => Ok(ns),
+        _ => Err(format!("`{text}` must be between 1ms and 366d")),
+    }
+}
+
+fn check_header_name(name: &str, field: &str, err: &mut impl FnMut(&str, String)) {
+    let ok = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b));
+    if !ok {
+        err(field, format!("`{name}` is not a header name"));
+    }
+}
+
+fn check_path(path: &str, field: &str, err: &mut impl FnMut(&str, String)) {
+    if !path.starts_with('/') {
+        err(field, format!("`{path}` must start with `/`"));
+    }
+}

@@ -5,11 +5,10 @@ use super::setup::validate;
 use super::table::Entry;
 use super::*;
 
-const RULES: &str = "version: 1
-rules:
-  - {name: g, key: [method], limit: {requests: 100, per: 1s}, scope: global}
-  - {name: r, key: [method], limit: {requests: 100, per: 1s}}
-";
+const RULES: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/fixtures/rules/global-and-regional.yaml"
+));
 
 fn item(rule: &str, part: &str, cost: u32) -> LeaseItem {
     LeaseItem {

@@ -7,7 +7,7 @@
 //! a whole, every problem is logged (file, rule, field) and counted, and the agent
 //! keeps enforcing what it had.
 
-use meshlimit_core::rules::expiry::live_rules;
+use meshlimit_core::rules::expiry::{expired_rules, live_rules};
 use meshlimit_core::rules::review::review;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -67,7 +67,7 @@ pub(crate) struct RulesWatcher {
     /// The last valid file as written (expired rules included), and the rules
     /// of it left out as expired: re-checked at every poll, so a rule's
     /// `expires` takes effect without anyone touching the file.
-    last_good: Option<RulesConfig>,
+    last_good: Option<Arc<RulesConfig>>,
     expired: Vec<String>,
     /// Unix seconds now (the wall clock; tests set their own).
     clock: fn() -> u64,
@@ -147,8 +147,8 @@ impl RulesWatcher {
         }
     }
 
-    /// Reads the file once and applies it if it changed. A blocking read is fine
-    /// here: a rules file is a few KiB on a local (tmpfs) volume, read twice a second.
+    /// Reads the file once and applies it if it changed (blocking: [`RulesWatcher::run`]
+    /// calls it on a blocking thread).
     pub(crate) fn poll(&mut self) -> Reload {
         if self.path.is_dir() {
             return self.poll_directory();
@@ -166,7 +166,8 @@ impl RulesWatcher {
         self.last_content = Some(text);
         match parsed {
             Ok(set) => {
-                let Some(config) = set.config().cloned() else {
+                // The file as written, shared with the set (no copy of it).
+                let Some(config) = set.shared_config() else {
                     return self.apply(set);
                 };
                 self.last_good = Some(config);
@@ -196,10 +197,10 @@ impl RulesWatcher {
         let reload = if merged.config.rules.is_empty() {
             Reload::Refused
         } else {
-            self.last_good = Some(merged.config);
+            self.last_good = Some(Arc::new(merged.config));
             self.expired.clear();
             match self.expire() {
-                Reload::Unchanged => match self.last_good.as_ref().map(RuleSet::compile) {
+                Reload::Unchanged => match self.last_good.clone().map(RuleSet::compile_shared) {
                     Some(Ok(set)) => self.apply(set),
                     Some(Err(errors)) => self.refuse(&errors),
                     None => Reload::Unchanged,
@@ -229,15 +230,22 @@ impl RulesWatcher {
         let Some(config) = &self.last_good else {
             return Reload::Unchanged;
         };
-        let (live, expired) = live_rules(config, (self.clock)());
+        // Checked every poll: names only, the file is copied only on a change.
+        let now = (self.clock)();
+        let expired = expired_rules(config, now);
         if expired == self.expired {
             return Reload::Unchanged;
         }
         for rule in expired.iter().filter(|r| !self.expired.contains(r)) {
             tracing::info!(rule = %rule, "rule expired: it no longer applies");
         }
+        let compiled = if expired.is_empty() {
+            RuleSet::compile_shared(Arc::clone(config))
+        } else {
+            RuleSet::compile(&live_rules(config, now).0)
+        };
         self.expired = expired;
-        match RuleSet::compile(&live) {
+        match compiled {
             Ok(set) => self.apply(set),
             // Every rule expired: a set needs one, so the running one stays.
             Err(errors) => self.refuse(&errors),
@@ -251,7 +259,21 @@ impl RulesWatcher {
         loop {
             tokio::select! {
                 _ = tick.tick() => {
-                    self.poll();
+                    // Parsing and compiling a large file takes the better part of
+                    // a second: on a blocking thread, so no lease call waits behind
+                    // it on a runtime worker.
+                    self = match tokio::task::spawn_blocking(move || {
+                        self.poll();
+                        self
+                    })
+                    .await
+                    {
+                        Ok(watcher) => watcher,
+                        Err(e) => {
+                            tracing::error!("rules watcher stopped: {e}");
+                            return;
+                        }
+                    };
                 }
                 _ = shutdown.wait() => return,
             }
@@ -335,6 +357,8 @@ pub fn read_rules_file(path: &Path) -> std::io::Result<String> {
             format!("larger than {MAX_RULES_FILE_BYTES} bytes"),
         ));
     }
+    // Kept until the next poll to compare: not with the read's spare capacity.
+    text.shrink_to_fit();
     Ok(text)
 }
 

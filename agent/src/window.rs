@@ -105,6 +105,11 @@ impl RuleWindows {
         self.windows.retain(|_, w| !w.is_empty(now));
     }
 
+    /// `(failed_open, total)` of `rule` over the window; zeros for a rule never seen.
+    pub(crate) fn totals(&self, rule: &str, now: u64) -> (u64, u64) {
+        self.windows.get(rule).map_or((0, 0), |w| w.totals(now))
+    }
+
     /// Rule labels with decisions in the window.
     pub(crate) fn rules(&self) -> impl Iterator<Item = &str> {
         self.windows.keys().map(String::as_str)

@@ -1,6 +1,7 @@
 //! When misses skip the agent: the back-off after failed agent calls, kept in
 //! shared data so every worker of this Envoy sees it. Plain code over the
-//! [`Host`] trait (tested natively with the fake host); `http.rs` calls it.
+//! [`Host`] trait (tested natively over `testing::MemoryHost`); `http.rs` and
+//! `root.rs` call it.
 
 use std::time::Duration;
 
@@ -65,15 +66,15 @@ pub fn answered<H: Host>(host: &H) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::fake::FakeHost;
+    use crate::testing::MemoryHost;
 
     const MS: u64 = 1_000_000;
     const BACKOFF: Duration = Duration::from_millis(500);
 
     #[test]
     fn three_failures_in_a_row_back_off_for_the_configured_time() {
-        let host = FakeHost::default();
-        host.now.set(1_000 * MS);
+        let host = MemoryHost::default();
+        host.set_now(1_000 * MS);
         assert!(!backing_off(&host, host.now_ns()));
         failed(&host, BACKOFF);
         failed(&host, BACKOFF);
@@ -89,13 +90,13 @@ mod tests {
 
     #[test]
     fn an_answer_ends_a_run_of_failures() {
-        let host = FakeHost::default();
-        host.now.set(1_000 * MS);
+        let host = MemoryHost::default();
+        host.set_now(1_000 * MS);
         failed(&host, BACKOFF);
         failed(&host, BACKOFF);
         answered(&host);
         // Well past the alive window, two more failures are not three in a row.
-        host.now.set(2_000 * MS);
+        host.set_now(2_000 * MS);
         failed(&host, BACKOFF);
         failed(&host, BACKOFF);
         assert!(!backing_off(&host, host.now_ns()));
@@ -105,18 +106,18 @@ mod tests {
 
     #[test]
     fn failures_just_after_an_answer_do_not_back_off() {
-        let host = FakeHost::default();
-        host.now.set(1_000 * MS);
+        let host = MemoryHost::default();
+        host.set_now(1_000 * MS);
         answered(&host);
         // Within the alive window the agent is up: one slow store node's keys
         // fail, the rest keep asking.
-        host.now.set(1_000 * MS + AGENT_ALIVE_NS - 1);
+        host.set_now(1_000 * MS + AGENT_ALIVE_NS - 1);
         for _ in 0..5 {
             failed(&host, BACKOFF);
         }
         assert!(!backing_off(&host, host.now_ns()));
         // Past the window the run counts: the next failure backs off.
-        host.now.set(1_000 * MS + AGENT_ALIVE_NS);
+        host.set_now(1_000 * MS + AGENT_ALIVE_NS);
         failed(&host, BACKOFF);
         assert!(backing_off(&host, host.now_ns()));
     }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use meshlimit_core::wire::DecisionCount;
 use meshlimit_core::Outcome;
 
-use crate::host;
+use crate::host::{Metric, Proxy};
 
 /// Counts kept by one VM.
 #[derive(Default)]
@@ -19,13 +19,16 @@ pub struct Counts {
 
 impl Counts {
     /// Counts one decision of `rule`.
-    pub fn record(&mut self, rule: &str, outcome: Outcome) {
+    pub fn record<P: Proxy>(&mut self, host: &P, rule: &str, outcome: Outcome) {
         let key = (rule.to_string(), outcome);
         let id = *self.metric_ids.entry(key.clone()).or_insert_with(|| {
-            host::define_counter(&format!("meshlimit.rule.{rule}.{}", outcome.as_str()))
+            host.define_metric(
+                Metric::Counter,
+                &format!("meshlimit.rule.{rule}.{}", outcome.as_str()),
+            )
         });
         if let Some(id) = id {
-            host::increment(id, 1);
+            host.increment(id, 1);
         }
         *self.unreported.entry(key).or_default() += 1;
     }

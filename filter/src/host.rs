@@ -1,12 +1,19 @@
-//! The one place that calls proxy-wasm hostcalls. Everything else reaches the host
-//! through the [`Host`] trait, so the request path is tested natively with a fake.
-//! Hostcall errors are mapped, never unwrapped: a panic would trap the whole VM.
+//! Every interaction with the proxy, behind two traits: [`Host`] (the clock and
+//! shared data, all the decision code needs) and [`Proxy`] (the rest: the
+//! plugin configuration, properties, metrics, queues, agent calls and the
+//! current stream's headers and local reply). [`ProxyHost`] is the one
+//! implementation that calls proxy-wasm hostcalls; the in-memory host the tests
+//! and the simulator run on is `crate::testing::MemoryHost` (feature
+//! `test-util`). Hostcall errors are mapped, never unwrapped: a panic would trap
+//! the whole VM.
 
 use std::time::{Duration, UNIX_EPOCH};
 
 use meshlimit_core::headers::{self, Answer};
 use proxy_wasm::hostcalls;
-use proxy_wasm::types::{GrpcStatusCode, MetricType, Status};
+use proxy_wasm::types::{BufferType, GrpcStatusCode, MapType, MetricType, Status};
+
+use crate::config::FilterConfig;
 
 /// Shared data and time, as the request path needs them.
 pub trait Host {
@@ -25,6 +32,102 @@ pub enum SharedError {
     CasMismatch,
     /// Any other host failure.
     Host,
+}
+
+/// A call to the node's agent, with the filter's token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AgentCall<'a> {
+    pub cluster: &'a str,
+    pub authority: &'a str,
+    /// The `authorization` header's value (none without a secret).
+    pub auth: Option<&'a str>,
+    pub path: &'a str,
+    pub request: AgentRequest<'a>,
+    /// The host's deadline; the call is never retried.
+    pub timeout: Duration,
+}
+
+/// What a call to the agent sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentRequest<'a> {
+    /// A `POST` of this JSON body.
+    Post(&'a [u8]),
+    /// A `GET`, accepting this content type.
+    Get { accept: &'a str },
+}
+
+impl<'a> AgentCall<'a> {
+    /// A call to the agent as `cfg` reaches it (cluster, authority, token).
+    pub fn to_agent(
+        cfg: &'a FilterConfig,
+        path: &'a str,
+        request: AgentRequest<'a>,
+        timeout: Duration,
+    ) -> Self {
+        Self {
+            cluster: &cfg.agent_cluster,
+            authority: &cfg.agent_authority,
+            auth: cfg.agent_auth.as_deref(),
+            path,
+            request,
+            timeout,
+        }
+    }
+}
+
+/// A statistic the filter defines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Metric {
+    Counter,
+    Gauge,
+}
+
+/// Everything else the proxy-wasm contexts ask of the proxy. Calls that act on
+/// a stream act on the current context: the one the proxy called into, or the
+/// one named by the last [`Proxy::act_for`].
+pub trait Proxy: Host {
+    /// The plugin configuration as given (`None`: none).
+    fn plugin_configuration(&self) -> Option<Vec<u8>>;
+    /// A variable of the VM's environment (`None`: unset or not UTF-8).
+    fn env_var(&self, name: &str) -> Option<String>;
+    /// A property as a string (`["node", "id"]`, `["source", "address"]`, ...).
+    fn property(&self, path: &[&str]) -> Option<String>;
+    /// Sets a property of the stream; Envoy keeps it as filter state
+    /// `wasm.<name>`, which an access log prints with
+    /// `%FILTER_STATE(wasm.<name>:PLAIN)%`.
+    fn set_property(&self, name: &str, value: &str);
+    /// How often the root context's `on_tick` runs.
+    fn set_tick_period(&self, ms: u64);
+
+    /// Defines a statistic; `None` when the host refused it (then it is not kept).
+    fn define_metric(&self, kind: Metric, name: &str) -> Option<u32>;
+    fn increment(&self, metric: u32, by: i64);
+
+    /// Registers this VM's queue; its root context is told when it is not empty.
+    fn register_queue(&self, name: &str) -> Option<u32>;
+    /// Wakes the queue's root context; false when the host refused.
+    fn enqueue(&self, queue: u32) -> bool;
+    /// Empties the queue.
+    fn drain_queue(&self, queue: u32);
+
+    /// Dispatches a call; `None` when the host refused it (unknown cluster, bad
+    /// headers): the caller applies the failure policy.
+    fn dispatch(&self, call: AgentCall<'_>) -> Option<u32>;
+    /// The status and body of the answer being delivered; no status means the
+    /// call failed (timeout, reset, connection refused).
+    fn call_response(&self, body_size: usize) -> (Option<u32>, Vec<u8>);
+
+    /// The current request's headers. Values are bytes: Envoy lets non-UTF-8
+    /// bytes through in header values.
+    fn request_headers(&self) -> Vec<(String, Vec<u8>)>;
+    fn add_response_header(&self, name: &str, value: &str);
+    /// Answers the current request locally.
+    fn send_answer(&self, answer: Answer);
+    /// Lets the current (paused) request go on.
+    fn resume_request(&self);
+    /// Makes the following calls act for `context_id` (the root context
+    /// finishing a request that waited on its call).
+    fn act_for(&self, context_id: u32);
 }
 
 /// The real host: proxy-wasm hostcalls.
@@ -50,139 +153,130 @@ impl Host for ProxyHost {
     }
 }
 
-/// A request to dispatch an HTTP call to the agent; `None` when the host refused
-/// it (unknown cluster, bad headers): the caller applies the failure policy.
-pub fn dispatch(
-    cluster: &str,
-    authority: &str,
-    auth: Option<&str>,
-    path: &str,
-    body: &[u8],
-    timeout_ms: u64,
-) -> Option<u32> {
-    let headers = agent_headers(
-        "POST",
-        path,
-        authority,
-        auth,
-        ("content-type", "application/json"),
-    );
-    call_agent(cluster, headers, Some(body), timeout_ms)
-}
-
-/// A `GET` of `path` from the agent, accepting `accept`; `None` when the host
-/// refused to send it.
-pub fn fetch(
-    cluster: &str,
-    authority: &str,
-    auth: Option<&str>,
-    path: &str,
-    accept: &str,
-    timeout_ms: u64,
-) -> Option<u32> {
-    let headers = agent_headers("GET", path, authority, auth, ("accept", accept));
-    call_agent(cluster, headers, None, timeout_ms)
-}
-
-fn agent_headers<'a>(
-    method: &'a str,
-    path: &'a str,
-    authority: &'a str,
-    auth: Option<&'a str>,
-    content: (&'a str, &'a str),
-) -> Vec<(&'a str, &'a str)> {
-    let mut headers = vec![
-        (":method", method),
-        (":path", path),
-        (":authority", authority),
-        content,
-    ];
-    if let Some(auth) = auth {
-        headers.push((meshlimit_core::secret::AUTH_HEADER, auth));
+impl Proxy for ProxyHost {
+    fn plugin_configuration(&self) -> Option<Vec<u8>> {
+        hostcalls::get_buffer(BufferType::PluginConfiguration, 0, usize::MAX)
+            .ok()
+            .flatten()
     }
-    headers
-}
 
-fn call_agent(
-    cluster: &str,
-    headers: Vec<(&str, &str)>,
-    body: Option<&[u8]>,
-    timeout_ms: u64,
-) -> Option<u32> {
-    hostcalls::dispatch_http_call(
-        cluster,
-        headers,
-        body,
-        vec![],
-        Duration::from_millis(timeout_ms),
-    )
-    .ok()
-}
+    fn env_var(&self, name: &str) -> Option<String> {
+        // Envoy's `vm_config.environment_variables`, through WASI.
+        std::env::var(name).ok()
+    }
 
-/// The status and body of the agent's answer; no status means the call failed
-/// (timeout, reset, connection refused).
-pub fn call_response(body_size: usize) -> (Option<u32>, Vec<u8>) {
-    let status = hostcalls::get_map_value_bytes(
-        proxy_wasm::types::MapType::HttpCallResponseHeaders,
-        ":status",
-    )
-    .ok()
-    .flatten()
-    .and_then(|s| std::str::from_utf8(&s).ok()?.parse().ok());
-    let body = hostcalls::get_buffer(
-        proxy_wasm::types::BufferType::HttpCallResponseBody,
-        0,
-        body_size,
-    )
-    .ok()
-    .flatten()
-    .unwrap_or_default();
-    (status, body)
-}
+    fn property(&self, path: &[&str]) -> Option<String> {
+        hostcalls::get_property(path.to_vec())
+            .ok()
+            .flatten()
+            .and_then(|b| String::from_utf8(b).ok())
+    }
 
-/// A property of the stream as a string (`["source", "address"]`, ...).
-pub fn property(path: Vec<&str>) -> Option<String> {
-    hostcalls::get_property(path)
-        .ok()
-        .flatten()
-        .and_then(|b| String::from_utf8(b).ok())
-}
+    fn set_property(&self, name: &str, value: &str) {
+        let _ = hostcalls::set_property(vec![name], Some(value.as_bytes()));
+    }
 
-/// The request headers. Values are read as bytes: Envoy lets non-UTF-8 bytes
-/// through in header values, and the SDK's string variant unwraps the conversion,
-/// so one hostile header would trap the VM. Names are tokens (ASCII) by then.
-pub fn request_headers() -> Vec<(String, Vec<u8>)> {
-    hostcalls::get_map_bytes(proxy_wasm::types::MapType::HttpRequestHeaders).unwrap_or_default()
-}
+    fn set_tick_period(&self, ms: u64) {
+        let _ = hostcalls::set_tick_period(Duration::from_millis(ms));
+    }
 
-pub fn add_response_header(name: &str, value: &str) {
-    let _ = hostcalls::add_map_value(proxy_wasm::types::MapType::HttpResponseHeaders, name, value);
-}
+    fn define_metric(&self, kind: Metric, name: &str) -> Option<u32> {
+        let kind = match kind {
+            Metric::Counter => MetricType::Counter,
+            Metric::Gauge => MetricType::Gauge,
+        };
+        hostcalls::define_metric(kind, name).ok()
+    }
 
-/// Answers the request locally. A gRPC answer goes through the gRPC form of the
-/// hostcall: Envoy's local reply to a gRPC request is then trailers-only (HTTP
-/// 200, `content-type: application/grpc`, this `grpc-status`, the message as
-/// `grpc-message`, the fields as metadata). Given an HTTP status instead, Envoy
-/// would map it (429 becomes UNAVAILABLE) and send the JSON body as the message.
-pub fn send_answer(answer: Answer) {
-    match answer {
-        Answer::Http {
-            status,
-            fields,
-            body,
-        } => {
-            let headers: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
-            let _ = hostcalls::send_http_response(status, headers, Some(body.as_bytes()));
+    fn increment(&self, metric: u32, by: i64) {
+        let _ = hostcalls::increment_metric(metric, by);
+    }
+
+    fn register_queue(&self, name: &str) -> Option<u32> {
+        hostcalls::register_shared_queue(name).ok()
+    }
+
+    fn enqueue(&self, queue: u32) -> bool {
+        hostcalls::enqueue_shared_queue(queue, Some(&[1])).is_ok()
+    }
+
+    fn drain_queue(&self, queue: u32) {
+        while let Ok(Some(_)) = hostcalls::dequeue_shared_queue(queue) {}
+    }
+
+    fn dispatch(&self, call: AgentCall<'_>) -> Option<u32> {
+        let (method, content, body) = match call.request {
+            AgentRequest::Post(body) => ("POST", ("content-type", "application/json"), Some(body)),
+            AgentRequest::Get { accept } => ("GET", ("accept", accept), None),
+        };
+        let mut headers = vec![
+            (":method", method),
+            (":path", call.path),
+            (":authority", call.authority),
+            content,
+        ];
+        if let Some(auth) = call.auth {
+            headers.push((meshlimit_core::secret::AUTH_HEADER, auth));
         }
-        Answer::Grpc {
-            status,
-            message,
-            fields,
-        } => {
-            let metadata: Vec<(&str, &[u8])> =
-                fields.iter().map(|(k, v)| (*k, v.as_bytes())).collect();
-            let _ = hostcalls::send_grpc_response(grpc_code(status), Some(&message), metadata);
+        hostcalls::dispatch_http_call(call.cluster, headers, body, vec![], call.timeout).ok()
+    }
+
+    fn call_response(&self, body_size: usize) -> (Option<u32>, Vec<u8>) {
+        let status = hostcalls::get_map_value_bytes(MapType::HttpCallResponseHeaders, ":status")
+            .ok()
+            .flatten()
+            .and_then(|s| std::str::from_utf8(&s).ok()?.parse().ok());
+        let body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        (status, body)
+    }
+
+    /// Read as bytes: the SDK's string variant unwraps the conversion, so one
+    /// hostile header would trap the VM. Names are tokens (ASCII) by then.
+    fn request_headers(&self) -> Vec<(String, Vec<u8>)> {
+        hostcalls::get_map_bytes(MapType::HttpRequestHeaders).unwrap_or_default()
+    }
+
+    fn add_response_header(&self, name: &str, value: &str) {
+        let _ = hostcalls::add_map_value(MapType::HttpResponseHeaders, name, value);
+    }
+
+    /// A gRPC answer goes through the gRPC form of the hostcall: Envoy's local
+    /// reply to a gRPC request is then trailers-only (HTTP 200, `content-type:
+    /// application/grpc`, this `grpc-status`, the message as `grpc-message`, the
+    /// fields as metadata). Given an HTTP status instead, Envoy would map it (429
+    /// becomes UNAVAILABLE) and send the JSON body as the message.
+    fn send_answer(&self, answer: Answer) {
+        match answer {
+            Answer::Http {
+                status,
+                fields,
+                body,
+            } => {
+                let headers: Vec<(&str, &str)> =
+                    fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                let _ = hostcalls::send_http_response(status, headers, Some(body.as_bytes()));
+            }
+            Answer::Grpc {
+                status,
+                message,
+                fields,
+            } => {
+                let metadata: Vec<(&str, &[u8])> =
+                    fields.iter().map(|(k, v)| (*k, v.as_bytes())).collect();
+                let _ = hostcalls::send_grpc_response(grpc_code(status), Some(&message), metadata);
+            }
         }
+    }
+
+    fn resume_request(&self) {
+        let _ = hostcalls::resume_http_request();
+    }
+
+    fn act_for(&self, context_id: u32) {
+        let _ = hostcalls::set_effective_context(context_id);
     }
 }
 
@@ -192,121 +286,5 @@ fn grpc_code(status: u32) -> GrpcStatusCode {
         headers::grpc_status::RESOURCE_EXHAUSTED => GrpcStatusCode::ResourceExhausted,
         headers::grpc_status::UNAVAILABLE => GrpcStatusCode::Unavailable,
         _ => GrpcStatusCode::Unknown,
-    }
-}
-
-/// Sets a property of the stream; Envoy keeps it as filter state
-/// `wasm.<name>`, which an access log prints with `%FILTER_STATE(wasm.<name>:PLAIN)%`.
-pub fn set_property(name: &str, value: &str) {
-    let _ = hostcalls::set_property(vec![name], Some(value.as_bytes()));
-}
-
-pub fn resume_request() {
-    let _ = hostcalls::resume_http_request();
-}
-
-/// Makes the following hostcalls act for `context_id` (the root context
-/// finishing a request that waited on its call).
-pub fn act_for(context_id: u32) {
-    let _ = hostcalls::set_effective_context(context_id);
-}
-
-/// Registers this VM's queue; its root context is told when it is not empty.
-pub fn register_queue(name: &str) -> Option<u32> {
-    hostcalls::register_shared_queue(name).ok()
-}
-
-/// Wakes the queue's root context.
-pub fn enqueue(queue: u32) -> bool {
-    hostcalls::enqueue_shared_queue(queue, Some(&[1])).is_ok()
-}
-
-/// Empties the queue.
-pub fn drain_queue(queue: u32) {
-    while let Ok(Some(_)) = hostcalls::dequeue_shared_queue(queue) {}
-}
-
-pub fn define_counter(name: &str) -> Option<u32> {
-    hostcalls::define_metric(MetricType::Counter, name).ok()
-}
-
-pub fn define_gauge(name: &str) -> Option<u32> {
-    hostcalls::define_metric(MetricType::Gauge, name).ok()
-}
-
-pub fn increment(metric: u32, by: i64) {
-    let _ = hostcalls::increment_metric(metric, by);
-}
-
-pub fn set_tick_period(ms: u64) {
-    let _ = hostcalls::set_tick_period(Duration::from_millis(ms));
-}
-
-pub fn plugin_configuration() -> Option<Vec<u8>> {
-    hostcalls::get_buffer(
-        proxy_wasm::types::BufferType::PluginConfiguration,
-        0,
-        usize::MAX,
-    )
-    .ok()
-    .flatten()
-}
-
-/// An in-memory host for native tests, with a hook that simulates another
-/// worker writing between a read and a write.
-#[cfg(test)]
-pub mod fake {
-    use std::cell::{Cell, RefCell};
-    use std::collections::HashMap;
-
-    use super::{Host, SharedError};
-
-    type Interference = (String, Box<dyn Fn(&[u8]) -> Vec<u8>>);
-
-    #[derive(Default)]
-    pub struct FakeHost {
-        pub now: Cell<u64>,
-        data: RefCell<HashMap<String, (Vec<u8>, u32)>>,
-        interfere: RefCell<Option<Interference>>,
-    }
-
-    impl FakeHost {
-        pub fn interfere_once(&self, key: String, f: impl Fn(&[u8]) -> Vec<u8> + 'static) {
-            *self.interfere.borrow_mut() = Some((key, Box::new(f)));
-        }
-
-        pub fn slot_count(&self) -> usize {
-            self.data.borrow().len()
-        }
-    }
-
-    impl Host for FakeHost {
-        fn now_ns(&self) -> u64 {
-            self.now.get()
-        }
-
-        fn shared_get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
-            let found = self.data.borrow().get(key).cloned();
-            if let Some((k, f)) = self.interfere.borrow_mut().take_if(|(k, _)| k == key) {
-                let mut data = self.data.borrow_mut();
-                let entry = data.entry(k).or_insert((Vec::new(), 0));
-                entry.0 = f(&entry.0);
-                entry.1 += 1;
-            }
-            match found {
-                Some((v, cas)) => (Some(v), Some(cas)),
-                None => (None, None),
-            }
-        }
-
-        fn shared_set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), SharedError> {
-            let mut data = self.data.borrow_mut();
-            let current = data.get(key).map(|(_, c)| *c);
-            if cas.is_some() && cas != current {
-                return Err(SharedError::CasMismatch);
-            }
-            data.insert(key.to_string(), (value.to_vec(), current.unwrap_or(0) + 1));
-            Ok(())
-        }
     }
 }

@@ -14,12 +14,13 @@ use proxy_wasm::types::Action;
 
 use crate::backoff;
 use crate::config::FilterConfig;
-use crate::host::{self, Host, ProxyHost};
+use crate::host::{AgentCall, AgentRequest, Proxy};
 use crate::pipeline::Evaluation;
 use crate::state::{Asked, QuotaCell, Shared, Waiting};
 use crate::{decided, usage};
 
-pub struct Http {
+pub struct Http<H> {
+    host: Rc<H>,
     vm: Shared,
     config: Rc<FilterConfig>,
     context_id: u32,
@@ -36,10 +37,11 @@ pub struct Http {
     asked: Option<Rc<Asked>>,
 }
 
-impl Http {
-    pub fn new(vm: Shared, context_id: u32) -> Self {
+impl<H: Proxy> Http<H> {
+    pub fn new(host: Rc<H>, vm: Shared, context_id: u32) -> Self {
         let config = Rc::clone(&vm.borrow().config);
         Self {
+            host,
             vm,
             config,
             context_id,
@@ -56,7 +58,7 @@ impl Http {
     /// on them.
     fn request_info(&self, rules: Option<&RuleSet>) -> (RequestInfo, Protocol) {
         let uses = |part: &KeyPart| rules.is_some_and(|r| r.uses(part));
-        let headers = host::request_headers();
+        let headers = self.host.request_headers();
         let find = |name: &str| {
             headers
                 .iter()
@@ -79,7 +81,7 @@ impl Http {
         );
         let mut info = RequestInfo::new(path, &method, headers);
         if uses(&KeyPart::ClientIp) {
-            let downstream = host::property(vec!["source", "address"]);
+            let downstream = self.host.property(&["source", "address"]);
             info.client_ip = client_ip::resolve(
                 downstream.as_deref(),
                 xff.as_deref(),
@@ -87,7 +89,10 @@ impl Http {
             );
         }
         if uses(&KeyPart::Route) {
-            info.route = host::property(vec!["xds", "route_name"]).filter(|r| !r.is_empty());
+            info.route = self
+                .host
+                .property(&["xds", "route_name"])
+                .filter(|r| !r.is_empty());
         }
         (info, protocol)
     }
@@ -108,9 +113,15 @@ impl Http {
             self.vm
                 .borrow_mut()
                 .flights
-                .admit(&ProxyHost, &self.config, self.context_id, eval);
+                .admit(&*self.host, &self.config, self.context_id, eval);
         let action = match admitted {
-            Some(eval) => finish(&self.vm, &self.config, &self.waiting(asked), &eval),
+            Some(eval) => finish(
+                &*self.host,
+                &self.vm,
+                &self.config,
+                &self.waiting(asked),
+                &eval,
+            ),
             None => {
                 let waiting = self.waiting(asked);
                 self.vm
@@ -121,14 +132,14 @@ impl Http {
                 Action::Pause
             }
         };
-        wake_root(&self.vm, queue);
+        wake_root(&*self.host, &self.vm, queue);
         action
     }
 }
 
 /// Asks the root context to send the VM's queued items, once per turn. A queue
 /// the host refuses fails them (each waiting request takes its failure policy).
-fn wake_root(vm: &Shared, queue: u32) {
+fn wake_root<H: Proxy>(host: &H, vm: &Shared, queue: u32) {
     let wake = {
         let v = vm.borrow();
         v.flights.has_queued() && !v.wake_queued
@@ -136,10 +147,10 @@ fn wake_root(vm: &Shared, queue: u32) {
     if !wake {
         return;
     }
-    if host::enqueue(queue) {
+    if host.enqueue(queue) {
         vm.borrow_mut().wake_queued = true;
     } else {
-        crate::root::fail_queued(vm);
+        crate::root::fail_queued(host, vm);
     }
 }
 
@@ -147,7 +158,8 @@ fn wake_root(vm: &Shared, queue: u32) {
 /// access log, and carries out the verdict: `Continue`, or a local answer sent
 /// (`Pause`). The allowed request's quota goes in the request's quota cell for
 /// its response.
-pub(crate) fn finish(
+pub(crate) fn finish<H: Proxy>(
+    host: &H,
     vm: &Shared,
     config: &FilterConfig,
     request: &Waiting,
@@ -157,7 +169,7 @@ pub(crate) fn finish(
     {
         let mut vm = vm.borrow_mut();
         for r in &results {
-            vm.counts.record(r.rule, r.outcome());
+            vm.counts.record(host, r.rule, r.outcome());
         }
     }
     let verdict = eval.verdict();
@@ -169,7 +181,7 @@ pub(crate) fn finish(
         &verdict,
         &results,
     ) {
-        host::set_property(name, &value);
+        host.set_property(name, &value);
     }
     let (protocol, quota) = (request.protocol, &request.quota);
     let style = config.response_headers;
@@ -184,7 +196,7 @@ pub(crate) fn finish(
             limit,
             retry_after_ns,
         } => {
-            host::send_answer(headers::rejection(
+            host.send_answer(headers::rejection(
                 protocol,
                 style,
                 rule,
@@ -194,13 +206,13 @@ pub(crate) fn finish(
             Action::Pause
         }
         Verdict::Unavailable { rule } => {
-            host::send_answer(headers::unavailable(protocol, rule));
+            host.send_answer(headers::unavailable(protocol, rule));
             Action::Pause
         }
     }
 }
 
-impl Drop for Http {
+impl<H> Drop for Http<H> {
     fn drop(&mut self) {
         if self.parked {
             if let Ok(mut vm) = self.vm.try_borrow_mut() {
@@ -211,7 +223,7 @@ impl Drop for Http {
     }
 }
 
-impl Context for Http {
+impl<H: Proxy> Context for Http<H> {
     fn on_http_call_response(
         &mut self,
         _token_id: u32,
@@ -222,34 +234,35 @@ impl Context for Http {
         let Some(mut eval) = self.pending.take() else {
             return;
         };
-        let (status, body) = host::call_response(body_size);
+        let (status, body) = self.host.call_response(body_size);
         let answer = (status == Some(200))
             .then(|| serde_json::from_slice::<LeaseResponse>(&body).ok())
             .flatten()
             .filter(|r| r.v == WIRE_VERSION);
         match answer {
             Some(resp) => {
-                backoff::answered(&ProxyHost);
-                eval.apply_answers(&ProxyHost, &self.config, resp.items);
+                backoff::answered(&*self.host);
+                eval.apply_answers(&*self.host, &self.config, resp.items);
             }
             None => {
                 debug!("meshlimit: lease call failed (status {status:?})");
                 // A 4xx means we sent something the agent refuses: a bug, not an
                 // outage, but the request must not wait either way.
-                backoff::failed(&ProxyHost, self.config.agent_backoff);
-                eval.fail_misses(&ProxyHost, &self.config);
+                backoff::failed(&*self.host, self.config.agent_backoff);
+                eval.fail_misses(&*self.host, &self.config);
             }
         }
         let Some(asked) = self.asked.clone() else {
             return;
         };
-        if let Action::Continue = finish(&self.vm, &self.config, &self.waiting(&asked), &eval) {
-            host::resume_request();
+        let waiting = self.waiting(&asked);
+        if let Action::Continue = finish(&*self.host, &self.vm, &self.config, &waiting, &eval) {
+            self.host.resume_request();
         }
     }
 }
 
-impl HttpContext for Http {
+impl<H: Proxy> HttpContext for Http<H> {
     fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
         let rules = self.vm.borrow().rules.clone();
         if rules.is_none() && self.config.usage_path.is_none() {
@@ -258,8 +271,8 @@ impl HttpContext for Http {
         let (info, protocol) = self.request_info(rules.as_deref());
         self.protocol = protocol;
         if usage::is_usage(&self.config, &info) {
-            host::send_answer(usage::answer(
-                &ProxyHost,
+            self.host.send_answer(usage::answer(
+                &*self.host,
                 &self.config,
                 rules.as_deref(),
                 &info,
@@ -274,22 +287,24 @@ impl HttpContext for Http {
             Ok(Some(eval)) => eval,
             Ok(None) => return Action::Continue,
             Err(e) => {
-                host::send_answer(headers::bad_request(protocol, &e));
+                self.host.send_answer(headers::bad_request(protocol, &e));
                 return Action::Pause;
             }
         };
         let asked = Rc::new(Asked { rules, info });
         self.asked = Some(Rc::clone(&asked));
-        let ask = eval.local_pass(&ProxyHost, &self.config);
+        let host = Rc::clone(&self.host);
+        let host = &*host;
+        let ask = eval.local_pass(host, &self.config);
         let queue = self.vm.borrow().call_queue;
-        if backoff::backing_off(&ProxyHost, ProxyHost.now_ns()) {
+        if backoff::backing_off(host, host.now_ns()) {
             for item in eval.take_refills() {
-                crate::slots::update(&ProxyHost, item.fingerprint, self.config.slots, |s| {
+                crate::slots::update(host, item.fingerprint, self.config.slots, |s| {
                     s.call_failed()
                 });
             }
             if ask {
-                eval.fail_misses(&ProxyHost, &self.config);
+                eval.fail_misses(host, &self.config);
             }
         } else if let Some(queue) = queue {
             return self.join_flights(eval, queue, &asked);
@@ -297,24 +312,17 @@ impl HttpContext for Http {
             {
                 let body = serde_json::to_vec(&eval.lease_request()).unwrap_or_default();
                 let cfg = &self.config;
-                if host::dispatch(
-                    &cfg.agent_cluster,
-                    &cfg.agent_authority,
-                    cfg.agent_auth.as_deref(),
-                    LEASE_PATH,
-                    &body,
-                    crate::config::millis(cfg.timeout),
-                )
-                .is_some()
-                {
+                let call =
+                    AgentCall::to_agent(cfg, LEASE_PATH, AgentRequest::Post(&body), cfg.timeout);
+                if host.dispatch(call).is_some() {
                     self.pending = Some(eval);
                     return Action::Pause;
                 }
-                backoff::failed(&ProxyHost, self.config.agent_backoff);
-                eval.fail_misses(&ProxyHost, &self.config);
+                backoff::failed(host, self.config.agent_backoff);
+                eval.fail_misses(host, &self.config);
             }
         }
-        finish(&self.vm, &self.config, &self.waiting(&asked), &eval)
+        finish(host, &self.vm, &self.config, &self.waiting(&asked), &eval)
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
@@ -328,7 +336,7 @@ impl HttpContext for Http {
                     reset_ns: *reset_ns,
                 };
                 for (name, value) in headers::quota_fields(self.config.response_headers, &quota) {
-                    host::add_response_header(name, &value);
+                    self.host.add_response_header(name, &value);
                 }
             }
         }

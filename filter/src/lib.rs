@@ -2,10 +2,15 @@
 //! data (denial cache, leased tokens), asks the node's agent only on a miss, and
 //! applies each rule's failure policy when the agent cannot answer in time.
 //!
-//! Layout: `host` is the only module that calls hostcalls; `pipeline` is the
-//! request path as plain code over the `Host` trait (tested natively with a fake
-//! host); `backoff` decides when misses skip the agent, `usage` answers the usage
-//! path and `decided` names a decision for the access log, over the same trait; `root` and `http` are the proxy-wasm contexts that glue them to Envoy.
+//! Layout: `host` holds the traits every interaction with the proxy goes
+//! through (`Host`: clock and shared data; `Proxy`: the rest) and `ProxyHost`,
+//! the only code that calls hostcalls. `pipeline` is the request path as plain
+//! code over `Host`; `flights` the VM's lease calls, `backoff` when misses skip
+//! the agent, `reload` a new rules version compiled a slice at a time, `usage`
+//! the usage path and `decided` a decision's name for the access log, over the
+//! same trait. `root` and `http` are the proxy-wasm
+//! contexts, generic over `Proxy`: Envoy runs them over `ProxyHost`, the tests
+//! over `testing::MemoryHost` (feature `test-util`, also used by the simulator).
 //! `unwrap`, `expect` and `panic!` are denied: a panic traps the whole VM.
 
 pub mod backoff;
@@ -20,6 +25,10 @@ mod reload;
 mod root;
 pub mod slots;
 mod state;
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing;
+#[cfg(test)]
+mod tests;
 pub mod usage;
 
 // The SDK's entry point exports `_initialize` (`#[no_mangle]`) and calls the
@@ -31,6 +40,6 @@ mod entry {
 
     proxy_wasm::main! {{
         proxy_wasm::set_log_level(LogLevel::Info);
-        proxy_wasm::set_root_context(|id| -> Box<dyn RootContext> { Box::new(crate::root::Root::new(id)) });
+        proxy_wasm::set_root_context(|id| -> Box<dyn RootContext> { Box::new(crate::root::Root::new(id, std::rc::Rc::new(crate::host::ProxyHost))) });
     }}
 }

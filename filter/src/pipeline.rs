@@ -9,7 +9,7 @@ use meshlimit_core::rules::{Accuracy, FailurePolicy, Mode, RequestError, Rule, S
 use meshlimit_core::slot::LocalCheck;
 use meshlimit_core::wire::{LeaseAnswer, LeaseItem, LeaseRequest, WIRE_VERSION};
 use meshlimit_core::{
-    DescriptorKey, Limit, Outcome, RequestInfo, RuleSet, RuleVerdict, Take, Verdict, NANOS_PER_MS,
+    DescriptorKey, Limit, Outcome, RequestInfo, RuleSet, RuleVerdict, Take, Verdict,
 };
 
 use crate::config::FilterConfig;
@@ -389,57 +389,6 @@ impl Evaluation {
     }
 }
 
-/// Applies one item's answer to its key's slot: a grant joins the lease (the
-/// waiting requests take from it), a denial is cached; anything else ends the
-/// key's call in flight so the next request may call again.
-pub fn apply_answer<H: Host>(
-    host: &H,
-    cfg: &FilterConfig,
-    item: &Item,
-    answer: Option<LeaseAnswer>,
-) -> KeyResult {
-    let now = host.now_ns();
-    let fp = item.fingerprint;
-    match answer {
-        Some(LeaseAnswer::Grant {
-            tokens,
-            ttl_ms,
-            remaining,
-            reset_ms,
-            local: false,
-        }) => {
-            let reset_ns = reset_ms.saturating_mul(NANOS_PER_MS);
-            let ttl_ns = ttl_ms.saturating_mul(NANOS_PER_MS);
-            slots::update(host, fp, cfg.slots, |s| {
-                s.grant(now, tokens, 0, ttl_ns, remaining, reset_ns)
-            });
-            KeyResult::Answered
-        }
-        Some(LeaseAnswer::Deny {
-            retry_after_ms,
-            local: false,
-        }) => {
-            let retry_after_ns = retry_after_ms.saturating_mul(NANOS_PER_MS);
-            slots::update(host, fp, cfg.slots, |s| s.deny(now, retry_after_ns));
-            KeyResult::Answered
-        }
-        other => {
-            slots::update(host, fp, cfg.slots, |s| s.call_failed());
-            match other {
-                // The agent's own fail-local bucket denied (its store is down).
-                Some(LeaseAnswer::Deny { retry_after_ms, .. }) => KeyResult::AgentLocalDeny {
-                    retry_after_ns: retry_after_ms.saturating_mul(NANOS_PER_MS),
-                },
-                // The agent's fail-local bucket admitted: the request must pass
-                // this filter's bucket too. When a lease call times out the
-                // filter decides alone from that bucket, and two buckets spent
-                // apart would admit up to twice the ceiling.
-                _ => KeyResult::Failed,
-            }
-        }
-    }
-}
-
 /// The longest the rule can make a request wait: a cached denial is never kept
 /// longer, whatever the clock does. A global rule's region may hold as little as
 /// its floor share (10%), which stretches its waits tenfold.
@@ -457,6 +406,9 @@ fn decided(verdict: RuleVerdict) -> State {
         failure: None,
     }
 }
+
+mod answer;
+pub use answer::apply_answer;
 
 #[cfg(test)]
 mod tests;

@@ -52,6 +52,15 @@ impl Retired {
     pub fn is_empty(&self) -> bool {
         self.sets.is_empty()
     }
+
+    /// Whether a set can be freed now: none is held by a request (a long
+    /// stream keeps the set it started on until it ends, and a retired set
+    /// waits for it without a fast tick).
+    pub fn can_shed(&self) -> bool {
+        self.sets
+            .iter()
+            .any(|set| Rc::strong_count(set) == 1 && Rc::weak_count(set) == 0)
+    }
 }
 
 /// Where a load stands after a slice.
@@ -112,7 +121,7 @@ impl Loading {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::fake::FakeHost;
+    use crate::testing::MemoryHost;
     use meshlimit_core::rules::lines::encode;
     use meshlimit_core::rules::RulesConfig;
 
@@ -133,32 +142,11 @@ mod tests {
         (encode(&set).unwrap(), set.version().to_string())
     }
 
-    /// A host whose clock moves 10 µs at every look, so a slice's budget is a
-    /// number of looks.
-    struct Ticking(FakeHost);
-
-    impl Host for Ticking {
-        fn now_ns(&self) -> u64 {
-            self.0.now.set(self.0.now.get() + 10_000);
-            self.0.now.get()
-        }
-        fn shared_get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
-            self.0.shared_get(key)
-        }
-        fn shared_set(
-            &self,
-            key: &str,
-            value: &[u8],
-            cas: Option<u32>,
-        ) -> Result<(), crate::host::SharedError> {
-            self.0.shared_set(key, value, cas)
-        }
-    }
-
     #[test]
     fn a_large_set_is_compiled_in_slices_each_within_its_budget() {
         let (body, version) = lines(1_000);
-        let host = Ticking(FakeHost::default());
+        // The clock moves 10 µs at every look: a slice's budget is a number of looks.
+        let host = MemoryHost::ticking(10_000);
         let mut loading = Loading::start(body.clone()).unwrap();
         assert_eq!(loading.version(), version);
         // 50 µs a slice: the first look starts it, every 16 rules one more.
@@ -189,9 +177,11 @@ mod tests {
         let request = Rc::clone(&set);
         let mut retired = Retired::default();
         retired.push(set);
+        assert!(!retired.can_shed());
         assert!(!retired.shed(SHED_RULES), "a request still runs on it");
         assert_eq!(request.rules().len(), 2_500, "untouched while in use");
         drop(request);
+        assert!(retired.can_shed());
         let mut ticks = 1;
         while !retired.shed(SHED_RULES) {
             ticks += 1;
@@ -206,7 +196,7 @@ mod tests {
         let (body, _) = lines(40);
         let mut loading = Loading::start(body).unwrap();
         assert!(matches!(
-            loading.slice(&FakeHost::default(), SLICE_NS),
+            loading.slice(&MemoryHost::default(), SLICE_NS),
             Slice::Done(..)
         ));
     }
@@ -218,7 +208,7 @@ mod tests {
         text.push_str("\n{");
         let mut loading = Loading::start(text.into_bytes()).unwrap();
         assert!(matches!(
-            loading.slice(&FakeHost::default(), SLICE_NS),
+            loading.slice(&MemoryHost::default(), SLICE_NS),
             Slice::Failed(LoadError::Rule { line: 42, .. })
         ));
     }

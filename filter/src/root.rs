@@ -5,30 +5,31 @@
 use std::rc::Rc;
 
 use log::{debug, info, warn};
-use meshlimit_core::rules::lines::{RulesLoad, RULES_LINES_TYPE};
+use meshlimit_core::rules::lines::RulesLoad;
 use meshlimit_core::secret::{Secret, SECRET_ENV};
 use meshlimit_core::wire::{
-    LeaseAnswer, LeaseResponse, SyncRequest, SyncResponse, LEASE_PATH, RULES_PATH, SYNC_PATH,
-    WIRE_VERSION,
+    LeaseAnswer, LeaseResponse, SyncRequest, SyncResponse, LEASE_PATH, SYNC_PATH, WIRE_VERSION,
 };
-use meshlimit_core::RuleSet;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::ContextType;
 
 use crate::backoff;
-use crate::config::{millis, nanos, FilterConfig};
+use crate::config::{nanos, FilterConfig};
 use crate::flights::{Call, FlightStats};
-use crate::host::{self, Host, ProxyHost};
+use crate::host::{AgentCall, AgentRequest, Metric, Proxy};
 use crate::http::{finish, Http};
 use crate::pipeline::Evaluation;
-use crate::reload::{Loading, Retired, Slice, LOAD_TICK_MS, SHED_RULES, SLICE_NS};
+use crate::reload::{Loading, Retired, SHED_RULES};
 use crate::state::{Shared, RULES_KEY, VM_SEQ_KEY};
+
+mod rules;
 
 /// Tick period until the first rules arrive, so a fresh Envoy limits quickly.
 const STARTUP_TICK_MS: u64 = 100;
 
-pub struct Root {
+pub struct Root<H> {
     context_id: u32,
+    host: Rc<H>,
     vm: Shared,
     filter_id: String,
     /// A sync in flight, with the counts it carries (restored if it fails).
@@ -50,131 +51,32 @@ pub struct Root {
     next_sync_ns: u64,
 }
 
-impl Root {
-    pub fn new(context_id: u32) -> Self {
+impl<H: Proxy + 'static> Root<H> {
+    pub fn new(context_id: u32, host: Rc<H>) -> Self {
         Self {
             context_id,
             call_counters: [
-                host::define_counter("meshlimit.lease_calls"),
-                host::define_counter("meshlimit.lease_refills"),
-                host::define_counter("meshlimit.lease_waits"),
+                host.define_metric(Metric::Counter, "meshlimit.lease_calls"),
+                host.define_metric(Metric::Counter, "meshlimit.lease_refills"),
+                host.define_metric(Metric::Counter, "meshlimit.lease_waits"),
             ],
             reported: FlightStats::default(),
             vm: Shared::default(),
             filter_id: String::new(),
             in_flight: None,
-            ready_gauge: host::define_gauge("meshlimit.rules_ready_vms"),
+            ready_gauge: host.define_metric(Metric::Gauge, "meshlimit.rules_ready_vms"),
             sync_failing: false,
             rules_call: None,
             loading: None,
             retired: Retired::default(),
             next_sync_ns: 0,
+            host,
         }
     }
 
-    /// Installs a rule set in this VM, and hands its `lines` to the VMs that
-    /// start later through shared data. Called from the root context (a load's
-    /// last slice, or start-up), never on a request: requests keep the `Rc` of
-    /// the set they started with, and the ones that start after the swap take
-    /// the new one.
-    fn install(&mut self, set: RuleSet, lines: Option<&[u8]>) {
-        let first = self.vm.borrow().rules.is_none();
-        info!("meshlimit: rules version {} installed", set.version());
-        if let Some(lines) = lines {
-            let _ = ProxyHost.shared_set(RULES_KEY, lines, None);
-        }
-        let old = self.vm.borrow_mut().rules.replace(Rc::new(set));
-        if let Some(old) = old {
-            self.retired.push(old);
-        }
-        if first {
-            if let Some(g) = self.ready_gauge {
-                host::increment(g, 1);
-            }
-        }
-    }
-
-    /// Starts loading the rules the agent answered with: at once when this VM
-    /// has none yet, a slice a tick otherwise.
-    fn load(&mut self, lines: Vec<u8>) {
-        let mut loading = match Loading::start(lines) {
-            Ok(l) => l,
-            Err(e) => {
-                warn!("meshlimit: refusing rules from the agent, keeping the last good set: {e}");
-                return;
-            }
-        };
-        if self.vm.borrow().rules.is_some() {
-            self.loading = Some(loading);
-            self.set_tick();
-            return;
-        }
-        match loading.slice(&ProxyHost, u64::MAX) {
-            Slice::Done(set, lines) => self.install(*set, Some(&lines)),
-            Slice::Failed(e) => {
-                warn!("meshlimit: refusing rules from the agent, keeping the last good set: {e}")
-            }
-            Slice::Working => {}
-        }
-        self.set_tick();
-    }
-
-    /// One slice of the load in progress; the set is swapped in when done.
-    fn load_slice(&mut self) {
-        let Some(loading) = self.loading.as_mut() else {
-            return;
-        };
-        match loading.slice(&ProxyHost, SLICE_NS) {
-            Slice::Working => return,
-            Slice::Done(set, lines) => self.install(*set, Some(&lines)),
-            Slice::Failed(e) => {
-                warn!("meshlimit: refusing rules from the agent, keeping the last good set: {e}")
-            }
-        }
-        self.loading = None;
-        self.set_tick();
-    }
-
-    /// The tick: every millisecond while rules are being loaded or freed (a
-    /// slice of the work each); otherwise fast until the first rules arrive, so
-    /// a fresh Envoy limits quickly, then the sync interval.
-    fn set_tick(&self) {
-        let vm = self.vm.borrow();
-        host::set_tick_period(if self.loading.is_some() || !self.retired.is_empty() {
-            LOAD_TICK_MS
-        } else if vm.rules.is_some() {
-            millis(vm.config.sync_interval)
-        } else {
-            STARTUP_TICK_MS
-        });
-    }
-
-    /// Asks the agent for its rules, as lines, unless that version is already
-    /// here, on its way or being compiled.
-    fn fetch_rules(&mut self, version: &str) {
-        let here = self
-            .vm
-            .borrow()
-            .rules
-            .as_ref()
-            .map(|r| r.version() == version);
-        let loading = self.loading.as_ref().map(|l| l.version() == version);
-        if version.is_empty()
-            || here == Some(true)
-            || loading == Some(true)
-            || self.rules_call.is_some()
-        {
-            return;
-        }
-        let config = Rc::clone(&self.vm.borrow().config);
-        self.rules_call = host::fetch(
-            &config.agent_cluster,
-            &config.agent_authority,
-            config.agent_auth.as_deref(),
-            RULES_PATH,
-            RULES_LINES_TYPE,
-            millis(config.sync_timeout),
-        );
+    /// The HTTP context of stream `context_id`.
+    pub(crate) fn http(&self, context_id: u32) -> Http<H> {
+        Http::new(Rc::clone(&self.host), Rc::clone(&self.vm), context_id)
     }
 
     /// The agent counts the region's live agents; the fail-local bucket is sized
@@ -205,17 +107,16 @@ impl Root {
                 break;
             };
             let body = serde_json::to_vec(&request).unwrap_or_default();
-            match host::dispatch(
-                &config.agent_cluster,
-                &config.agent_authority,
-                config.agent_auth.as_deref(),
+            let call = AgentCall::to_agent(
+                &config,
                 LEASE_PATH,
-                &body,
-                millis(config.timeout),
-            ) {
+                AgentRequest::Post(&body),
+                config.timeout,
+            );
+            match self.host.dispatch(call) {
                 Some(token) => self.vm.borrow_mut().flights.sent(token, items),
                 None => {
-                    backoff::failed(&ProxyHost, config.agent_backoff);
+                    backoff::failed(&*self.host, config.agent_backoff);
                     self.answered(Call::Unsent(items), None);
                 }
             }
@@ -231,9 +132,9 @@ impl Root {
             .vm
             .borrow_mut()
             .flights
-            .answered(&ProxyHost, &config, call, answers);
-        finish_waiting(&self.vm, &config, decided);
-        host::act_for(self.context_id);
+            .answered(&*self.host, &config, call, answers);
+        finish_waiting(&*self.host, &self.vm, &config, decided);
+        self.host.act_for(self.context_id);
     }
 
     fn report_calls(&mut self) {
@@ -245,20 +146,22 @@ impl Root {
         ];
         for (metric, delta) in self.call_counters.iter().zip(deltas) {
             if let (Some(id), true) = (metric, delta > 0) {
-                host::increment(*id, i64::try_from(delta).unwrap_or(i64::MAX));
+                self.host
+                    .increment(*id, i64::try_from(delta).unwrap_or(i64::MAX));
             }
         }
         self.reported = now;
     }
 
-    fn next_vm_number() -> u64 {
+    fn next_vm_number(&self) -> u64 {
         for _ in 0..16 {
-            let (bytes, cas) = ProxyHost.shared_get(VM_SEQ_KEY);
+            let (bytes, cas) = self.host.shared_get(VM_SEQ_KEY);
             let n = bytes
                 .and_then(|b| b.try_into().ok())
                 .map_or(0, u64::from_le_bytes)
                 + 1;
-            if ProxyHost
+            if self
+                .host
                 .shared_set(VM_SEQ_KEY, &n.to_le_bytes(), cas)
                 .is_ok()
             {
@@ -285,21 +188,20 @@ impl Root {
             fetches_rules: true,
         };
         let body = serde_json::to_vec(&request).unwrap_or_default();
-        match host::dispatch(
-            &config.agent_cluster,
-            &config.agent_authority,
-            config.agent_auth.as_deref(),
+        let call = AgentCall::to_agent(
+            &config,
             SYNC_PATH,
-            &body,
-            millis(config.sync_timeout),
-        ) {
+            AgentRequest::Post(&body),
+            config.sync_timeout,
+        );
+        match self.host.dispatch(call) {
             Some(token) => self.in_flight = Some((token, request.decisions)),
             None => self.vm.borrow_mut().counts.restore(request.decisions),
         }
     }
 }
 
-impl Context for Root {
+impl<H: Proxy + 'static> Context for Root<H> {
     fn on_http_call_response(
         &mut self,
         token_id: u32,
@@ -308,7 +210,7 @@ impl Context for Root {
         _trailers: usize,
     ) {
         if self.rules_call.take_if(|t| *t == token_id).is_some() {
-            let (status, body) = host::call_response(body_size);
+            let (status, body) = self.host.call_response(body_size);
             match status {
                 Some(200) => self.load(body),
                 _ => warn!("meshlimit: fetching the rules failed (status {status:?}); keeping the last good rules"),
@@ -317,25 +219,25 @@ impl Context for Root {
         }
         let Some((_, decisions)) = self.in_flight.take_if(|(t, _)| *t == token_id) else {
             // Not the sync: a lease call of this VM's.
-            let (status, body) = host::call_response(body_size);
+            let (status, body) = self.host.call_response(body_size);
             let answers = (status == Some(200))
                 .then(|| serde_json::from_slice::<LeaseResponse>(&body).ok())
                 .flatten()
                 .filter(|r| r.v == WIRE_VERSION)
                 .map(|r| r.items);
             if answers.is_some() {
-                backoff::answered(&ProxyHost);
+                backoff::answered(&*self.host);
             } else {
                 debug!("meshlimit: lease call failed (status {status:?})");
                 let backoff = self.vm.borrow().config.agent_backoff;
-                backoff::failed(&ProxyHost, backoff);
+                backoff::failed(&*self.host, backoff);
             }
             self.answered(Call::Sent(token_id), answers);
             // Requests a lost race left undecided wait on new calls.
             self.send_queued();
             return;
         };
-        let (status, body) = host::call_response(body_size);
+        let (status, body) = self.host.call_response(body_size);
         let answer = (status == Some(200))
             .then(|| serde_json::from_slice::<SyncResponse>(&body).ok())
             .flatten()
@@ -362,9 +264,9 @@ impl Context for Root {
     }
 }
 
-impl RootContext for Root {
+impl<H: Proxy + 'static> RootContext for Root<H> {
     fn on_configure(&mut self, _size: usize) -> bool {
-        let mut config = match FilterConfig::parse(host::plugin_configuration().as_deref()) {
+        let mut config = match FilterConfig::parse(self.host.plugin_configuration().as_deref()) {
             Ok(c) => c,
             Err(e) => {
                 warn!("meshlimit: {e}");
@@ -374,24 +276,27 @@ impl RootContext for Root {
         // The secret comes from the VM's environment (Envoy's
         // `vm_config.environment_variables.host_env_keys`). Without one the agent
         // refuses this filter's calls and every rule takes its failure policy.
-        match std::env::var(SECRET_ENV).map(|s| Secret::new(s.as_bytes())) {
-            Ok(Ok(secret)) => config = config.with_secret(&secret),
-            Ok(Err(e)) => warn!("meshlimit: {SECRET_ENV}: {e}; the agent will refuse this filter"),
-            Err(_) => warn!("meshlimit: no {SECRET_ENV} in the VM's environment; the agent will refuse this filter"),
+        match self.host.env_var(SECRET_ENV).map(|s| Secret::new(s.as_bytes())) {
+            Some(Ok(secret)) => config = config.with_secret(&secret),
+            Some(Err(e)) => warn!("meshlimit: {SECRET_ENV}: {e}; the agent will refuse this filter"),
+            None => warn!("meshlimit: no {SECRET_ENV} in the VM's environment; the agent will refuse this filter"),
         }
         self.vm.borrow_mut().config = Rc::new(config);
-        let node = host::property(vec!["node", "id"])
+        let node = self
+            .host
+            .property(&["node", "id"])
             .filter(|n| !n.is_empty())
             .unwrap_or_else(|| "envoy".into());
-        let vm_number = Self::next_vm_number();
+        let vm_number = self.next_vm_number();
         self.filter_id = format!("{node}/vm{vm_number}");
         // Requests queue their lease items and wake this context through a
         // queue of this VM's own, so the calls belong to the root context:
         // never cancelled with a stream that ends first, and batched.
-        self.vm.borrow_mut().call_queue =
-            host::register_queue(&format!("meshlimit.calls.{vm_number}"));
+        self.vm.borrow_mut().call_queue = self
+            .host
+            .register_queue(&format!("meshlimit.calls.{vm_number}"));
         // Start with the last good rules any VM on this Envoy had.
-        if let (Some(lines), _) = ProxyHost.shared_get(RULES_KEY) {
+        if let (Some(lines), _) = self.host.shared_get(RULES_KEY) {
             match RulesLoad::run(lines) {
                 Ok((set, _)) => self.install(set, None),
                 Err(e) => debug!("meshlimit: no usable rules in shared data: {e}"),
@@ -402,19 +307,24 @@ impl RootContext for Root {
     }
 
     fn on_queue_ready(&mut self, queue_id: u32) {
-        host::drain_queue(queue_id);
+        self.host.drain_queue(queue_id);
         self.vm.borrow_mut().wake_queued = false;
         self.send_queued();
     }
 
     fn on_tick(&mut self) {
-        let fast = self.loading.is_some() || !self.retired.is_empty();
+        let fast = self.loading.is_some() || self.retired.can_shed();
         self.load_slice();
-        if !self.retired.is_empty() && self.retired.shed(SHED_RULES) {
+        if !self.retired.is_empty() {
+            self.retired.shed(SHED_RULES);
+        }
+        // Fast while there is work: a set still held by a long stream is looked
+        // at again at the sync interval.
+        if fast != (self.loading.is_some() || self.retired.can_shed()) {
             self.set_tick();
         }
         // While the tick is fast, syncs keep their own interval.
-        let now = ProxyHost.now_ns();
+        let now = self.host.now_ns();
         if self.in_flight.is_none() && (!fast || now >= self.next_sync_ns) {
             let interval = self.vm.borrow().config.sync_interval;
             self.next_sync_ns = now.saturating_add(nanos(interval));
@@ -423,7 +333,7 @@ impl RootContext for Root {
     }
 
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
-        Some(Box::new(Http::new(Rc::clone(&self.vm), context_id)))
+        Some(Box::new(self.http(context_id)))
     }
 
     fn get_type(&self) -> Option<ContextType> {
@@ -433,30 +343,34 @@ impl RootContext for Root {
 
 /// Finishes requests the VM's lease calls decided, each acting as its own
 /// context: counts, the local answer or the resumed request.
-fn finish_waiting(vm: &Shared, config: &FilterConfig, decided: Vec<(u32, Evaluation)>) {
+fn finish_waiting<H: Proxy>(
+    host: &H,
+    vm: &Shared,
+    config: &FilterConfig,
+    decided: Vec<(u32, Evaluation)>,
+) {
     for (id, eval) in decided {
         let Some(waiting) = vm.borrow_mut().waiting.remove(&id) else {
             continue;
         };
-        host::act_for(id);
-        if let proxy_wasm::types::Action::Continue = finish(vm, config, &waiting, &eval) {
-            host::resume_request();
+        host.act_for(id);
+        if let proxy_wasm::types::Action::Continue = finish(host, vm, config, &waiting, &eval) {
+            host.resume_request();
         }
     }
 }
 
 /// Fails the VM's queued items when the root context cannot be woken to send
 /// them: every request waiting on them takes its failure policy.
-pub(crate) fn fail_queued(vm: &Shared) {
+pub(crate) fn fail_queued<H: Proxy>(host: &H, vm: &Shared) {
     let config = Rc::clone(&vm.borrow().config);
     let mut decided = Vec::new();
     while let Some((_, items)) = vm.borrow_mut().flights.take_batch("") {
-        decided.extend(vm.borrow_mut().flights.answered(
-            &ProxyHost,
-            &config,
-            Call::Unsent(items),
-            None,
-        ));
+        decided.extend(
+            vm.borrow_mut()
+                .flights
+                .answered(host, &config, Call::Unsent(items), None),
+        );
     }
-    finish_waiting(vm, &config, decided);
+    finish_waiting(host, vm, &config, decided);
 }

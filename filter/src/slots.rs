@@ -10,9 +10,12 @@ use crate::host::{Host, SharedError};
 /// treats it as a miss (the agent decides) or drops a grant's leftover tokens.
 const CAS_ATTEMPTS: usize = 8;
 
+/// What every slot's shared-data key starts with.
+pub const SLOT_PREFIX: &str = "meshlimit.slot.";
+
 /// The shared-data key of the slot for `fingerprint`.
 pub fn slot_key(fingerprint: u64, slots: u32) -> String {
-    format!("meshlimit.slot.{}", fingerprint % u64::from(slots.max(1)))
+    format!("{SLOT_PREFIX}{}", fingerprint % u64::from(slots.max(1)))
 }
 
 /// Applies `change` to the key's state and stores it. Returns what `change`
@@ -45,11 +48,11 @@ pub fn update<H: Host, R>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::fake::FakeHost;
+    use crate::testing::MemoryHost;
 
     #[test]
     fn a_lost_race_is_retried_on_fresh_state() {
-        let host = FakeHost::default();
+        let host = MemoryHost::default();
         update(&host, 7, 16, |s| s.grant(0, 10, 0, 1_000_000, 0, 0));
         // Another worker writes between our read and our write, once.
         host.interfere_once(slot_key(7, 16), |bytes| {

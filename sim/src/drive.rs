@@ -5,13 +5,13 @@
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use meshlimit_filter::testing::MemoryHost;
 use tokio::task::LocalSet;
 
 use crate::arrivals::{key_cdf, ArrivalGen};
 use crate::client::AgentClient;
 use crate::error::SimError;
 use crate::gateway::{Gateway, Keys};
-use crate::host::SimHost;
 use crate::judge::Judge;
 use crate::progress::Progress;
 use crate::record::{Log, Recorder};
@@ -132,7 +132,7 @@ fn gateways(
             let client = AgentClient::new(port, timeout).map_err(SimError::Run)?;
             Ok(Rc::new(Gateway::new(
                 u16::try_from(g).unwrap_or(u16::MAX),
-                SimHost::new(epoch),
+                MemoryHost::since(epoch),
                 plan.filter.clone(),
                 Rc::clone(&plan.rules),
                 Rc::clone(keys),

@@ -21,10 +21,10 @@ use meshlimit_filter::flights::{Call, FlightStats, Flights};
 use meshlimit_filter::host::Host;
 use meshlimit_filter::pipeline::Evaluation;
 use meshlimit_filter::slots;
+use meshlimit_filter::testing::MemoryHost;
 
 use crate::arrivals::ArrivalGen;
 use crate::client::AgentClient;
-use crate::host::SimHost;
 use crate::record::{Decision, Pending, Recorder};
 
 /// The keys requests carry, in the scenario's key header.
@@ -36,7 +36,7 @@ pub struct Keys {
 /// One gateway.
 pub struct Gateway {
     id: u16,
-    host: SimHost,
+    host: MemoryHost,
     cfg: FilterConfig,
     rules: Rc<RuleSet>,
     keys: Rc<Keys>,
@@ -77,7 +77,7 @@ impl Keys {
 impl Gateway {
     pub fn new(
         id: u16,
-        host: SimHost,
+        host: MemoryHost,
         cfg: FilterConfig,
         rules: Rc<RuleSet>,
         keys: Rc<Keys>,

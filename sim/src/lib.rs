@@ -7,7 +7,8 @@
 //! summary and a PNG plot.
 //!
 //! Layout: `scenario` reads the file; `stack` starts Redis and the agents;
-//! `drive` runs the gateways (`gateway`, `host`, `client`, `arrivals`) and records
+//! `drive` runs the gateways (`gateway` over the filter's in-memory host
+//! `meshlimit_filter::testing::MemoryHost`, `client`, `arrivals`) and records
 //! (`record`, `judge`); `measure` turns the log into figures, `verdict` checks
 //! them against the accuracy targets (docs/measurements.md), `report` writes them out.
 
@@ -16,7 +17,6 @@ pub mod client;
 pub mod drive;
 pub mod error;
 pub mod gateway;
-pub mod host;
 pub mod judge;
 pub mod measure;
 pub mod progress;

@@ -97,8 +97,24 @@ fn a_20000_rule_set_is_swapped_while_requests_are_decided_and_reaches_every_vm()
         statuses.len(),
         "every request decided and admitted during the swap: {statuses:?}"
     );
+    // Decided by the rule, not by its failure policy (a lease call that missed
+    // its deadline while a worker compiled, or the agent busy serving the set).
+    for outcome in ["failed_open", "failed_local", "failed_closed"] {
+        assert_eq!(stack.decisions("api-17", outcome), 0, "{outcome}");
+    }
+    assert!(stack.decisions("api-17", "allowed") > 0);
+    let after = stack.get("/probe/x", &[("x-api-key", "after")]);
     assert_eq!(
-        policy(&stack, "after").as_deref(),
-        Some("\"probe\";q=6;w=3600")
+        after.header("ratelimit-policy"),
+        Some("\"probe\";q=6;w=3600"),
+        "status {}; Envoy's log ends:\n{}\nthe agent's:\n{}",
+        after.status,
+        tail(&stack.envoy.log(), 8),
+        tail(&stack.agent.stderr(), 8)
     );
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
 }

@@ -8,6 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use meshlimit_core::fingerprint::fingerprint;
+use meshlimit_core::rules::Rule;
 use meshlimit_core::wire::{SyncRequest, MAX_VERSION_LABEL};
 use meshlimit_core::{Outcome, RuleSet};
 use tokio::time::Instant;
@@ -31,6 +32,13 @@ pub const FILTER_TTL: Duration = Duration::from_secs(60);
 /// At most this many filters are shown at once (a node runs a few Envoys with a few
 /// VMs each; the cap only matters if something floods the agent with ids).
 pub const MAX_FILTERS: usize = 1024;
+/// Per-rule series (`meshlimit_fail_open_ratio`, `meshlimit_rule_limit`) are
+/// shown for every rule of a set of at most this many rules; of a larger set,
+/// for the rules that took decisions in the fail-open window, those failing
+/// open first, then the busiest, at most this many. With 20,000 rules every
+/// rule's series made a scrape 4 MB and a quarter of a second of the agent's
+/// time.
+pub const MAX_RULE_SERIES: usize = 1_000;
 /// The version label of a sync whose `rules_version` is too long or not printable.
 pub(crate) const INVALID_VERSION: &str = "invalid";
 /// The longest filter id shown verbatim as a label.
@@ -127,19 +135,21 @@ impl Metrics {
         self.record_filter(&mut state, &filter_label(&report.filter_id), version);
     }
 
-    /// Brings the time-dependent gauges up to date: the fail-open ratios (every rule
-    /// of the current set is shown, 0 without decisions) and the filters' versions
-    /// (filters silent for [`FILTER_TTL`] are dropped). Called at every scrape and
-    /// every second.
+    /// Brings the time-dependent gauges up to date: the fail-open ratios and
+    /// limits of the rules shown (see [`MAX_RULE_SERIES`]; 0 without decisions)
+    /// and the filters' versions (filters silent for [`FILTER_TTL`] are
+    /// dropped). Called at every scrape and every second.
     pub(crate) fn refresh(&self, rules: Option<&RuleSet>) {
         self.refresh_top_keys();
         let now = self.now_secs();
         let mut state = lock(&self.reports.state);
         state.windows.prune(now);
-        let mut wanted: HashSet<String> = rules
-            .map(|set| set.rules().iter().map(|r| r.name.clone()).collect())
-            .unwrap_or_default();
-        wanted.extend(state.windows.rules().map(str::to_string));
+        let shown = rules.map_or_else(Vec::new, |set| shown_rules(set, &state.windows, now));
+        let mut wanted: HashSet<String> = shown.iter().map(|r| r.name.clone()).collect();
+        // Decisions about rules not in the set (a filter on older rules; other
+        // names are folded into one label): shown while in the window.
+        let unknown = |r: &&str| rules.is_none_or(|set| set.position(r).is_none());
+        wanted.extend(state.windows.rules().filter(unknown).map(str::to_string));
         for rule in &wanted {
             if let Ok(g) = self
                 .reports
@@ -154,6 +164,7 @@ impl Metrics {
             let _ = self.reports.fail_open_ratio.remove_label_values(&[gone]);
         }
         state.shown_ratios = wanted;
+        self.show_limits(&shown);
         let instant = Instant::now();
         let gauge = &self.reports.filter_rules_version;
         state.filters.retain(|id, seen| {
@@ -270,4 +281,27 @@ fn rule_label<'a>(rules: Option<&RuleSet>, rule: &'a str) -> &'a str {
         Some(set) if set.rule(rule).is_some() => rule,
         _ => OTHER_RULE,
     }
+}
+
+/// The rules whose per-rule series are shown (see [`MAX_RULE_SERIES`]).
+fn shown_rules<'s>(set: &'s RuleSet, windows: &RuleWindows, now: u64) -> Vec<&'s Rule> {
+    if set.rules().len() <= MAX_RULE_SERIES {
+        return set.rules().iter().collect();
+    }
+    let mut active: Vec<(&Rule, (u64, u64))> = windows
+        .rules()
+        .filter_map(|name| set.rule(name))
+        .map(|rule| (rule, windows.totals(&rule.name, now)))
+        .filter(|(_, (_, total))| *total > 0)
+        .collect();
+    // Failing open first (what an alert is about), then the busiest; by name
+    // between equals, so the choice does not flap between scrapes.
+    active.sort_by(|(ra, (fa, ta)), (rb, (fb, tb))| {
+        (*fb > 0)
+            .cmp(&(*fa > 0))
+            .then(tb.cmp(ta))
+            .then(ra.name.cmp(&rb.name))
+    });
+    active.truncate(MAX_RULE_SERIES);
+    active.into_iter().map(|(rule, _)| rule).collect()
 }

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::sync::Mutex;
 
-use meshlimit_core::rules::{Limits, RuleSet};
+use meshlimit_core::rules::{Limits, Rule, RuleSet};
 use prometheus::{GaugeVec, IntCounterVec, IntGauge, IntGaugeVec};
 
 use super::{inc, lock, Factory, Metrics, MetricsError};
@@ -68,12 +68,18 @@ impl Metrics {
         self.version_installed(version);
     }
 
-    /// Shows `set`'s limits on `meshlimit_rule_limit`, and only them: the labels of
-    /// rules or plans no longer in force are removed.
+    /// Shows `set`'s limits on `meshlimit_rule_limit` (for the rules shown, see
+    /// [`super::reports::MAX_RULE_SERIES`]), and only them.
     pub(crate) fn rule_limits(&self, set: &RuleSet) {
+        self.refresh(Some(set));
+    }
+
+    /// Shows `rules`' limits on `meshlimit_rule_limit`, and only them: the labels
+    /// of rules or plans not among them are removed.
+    pub(super) fn show_limits(&self, rules: &[&Rule]) {
         let m = &self.rules;
         let mut wanted = HashSet::new();
-        for rule in set.rules() {
+        for rule in rules {
             let limits: Vec<(&str, meshlimit_core::limit::Limit)> = match &rule.limits {
                 Limits::Single(l) => vec![("", *l)],
                 Limits::Plans { limits, .. } => {

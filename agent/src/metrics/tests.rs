@@ -241,3 +241,54 @@ async fn propagation_is_timed_and_filters_are_counted_per_version() {
         Some(2.0)
     );
 }
+
+#[test]
+fn a_large_set_shows_series_only_for_its_active_rules_failing_open_first() {
+    let m = Metrics::new("eu").unwrap();
+    let n = reports::MAX_RULE_SERIES + 5;
+    let mut text = String::from("version: 1\nrules:\n");
+    for i in 0..n {
+        text.push_str(&format!(
+            "  - {{name: r-{i}, key: [method], limit: {{requests: 10, per: 1s}}}}\n"
+        ));
+    }
+    let set = parse_rules("r.yaml", &text).unwrap();
+    m.rule_limits(&set);
+    let rendered = m.render().unwrap();
+    assert_eq!(sample(&rendered, "meshlimit_rule_limit", &[]), None);
+    assert_eq!(sample(&rendered, "meshlimit_fail_open_ratio", &[]), None);
+
+    // Every rule busy: the busiest shown, and the one failing open however quiet.
+    let mut decisions: Vec<(String, Outcome, u64)> = (0..n)
+        .map(|i| (format!("r-{i}"), Outcome::Allowed, 10 + i as u64))
+        .collect();
+    decisions.push(("r-0".into(), Outcome::FailedOpen, 1));
+    let decisions: Vec<(&str, Outcome, u64)> = decisions
+        .iter()
+        .map(|(r, o, c)| (r.as_str(), *o, *c))
+        .collect();
+    m.record_sync(Some(&set), &report("f1", set.version(), &decisions));
+    m.refresh(Some(&set));
+    let rendered = m.render().unwrap();
+    let count = |name: &str| {
+        rendered
+            .lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .count()
+    };
+    assert_eq!(count("meshlimit_fail_open_ratio"), reports::MAX_RULE_SERIES);
+    assert_eq!(count("meshlimit_rule_limit"), 2 * reports::MAX_RULE_SERIES);
+    let ratio = |rule: &str| sample(&rendered, "meshlimit_fail_open_ratio", &[("rule", rule)]);
+    assert!(ratio("r-0").is_some_and(|r| r > 0.0), "failing open: shown");
+    let last = format!("r-{}", n - 1);
+    assert_eq!(ratio(&last), Some(0.0), "the busiest: shown");
+    assert_eq!(ratio("r-1"), None, "among the quietest: left out");
+    assert_eq!(
+        sample(
+            &rendered,
+            "meshlimit_rule_limit",
+            &[("rule", &last), ("what", "rate_per_second")]
+        ),
+        Some(10.0)
+    );
+}

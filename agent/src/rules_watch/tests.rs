@@ -339,3 +339,22 @@ fn a_directory_merges_one_file_per_team_and_a_broken_file_holds_back_no_other() 
         "{why}"
     );
 }
+
+#[test]
+fn the_watcher_and_the_set_in_force_share_one_copy_of_the_file() {
+    let cm = ConfigMapDir::new(GOOD_V1);
+    let rules = Arc::new(CurrentRules::empty());
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let mut watcher = RulesWatcher::new(cm.path(), rules.clone(), metrics);
+    assert!(matches!(watcher.poll(), Reload::Applied { .. }));
+    assert_eq!(watcher.poll(), Reload::Unchanged);
+    let kept = watcher.last_good.clone().unwrap();
+    let served = rules.get().unwrap().shared_config().unwrap();
+    assert!(Arc::ptr_eq(&kept, &served), "one RulesConfig, not two");
+    let text = watcher.last_content.as_ref().unwrap();
+    assert_eq!(
+        text.capacity(),
+        text.len(),
+        "the read's spare capacity is not kept"
+    );
+}

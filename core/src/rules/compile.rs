@@ -1,22 +1,17 @@
 //! From what people wrote (`RulesConfig`) to what the request path runs (`RuleSet`):
-//! every check happens here, once, and names the rule and field it refuses. The
-//! set is built here; one rule (key, match, limit, plans) in `compile/rule.rs`.
+//! every check happens here, once, and names the rule and field it refuses.
 
-use std::cmp::Ordering;
-use std::collections::HashSet;
+use std::collections::BTreeMap;
+use std::num::{NonZeroU32, NonZeroU64};
+use std::sync::Arc;
 
+use super::builder::RuleSetBuilder;
 use super::config::*;
 use super::error::{RuleError, RulesError};
-use super::index::{Item, RuleIndex};
-use super::stepsort::StepSort;
-use super::{KeyPart, Rule, RuleSet};
+use super::{Limits, Matcher, PathMatch, Rule, RuleSet};
 use crate::fingerprint::fnv1a;
-use crate::NANOS_PER_SEC;
-
-mod rule;
-
-use rule::compile_rule;
-pub use rule::parse_period;
+use crate::limit::Limit;
+use crate::{NANOS_PER_MS, NANOS_PER_SEC};
 
 /// The longest rule name; names become metric labels and key prefixes.
 pub const MAX_RULE_NAME: usize = 64;
@@ -38,263 +33,41 @@ impl RuleSet {
     /// the first, so one round of edits fixes a file. The set keeps a copy of the
     /// normalised file, to serve it ([`RuleSet::config`]).
     pub fn compile(config: &RulesConfig) -> Result<RuleSet, RulesError> {
-        Self::compile_with(config, &[], true)
+        Self::compile_shared(Arc::new(config.clone()))
     }
 
-    /// [`RuleSet::compile`] for a host that only matches requests (the filter):
-    /// no copy of the file is kept, about half the set's memory for large sets.
+    /// [`RuleSet::compile`] keeping `config` itself rather than a copy (the
+    /// agent holds one file, not one per holder).
+    pub fn compile_shared(config: Arc<RulesConfig>) -> Result<RuleSet, RulesError> {
+        Self::compile_with(&config, &[]).finish(version_of(&config), Some(config))
+    }
+
+    /// [`RuleSet::compile`] for a host that only matches requests: no copy of
+    /// the file is kept, about half the set's memory for large sets.
     pub fn compile_unserved(config: &RulesConfig) -> Result<RuleSet, RulesError> {
-        Self::compile_with(config, &[], false)
+        Self::compile_with(config, &[]).finish(version_of(config), None)
     }
 
-    /// [`RuleSet::compile`], with each rule's line in the file (by position; a
-    /// missing entry is an unknown line): every error about a rule carries it.
+    /// [`RuleSet::compile_shared`], with each rule's line in the file (by
+    /// position; a missing entry is an unknown line): every error about a rule
+    /// carries it.
     #[cfg(feature = "yaml")]
     pub(crate) fn compile_at(
-        config: &RulesConfig,
+        config: RulesConfig,
         lines: &[Option<usize>],
     ) -> Result<RuleSet, RulesError> {
-        Self::compile_with(config, lines, true)
+        let builder = Self::compile_with(&config, lines);
+        let version = version_of(&config);
+        builder.finish(version, Some(Arc::new(config)))
     }
 
-    fn compile_with(
-        config: &RulesConfig,
-        lines: &[Option<usize>],
-        keep: bool,
-    ) -> Result<RuleSet, RulesError> {
+    /// Every rule of `config` added to a builder.
+    fn compile_with(config: &RulesConfig, lines: &[Option<usize>]) -> RuleSetBuilder {
         let mut builder = RuleSetBuilder::new(config);
         for (i, rule) in config.rules.iter().enumerate() {
             builder.add(rule, lines.get(i).copied().flatten());
         }
-        builder.finish(version_of(config), keep.then(|| config.clone()))
-    }
-}
-
-/// A rule set compiled one rule at a time, so a host that must not stall (the
-/// filter, compiling 20,000 rules between requests) can spread the work over
-/// several turns of its loop. [`RuleSet::compile`] is this builder run at once.
-#[derive(Debug)]
-pub struct RuleSetBuilder {
-    errors: Vec<RuleError>,
-    defaults: DefaultsConfig,
-    changes: ChangesConfig,
-    /// The names added, to find a duplicate.
-    seen: HashSet<String>,
-    rules: Vec<Rule>,
-    added: usize,
-    /// How far finishing the set has come (see [`RuleSetBuilder::finish_part`]).
-    stage: Stage,
-    uses: (bool, bool),
-    index: Option<RuleIndex>,
-    by_name: Option<Box<[usize]>>,
-}
-
-/// Finishing a set: each stage a sequence of bounded steps.
-#[derive(Debug)]
-enum Stage {
-    /// Rules still arriving.
-    Adding,
-    /// Putting the rules strictest first (unless they came so).
-    Ordering(StepSort<u32>),
-    /// Sorting the path conditions for the index.
-    Indexing(StepSort<Item>, Vec<usize>),
-    /// Sorting the names.
-    Naming(StepSort<u32>),
-    Done,
-}
-
-impl RuleSetBuilder {
-    /// Starts a set with the file's settings (`head.rules` is not read: rules
-    /// come through [`RuleSetBuilder::add`]).
-    pub fn new(head: &RulesConfig) -> Self {
-        let mut errors = Vec::new();
-        if head.version != SCHEMA_VERSION {
-            errors.push(RuleError::new(
-                None,
-                "version",
-                format!(
-                    "unsupported schema version {}; this agent reads version {SCHEMA_VERSION}",
-                    head.version
-                ),
-            ));
-        }
-        let max = head.changes.max_tightening;
-        if !(max.is_finite() && (0.0..=1.0).contains(&max)) {
-            errors.push(RuleError::new(
-                None,
-                "changes.max_tightening",
-                format!("{max} is not a factor from 0 to 1 (0.5: a limit may be halved without approval)"),
-            ));
-        }
-        Self {
-            errors,
-            defaults: head.defaults.clone(),
-            changes: head.changes.clone(),
-            seen: HashSet::new(),
-            rules: Vec::with_capacity(head.rules.len()),
-            added: 0,
-            stage: Stage::Adding,
-            uses: (false, false),
-            index: None,
-            by_name: None,
-        }
-    }
-
-    /// Compiles one rule (at `line` of its file, when known); its problems are
-    /// kept for [`RuleSetBuilder::finish`].
-    pub fn add(&mut self, rule: &RuleConfig, line: Option<usize>) {
-        self.added += 1;
-        let mut rule_errors = Vec::new();
-        if !self.seen.insert(rule.name.clone()) {
-            rule_errors.push(RuleError::new(
-                Some(&rule.name),
-                "name",
-                "duplicate rule name",
-            ));
-        }
-        match compile_rule(rule, &self.defaults) {
-            Ok(r) => self.rules.push(r),
-            Err(mut e) => rule_errors.append(&mut e),
-        }
-        self.errors.extend(rule_errors.into_iter().map(|mut e| {
-            e.line = line;
-            e
-        }));
-    }
-
-    /// How many rules were added.
-    pub fn len(&self) -> usize {
-        self.added
-    }
-
-    /// Whether no rule was added.
-    pub fn is_empty(&self) -> bool {
-        self.added == 0
-    }
-
-    /// Does the next step of finishing the set (ordering the rules, sorting
-    /// their paths into the index, sorting their names), each a fraction of a
-    /// millisecond for 20,000 rules, so a host that must not stall does one a
-    /// turn; true once none is left. [`RuleSetBuilder::finish`] does the rest.
-    pub fn finish_part(&mut self) -> bool {
-        if !self.errors.is_empty() || self.added == 0 {
-            // Refused at `finish`: nothing to prepare.
-            return true;
-        }
-        let rules = &mut self.rules;
-        // Strictest first: the lowest rate per second, then the smallest burst.
-        let strictness = |rules: &[Rule], a: &u32, b: &u32| {
-            let limit = |i: &u32| rules.get(*i as usize).map(|r| r.limits.strictest());
-            match (limit(a), limit(b)) {
-                (Some(la), Some(lb)) => la
-                    .rate_per_sec()
-                    .total_cmp(&lb.rate_per_sec())
-                    .then(la.burst().cmp(&lb.burst())),
-                _ => Ordering::Equal,
-            }
-        };
-        let by_name = |rules: &[Rule], a: &u32, b: &u32| {
-            let name = |i: &u32| rules.get(*i as usize).map(|r| r.name.as_str());
-            name(a).cmp(&name(b))
-        };
-        let positions = |n: usize| {
-            (0..n)
-                .map(|i| u32::try_from(i).unwrap_or(u32::MAX))
-                .collect()
-        };
-        self.stage = match std::mem::replace(&mut self.stage, Stage::Done) {
-            Stage::Adding => {
-                // Lines come strictest first from the agent: one pass checks it.
-                let order: Vec<u32> = positions(rules.len());
-                if order.is_sorted_by(|a, b| strictness(rules, a, b).is_le()) {
-                    self.indexing()
-                } else {
-                    Stage::Ordering(StepSort::new(order))
-                }
-            }
-            Stage::Ordering(mut sort) if !sort.done() => {
-                sort.step(|a, b| strictness(rules, a, b));
-                Stage::Ordering(sort)
-            }
-            Stage::Ordering(sort) => {
-                let order = sort.finish(|a, b| strictness(rules, a, b));
-                let mut slots: Vec<Option<Rule>> =
-                    std::mem::take(rules).into_iter().map(Some).collect();
-                *rules = order
-                    .iter()
-                    .filter_map(|&i| slots.get_mut(i as usize)?.take())
-                    .collect();
-                self.indexing()
-            }
-            Stage::Indexing(mut sort, any) if !sort.done() => {
-                sort.step(|a, b| RuleIndex::order(rules, a, b));
-                Stage::Indexing(sort, any)
-            }
-            Stage::Indexing(sort, any) => {
-                let items = sort.finish(|a, b| RuleIndex::order(rules, a, b));
-                self.index = Some(RuleIndex::from_sorted(rules, &items, any));
-                Stage::Naming(StepSort::new(positions(rules.len())))
-            }
-            Stage::Naming(mut sort) if !sort.done() => {
-                sort.step(|a, b| by_name(rules, a, b));
-                Stage::Naming(sort)
-            }
-            Stage::Naming(sort) => {
-                let order = sort.finish(|a, b| by_name(rules, a, b));
-                self.by_name = Some(order.into_iter().map(|i| i as usize).collect());
-                // Every name is added by now: free the copies in this step too.
-                self.seen = HashSet::new();
-                Stage::Done
-            }
-            Stage::Done => Stage::Done,
-        };
-        matches!(self.stage, Stage::Done)
-    }
-
-    /// The rules are in order: what uses them, and the index's first stage.
-    fn indexing(&mut self) -> Stage {
-        let uses = |part: KeyPart| self.rules.iter().any(|r: &Rule| r.key.contains(&part));
-        self.uses = (uses(KeyPart::ClientIp), uses(KeyPart::Route));
-        let (items, any) = RuleIndex::items(&self.rules);
-        Stage::Indexing(StepSort::new(items), any)
-    }
-
-    /// The set, named `version`, keeping `config` to serve when given; or every
-    /// problem found.
-    pub fn finish(
-        mut self,
-        version: String,
-        config: Option<RulesConfig>,
-    ) -> Result<RuleSet, RulesError> {
-        if self.added == 0 {
-            // Where a whole-file compile reports it: after the schema version.
-            let at = self
-                .errors
-                .iter()
-                .take_while(|e| e.field == "version")
-                .count();
-            self.errors.insert(
-                at,
-                RuleError::new(None, "rules", "at least one rule is required"),
-            );
-        }
-        if !self.errors.is_empty() {
-            return Err(RulesError {
-                errors: self.errors,
-            });
-        }
-        while !self.finish_part() {}
-        let (uses_client_ip, uses_route) = self.uses;
-        Ok(RuleSet {
-            rules: self.rules,
-            version,
-            config,
-            changes: self.changes,
-            uses_client_ip,
-            uses_route,
-            index: self.index.unwrap_or_default(),
-            by_name: self.by_name.unwrap_or_default(),
-        })
+        builder
     }
 }
 
@@ -303,4 +76,275 @@ impl RuleSetBuilder {
 fn version_of(config: &RulesConfig) -> String {
     let canonical = serde_json::to_vec(config).unwrap_or_default();
     format!("{:016x}", fnv1a(&canonical))
+}
+
+pub(super) fn compile_rule(
+    rule: &RuleConfig,
+    defaults: &DefaultsConfig,
+) -> Result<Rule, Vec<RuleError>> {
+    let name = rule.name.as_str();
+    let mut errors = Vec::new();
+    let mut err = |field: &str, msg: String| errors.push(RuleError::new(Some(name), field, msg));
+    if name.is_empty()
+        || name.len() > MAX_RULE_NAME
+        || !name
+            .chars()
+            .all(|c| matches!(c, 'a'..='z' | '0'..='9' | '.' | '_' | '-'))
+    {
+        err(
+            "name",
+            format!("`{name}` must be 1 to {MAX_RULE_NAME} characters of [a-z0-9._-]"),
+        );
+    }
+    let matcher = compile_match(
+        rule.matches.as_ref().unwrap_or(&MatchConfig::default()),
+        &mut err,
+    );
+    if rule.key.is_empty() {
+        err("key", "at least one key part is required".into());
+    }
+    for (i, part) in rule.key.iter().enumerate() {
+        match part {
+            KeyPartConfig::Header(h) => check_header_name(h, &format!("key[{i}].header"), &mut err),
+            KeyPartConfig::Query(q) if q.is_empty() || q.len() > 128 || q.chars().any(char::is_control) => err(
+                &format!("key[{i}].query"),
+                format!("`{q}` is not a query parameter name: 1 to 128 printable characters, as decoded (`user id`, not `user+id`)"),
+            ),
+            _ => {}
+        }
+    }
+    if let Some(owner) = &rule.owner {
+        if owner.is_empty() || owner.len() > 128 || owner.chars().any(char::is_control) {
+            err("owner", "1 to 128 printable characters".into());
+        }
+    }
+    if let Some(at) = &rule.expires {
+        if super::expiry::parse_instant(at).is_none() {
+            err(
+                "expires",
+                format!("`{at}` is not a UTC instant: write 2026-12-31 or 2026-12-31T18:00:00Z"),
+            );
+        }
+    }
+    let cost = rule.cost.unwrap_or(1);
+    if cost == 0 {
+        err("cost", "must be at least 1".into());
+    }
+    let limits = match (&rule.limit, &rule.plans) {
+        (Some(l), None) => compile_limit(l, "limit", cost, &mut err).map(Limits::Single),
+        (None, Some(p)) => compile_plans(p, cost, &mut err),
+        (Some(_), Some(_)) => {
+            err("plans", "give either `limit` or `plans`, not both".into());
+            None
+        }
+        (None, None) => {
+            err("limit", "a rule needs `limit` or `plans`".into());
+            None
+        }
+    };
+    match (limits, NonZeroU32::new(cost), errors.is_empty()) {
+        (Some(limits), Some(cost), true) => Ok(Rule {
+            name: rule.name.clone(),
+            matcher,
+            key: rule.key.clone(),
+            limits,
+            cost,
+            mode: rule.mode.or(defaults.mode).unwrap_or(Mode::Enforce),
+            on_failure: rule
+                .on_failure
+                .or(defaults.on_failure)
+                .unwrap_or(FailurePolicy::Local),
+            accuracy: rule
+                .accuracy
+                .or(defaults.accuracy)
+                .unwrap_or(Accuracy::Fast),
+            scope: rule.scope.or(defaults.scope).unwrap_or(Scope::Region),
+        }),
+        _ => Err(errors),
+    }
+}
+
+fn compile_match(m: &MatchConfig, err: &mut impl FnMut(&str, String)) -> Matcher {
+    let path = match (&m.path, &m.path_prefix) {
+        (Some(_), Some(_)) => {
+            err(
+                "match.path",
+                "give either `path` or `path_prefix`, not both".into(),
+            );
+            PathMatch::Any
+        }
+        (Some(p), None) => {
+            check_path(p, "match.path", err);
+            PathMatch::Exact(crate::path::normalize(p.as_bytes()))
+        }
+        (None, Some(p)) => {
+            check_path(p, "match.path_prefix", err);
+            // Rules match normalised paths, so their paths are normalised too.
+            let normal = crate::path::normalize(p.as_bytes());
+            if p.ends_with('/') {
+                PathMatch::Directory(normal)
+            } else {
+                PathMatch::Prefix(normal)
+            }
+        }
+        (None, None) => PathMatch::Any,
+    };
+    let authority = m.authority.as_deref().and_then(|a| {
+        crate::authority::HostPattern::parse(a)
+            .map_err(|e| err("match.authority", e))
+            .ok()
+    });
+    let methods = m.methods.as_ref().map(|ms| {
+        if ms.is_empty() {
+            err(
+                "match.methods",
+                "an empty list matches nothing; leave `methods` out to match every method".into(),
+            );
+        }
+        ms.iter()
+            .enumerate()
+            .map(|(i, method)| {
+                if method.is_empty() || !method.chars().all(|c| c.is_ascii_alphabetic()) {
+                    err(
+                        &format!("match.methods[{i}]"),
+                        format!("`{method}` is not an HTTP method"),
+                    );
+                }
+                method.to_ascii_uppercase()
+            })
+            .collect()
+    });
+    let mut headers = Vec::new();
+    for (name, hm) in &m.headers {
+        let field = format!("match.headers.{name}");
+        check_header_name(name, &field, err);
+        match (hm.present, &hm.equals) {
+            (Some(p), None) => {
+                headers.push((name.to_ascii_lowercase(), super::HeaderMatch::Present(p)))
+            }
+            (None, Some(v)) => headers.push((
+                name.to_ascii_lowercase(),
+                super::HeaderMatch::Equals(v.clone()),
+            )),
+            _ => err(&field, "give exactly one of `present` or `equals`".into()),
+        }
+    }
+    Matcher {
+        path,
+        authority,
+        methods,
+        headers,
+    }
+}
+
+fn compile_plans(p: &PlansConfig, cost: u32, err: &mut impl FnMut(&str, String)) -> Option<Limits> {
+    check_header_name(&p.header, "plans.header", err);
+    if p.limits.is_empty() {
+        err("plans.limits", "at least one plan is required".into());
+    }
+    let mut limits = BTreeMap::new();
+    for (plan, l) in &p.limits {
+        if let Some(limit) = compile_limit(l, &format!("plans.limits.{plan}"), cost, err) {
+            limits.insert(plan.clone(), limit);
+        }
+    }
+    if !p.limits.contains_key(&p.default) {
+        err(
+            "plans.default",
+            format!("plan `{}` is not in `plans.limits`", p.default),
+        );
+    }
+    let default = limits.get(&p.default).copied()?;
+    (limits.len() == p.limits.len()).then(|| Limits::Plans {
+        header: p.header.to_ascii_lowercase(),
+        default_plan: p.default.clone(),
+        default,
+        limits,
+    })
+}
+
+fn compile_limit(
+    l: &LimitConfig,
+    field: &str,
+    cost: u32,
+    err: &mut impl FnMut(&str, String),
+) -> Option<Limit> {
+    let requests = NonZeroU32::new(l.requests);
+    if requests.is_none() {
+        err(&format!("{field}.requests"), "must be at least 1".into());
+    }
+    let per = match parse_period(&l.per) {
+        Ok(ns) => NonZeroU64::new(ns),
+        Err(msg) => {
+            err(&format!("{field}.per"), msg);
+            None
+        }
+    };
+    let burst = NonZeroU32::new(l.burst.unwrap_or(l.requests));
+    if l.burst == Some(0) {
+        err(&format!("{field}.burst"), "must be at least 1".into());
+    }
+    let limit = Limit::new(requests?, per?, burst?);
+    // A full burst's refill time, exactly (u32 × u64 fits in u128).
+    let refill_ns =
+        u128::from(limit.burst()) * u128::from(limit.per_ns()) / u128::from(limit.requests());
+    if refill_ns > u128::from(MAX_REFILL_NS) {
+        err(
+            &format!("{field}.burst"),
+            format!(
+                "a full burst of {} takes {} days to refill at {} per `{}`; at most 366 days: raise `requests` or lower `burst`",
+                limit.burst(),
+                refill_ns / u128::from(86_400 * NANOS_PER_SEC),
+                limit.requests(),
+                l.per.trim()
+            ),
+        );
+        return None;
+    }
+    if cost > limit.burst() {
+        err(
+            "cost",
+            format!(
+                "cost {cost} is above the burst {} of `{field}`: no request could ever pass",
+                limit.burst()
+            ),
+        );
+        return None;
+    }
+    Some(limit)
+}
+
+/// Parses `250ms`, `1s`, `10s`, `1m`, `1h`, `1d` into nanoseconds.
+pub fn parse_period(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let unit_ns = match unit {
+        "ms" => NANOS_PER_MS,
+        "s" => NANOS_PER_SEC,
+        "m" => 60 * NANOS_PER_SEC,
+        "h" => 3_600 * NANOS_PER_SEC,
+        "d" => 86_400 * NANOS_PER_SEC,
+        _ => return Err(format!("`{text}` is not a period: write a whole number and one of ms, s, m, h, d (e.g. 250ms, 1s, 1m)")),
+    };
+    match num.parse::<u64>().ok().and_then(|n| n.checked_mul(unit_ns)) {
+        Some(ns) if (NANOS_PER_MS..=MAX_PERIOD_NS).contains(&ns) => Ok(ns),
+        _ => Err(format!("`{text}` must be between 1ms and 366d")),
+    }
+}
+
+fn check_header_name(name: &str, field: &str, err: &mut impl FnMut(&str, String)) {
+    let ok = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b));
+    if !ok {
+        err(field, format!("`{name}` is not a header name"));
+    }
+}
+
+fn check_path(path: &str, field: &str, err: &mut impl FnMut(&str, String)) {
+    if !path.starts_with('/') {
+        err(field, format!("`{path}` must start with `/`"));
+    }
 }

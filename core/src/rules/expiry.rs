@@ -4,7 +4,7 @@
 //! serves (re-checked at every poll of the file), so filters stop applying them
 //! within a sync interval, without anyone editing the file.
 
-use super::config::RulesConfig;
+use super::config::{RuleConfig, RulesConfig};
 
 /// Seconds since the Unix epoch of `text`, an instant in UTC written as
 /// `YYYY-MM-DD` (midnight) or `YYYY-MM-DDTHH:MM:SSZ`; `None` when it is not one.
@@ -51,19 +51,26 @@ pub fn parse_instant(text: &str) -> Option<u64> {
 /// without `expires`, or whose `expires` is later. Names of the ones left out.
 pub fn live_rules(config: &RulesConfig, now_secs: u64) -> (RulesConfig, Vec<String>) {
     let mut live = config.clone();
-    let mut expired = Vec::new();
-    live.rules.retain(|r| {
-        let gone = r
-            .expires
-            .as_deref()
-            .and_then(parse_instant)
-            .is_some_and(|at| at <= now_secs);
-        if gone {
-            expired.push(r.name.clone());
-        }
-        !gone
-    });
-    (live, expired)
+    live.rules.retain(|r| !has_expired(r, now_secs));
+    (live, expired_rules(config, now_secs))
+}
+
+/// The names of `config`'s rules whose `expires` is at or before `now_secs`,
+/// without a copy of the file.
+pub fn expired_rules(config: &RulesConfig, now_secs: u64) -> Vec<String> {
+    config
+        .rules
+        .iter()
+        .filter(|r| has_expired(r, now_secs))
+        .map(|r| r.name.clone())
+        .collect()
+}
+
+fn has_expired(rule: &RuleConfig, now_secs: u64) -> bool {
+    rule.expires
+        .as_deref()
+        .and_then(parse_instant)
+        .is_some_and(|at| at <= now_secs)
 }
 
 fn digits(s: &str, n: usize) -> Option<i64> {

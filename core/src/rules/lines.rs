@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::compile::RuleSetBuilder;
+use super::builder::RuleSetBuilder;
 use super::config::{RuleConfig, RulesConfig};
 use super::{RuleSet, RulesError};
 

@@ -2,6 +2,7 @@
 //! parsing from text (`parse`, with the `yaml` feature), and matching a request
 //! against the compiled set (`matching`).
 
+mod builder;
 mod compile;
 pub mod config;
 mod error;
@@ -19,8 +20,10 @@ mod stepsort;
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
+use std::sync::Arc;
 
-pub use compile::{parse_period, RuleSetBuilder, MAX_RULE_NAME, SCHEMA_VERSION};
+pub use builder::RuleSetBuilder;
+pub use compile::{parse_period, MAX_RULE_NAME, SCHEMA_VERSION};
 pub use config::{
     Accuracy, ChangesConfig, FailurePolicy, KeyPartConfig as KeyPart, Mode, RulesConfig, Scope,
 };
@@ -39,7 +42,7 @@ pub struct RuleSet {
     version: String,
     /// The normalised file, kept only by [`RuleSet::compile`] (a host that serves
     /// the rules); `None` from [`RuleSet::compile_unserved`].
-    config: Option<RulesConfig>,
+    config: Option<Arc<RulesConfig>>,
     /// The file's guard on changes (see [`review`]).
     changes: ChangesConfig,
     /// Whether any rule keys on the client IP / the route: each is a host call
@@ -110,7 +113,12 @@ impl RuleSet {
     /// The normalised rules, as served to filters; `None` for a set compiled by
     /// [`RuleSet::compile_unserved`].
     pub fn config(&self) -> Option<&RulesConfig> {
-        self.config.as_ref()
+        self.config.as_deref()
+    }
+
+    /// [`RuleSet::config`], to keep beside the set without a copy.
+    pub fn shared_config(&self) -> Option<Arc<RulesConfig>> {
+        self.config.clone()
     }
 
     /// Frees up to `n` more of the set's rules, for a host that must not stall

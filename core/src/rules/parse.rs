@@ -322,7 +322,7 @@ fn parse_and_compile(text: &str, lines: &Lines) -> Result<RuleSet, RulesError> {
         rules,
         changes: changes.unwrap_or_default(),
     };
-    let mut compile_errors = match RuleSet::compile_at(&config, &rule_lines) {
+    let mut compile_errors = match RuleSet::compile_at(config, &rule_lines) {
         // Rules left out: the file is refused even if the rest compiles.
         Ok(set) if errors.is_empty() => return Ok(set),
         Ok(_) => Vec::new(),

@@ -6,7 +6,7 @@ use meshlimit_core::{RequestInfo, RuleSet, Verdict, NANOS_PER_SEC};
 
 use super::Evaluation;
 use crate::config::FilterConfig;
-use crate::host::fake::FakeHost;
+use crate::testing::MemoryHost;
 
 fn rules(json: serde_json::Value) -> Rc<RuleSet> {
     let config: RulesConfig = serde_json::from_value(json).unwrap();
@@ -40,7 +40,7 @@ fn grant(tokens: u32) -> LeaseAnswer {
 
 #[test]
 fn a_grant_fills_the_lease_and_later_requests_stay_local() {
-    let host = FakeHost::default();
+    let host = MemoryHost::default();
     let cfg = FilterConfig::default();
     let rs = two_rules("local");
     let mut e = Evaluation::new(Rc::clone(&rs), &req("k"), &cfg)
@@ -65,7 +65,7 @@ fn a_grant_fills_the_lease_and_later_requests_stay_local() {
 
 #[test]
 fn a_denial_is_cached_and_rejects_without_asking_or_spending() {
-    let host = FakeHost::default();
+    let host = MemoryHost::default();
     let cfg = FilterConfig::default();
     let rs = two_rules("local");
     let mut e = Evaluation::new(Rc::clone(&rs), &req("k"), &cfg)
@@ -92,7 +92,7 @@ fn a_denial_is_cached_and_rejects_without_asking_or_spending() {
         }
     ));
 
-    host.now.set(NANOS_PER_SEC);
+    host.set_now(NANOS_PER_SEC);
     let mut e = Evaluation::new(Rc::clone(&rs), &req("k"), &cfg)
         .unwrap()
         .unwrap();
@@ -112,7 +112,7 @@ fn a_denial_is_cached_and_rejects_without_asking_or_spending() {
 fn failure_policies() {
     let cfg = FilterConfig::default();
     for (policy, expect_503) in [("open", false), ("closed", true), ("local", false)] {
-        let host = FakeHost::default();
+        let host = MemoryHost::default();
         let mut e = Evaluation::new(two_rules(policy), &req("k"), &cfg)
             .unwrap()
             .unwrap();
@@ -130,7 +130,7 @@ fn failure_policies() {
 
 #[test]
 fn fail_local_admits_the_nodes_slice_then_rejects() {
-    let host = FakeHost::default();
+    let host = MemoryHost::default();
     // Limit 2/s, safety factor 2, one node: the local bucket holds 4.
     let cfg = FilterConfig::default();
     let rs = two_rules("local");
@@ -149,7 +149,7 @@ fn fail_local_admits_the_nodes_slice_then_rejects() {
 
 #[test]
 fn key_cardinality_does_not_grow_shared_data_past_the_slots() {
-    let host = FakeHost::default();
+    let host = MemoryHost::default();
     let cfg = FilterConfig {
         slots: 64,
         ..FilterConfig::default()
@@ -167,7 +167,7 @@ fn key_cardinality_does_not_grow_shared_data_past_the_slots() {
 
 #[test]
 fn the_agents_fail_local_answers_count_as_the_policy_and_keep_no_lease() {
-    let host = FakeHost::default();
+    let host = MemoryHost::default();
     let cfg = FilterConfig::default();
     let rs = two_rules("local");
     let mut e = Evaluation::new(Rc::clone(&rs), &req("k"), &cfg)
@@ -203,7 +203,7 @@ fn the_agents_fail_local_answers_count_as_the_policy_and_keep_no_lease() {
 
 #[test]
 fn a_cached_shadow_denial_does_not_stop_the_enforcing_rules() {
-    let host = FakeHost::default();
+    let host = MemoryHost::default();
     let cfg = FilterConfig::default();
     let rs = rules(serde_json::json!({"version": 1, "rules": [
         {"name": "tight", "key": [{"header": "x-api-key"}], "limit": {"requests": 2, "per": "1s"}, "mode": "shadow"},
@@ -248,7 +248,7 @@ fn a_cached_shadow_denial_does_not_stop_the_enforcing_rules() {
 
     // Once the enforcing rule's denial has expired, the request goes to the
     // agent for that rule even though the shadow rule is still denying.
-    host.now.set(800_000_000);
+    host.set_now(800_000_000);
     let mut e = Evaluation::new(rs, &req("k"), &cfg).unwrap().unwrap();
     assert!(e.local_pass(&host, &cfg), "the enforcing rule is asked");
     let items = e.lease_request().items;

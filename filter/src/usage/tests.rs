@@ -5,8 +5,8 @@ use meshlimit_core::wire::LeaseAnswer;
 use meshlimit_core::{RequestInfo, RuleSet, NANOS_PER_SEC};
 
 use super::*;
-use crate::host::fake::FakeHost;
 use crate::pipeline::Evaluation;
+use crate::testing::MemoryHost;
 
 fn rules() -> Rc<RuleSet> {
     let config: RulesConfig = serde_json::from_value(serde_json::json!({"version": 1, "rules": [
@@ -28,7 +28,7 @@ fn caller(path: &str) -> RequestInfo {
     )
 }
 
-fn limits(host: &FakeHost, cfg: &FilterConfig, path: &str) -> Vec<(String, u32, u64)> {
+fn limits(host: &MemoryHost, cfg: &FilterConfig, path: &str) -> Vec<(String, u32, u64)> {
     usage(host, cfg, Some(&rules()), &caller(path))
         .unwrap()
         .limits
@@ -43,7 +43,7 @@ fn line(rule: &str, remaining: u32, reset: u64) -> (String, u32, u64) {
 
 /// One request through the pipeline, the agent granting `tokens` (the store
 /// then holding `store_remaining`, full again in `reset_ms`).
-fn spend(host: &FakeHost, cfg: &FilterConfig, path: &str, tokens: u32, store_remaining: u32) {
+fn spend(host: &MemoryHost, cfg: &FilterConfig, path: &str, tokens: u32, store_remaining: u32) {
     let mut e = Evaluation::new(rules(), &caller(path), cfg)
         .unwrap()
         .unwrap();
@@ -66,7 +66,7 @@ fn spend(host: &FakeHost, cfg: &FilterConfig, path: &str, tokens: u32, store_rem
 
 #[test]
 fn keys_without_local_state_report_the_full_limit() {
-    let host = FakeHost::default();
+    let host = MemoryHost::default();
     let cfg = FilterConfig::default();
     // Naming no request: the rules keyed on the caller's own headers, path and
     // method conditions aside; not the method-keyed rule, not the shadow rule.
@@ -97,8 +97,8 @@ fn keys_without_local_state_report_the_full_limit() {
 
 #[test]
 fn spent_tokens_show_and_asking_spends_none() {
-    let host = FakeHost::default();
-    host.now.set(NANOS_PER_SEC);
+    let host = MemoryHost::default();
+    host.set_now(NANOS_PER_SEC);
     let cfg = FilterConfig::default();
     // Granted 4 (one spent by the request), the store keeps 5.
     spend(&host, &cfg, "/search", 4, 5);
@@ -116,13 +116,13 @@ fn spent_tokens_show_and_asking_spends_none() {
     spend(&host, &cfg, "/search", 4, 5);
     assert_eq!(limits(&host, &cfg, "/u")[1], line("search", 7, 4));
     // Past the store's reset, with the lease expired, the bucket is full again.
-    host.now.set(6 * NANOS_PER_SEC);
+    host.set_now(6 * NANOS_PER_SEC);
     assert_eq!(limits(&host, &cfg, "/u")[1], line("search", 8, 0));
 }
 
 #[test]
 fn a_cached_denial_shows_nothing_left_until_it_clears() {
-    let host = FakeHost::default();
+    let host = MemoryHost::default();
     let cfg = FilterConfig::default();
     let mut e = Evaluation::new(rules(), &caller("/x"), &cfg)
         .unwrap()
@@ -139,7 +139,7 @@ fn a_cached_denial_shows_nothing_left_until_it_clears() {
 
 #[test]
 fn an_ambiguous_question_is_refused() {
-    let host = FakeHost::default();
+    let host = MemoryHost::default();
     let cfg = FilterConfig::default();
     let twice = caller("/u?path=/a&path=/b");
     assert_eq!(

@@ -1,0 +1,208 @@
+use super::*;
+use crate::limit::limit;
+
+#[test]
+fn a_rejection_reads_as_the_contract_shows() {
+    let l = limit(100, NANOS_PER_SEC, 100);
+    let f = rejection_fields(HeaderStyle::Ietf, "search-per-api-key", &l, 300_000_000);
+    let get = |n: &str| f.iter().find(|(k, _)| *k == n).map(|(_, v)| v.as_str());
+    assert_eq!(get("retry-after"), Some("1"));
+    assert_eq!(
+        get("ratelimit-policy"),
+        Some("\"search-per-api-key\";q=100;w=1")
+    );
+    assert_eq!(get("ratelimit"), Some("\"search-per-api-key\";r=0;t=1"));
+    assert_eq!(get("x-envoy-ratelimited"), Some("true"));
+    assert_eq!(get("x-meshlimit-rule"), Some("search-per-api-key"));
+    assert_eq!(
+        rejection_body("search-per-api-key", 300_000_000),
+        r#"{"error":"rate_limited","rule":"search-per-api-key","retry_after_seconds":1}"#
+    );
+}
+
+#[test]
+fn a_sub_second_policy_advertises_the_rate_it_enforces() {
+    let l = limit(5, 250_000_000, 5);
+    let f = rejection_fields(HeaderStyle::Ietf, "r", &l, 1);
+    let get = |n: &str| f.iter().find(|(k, _)| *k == n).map(|(_, v)| v.as_str());
+    assert_eq!(get("ratelimit-policy"), Some("\"r\";q=20;w=1"));
+    let l = limit(5, 1_500_000_000, 5);
+    let f = rejection_fields(HeaderStyle::Ietf, "r", &l, 1);
+    let get = |n: &str| f.iter().find(|(k, _)| *k == n).map(|(_, v)| v.as_str());
+    assert_eq!(get("ratelimit-policy"), Some("\"r\";q=6;w=2"));
+}
+
+#[test]
+fn structured_fields_keep_the_rfcs_rules() {
+    // The largest sf-integer is 15 digits: a larger count is written as that.
+    assert_eq!(
+        structured("r", [("q", u64::MAX), ("w", 1)]),
+        "\"r\";q=999999999999999;w=1"
+    );
+    assert_eq!(
+        structured("r", [("q", 999_999_999_999_999)]),
+        "\"r\";q=999999999999999"
+    );
+    // Quotes and backslashes are escaped; what an sf-string cannot hold
+    // (a control character, non-ASCII) gives an empty string, not a broken field.
+    assert_eq!(structured("a\"b\\c", [("r", 0)]), r#""a\"b\\c";r=0"#);
+    assert_eq!(structured("a\nb", [("r", 0)]), "\"\";r=0");
+    assert_eq!(structured("\u{e9}", [("r", 0)]), "\"\";r=0");
+    // A key outside the RFC's syntax is left out.
+    assert_eq!(structured("r", [("Q", 1), ("t", 2)]), "\"r\";t=2");
+}
+
+#[test]
+fn grpc_is_told_apart_by_its_content_type() {
+    let p = |v: &str| Protocol::of_content_type(Some(v.as_bytes()));
+    assert_eq!(p("application/grpc"), Protocol::Grpc);
+    assert_eq!(p("application/grpc+proto"), Protocol::Grpc);
+    assert_eq!(p("application/grpc;charset=utf-8"), Protocol::Grpc);
+    assert_eq!(p("Application/GRPC"), Protocol::Grpc);
+    assert_eq!(p("application/grpc-web"), Protocol::Http);
+    assert_eq!(p("application/grpc-web+proto"), Protocol::Http);
+    assert_eq!(p("application/json"), Protocol::Http);
+    assert_eq!(p("application/grp"), Protocol::Http);
+    assert_eq!(p(""), Protocol::Http);
+    assert_eq!(Protocol::of_content_type(None), Protocol::Http);
+    assert_eq!(
+        Protocol::of_content_type(Some(b"application/grpc\xff")),
+        Protocol::Http
+    );
+}
+
+#[test]
+fn retry_after_rounds_up_to_whole_seconds() {
+    assert_eq!(retry_after_secs(0), 1);
+    assert_eq!(retry_after_secs(1), 1);
+    assert_eq!(retry_after_secs(NANOS_PER_SEC), 1);
+    assert_eq!(retry_after_secs(NANOS_PER_SEC + 1), 2);
+    assert_eq!(retry_after_secs(1_500_000_000), 2);
+    // A 10-per-hour rule's denial, a little under six minutes from now.
+    assert_eq!(retry_after_secs(359_200_000_000), 360);
+    let l = limit(10, 3_600 * NANOS_PER_SEC, 10);
+    let f = rejection_fields(HeaderStyle::Ietf, "r", &l, 359_200_000_000);
+    let get = |n: &str| f.iter().find(|(k, _)| *k == n).map(|(_, v)| v.as_str());
+    assert_eq!(get("retry-after"), Some("360"));
+    assert_eq!(get("ratelimit"), Some("\"r\";r=0;t=360"));
+    assert_eq!(
+        rejection_body("r", 359_200_000_000),
+        r#"{"error":"rate_limited","rule":"r","retry_after_seconds":360}"#
+    );
+}
+
+#[test]
+fn an_http_answer_is_the_429_503_and_400_as_before() {
+    let l = limit(100, NANOS_PER_SEC, 100);
+    let (status, fields, body) =
+        rejection(Protocol::Http, HeaderStyle::Ietf, "r", &l, 300_000_000).wire();
+    assert_eq!(status, 429);
+    assert_eq!(
+        fields,
+        rejection_fields(HeaderStyle::Ietf, "r", &l, 300_000_000)
+    );
+    assert_eq!(body, rejection_body("r", 300_000_000));
+    let (fields, body) = unavailable_response("r");
+    assert_eq!(unavailable(Protocol::Http, "r").wire(), (503, fields, body));
+    let e = crate::rules::RequestError::RepeatedHeader("x-api-key".into());
+    let (fields, body) = bad_request_response(&e);
+    assert_eq!(bad_request(Protocol::Http, &e).wire(), (400, fields, body));
+}
+
+#[test]
+fn a_grpc_rejection_is_resource_exhausted_with_the_same_fields() {
+    let l = limit(100, NANOS_PER_SEC, 100);
+    let (status, fields, body) = rejection(
+        Protocol::Grpc,
+        HeaderStyle::Ietf,
+        "search-per-api-key",
+        &l,
+        300_000_000,
+    )
+    .wire();
+    assert_eq!(status, 200);
+    assert_eq!(body, "");
+    fn expect(v: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
+        v.iter().map(|(k, v)| (*k, (*v).to_string())).collect()
+    }
+    assert_eq!(
+        fields,
+        expect(&[
+            ("content-type", "application/grpc"),
+            ("grpc-status", "8"),
+            (
+                "grpc-message",
+                "rate limited by rule search-per-api-key; retry after 1 s"
+            ),
+            ("retry-after", "1"),
+            ("ratelimit-policy", "\"search-per-api-key\";q=100;w=1"),
+            ("ratelimit", "\"search-per-api-key\";r=0;t=1"),
+            ("x-envoy-ratelimited", "true"),
+            ("x-meshlimit-rule", "search-per-api-key"),
+        ])
+    );
+}
+
+#[test]
+fn the_503_and_400_bodies_read_as_the_contract_shows() {
+    let (fields, body) = unavailable_response("r");
+    assert_eq!(
+        fields,
+        [
+            ("retry-after", "1".to_string()),
+            ("x-envoy-ratelimited", "true".to_string()),
+            ("x-meshlimit-rule", "r".to_string()),
+            ("content-type", "application/json".to_string()),
+        ]
+    );
+    assert_eq!(body, r#"{"error":"limiter_unavailable","rule":"r"}"#);
+    let e = crate::rules::RequestError::RepeatedHeader("x-api-key".into());
+    let (fields, body) = bad_request_response(&e);
+    assert_eq!(fields, [("content-type", "application/json".to_string())]);
+    assert_eq!(
+        body,
+        r#"{"detail":"header `x-api-key` is sent more than once; a rule keys on it","error":"ambiguous_request"}"#
+    );
+}
+
+#[test]
+fn a_grpc_fail_closed_answer_is_unavailable_and_bad_input_invalid_argument() {
+    let (status, fields, _) = unavailable(Protocol::Grpc, "r").wire();
+    assert_eq!(status, 200);
+    let get = |n: &str| {
+        fields
+            .iter()
+            .find(|(k, _)| *k == n)
+            .map(|(_, v)| v.as_str())
+    };
+    assert_eq!(get("grpc-status"), Some("14"));
+    assert_eq!(get("content-type"), Some("application/grpc"));
+    assert_eq!(get("retry-after"), Some("1"));
+    assert_eq!(get("x-envoy-ratelimited"), Some("true"));
+    assert_eq!(get("x-meshlimit-rule"), Some("r"));
+    let e = crate::rules::RequestError::RepeatedHeader("x-api-key".into());
+    let Answer::Grpc { status, .. } = bad_request(Protocol::Grpc, &e) else {
+        panic!("a gRPC request gets a gRPC answer");
+    };
+    assert_eq!(status, grpc_status::INVALID_ARGUMENT);
+}
+
+#[test]
+fn grpc_message_is_percent_encoded() {
+    assert_eq!(percent_encode("a b%c\u{e9}\n"), "a b%25c%C3%A9%0A");
+}
+
+#[test]
+fn legacy_and_off_styles() {
+    let q = Quota {
+        rule: "r",
+        limit: limit(5, NANOS_PER_SEC, 5),
+        remaining: 3,
+        reset_ns: 1,
+    };
+    assert_eq!(
+        quota_fields(HeaderStyle::Legacy, &q)[0],
+        ("x-ratelimit-limit", "5".into())
+    );
+    assert!(quota_fields(HeaderStyle::Off, &q).is_empty());
+}

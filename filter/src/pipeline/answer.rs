@@ -1,0 +1,60 @@
+//! What the agent's answer for one key does to the key's slot in shared data.
+
+use meshlimit_core::wire::LeaseAnswer;
+use meshlimit_core::NANOS_PER_MS;
+
+use super::{Item, KeyResult};
+use crate::config::FilterConfig;
+use crate::host::Host;
+use crate::slots;
+
+/// Applies one item's answer to its key's slot: a grant joins the lease (the
+/// waiting requests take from it), a denial is cached; anything else ends the
+/// key's call in flight so the next request may call again.
+pub fn apply_answer<H: Host>(
+    host: &H,
+    cfg: &FilterConfig,
+    item: &Item,
+    answer: Option<LeaseAnswer>,
+) -> KeyResult {
+    let now = host.now_ns();
+    let fp = item.fingerprint;
+    match answer {
+        Some(LeaseAnswer::Grant {
+            tokens,
+            ttl_ms,
+            remaining,
+            reset_ms,
+            local: false,
+        }) => {
+            let reset_ns = reset_ms.saturating_mul(NANOS_PER_MS);
+            let ttl_ns = ttl_ms.saturating_mul(NANOS_PER_MS);
+            slots::update(host, fp, cfg.slots, |s| {
+                s.grant(now, tokens, 0, ttl_ns, remaining, reset_ns)
+            });
+            KeyResult::Answered
+        }
+        Some(LeaseAnswer::Deny {
+            retry_after_ms,
+            local: false,
+        }) => {
+            let retry_after_ns = retry_after_ms.saturating_mul(NANOS_PER_MS);
+            slots::update(host, fp, cfg.slots, |s| s.deny(now, retry_after_ns));
+            KeyResult::Answered
+        }
+        other => {
+            slots::update(host, fp, cfg.slots, |s| s.call_failed());
+            match other {
+                // The agent's own fail-local bucket denied (its store is down).
+                Some(LeaseAnswer::Deny { retry_after_ms, .. }) => KeyResult::AgentLocalDeny {
+                    retry_after_ns: retry_after_ms.saturating_mul(NANOS_PER_MS),
+                },
+                // The agent's fail-local bucket admitted: the request must pass
+                // this filter's bucket too. When a lease call times out the
+                // filter decides alone from that bucket, and two buckets spent
+                // apart would admit up to twice the ceiling.
+                _ => KeyResult::Failed,
+            }
+        }
+    }
+}

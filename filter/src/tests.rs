@@ -1,0 +1,461 @@
+//! The filter as Envoy drives it: the root and HTTP contexts called as the
+//! proxy calls them, over the in-memory host. Each test names what a user of
+//! the filter would observe.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use meshlimit_core::headers::Answer;
+use meshlimit_core::rules::lines::{self, RULES_LINES_TYPE};
+use meshlimit_core::secret::{Secret, SECRET_ENV};
+use meshlimit_core::wire::{
+    LeaseAnswer, LeaseRequest, LeaseResponse, SyncRequest, SyncResponse, LEASE_PATH, RULES_PATH,
+    SYNC_PATH, WIRE_VERSION,
+};
+use meshlimit_core::{DescriptorKey, RuleSet};
+use proxy_wasm::traits::{Context, HttpContext, RootContext};
+use proxy_wasm::types::Action;
+
+use crate::host::Host;
+use crate::http::Http;
+use crate::root::Root;
+use crate::state::AGENT_ALIVE_NS;
+use crate::testing::{Dispatched, MemoryHost};
+
+const ROOT: u32 = 1;
+const MS: u64 = 1_000_000;
+const SECRET: &str = "a deployment secret of at least thirty-two bytes";
+
+/// One Envoy worker's VM: its root context and the streams it created.
+struct Vm {
+    host: Rc<MemoryHost>,
+    root: Root<MemoryHost>,
+    // Concrete, not `dyn HttpContext`: the trait's default methods call
+    // hostcalls, which a native test binary cannot link.
+    streams: HashMap<u32, Http<MemoryHost>>,
+    next_context: u32,
+}
+
+impl Vm {
+    /// A VM on `host` (another VM of the same Envoy shares it), configured with
+    /// `plugin_config`; the bool is what `on_configure` answered.
+    fn start(host: &Rc<MemoryHost>, plugin_config: &str) -> (Vm, bool) {
+        host.set_plugin_configuration(plugin_config);
+        host.enter(ROOT);
+        let mut root = Root::new(ROOT, Rc::clone(host));
+        let configured = root.on_configure(plugin_config.len());
+        let vm = Vm {
+            host: Rc::clone(host),
+            root,
+            streams: HashMap::new(),
+            next_context: ROOT + 1,
+        };
+        (vm, configured)
+    }
+
+    /// A VM on a fresh host (node `node-a`, the secret in its environment) with
+    /// `rules` from its first sync.
+    fn with_rules(rules: serde_json::Value) -> Vm {
+        let host = Rc::new(MemoryHost::default());
+        host.set_now(1_000 * MS);
+        host.set_env(SECRET_ENV, SECRET);
+        host.set_host_property(&["node", "id"], "node-a");
+        let (mut vm, configured) = Vm::start(&host, "{}");
+        assert!(configured);
+        vm.sync_rules(rules);
+        vm
+    }
+
+    /// A tick's sync finds the agent on the version of `rules`; the VM fetches
+    /// them and the agent answers with their lines.
+    fn sync_rules(&mut self, rules: serde_json::Value) {
+        let (version, lines) = served(rules);
+        self.tick();
+        let sync = self.only_call();
+        self.answer(&sync, Some(200), &sync_answer(&version));
+        let fetch = self.only_call();
+        self.answer(&fetch, Some(200), &lines);
+    }
+
+    fn tick(&mut self) {
+        self.host.enter(ROOT);
+        self.root.on_tick();
+    }
+
+    /// A request with these headers: its context id and what the filter
+    /// answered to its headers.
+    fn request(&mut self, headers: &[(&str, &str)]) -> (u32, Action) {
+        let id = self.next_context;
+        self.next_context += 1;
+        self.host.set_request_headers(id, headers);
+        let mut stream = self.root.http(id);
+        self.host.enter(id);
+        let action = stream.on_http_request_headers(headers.len(), true);
+        self.streams.insert(id, stream);
+        (id, action)
+    }
+
+    /// A request for `key` on `/search`.
+    fn get(&mut self, key: &str) -> (u32, Action) {
+        self.request(&[
+            (":method", "GET"),
+            (":path", "/search"),
+            (":authority", "api.example.com"),
+            ("x-api-key", key),
+        ])
+    }
+
+    /// The worker's event loop turns: the root context hears of every queue
+    /// woken since.
+    fn turn(&mut self) {
+        for queue in self.host.take_woken_queues() {
+            self.host.enter(ROOT);
+            self.root.on_queue_ready(queue);
+        }
+    }
+
+    /// Delivers the answer to a call to the context that dispatched it.
+    fn answer(&mut self, call: &Dispatched, status: Option<u32>, body: &[u8]) {
+        self.host.set_call_response(status, body);
+        self.host.enter(call.context);
+        if call.context == ROOT {
+            self.root
+                .on_http_call_response(call.token, 1, body.len(), 0);
+        } else if let Some(stream) = self.streams.get_mut(&call.context) {
+            stream.on_http_call_response(call.token, 1, body.len(), 0);
+        }
+    }
+
+    /// The response's headers reach the filter.
+    fn respond(&mut self, id: u32) {
+        self.host.enter(id);
+        if let Some(stream) = self.streams.get_mut(&id) {
+            stream.on_http_response_headers(2, false);
+        }
+    }
+
+    /// The HTTP status of the local reply stream `id` got, if it got one.
+    fn replied(&self, id: u32) -> Option<u32> {
+        match self.host.stream(id).answer {
+            Some(Answer::Http { status, .. }) => Some(status),
+            _ => None,
+        }
+    }
+
+    /// The one call dispatched since the last look.
+    fn only_call(&self) -> Dispatched {
+        let mut calls = self.host.take_calls();
+        assert_eq!(calls.len(), 1, "{calls:?}");
+        calls.remove(0)
+    }
+
+    /// One request for `key`, its lease call granting one token.
+    fn get_with_granted_call(&mut self, key: &str) -> u32 {
+        let (id, action) = self.get(key);
+        assert_eq!(action, Action::Pause);
+        self.send_and_answer(LeaseAnswer::Grant {
+            tokens: 1,
+            ttl_ms: 300,
+            remaining: 9,
+            reset_ms: 100,
+            local: false,
+        });
+        id
+    }
+
+    /// The worker's loop turns, and the one lease call it sends is answered
+    /// with `answer`.
+    fn send_and_answer(&mut self, answer: LeaseAnswer) {
+        self.turn();
+        let call = self.only_call();
+        self.answer(&call, Some(200), &lease_answer(vec![answer]));
+    }
+
+    /// One request for `key`, its lease call failing.
+    fn get_with_failed_call(&mut self, key: &str) -> u32 {
+        let (id, action) = self.get(key);
+        assert_eq!(action, Action::Pause);
+        self.turn();
+        let call = self.only_call();
+        self.answer(&call, None, b"");
+        id
+    }
+}
+
+/// The version of `rules` and their lines, as the agent serves them.
+fn served(rules: serde_json::Value) -> (String, Vec<u8>) {
+    let set = RuleSet::compile(&serde_json::from_value(rules).unwrap()).unwrap();
+    (set.version().to_string(), lines::encode(&set).unwrap())
+}
+
+fn sync_answer(version: &str) -> Vec<u8> {
+    serde_json::to_vec(&SyncResponse {
+        v: WIRE_VERSION,
+        version: version.into(),
+        rules: None,
+        live_nodes: None,
+    })
+    .unwrap()
+}
+
+fn lease_answer(items: Vec<LeaseAnswer>) -> Vec<u8> {
+    serde_json::to_vec(&LeaseResponse {
+        v: WIRE_VERSION,
+        items,
+    })
+    .unwrap()
+}
+
+fn per_key(on_failure: &str) -> serde_json::Value {
+    serde_json::json!({"version": 1, "rules": [
+        {"name": "per-key", "match": {"path_prefix": "/search"}, "key": [{"header": "x-api-key"}],
+         "limit": {"requests": 10, "per": "1s"}, "on_failure": on_failure},
+    ]})
+}
+
+fn field<'a>(fields: &'a [(&'static str, String)], name: &str) -> Option<&'a str> {
+    fields
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| v.as_str())
+}
+
+#[test]
+fn a_vm_with_a_good_plugin_configuration_fetches_its_rules_on_its_first_tick() {
+    let host = Rc::new(MemoryHost::default());
+    host.set_env(SECRET_ENV, SECRET);
+    host.set_host_property(&["node", "id"], "node-a");
+    let (mut vm, configured) = Vm::start(
+        &host,
+        r#"{"agent_cluster": "agent", "sync_timeout_ms": 250, "sync_interval_ms": 2000}"#,
+    );
+    assert!(configured);
+    // Without rules it ticks fast, so a fresh Envoy limits soon.
+    assert_eq!(host.tick_period_ms(), Some(100));
+    assert_eq!(host.metric("meshlimit.rules_ready_vms"), Some(0));
+
+    vm.tick();
+    let sync = vm.only_call();
+    let token = format!(
+        "Bearer {}",
+        Secret::new(SECRET.as_bytes()).unwrap().agent_token()
+    );
+    assert_eq!(
+        (sync.cluster.as_str(), sync.path.as_str(), sync.timeout_ms),
+        ("agent", SYNC_PATH, 250)
+    );
+    assert_eq!(sync.auth, Some(token));
+    let asked: SyncRequest = serde_json::from_slice(&sync.body).unwrap();
+    assert_eq!(asked.filter_id, "node-a/vm1");
+    assert_eq!(asked.rules_version, None);
+
+    let (version, lines) = served(per_key("closed"));
+    vm.answer(&sync, Some(200), &sync_answer(&version));
+    // The agent is on a version this VM lacks: it fetches it, as lines.
+    let fetch = vm.only_call();
+    assert_eq!(
+        (fetch.method, fetch.path.as_str(), fetch.accept.as_deref()),
+        ("GET", RULES_PATH, Some(RULES_LINES_TYPE))
+    );
+    assert_eq!(host.tick_period_ms(), Some(100));
+    vm.answer(&fetch, Some(200), &lines);
+    assert_eq!(host.tick_period_ms(), Some(2000));
+    assert_eq!(host.metric("meshlimit.rules_ready_vms"), Some(1));
+    // The rules apply: a request they match waits for its key's lease.
+    assert_eq!(vm.get("k1").1, Action::Pause);
+
+    // A second VM of the same Envoy starts with them, before any sync.
+    let (mut second, configured) = Vm::start(&host, "{}");
+    assert!(configured);
+    assert_eq!(host.metric("meshlimit.rules_ready_vms"), Some(2));
+    second.tick();
+    let asked: SyncRequest = serde_json::from_slice(&second.only_call().body).unwrap();
+    assert_eq!(asked.filter_id, "node-a/vm2");
+    assert_eq!(asked.rules_version, Some(version));
+}
+
+#[test]
+fn a_vm_with_a_bad_plugin_configuration_refuses_to_start() {
+    for bad in [
+        r#"{"timeout": 7}"#,
+        r#"{"slots": 0}"#,
+        r#"{"usage_path": "usage"}"#,
+        "not json",
+    ] {
+        let host = Rc::new(MemoryHost::default());
+        let (mut vm, configured) = Vm::start(&host, bad);
+        assert!(!configured, "{bad} was accepted");
+        // Nothing was started for it: no tick, no queue.
+        assert_eq!(host.tick_period_ms(), None, "{bad}");
+        vm.get("k1");
+        assert!(host.take_woken_queues().is_empty(), "{bad}");
+    }
+}
+
+#[test]
+fn a_miss_waits_for_one_lease_call_and_a_grant_lets_it_through_with_its_quota() {
+    let mut vm = Vm::with_rules(per_key("closed"));
+    let (first, action) = vm.get("k1");
+    assert_eq!(action, Action::Pause);
+    // A second request for the key waits on the same call.
+    let (second, action) = vm.get("k1");
+    assert_eq!(action, Action::Pause);
+    // Nothing goes out until the worker's loop turns; then one call, from the
+    // root context, for the one key.
+    assert!(vm.host.take_calls().is_empty());
+    vm.turn();
+    let call = vm.only_call();
+    assert_eq!((call.context, call.path.as_str()), (ROOT, LEASE_PATH));
+    let asked: LeaseRequest = serde_json::from_slice(&call.body).unwrap();
+    assert_eq!(asked.items.len(), 1);
+    assert_eq!(asked.items[0].rule, "per-key");
+    assert_eq!(asked.items[0].key, DescriptorKey::new("per-key", ["k1"]));
+    assert_eq!(vm.host.metric("meshlimit.lease_calls"), Some(1));
+    assert_eq!(vm.host.metric("meshlimit.lease_waits"), Some(1));
+
+    let grant = LeaseAnswer::Grant {
+        tokens: 2,
+        ttl_ms: 300,
+        remaining: 7,
+        reset_ms: 800,
+        local: false,
+    };
+    vm.answer(&call, Some(200), &lease_answer(vec![grant]));
+    for id in [first, second] {
+        let stream = vm.host.stream(id);
+        assert_eq!(stream.resumed, 1, "request {id} resumed once");
+        assert_eq!(stream.answer, None);
+        assert!(stream
+            .properties
+            .contains(&("meshlimit_decision".into(), "allowed".into())));
+    }
+    assert_eq!(vm.host.metric("meshlimit.rule.per-key.allowed"), Some(2));
+    // The allowed response carries its quota.
+    vm.respond(first);
+    let headers = vm.host.stream(first).response_headers;
+    assert!(
+        headers
+            .iter()
+            .any(|(n, v)| n == "ratelimit" && v.starts_with("\"per-key\";r=")),
+        "{headers:?}"
+    );
+}
+
+#[test]
+fn a_denied_miss_is_answered_429_with_when_to_retry() {
+    let mut vm = Vm::with_rules(per_key("closed"));
+    let (id, _) = vm.get("k1");
+    vm.send_and_answer(LeaseAnswer::Deny {
+        retry_after_ms: 2_500,
+        local: false,
+    });
+    let stream = vm.host.stream(id);
+    assert_eq!(stream.resumed, 0);
+    let Some(Answer::Http { status, fields, .. }) = stream.answer else {
+        panic!("no local reply: {stream:?}");
+    };
+    assert_eq!(status, 429);
+    assert_eq!(field(&fields, "retry-after"), Some("3"));
+    assert_eq!(field(&fields, "x-meshlimit-rule"), Some("per-key"));
+    assert_eq!(vm.host.metric("meshlimit.rule.per-key.limited"), Some(1));
+    // The denial is cached: the next request is answered at once, no call.
+    let (id, action) = vm.get("k1");
+    assert_eq!(action, Action::Pause);
+    vm.turn();
+    assert!(vm.host.take_calls().is_empty());
+    assert_eq!(vm.replied(id), Some(429));
+}
+
+#[test]
+fn after_three_failed_calls_in_a_row_a_miss_takes_its_failure_policy_without_a_call() {
+    let mut vm = Vm::with_rules(per_key("closed"));
+    for key in ["k1", "k2", "k3"] {
+        let id = vm.get_with_failed_call(key);
+        // Each failed call sends its request to the rule's policy: 503.
+        assert_eq!(vm.replied(id), Some(503));
+    }
+    let before = vm.host.calls_dispatched();
+    let (id, action) = vm.get("k4");
+    assert_eq!(action, Action::Pause);
+    assert_eq!(vm.replied(id), Some(503));
+    vm.turn();
+    assert_eq!(
+        vm.host.calls_dispatched(),
+        before,
+        "no call while backed off"
+    );
+    assert_eq!(
+        vm.host.metric("meshlimit.rule.per-key.failed_closed"),
+        Some(4)
+    );
+
+    // The back-off ends on time (agent_backoff_ms, 500 ms): the next miss calls.
+    vm.host.set_now(vm.host.now_ns() + 500 * MS);
+    let id = vm.get_with_granted_call("k5");
+    assert_eq!(vm.host.stream(id).resumed, 1);
+}
+
+#[test]
+fn an_answered_call_ends_a_run_of_failed_calls() {
+    let mut vm = Vm::with_rules(per_key("closed"));
+    vm.get_with_failed_call("k1");
+    vm.get_with_failed_call("k2");
+    vm.get_with_granted_call("k3");
+    // Past the time an answer vouches for the agent, two more failures are
+    // not three in a row: the next miss still calls.
+    vm.host.set_now(vm.host.now_ns() + AGENT_ALIVE_NS);
+    vm.get_with_failed_call("k4");
+    vm.get_with_failed_call("k5");
+    let (_, action) = vm.get("k6");
+    assert_eq!(action, Action::Pause);
+    vm.turn();
+    let call = vm.only_call();
+    assert_eq!(call.path, LEASE_PATH);
+}
+
+#[test]
+fn a_call_the_host_refuses_to_send_decides_its_requests_by_policy_and_counts_as_a_failure() {
+    let mut vm = Vm::with_rules(per_key("closed"));
+    vm.host.refuse_calls(true);
+    let mut ids = Vec::new();
+    for key in ["k1", "k2", "k3"] {
+        let (id, action) = vm.get(key);
+        assert_eq!(action, Action::Pause);
+        vm.turn();
+        ids.push(id);
+    }
+    for id in ids {
+        assert_eq!(vm.replied(id), Some(503));
+    }
+    assert_eq!(vm.host.metric("meshlimit.lease_calls"), Some(0));
+    // Three refusals are three failures in a row: the next miss does not wait
+    // for the root context at all.
+    vm.host.refuse_calls(false);
+    let (id, _) = vm.get("k4");
+    assert!(vm.host.take_woken_queues().is_empty());
+    assert_eq!(vm.replied(id), Some(503));
+}
+
+#[test]
+fn a_limited_grpc_call_gets_a_grpc_answer() {
+    let mut vm = Vm::with_rules(per_key("closed"));
+    let (id, _) = vm.request(&[
+        (":method", "POST"),
+        (":path", "/search.Search/Find"),
+        ("content-type", "application/grpc"),
+        ("x-api-key", "k1"),
+    ]);
+    vm.send_and_answer(LeaseAnswer::Deny {
+        retry_after_ms: 1_000,
+        local: false,
+    });
+    let answer = vm.host.stream(id).answer;
+    let Some(Answer::Grpc { status, fields, .. }) = answer else {
+        panic!("not a gRPC answer: {answer:?}");
+    };
+    assert_eq!(
+        status,
+        meshlimit_core::headers::grpc_status::RESOURCE_EXHAUSTED
+    );
+    assert_eq!(field(&fields, "x-meshlimit-rule"), Some("per-key"));
+}

@@ -24,8 +24,11 @@ deploy-% wasm-oci: export PYTHONDONTWRITEBYTECODE = 1
 # keeps the committed file equal to them) and what it must accept and refuse:
 # the bad fixtures whose mistake a schema can express (not duplicates, plan
 # names, refill times, cost against burst, period ranges: check-rules' own).
+# The tests' rules fixtures (tests/fixtures/rules/*.yaml) are all valid; the
+# deliberately invalid ones are under tests/fixtures/rules/invalid/.
 DEPLOY_SCHEMA      ?= docs/rules.schema.json
-DEPLOY_SCHEMA_GOOD ?= deploy/rules.yaml deploy/base/rules.yaml $(wildcard core/tests/fixtures/good*.yaml core/tests/fixtures/good*.json)
+DEPLOY_SCHEMA_GOOD ?= deploy/rules.yaml deploy/base/rules.yaml $(wildcard core/tests/fixtures/good*.yaml core/tests/fixtures/good*.json) \
+                      $(wildcard tests/fixtures/rules/*.yaml)
 DEPLOY_SCHEMA_BAD  ?= $(addprefix core/tests/fixtures/bad-,unknown-field.yaml period.yaml name.yaml key.yaml \
                         no-limit.yaml zero.yaml mode.yaml header-match.yaml no-rules.yaml version.yaml \
                         burst-range.yaml top-level.yaml nine.yaml)

@@ -251,14 +251,16 @@ mod tests {
 
     #[test]
     fn good_and_bad_files() {
-        let (code, out, _) = check(
-            "version: 1\nrules:\n  - {name: a, key: [method], limit: {requests: 1, per: 1s}}\n",
-        );
+        let (code, out, _) = check(include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/rules/one-rule.yaml"
+        )));
         assert_eq!(code, 0);
         assert!(out.starts_with("PATH: ok (1 rules, version "), "{out}");
-        let (code, _, err) = check(
-            "version: 1\nrules:\n  - {name: a, key: [method], limit: {requests: 0, per: 1s}}\n",
-        );
+        let (code, _, err) = check(include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/rules/invalid/zero-requests.yaml"
+        )));
         assert_eq!(code, 1);
         assert_eq!(
             err,
@@ -270,7 +272,10 @@ mod tests {
     fn json_names_file_line_rule_field_and_message() {
         let (code, out, err) = check_as(
             CheckFormat::Json,
-            "version: 1\nrules:\n  - {name: a, key: [method], limit: {requests: 1, per: 1s}}\n",
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../tests/fixtures/rules/one-rule.yaml"
+            )),
         );
         assert_eq!((code, err.as_str()), (0, ""));
         let report: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -280,7 +285,10 @@ mod tests {
 
         let (code, out, err) = check_as(
             CheckFormat::Json,
-            "version: 1\nrules:\n  - {name: a, key: [method], limt: {requests: 1, per: 1s}}\n  - name: b\n    key: []\n    limit: {requests: 1, per: 1s}\nextra: 1\n",
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../tests/fixtures/rules/invalid/mistakes-in-two-rules-and-the-top-level.yaml"
+            )),
         );
         assert_eq!((code, err.as_str()), (1, ""));
         let report: serde_json::Value = serde_json::from_str(&out).unwrap();

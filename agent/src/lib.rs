@@ -11,7 +11,7 @@ pub mod api;
 pub mod check_rules;
 pub mod config;
 pub mod explain;
-pub mod fallback;
+pub mod fail_local;
 pub mod import;
 pub mod leases;
 pub mod metrics;

@@ -178,7 +178,7 @@ fn start_store(
             Arc::new(move |size, latency, _| observer.store_pipeline(size, latency)),
         )
         .with_events(Arc::new(move |e| match e {
-            StoreEvent::SlotMapChanged => events.store_topology("slot_map_changed", None),
+            StoreEvent::HashSlotMapChanged => events.store_topology("slot_map_changed", None),
             StoreEvent::NodeDown => events.store_topology("node_down", None),
             StoreEvent::NodeUp(d) => events.store_topology("node_up", Some(d)),
             StoreEvent::NodeReplaced(d) => events.store_topology("node_replaced", Some(d)),

@@ -11,13 +11,10 @@ use hyper::StatusCode;
 use meshlimit_core::wire::*;
 use meshlimit_core::Outcome;
 
-const VICTIM_RULES: &str = "version: 1
-rules:
-  - name: customer
-    key: [{ header: x-customer-id }]
-    limit: { requests: 100, per: 1m }
-    accuracy: exact
-";
+const VICTIM_RULES: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/fixtures/rules/exact-per-customer.yaml"
+));
 
 #[tokio::test]
 async fn without_credentials_nothing_is_taken_reported_or_read() {
@@ -142,12 +139,10 @@ async fn one_report_can_neither_wrap_a_counter_nor_bury_a_ratio() {
 
 #[tokio::test]
 async fn the_most_rejected_keys_are_named_by_id_never_in_clear() {
-    let app = app(Some(
-        "version: 1
-rules:
-  - { name: tiny, key: [{ header: x-api-key }], limit: { requests: 1, per: 1h }, accuracy: exact }
-",
-    ));
+    let app = app(Some(include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fixtures/rules/one-per-hour-per-api-key.yaml"
+    ))));
     let secret_key = "sk_live_do_not_leak";
     for _ in 0..3 {
         lease(&app, vec![item("tiny", secret_key, 1)]).await;

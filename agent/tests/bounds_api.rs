@@ -20,12 +20,10 @@ use meshlimit_core::DescriptorKey;
 
 use common::*;
 
-const PER_IP: &str = "version: 1
-rules:
-  - name: per-ip
-    key: [client_ip]
-    limit: { requests: 100, per: 1s }
-";
+const PER_IP: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/fixtures/rules/per-ip.yaml"
+));
 
 fn bounded_app(max_keys: usize) -> (App, Arc<MemoryStore>) {
     let current = Arc::new(CurrentRules::empty());

@@ -16,8 +16,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_meshlimit-agent");
-const GOOD: &str =
-    "version: 1\nrules:\n  - {name: api, key: [method], limit: {requests: 10, per: 1s}}\n";
+const GOOD: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/fixtures/rules/api-ten-per-second.yaml"
+));
 /// The bound stated for refusing a billion-laughs file (core `rules::parse`).
 const LAUGHS_PEAK_BYTES: u64 = 16 * 1024 * 1024;
 

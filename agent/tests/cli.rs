@@ -12,10 +12,14 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const GOOD: &str =
-    "version: 1\nrules:\n  - {name: api, key: [method], limit: {requests: 10, per: 1s}}\n";
-const BAD: &str =
-    "version: 1\nrules:\n  - {name: api, key: [method], limit: {requests: 10, per: 1 minute}}\n";
+const GOOD: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/fixtures/rules/api-ten-per-second.yaml"
+));
+const BAD: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/fixtures/rules/invalid/period-in-words.yaml"
+));
 
 /// The agent binary with this deployment's secret and nothing else from the
 /// test's environment.

@@ -21,23 +21,10 @@ fn explain_shows_the_rules_a_request_meets_and_why_the_others_do_not_apply() {
     let dir = tempfile::tempdir().unwrap();
     let rules = rules_file(
         dir.path(),
-        "version: 1
-rules:
-  - name: login-per-ip
-    match: { path: /login, methods: [POST] }
-    key: [client_ip]
-    limit: { requests: 5, per: 1m }
-    accuracy: exact
-    on_failure: closed
-  - name: per-key
-    key: [{ header: x-api-key }]
-    limit: { requests: 100, per: 1s }
-  - name: search
-    match: { path_prefix: /v1/search }
-    key: [method]
-    limit: { requests: 1000, per: 1s }
-    mode: shadow
-",
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/rules/explain-three-rules.yaml"
+        )),
     );
     let args = [
         "explain",
@@ -109,9 +96,15 @@ fn check_rules_against_lists_every_change_and_refuses_an_unapproved_cut() {
     };
     let old = write(
         "old.yaml",
-        "version: 1\nrules:\n  - {name: api, key: [method], limit: {requests: 100, per: 1s}}\n  - {name: gone, key: [method], limit: {requests: 5, per: 1s}}\n",
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/rules/against-old.yaml"
+        )),
     );
-    let new_rules = "version: 1\nrules:\n  - {name: api, key: [method], limit: {requests: 10, per: 1s}}\n  - {name: fresh, key: [method], limit: {requests: 5, per: 1s}, mode: shadow}\n";
+    let new_rules = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fixtures/rules/against-new.yaml"
+    ));
     let new = write("new.yaml", new_rules);
     let (code, out, err) = run(&mut agent(&["check-rules", &new, "--against", &old]));
     assert_eq!(code, 1, "{out}{err}");
@@ -186,7 +179,10 @@ fn check_rules_warns_of_rules_that_expire_soon_or_have_expired() {
     let (_, bad_err) = {
         let bad = rules_file(
             dir.path(),
-            "version: 1\nrules:\n  - {name: api, expires: tomorrow, key: [method], limit: {requests: 10, per: 1s}}\n",
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../tests/fixtures/rules/invalid/expires-not-a-date.yaml"
+            )),
         );
         let (code, _, err) = run(&mut agent(&["check-rules", &bad]));
         (code, err)

@@ -9,7 +9,7 @@
 
 use std::num::{NonZeroU32, NonZeroU64};
 
-use meshlimit_agent::fallback::Fallback;
+use meshlimit_agent::fail_local::FailLocal;
 use meshlimit_agent::leases::DEFAULT_MAX_KEYS;
 use meshlimit_agent::pool::{Pools, StoreGrant};
 use meshlimit_agent::store::{Acquire, MemoryStore, Store};
@@ -82,11 +82,11 @@ async fn each_table_holds_at_most_max_keys_of_about_1_2_kib() {
     per_key.push(("node pool", (rss() - before) / held as u64));
 
     let before = rss();
-    let fallback = Fallback::new(n);
+    let fail_local = FailLocal::new(n);
     for i in 0..arriving {
-        fallback.take(&key(i), &limit, 0, 1, 0.0);
+        fail_local.take(&key(i), &limit, 0, 1, 0.0);
     }
-    let held = fallback.len();
+    let held = fail_local.len();
     assert!(held <= n, "the fail-local table holds {held} keys");
     per_key.push(("fail-local buckets", (rss() - before) / held as u64));
 

@@ -18,11 +18,10 @@ use meshlimit_core::DescriptorKey;
 
 use common::{item, lease};
 
-const RULES: &str = "version: 1
-rules:
-  - {name: g, key: [method], limit: {requests: 1, per: 1h, burst: 50}, scope: global, accuracy: exact}
-  - {name: r, key: [method], limit: {requests: 1, per: 1h, burst: 50}, accuracy: exact}
-";
+const RULES: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/fixtures/rules/global-and-regional-exact.yaml"
+));
 
 fn app() -> App {
     let rules = Arc::new(CurrentRules::empty());

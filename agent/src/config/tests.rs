@@ -1,3 +1,4 @@
+use super::peers::{parse_peer, parse_peers_file};
 use super::*;
 
 fn parse(args: &[&str]) -> Result<Cli, CliExit> {
@@ -230,4 +231,21 @@ fn help_and_the_readme_show_the_defaults() {
         }
     }
     assert!(checked >= 15, "only {checked} defaults found in the README");
+}
+
+#[test]
+fn peers_parse_from_flags_and_files() {
+    assert_eq!(
+        parse_peer("eu=redis://10.0.0.1:6379"),
+        Ok(("eu".into(), StoreSpec::Redis("10.0.0.1:6379".into())))
+    );
+    assert!(parse_peer("eu").is_err());
+    assert!(parse_peer("e u=redis://a:1").is_err());
+    assert!(parse_peer("eu=memory").is_err());
+    let file = "# peers\n\nus=redis+cluster://a:1,b:2\n  ap = redis://c:3\n";
+    let peers = parse_peers_file(file).unwrap();
+    assert_eq!(peers.len(), 2);
+    assert_eq!(peers[1].0, "ap");
+    let bad = parse_peers_file("us=redis://a:1\nnonsense\n").unwrap_err();
+    assert!(bad.starts_with("line 2:"), "{bad}");
 }

@@ -1,3 +1,7 @@
+use meshlimit_core::rules::config::KeyPartConfig;
+use meshlimit_core::rules::MAX_RULE_NAME;
+
+use super::rule::unique_name;
 use super::*;
 
 fn mapping(options: &[&str]) -> Mapping {

@@ -3,23 +3,19 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use async_trait::async_trait;
 use meshlimit_core::rules::parse_rules;
 use meshlimit_core::wire::LeaseItem;
-use meshlimit_core::DescriptorKey;
+use meshlimit_core::{DescriptorKey, Take};
+
+use crate::store::{Acquire, Acquired, StoreError};
 
 use super::*;
 use crate::metrics::sample;
 
 // Most rules here fail closed, so store errors show as `unavailable` answers;
 // `local` fails to the node's own bucket.
-const RULES: &str = "version: 1
-defaults: {on_failure: closed}
-rules:
-  - {name: local, key: [method], limit: {requests: 2, per: 1h}, on_failure: local}
-  - {name: exact, key: [method], limit: {requests: 10, per: 1s}, accuracy: exact}
-  - {name: fast, key: [method], limit: {requests: 1000, per: 1s}}
-  - {name: slow, key: [method], limit: {requests: 5, per: 1m}}
-  - {name: tiny-burst, key: [method], limit: {requests: 1000, per: 1s, burst: 50}}
-  - {name: heavy, key: [method], limit: {requests: 1000, per: 1s}, cost: 200}
-";
+const RULES: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/fixtures/rules/one-rule-per-lease-behaviour.yaml"
+));
 
 /// The store lease for one ask of `cost`, when the node spends 1,000 tokens/s.
 fn size(settings: &LeaseSettings, rule: &str, cost: u32) -> u32 {

@@ -6,8 +6,10 @@ use meshlimit_core::Outcome;
 
 use super::*;
 
-const RULES: &str =
-    "version: 1\nrules:\n  - {name: r, key: [method], limit: {requests: 10, per: 1s}}\n";
+const RULES: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/fixtures/rules/rule-r-ten-per-second.yaml"
+));
 
 fn report(filter: &str, version: &str, decisions: &[(&str, Outcome, u64)]) -> SyncRequest {
     SyncRequest {
@@ -156,7 +158,10 @@ fn each_rule_and_plan_shows_its_limit_and_old_ones_go() {
     let m = Metrics::new("eu").unwrap();
     let first = parse_rules(
         "r.yaml",
-        "version: 1\nrules:\n  - {name: per-ip, key: [client_ip], limit: {requests: 120, per: 1m, burst: 30}}\n  - name: api\n    key: [{header: x-api-key}]\n    plans:\n      header: x-plan\n      default: free\n      limits:\n        free: {requests: 10, per: 1s}\n        gold: {requests: 100, per: 1s, burst: 500}\n",
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/rules/per-ip-and-api-plans.yaml"
+        )),
     )
     .unwrap();
     m.rule_limits(&first);
@@ -176,7 +181,10 @@ fn each_rule_and_plan_shows_its_limit_and_old_ones_go() {
     // A new set: the rule and the plan it dropped leave the metric.
     let second = parse_rules(
         "r.yaml",
-        "version: 1\nrules:\n  - name: api\n    key: [{header: x-api-key}]\n    plans:\n      header: x-plan\n      default: free\n      limits:\n        free: {requests: 20, per: 1s}\n",
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/rules/api-plans-free-only.yaml"
+        )),
     )
     .unwrap();
     m.rule_limits(&second);

@@ -111,7 +111,7 @@ impl RegionConn {
     }
 
     /// Runs one pipeline within the deadline; with a cluster, every key of the
-    /// pipeline must be in one slot.
+    /// pipeline must be in one hash slot.
     pub(crate) async fn pipe<T: FromRedisValue>(&self, p: &Pipeline) -> Result<T, RegionError> {
         self.run(|c| async move {
             match c {

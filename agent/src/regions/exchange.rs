@@ -1,5 +1,5 @@
 //! The region exchange's Redis operations (key layout in [`super::keys`]). Work
-//! over the key buckets runs at once, one pipeline per bucket (one slot each), so
+//! over the key partitions runs at once, one pipeline per partition (one hash slot each), so
 //! a tick costs a round trip or two to each region whatever the number of keys.
 
 use std::collections::HashMap;
@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::conn::{RegionConn, RegionError};
 use super::table::Entry;
-use crate::store::redis::keys::region::{self as keys, BUCKETS, LEADER, META, PERIOD, SEALED};
+use crate::store::redis::keys::region::{self as keys, LEADER, META, PARTITIONS, PERIOD, SEALED};
 use crate::store::redis::script::{FLUSH_SCRIPT, SEAL_SCRIPT};
 
 /// Demand keys live long enough to be sealed and read, not longer.
@@ -30,9 +30,9 @@ pub(crate) async fn flush(
     period: u64,
     demand: HashMap<String, u64>,
 ) -> Result<(), RegionError> {
-    let mut pipes: Vec<Option<Pipeline>> = vec![None; BUCKETS];
+    let mut pipes: Vec<Option<Pipeline>> = vec![None; PARTITIONS];
     for (key, tokens) in demand {
-        let b = keys::bucket(&key);
+        let b = keys::partition(&key);
         if let Some(p) = pipes.get_mut(b) {
             p.get_or_insert_with(|| {
                 let mut p = redis::pipe();
@@ -54,12 +54,12 @@ pub(crate) async fn flush(
         .enumerate()
         .filter_map(|(b, p)| p.map(|p| (b, p)))
         .collect();
-    each_bucket::<redis::Value>(conn, pipes).await.map(drop)
+    each_partition::<redis::Value>(conn, pipes).await.map(drop)
 }
 
 /// The leader: seals its region's demand for `period`, then says so in the meta.
 pub(crate) async fn seal(conn: &Arc<RegionConn>, period: u64) -> Result<(), RegionError> {
-    let pipes = (0..BUCKETS)
+    let pipes = (0..PARTITIONS)
         .map(|b| {
             let mut p = redis::pipe();
             p.cmd("EVAL")
@@ -73,7 +73,7 @@ pub(crate) async fn seal(conn: &Arc<RegionConn>, period: u64) -> Result<(), Regi
             (b, p)
         })
         .collect();
-    each_bucket::<()>(conn, pipes).await?;
+    each_partition::<()>(conn, pipes).await?;
     conn.query(redis::cmd("HSET").arg(META).arg(SEALED).arg(period))
         .await
 }
@@ -99,19 +99,19 @@ pub(crate) async fn read_sealed(
         }
         tokio::time::sleep(SEALED_POLL).await;
     }
-    let pipes = (0..BUCKETS)
+    let pipes = (0..PARTITIONS)
         .map(|b| {
             let mut p = redis::pipe();
             p.cmd("HGETALL").arg(keys::sealed(b, period));
             (b, p)
         })
         .collect();
-    let parts = each_bucket::<(HashMap<String, u64>,)>(conn, pipes).await?;
+    let parts = each_partition::<(HashMap<String, u64>,)>(conn, pipes).await?;
     Ok(parts.into_iter().flat_map(|(_, (m,))| m).collect())
 }
 
-/// The leader: replaces its region's shares by `entries` (each bucket in one
-/// MULTI/EXEC, so an agent never reads a half-written bucket), then announces
+/// The leader: replaces its region's shares by `entries` (each partition in
+/// one MULTI/EXEC, so an agent never reads a half-written partition), then announces
 /// `period` in the meta; agents read the shares once they see it.
 pub(crate) async fn publish(
     conn: &Arc<RegionConn>,
@@ -119,9 +119,9 @@ pub(crate) async fn publish(
     leader: &str,
     entries: &HashMap<String, Entry>,
 ) -> Result<(), RegionError> {
-    let mut fields: Vec<Vec<(&str, String)>> = vec![Vec::new(); BUCKETS];
+    let mut fields: Vec<Vec<(&str, String)>> = vec![Vec::new(); PARTITIONS];
     for (key, e) in entries {
-        if let Some(f) = fields.get_mut(keys::bucket(key)) {
+        if let Some(f) = fields.get_mut(keys::partition(key)) {
             f.push((key.as_str(), e.encode()));
         }
     }
@@ -139,7 +139,7 @@ pub(crate) async fn publish(
             (b, p)
         })
         .collect();
-    each_bucket::<()>(conn, pipes).await?;
+    each_partition::<()>(conn, pipes).await?;
     conn.query(
         redis::cmd("HSET")
             .arg(META)
@@ -153,7 +153,7 @@ pub(crate) async fn publish(
 
 /// The leader, when it cannot compute new shares: keeps the last ones alive.
 pub(crate) async fn keep_alive(conn: &Arc<RegionConn>) -> Result<(), RegionError> {
-    let pipes = (0..BUCKETS)
+    let pipes = (0..PARTITIONS)
         .map(|b| {
             let mut p = redis::pipe();
             p.cmd("PEXPIRE")
@@ -163,7 +163,7 @@ pub(crate) async fn keep_alive(conn: &Arc<RegionConn>) -> Result<(), RegionError
             (b, p)
         })
         .collect();
-    each_bucket::<()>(conn, pipes).await.map(drop)
+    each_partition::<()>(conn, pipes).await.map(drop)
 }
 
 /// The period of the region's published shares, if any.
@@ -175,19 +175,19 @@ pub(crate) async fn published_period(conn: &RegionConn) -> Result<Option<u64>, R
 pub(crate) async fn read_published(
     conn: &Arc<RegionConn>,
 ) -> Result<HashMap<String, String>, RegionError> {
-    let pipes = (0..BUCKETS)
+    let pipes = (0..PARTITIONS)
         .map(|b| {
             let mut p = redis::pipe();
             p.cmd("HGETALL").arg(keys::shares(b));
             (b, p)
         })
         .collect();
-    let parts = each_bucket::<(HashMap<String, String>,)>(conn, pipes).await?;
+    let parts = each_partition::<(HashMap<String, String>,)>(conn, pipes).await?;
     Ok(parts.into_iter().flat_map(|(_, (m,))| m).collect())
 }
 
-/// Runs one pipeline per bucket, all at once; the first error fails the whole.
-async fn each_bucket<T>(
+/// Runs one pipeline per partition, all at once; the first error fails the whole.
+async fn each_partition<T>(
     conn: &Arc<RegionConn>,
     pipes: Vec<(usize, Pipeline)>,
 ) -> Result<Vec<(usize, T)>, RegionError>
@@ -195,9 +195,9 @@ where
     T: FromRedisValue + Send + 'static,
 {
     let mut set = JoinSet::new();
-    for (bucket, pipe) in pipes {
+    for (partition, pipe) in pipes {
         let conn = conn.clone();
-        set.spawn(async move { conn.pipe::<T>(&pipe).await.map(|v| (bucket, v)) });
+        set.spawn(async move { conn.pipe::<T>(&pipe).await.map(|v| (partition, v)) });
     }
     let mut out = Vec::with_capacity(set.len());
     let mut failure = None;

@@ -139,8 +139,8 @@ impl Rebalancer {
             })
             .collect();
         while let Some(Ok((i, result))) = set.join_next().await {
-            if let Some(slot) = out.get_mut(i) {
-                *slot = result;
+            if let Some(entry) = out.get_mut(i) {
+                *entry = result;
             }
         }
         out

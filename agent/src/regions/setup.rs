@@ -1,12 +1,15 @@
 //! The regions setup from the command line: `--region`, `--peer-region NAME=URL`
 //! (repeatable), `--peer-regions-file`, `--region-floor`, `--region-timeout-ms`.
-//! Every mistake is refused at start (exit 64) with one line saying why.
+//! Every mistake is refused at start (exit 64) with one line saying why. The
+//! peers themselves are read by `config::peers`; this module depends on the
+//! configuration, never the other way round.
 
 use meshlimit_core::secret::KeyIds;
 use std::collections::HashSet;
 use std::time::Duration;
 
 use super::RegionsConfig;
+use crate::config::peers::parse_peers_file;
 use crate::config::{ConfigError, RunArgs, StoreSpec};
 
 /// The regions setup of `args`, or `None` without peer regions (every rule is
@@ -46,40 +49,6 @@ pub(crate) fn regions_config(
     };
     validate(&cfg).map_err(ConfigError::Regions)?;
     Ok(Some(cfg))
-}
-
-/// Reads a peer regions file: one `NAME=URL` a line; blank lines and `#`
-/// comments are skipped.
-pub(crate) fn parse_peers_file(text: &str) -> Result<Vec<(String, StoreSpec)>, String> {
-    text.lines()
-        .enumerate()
-        .map(|(i, l)| (i + 1, l.trim()))
-        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
-        .map(|(n, l)| parse_peer(l).map_err(|e| format!("line {n}: {e}")))
-        .collect()
-}
-
-/// Reads `NAME=URL`, the URL as `--store` takes it (redis://, redis+cluster://,
-/// or rediss for TLS). Credentials never travel in the URL (it is logged): see
-/// `--region-credentials-dir`.
-pub(crate) fn parse_peer(text: &str) -> Result<(String, StoreSpec), String> {
-    let (name, url) = text
-        .split_once('=')
-        .ok_or_else(|| format!("`{text}`: expected NAME=redis://HOST:PORT"))?;
-    let name = name.trim();
-    let valid = (1..=63).contains(&name.len())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if !valid {
-        return Err(format!(
-            "`{name}`: a region is 1 to 63 characters of [A-Za-z0-9._-]"
-        ));
-    }
-    match StoreSpec::parse(url)? {
-        StoreSpec::Memory => Err(format!("region {name}: a peer region needs a Redis URL")),
-        spec => Ok((name.to_string(), spec)),
-    }
 }
 
 /// Checks a regions setup: unique names, Redis stores, a floor every region can hold.

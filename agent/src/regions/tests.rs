@@ -2,15 +2,13 @@ use meshlimit_core::rules::parse_rules;
 use meshlimit_core::wire::LeaseItem;
 
 use super::setup::validate;
-use super::setup::{parse_peer, parse_peers_file};
 use super::table::Entry;
 use super::*;
 
-const RULES: &str = "version: 1
-rules:
-  - {name: g, key: [method], limit: {requests: 100, per: 1s}, scope: global}
-  - {name: r, key: [method], limit: {requests: 100, per: 1s}}
-";
+const RULES: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/fixtures/rules/global-and-regional.yaml"
+));
 
 fn item(rule: &str, part: &str, cost: u32) -> LeaseItem {
     LeaseItem {
@@ -95,23 +93,6 @@ fn offered_demand_counts_grants_in_tokens_and_other_answers_in_cost() {
         })
         .sum();
     assert_eq!(demand, 12);
-}
-
-#[test]
-fn peers_parse_from_flags_and_files() {
-    assert_eq!(
-        parse_peer("eu=redis://10.0.0.1:6379"),
-        Ok(("eu".into(), StoreSpec::Redis("10.0.0.1:6379".into())))
-    );
-    assert!(parse_peer("eu").is_err());
-    assert!(parse_peer("e u=redis://a:1").is_err());
-    assert!(parse_peer("eu=memory").is_err());
-    let file = "# peers\n\nus=redis+cluster://a:1,b:2\n  ap = redis://c:3\n";
-    let peers = parse_peers_file(file).unwrap();
-    assert_eq!(peers.len(), 2);
-    assert_eq!(peers[1].0, "ap");
-    let bad = parse_peers_file("us=redis://a:1\nnonsense\n").unwrap_err();
-    assert!(bad.starts_with("line 2:"), "{bad}");
 }
 
 #[test]

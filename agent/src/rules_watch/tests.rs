@@ -6,12 +6,18 @@ use super::*;
 use crate::metrics::sample;
 use crate::shutdown;
 
-const GOOD_V1: &str =
-    "version: 1\nrules:\n  - {name: api, key: [method], limit: {requests: 10, per: 1s}}\n";
-const GOOD_V2: &str =
-    "version: 1\nrules:\n  - {name: api, key: [method], limit: {requests: 20, per: 1s}}\n";
-const BROKEN: &str =
-    "version: 1\nrules:\n  - {name: api, key: [method], limit: {requests: 20, per: 1 minute}}\n";
+const GOOD_V1: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/fixtures/rules/api-ten-per-second.yaml"
+));
+const GOOD_V2: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/fixtures/rules/api-twenty-per-second.yaml"
+));
+const BROKEN: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/fixtures/rules/invalid/period-in-words.yaml"
+));
 
 /// A ConfigMap-like volume: `..<n>/rules.yaml`, `..data -> ..<n>`,
 /// `rules.yaml -> ..data/rules.yaml`, updated by renaming a new `..data` link over
@@ -207,7 +213,10 @@ fn a_tenfold_cut_is_refused_at_reload_until_approved_against_the_running_version
     assert!(matches!(watcher.poll(), Reload::Applied { .. }));
     let running = version(&rules).unwrap();
     // 20/s → 2/s: ×0.1, beyond the default ×0.5.
-    let cut = "version: 1\nrules:\n  - {name: api, key: [method], limit: {requests: 2, per: 1s}}\n";
+    let cut = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fixtures/rules/api-two-per-second.yaml"
+    ));
     cm.update(cut);
     assert_eq!(watcher.poll(), Reload::Refused);
     assert_eq!(version(&rules).as_deref(), Some(running.as_str()));
@@ -243,9 +252,10 @@ fn an_expired_exception_stops_applying_by_itself() {
     use std::sync::atomic::Ordering::SeqCst;
     // 2026-12-01T00:00:00Z = 1,796,083,200.
     TEST_NOW.store(1_796_083_200 - 10, SeqCst);
-    let cm = ConfigMapDir::new(
-        "version: 1\nrules:\n  - {name: api, key: [method], limit: {requests: 10, per: 1s}}\n  - {name: trial, key: [method], limit: {requests: 99, per: 1s}, owner: growth-team, expires: \"2026-12-01\"}\n",
-    );
+    let cm = ConfigMapDir::new(include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fixtures/rules/api-and-a-trial-expiring.yaml"
+    )));
     let rules = Arc::new(CurrentRules::empty());
     let metrics = Arc::new(Metrics::new("test").unwrap());
     let mut watcher =
@@ -300,7 +310,13 @@ fn a_directory_merges_one_file_per_team_and_a_broken_file_holds_back_no_other() 
     assert_eq!(watcher.poll(), Reload::Unchanged);
     // Checkout breaks its file while search raises its limit: search's change
     // applies, checkout keeps its last good version, and the break is reported.
-    write("checkout.yaml", "version: 1\nrules:\n  - {name: checkout, key: [method], limit: {requests: 20, per: 1 minute}}\n");
+    write(
+        "checkout.yaml",
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/rules/invalid/checkout-period-in-words.yaml"
+        )),
+    );
     write("search.yaml", &team("search", 15));
     assert!(matches!(watcher.poll(), Reload::Applied { .. }));
     assert_eq!(

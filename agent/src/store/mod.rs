@@ -57,9 +57,9 @@ pub enum StoreError {
     /// cluster failing over): transient.
     #[error("store unavailable: {0}")]
     Unavailable(String),
-    /// A Redis Cluster node answered MOVED: the key's slot now lives on `node`
+    /// A Redis Cluster node answered MOVED: the key's hash slot now lives on `node`
     /// (`host:port`). Followed once by the caller; transient.
-    #[error("slot moved to {node}")]
+    #[error("hash slot moved to {node}")]
     Moved { node: String },
     /// Too much work in flight: the call was never made.
     #[error("shed: too many store calls in flight")]

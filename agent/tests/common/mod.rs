@@ -17,16 +17,10 @@ use meshlimit_core::secret::Secret;
 use meshlimit_core::wire::*;
 use meshlimit_core::{DescriptorKey, Outcome};
 
-pub const RULES: &str = "version: 1
-rules:
-  - name: login
-    key: [client_ip]
-    limit: { requests: 10, per: 1m }
-    accuracy: exact
-  - name: search
-    key: [method]
-    limit: { requests: 1000, per: 1s }
-";
+pub const RULES: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/fixtures/rules/login-and-search.yaml"
+));
 
 pub struct Reply {
     pub status: StatusCode,

@@ -10,6 +10,7 @@ mod envoy;
 mod error;
 mod machine;
 mod micro;
+mod number;
 mod options;
 mod phases;
 mod procs;

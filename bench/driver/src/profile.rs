@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use crate::error::{Context, Result};
+use crate::number::fmt_num;
 use crate::procs::output;
-use crate::tables::fmt_num;
 
 /// Where one configuration's samples went.
 #[derive(Debug, Clone)]

@@ -4,6 +4,7 @@
 use std::fmt::Write;
 
 use crate::machine::Machine;
+use crate::number::fmt_num;
 use crate::options::Options;
 use crate::records::Results;
 use crate::{scenario, tables};
@@ -74,8 +75,7 @@ pub fn render(r: &Results, opts: &Options, machine: &Machine) -> String {
          its own. Latency runs from each request's scheduled send time, so a stall counts against \
          every request it delayed (no coordinated omission). Added = this configuration minus (a) \
          in the same round.\n",
-        r.latency_rate
-            .map_or("n/a".into(), |x| tables::fmt_num(x, 0))
+        r.latency_rate.map_or("n/a".into(), |x| fmt_num(x, 0))
     );
     md.push_str(&tables::latency(r));
     md.push_str(&request_path_section(r));
@@ -149,15 +149,15 @@ fn request_path_section(r: &Results) -> String {
                  on every request. All three `accuracy: fast` on the agent's store, with a fresh agent for \
                  the phase. (a) runs at each rate in the same round, just before the configurations \
                  compared with it; added = this configuration minus that (a) run.\n",
-                rate = tables::fmt_num(p.rate, 0),
-                cold = tables::fmt_num(p.cold_rate, 0),
+                rate = fmt_num(p.rate, 0),
+                cold = fmt_num(p.cold_rate, 0),
                 cold_why = if p.cold_rate < p.rate {
                     ", half of (d)'s saturation, below (h)'s rate: every request waits on the agent"
                 } else {
                     ""
                 },
-                adm = tables::fmt_num(p.admitted_limit as f64, 0),
-                over = tables::fmt_num(p.over_limit as f64, 0),
+                adm = fmt_num(p.admitted_limit as f64, 0),
+                over = fmt_num(p.over_limit as f64, 0),
             );
         }
         None => return md + "Not run.\n",
@@ -196,7 +196,7 @@ fn rules_at_scale_section(r: &Results, opts: &Options) -> String {
         counts = opts
             .scale_rules
             .iter()
-            .map(|n| tables::fmt_num(*n as f64, 0))
+            .map(|n| fmt_num(*n as f64, 0))
             .collect::<Vec<_>>()
             .join(" / "),
         path = scenario::SCALE_PATH,

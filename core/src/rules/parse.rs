@@ -346,8 +346,10 @@ fn parse_and_compile(text: &str, lines: &Lines) -> Result<RuleSet, RulesError> {
 mod tests {
     use super::*;
 
-    const GOOD: &str =
-        "version: 1\nrules:\n  - {name: a, key: [method], limit: {requests: 1, per: 1s}}\n";
+    const GOOD: &str = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fixtures/rules/one-rule.yaml"
+    ));
 
     /// A "billion laughs": each level holds ten aliases of the one above.
     pub(crate) fn laughs(levels: usize) -> String {

@@ -135,8 +135,8 @@ async fn pipeline(
         )
         .await?;
         for (i, value) in missing.into_iter().zip(again) {
-            if let Some(slot) = answers.get_mut(i) {
-                *slot = match &value {
+            if let Some(answer) = answers.get_mut(i) {
+                *answer = match &value {
                     Value::ServerError(e) => Err(server_error(e)),
                     v => script::parse_reply(v),
                 };
@@ -182,14 +182,14 @@ fn args(p: &mut Pipeline, job: &Job) {
 fn server_error(e: &redis::ServerError) -> StoreError {
     let details = e.details().unwrap_or_default();
     match e.code() {
-        // `MOVED <slot> <host:port>`: the redirect, by type, not by its text.
+        // `MOVED <hash slot> <host:port>`: the redirect, by type, not by its text.
         "MOVED" => match details.split_whitespace().nth(1) {
             Some(node) => StoreError::Moved {
                 node: node.to_string(),
             },
             None => StoreError::Unavailable(format!("MOVED {details}")),
         },
-        // The cluster is moving slots or failing over: transient.
+        // The cluster is moving hash slots or failing over: transient.
         "ASK" | "TRYAGAIN" | "CLUSTERDOWN" | "LOADING" | "MASTERDOWN" => {
             StoreError::Unavailable(format!("{} {}", e.code(), e.details().unwrap_or_default()))
         }

@@ -59,7 +59,7 @@ impl Health {
         false
     }
 
-    /// `node` left the slot map (replaced by a promoted replica): forgotten.
+    /// `node` left the hash slot map (replaced by a promoted replica): forgotten.
     /// Returns how long it was down, if it was.
     pub(crate) fn forget(&mut self, node: &str, now: Instant) -> Option<Duration> {
         self.succeeded(node, now)

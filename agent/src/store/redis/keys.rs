@@ -1,7 +1,7 @@
 //! Every Redis key the agent reads or writes, named here and nowhere else: the
 //! token buckets and the agents' heartbeat of the lease store, and the region
 //! exchange ([`region`]). Every key carries a hash tag (`{…}`), so each command,
-//! script or atomic pipeline touches one slot of a Redis Cluster. No key holds a
+//! script or atomic pipeline touches one hash slot of a Redis Cluster. No key holds a
 //! customer key in clear: keys are named by their key id (`core::secret`).
 //!
 //! | key | type | written by |
@@ -21,21 +21,21 @@ use meshlimit_core::DescriptorKey;
 /// The Redis key of a token bucket: `ml:{<id>}:<rule>`, where the id is the key's
 /// keyed hash (never the key in clear: Redis key names show up in `KEYS`,
 /// `MONITOR`, slow logs and backups). The id is the hash tag, so a key's bucket
-/// is one slot of a cluster, spread evenly whatever the key's text; the rule name
+/// is one hash slot of a cluster, spread evenly whatever the key's text; the rule name
 /// follows so an operator can tell buckets apart, and `meshlimit-agent key-id`
 /// maps a known customer key to its bucket.
 pub fn bucket(ids: &KeyIds, key: &DescriptorKey) -> String {
     format!("ml:{{{}}}:{}", ids.id(key), key.rule())
 }
 
-/// The sorted set of the region's live agents (one slot, whatever the cluster).
+/// The sorted set of the region's live agents (one hash slot, whatever the cluster).
 pub(crate) const AGENTS: &str = "ml:{agents}";
 
 /// The Redis keys of the region exchange, all in a region's own Redis (its agents
-/// write, every region's rebalancer reads). Keys per key-bucket carry the bucket
-/// in a hash tag, so each is one slot of a Redis Cluster and every command or
-/// atomic pipeline touches one slot; the buckets spread the exchange over the
-/// nodes.
+/// write, every region's rebalancer reads). Keys per partition of the exchange carry the
+/// partition (`b<NN>`, for the 16 partitions) in a hash tag, so each is one hash slot of a Redis Cluster and every command or
+/// atomic pipeline touches one hash slot; the partitions spread the exchange over
+/// the nodes.
 ///
 /// | key | type | written by | read by |
 /// |---|---|---|---|
@@ -52,9 +52,9 @@ pub mod region {
     use meshlimit_core::secret::KeyIds;
     use meshlimit_core::DescriptorKey;
 
-    /// Key buckets: enough to spread over the nodes of a cluster, few enough that
+    /// Partitions of the exchange's keys: enough to spread over the nodes of a cluster, few enough that
     /// a tick's reads stay a handful of round trips run at once.
-    pub(crate) const BUCKETS: usize = 16;
+    pub(crate) const PARTITIONS: usize = 16;
 
     /// The hash of the rebalancer's progress in a region.
     pub(crate) const META: &str = "ml:rg:{meta}";
@@ -74,44 +74,44 @@ pub mod region {
         format!("{}|{}", key.rule(), ids.id(key))
     }
 
-    /// The bucket of an exchange key.
-    pub fn bucket(key: &str) -> usize {
-        (fingerprint(key.as_bytes()) % BUCKETS as u64) as usize
+    /// The partition of an exchange key.
+    pub fn partition(key: &str) -> usize {
+        (fingerprint(key.as_bytes()) % PARTITIONS as u64) as usize
     }
 
     /// Demand being written for `period`.
-    pub(crate) fn demand(bucket: usize, period: u64) -> String {
-        format!("ml:rg:{{b{bucket:02}}}:d:{period}")
+    pub(crate) fn demand(partition: usize, period: u64) -> String {
+        format!("ml:rg:{{b{partition:02}}}:d:{period}")
     }
 
     /// Set when `period` is sealed: later flushes for it go to the next period.
-    pub(crate) fn marker(bucket: usize, period: u64) -> String {
-        format!("ml:rg:{{b{bucket:02}}}:m:{period}")
+    pub(crate) fn marker(partition: usize, period: u64) -> String {
+        format!("ml:rg:{{b{partition:02}}}:m:{period}")
     }
 
     /// Demand sealed for `period`: what every region's rebalancer reads.
-    pub(crate) fn sealed(bucket: usize, period: u64) -> String {
-        format!("ml:rg:{{b{bucket:02}}}:x:{period}")
+    pub(crate) fn sealed(partition: usize, period: u64) -> String {
+        format!("ml:rg:{{b{partition:02}}}:x:{period}")
     }
 
     /// The region's published shares.
-    pub(crate) fn shares(bucket: usize) -> String {
-        format!("ml:rg:{{b{bucket:02}}}:s")
+    pub(crate) fn shares(partition: usize) -> String {
+        format!("ml:rg:{{b{partition:02}}}:s")
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::region::{self, BUCKETS};
+    use super::region::{self, PARTITIONS};
     use super::*;
-    use crate::store::redis::topology::slot;
+    use crate::store::redis::topology::hash_slot;
 
     #[test]
-    fn bucket_keys_cannot_choose_their_slot() {
+    fn bucket_keys_cannot_choose_their_hash_slot() {
         let ids = KeyIds::placeholder();
         let a = bucket(&ids, &DescriptorKey::new("r", ["{x}"]));
         let b = bucket(&ids, &DescriptorKey::new("r", ["{y}"]));
-        assert_ne!(slot(&a), slot(&b));
+        assert_ne!(hash_slot(&a), hash_slot(&b));
         // `ml:{<32 hex of the key id>}:<rule>`, never the key's own text.
         let id = ids.id(&DescriptorKey::new("r", ["{x}"]));
         assert_eq!(a, format!("ml:{{{id}}}:r"));
@@ -128,28 +128,31 @@ mod tests {
     }
 
     #[test]
-    fn a_region_bucket_is_one_slot_and_buckets_spread() {
-        let mut slots = Vec::new();
-        for b in 0..BUCKETS {
-            let s = slot(&region::shares(b));
-            assert_eq!(s, slot(&region::demand(b, 7)));
-            assert_eq!(s, slot(&region::sealed(b, 9)));
-            assert_eq!(s, slot(&region::marker(b, 9)));
-            slots.push(s);
+    fn a_region_partition_is_one_hash_slot_and_partitions_spread() {
+        let mut hash_slots = Vec::new();
+        for b in 0..PARTITIONS {
+            let s = hash_slot(&region::shares(b));
+            assert_eq!(s, hash_slot(&region::demand(b, 7)));
+            assert_eq!(s, hash_slot(&region::sealed(b, 9)));
+            assert_eq!(s, hash_slot(&region::marker(b, 9)));
+            hash_slots.push(s);
         }
-        slots.sort_unstable();
-        slots.dedup();
-        assert_eq!(slots.len(), BUCKETS);
-        // Three equal masters each own some buckets.
+        hash_slots.sort_unstable();
+        hash_slots.dedup();
+        assert_eq!(hash_slots.len(), PARTITIONS);
+        // Three equal masters each own some partitions.
         for third in 0..3u16 {
             let range = (third * 5461)..((third + 1) * 5461);
-            assert!(slots.iter().any(|s| range.contains(s)), "{slots:?}");
+            assert!(
+                hash_slots.iter().any(|s| range.contains(s)),
+                "{hash_slots:?}"
+            );
         }
     }
 
     #[test]
-    fn a_key_always_lands_in_the_same_region_bucket() {
-        assert_eq!(region::bucket("r|alice"), region::bucket("r|alice"));
-        assert!(region::bucket("r|bob") < BUCKETS);
+    fn a_key_always_lands_in_the_same_region_partition() {
+        assert_eq!(region::partition("r|alice"), region::partition("r|alice"));
+        assert!(region::partition("r|bob") < PARTITIONS);
     }
 }

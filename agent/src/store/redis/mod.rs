@@ -1,6 +1,6 @@
 //! The Redis stores: a single Redis (`redis://host:port`) or a Redis Cluster
-//! (`redis+cluster://host:port,host:port,…`), each also over TLS (`rediss`). Both are one [`RedisStore`]: a slot
-//! map (one node owning every slot for a single Redis), one connection and one
+//! (`redis+cluster://host:port,host:port,…`), each also over TLS (`rediss`). Both are one [`RedisStore`]: a hash slot
+//! map (one node owning every hash slot for a single Redis), one connection and one
 //! batcher per node, and the lease script run on the server's clock.
 
 mod batcher;
@@ -24,11 +24,11 @@ use tokio::time::{timeout, Instant};
 pub use batcher::{BatchConfig, BatchObserver};
 use health::Health;
 use tasks::{cluster_slots, prewarm, probe, refresher};
-use topology::{slot, SlotMap};
+use topology::{hash_slot, HashSlotMap};
 
 use super::{Acquire, Acquired, Store, StoreError};
 
-/// How often the slot map is read again while every node is healthy (slot
+/// How often the hash slot map is read again while every node is healthy (hash slot
 /// migrations, a failover this agent has not noticed).
 const REFRESH_EVERY: Duration = Duration::from_secs(5);
 /// Deadline of one `CLUSTER SLOTS`, one probe, one connection.
@@ -56,12 +56,12 @@ pub struct RedisConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum StoreEvent {
     /// `CLUSTER SLOTS` gave a different map (a promotion, a migration).
-    SlotMapChanged,
+    HashSlotMapChanged,
     /// A node was marked down: its keys take the failure policy.
     NodeDown,
     /// A down node answers again, after this long.
     NodeUp(Duration),
-    /// A down node left the slot map (a replica took its slots), after this long.
+    /// A down node left the hash slot map (a replica took its hash slots), after this long.
     NodeReplaced(Duration),
 }
 
@@ -73,11 +73,11 @@ pub struct RedisStore {
     shared: Arc<Shared>,
 }
 
-/// What the store's background tasks (the slot-map refresher, the probes of
+/// What the store's background tasks (the hash-slot map refresher, the probes of
 /// down nodes) share with it; they hold it weakly and stop with the store.
 struct Shared {
     cfg: RedisConfig,
-    map: RwLock<Arc<SlotMap>>,
+    map: RwLock<Arc<HashSlotMap>>,
     batchers: RwLock<HashMap<String, mpsc::Sender<batcher::Job>>>,
     observe: BatchObserver,
     events: EventObserver,
@@ -92,8 +92,8 @@ impl RedisStore {
     /// on their own, so an agent starts (not ready) while Redis is down.
     pub fn new(cfg: RedisConfig, observe: BatchObserver) -> Self {
         let map = match cfg.nodes.first() {
-            Some(first) if !cfg.cluster => SlotMap::single(first.clone()),
-            _ => SlotMap::default(),
+            Some(first) if !cfg.cluster => HashSlotMap::single(first.clone()),
+            _ => HashSlotMap::default(),
         };
         Self {
             shared: Arc::new(Shared {
@@ -109,7 +109,7 @@ impl RedisStore {
         }
     }
 
-    /// Reports slot-map changes and node failures to `events`.
+    /// Reports hash-slot map changes and node failures to `events`.
     #[must_use]
     pub(crate) fn with_events(mut self, events: EventObserver) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
@@ -118,12 +118,12 @@ impl RedisStore {
         self
     }
 
-    /// Reads the cluster's slot map from the first node that answers.
+    /// Reads the cluster's hash slot map from the first node that answers.
     pub async fn refresh_topology(&self) -> Result<(), StoreError> {
         self.shared.refresh().await
     }
 
-    /// Starts the background slot-map refresher once (cluster only).
+    /// Starts the background hash-slot map refresher once (cluster only).
     fn start_refresher(&self) {
         if !self.shared.cfg.cluster || self.shared.refresher.swap(true, Ordering::Relaxed) {
             return;
@@ -194,12 +194,12 @@ impl Shared {
     }
 
     /// `node` is down: no batch goes to it (its keys take the failure policy
-    /// at once), the slot map is read again, and a probe watches for its return.
+    /// at once), the hash slot map is read again, and a probe watches for its return.
     fn node_down(self: &Arc<Self>, node: &str, lost: bool) {
         tracing::warn!(
             node,
             cause = if lost { "connection lost" } else { "timeouts" },
-            "Redis node failed: its slots take the failure policy until it answers or a replica takes them; other nodes are unaffected"
+            "Redis node failed: its hash slots take the failure policy until it answers or a replica takes them; other nodes are unaffected"
         );
         (self.events)(StoreEvent::NodeDown);
         if let Ok(mut b) = self.batchers.write() {
@@ -213,7 +213,7 @@ impl Shared {
         self.health.lock().is_ok_and(|h| h.is_down(node))
     }
 
-    /// Reads a cluster's slot map from the first node that answers: the known
+    /// Reads a cluster's hash slot map from the first node that answers: the known
     /// nodes that are up, then the seeds that are up; a single Redis has nothing
     /// to read.
     async fn refresh(self: &Arc<Self>) -> Result<(), StoreError> {
@@ -236,9 +236,9 @@ impl Shared {
                             tracing::info!(
                                 from = ?old.nodes,
                                 to = ?fresh.nodes,
-                                "Redis Cluster slot map changed"
+                                "Redis Cluster hash slot map changed"
                             );
-                            (self.events)(StoreEvent::SlotMapChanged);
+                            (self.events)(StoreEvent::HashSlotMapChanged);
                         }
                         // Connect to new owners now, not on their first lease.
                         for new in fresh.nodes.iter().filter(|n| !old.nodes.contains(n)) {
@@ -257,7 +257,7 @@ impl Shared {
         Err(last)
     }
 
-    /// Sends one item to the node owning its slot (or to `node` when a MOVED
+    /// Sends one item to the node owning its hash slot (or to `node` when a MOVED
     /// redirect named it); the answer arrives on the returned channel.
     fn submit(
         self: &Arc<Self>,
@@ -268,12 +268,12 @@ impl Shared {
         let key = keys::bucket(&self.cfg.key_ids, &item.key);
         let node = node.or_else(|| {
             let map = self.map.read().ok()?.clone();
-            map.node_of(slot(&key))
+            map.node_of(hash_slot(&key))
                 .and_then(|i| map.nodes.get(i).cloned())
         });
         let Some(node) = node else {
             let _ = reply.send(Err(StoreError::Unavailable(
-                "no node owns this slot (topology unknown)".into(),
+                "no node owns this hash slot (topology unknown)".into(),
             )));
             return rx;
         };
@@ -339,7 +339,7 @@ impl Store for RedisStore {
                 .await
                 .unwrap_or(Err(StoreError::Unavailable("batcher stopped".into())));
             answers.push(match moved_to(&answer) {
-                // Follow a slot's move once, as the cluster protocol asks of
+                // Follow a hash slot's move once, as the cluster protocol asks of
                 // clients; the refresher learns the new map for the next calls.
                 Some(node) => {
                     s.wake.notify_one();
@@ -384,7 +384,7 @@ impl Store for RedisStore {
             .map(|m| m.clone())
             .unwrap_or_default();
         let node = map
-            .node_of(slot(keys::AGENTS))
+            .node_of(hash_slot(keys::AGENTS))
             .and_then(|i| map.nodes.get(i).cloned())
             .ok_or_else(|| StoreError::Unavailable("topology unknown".into()))?;
         let client = client(&node, &self.shared.cfg)?;
@@ -415,7 +415,7 @@ impl Store for RedisStore {
     }
 }
 
-/// The node a MOVED answer points to. (An ASK, a slot in mid-migration, is
+/// The node a MOVED answer points to. (An ASK, a hash slot in mid-migration, is
 /// not followed: its items take the failure policy for that moment.)
 fn moved_to(answer: &Acquired) -> Option<String> {
     match answer {

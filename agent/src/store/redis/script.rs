@@ -7,7 +7,7 @@
 //! - [`FLUSH_SCRIPT`], [`SEAL_SCRIPT`]: the region exchange's demand;
 //! - [`ELECT_SCRIPT`], [`RELEASE_SCRIPT`]: the election of a region's rebalancer.
 //!
-//! Every script touches the keys of one slot (each call's keys share a hash
+//! Every script touches the keys of one hash slot (each call's keys share a hash
 //! tag), so each runs on a Redis Cluster as on a single Redis. Rate, burst and
 //! the region's share travel as ARGV with every lease, so a rules change needs
 //! no script reload and no counter reset.
@@ -80,7 +80,7 @@ return {granted, 0, math.floor(tokens), math.min(cap, math.ceil((burst - tokens)
 /// PEXPIRE.
 ///
 /// - `KEYS[1]`: the bucket, a hash `{t = tokens, u = last update}` (µs of `TIME`).
-///   Every key carries a hash tag, so the script touches one slot.
+///   Every key carries a hash tag, so the script touches one hash slot.
 /// - `ARGV[1]`: requests per period; `ARGV[2]`: the period in ms;
 ///   `ARGV[3]`: burst; `ARGV[4]`: the least tokens to grant (the request's cost);
 ///   `ARGV[5]`: the most (the lease size); `ARGV[6]`: the share of the limit this
@@ -161,7 +161,7 @@ redis.call('PEXPIRE', KEYS[1], window * 2)
 return redis.call('ZCARD', KEYS[1])
 ";
 
-/// The region exchange, agents: adds a bucket's demand for a period into the
+/// The region exchange, agents: adds a partition's demand for a period into the
 /// period's demand or, once the period is sealed, into the next period's, so a
 /// late flush moves demand by a period instead of losing it.
 ///
@@ -177,7 +177,7 @@ pub(crate) const FLUSH_SCRIPT: &str = "local target = KEYS[1] \
      redis.call('PEXPIRE', target, ARGV[1]) \
      if target == KEYS[1] then return 1 end return 0";
 
-/// The region exchange, the region's leader: seals a bucket's demand for a
+/// The region exchange, the region's leader: seals a partition's demand for a
 /// period. Marks the period sealed, then renames its demand to the sealed name
 /// (keeping the demand's expiry), if there was any.
 ///

@@ -1,4 +1,4 @@
-//! The store's background work, off the request path: the slot map refresher,
+//! The store's background work, off the request path: the hash slot map refresher,
 //! connecting a new owner before its first lease, and probing a node that is
 //! down until it answers again.
 
@@ -8,7 +8,7 @@ use tokio::time::{timeout, Instant};
 
 use super::*;
 
-/// Reads the slot map off the request path: at once when woken (a node went
+/// Reads the hash slot map off the request path: at once when woken (a node went
 /// down, a MOVED answer), every [`health::PROBE_EVERY`] while a node is down (so
 /// a promotion is seen within that), else every [`REFRESH_EVERY`].
 pub(super) async fn refresher(shared: Weak<Shared>) {
@@ -27,7 +27,7 @@ pub(super) async fn refresher(shared: Weak<Shared>) {
     }
 }
 
-/// Opens the connection of a node that just took slots (a promoted replica),
+/// Opens the connection of a node that just took hash slots (a promoted replica),
 /// so its first leases do not wait for it.
 pub(super) async fn prewarm(shared: Weak<Shared>, node: String) {
     let Some(s) = shared.upgrade() else { return };
@@ -48,8 +48,8 @@ pub(super) async fn prewarm(shared: Weak<Shared>, node: String) {
 
 /// Watches a down node: a PING on a fresh connection every
 /// [`health::PROBE_EVERY`]; once it answers, that connection becomes the node's
-/// batcher's and its keys go to it again. Stops when the node leaves the slot
-/// map (a replica took its slots) or the store is dropped.
+/// batcher's and its keys go to it again. Stops when the node leaves the hash slot
+/// map (a replica took its hash slots) or the store is dropped.
 pub(super) async fn probe(shared: Weak<Shared>, node: String) {
     loop {
         tokio::time::sleep(health::PROBE_EVERY).await;
@@ -65,7 +65,7 @@ pub(super) async fn probe(shared: Weak<Shared>, node: String) {
                 tracing::info!(
                     node,
                     ?down,
-                    "Redis node replaced in the slot map: its slots are served again"
+                    "Redis node replaced in the hash slot map: its hash slots are served again"
                 );
                 (s.events)(StoreEvent::NodeReplaced(down));
             }
@@ -90,7 +90,7 @@ pub(super) async fn probe(shared: Weak<Shared>, node: String) {
             tracing::info!(
                 node,
                 ?down,
-                "Redis node answers again: its slots are served again"
+                "Redis node answers again: its hash slots are served again"
             );
             (s.events)(StoreEvent::NodeUp(down));
             s.wake.notify_one();
@@ -99,7 +99,10 @@ pub(super) async fn probe(shared: Weak<Shared>, node: String) {
     }
 }
 
-pub(super) async fn cluster_slots(node: &str, cfg: &RedisConfig) -> Result<SlotMap, StoreError> {
+pub(super) async fn cluster_slots(
+    node: &str,
+    cfg: &RedisConfig,
+) -> Result<HashSlotMap, StoreError> {
     let client = client(node, cfg).map_err(|e| StoreError::Failed(e.to_string()))?;
     let mut c = client
         .get_multiplexed_async_connection()
@@ -140,5 +143,5 @@ pub(super) async fn cluster_slots(node: &str, cfg: &RedisConfig) -> Result<SlotM
             "{node}: CLUSTER SLOTS is empty"
         )));
     }
-    Ok(SlotMap::from_rows(out))
+    Ok(HashSlotMap::from_rows(out))
 }

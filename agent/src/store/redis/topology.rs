@@ -1,11 +1,11 @@
 //! Which node owns a key: Redis Cluster's 16,384 hash slots (CRC16 of the key's
 //! hash tag) mapped to nodes by `CLUSTER SLOTS`. A single Redis is a topology of
-//! one node owning every slot.
+//! one node owning every hash slot.
 
-pub(crate) const SLOTS: u16 = 16_384;
+pub(crate) const HASH_SLOTS: u16 = 16_384;
 
-/// The slot of a Redis key (CRC16/XMODEM of its hash tag, or of the whole key).
-pub(crate) fn slot(key: &str) -> u16 {
+/// The hash slot of a Redis key (CRC16/XMODEM of its hash tag, or of the whole key).
+pub(crate) fn hash_slot(key: &str) -> u16 {
     let bytes = key.as_bytes();
     let tagged = key
         .find('{')
@@ -14,7 +14,7 @@ pub(crate) fn slot(key: &str) -> u16 {
             (close > 0).then(|| &bytes[open + 1..open + 1 + close])
         })
         .unwrap_or(bytes);
-    crc16(tagged) % SLOTS
+    crc16(tagged) % HASH_SLOTS
 }
 
 fn crc16(bytes: &[u8]) -> u16 {
@@ -31,18 +31,18 @@ fn crc16(bytes: &[u8]) -> u16 {
     })
 }
 
-/// Slot ranges and the node (`host:port`) owning each.
+/// Hash slot ranges and the node (`host:port`) owning each.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct SlotMap {
+pub(crate) struct HashSlotMap {
     ranges: Vec<(u16, u16, usize)>,
     pub(crate) nodes: Vec<String>,
 }
 
-impl SlotMap {
-    /// Every slot on one node (a single Redis).
+impl HashSlotMap {
+    /// Every hash slot on one node (a single Redis).
     pub(crate) fn single(node: String) -> Self {
         Self {
-            ranges: vec![(0, SLOTS - 1, 0)],
+            ranges: vec![(0, HASH_SLOTS - 1, 0)],
             nodes: vec![node],
         }
     }
@@ -64,11 +64,11 @@ impl SlotMap {
         map
     }
 
-    /// The index (into `nodes`) of the node owning `slot`.
-    pub(crate) fn node_of(&self, slot: u16) -> Option<usize> {
+    /// The index (into `nodes`) of the node owning `hash_slot`.
+    pub(crate) fn node_of(&self, hash_slot: u16) -> Option<usize> {
         self.ranges
             .iter()
-            .find(|(a, b, _)| (*a..=*b).contains(&slot))
+            .find(|(a, b, _)| (*a..=*b).contains(&hash_slot))
             .map(|(_, _, n)| *n)
     }
 }
@@ -78,18 +78,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn slots_match_redis() {
+    fn hash_slots_match_redis() {
         // Values from `CLUSTER KEYSLOT` on Redis 7.
-        assert_eq!(slot("foo"), 12182);
-        assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
-        assert_eq!(slot("123456789"), 0x31C3 % SLOTS);
+        assert_eq!(hash_slot("foo"), 12182);
+        assert_eq!(
+            hash_slot("{user1000}.following"),
+            hash_slot("{user1000}.followers")
+        );
+        assert_eq!(hash_slot("123456789"), 0x31C3 % HASH_SLOTS);
         // An empty tag does not count: the whole key is hashed.
-        assert_eq!(slot("{}abc"), crc16(b"{}abc") % SLOTS);
+        assert_eq!(hash_slot("{}abc"), crc16(b"{}abc") % HASH_SLOTS);
     }
 
     #[test]
-    fn slot_map_lookup() {
-        let m = SlotMap::from_rows(vec![
+    fn hash_slot_map_lookup() {
+        let m = HashSlotMap::from_rows(vec![
             (0, 5460, "a".into()),
             (5461, 10922, "b".into()),
             (10923, 16383, "c".into()),

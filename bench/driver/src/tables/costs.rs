@@ -2,7 +2,8 @@
 
 use std::fmt::Write;
 
-use super::{fmt_num, fmt_spread, label, verdict};
+use super::{fmt_spread, label, verdict};
+use crate::number::fmt_num;
 use crate::records::{Results, Throughput};
 
 pub fn agent(r: &Results) -> String {

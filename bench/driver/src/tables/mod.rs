@@ -7,6 +7,7 @@ mod path;
 mod scale;
 mod throughput;
 
+use crate::number::fmt_num;
 use crate::records::{Spread, Throughput};
 use crate::scenario;
 
@@ -30,29 +31,6 @@ pub(super) fn cpu_us(t: &Throughput) -> f64 {
 /// request of a saturated single-worker Envoy.
 pub(super) fn added_us(x: &Throughput, base: &Throughput) -> f64 {
     (1.0 / admitted(x) - 1.0 / admitted(base)) * 1e6
-}
-
-pub fn fmt_num(v: f64, decimals: usize) -> String {
-    let text = format!("{:.*}", decimals, v.abs());
-    let (int, frac) = text
-        .split_once('.')
-        .map_or((text.as_str(), None), |(i, f)| (i, Some(f)));
-    let mut grouped = String::new();
-    for (i, c) in int.chars().enumerate() {
-        if i > 0 && (int.len() - i) % 3 == 0 {
-            grouped.push(',');
-        }
-        grouped.push(c);
-    }
-    let sign = if v < 0.0 && text.chars().any(|c| c.is_ascii_digit() && c != '0') {
-        "-"
-    } else {
-        ""
-    };
-    match frac {
-        Some(f) => format!("{sign}{grouped}.{f}"),
-        None => format!("{sign}{grouped}"),
-    }
 }
 
 pub fn fmt_spread(s: Option<Spread>, decimals: usize) -> String {
@@ -138,18 +116,5 @@ mod fixtures {
             .find(|l| l.starts_with(starts))
             .unwrap_or_default();
         line.split('|').map(|c| c.trim().to_string()).collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn numbers_are_grouped() {
-        assert_eq!(fmt_num(1_234_567.891, 1), "1,234,567.9");
-        assert_eq!(fmt_num(-1234.0, 0), "-1,234");
-        assert_eq!(fmt_num(0.5, 2), "0.50");
-        assert_eq!(fmt_num(-0.001, 1), "0.0");
     }
 }

@@ -3,7 +3,8 @@
 
 use std::fmt::Write;
 
-use super::{failure_policy_share, fmt_num, fmt_spread, label, verdict};
+use super::{failure_policy_share, fmt_spread, label, verdict};
+use crate::number::fmt_num;
 use crate::records::{LeaseCounts, PathRun, Results, Spread};
 
 /// Latency targets: (added p50, added p99, added p99.9) in µs, where one is set.

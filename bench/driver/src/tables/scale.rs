@@ -5,7 +5,8 @@
 
 use std::fmt::Write;
 
-use super::{fmt_num, fmt_spread, verdict};
+use super::{fmt_spread, verdict};
+use crate::number::fmt_num;
 use crate::records::{Results, ScaleLoad, ScaleRun, Spread};
 
 /// The throughput target at scale: the largest rules count ÷ the smallest, for

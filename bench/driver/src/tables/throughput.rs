@@ -3,9 +3,8 @@
 
 use std::fmt::Write;
 
-use super::{
-    added_us, admitted, cpu_us, failure_policy_share, fmt_num, fmt_spread, label, verdict,
-};
+use super::{added_us, admitted, cpu_us, failure_policy_share, fmt_spread, label, verdict};
+use crate::number::fmt_num;
 use crate::records::{Results, Spread, Throughput};
 
 pub fn throughput(r: &Results) -> String {

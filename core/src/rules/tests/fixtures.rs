@@ -64,7 +64,10 @@ fn bad_files_name_the_rule_and_field() {
 
 #[test]
 fn every_problem_is_reported_at_once() {
-    let text = "version: 1\nrules:\n  - {name: a, key: [method], limit: {requests: 0, per: 1x}}\n  - {name: b, key: [], limit: {requests: 1, per: 1s}}\n";
+    let text = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fixtures/rules/invalid/three-mistakes-in-two-rules.yaml"
+    ));
     let errors = parse_rules("f", text)
         .err()
         .map(|e| e.errors.len())
@@ -112,7 +115,10 @@ fn yaml_syntax_errors_have_line_and_column() {
 
 #[test]
 fn a_bad_top_level_hides_no_rule_error() {
-    let text = "version: 1\nlimits: {}\ndefaults: {mode: strict}\nrules:\n  - {name: a, key: [method], limit: {requests: 0, per: 1s}}\n";
+    let text = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fixtures/rules/invalid/bad-top-level-and-a-bad-rule.yaml"
+    ));
     let errors: Vec<String> = parse_rules("f", text)
         .err()
         .map(|e| e.errors.iter().map(ToString::to_string).collect())

@@ -1,7 +1,7 @@
 //! The node's fail-local ceiling while the store is unreachable. Several filters
 //! (sidecars) may share one agent, so the ceiling lives here, once per node: a
 //! bucket per key at the rule's limit × region share × safety factor (2) / live
-//! agents in the region. The filter's own fallback bucket takes over only when
+//! agents in the region. The filter's own fail-local bucket (its slot's `fallback`) takes over only when
 //! the agent itself is unreachable.
 
 use std::collections::HashMap;
@@ -13,21 +13,21 @@ use meshlimit_core::{Bucket, DescriptorKey, Limit, Take};
 /// while its store is down, so uneven traffic between nodes is not over-limited.
 pub(crate) const SAFETY: f64 = 2.0;
 
-pub struct Fallback {
+pub struct FailLocal {
     buckets: Mutex<HashMap<DescriptorKey, Bucket>>,
     max_keys: usize,
 }
 
 /// At most `--max-keys`' default keys; past that, full buckets (equal to absent
-/// ones) are dropped first, and if none is full the key is refused a fallback
+/// ones) are dropped first, and if none is full the key is refused a fail-local bucket
 /// (denied) rather than given a fresh bucket.
-impl Default for Fallback {
+impl Default for FailLocal {
     fn default() -> Self {
         Self::new(crate::config::defaults::max_keys())
     }
 }
 
-impl Fallback {
+impl FailLocal {
     /// Fail-local buckets for at most `max_keys` keys.
     pub fn new(max_keys: usize) -> Self {
         Self {
@@ -45,7 +45,7 @@ impl Fallback {
         self.len() == 0
     }
 
-    /// Takes `cost` from `key`'s fallback bucket under `limit` (already this
+    /// Takes `cost` from `key`'s fail-local bucket under `limit` (already this
     /// node's slice of the rule). `demand_per_sec` is what the node was spending
     /// on the key from the store (its leases): a bucket made for a key that was
     /// being served starts with one request ([`head_start`]), so the ceiling
@@ -77,7 +77,7 @@ impl Fallback {
             .take(limit, now_ns, cost, cost)
     }
 
-    /// The store answered for `key` again: its fallback bucket is dropped, so
+    /// The store answered for `key` again: its fail-local bucket is dropped, so
     /// the next outage starts from the node's demand then, not a bucket that
     /// refilled meanwhile.
     pub(crate) fn forget(&self, key: &DescriptorKey) {
@@ -94,7 +94,7 @@ impl Fallback {
     }
 }
 
-/// The tokens a new fallback bucket holds: a cold key's full burst; a key the
+/// The tokens a new fail-local bucket holds: a cold key's full burst; a key the
 /// node was spending (any demand) one request's worth, since the leases it
 /// already holds are its head start and the ceiling's rate holds from the
 /// first request of the outage. (The filter's own bucket starts the same way.)
@@ -120,9 +120,9 @@ mod tests {
             NonZeroU64::new(NANOS_PER_SEC).unwrap(),
             NonZeroU32::new(10).unwrap(),
         );
-        let node = Fallback::node_limit(&limit, 1.0, 4);
+        let node = FailLocal::node_limit(&limit, 1.0, 4);
         assert_eq!((node.requests(), node.burst()), (5, 5));
-        let f = Fallback::default();
+        let f = FailLocal::default();
         let key = DescriptorKey::new("r", ["k"]);
         let admitted = (0..20)
             .filter(|_| matches!(f.take(&key, &node, 0, 1, 0.0), Take::Granted { .. }))
@@ -137,8 +137,8 @@ mod tests {
             NonZeroU64::new(NANOS_PER_SEC).unwrap(),
             NonZeroU32::new(20).unwrap(),
         );
-        let node = Fallback::node_limit(&limit, 1.0, 1);
-        let f = Fallback::default();
+        let node = FailLocal::node_limit(&limit, 1.0, 1);
+        let f = FailLocal::default();
         let key = DescriptorKey::new("r", ["hot"]);
         // 40/s demand on a 40-token bucket: one request now, then the rate.
         let now: Vec<bool> = (0..5)

@@ -1,0 +1,103 @@
+//! `--map KEY=TARGET`: what each descriptor key (or key and value) of a peer's
+//! configuration stands for in the request.
+
+use std::collections::BTreeMap;
+
+/// What a descriptor key stands for: a request part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Target {
+    ClientIp,
+    Method,
+    Path,
+    Authority,
+    Route,
+    Header(String),
+    Query(String),
+}
+
+/// What one constant descriptor value (`generic_key`, `header_match`) stands
+/// for: the requests Envoy attached it to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Condition {
+    Path(String),
+    PathPrefix(String),
+    Method(String),
+    Authority(String),
+    /// A header equal to a value, or (`None`) present.
+    Header(String, Option<String>),
+    /// Every request the rules see.
+    Any,
+}
+
+/// The `--map` options, with the defaults under them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Mapping {
+    pub(super) keys: BTreeMap<String, Target>,
+    pub(super) values: BTreeMap<(String, String), Condition>,
+}
+
+impl Mapping {
+    /// The defaults (`remote_address` is the client IP), then each `--map`.
+    pub(crate) fn from_options(options: &[String]) -> Result<Self, String> {
+        let mut m = Mapping::default();
+        m.keys.insert("remote_address".into(), Target::ClientIp);
+        for option in options {
+            m.add(option)?;
+        }
+        Ok(m)
+    }
+
+    fn add(&mut self, option: &str) -> Result<(), String> {
+        let usage = || {
+            format!(
+                "--map `{option}`: write KEY=TARGET (TARGET: client_ip, method, path, authority, \
+                 route, header:NAME, query:NAME) or KEY:VALUE=CONDITION (CONDITION: path:/P, \
+                 path_prefix:/P, method:M, authority:HOST, header:NAME, header:NAME=VALUE, any)"
+            )
+        };
+        let (lhs, rhs) = option.split_once('=').ok_or_else(usage)?;
+        match lhs.split_once(':') {
+            None if !lhs.is_empty() => {
+                let target = match rhs.split_once(':') {
+                    None => match rhs {
+                        "client_ip" => Target::ClientIp,
+                        "method" => Target::Method,
+                        "path" => Target::Path,
+                        "authority" => Target::Authority,
+                        "route" => Target::Route,
+                        _ => return Err(usage()),
+                    },
+                    Some(("header", name)) if !name.is_empty() => {
+                        Target::Header(name.to_ascii_lowercase())
+                    }
+                    Some(("query", name)) if !name.is_empty() => Target::Query(name.to_string()),
+                    Some(_) => return Err(usage()),
+                };
+                self.keys.insert(lhs.to_string(), target);
+            }
+            Some((key, value)) if !key.is_empty() => {
+                let condition = match rhs.split_once(':') {
+                    None if rhs == "any" => Condition::Any,
+                    Some(("path", p)) if p.starts_with('/') => Condition::Path(p.into()),
+                    Some(("path_prefix", p)) if p.starts_with('/') => {
+                        Condition::PathPrefix(p.into())
+                    }
+                    Some(("method", m)) if !m.is_empty() => Condition::Method(m.into()),
+                    Some(("authority", h)) if !h.is_empty() => Condition::Authority(h.into()),
+                    Some(("header", h)) => match h.split_once('=') {
+                        Some((name, v)) if !name.is_empty() => {
+                            Condition::Header(name.to_ascii_lowercase(), Some(v.into()))
+                        }
+                        None if !h.is_empty() => Condition::Header(h.to_ascii_lowercase(), None),
+                        _ => return Err(usage()),
+                    },
+                    _ => return Err(usage()),
+                };
+                self.values
+                    .insert((key.to_string(), value.to_string()), condition);
+            }
+            _ => return Err(usage()),
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,309 @@
+//! One meshlimit rule from a peer's limit: its conditions, its key and a
+//! unique name, or the reasons it cannot be said in meshlimit's rules.
+
+use std::collections::BTreeSet;
+
+use meshlimit_core::rules::config::{
+    HeaderMatchConfig, KeyPartConfig, MatchConfig, Mode, RuleConfig, RulesConfig,
+};
+use meshlimit_core::rules::{RuleSet, MAX_RULE_NAME, SCHEMA_VERSION};
+
+use super::{Condition, Draft, Entry, Mapping, Report, Target};
+
+/// What a rule is being built from: its conditions and key so far.
+#[derive(Default)]
+struct Builder {
+    matches: MatchConfig,
+    key: Vec<KeyPartConfig>,
+    /// A key part every request the conditions admit has the same value of:
+    /// the key of a limit the peer counts in one bucket.
+    constant: Option<KeyPartConfig>,
+}
+
+pub(super) fn rule_of(
+    d: &Draft,
+    mapping: &Mapping,
+    names: &mut BTreeSet<String>,
+    report: &mut Report<'_>,
+) -> Option<RuleConfig> {
+    let before = report.errors.len();
+    let mut b = Builder::default();
+    for e in &d.entries {
+        let value_field = e.field.replace("key", "value");
+        let by_value = e
+            .value
+            .as_ref()
+            .and_then(|v| mapping.values.get(&(e.key.clone(), v.clone())));
+        match (&e.value, by_value, mapping.keys.get(&e.key)) {
+            (_, Some(c), _) => b.condition(c, &e.at, &value_field, report),
+            (None, None, Some(target)) => b.key.push(key_part(target)),
+            (None, None, None) => report.refuse(
+                &e.at,
+                &e.field,
+                format!(
+                    "descriptor key `{}` names no request part: say which with --map {}=TARGET \
+                     (client_ip, method, path, authority, route, header:NAME, query:NAME)",
+                    e.key, e.key
+                ),
+            ),
+            (Some(v), None, Some(target)) => b.value(target, v, e, &e.at, &value_field, report),
+            (Some(v), None, None) => report.refuse(
+                &e.at,
+                &value_field,
+                format!(
+                    "descriptor `{key}: {v}` names no request condition: say which requests carry \
+                     it with --map {key}=TARGET (the request part it is a value of) or \
+                     --map {key}:{v}=CONDITION (path:/P, path_prefix:/P, method:M, authority:HOST, \
+                     header:NAME=VALUE, any)",
+                    key = e.key
+                ),
+            ),
+        }
+    }
+    if b.key.is_empty() {
+        match b.constant.take() {
+            Some(part) => b.key.push(part),
+            None if report.errors.len() == before => report.refuse(
+                &d.at,
+                "",
+                "the peer counts every matching request in one bucket, and a meshlimit rule \
+                 keys on a request part: give one of its entries an exact value condition \
+                 (header:NAME=VALUE, method:M, path:/P, authority:HOST) or a key without a value",
+            ),
+            None => {}
+        }
+    }
+    if report.errors.len() != before {
+        return None;
+    }
+    let name = unique_name(&d.name, names);
+    let rule = RuleConfig {
+        name,
+        matches: (b.matches != MatchConfig::default()).then_some(b.matches),
+        key: b.key,
+        limit: Some(d.limit.clone()),
+        plans: None,
+        cost: None,
+        mode: d.shadow.then_some(Mode::Shadow),
+        on_failure: None,
+        accuracy: None,
+        scope: None,
+        owner: None,
+        expires: None,
+    };
+    // What the peer wrote may still be no valid rule (a method `G3T`, a host
+    // with a port): refused here, at the peer's entry, not in the output.
+    let alone = RulesConfig {
+        version: SCHEMA_VERSION,
+        defaults: Default::default(),
+        rules: vec![rule.clone()],
+        changes: Default::default(),
+    };
+    match RuleSet::compile(&alone) {
+        Ok(_) => Some(rule),
+        Err(e) => {
+            for err in e.errors {
+                report.refuse(
+                    &d.at,
+                    "",
+                    format!("gives rule field `{}`: {}", err.field, err.message),
+                );
+            }
+            None
+        }
+    }
+}
+
+fn key_part(t: &Target) -> KeyPartConfig {
+    match t {
+        Target::ClientIp => KeyPartConfig::ClientIp,
+        Target::Method => KeyPartConfig::Method,
+        Target::Path => KeyPartConfig::Path,
+        Target::Authority => KeyPartConfig::Authority,
+        Target::Route => KeyPartConfig::Route,
+        Target::Header(h) => KeyPartConfig::Header(h.clone()),
+        Target::Query(q) => KeyPartConfig::Query(q.clone()),
+    }
+}
+
+impl Builder {
+    /// A descriptor entry with a value, of a key mapped to a request part.
+    fn value(
+        &mut self,
+        target: &Target,
+        v: &str,
+        e: &Entry,
+        at: &str,
+        field: &str,
+        report: &mut Report<'_>,
+    ) {
+        if e.pattern && v.contains('*') {
+            // Only a trailing `*` on a path is a prefix meshlimit can match.
+            let prefix = v.strip_suffix('*').filter(|p| !p.contains('*'));
+            match (target, prefix) {
+                (Target::Path, Some(p)) if p.starts_with('/') => {
+                    self.set_path(None, Some(p), at, field, report);
+                    report.note(format!(
+                        "path pattern `{v}`: a prefix of the normalised path (meshlimit matches \
+                         `/a/../b` as `/b`, the peer matched the text Envoy sent)"
+                    ));
+                    if !e.shared {
+                        // The peer kept a counter per matching value.
+                        self.key.push(KeyPartConfig::Path);
+                    }
+                }
+                _ => report.refuse(
+                    at,
+                    field,
+                    format!(
+                        "`{v}` is a pattern; meshlimit matches a pattern only as a path prefix \
+                         (`/api/*` with --map {}=path)",
+                        e.key
+                    ),
+                ),
+            }
+            return;
+        }
+        match target {
+            Target::Header(name) => self.set_header(name, Some(v), at, field, report),
+            Target::Method => self.set_method(v, at, field, report),
+            Target::Path => self.set_path(Some(v), None, at, field, report),
+            Target::Authority => self.set_authority(v, at, field, report),
+            Target::ClientIp | Target::Route | Target::Query(_) => report.refuse(
+                at,
+                field,
+                format!(
+                    "meshlimit cannot match a request on a value of its {} (`{v}`): only headers, \
+                     method, path and host are conditions",
+                    match target {
+                        Target::ClientIp => "client IP".to_string(),
+                        Target::Route => "route".to_string(),
+                        Target::Query(q) => format!("query parameter `{q}`"),
+                        _ => String::new(),
+                    }
+                ),
+            ),
+        }
+    }
+
+    /// A constant descriptor value mapped to the requests that carry it.
+    fn condition(&mut self, c: &Condition, at: &str, field: &str, report: &mut Report<'_>) {
+        match c {
+            Condition::Path(p) => self.set_path(Some(p), None, at, field, report),
+            Condition::PathPrefix(p) => self.set_path(None, Some(p), at, field, report),
+            Condition::Method(m) => self.set_method(m, at, field, report),
+            Condition::Authority(h) => self.set_authority(h, at, field, report),
+            Condition::Header(name, v) => self.set_header(name, v.as_deref(), at, field, report),
+            Condition::Any => {}
+        }
+    }
+
+    fn set_header(
+        &mut self,
+        name: &str,
+        v: Option<&str>,
+        at: &str,
+        field: &str,
+        report: &mut Report<'_>,
+    ) {
+        let hm = HeaderMatchConfig {
+            present: v.is_none().then_some(true),
+            equals: v.map(str::to_string),
+        };
+        match self.matches.headers.get(name) {
+            Some(old) if *old != hm => report.refuse(
+                at,
+                field,
+                format!("a second, different condition on header `{name}`"),
+            ),
+            _ => {
+                self.matches.headers.insert(name.to_string(), hm);
+                if v.is_some() {
+                    self.constant = Some(KeyPartConfig::Header(name.to_string()));
+                }
+            }
+        }
+    }
+
+    fn set_method(&mut self, m: &str, at: &str, field: &str, report: &mut Report<'_>) {
+        let m = m.to_ascii_uppercase();
+        match &self.matches.methods {
+            Some(old) if *old != [m.clone()] => {
+                report.refuse(at, field, format!("a second, different method `{m}`"))
+            }
+            _ => {
+                self.matches.methods = Some(vec![m]);
+                self.constant = Some(KeyPartConfig::Method);
+            }
+        }
+    }
+
+    fn set_path(
+        &mut self,
+        exact: Option<&str>,
+        prefix: Option<&str>,
+        at: &str,
+        field: &str,
+        report: &mut Report<'_>,
+    ) {
+        if self.matches.path.is_some() || self.matches.path_prefix.is_some() {
+            report.refuse(at, field, "a second path condition");
+            return;
+        }
+        if !exact.or(prefix).unwrap_or_default().starts_with('/') {
+            report.refuse(
+                at,
+                field,
+                format!("`{}` is not a path", exact.or(prefix).unwrap_or_default()),
+            );
+            return;
+        }
+        self.matches.path = exact.map(str::to_string);
+        self.matches.path_prefix = prefix.map(str::to_string);
+        if exact.is_some() {
+            self.constant = Some(KeyPartConfig::Path);
+        }
+    }
+
+    fn set_authority(&mut self, h: &str, at: &str, field: &str, report: &mut Report<'_>) {
+        if self.matches.authority.is_some() {
+            report.refuse(at, field, "a second host condition");
+            return;
+        }
+        self.matches.authority = Some(h.to_string());
+        if !h.starts_with("*.") {
+            self.constant = Some(KeyPartConfig::Authority);
+        }
+    }
+}
+
+/// A rule name from a peer's: lower case, `[a-z0-9._-]`, at most 64
+/// characters, unique in the file (`-2`, `-3`… when taken).
+pub(super) fn unique_name(hint: &str, taken: &mut BTreeSet<String>) -> String {
+    let mut base: String = hint
+        .chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            c @ ('a'..='z' | '0'..='9' | '.' | '_' | '-') => c,
+            _ => '-',
+        })
+        .collect();
+    while base.contains("--") {
+        base = base.replace("--", "-");
+    }
+    let base = base.trim_matches('-').to_string();
+    let base = if base.is_empty() {
+        "rule".to_string()
+    } else {
+        base
+    };
+    let fit = |s: &str, room: usize| s.chars().take(room).collect::<String>();
+    let mut name = fit(&base, MAX_RULE_NAME);
+    let mut n = 2;
+    while taken.contains(&name) {
+        let suffix = format!("-{n}");
+        name = format!("{}{suffix}", fit(&base, MAX_RULE_NAME - suffix.len()));
+        n += 1;
+    }
+    taken.insert(name.clone());
+    name
+}

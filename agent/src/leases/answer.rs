@@ -1,0 +1,305 @@
+//! One lease request, item by item: the first pass over the rules and the
+//! pool, the one store call for what is left, and the wire answers.
+
+use std::sync::Arc;
+use tokio::time::Instant;
+
+use meshlimit_core::rules::FailurePolicy;
+use meshlimit_core::wire::{LeaseAnswer, LeaseRequest};
+use meshlimit_core::{DescriptorKey, Limit, Take, NANOS_PER_MS};
+
+use crate::fail_local::FailLocal;
+use crate::pool::PoolTake;
+use crate::store::{Acquire, Acquired, StoreError};
+
+use super::LeaseService;
+
+/// An item that goes to the store: its place in the answer and its rule's name.
+pub(super) struct Pending<'a> {
+    pub(super) index: usize,
+    pub(super) rule: &'a str,
+    /// Served through the node pool (not an exact rule).
+    pub(super) pooled: bool,
+    /// What the filter expects to spend within a TTL.
+    pub(super) want: Option<u32>,
+    /// The lease size (a pooled key may take up to two).
+    pub(super) lease: u32,
+    /// The rule's failure policy, and the node's fail-local slice of its limit.
+    pub(super) on_failure: FailurePolicy,
+    pub(super) local_limit: Limit,
+    /// This node's recent demand for the key (tokens per second, pooled keys).
+    pub(super) demand: f64,
+}
+
+impl LeaseService {
+    /// Answers the items at `indices` from the pool where it can; the rest go
+    /// in `batch` for the store, or, when their key's store call is in flight
+    /// and this is not the last `round`, in `waits`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn first_pass<'r>(
+        self: &Arc<Self>,
+        req: &LeaseRequest,
+        rules: Option<&'r meshlimit_core::RuleSet>,
+        indices: &[usize],
+        round: usize,
+        answers: &mut [Option<LeaseAnswer>],
+        batch: &mut Vec<Acquire>,
+        pending: &mut Vec<Pending<'r>>,
+        waits: &mut Vec<tokio::sync::watch::Receiver<()>>,
+    ) {
+        let now = self.now_ns();
+        let call_timeout = u64::try_from(self.call_timeout().as_nanos()).unwrap_or(u64::MAX);
+        // Round 0 takes (and counts the asks' demand); later rounds take again
+        // for asks that waited on a store call; the last may not wait again.
+        let may_wait = round < 2;
+        for &index in indices {
+            let item = &req.items[index];
+            let Some(rule) = rules.and_then(|set| set.rule(&item.rule)) else {
+                let reason = if rules.is_some() {
+                    "unknown_rule"
+                } else {
+                    "no_rules"
+                };
+                answers[index] = Some(self.unavailable(reason));
+                continue;
+            };
+            let (limit, _plan) = rule.limit_for_plan(item.plan.as_deref());
+            let share = self.shares.share(rule, &item.key);
+            let pooled = !self.settings.is_exact(rule, &limit);
+            let mut demand = 0.0;
+            let mut waited = 0;
+            if pooled {
+                let take = if round == 0 {
+                    self.pools
+                        .take(&item.key, now, item.cost, item.want, call_timeout)
+                } else {
+                    self.pools
+                        .retake(&item.key, now, item.cost, item.want, call_timeout)
+                };
+                match take {
+                    PoolTake::Served {
+                        tokens,
+                        remaining,
+                        reset_ns,
+                        refill,
+                    } => {
+                        answers[index] = Some(self.grant(&rule.name, tokens, remaining, reset_ns));
+                        if refill {
+                            self.refill(rule, &limit, share, &item.key);
+                        }
+                        continue;
+                    }
+                    PoolTake::Wait(rx) if may_wait => {
+                        waits.push(rx);
+                        continue;
+                    }
+                    // Still in flight after a wait: this ask goes to the
+                    // store itself.
+                    PoolTake::Wait(_) => {
+                        demand = 0.0;
+                    }
+                    PoolTake::Denied { retry_after_ns } => {
+                        answers[index] = Some(self.deny(&rule.name, &item.key, retry_after_ns));
+                        continue;
+                    }
+                    PoolTake::Miss {
+                        demand_per_sec,
+                        dropped,
+                        waited: w,
+                    } => {
+                        if dropped > 0 {
+                            self.metrics.tokens_dropped(&rule.name, dropped);
+                        }
+                        demand = demand_per_sec;
+                        waited = w;
+                    }
+                }
+            }
+            let enforced = limit.scaled(share.min(1.0));
+            let mut lease = self.settings.lease_size(rule, &enforced, item.cost, demand);
+            if pooled {
+                // Asks that waited on the last call and found it too small are
+                // covered by this one (at most a tenth of the burst, as any lease).
+                let cover = item.cost.saturating_mul(waited.saturating_add(1));
+                lease = lease.max(cover.min((enforced.burst() / 10).max(item.cost)));
+            }
+            // A pooled key takes up to two leases: after a hold (below) about one
+            // lease has refilled, plus what refilled while the ask travelled; taking
+            // only one would leave that remainder in the bucket, call after call.
+            let max = if pooled {
+                lease.saturating_mul(2)
+            } else {
+                lease
+            };
+            batch.push(Acquire {
+                key: item.key.clone(),
+                limit,
+                min: item.cost,
+                max,
+                share,
+            });
+            pending.push(Pending {
+                index,
+                rule: &rule.name,
+                pooled,
+                want: item.want,
+                lease,
+                on_failure: rule.on_failure,
+                local_limit: FailLocal::node_limit(&limit, share, self.live_nodes()),
+                demand,
+            });
+        }
+    }
+
+    /// One store call for the whole batch, always one result per item.
+    pub(super) async fn call_store(&self, batch: &[Acquire]) -> Vec<Acquired> {
+        if batch.is_empty() {
+            return Vec::new();
+        }
+        let Ok(_permit) = self.inflight.try_acquire() else {
+            return vec![Err(StoreError::Shed); batch.len()];
+        };
+        let started = Instant::now();
+        let mut results = self.store.acquire(batch).await;
+        self.metrics.store_call(batch.len(), started.elapsed());
+        if results.len() != batch.len() {
+            // A store bug must not shift answers onto the wrong items.
+            let e = StoreError::Failed(format!(
+                "{} answers for {} items",
+                results.len(),
+                batch.len()
+            ));
+            tracing::error!("{e}");
+            results = vec![Err(e); batch.len()];
+        }
+        results
+    }
+
+    /// Turns a store result into the filter's answer; a pooled key's grant is
+    /// split with the pool, and its denial is cached at the node until a whole
+    /// lease's worth of tokens is back.
+    pub(super) fn answer(
+        &self,
+        p: &Pending<'_>,
+        acquire: &Acquire,
+        now: u64,
+        result: Acquired,
+    ) -> LeaseAnswer {
+        match result {
+            Ok(Take::Granted {
+                tokens,
+                remaining,
+                reset_ns,
+            }) => {
+                self.metrics.store_results("ok", 1);
+                self.fail_local.forget(&acquire.key);
+                if !p.pooled {
+                    return self.grant(p.rule, tokens, remaining, reset_ns);
+                }
+                let take = Take::Granted {
+                    tokens,
+                    remaining,
+                    reset_ns,
+                };
+                let filter = match self.settle_pooled(
+                    p.rule,
+                    p.lease,
+                    acquire,
+                    now,
+                    take,
+                    acquire.min,
+                    p.want,
+                ) {
+                    Take::Granted { tokens, .. } => tokens,
+                    Take::Denied { .. } => 0,
+                };
+                self.grant(
+                    p.rule,
+                    filter,
+                    remaining.saturating_add(tokens - filter),
+                    reset_ns,
+                )
+            }
+            Ok(Take::Denied { retry_after_ns }) => {
+                self.metrics.store_results("ok", 1);
+                self.fail_local.forget(&acquire.key);
+                if !p.pooled {
+                    return self.deny(p.rule, &acquire.key, retry_after_ns);
+                }
+                let take = Take::Denied { retry_after_ns };
+                let wait = match self.settle_pooled(p.rule, p.lease, acquire, now, take, 0, None) {
+                    Take::Denied { retry_after_ns } => retry_after_ns,
+                    Take::Granted { .. } => retry_after_ns,
+                };
+                self.deny(p.rule, &acquire.key, wait)
+            }
+            Err(e) => {
+                self.metrics.store_results(e.metric_result(), 1);
+                if p.pooled {
+                    self.pools.call_failed(&acquire.key, now);
+                }
+                if !matches!(e, StoreError::Shed) && self.should_log(now) {
+                    tracing::warn!(
+                        rule = p.rule,
+                        "lease unavailable (logged once a second at most): {e}"
+                    );
+                }
+                if p.on_failure != FailurePolicy::Local {
+                    return self.unavailable(e.reason());
+                }
+                // The node's fail-local ceiling, held here once for every filter
+                // of the node (the filters' own buckets take over only when the
+                // agent itself is unreachable).
+                self.metrics.lease_unavailable(e.reason());
+                match self
+                    .fail_local
+                    .take(&acquire.key, &p.local_limit, now, acquire.min, p.demand)
+                {
+                    Take::Granted { .. } => LeaseAnswer::Grant {
+                        tokens: acquire.min,
+                        ttl_ms: 0,
+                        remaining: 0,
+                        reset_ms: 0,
+                        local: true,
+                    },
+                    Take::Denied { retry_after_ns } => LeaseAnswer::Deny {
+                        retry_after_ms: retry_after_ns.div_ceil(NANOS_PER_MS),
+                        local: true,
+                    },
+                }
+            }
+        }
+    }
+
+    pub(super) fn grant(
+        &self,
+        rule: &str,
+        tokens: u32,
+        remaining: u32,
+        reset_ns: u64,
+    ) -> LeaseAnswer {
+        self.metrics.lease_granted(rule, tokens);
+        LeaseAnswer::Grant {
+            tokens,
+            ttl_ms: u64::try_from(self.settings.ttl.as_millis()).unwrap_or(u64::MAX),
+            remaining,
+            reset_ms: reset_ns.div_ceil(NANOS_PER_MS),
+            local: false,
+        }
+    }
+
+    pub(super) fn deny(&self, rule: &str, key: &DescriptorKey, retry_after_ns: u64) -> LeaseAnswer {
+        self.metrics.lease_denied(rule, key);
+        LeaseAnswer::Deny {
+            retry_after_ms: retry_after_ns.div_ceil(NANOS_PER_MS),
+            local: false,
+        }
+    }
+
+    pub(super) fn unavailable(&self, reason: &str) -> LeaseAnswer {
+        self.metrics.lease_unavailable(reason);
+        LeaseAnswer::Unavailable {
+            reason: reason.to_string(),
+        }
+    }
+}

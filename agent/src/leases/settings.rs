@@ -1,0 +1,77 @@
+//! How big a lease is, and the other tunables of lease handling.
+//!
+//! Lease sizing: a rule marked `accuracy: exact`, or slower than
+//! `--exact-below-rps`, gets leases of exactly the request's cost, so every request
+//! is checked in the store. Any other rule goes through the node pool
+//! ([`crate::pool`]) and, on a pool miss, takes from the store
+//! `max(cost, min(ceil(demand × lease_target), max(1, burst / 10)))` tokens, where
+//! `demand` is this node's recent demand for the key (tokens per second): about
+//! `lease_target` (100 ms) of what the node spends, so a hot key costs the store
+//! about ten calls per second per node whatever its request rate; never more than
+//! a tenth of the burst per node, so what idle nodes hold stays a small part of
+//! the limit; and a cold key starts at one token (every request checked) until its
+//! demand shows. A store denial is cached at the node until a whole lease's worth
+//! of tokens is back, so a key over its limit costs the store the same ten calls
+//! per second per node.
+
+use std::time::Duration;
+
+use meshlimit_core::rules::{Accuracy, Rule};
+use meshlimit_core::Limit;
+
+use crate::config::defaults;
+
+/// `--max-keys`' default: the per-key tables' cap (see `crate::store::memory` for
+/// the memory it bounds). Defined in `config::defaults`.
+pub const DEFAULT_MAX_KEYS: usize = defaults::MAX_KEYS as usize;
+
+/// The tunables of lease sizing and handling.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LeaseSettings {
+    /// How long a filter may spend a granted lease.
+    pub ttl: Duration,
+    /// A lease holds about this much of the rule's rate.
+    pub target: Duration,
+    /// Rules slower than this (requests per second) get leases of one request.
+    pub exact_below_rps: f64,
+    /// Lease requests served at once; more are shed.
+    pub max_inflight: usize,
+    /// Keys the node pool and the fail-local buckets each hold at most.
+    pub max_keys: usize,
+    /// The store's deadline: how long an ask waits on another ask's store call
+    /// for its key, and how long a call is marked in flight at most.
+    pub store_deadline: Duration,
+}
+
+impl LeaseSettings {
+    /// True when every request of `rule` must be checked in the store.
+    pub fn is_exact(&self, rule: &Rule, limit: &Limit) -> bool {
+        rule.accuracy == Accuracy::Exact || limit.rate_per_sec() < self.exact_below_rps
+    }
+
+    /// The store lease for `cost` under `rule`'s `limit`, given this node's demand
+    /// for the key in tokens per second (see the module docs).
+    pub fn lease_size(&self, rule: &Rule, limit: &Limit, cost: u32, demand_per_sec: f64) -> u32 {
+        if self.is_exact(rule, limit) {
+            return cost;
+        }
+        let by_rate = (demand_per_sec * self.target.as_secs_f64()).ceil();
+        let by_burst = (limit.burst() / 10).max(1);
+        // `by_rate` is finite and positive; the cap keeps the cast in range.
+        let lease = by_rate.min(f64::from(by_burst)).max(1.0) as u32;
+        lease.max(cost)
+    }
+}
+
+impl Default for LeaseSettings {
+    fn default() -> Self {
+        Self {
+            ttl: Duration::from_millis(defaults::LEASE_TTL_MS),
+            target: Duration::from_millis(defaults::LEASE_TARGET_MS),
+            exact_below_rps: defaults::EXACT_BELOW_RPS,
+            max_inflight: usize::try_from(defaults::MAX_INFLIGHT).unwrap_or(usize::MAX),
+            max_keys: defaults::max_keys(),
+            store_deadline: Duration::from_millis(defaults::STORE_DEADLINE_MS),
+        }
+    }
+}

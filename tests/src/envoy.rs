@@ -28,6 +28,7 @@ const ROOT_ID: &str = "meshlimit";
 const FILE_ACCESS_LOG: &str =
     "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog";
 const ACCESS_LOG: &str = "access.log";
+const REPLAY_LOG: &str = "replay.log";
 
 /// Where one Envoy listens and where it finds the agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,6 +80,13 @@ pub struct EnvoyConfig {
     pub start_timeout: Duration,
     /// Where the file access logs of the bootstrap write (`None`: where it says).
     pub access_log: Option<PathBuf>,
+    /// Request headers for a second access log on the listener that has one,
+    /// in the JSON lines `meshlimit-agent replay` reads (the README's format);
+    /// `None`: no such log.
+    pub replay_log_headers: Option<Vec<String>>,
+    /// Where that log writes (set by [`Envoy::start_with`]: `replay.log` in
+    /// Envoy's directory).
+    pub replay_log_path: Option<PathBuf>,
 }
 
 impl EnvoyConfig {
@@ -95,6 +103,8 @@ impl EnvoyConfig {
             args: Vec::new(),
             start_timeout: Duration::from_secs(30),
             access_log: None,
+            replay_log_headers: None,
+            replay_log_path: None,
         }
     }
 
@@ -132,6 +142,13 @@ impl EnvoyConfig {
 
     pub fn concurrency(mut self, workers: u32) -> Self {
         self.concurrency = workers;
+        self
+    }
+
+    /// Adds the access log `meshlimit-agent replay` reads, with these request
+    /// headers (see [`Envoy::replay_log`]).
+    pub fn replay_log(mut self, headers: &[&str]) -> Self {
+        self.replay_log_headers = Some(headers.iter().map(|h| h.to_string()).collect());
         self
     }
 
@@ -187,6 +204,7 @@ impl Envoy {
         let ports = EnvoyPorts::free(config.agent_port);
         let dir = temp_dir("envoy");
         config.access_log = Some(dir.path().join(ACCESS_LOG));
+        config.replay_log_path = Some(dir.path().join(REPLAY_LOG));
         let yaml = render_envoy_config(&base, &ports, &config)
             .unwrap_or_else(|e| panic!("{}: {e}", base_path.display()));
         let config_path = dir.path().join("envoy.yaml");
@@ -273,6 +291,11 @@ impl Envoy {
             .collect()
     }
 
+    /// The file of the access log [`EnvoyConfig::replay_log`] adds.
+    pub fn replay_log(&self) -> PathBuf {
+        self.dir.path().join(REPLAY_LOG)
+    }
+
     /// Envoy's log (its stderr).
     pub fn log(&self) -> String {
         self.proc.stderr()
@@ -331,8 +354,15 @@ pub fn render_envoy_config(
         ports_seen: [false; 4],
         plugins_seen: 0,
         filters_removed: 0,
+        replay_logs_added: 0,
     };
     rewrite.visit(&mut doc)?;
+    if config.replay_log_headers.is_some() && rewrite.replay_logs_added != 1 {
+        return Err(format!(
+            "expected one `access_log` list to add the replay log to, found {}",
+            rewrite.replay_logs_added
+        ));
+    }
     let names = ["10000", "10001", "9901", "8081"];
     for (seen, name) in rewrite.ports_seen.iter().zip(names) {
         if !seen {
@@ -354,6 +384,7 @@ struct Rewrite<'a> {
     ports_seen: [bool; 4],
     plugins_seen: usize,
     filters_removed: usize,
+    replay_logs_added: usize,
 }
 
 impl Rewrite<'_> {
@@ -375,7 +406,11 @@ impl Rewrite<'_> {
                 if map.get("root_id").and_then(Yaml::as_str) == Some(ROOT_ID) {
                     self.plugin(map)?;
                 }
-                map.iter_mut().try_for_each(|(_, value)| self.visit(value))
+                map.iter_mut()
+                    .try_for_each(|(_, value)| self.visit(value))?;
+                // After the visit, so that its path is not rewritten.
+                self.replay_log(map);
+                Ok(())
             }
             _ => Ok(()),
         }
@@ -409,6 +444,41 @@ impl Rewrite<'_> {
         if let (Some(path), Some(to)) = (map.get_mut("path"), &self.config.access_log) {
             *path = Yaml::from(to.to_string_lossy().into_owned());
         }
+    }
+
+    /// The replay log beside the connection manager's own access log: the
+    /// README's `json_format` ("Before a rules change ships…"), a field per
+    /// header asked for.
+    fn replay_log(&mut self, map: &mut Mapping) {
+        let (Some(headers), Some(path)) = (
+            &self.config.replay_log_headers,
+            &self.config.replay_log_path,
+        ) else {
+            return;
+        };
+        let Some(Yaml::Array(logs)) = map.get_mut("access_log") else {
+            return;
+        };
+        let mut format = serde_json::json!({
+            "start_time": "%START_TIME%",
+            "method": "%REQ(:METHOD)%",
+            "path": "%REQ(:PATH)%",
+            "client_ip": "%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%",
+            "route": "%ROUTE_NAME%",
+            "host": "%REQ(:AUTHORITY)%",
+        });
+        for header in headers {
+            format[header.as_str()] = Json::from(format!("%REQ({})%", header.to_uppercase()));
+        }
+        logs.push(serde_json::json!({
+            "name": "envoy.access_loggers.file",
+            "typed_config": {
+                "@type": FILE_ACCESS_LOG,
+                "path": path.to_string_lossy(),
+                "log_format": { "json_format": format },
+            },
+        }));
+        self.replay_logs_added += 1;
     }
 
     /// The wasm PluginConfig: its configuration string and module path.

@@ -10,10 +10,14 @@
 //! writes `-` for what a request did not have; it counts as absent.
 //!
 //! What it models: each key's bucket as if one store held it exactly (no lease
-//! or region split), every rule evaluated (shadow ones too, marked as such), a
-//! request counted against every rule that applies to it. So it answers "would
-//! this change reject more of real traffic, and whose", not the last request
-//! of a lease race.
+//! or region split), and the filter's order over it: the rules that apply,
+//! strictest first, shadow ones too (marked as such); a key whose bucket
+//! denied keeps denying until its retry-after (the filter's denial cache), and
+//! once such a cached denial of an enforcing rule rejects a request, the other
+//! rules spend nothing on it. Otherwise every rule that applies takes from its
+//! key's bucket, as the store would. So it answers "would this change reject
+//! more of real traffic, and whose", and for rules checked exactly it gives the
+//! live run's rejections; not the last request of a lease race.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, Write};
@@ -50,45 +54,75 @@ pub fn replay(log: impl BufRead, new: &RuleSet, baseline: Option<&RuleSet>) -> R
         baseline: baseline.map(|_| Outcome::default()),
         ..Replay::default()
     };
-    let mut buckets_new = HashMap::new();
-    let mut buckets_old = HashMap::new();
+    let mut keys_new = HashMap::new();
+    let mut keys_old = HashMap::new();
     for line in log.lines() {
         let Some((now, req)) = line.ok().as_deref().and_then(request) else {
             r.skipped += 1;
             continue;
         };
         r.requests += 1;
-        judge(new, &req, now, &mut buckets_new, &mut r.new);
+        judge(new, &req, now, &mut keys_new, &mut r.new);
         if let (Some(set), Some(out)) = (baseline, r.baseline.as_mut()) {
-            judge(set, &req, now, &mut buckets_old, out);
+            judge(set, &req, now, &mut keys_old, out);
         }
     }
     r
+}
+
+/// One key's state: its bucket and the denial the filter would hold for it.
+#[derive(Debug)]
+pub(crate) struct KeyState {
+    bucket: Bucket,
+    /// Until when (ns) the key's last denial holds, as the filter caches it.
+    denied_until_ns: u64,
 }
 
 fn judge(
     set: &RuleSet,
     req: &RequestInfo,
     now: u64,
-    buckets: &mut HashMap<DescriptorKey, Bucket>,
+    keys: &mut HashMap<DescriptorKey, KeyState>,
     out: &mut Outcome,
 ) {
     let Ok(applicable) = set.applicable(req) else {
         out.ambiguous += 1;
         return;
     };
+    for a in &applicable {
+        out.by_rule.entry(a.rule.name.clone()).or_default().0 += 1;
+    }
+    // First what the filter decides locally: a cached denial, strictest rule
+    // first. An enforcing one rejects the request before any token is spent.
+    let mut to_take = Vec::with_capacity(applicable.len());
     for a in applicable {
-        let cost = a.rule.cost.get();
-        let bucket = buckets
-            .entry(a.key.clone())
-            .or_insert_with(|| Bucket::full(&a.limit, now));
-        let entry = out.by_rule.entry(a.rule.name.clone()).or_default();
-        entry.0 += 1;
-        if let Take::Denied { .. } = bucket.take(&a.limit, now, cost, cost) {
-            entry.1 += 1;
-            *out.by_key.entry(a.key).or_default() += 1;
+        if keys.get(&a.key).is_some_and(|k| k.denied_until_ns > now) {
+            let enforcing = a.rule.mode == Mode::Enforce;
+            reject(out, &a.rule.name, a.key);
+            if enforcing {
+                return;
+            }
+        } else {
+            to_take.push(a);
         }
     }
+    // The rest go to the store together; each is granted or denied on its own.
+    for a in to_take {
+        let cost = a.rule.cost.get();
+        let key = keys.entry(a.key.clone()).or_insert_with(|| KeyState {
+            bucket: Bucket::full(&a.limit, now),
+            denied_until_ns: 0,
+        });
+        if let Take::Denied { retry_after_ns } = key.bucket.take(&a.limit, now, cost, cost) {
+            key.denied_until_ns = now.saturating_add(retry_after_ns);
+            reject(out, &a.rule.name, a.key);
+        }
+    }
+}
+
+fn reject(out: &mut Outcome, rule: &str, key: DescriptorKey) {
+    out.by_rule.entry(rule.to_string()).or_default().1 += 1;
+    *out.by_key.entry(key).or_default() += 1;
 }
 
 /// One log line as a request and its time (ns since the epoch).
@@ -232,5 +266,47 @@ mod tests {
         assert_eq!(instant_ns("1970-01-01T00:00:00.000000123Z"), Some(123));
         assert_eq!(instant_ns("1970-01-01T00:00:02Z"), Some(2_000_000_000));
         assert_eq!(instant_ns("yesterday"), None);
+    }
+
+    fn rules(yaml: &str) -> RuleSet {
+        meshlimit_core::rules::parse_rules("rules.yaml", yaml).expect("valid rules")
+    }
+
+    fn line(ms: u64, path: &str, key: &str) -> String {
+        format!(
+            r#"{{"start_time":"1970-01-01T00:00:00.{ms:03}Z","method":"GET","path":"{path}","x-api-key":"{key}"}}"#
+        )
+    }
+
+    #[test]
+    fn a_request_an_enforcing_rule_is_already_denying_spends_no_other_tokens() {
+        // `search` (2/h) is stricter than `any` (4/h): evaluated first.
+        let set = rules(
+            r#"
+version: 1
+rules:
+  - name: any
+    key: [{ header: x-api-key }]
+    limit: { requests: 4, per: 1h }
+    accuracy: exact
+  - name: search
+    match: { path_prefix: /search }
+    key: [{ header: x-api-key }]
+    limit: { requests: 2, per: 1h }
+    accuracy: exact
+"#,
+        );
+        // The third search is denied by `search` while `any` takes its third
+        // token (both go to the store); the fourth is rejected by the cached
+        // denial and spends nothing of `any`, whose last token the request to
+        // /other then gets.
+        let log: Vec<String> = (0..4)
+            .map(|i| line(i, "/search", "k"))
+            .chain([line(5, "/other", "k")])
+            .collect();
+        let r = replay(log.join("\n").as_bytes(), &set, None);
+        assert_eq!(r.requests, 5);
+        assert_eq!(r.new.by_rule.get("search"), Some(&(4, 2)));
+        assert_eq!(r.new.by_rule.get("any"), Some(&(5, 0)));
     }
 }

@@ -19,6 +19,7 @@ pub use render::render_envoy_config;
 
 /// The access log's file name in an Envoy's directory.
 const ACCESS_LOG: &str = "access.log";
+const REPLAY_LOG: &str = "replay.log";
 
 /// Where one Envoy listens and where it finds the agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +71,13 @@ pub struct EnvoyConfig {
     pub start_timeout: Duration,
     /// Where the file access logs of the bootstrap write (`None`: where it says).
     pub access_log: Option<PathBuf>,
+    /// Request headers for a second access log on the listener that has one,
+    /// in the JSON lines `meshlimit-agent replay` reads (the README's format);
+    /// `None`: no such log.
+    pub replay_log_headers: Option<Vec<String>>,
+    /// Where that log writes (set by [`Envoy::start_with`]: `replay.log` in
+    /// Envoy's directory).
+    pub replay_log_path: Option<PathBuf>,
 }
 
 impl EnvoyConfig {
@@ -86,6 +94,8 @@ impl EnvoyConfig {
             args: Vec::new(),
             start_timeout: Duration::from_secs(30),
             access_log: None,
+            replay_log_headers: None,
+            replay_log_path: None,
         }
     }
 
@@ -123,6 +133,13 @@ impl EnvoyConfig {
 
     pub fn concurrency(mut self, workers: u32) -> Self {
         self.concurrency = workers;
+        self
+    }
+
+    /// Adds the access log `meshlimit-agent replay` reads, with these request
+    /// headers (see [`Envoy::replay_log`]).
+    pub fn replay_log(mut self, headers: &[&str]) -> Self {
+        self.replay_log_headers = Some(headers.iter().map(|h| h.to_string()).collect());
         self
     }
 
@@ -178,6 +195,7 @@ impl Envoy {
         let ports = EnvoyPorts::free(config.agent_port);
         let dir = temp_dir("envoy");
         config.access_log = Some(dir.path().join(ACCESS_LOG));
+        config.replay_log_path = Some(dir.path().join(REPLAY_LOG));
         let yaml = render_envoy_config(&base, &ports, &config)
             .unwrap_or_else(|e| panic!("{}: {e}", base_path.display()));
         let config_path = dir.path().join("envoy.yaml");
@@ -262,6 +280,11 @@ impl Envoy {
             .lines()
             .map(str::to_string)
             .collect()
+    }
+
+    /// The file of the access log [`EnvoyConfig::replay_log`] adds.
+    pub fn replay_log(&self) -> PathBuf {
+        self.dir.path().join(REPLAY_LOG)
     }
 
     /// Envoy's log (its stderr).

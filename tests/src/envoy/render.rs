@@ -35,8 +35,15 @@ pub fn render_envoy_config(
         ports_seen: [false; 4],
         plugins_seen: 0,
         filters_removed: 0,
+        replay_logs_added: 0,
     };
     rewrite.visit(&mut doc)?;
+    if config.replay_log_headers.is_some() && rewrite.replay_logs_added != 1 {
+        return Err(format!(
+            "expected one `access_log` list to add the replay log to, found {}",
+            rewrite.replay_logs_added
+        ));
+    }
     let names = ["10000", "10001", "9901", "8081"];
     for (seen, name) in rewrite.ports_seen.iter().zip(names) {
         if !seen {
@@ -58,6 +65,7 @@ struct Rewrite<'a> {
     ports_seen: [bool; 4],
     plugins_seen: usize,
     filters_removed: usize,
+    replay_logs_added: usize,
 }
 
 impl Rewrite<'_> {
@@ -79,7 +87,11 @@ impl Rewrite<'_> {
                 if map.get("root_id").and_then(Yaml::as_str) == Some(ROOT_ID) {
                     self.plugin(map)?;
                 }
-                map.iter_mut().try_for_each(|(_, value)| self.visit(value))
+                map.iter_mut()
+                    .try_for_each(|(_, value)| self.visit(value))?;
+                // After the visit, so that its path is not rewritten.
+                self.replay_log(map);
+                Ok(())
             }
             _ => Ok(()),
         }
@@ -113,6 +125,41 @@ impl Rewrite<'_> {
         if let (Some(path), Some(to)) = (map.get_mut("path"), &self.config.access_log) {
             *path = Yaml::from(to.to_string_lossy().into_owned());
         }
+    }
+
+    /// The replay log beside the connection manager's own access log: the
+    /// README's `json_format` ("Before a rules change ships…"), a field per
+    /// header asked for.
+    fn replay_log(&mut self, map: &mut Mapping) {
+        let (Some(headers), Some(path)) = (
+            &self.config.replay_log_headers,
+            &self.config.replay_log_path,
+        ) else {
+            return;
+        };
+        let Some(Yaml::Array(logs)) = map.get_mut("access_log") else {
+            return;
+        };
+        let mut format = serde_json::json!({
+            "start_time": "%START_TIME%",
+            "method": "%REQ(:METHOD)%",
+            "path": "%REQ(:PATH)%",
+            "client_ip": "%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%",
+            "route": "%ROUTE_NAME%",
+            "host": "%REQ(:AUTHORITY)%",
+        });
+        for header in headers {
+            format[header.as_str()] = Json::from(format!("%REQ({})%", header.to_uppercase()));
+        }
+        logs.push(serde_json::json!({
+            "name": "envoy.access_loggers.file",
+            "typed_config": {
+                "@type": FILE_ACCESS_LOG,
+                "path": path.to_string_lossy(),
+                "log_format": { "json_format": format },
+            },
+        }));
+        self.replay_logs_added += 1;
     }
 
     /// The wasm PluginConfig: its configuration string and module path.

@@ -459,3 +459,25 @@ fn a_limited_grpc_call_gets_a_grpc_answer() {
     );
     assert_eq!(field(&fields, "x-meshlimit-rule"), Some("per-key"));
 }
+
+#[test]
+fn a_vm_reports_a_new_version_to_the_agent_as_soon_as_it_runs_it() {
+    let mut vm = Vm::with_rules(per_key("closed"));
+    let (next, lines) = served(per_key("open"));
+    vm.tick();
+    let sync = vm.only_call();
+    vm.answer(&sync, Some(200), &sync_answer(&next));
+    let fetch = vm.only_call();
+    vm.answer(&fetch, Some(200), &lines);
+    assert!(
+        vm.host.take_calls().is_empty(),
+        "compiled on the ticks that follow, not in the answer's turn"
+    );
+    // The next tick finishes the load (the clock stands still here, so within
+    // one slice) and the VM reports at once, before its next sync is due.
+    vm.tick();
+    let report = vm.only_call();
+    assert_eq!(report.path, SYNC_PATH);
+    let asked: SyncRequest = serde_json::from_slice(&report.body).unwrap();
+    assert_eq!(asked.rules_version, Some(next));
+}

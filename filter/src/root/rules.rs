@@ -35,6 +35,10 @@ impl<H: Proxy + 'static> Root<H> {
             if let Some(g) = self.ready_gauge {
                 self.host.increment(g, 1);
             }
+        } else if self.in_flight.is_none() {
+            // Report the new version now, not at the next interval: the agent's
+            // propagation figures then say when this VM started running it.
+            self.sync();
         }
     }
 

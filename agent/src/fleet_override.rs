@@ -116,7 +116,8 @@ pub(crate) fn apply(rules: &CurrentRules, metrics: &Metrics, state: Option<Overr
     }
 }
 
-/// `meshlimit-agent override shadow|clear`: 0 done, 1 the store could not do it.
+/// `meshlimit-agent override shadow|clear`: 0 done, 1 the store could not do
+/// it, 64 a `--store` no command can reach (the embedded store).
 pub fn override_command(args: &OverrideArgs, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -132,7 +133,7 @@ pub fn override_command(args: &OverrideArgs, out: &mut dyn Write, err: &mut dyn 
         Ok(s) => s,
         Err(e) => {
             let _ = writeln!(err, "meshlimit-agent: {e}");
-            return 1;
+            return crate::config::EXIT_USAGE;
         }
     };
     let state = args.state(unix_now());

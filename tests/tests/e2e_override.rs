@@ -114,7 +114,7 @@ fn one_switch_puts_every_agent_in_shadow_and_clearing_it_restores_the_429s() {
 }
 
 #[test]
-fn the_command_says_why_it_failed_when_the_store_does_not_answer() {
+fn the_command_says_why_it_failed_when_the_store_cannot_be_reached() {
     let port = meshlimit_tests::free_port();
     let out = Command::new(agent_bin())
         .args(["override", "shadow", "--store"])
@@ -127,4 +127,11 @@ fn the_command_says_why_it_failed_when_the_store_does_not_answer() {
         err.contains("cannot set the fleet override on redis://127.0.0.1"),
         "{err}"
     );
+    // The embedded store is each agent's own: a usage error, not a store one.
+    let out = Command::new(agent_bin())
+        .args(["override", "shadow", "--store", "memory"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("each agent's own"));
 }

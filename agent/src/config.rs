@@ -17,8 +17,8 @@ mod run_args;
 mod store;
 
 pub use commands::{
-    CheckFormat, CheckRulesArgs, ExplainArgs, ImportArgs, ImportFormat, KeyIdArgs, ReplayArgs,
-    SecretArgs,
+    CheckFormat, CheckRulesArgs, ExplainArgs, ImportArgs, ImportFormat, KeyIdArgs, OverrideAction,
+    OverrideArgs, ReplayArgs, SecretArgs,
 };
 pub use store::{Password, RedisTarget, StoreSpec};
 
@@ -55,6 +55,11 @@ pub enum Command {
     /// Kuadrant Limitador) to a rules file: refuses what meshlimit cannot
     /// express, lists every approximation it makes.
     Import(ImportArgs),
+    /// Set or clear the fleet override in the store the region's agents share:
+    /// `shadow` puts every rule in shadow (counted, never refused) on every
+    /// agent within a second or so, until `clear`. Exit 0 done, 1 the store
+    /// could not do it.
+    Override(OverrideArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -99,6 +104,11 @@ pub struct RunArgs {
     #[arg(long, env = "MESHLIMIT_RULES_POLL_MS", default_value_t = defaults::RULES_POLL_MS,
           value_parser = clap::value_parser!(u64).range(10..=600_000))]
     pub(crate) rules_poll_ms: u64,
+    /// How often the fleet override (`meshlimit-agent override`) is read from the
+    /// store, in milliseconds.
+    #[arg(long, env = "MESHLIMIT_OVERRIDE_POLL_MS", default_value_t = defaults::OVERRIDE_POLL_MS,
+          value_parser = clap::value_parser!(u64).range(10..=600_000))]
+    pub(crate) override_poll_ms: u64,
     /// Lease requests served at once; more are shed (the failure policy applies).
     #[arg(long, env = "MESHLIMIT_MAX_INFLIGHT", default_value_t = defaults::MAX_INFLIGHT,
           value_parser = clap::value_parser!(u32).range(1..))]

@@ -12,6 +12,7 @@ pub mod check_rules;
 pub mod config;
 pub mod explain;
 pub mod fail_local;
+pub mod fleet_override;
 pub mod import;
 pub mod leases;
 pub mod metrics;

@@ -45,6 +45,13 @@ fn main() -> ExitCode {
             &mut std::io::stdout(),
             &mut std::io::stderr(),
         )),
+        Command::Override(args) => {
+            ExitCode::from(meshlimit_agent::fleet_override::override_command(
+                &args,
+                &mut std::io::stdout(),
+                &mut std::io::stderr(),
+            ))
+        }
         Command::Schema => {
             let text = meshlimit_core::rules::schema::rules_schema_text();
             let _ = write!(std::io::stdout(), "{text}");

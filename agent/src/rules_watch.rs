@@ -21,13 +21,21 @@ use meshlimit_core::rules::{
 };
 use meshlimit_core::RuleSet;
 
+use crate::fleet_override::{shadowed, Override};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 
 /// The rule set in force (if any valid file was ever read) and the last problem.
 #[derive(Debug, Default)]
 pub struct CurrentRules {
+    /// The set served and used: the file's, or its shadowed copy while the
+    /// fleet override is on.
     set: ArcSwapOption<RuleSet>,
+    /// The file's own set, kept to serve again when the override is cleared.
+    file: ArcSwapOption<RuleSet>,
+    /// The fleet override in force; held while the served set is replaced, so
+    /// a reload and an override change never interleave.
+    fleet_override: Mutex<Option<Override>>,
     /// The set as filters load it (one rule a line), encoded once per version
     /// rather than once per filter VM that asks.
     lines: ArcSwapOption<ServedLines>,
@@ -96,14 +104,69 @@ impl CurrentRules {
         }
     }
 
-    /// Puts `set` in force and forgets the last error.
-    pub fn install(&self, set: Arc<RuleSet>) {
-        self.lines.store(ServedLines::of(&set).map(Arc::new));
-        self.set.store(Some(set));
+    /// The file's own set (whatever the fleet override).
+    pub(crate) fn file_set(&self) -> Option<Arc<RuleSet>> {
+        self.file.load_full()
+    }
+
+    /// Puts `set` (the file's) in force, shadowed while the fleet override is
+    /// on, and forgets the last error. Answers the version served.
+    pub fn install(&self, set: Arc<RuleSet>) -> String {
+        let state = self
+            .fleet_override
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        self.file.store(Some(set.clone()));
+        let version = self.serve(set, state.is_some());
+        drop(state);
         *self
             .last_error
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = None;
+        version
+    }
+
+    /// The fleet override in force.
+    pub(crate) fn fleet_override(&self) -> Option<Override> {
+        self.fleet_override
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Puts the fleet override `next` in force: the file's set shadowed, or the
+    /// file's set again. Answers the version now served, if a set was replaced.
+    pub(crate) fn set_fleet_override(&self, next: Option<Override>) -> Option<String> {
+        let mut state = self
+            .fleet_override
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let was_on = state.is_some();
+        *state = next;
+        if was_on == state.is_some() {
+            return None;
+        }
+        let file = self.file.load_full()?;
+        Some(self.serve(file, state.is_some()))
+    }
+
+    /// Serves `file`, or its shadowed copy when `shadow`: compiled once per
+    /// (version, override), installed as a reload is.
+    fn serve(&self, file: Arc<RuleSet>, shadow: bool) -> String {
+        let set = match file.config().filter(|_| shadow).map(shadowed) {
+            Some(Ok(s)) => Arc::new(s),
+            Some(Err(e)) => {
+                // Cannot happen for a set that compiled; if it did, enforcing
+                // the file is the state an operator can see and act on.
+                tracing::error!("cannot shadow rules version {}: {e}", file.version());
+                file
+            }
+            None => file,
+        };
+        let version = set.version().to_string();
+        self.lines.store(ServedLines::of(&set).map(Arc::new));
+        self.set.store(Some(set));
+        version
     }
 
     /// The problems of the last refused or unreadable file, one per line, until a
@@ -290,7 +353,8 @@ impl RulesWatcher {
     fn apply(&mut self, set: RuleSet) -> Reload {
         // A change that cuts an enforced limit beyond the file's maximum without
         // an approval is refused like a broken file: the running rules stay.
-        if let Some(running) = self.rules.get() {
+        // Compared with the file's set, not its shadowed copy under a fleet override.
+        if let Some(running) = self.rules.file_set() {
             let file = self.path.display().to_string();
             let refused: Vec<RuleError> = review(&running, &set)
                 .into_iter()
@@ -308,17 +372,18 @@ impl RulesWatcher {
                 return self.refuse(&RulesError { errors: refused });
             }
         }
-        let version = set.version().to_string();
+        let file_version = set.version().to_string();
         let previous = self.rules.get().map(|s| s.version().to_string());
         tracing::info!(
             file = %self.path.display(),
-            version = %version,
+            version = %file_version,
             rules = set.rules().len(),
             previous = previous.as_deref().unwrap_or("none"),
             "rules applied"
         );
         self.metrics.rule_limits(&set);
-        self.rules.install(Arc::new(set));
+        // The version served: the file's, or its shadowed copy's under a fleet override.
+        let version = self.rules.install(Arc::new(set));
         self.metrics.rules_applied(&version);
         Reload::Applied { version }
     }

@@ -13,6 +13,7 @@ use tokio::task::JoinSet;
 
 use crate::api::{App, Auth};
 use crate::config::{ConfigError, LogFormat, RunArgs, EXIT_USAGE};
+use crate::fleet_override;
 use crate::metrics::{Metrics, MetricsError};
 use crate::regions;
 use crate::rules_watch::{CurrentRules, RulesWatcher};
@@ -106,6 +107,13 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     // appears; the agent keeps serving /healthz and /metrics meanwhile.
     watcher.poll();
     tasks.spawn(watcher.run(args.rules_poll(), shutdown.clone()));
+    tasks.spawn(fleet_override::poll(
+        store.clone(),
+        rules.clone(),
+        metrics.clone(),
+        args.override_poll(),
+        shutdown.clone(),
+    ));
     tasks.spawn(refresh_gauges(
         metrics.clone(),
         rules.clone(),

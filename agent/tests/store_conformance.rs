@@ -23,6 +23,7 @@ use std::num::{NonZeroU32, NonZeroU64};
 use std::sync::Arc;
 use std::time::Duration;
 
+use meshlimit_agent::fleet_override::{Override, OverrideMode};
 use meshlimit_agent::store::redis::RedisStore;
 use meshlimit_agent::store::{Acquire, MemoryStore, Store};
 use meshlimit_core::{DescriptorKey, Limit, Take};
@@ -245,6 +246,24 @@ async fn keys_are_isolated(store: &dyn Store) {
     }
 }
 
+/// The fleet override reads back as set, replaced, then cleared; off at first.
+async fn the_fleet_override_reads_back_as_set(store: &dyn Store) {
+    assert_eq!(store.fleet_override().await.unwrap(), None);
+    let on = |by: &str| Override {
+        mode: OverrideMode::Shadow,
+        set_by: by.into(),
+        at: 1_700_000_000,
+    };
+    store.set_fleet_override(Some(on("ops"))).await.unwrap();
+    assert_eq!(store.fleet_override().await.unwrap(), Some(on("ops")));
+    store.set_fleet_override(Some(on("oncall"))).await.unwrap();
+    assert_eq!(store.fleet_override().await.unwrap(), Some(on("oncall")));
+    store.set_fleet_override(None).await.unwrap();
+    assert_eq!(store.fleet_override().await.unwrap(), None);
+    // Clearing what is off is no error.
+    store.set_fleet_override(None).await.unwrap();
+}
+
 /// A store under test and whatever it runs on (killed on drop).
 struct Backend {
     store: Box<dyn Store>,
@@ -300,6 +319,7 @@ macro_rules! conformance {
                 a_share_scales_the_limit,
                 a_batch_is_answered_in_order,
                 keys_are_isolated,
+                the_fleet_override_reads_back_as_set,
             );
         }
     };

@@ -6,7 +6,15 @@ use std::path::PathBuf;
 use clap::Args;
 use meshlimit_core::secret::Secret;
 
-use super::ConfigError;
+use std::sync::Arc;
+
+use meshlimit_core::secret::KeyIds;
+
+use super::{ConfigError, Password, StoreSpec};
+use crate::fleet_override::{Override, OverrideMode};
+use crate::store::redis::client::Connect;
+use crate::store::redis::{BatchConfig, RedisConfig, RedisStore};
+use crate::store::Store;
 
 #[derive(Debug, Clone, Args)]
 pub struct ReplayArgs {
@@ -124,6 +132,83 @@ pub struct KeyIdArgs {
     pub parts: Vec<String>,
     #[command(flatten)]
     pub secret: SecretArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct OverrideArgs {
+    /// `shadow`: every rule in shadow on every agent of the store. `clear`: the
+    /// rules file's modes again.
+    #[arg(value_enum)]
+    pub action: OverrideAction,
+    /// The store the region's agents share, as their --store: redis://HOST:PORT,
+    /// redis+cluster://HOST:PORT,… (rediss… for TLS, trusting the system's roots).
+    #[arg(long, value_parser = StoreSpec::parse)]
+    pub store: StoreSpec,
+    /// Who sets it and why, shown in every agent's log (default: $USER).
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
+    /// Redis ACL user.
+    #[arg(long, env = "MESHLIMIT_REDIS_USERNAME", hide_env_values = true)]
+    pub(crate) redis_username: Option<String>,
+    /// Redis password (prefer the environment: a value here is visible in the
+    /// process's arguments).
+    #[arg(long, env = "MESHLIMIT_REDIS_PASSWORD", hide_env_values = true, value_parser = Password::parse)]
+    pub(crate) redis_password: Option<Password>,
+}
+
+/// What `override` does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OverrideAction {
+    /// Every rule in shadow: counted, never refused.
+    Shadow,
+    /// The rules file's modes again.
+    Clear,
+}
+
+impl OverrideArgs {
+    /// The override to store, set at `now` (Unix seconds); `None` clears it.
+    pub(crate) fn state(&self, now: u64) -> Option<Override> {
+        match self.action {
+            OverrideAction::Clear => None,
+            OverrideAction::Shadow => Some(Override {
+                mode: OverrideMode::Shadow,
+                set_by: self
+                    .reason
+                    .clone()
+                    .or_else(|| std::env::var("USER").ok())
+                    .unwrap_or_else(|| "unknown".into()),
+                at: now,
+            }),
+        }
+    }
+
+    /// The store `--store` names. The embedded store is each agent's own: no
+    /// command can reach it.
+    pub(crate) fn store(&self) -> Result<Box<dyn Store>, ConfigError> {
+        let Some(target) = self.store.redis() else {
+            return Err(ConfigError::Redis(
+                "--store memory is each agent's own: give the Redis the agents share (redis://HOST:PORT or redis+cluster://HOST:PORT,…)".into(),
+            ));
+        };
+        let config = RedisConfig {
+            nodes: target.nodes,
+            cluster: target.cluster,
+            connect: Connect {
+                username: self.redis_username.clone(),
+                password: self.redis_password.clone(),
+                tls: target.tls,
+                tls_files: None,
+            },
+            // No lease goes through this store: only the override's own call.
+            batch: BatchConfig {
+                window: std::time::Duration::from_micros(super::defaults::BATCH_WINDOW_US),
+                max_batch: 1,
+                deadline: std::time::Duration::from_millis(super::defaults::STORE_DEADLINE_MS),
+            },
+            key_ids: KeyIds::placeholder(),
+        };
+        Ok(Box::new(RedisStore::new(config, Arc::new(|_, _, _| {}))))
+    }
 }
 
 #[derive(Debug, Clone, Args)]

@@ -20,6 +20,8 @@ pub(crate) const LEASE_TARGET_MS: u64 = 100;
 pub(crate) const EXACT_BELOW_RPS: f64 = 0.0;
 /// `--rules-poll-ms`.
 pub(crate) const RULES_POLL_MS: u64 = 500;
+/// `--override-poll-ms`: every agent applies a fleet override within about a second.
+pub(crate) const OVERRIDE_POLL_MS: u64 = 1_000;
 /// `--max-inflight`.
 pub(crate) const MAX_INFLIGHT: u32 = 1024;
 /// `--store-deadline-ms`: below the filter's 5 ms lease timeout.

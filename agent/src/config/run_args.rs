@@ -30,6 +30,10 @@ impl RunArgs {
         Duration::from_millis(self.rules_poll_ms)
     }
 
+    pub(crate) fn override_poll(&self) -> Duration {
+        Duration::from_millis(self.override_poll_ms)
+    }
+
     pub(crate) fn header_timeout(&self) -> Duration {
         Duration::from_millis(self.header_timeout_ms)
     }

@@ -105,6 +105,17 @@ impl Store for FakeStore {
     fn name(&self) -> &'static str {
         "fake"
     }
+
+    async fn fleet_override(&self) -> Result<Option<crate::fleet_override::Override>, StoreError> {
+        Ok(None)
+    }
+
+    async fn set_fleet_override(
+        &self,
+        _: Option<crate::fleet_override::Override>,
+    ) -> Result<(), StoreError> {
+        Ok(())
+    }
 }
 
 fn service(mode: Mode, max_inflight: usize) -> (Arc<LeaseService>, Arc<Metrics>) {

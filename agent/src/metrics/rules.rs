@@ -5,7 +5,9 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 
 use meshlimit_core::rules::{Limits, Rule, RuleSet};
-use prometheus::{GaugeVec, IntCounterVec, IntGauge, IntGaugeVec};
+use prometheus::{GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
+
+use crate::fleet_override::OverrideMode;
 
 use super::{inc, lock, Factory, Metrics, MetricsError};
 
@@ -16,13 +18,15 @@ pub(super) struct RulesMetrics {
     /// The version label currently set on `meshlimit_rules_version_info`.
     shown_version: Mutex<Option<String>>,
     limit: GaugeVec,
+    fleet_override: IntGaugeVec,
+    fleet_override_errors: IntCounter,
     /// The (rule, plan) pairs currently set on `meshlimit_rule_limit`.
     shown_limits: Mutex<HashSet<(String, String)>>,
 }
 
 impl RulesMetrics {
     pub(super) fn new(f: &Factory<'_>) -> Result<Self, MetricsError> {
-        Ok(Self {
+        let m = Self {
             reloads: f.counters(
                 "meshlimit_rules_reloads_total",
                 "Rules file loads, by result.",
@@ -46,7 +50,26 @@ impl RulesMetrics {
                 &["rule", "plan", "what"],
             )?,
             shown_limits: Mutex::new(HashSet::new()),
-        })
+            fleet_override: f.gauges(
+                "meshlimit_fleet_override",
+                "1 while the fleet override puts every rule in this mode (shadow: \
+                 counted, never refused), else 0.",
+                &["mode"],
+            )?,
+            fleet_override_errors: f.counter(
+                "meshlimit_fleet_override_errors_total",
+                "Reads of the fleet override the store could not answer (the last \
+                 known state stays).",
+            )?,
+        };
+        // Off until an agent reads otherwise: the series exists from the start.
+        if let Ok(g) = m
+            .fleet_override
+            .get_metric_with_label_values(&[OverrideMode::Shadow.as_str()])
+        {
+            g.set(0);
+        }
+        Ok(m)
     }
 }
 
@@ -56,6 +79,13 @@ impl Metrics {
         let m = &self.rules;
         inc(&m.reloads, &["ok"], 1);
         m.last_reload_success.set(1);
+        self.rules_served(version);
+    }
+
+    /// `version` is the one served (a reload, or the fleet override shadowing
+    /// the file's set or giving it back): the only one shown.
+    pub(crate) fn rules_served(&self, version: &str) {
+        let m = &self.rules;
         let mut shown = lock(&m.shown_version);
         if let Some(old) = shown.as_deref().filter(|old| *old != version) {
             let _ = m.version.remove_label_values(&[old]);
@@ -108,6 +138,24 @@ impl Metrics {
             }
         }
         *shown = wanted;
+    }
+
+    /// The fleet override in force: `mode`'s series 1, the others 0.
+    pub(crate) fn fleet_override(&self, mode: Option<OverrideMode>) {
+        for m in [OverrideMode::Shadow] {
+            if let Ok(g) = self
+                .rules
+                .fleet_override
+                .get_metric_with_label_values(&[m.as_str()])
+            {
+                g.set(i64::from(mode == Some(m)));
+            }
+        }
+    }
+
+    /// A read of the fleet override failed.
+    pub(crate) fn fleet_override_error(&self) {
+        self.rules.fleet_override_errors.inc();
     }
 
     /// A rules file was refused (or could not be read); the last good set stays.

@@ -34,6 +34,7 @@ use meshlimit_core::{Bucket, DescriptorKey, Limit};
 use tokio::time::Instant;
 
 use super::{Acquire, Acquired, Store, StoreError};
+use crate::fleet_override::Override;
 use crate::shutdown::Shutdown;
 
 /// Lock shards; a power of two comfortably above the core count.
@@ -49,6 +50,8 @@ pub struct MemoryStore {
     epoch: Instant,
     /// Buckets each shard holds at most.
     max_per_shard: usize,
+    /// The fleet override: this agent's alone, with no store shared.
+    fleet_override: Mutex<Option<Override>>,
 }
 
 #[derive(Debug)]
@@ -69,6 +72,7 @@ impl MemoryStore {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             epoch: Instant::now(),
             max_per_shard: max_keys.div_ceil(SHARDS).max(1),
+            fleet_override: Mutex::new(None),
         }
     }
 
@@ -168,6 +172,15 @@ impl Store for MemoryStore {
 
     fn name(&self) -> &'static str {
         "memory"
+    }
+
+    async fn fleet_override(&self) -> Result<Option<Override>, StoreError> {
+        Ok(lock(&self.fleet_override).clone())
+    }
+
+    async fn set_fleet_override(&self, state: Option<Override>) -> Result<(), StoreError> {
+        *lock(&self.fleet_override) = state;
+        Ok(())
     }
 }
 

@@ -12,6 +12,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use meshlimit_core::{DescriptorKey, Limit, Take};
 
+use crate::fleet_override::Override;
+
 pub use memory::MemoryStore;
 
 /// One bucket operation: take between `min` and `max` tokens from `key`'s bucket
@@ -91,6 +93,13 @@ pub trait Store: Send + Sync + 'static {
     async fn heartbeat(&self, _agent_id: &str) -> Result<Option<u32>, StoreError> {
         Ok(None)
     }
+
+    /// The fleet override the region's agents share (`None`: the rules file's
+    /// modes apply). Read with the store's deadline, never retried.
+    async fn fleet_override(&self) -> Result<Option<Override>, StoreError>;
+
+    /// Sets (`Some`) or clears (`None`) the fleet override.
+    async fn set_fleet_override(&self, state: Option<Override>) -> Result<(), StoreError>;
 }
 
 impl StoreError {

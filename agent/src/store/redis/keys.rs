@@ -8,6 +8,7 @@
 //! |---|---|---|
 //! | `ml:{<key id>}:<rule>` | hash `t` (tokens), `u` (µs of the server's `TIME`) | the lease script |
 //! | `ml:{agents}` | sorted set, agent id → ms of its last heartbeat | the heartbeat script |
+//! | `ml:{fleet}:override` | string, JSON `{"mode":"shadow","set_by":…,"at":…}`; absent when off | `meshlimit-agent override` (SET, DEL) |
 //! | `ml:rg:…` | the region exchange | see [`region`] |
 //!
 //! The test harness (`tests/src/lib.rs`, `redis_bucket_key`, `exchange_key`)
@@ -30,6 +31,10 @@ pub fn bucket(ids: &KeyIds, key: &DescriptorKey) -> String {
 
 /// The sorted set of the region's live agents (one hash slot, whatever the cluster).
 pub(crate) const AGENTS: &str = "ml:{agents}";
+
+/// The fleet override every agent of the region reads (one hash slot, whatever
+/// the cluster): absent when off.
+pub(crate) const FLEET_OVERRIDE: &str = "ml:{fleet}:override";
 
 /// The Redis keys of the region exchange, all in a region's own Redis (its agents
 /// write, every region's rebalancer reads). Keys per partition of the exchange carry the

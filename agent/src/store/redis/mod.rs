@@ -27,6 +27,7 @@ use tasks::{cluster_slots, prewarm, probe, refresher};
 use topology::{hash_slot, HashSlotMap};
 
 use super::{Acquire, Acquired, Store, StoreError};
+use crate::fleet_override::Override;
 
 /// How often the hash slot map is read again while every node is healthy (hash slot
 /// migrations, a failover this agent has not noticed).
@@ -406,11 +407,84 @@ impl Store for RedisStore {
         }
     }
 
+    async fn fleet_override(&self) -> Result<Option<Override>, StoreError> {
+        let get = redis::cmd("GET").arg(keys::FLEET_OVERRIDE).clone();
+        let text: Option<String> = self.control(keys::FLEET_OVERRIDE, get).await?;
+        text.map(|t| {
+            serde_json::from_str(&t).map_err(|e| {
+                StoreError::Failed(format!("{} holds no override: {e}", keys::FLEET_OVERRIDE))
+            })
+        })
+        .transpose()
+    }
+
+    async fn set_fleet_override(&self, state: Option<Override>) -> Result<(), StoreError> {
+        let cmd = match state {
+            Some(o) => {
+                let json =
+                    serde_json::to_string(&o).map_err(|e| StoreError::Failed(e.to_string()))?;
+                redis::cmd("SET")
+                    .arg(keys::FLEET_OVERRIDE)
+                    .arg(json)
+                    .clone()
+            }
+            None => redis::cmd("DEL").arg(keys::FLEET_OVERRIDE).clone(),
+        };
+        self.control::<redis::Value>(keys::FLEET_OVERRIDE, cmd)
+            .await
+            .map(|_| ())
+    }
+
     fn name(&self) -> &'static str {
         if self.shared.cfg.cluster {
             "redis-cluster"
         } else {
             "redis"
+        }
+    }
+}
+
+impl RedisStore {
+    /// Runs one command on the node owning `key`, with [`PING_TIMEOUT`] for the
+    /// whole call (connection included) and no retry: background and operator
+    /// calls, off the request path.
+    async fn control<T: redis::FromRedisValue>(
+        &self,
+        key: &str,
+        cmd: redis::Cmd,
+    ) -> Result<T, StoreError> {
+        let call = async {
+            let unknown = self
+                .shared
+                .map
+                .read()
+                .map(|m| m.nodes.is_empty())
+                .unwrap_or(true);
+            if unknown {
+                self.refresh_topology().await?;
+            }
+            let map = self
+                .shared
+                .map
+                .read()
+                .map(|m| m.clone())
+                .unwrap_or_default();
+            let node = map
+                .node_of(hash_slot(key))
+                .and_then(|i| map.nodes.get(i).cloned())
+                .ok_or_else(|| StoreError::Unavailable("topology unknown".into()))?;
+            let client = client(&node, &self.shared.cfg)?;
+            let mut c = client
+                .get_multiplexed_async_connection()
+                .await
+                .map_err(|e| StoreError::Unavailable(format!("{node}: {e}")))?;
+            cmd.query_async::<T>(&mut c)
+                .await
+                .map_err(|e| StoreError::Unavailable(format!("{node}: {e}")))
+        };
+        match timeout(PING_TIMEOUT, call).await {
+            Ok(answer) => answer,
+            Err(_) => Err(StoreError::Timeout(PING_TIMEOUT)),
         }
     }
 }

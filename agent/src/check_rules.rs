@@ -76,7 +76,7 @@ pub fn check_rules_against(
         _ => None,
     };
     let warnings = match &result {
-        Ok(set) => expiry_warnings(set, unix_now()),
+        Ok(set) => expiry_warnings(set, crate::regions::clock::now_secs()),
         Err(_) => Vec::new(),
     };
     match (format, result) {
@@ -190,12 +190,6 @@ fn expiry_warnings(set: &RuleSet, now: u64) -> Vec<String> {
             }
         })
         .collect()
-}
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// A rules file read and compiled, or why not (one line).

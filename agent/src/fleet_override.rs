@@ -136,7 +136,7 @@ pub fn override_command(args: &OverrideArgs, out: &mut dyn Write, err: &mut dyn 
             return crate::config::EXIT_USAGE;
         }
     };
-    let state = args.state(unix_now());
+    let state = args.state(crate::regions::clock::now_secs());
     let on = state.is_some();
     match runtime.block_on(store.set_fleet_override(state)) {
         Ok(()) if on => {
@@ -164,12 +164,6 @@ pub fn override_command(args: &OverrideArgs, out: &mut dyn Write, err: &mut dyn 
             1
         }
     }
-}
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 #[cfg(test)]

@@ -24,6 +24,8 @@ pub mod run;
 pub(crate) mod server;
 pub mod shutdown;
 pub mod store;
+#[cfg(test)]
+mod test_support;
 pub(crate) mod window;
 
 pub use api::App;

@@ -67,7 +67,7 @@ impl RulesWatcher {
             last_read_error: None,
             last_good: None,
             expired: Vec::new(),
-            clock: unix_now,
+            clock: crate::regions::clock::now_secs,
             directory: directory::Directory::default(),
         }
     }
@@ -303,9 +303,3 @@ pub use current::CurrentRules;
 
 #[cfg(test)]
 mod tests;
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}

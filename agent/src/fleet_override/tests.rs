@@ -1,5 +1,4 @@
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant as StdInstant;
 
 use async_trait::async_trait;
 use meshlimit_core::rules::parse_rules;
@@ -8,6 +7,7 @@ use super::*;
 use crate::metrics::sample;
 use crate::shutdown;
 use crate::store::{Acquire, Acquired, MemoryStore, StoreError};
+use crate::test_support::wait_until;
 
 const RULES: &str = r"
 version: 1
@@ -168,18 +168,6 @@ impl Store for FlakyStore {
     }
     async fn set_fleet_override(&self, state: Option<Override>) -> Result<(), StoreError> {
         self.inner.set_fleet_override(state).await
-    }
-}
-
-/// Polls `done` every 5 ms for at most 5 s.
-async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let start = StdInstant::now();
-    while !done() {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 

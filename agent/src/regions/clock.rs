@@ -17,6 +17,11 @@ pub(crate) fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// Seconds of Unix time.
+pub(crate) fn now_secs() -> u64 {
+    period_of(now_ms())
+}
+
 /// The period (Unix second) holding `ms`.
 pub(crate) fn period_of(ms: u64) -> u64 {
     ms / 1_000

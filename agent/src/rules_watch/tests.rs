@@ -1,10 +1,10 @@
 use std::fs;
 use std::os::unix::fs::symlink;
-use std::time::Instant as StdInstant;
 
 use super::*;
 use crate::metrics::sample;
 use crate::shutdown;
+use crate::test_support::wait_until;
 
 const GOOD_V1: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -54,18 +54,6 @@ impl ConfigMapDir {
         if let Some(old) = old {
             fs::remove_dir_all(root.join(old)).unwrap();
         }
-    }
-}
-
-/// Polls `done` every 5 ms for at most 5 s.
-async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let start = StdInstant::now();
-    while !done() {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 

@@ -322,15 +322,7 @@ impl Store for RedisStore {
         // An unknown map (the first call) must be read before anything can be
         // sent; afterwards the map is the refresher's business, off the request
         // path.
-        let unknown = self
-            .shared
-            .map
-            .read()
-            .map(|m| m.nodes.is_empty())
-            .unwrap_or(true);
-        if unknown {
-            let _ = self.refresh_topology().await;
-        }
+        let _ = self.ensure_topology().await;
         self.start_refresher();
         let s = &self.shared;
         let pending: Vec<_> = items.iter().map(|i| s.submit(i, None)).collect();
@@ -378,33 +370,14 @@ impl Store for RedisStore {
     }
 
     async fn heartbeat(&self, agent_id: &str) -> Result<Option<u32>, StoreError> {
-        let map = self
-            .shared
-            .map
-            .read()
-            .map(|m| m.clone())
-            .unwrap_or_default();
-        let node = map
-            .node_of(hash_slot(keys::AGENTS))
-            .and_then(|i| map.nodes.get(i).cloned())
-            .ok_or_else(|| StoreError::Unavailable("topology unknown".into()))?;
-        let client = client(&node, &self.shared.cfg)?;
-        let beat = async {
-            let mut c = client.get_multiplexed_async_connection().await?;
-            redis::cmd("EVAL")
-                .arg(script::HEARTBEAT_SCRIPT)
-                .arg(1)
-                .arg(keys::AGENTS)
-                .arg(agent_id)
-                .arg(HEARTBEAT_WINDOW_MS)
-                .query_async::<u32>(&mut c)
-                .await
-        };
-        match timeout(PING_TIMEOUT, beat).await {
-            Ok(Ok(n)) => Ok(Some(n)),
-            Ok(Err(e)) => Err(StoreError::Unavailable(format!("{node}: {e}"))),
-            Err(_) => Err(StoreError::Timeout(PING_TIMEOUT)),
-        }
+        let beat = redis::cmd("EVAL")
+            .arg(script::HEARTBEAT_SCRIPT)
+            .arg(1)
+            .arg(keys::AGENTS)
+            .arg(agent_id)
+            .arg(HEARTBEAT_WINDOW_MS)
+            .clone();
+        self.control::<u32>(keys::AGENTS, beat).await.map(Some)
     }
 
     async fn fleet_override(&self) -> Result<Option<Override>, StoreError> {
@@ -445,6 +418,20 @@ impl Store for RedisStore {
 }
 
 impl RedisStore {
+    /// Reads the cluster map if none is known yet (the first call).
+    async fn ensure_topology(&self) -> Result<(), StoreError> {
+        let unknown = self
+            .shared
+            .map
+            .read()
+            .map(|m| m.nodes.is_empty())
+            .unwrap_or(true);
+        if unknown {
+            self.refresh_topology().await?;
+        }
+        Ok(())
+    }
+
     /// Runs one command on the node owning `key`, with [`PING_TIMEOUT`] for the
     /// whole call (connection included) and no retry: background and operator
     /// calls, off the request path.
@@ -454,15 +441,7 @@ impl RedisStore {
         cmd: redis::Cmd,
     ) -> Result<T, StoreError> {
         let call = async {
-            let unknown = self
-                .shared
-                .map
-                .read()
-                .map(|m| m.nodes.is_empty())
-                .unwrap_or(true);
-            if unknown {
-                self.refresh_topology().await?;
-            }
+            self.ensure_topology().await?;
             let map = self
                 .shared
                 .map

@@ -175,6 +175,7 @@ fn periods() {
 }
 
 #[cfg(feature = "yaml")]
+mod claims;
 mod fixtures;
 
 fn login_set() -> RuleSet {

@@ -3,11 +3,13 @@
 //! puts the token's payload under `filter_metadata["envoy.filters.http.jwt_authn"]
 //! .payload`).
 //!
-//! The filter asks the proxy for one filter's namespace as a whole
-//! (`metadata.filter_metadata.<filter>`); Envoy answers with a serialized
-//! `google.protobuf.Struct`. Reading the Struct here, rather than asking for the
-//! leaf, keeps a value's type: Envoy hands a leaf number over as 8 raw bytes of
-//! an `f64`, which the 8-character string `abcdefgh` cannot be told apart from.
+//! The filter asks the proxy for the stream's whole dynamic metadata (property
+//! `metadata`), which Envoy hands over as a serialized protobuf
+//! `envoy.config.core.v3.Metadata`: each filter's namespace a
+//! `google.protobuf.Struct`. Reading the protobuf here keeps each value's
+//! type. Asking Envoy for a namespace or a leaf instead gives its own map
+//! encoding, where a number is 8 raw bytes of an `f64`, which the 8-character
+//! string `abcdefgh` cannot be told apart from.
 //!
 //! A value is read in one spelling so that no issuer's choice mints a fresh
 //! bucket: a string as is, a number as its shortest decimal (`3`, `3.5`, `-0`
@@ -132,6 +134,17 @@ enum Value<'a> {
 /// The value of field `name` in a serialized Struct (`map<string, Value>
 /// fields = 1`); the last entry wins when a name repeats, as protobuf reads it.
 fn field<'a>(bytes: &'a [u8], name: &str) -> Option<Value<'a>> {
+    // An entry without a value is a Value with no kind set: null.
+    match map_value(bytes, name)? {
+        Some(v) => decode_value(v),
+        None => Some(Value::Null),
+    }
+}
+
+/// The value bytes of key `name` in field 1 of a message, a protobuf
+/// `map<string, _>` (a Struct's fields, a Metadata's filter_metadata):
+/// `None` when absent or malformed, `Some(None)` for an entry without a value.
+fn map_value<'a>(bytes: &'a [u8], name: &str) -> Option<Option<&'a [u8]>> {
     let mut found = None;
     for entry in Fields::new(bytes) {
         let (number, payload) = entry.ok()?;
@@ -148,14 +161,29 @@ fn field<'a>(bytes: &'a [u8], name: &str) -> Option<Value<'a>> {
             }
         }
         if key == name.as_bytes() {
-            // An entry without a value is a Value with no kind set: null.
-            found = Some(match value {
-                Some(v) => decode_value(v)?,
-                None => Value::Null,
-            });
+            found = Some(value);
         }
     }
     found
+}
+
+/// The namespace of `filter` (its serialized Struct) in a serialized
+/// `envoy.config.core.v3.Metadata`, as the proxy gives property `metadata`.
+pub fn namespace<'a>(metadata: &'a [u8], filter: &str) -> Option<&'a [u8]> {
+    Some(map_value(metadata, filter)?.unwrap_or_default())
+}
+
+/// A serialized `envoy.config.core.v3.Metadata` holding these namespaces
+/// (each a serialized Struct): what the proxy gives as property `metadata`.
+pub fn encode_metadata(namespaces: &[(String, Vec<u8>)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (filter, ns) in namespaces {
+        let mut entry = Vec::new();
+        put_bytes(&mut entry, 1, filter.as_bytes());
+        put_bytes(&mut entry, 2, ns);
+        put_bytes(&mut out, 1, &entry);
+    }
+    out
 }
 
 /// A serialized `google.protobuf.Value` (a oneof: the last field set wins).

@@ -96,8 +96,9 @@ pub trait Proxy: Host {
             .and_then(|b| String::from_utf8(b).ok())
     }
     /// A property as the bytes the proxy gives: a string's bytes, or Envoy's
-    /// serialized form of anything else (a Struct's protobuf bytes for
-    /// `["metadata", "filter_metadata", FILTER]`). `None` when absent.
+    /// serialized form of anything else (for `["metadata"]`, the stream's
+    /// dynamic metadata as a protobuf `envoy.config.core.v3.Metadata`).
+    /// `None` when absent.
     fn property_bytes(&self, path: &[&str]) -> Option<Vec<u8>>;
     /// Sets a property of the stream; Envoy keeps it as filter state
     /// `wasm.<name>`, which an access log prints with

@@ -8,7 +8,7 @@ use meshlimit_core::decision::Quota;
 use meshlimit_core::headers::{self, HeaderStyle, Protocol};
 use meshlimit_core::rules::Needs;
 use meshlimit_core::wire::{LeaseResponse, LEASE_PATH, WIRE_VERSION};
-use meshlimit_core::{client_ip, RequestInfo, RuleSet, Verdict};
+use meshlimit_core::{client_ip, metadata, RequestInfo, RuleSet, Verdict};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 
@@ -101,13 +101,15 @@ impl<H: Proxy> Http<H> {
                 .property(&["xds", "cluster_name"])
                 .filter(|c| !c.is_empty());
         }
-        // One call per filter namespace: its Struct, whatever the paths read in it.
-        for filter in &needs.metadata {
-            if let Some(ns) =
-                self.host
-                    .property_bytes(&["metadata", "filter_metadata", filter.as_str()])
-            {
-                info.metadata.push((filter.clone(), ns));
+        // One call for the whole dynamic metadata, as protobuf (see
+        // `meshlimit_core::metadata`), only when some rule reads it.
+        if !needs.metadata.is_empty() {
+            if let Some(all) = self.host.property_bytes(&["metadata"]) {
+                info.metadata = needs
+                    .metadata
+                    .iter()
+                    .filter_map(|f| Some((f.clone(), metadata::namespace(&all, f)?.to_vec())))
+                    .collect();
             }
         }
         (info, protocol)

@@ -158,8 +158,8 @@ impl MemoryHost {
         self.set_host_property_bytes(path, value.as_bytes());
     }
 
-    /// A property the host shows as bytes (Envoy's serialized form: the
-    /// protobuf Struct of `&["metadata", "filter_metadata", FILTER]`).
+    /// A property the host shows as bytes (Envoy's serialized form: for
+    /// `&["metadata"]`, a protobuf `envoy.config.core.v3.Metadata`).
     pub fn set_host_property_bytes(&self, path: &[&str], value: &[u8]) {
         self.properties
             .borrow_mut()

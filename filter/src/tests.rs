@@ -483,10 +483,10 @@ fn a_vm_reports_a_new_version_to_the_agent_as_soon_as_it_runs_it() {
 }
 
 /// The dynamic metadata Envoy's jwt_authn filter leaves for a token whose
-/// payload carries `claims` (`payload_in_metadata: payload`), as the proxy
-/// hands it over: a serialized Struct.
+/// payload carries `claims` (`payload_in_metadata: payload`), beside another
+/// filter's, as the proxy hands it over: a serialized protobuf Metadata.
 fn verified(vm: &Vm, claims: &[(&str, &str)]) {
-    use meshlimit_core::metadata::{Field, StructBuilder, JWT_AUTHN};
+    use meshlimit_core::metadata::{encode_metadata, Field, StructBuilder, JWT_AUTHN};
     let mut payload = StructBuilder::new();
     for (name, value) in claims {
         payload = payload.with(name, Field::String((*value).into()));
@@ -494,8 +494,12 @@ fn verified(vm: &Vm, claims: &[(&str, &str)]) {
     let ns = StructBuilder::new()
         .with("payload", Field::Struct(payload))
         .encode();
-    vm.host
-        .set_host_property_bytes(&["metadata", "filter_metadata", JWT_AUTHN], &ns);
+    let other = StructBuilder::new().with("user", Field::String("eve".into()));
+    let all = encode_metadata(&[
+        ("acme.authn".to_string(), other.encode()),
+        (JWT_AUTHN.to_string(), ns),
+    ]);
+    vm.host.set_host_property_bytes(&["metadata"], &all);
 }
 
 #[test]

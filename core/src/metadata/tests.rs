@@ -159,3 +159,52 @@ proptest::proptest! {
         proptest::prop_assert!(back == n, "{} -> {}", n, text);
     }
 }
+
+#[test]
+fn a_filters_namespace_is_found_in_the_metadata() {
+    let jwt = payload(StructBuilder::new().with("sub", Field::String("alice".into())));
+    let other = StructBuilder::new()
+        .with("sub", Field::String("eve".into()))
+        .encode();
+    let all = encode_metadata(&[
+        ("acme.authn".into(), other.clone()),
+        (JWT_AUTHN.into(), jwt.clone()),
+    ]);
+    assert_eq!(namespace(&all, JWT_AUTHN), Some(jwt.as_slice()));
+    assert_eq!(namespace(&all, "acme.authn"), Some(other.as_slice()));
+    assert_eq!(namespace(&all, "envoy.filters.http.rbac"), None);
+    assert_eq!(namespace(b"\xff\xff", JWT_AUTHN), None);
+}
+
+/// What Envoy 1.40 gave for property `metadata` behind jwt_authn with
+/// `payload_in_metadata: payload` and a token of claims iss, sub and exp.
+#[test]
+fn envoys_own_bytes_are_read() {
+    let mut bytes = vec![10, 121, 10, 28];
+    bytes.extend_from_slice(JWT_AUTHN.as_bytes());
+    bytes.extend_from_slice(&[18, 89, 10, 87, 10, 7]);
+    bytes.extend_from_slice(b"payload");
+    bytes.extend_from_slice(&[18, 76, 42, 74, 10, 16, 10, 3]);
+    bytes.extend_from_slice(b"exp");
+    bytes.extend_from_slice(&[18, 9, 17, 0, 0, 0, 44, 168, 195, 218, 65, 10, 14, 10, 3]);
+    bytes.extend_from_slice(b"sub");
+    bytes.extend_from_slice(&[18, 7, 26, 5]);
+    bytes.extend_from_slice(b"alice");
+    bytes.extend_from_slice(&[10, 38, 10, 3]);
+    bytes.extend_from_slice(b"iss");
+    bytes.extend_from_slice(&[18, 31, 26, 29]);
+    bytes.extend_from_slice(b"https://issuer.meshlimit.test");
+    let ns = namespace(&bytes, JWT_AUTHN).unwrap();
+    assert_eq!(
+        read(&MetadataPath::claim("sub"), ns).as_deref(),
+        Some("alice")
+    );
+    assert_eq!(
+        read(&MetadataPath::claim("iss"), ns).as_deref(),
+        Some("https://issuer.meshlimit.test")
+    );
+    assert_eq!(
+        read(&MetadataPath::claim("exp"), ns).as_deref(),
+        Some("1796120752")
+    );
+}

@@ -71,9 +71,16 @@ fn unsigned(header: &serde_json::Value, mut claims: serde_json::Value) -> String
 /// The agent with `RULES`, Envoy from `tests/envoy/jwt.yaml` trusting `issuer`.
 fn stack(issuer: &Issuer) -> (Stack, tempfile::TempDir) {
     let base = std::fs::read_to_string(repo_root().join("tests/envoy/jwt.yaml")).unwrap();
-    let placeholder = r#"inline_string: '{"keys":[]}'"#;
-    assert_eq!(base.matches(placeholder).count(), 1, "the JWKS placeholder");
-    let with_key = base.replace(placeholder, &format!("inline_string: '{}'", issuer.jwks()));
+    let stand_in: Vec<&str> = base
+        .lines()
+        .filter(|l| l.contains("inline_string") && l.contains("replaced-by-the-test"))
+        .collect();
+    assert_eq!(stand_in.len(), 1, "the stand-in JWKS");
+    let indent = &stand_in[0][..stand_in[0].find("inline_string").unwrap()];
+    let with_key = base.replace(
+        stand_in[0],
+        &format!("{indent}inline_string: '{}'", issuer.jwks()),
+    );
     let dir = tempfile::tempdir().unwrap();
     let bootstrap = dir.path().join("jwt.yaml");
     std::fs::write(&bootstrap, with_key).unwrap();

@@ -174,8 +174,8 @@ fn periods() {
     }
 }
 
-#[cfg(feature = "yaml")]
 mod claims;
+#[cfg(feature = "yaml")]
 mod fixtures;
 
 fn login_set() -> RuleSet {

@@ -107,11 +107,12 @@ pub struct ImportArgs {
     #[arg(long, value_enum)]
     pub(crate) from: ImportFormat,
     /// What a descriptor key stands for: `KEY=TARGET` (client_ip, method, path,
-    /// authority, route, header:NAME, query:NAME), e.g. `user=header:x-user-id`;
+    /// authority, route, cluster, header:NAME, query:NAME, claim:NAME), e.g.
+    /// `user=header:x-user-id`;
     /// or what one constant value stands for: `KEY:VALUE=CONDITION` (path:/P,
     /// path_prefix:/P, method:M, authority:HOST, header:NAME, header:NAME=VALUE,
     /// any), e.g. `generic_key:slow=path_prefix:/reports/`. `remote_address`
-    /// is client_ip unless mapped. Repeatable.
+    /// is client_ip and `destination_cluster` cluster unless mapped. Repeatable.
     #[arg(long = "map", value_name = "MAPPING")]
     pub(crate) map: Vec<String>,
     /// Write the rules here instead of standard output.

@@ -249,7 +249,8 @@ pub struct PlansConfig {
     /// The dynamic metadata value that names the plan.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<MetadataConfig>,
-    /// The plan used when the header is absent or names no plan; must be in `limits`.
+    /// The plan used when the value (header, claim or metadata) is absent or
+    /// names no plan; must be in `limits`.
     pub default: String,
     /// The limit of each plan, by plan name.
     #[cfg_attr(feature = "schema", schemars(extend("minProperties" = 1)))]

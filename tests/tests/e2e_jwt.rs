@@ -53,14 +53,17 @@ impl Issuer {
     }
 }
 
-/// `header.payload` of a token with `claims`, the issuer and an expiry added.
+/// `header.payload` of a token with `claims`, the issuer and (unless the
+/// claims have one) an expiry an hour away added.
 fn unsigned(header: &serde_json::Value, mut claims: serde_json::Value) -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs();
     claims["iss"] = ISSUER.into();
-    claims["exp"] = (now + 3600).into();
+    if claims.get("exp").is_none() {
+        claims["exp"] = (now + 3600).into();
+    }
     format!(
         "{}.{}",
         B64.encode(header.to_string()),
@@ -143,6 +146,8 @@ fn a_forged_or_unsigned_token_is_refused_before_meshlimit() {
             serde_json::json!({"sub": "alice"})
         )
     );
+    // Signed by the trusted key, but long expired (November 2023).
+    let expired = issuer.token(serde_json::json!({"sub": "alice", "exp": 1_700_000_000u64}));
     // A good token whose payload was swapped for another user's.
     let good = issuer.token(serde_json::json!({"sub": "alice"}));
     let mut parts: Vec<&str> = good.split('.').collect();
@@ -155,6 +160,7 @@ fn a_forged_or_unsigned_token_is_refused_before_meshlimit() {
         ("forged", &forged),
         ("unsigned", &none),
         ("swapped", &swapped),
+        ("expired", &expired),
     ]
     .into_iter()
     .map(|(what, t)| (what, statuses(&stack, 3, "/reviews/1", Some(t))))

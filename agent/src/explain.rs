@@ -4,7 +4,10 @@
 //! the condition that keeps it from applying. It runs core's own matching code,
 //! so it says what the filter does.
 
+use std::collections::BTreeMap;
 use std::io::Write;
+
+use meshlimit_core::metadata::{Field, MetadataPath, StructBuilder};
 
 use meshlimit_core::rules::{parse_rules, Explained, RequestInfo};
 use meshlimit_core::NANOS_PER_SEC;
@@ -34,6 +37,8 @@ pub fn explain(args: &ExplainArgs, out: &mut impl Write, err: &mut impl Write) -
     let mut req = RequestInfo::new(&args.path, &args.method, args.headers.clone());
     req.client_ip = args.client_ip.clone();
     req.route = args.route.clone();
+    req.cluster = args.cluster.clone();
+    req.metadata = metadata(args);
     let explained = match set.explain(&req) {
         Ok(e) => e,
         Err(e) => {
@@ -99,6 +104,26 @@ pub fn explain(args: &ExplainArgs, out: &mut impl Write, err: &mut impl Write) -
         }
     }
     0
+}
+
+/// The dynamic metadata `--claim` and `--metadata` give, as Envoy hands it to
+/// the filter: each filter's namespace a serialized Struct.
+fn metadata(args: &ExplainArgs) -> Vec<(String, Vec<u8>)> {
+    let claims = args
+        .claims
+        .iter()
+        .map(|(name, value)| (MetadataPath::claim(name), value.clone()));
+    let mut by_filter: BTreeMap<String, StructBuilder> = BTreeMap::new();
+    for (path, value) in claims.chain(args.metadata.iter().cloned()) {
+        by_filter
+            .entry(path.filter.clone())
+            .or_default()
+            .set_path(&path.path, Field::String(value));
+    }
+    by_filter
+        .into_iter()
+        .map(|(filter, s)| (filter, s.encode()))
+        .collect()
 }
 
 /// One rule as a line: `1. name  applies  key K  limit 5 per 60s (burst 5) …`.

@@ -14,6 +14,7 @@ pub mod headers;
 pub mod key;
 pub mod lease;
 pub mod limit;
+pub mod metadata;
 pub mod path;
 pub mod query;
 pub mod rules;

@@ -110,6 +110,11 @@ pub(super) fn compile_rule(
                 &format!("key[{i}].query"),
                 format!("`{q}` is not a query parameter name: 1 to 128 printable characters, as decoded (`user id`, not `user+id`)"),
             ),
+            KeyPartConfig::Metadata(m) => {
+                if let Err(e) = m.check() {
+                    err(&format!("key[{i}].{}", metadata_field(m)), e);
+                }
+            }
             _ => {}
         }
     }
@@ -194,6 +199,11 @@ fn compile_match(m: &MatchConfig, err: &mut impl FnMut(&str, String)) -> Matcher
             .map_err(|e| err("match.authority", e))
             .ok()
     });
+    let mut name_pattern = |text: Option<&str>, field: &str| {
+        text.and_then(|t| super::NamePattern::parse(t).map_err(|e| err(field, e)).ok())
+    };
+    let cluster = name_pattern(m.cluster.as_deref(), "match.cluster");
+    let route = name_pattern(m.route.as_deref(), "match.route");
     let methods = m.methods.as_ref().map(|ms| {
         if ms.is_empty() {
             err(
@@ -232,13 +242,56 @@ fn compile_match(m: &MatchConfig, err: &mut impl FnMut(&str, String)) -> Matcher
     Matcher {
         path,
         authority,
+        cluster,
+        route,
         methods,
         headers,
     }
 }
 
+/// The field a metadata key part was written as (`claim` or `metadata`).
+fn metadata_field(m: &crate::metadata::MetadataPath) -> &'static str {
+    if m.as_claim().is_some() {
+        "claim"
+    } else {
+        "metadata"
+    }
+}
+
 fn compile_plans(p: &PlansConfig, cost: u32, err: &mut impl FnMut(&str, String)) -> Option<Limits> {
-    check_header_name(&p.header, "plans.header", err);
+    let by = match (&p.header, &p.claim, &p.metadata) {
+        (Some(h), None, None) => {
+            check_header_name(h, "plans.header", err);
+            Some(super::PlanSource::Header(h.to_ascii_lowercase()))
+        }
+        (None, Some(c), None) => {
+            let path = crate::metadata::MetadataPath::claim(c);
+            match path.check() {
+                Ok(()) => Some(super::PlanSource::Metadata(path)),
+                Err(e) => {
+                    err("plans.claim", e);
+                    None
+                }
+            }
+        }
+        (None, None, Some(m)) => {
+            let path: crate::metadata::MetadataPath = m.clone().into();
+            match path.check() {
+                Ok(()) => Some(super::PlanSource::Metadata(path)),
+                Err(e) => {
+                    err("plans.metadata", e);
+                    None
+                }
+            }
+        }
+        _ => {
+            err(
+                "plans",
+                "give exactly one of `header`, `claim` or `metadata`: what names the plan".into(),
+            );
+            None
+        }
+    };
     if p.limits.is_empty() {
         err("plans.limits", "at least one plan is required".into());
     }
@@ -255,8 +308,9 @@ fn compile_plans(p: &PlansConfig, cost: u32, err: &mut impl FnMut(&str, String))
         );
     }
     let default = limits.get(&p.default).copied()?;
+    let by = by?;
     (limits.len() == p.limits.len()).then(|| Limits::Plans {
-        header: p.header.to_ascii_lowercase(),
+        by,
         default_plan: p.default.clone(),
         default,
         limits,

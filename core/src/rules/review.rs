@@ -6,7 +6,7 @@
 //! limiter takes an API down, so it takes a second pair of eyes.
 
 use super::config::Mode;
-use super::{HeaderMatch, Limits, Matcher, PathMatch, Rule, RuleSet};
+use super::{HeaderMatch, Limits, Matcher, NamePattern, PathMatch, Rule, RuleSet};
 use crate::authority::HostPattern;
 use crate::limit::Limit;
 
@@ -233,6 +233,17 @@ fn covers(a: &Matcher, b: &Matcher) -> bool {
         && methods
         && headers
         && authority_covers(&a.authority, &b.authority)
+        && name_covers(&a.cluster, &b.cluster)
+        && name_covers(&a.route, &b.route)
+}
+
+/// Whether cluster or route condition `a` holds for every name `b` admits.
+fn name_covers(a: &Option<NamePattern>, b: &Option<NamePattern>) -> bool {
+    match (a, b) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(a), Some(b)) => a.covers(b),
+    }
 }
 
 /// Whether host condition `a` holds for every host `b` admits.

@@ -174,6 +174,7 @@ fn periods() {
     }
 }
 
+mod claims;
 #[cfg(feature = "yaml")]
 mod fixtures;
 

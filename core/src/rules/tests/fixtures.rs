@@ -33,7 +33,7 @@ fn bad_files_name_the_rule_and_field() {
         ("bad-duplicate.yaml", "bad-duplicate.yaml:4: rule twice: field name: duplicate rule name"),
         ("bad-name.yaml", "bad-name.yaml:3: rule Search API: field name: `Search API` must be 1 to 64 characters of [a-z0-9._-]"),
         ("bad-plan-default.yaml", "bad-plan-default.yaml:3: rule plans: field plans.default: plan `gold` is not in `plans.limits`"),
-        ("bad-key.yaml", "bad-key.yaml:3: rule k: field key[0]: unknown key part `ip`: expected one of `method`, `client_ip`, `path`, `route`, `authority`, `header: NAME` or `query: NAME`"),
+        ("bad-key.yaml", "bad-key.yaml:3: rule k: field key[0]: unknown key part `ip`: expected one of `method`, `client_ip`, `path`, `route`, `authority`, `header: NAME`, `query: NAME`, `claim: NAME` or `metadata: {filter: NAME, path: [FIELD, ...]}`"),
         ("bad-cost.yaml", "bad-cost.yaml:3: rule heavy: field cost: cost 50 is above the burst 10 of `limit`: no request could ever pass"),
         ("bad-no-limit.yaml", "bad-no-limit.yaml:3: rule nolimit: field limit: a rule needs `limit` or `plans`"),
         ("bad-zero.yaml", "bad-zero.yaml:3: rule zero: field limit.requests: must be at least 1"),

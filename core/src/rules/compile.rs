@@ -130,9 +130,13 @@ pub(super) fn compile_rule(
     if cost == 0 {
         err("cost", "must be at least 1".into());
     }
+    let algorithm = rule
+        .algorithm
+        .or(defaults.algorithm)
+        .unwrap_or(Algorithm::TokenBucket);
     let limits = match (&rule.limit, &rule.plans) {
-        (Some(l), None) => compile_limit(l, "limit", cost, &mut err).map(Limits::Single),
-        (None, Some(p)) => compile_plans(p, cost, &mut err),
+        (Some(l), None) => compile_limit(l, "limit", cost, algorithm, &mut err).map(Limits::Single),
+        (None, Some(p)) => compile_plans(p, cost, algorithm, &mut err),
         (Some(_), Some(_)) => {
             err("plans", "give either `limit` or `plans`, not both".into());
             None
@@ -237,14 +241,20 @@ fn compile_match(m: &MatchConfig, err: &mut impl FnMut(&str, String)) -> Matcher
     }
 }
 
-fn compile_plans(p: &PlansConfig, cost: u32, err: &mut impl FnMut(&str, String)) -> Option<Limits> {
+fn compile_plans(
+    p: &PlansConfig,
+    cost: u32,
+    algorithm: Algorithm,
+    err: &mut impl FnMut(&str, String),
+) -> Option<Limits> {
     check_header_name(&p.header, "plans.header", err);
     if p.limits.is_empty() {
         err("plans.limits", "at least one plan is required".into());
     }
     let mut limits = BTreeMap::new();
     for (plan, l) in &p.limits {
-        if let Some(limit) = compile_limit(l, &format!("plans.limits.{plan}"), cost, err) {
+        if let Some(limit) = compile_limit(l, &format!("plans.limits.{plan}"), cost, algorithm, err)
+        {
             limits.insert(plan.clone(), limit);
         }
     }
@@ -267,8 +277,19 @@ fn compile_limit(
     l: &LimitConfig,
     field: &str,
     cost: u32,
+    algorithm: Algorithm,
     err: &mut impl FnMut(&str, String),
 ) -> Option<Limit> {
+    if let (Some(burst), true) = (l.burst, algorithm.is_window()) {
+        err(
+            &format!("{field}.burst"),
+            format!(
+                "`burst: {burst}` applies to `token_bucket` only: a `{}` admits `requests` per `per` window and has no burst: remove `burst`",
+                algorithm.name()
+            ),
+        );
+        return None;
+    }
     let requests = NonZeroU32::new(l.requests);
     if requests.is_none() {
         err(&format!("{field}.requests"), "must be at least 1".into());
@@ -284,7 +305,7 @@ fn compile_limit(
     if l.burst == Some(0) {
         err(&format!("{field}.burst"), "must be at least 1".into());
     }
-    let limit = Limit::new(requests?, per?, burst?);
+    let limit = Limit::new(requests?, per?, burst?).with_algorithm(algorithm);
     // A full burst's refill time, exactly (u32 × u64 fits in u128).
     let refill_ns =
         u128::from(limit.burst()) * u128::from(limit.per_ns()) / u128::from(limit.requests());
@@ -305,7 +326,12 @@ fn compile_limit(
         err(
             "cost",
             format!(
-                "cost {cost} is above the burst {} of `{field}`: no request could ever pass",
+                "cost {cost} is above the {} {} of `{field}`: no request could ever pass",
+                if algorithm.is_window() {
+                    "requests"
+                } else {
+                    "burst"
+                },
                 limit.burst()
             ),
         );

@@ -431,3 +431,53 @@ fn the_lua_windows_match_core_windows() {
     eprintln!("compared: {} fixed, {} sliding", compared[0], compared[1]);
     assert!(compared[0] > 500 && compared[1] > 500, "{compared:?}");
 }
+
+/// Damaged window state: counts that are not whole numbers (text, `nan`,
+/// negative, fractions) are nothing counted, so at most one window's limit is
+/// granted for them and the script repairs the hash; a window stamped ahead of
+/// the server (a clock stepped back) keeps its counts, so a clock step lets no
+/// key off, and the key is free again once the server's clock passes it.
+#[tokio::test]
+async fn damaged_window_state_grants_at_most_one_window_and_is_repaired() {
+    use meshlimit_core::Algorithm;
+    let redis = RedisServer::start();
+    let store = store(&redis);
+    // 5 per hour, fixed: no window turns during the test (but on the hour).
+    let l = limit(5, 3_600_000, 1).with_algorithm(Algorithm::FixedWindow);
+    let index = (server_now_us(&redis) / 3_600_000_000).to_string();
+    for (i, (c, p)) in [
+        ("nan", "0"),
+        ("abc", "0"),
+        ("-3", "0"),
+        ("2.5", "0"),
+        ("1", "inf"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let key = DescriptorKey::new("w", [format!("corrupt-{i}").as_str()]);
+        let rk = keys::bucket(&KeyIds::placeholder(), &key);
+        redis.cmd(&["HSET", &rk, "w", &index, "c", c, "p", p]);
+        let mut total = 0;
+        for _ in 0..3 {
+            total += granted(&take(&store, &key, l, 1, 100).await);
+        }
+        assert_eq!(total, 5, "c={c:?} p={p:?}: one window's limit, no more");
+        let Resp::Array(Some(parts)) = redis.cmd(&["HMGET", &rk, "c", "p"]) else {
+            panic!("HMGET")
+        };
+        assert_eq!(parts[0].text().as_deref(), Some("5"), "c={c:?} repaired");
+        assert_eq!(parts[1].text().as_deref(), Some("0"), "p={p:?} repaired");
+    }
+    // Stamped a window ahead, full: still full now (the counts stay in force).
+    let key = DescriptorKey::new("w", ["ahead"]);
+    let rk = keys::bucket(&KeyIds::placeholder(), &key);
+    let ahead = (server_now_us(&redis) / 3_600_000_000 + 1).to_string();
+    redis.cmd(&["HSET", &rk, "w", &ahead, "c", "5", "p", "0"]);
+    let answer = take(&store, &key, l, 1, 1).await;
+    match answer {
+        // Never longer than this window: the server's clock reaches the stamped one.
+        Take::Denied { retry_after_ns } => assert!(retry_after_ns <= 3_600 * 1_000_000_000),
+        other => panic!("a clock step let the key off: {other:?}"),
+    }
+}

@@ -311,4 +311,29 @@ rules:
         assert_eq!(r.new.by_rule.get("search"), Some(&(4, 2)));
         assert_eq!(r.new.by_rule.get("any"), Some(&(5, 0)));
     }
+
+    #[test]
+    fn a_window_rule_is_replayed_as_its_window() {
+        // 3 per 100 ms in windows aligned to the epoch (the log's clock): the
+        // fourth request in the first window is rejected, and so is one 90 ms in
+        // (a bucket of the same rate would have refilled two by then); the next
+        // window admits again.
+        let set = rules(
+            r#"
+version: 1
+rules:
+  - name: fixed
+    key: [{ header: x-api-key }]
+    algorithm: fixed_window
+    limit: { requests: 3, per: 100ms }
+    accuracy: exact
+"#,
+        );
+        let log: Vec<String> = [0, 10, 20, 30, 90, 100, 110]
+            .into_iter()
+            .map(|ms| line(ms, "/", "k"))
+            .collect();
+        let r = replay(log.join("\n").as_bytes(), &set, None);
+        assert_eq!(r.new.by_rule.get("fixed"), Some(&(7, 2)));
+    }
 }

@@ -31,7 +31,7 @@ DEPLOY_SCHEMA_GOOD ?= deploy/rules.yaml deploy/base/rules.yaml $(wildcard core/t
                       $(wildcard tests/fixtures/rules/*.yaml)
 DEPLOY_SCHEMA_BAD  ?= $(addprefix core/tests/fixtures/bad-,unknown-field.yaml period.yaml name.yaml key.yaml \
                         no-limit.yaml zero.yaml mode.yaml header-match.yaml no-rules.yaml version.yaml \
-                        burst-range.yaml top-level.yaml nine.yaml)
+                        burst-range.yaml top-level.yaml nine.yaml algorithm.yaml)
 
 .PHONY: deploy-check deploy-tools deploy-selftest deploy-manifests deploy-alerts \
         deploy-rules deploy-rollout deploy-envoy-config deploy-oci deploy-metrics \

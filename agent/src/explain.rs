@@ -70,6 +70,7 @@ pub fn explain(args: &ExplainArgs, out: &mut impl Write, err: &mut impl Write) -
                         "per": period(limit.per_ns()),
                         "per_seconds": limit.per_ns() as f64 / NANOS_PER_SEC as f64,
                         "burst": limit.burst(),
+                        "algorithm": limit.algorithm().name(),
                     });
                 }
                 Explained::Skipped(why) => {
@@ -126,7 +127,8 @@ fn metadata(args: &ExplainArgs) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
-/// One rule as a line: `1. name  applies  key K  limit 5 per 60s (burst 5) …`.
+/// One rule as a line: `1. name  applies  key K  limit 5 per 60s (burst 5) …`
+/// (a window says `(fixed_window)` or `(sliding_window)` in place of its burst).
 fn text_line(row: &Value) -> String {
     let s = |k: &str| row[k].as_str().unwrap_or_default().to_string();
     let head = format!("{}. {}", row["order"], s("rule"));
@@ -136,12 +138,15 @@ fn text_line(row: &Value) -> String {
             .as_str()
             .map(|p| format!(" plan {p}"))
             .unwrap_or_default();
+        let counted = match l["algorithm"].as_str() {
+            Some(window @ ("fixed_window" | "sliding_window")) => window.to_string(),
+            _ => format!("burst {}", l["burst"]),
+        };
         format!(
-            "{head}  applies  key {}  limit {} per {} (burst {}){plan}  mode {}  scope {}  accuracy {}  on_failure {}",
+            "{head}  applies  key {}  limit {} per {} ({counted}){plan}  mode {}  scope {}  accuracy {}  on_failure {}",
             s("key"),
             l["requests"],
             l["per"].as_str().unwrap_or_default(),
-            l["burst"],
             s("mode"),
             s("scope"),
             s("accuracy"),

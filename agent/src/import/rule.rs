@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use meshlimit_core::rules::config::{
-    HeaderMatchConfig, KeyPartConfig, MatchConfig, Mode, RuleConfig, RulesConfig,
+    Algorithm, HeaderMatchConfig, KeyPartConfig, MatchConfig, Mode, RuleConfig, RulesConfig,
 };
 use meshlimit_core::rules::{RuleSet, MAX_RULE_NAME, SCHEMA_VERSION};
 
@@ -100,6 +100,8 @@ pub(super) fn rule_of(
         on_failure: None,
         accuracy: None,
         scope: None,
+        // Both peers count fixed windows.
+        algorithm: Some(Algorithm::FixedWindow),
         owner: None,
         expires: None,
     };

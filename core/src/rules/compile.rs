@@ -135,9 +135,13 @@ pub(super) fn compile_rule(
     if cost == 0 {
         err("cost", "must be at least 1".into());
     }
+    let algorithm = rule
+        .algorithm
+        .or(defaults.algorithm)
+        .unwrap_or(Algorithm::TokenBucket);
     let limits = match (&rule.limit, &rule.plans) {
-        (Some(l), None) => compile_limit(l, "limit", cost, &mut err).map(Limits::Single),
-        (None, Some(p)) => compile_plans(p, cost, &mut err),
+        (Some(l), None) => compile_limit(l, "limit", cost, algorithm, &mut err).map(Limits::Single),
+        (None, Some(p)) => compile_plans(p, cost, algorithm, &mut err),
         (Some(_), Some(_)) => {
             err("plans", "give either `limit` or `plans`, not both".into());
             None
@@ -258,7 +262,12 @@ fn metadata_field(m: &crate::metadata::MetadataPath) -> &'static str {
     }
 }
 
-fn compile_plans(p: &PlansConfig, cost: u32, err: &mut impl FnMut(&str, String)) -> Option<Limits> {
+fn compile_plans(
+    p: &PlansConfig,
+    cost: u32,
+    algorithm: Algorithm,
+    err: &mut impl FnMut(&str, String),
+) -> Option<Limits> {
     let by = match (&p.header, &p.claim, &p.metadata) {
         (Some(h), None, None) => {
             check_header_name(h, "plans.header", err);
@@ -297,7 +306,8 @@ fn compile_plans(p: &PlansConfig, cost: u32, err: &mut impl FnMut(&str, String))
     }
     let mut limits = BTreeMap::new();
     for (plan, l) in &p.limits {
-        if let Some(limit) = compile_limit(l, &format!("plans.limits.{plan}"), cost, err) {
+        if let Some(limit) = compile_limit(l, &format!("plans.limits.{plan}"), cost, algorithm, err)
+        {
             limits.insert(plan.clone(), limit);
         }
     }
@@ -321,8 +331,19 @@ fn compile_limit(
     l: &LimitConfig,
     field: &str,
     cost: u32,
+    algorithm: Algorithm,
     err: &mut impl FnMut(&str, String),
 ) -> Option<Limit> {
+    if let (Some(burst), true) = (l.burst, algorithm.is_window()) {
+        err(
+            &format!("{field}.burst"),
+            format!(
+                "`burst: {burst}` applies to `token_bucket` only: a `{}` admits `requests` per `per` window and has no burst: remove `burst`",
+                algorithm.name()
+            ),
+        );
+        return None;
+    }
     let requests = NonZeroU32::new(l.requests);
     if requests.is_none() {
         err(&format!("{field}.requests"), "must be at least 1".into());
@@ -338,7 +359,7 @@ fn compile_limit(
     if l.burst == Some(0) {
         err(&format!("{field}.burst"), "must be at least 1".into());
     }
-    let limit = Limit::new(requests?, per?, burst?);
+    let limit = Limit::new(requests?, per?, burst?).with_algorithm(algorithm);
     // A full burst's refill time, exactly (u32 × u64 fits in u128).
     let refill_ns =
         u128::from(limit.burst()) * u128::from(limit.per_ns()) / u128::from(limit.requests());
@@ -359,7 +380,12 @@ fn compile_limit(
         err(
             "cost",
             format!(
-                "cost {cost} is above the burst {} of `{field}`: no request could ever pass",
+                "cost {cost} is above the {} {} of `{field}`: no request could ever pass",
+                if algorithm.is_window() {
+                    "requests"
+                } else {
+                    "burst"
+                },
                 limit.burst()
             ),
         );

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+pub use crate::limit::Algorithm;
 pub use crate::metadata::MetadataPath;
 
 /// The whole rules file.
@@ -93,6 +94,8 @@ pub struct DefaultsConfig {
     pub accuracy: Option<Accuracy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<Scope>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub algorithm: Option<Algorithm>,
 }
 
 /// One rule as written: `name`, `key`, and either `limit` or `plans`.
@@ -130,6 +133,10 @@ pub struct RuleConfig {
     pub accuracy: Option<Accuracy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<Scope>,
+    /// How the limit counts: `token_bucket` (default), `fixed_window` or
+    /// `sliding_window` (`requests` per `per`; no `burst`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub algorithm: Option<Algorithm>,
     /// Who owns the rule (a team, a ticket): shown by `explain` and `check-rules`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "schema", schemars(length(min = 1, max = 128)))]
@@ -207,7 +214,7 @@ pub struct HeaderMatchConfig {
     pub equals: Option<String>,
 }
 
-/// A token bucket as written: `requests` per `per`, `burst` capacity.
+/// A limit as written: `requests` per `per`, and for a token bucket its `burst`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
@@ -221,7 +228,7 @@ pub struct LimitConfig {
         schemars(regex(pattern = r"^\s*[0-9]+(ms|s|m|h|d)\s*$"))
     )]
     pub per: String,
-    /// The bucket's capacity (default: `requests`).
+    /// The bucket's capacity (default: `requests`); `token_bucket` only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "schema", schemars(range(min = 1, max = u32::MAX)))]
     pub burst: Option<u32>,

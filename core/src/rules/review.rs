@@ -165,12 +165,12 @@ fn mode_name(mode: Mode) -> &'static str {
 }
 
 fn show(l: &Limit) -> String {
-    format!(
-        "{} per {} s (burst {})",
-        l.requests(),
-        l.per_ns() as f64 / crate::NANOS_PER_SEC as f64,
-        l.burst()
-    )
+    let per = l.per_ns() as f64 / crate::NANOS_PER_SEC as f64;
+    if l.algorithm().is_window() {
+        format!("{} per {per} s ({})", l.requests(), l.algorithm().name())
+    } else {
+        format!("{} per {per} s (burst {})", l.requests(), l.burst())
+    }
 }
 
 fn change(rule: &Rule, change: Change, refused: bool) -> RuleChange {

@@ -39,6 +39,8 @@ pub struct Metrics {
     /// How labels name customer keys: by the deployment's keyed hash.
     key_ids: std::sync::OnceLock<KeyIds>,
     connections_refused: IntCounter,
+    decision_log_records: IntCounter,
+    decision_log_dropped: IntCounterVec,
 }
 
 /// A metric could not be registered: a programming error (a duplicate or
@@ -76,6 +78,15 @@ impl Metrics {
                 "meshlimit_connections_refused_total",
                 "Connections closed at once because --max-connections were open.",
             )?,
+            decision_log_records: f.counter(
+                "meshlimit_decision_log_records_total",
+                "Decision log records written (stdout or the log files).",
+            )?,
+            decision_log_dropped: f.counters(
+                "meshlimit_decision_log_dropped_total",
+                "Decision log records lost, by where: `filter` (a VM's buffer full, or its batch refused), `agent` (the writer's queue full, or a write failed).",
+                &["at"],
+            )?,
             registry,
             key_ids: std::sync::OnceLock::new(),
         })
@@ -93,6 +104,11 @@ impl Metrics {
         self.key_ids.get_or_init(KeyIds::placeholder).id(key)
     }
 
+    /// The keyed hash that names keys (the placeholder before `set_key_ids`).
+    pub(crate) fn key_ids(&self) -> &KeyIds {
+        self.key_ids.get_or_init(KeyIds::placeholder)
+    }
+
     /// The Prometheus text exposition of every metric.
     pub(crate) fn render(&self) -> Result<String, MetricsError> {
         TextEncoder::new().encode_to_string(&self.registry.gather())
@@ -106,6 +122,16 @@ impl Metrics {
     /// A connection closed on accept: the agent had its maximum open.
     pub(crate) fn connection_refused(&self) {
         self.connections_refused.inc();
+    }
+
+    /// `n` decision log records written.
+    pub(crate) fn decision_log_written(&self, n: u64) {
+        self.decision_log_records.inc_by(n);
+    }
+
+    /// `n` decision log records lost `at` the filter or the agent.
+    pub(crate) fn decision_log_dropped(&self, at: &'static str, n: u64) {
+        inc(&self.decision_log_dropped, &[at], n);
     }
 
     fn now_secs(&self) -> u64 {

@@ -10,7 +10,9 @@ pub mod redis;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use meshlimit_core::{DescriptorKey, Limit, Take};
+use meshlimit_core::secret::KeyIds;
+use meshlimit_core::{Bucket, DescriptorKey, Limit, Take, NANOS_PER_MS};
+use serde::Serialize;
 
 use crate::fleet_override::Override;
 
@@ -39,6 +41,33 @@ impl Acquire {
             self.limit
         } else {
             self.limit.scaled(self.share)
+        }
+    }
+}
+
+/// A bucket as the store holds it now, read without changing it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Peeked {
+    /// Tokens in the bucket now (refilled up to now).
+    pub tokens: f64,
+    /// How long until it is full again, in milliseconds.
+    pub full_in_ms: u64,
+}
+
+impl Peeked {
+    /// `bucket` under `limit` at `now_ns`.
+    pub(crate) fn of(bucket: &Bucket, limit: &Limit, now_ns: u64) -> Peeked {
+        let tokens = bucket.tokens_at(limit, now_ns);
+        let missing = f64::from(limit.burst()) - tokens;
+        let rate = limit.rate_per_ns();
+        let full_in_ns = if missing > 0.0 && rate > 0.0 {
+            (missing / rate).ceil()
+        } else {
+            0.0
+        };
+        Peeked {
+            tokens: (tokens * 1000.0).floor() / 1000.0,
+            full_in_ms: (full_in_ns as u64).div_ceil(NANOS_PER_MS),
         }
     }
 }
@@ -100,6 +129,23 @@ pub trait Store: Send + Sync + 'static {
 
     /// Sets (`Some`) or clears (`None`) the fleet override.
     async fn set_fleet_override(&self, state: Option<Override>) -> Result<(), StoreError>;
+
+    /// The bucket of the key `key_id` (its id under `ids`) of `rule`, read
+    /// without changing it, refilled under `limit` up to the store's now;
+    /// `None` when the store holds none (a full bucket). For operators
+    /// (`GET /v1/explain`): one call, its deadline, never retried.
+    async fn peek(
+        &self,
+        _ids: &KeyIds,
+        _rule: &str,
+        _key_id: &str,
+        _limit: &Limit,
+    ) -> Result<Option<Peeked>, StoreError> {
+        Err(StoreError::Failed(format!(
+            "the {} store cannot show a bucket",
+            self.name()
+        )))
+    }
 }
 
 impl StoreError {

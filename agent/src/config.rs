@@ -18,7 +18,7 @@ mod store;
 
 pub use commands::{
     CheckFormat, CheckRulesArgs, ExplainArgs, ImportArgs, ImportFormat, KeyIdArgs, OverrideAction,
-    OverrideArgs, ReplayArgs, SecretArgs,
+    OverrideArgs, ReplayArgs, SecretArgs, TokenArgs,
 };
 pub use store::{Password, RedisTarget, StoreSpec};
 
@@ -44,7 +44,11 @@ pub enum Command {
     /// Print the id that metrics, logs and Redis key names use for a key (a keyed
     /// hash: only holders of the deployment's secret can map a key to its id).
     KeyId(KeyIdArgs),
-    /// Replay recorded traffic (JSON lines, as Envoy's access log writes them)
+    /// Print the filter API's bearer token (derived from the deployment's
+    /// secret), for an operator's calls to the node's agent: `GET /v1/explain`
+    /// and `GET /v1/hot`.
+    Token(TokenArgs),
+    /// Replay recorded traffic (JSON lines: Envoy's access log, or the agent's decision log)
     /// through NEW (and OLD) offline: per rule what each would reject, and the
     /// keys NEW would newly limit.
     Replay(ReplayArgs),

@@ -432,16 +432,7 @@ rules:
 
     #[test]
     fn a_decision_log_replays_each_keys_decisions_under_its_rule() {
-        let set = rules(
-            r#"
-version: 1
-rules:
-  - name: per-key
-    key: [{ header: x-api-key }]
-    limit: { requests: 2, per: 1h }
-    accuracy: exact
-"#,
-        );
+        let set = rules(meshlimit_tests::EXACT_TWO_PER_HOUR);
         let record = |ms: u64, key_id: &str, decision: &str| {
             format!(
                 r#"{{"time":"x","node":"n","filter":"f","at_ms":{ms},"rule":"per-key","rules_version":"v","decision":"{decision}","key_id":"{key_id}","source":"store","sample_rate":1.0}}"#

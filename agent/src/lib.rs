@@ -10,6 +10,7 @@
 pub mod api;
 pub mod check_rules;
 pub mod config;
+pub mod decision_log;
 pub mod explain;
 pub mod fail_local;
 pub mod fleet_override;

@@ -13,6 +13,7 @@ use tokio::task::JoinSet;
 
 use crate::api::{App, Auth};
 use crate::config::{ConfigError, LogFormat, RunArgs, EXIT_USAGE};
+use crate::decision_log::DecisionLog;
 use crate::fleet_override;
 use crate::metrics::{Metrics, MetricsError};
 use crate::regions;
@@ -119,12 +120,15 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         rules.clone(),
         shutdown.clone(),
     ));
-    let app = App::new(
+    let declog = DecisionLog::start(args.decision_log(), &agent_id(&args), metrics.clone())
+        .map_err(|e| ConfigError::DecisionLog(e.to_string()))?;
+    let app = App::with_decision_log(
         rules,
         store.clone(),
         metrics.clone(),
         args.lease_settings(),
         Auth::new(&secret),
+        declog,
     );
     if let Some(cfg) = &region_setup {
         regions::start(cfg, &app.shares_handle(), &metrics, &mut tasks, &shutdown)

@@ -17,7 +17,7 @@ use crate::config::FilterConfig;
 use crate::host::{AgentCall, AgentRequest, Proxy};
 use crate::pipeline::Evaluation;
 use crate::state::{Asked, QuotaCell, Shared, Waiting};
-use crate::{decided, usage};
+use crate::{decided, declog, usage};
 
 pub struct Http<H> {
     host: Rc<H>,
@@ -184,14 +184,19 @@ pub(crate) fn finish<H: Proxy>(
     eval: &Evaluation,
 ) -> Action {
     let results = eval.results();
+    let asked = &request.asked;
     {
         let mut vm = vm.borrow_mut();
         for r in &results {
             vm.counts.record(host, r.rule, r.outcome());
         }
+        if config.decision_log {
+            let request_id = asked.info.header(declog::REQUEST_ID_HEADER);
+            vm.declog
+                .record(&config.key_ids, eval, request_id, host.now_ns());
+        }
     }
     let verdict = eval.verdict();
-    let asked = &request.asked;
     for (name, value) in decided::properties(
         &config.key_ids,
         &asked.rules,

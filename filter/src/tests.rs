@@ -159,6 +159,7 @@ impl Vm {
             remaining: 9,
             reset_ms: 100,
             local: false,
+            from: None,
         });
         id
     }
@@ -319,6 +320,7 @@ fn a_miss_waits_for_one_lease_call_and_a_grant_lets_it_through_with_its_quota() 
         remaining: 7,
         reset_ms: 800,
         local: false,
+        from: None,
     };
     vm.answer(&call, Some(200), &lease_answer(vec![grant]));
     for id in [first, second] {
@@ -348,6 +350,7 @@ fn a_denied_miss_is_answered_429_with_when_to_retry() {
     vm.send_and_answer(LeaseAnswer::Deny {
         retry_after_ms: 2_500,
         local: false,
+        from: None,
     });
     let stream = vm.host.stream(id);
     assert_eq!(stream.resumed, 0);
@@ -448,6 +451,7 @@ fn a_limited_grpc_call_gets_a_grpc_answer() {
     vm.send_and_answer(LeaseAnswer::Deny {
         retry_after_ms: 1_000,
         local: false,
+        from: None,
     });
     let answer = vm.host.stream(id).answer;
     let Some(Answer::Grpc { status, fields, .. }) = answer else {

@@ -174,6 +174,12 @@ pub struct KeyIdArgs {
 }
 
 #[derive(Debug, Clone, Args)]
+pub struct TokenArgs {
+    #[command(flatten)]
+    pub secret: SecretArgs,
+}
+
+#[derive(Debug, Clone, Args)]
 pub struct OverrideArgs {
     /// `shadow`: every rule in shadow on every agent of the store. `clear`: the
     /// rules file's modes again.

@@ -104,6 +104,8 @@ pub(super) fn rule_of(
         algorithm: Some(Algorithm::FixedWindow),
         owner: None,
         expires: None,
+        log_sample: None,
+        log_key: None,
     };
     // What the peer wrote may still be no valid rule (a method `G3T`, a host
     // with a port): refused here, at the peer's entry, not in the output.

@@ -2,7 +2,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use meshlimit_core::rules::parse_rules;
-use meshlimit_core::wire::LeaseItem;
+use meshlimit_core::wire::{AnsweredFrom, LeaseItem};
 use meshlimit_core::{DescriptorKey, Take};
 
 use crate::store::{Acquire, Acquired, StoreError};
@@ -309,6 +309,7 @@ async fn after_a_drained_grant_the_key_holds_at_the_node_until_a_lease_has_refil
         LeaseAnswer::Deny {
             retry_after_ms,
             local: false,
+            from: Some(AnsweredFrom::Pool),
         } => assert!((999..=1_000).contains(retry_after_ms), "{retry_after_ms}"),
         other => panic!("expected a node denial, got {other:?}"),
     }

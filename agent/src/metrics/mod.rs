@@ -7,8 +7,9 @@
 //!
 //! Grouped by what feeds them: the filters' sync reports (`reports`), the lease path
 //! and the store (`leases`), the rules watcher (`rules`), the region exchange
-//! (`regions`).
+//! (`regions`), the decision log (`declog`).
 
+mod declog;
 mod leases;
 mod regions;
 mod reports;
@@ -39,6 +40,7 @@ pub struct Metrics {
     /// How labels name customer keys: by the deployment's keyed hash.
     key_ids: std::sync::OnceLock<KeyIds>,
     connections_refused: IntCounter,
+    declog: declog::DecisionLogMetrics,
 }
 
 /// A metric could not be registered: a programming error (a duplicate or
@@ -76,6 +78,7 @@ impl Metrics {
                 "meshlimit_connections_refused_total",
                 "Connections closed at once because --max-connections were open.",
             )?,
+            declog: declog::DecisionLogMetrics::new(&f)?,
             registry,
             key_ids: std::sync::OnceLock::new(),
         })
@@ -91,6 +94,11 @@ impl Metrics {
     /// never the key in clear.
     pub(crate) fn key_id(&self, key: &meshlimit_core::DescriptorKey) -> KeyId {
         self.key_ids.get_or_init(KeyIds::placeholder).id(key)
+    }
+
+    /// The keyed hash that names keys (the placeholder before `set_key_ids`).
+    pub(crate) fn key_ids(&self) -> &KeyIds {
+        self.key_ids.get_or_init(KeyIds::placeholder)
     }
 
     /// The Prometheus text exposition of every metric.

@@ -33,10 +33,11 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use meshlimit_core::secret::KeyIds;
 use meshlimit_core::{Counter, DescriptorKey, Limit};
 use tokio::time::Instant;
 
-use super::{Acquire, Acquired, Store, StoreError};
+use super::{Acquire, Acquired, Peeked, Store, StoreError};
 use crate::fleet_override::Override;
 use crate::shutdown::Shutdown;
 
@@ -190,6 +191,28 @@ impl Store for MemoryStore {
     async fn set_fleet_override(&self, state: Option<Override>) -> Result<(), StoreError> {
         *lock(&self.fleet_override) = state;
         Ok(())
+    }
+
+    async fn peek(
+        &self,
+        ids: &KeyIds,
+        rule: &str,
+        key_id: &str,
+        _limit: &Limit,
+    ) -> Result<Option<Peeked>, StoreError> {
+        // Keys are held in clear here; an operator call may scan them. The
+        // bucket's own limit (its region's share of a global rule) refills it.
+        let now = self.now_ns();
+        for shard in &self.shards {
+            let map = lock(shard);
+            let found = map
+                .iter()
+                .find(|(k, _)| k.rule() == rule && ids.id(k).to_string() == key_id);
+            if let Some((_, e)) = found {
+                return Ok(Some(Peeked::of(&e.counter, &e.limit, now)));
+            }
+        }
+        Ok(None)
     }
 }
 

@@ -70,6 +70,15 @@ impl RuleSetBuilder {
                 format!("{max} is not a factor from 0 to 1 (0.5: a limit may be halved without approval)"),
             ));
         }
+        if let Some(rate) = head.defaults.log_sample {
+            if !(rate.is_finite() && (0.0..=1.0).contains(&rate)) {
+                errors.push(RuleError::new(
+                    None,
+                    "defaults.log_sample",
+                    format!("{rate} is not a share from 0 to 1 (0.01 keeps one allowed decision in a hundred)"),
+                ));
+            }
+        }
         Self {
             errors,
             defaults: head.defaults.clone(),

@@ -25,6 +25,9 @@ pub const MAX_RULE_NAME: usize = 64;
 pub const MAX_REFILL_NS: u64 = MAX_PERIOD_NS;
 /// The longest period, `366d`.
 pub const MAX_PERIOD_NS: u64 = 366 * 86_400 * NANOS_PER_SEC;
+/// The share of allowed decisions the decision log keeps when neither the rule
+/// nor `defaults` says.
+pub const DEFAULT_LOG_SAMPLE: f64 = 0.01;
 /// The only schema version this build reads.
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -131,6 +134,14 @@ pub(super) fn compile_rule(
             );
         }
     }
+    if let Some(rate) = rule.log_sample {
+        if !(rate.is_finite() && (0.0..=1.0).contains(&rate)) {
+            err(
+                "log_sample",
+                format!("{rate} is not a share from 0 to 1 (0.01 keeps one allowed decision in a hundred)"),
+            );
+        }
+    }
     let cost = rule.cost.unwrap_or(1);
     if cost == 0 {
         err("cost", "must be at least 1".into());
@@ -168,6 +179,11 @@ pub(super) fn compile_rule(
                 .or(defaults.accuracy)
                 .unwrap_or(Accuracy::Fast),
             scope: rule.scope.or(defaults.scope).unwrap_or(Scope::Region),
+            log_sample: rule
+                .log_sample
+                .or(defaults.log_sample)
+                .unwrap_or(DEFAULT_LOG_SAMPLE),
+            log_key: rule.log_key.unwrap_or_default(),
         }),
         _ => Err(errors),
     }

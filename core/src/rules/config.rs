@@ -96,6 +96,11 @@ pub struct DefaultsConfig {
     pub scope: Option<Scope>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub algorithm: Option<Algorithm>,
+    /// The share of allowed decisions the decision log keeps, 0 to 1
+    /// (rejections are always kept); default 0.01.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(range(min = 0.0, max = 1.0)))]
+    pub log_sample: Option<f64>,
 }
 
 /// One rule as written: `name`, `key`, and either `limit` or `plans`.
@@ -146,6 +151,16 @@ pub struct RuleConfig {
     /// reason; `check-rules` warns a week ahead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires: Option<String>,
+    /// The share of this rule's allowed decisions the decision log keeps, 0 to
+    /// 1 (rejections are always kept); default `defaults.log_sample`, else 0.01.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(range(min = 0.0, max = 1.0)))]
+    pub log_sample: Option<f64>,
+    /// How the decision log names this rule's keys: `id` (default, the keyed
+    /// hash) or `clear` (the key itself too, for rules whose keys are not
+    /// personal data).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_key: Option<LogKey>,
 }
 
 /// Conditions that must all hold for a rule to apply.
@@ -315,6 +330,17 @@ impl From<&MetadataPath> for MetadataConfig {
             path: m.path.clone(),
         }
     }
+}
+
+/// How the decision log names a rule's keys: `id` (default) only by their keyed
+/// hash, `clear` by the key itself as well.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum LogKey {
+    #[default]
+    Id,
+    Clear,
 }
 
 /// `enforce` (default): over the limit gets a 429. `shadow`: counted and

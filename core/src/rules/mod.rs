@@ -23,9 +23,10 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 
 pub use builder::RuleSetBuilder;
-pub use compile::{parse_period, MAX_RULE_NAME, SCHEMA_VERSION};
+pub use compile::{parse_period, DEFAULT_LOG_SAMPLE, MAX_RULE_NAME, SCHEMA_VERSION};
 pub use config::{
-    Accuracy, ChangesConfig, FailurePolicy, KeyPartConfig as KeyPart, Mode, RulesConfig, Scope,
+    Accuracy, ChangesConfig, FailurePolicy, KeyPartConfig as KeyPart, LogKey, Mode, RulesConfig,
+    Scope,
 };
 pub use error::{RuleError, RulesError};
 pub use explain::{Explained, Explanation};
@@ -67,6 +68,9 @@ pub struct Rule {
     pub on_failure: FailurePolicy,
     pub accuracy: Accuracy,
     pub scope: Scope,
+    /// The share of allowed decisions the decision log keeps.
+    pub log_sample: f64,
+    pub log_key: LogKey,
 }
 
 /// What a set's rules read of a request beyond its headers, path and method:

@@ -686,3 +686,32 @@ fn a_rule_or_the_defaults_choose_the_algorithm_and_a_window_refuses_a_burst() {
         "{errors:?}"
     );
 }
+
+#[test]
+fn the_log_sample_comes_from_the_rule_then_the_defaults_and_is_a_share() {
+    let rule = |extra: serde_json::Value| {
+        let mut r = serde_json::json!({"name": "r", "key": ["method"], "limit": {"requests": 1, "per": "1s"}});
+        r.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        r
+    };
+    let s =
+        compile(serde_json::json!({"version": 1, "rules": [rule(serde_json::json!({}))]})).unwrap();
+    assert_eq!(s.rules()[0].log_sample, DEFAULT_LOG_SAMPLE);
+    assert_eq!(s.rules()[0].log_key, LogKey::Id);
+    let s = compile(serde_json::json!({"version": 1, "defaults": {"log_sample": 0.5},
+        "rules": [rule(serde_json::json!({})), {"name": "s", "key": ["method"], "limit": {"requests": 1, "per": "1s"}, "log_sample": 1, "log_key": "clear"}]}))
+    .unwrap();
+    assert_eq!(s.rule("r").unwrap().log_sample, 0.5);
+    assert_eq!(s.rule("s").unwrap().log_sample, 1.0);
+    assert_eq!(s.rule("s").unwrap().log_key, LogKey::Clear);
+    let e = compile(
+        serde_json::json!({"version": 1, "rules": [rule(serde_json::json!({"log_sample": 1.5}))]}),
+    )
+    .unwrap_err();
+    assert_eq!(e.errors[0].rule.as_deref(), Some("r"));
+    assert_eq!(e.errors[0].field, "log_sample");
+    let e = compile(serde_json::json!({"version": 1, "defaults": {"log_sample": -0.1}, "rules": [rule(serde_json::json!({}))]})).unwrap_err();
+    assert_eq!(e.errors[0].field, "defaults.log_sample");
+}

@@ -26,7 +26,12 @@ use meshlimit_core::DescriptorKey;
 /// follows so an operator can tell buckets apart, and `meshlimit-agent key-id`
 /// maps a known customer key to its bucket.
 pub fn bucket(ids: &KeyIds, key: &DescriptorKey) -> String {
-    format!("ml:{{{}}}:{}", ids.id(key), key.rule())
+    bucket_of_id(&ids.id(key).to_string(), key.rule())
+}
+
+/// [`bucket`] from the key's id (what an operator has in hand).
+pub(crate) fn bucket_of_id(key_id: &str, rule: &str) -> String {
+    format!("ml:{{{key_id}}}:{rule}")
 }
 
 /// The sorted set of the region's live agents (one hash slot, whatever the cluster).

@@ -26,8 +26,10 @@ use health::Health;
 use tasks::{cluster_slots, prewarm, probe, refresher};
 use topology::{hash_slot, HashSlotMap};
 
-use super::{Acquire, Acquired, Store, StoreError};
+use super::{Acquire, Acquired, Peeked, Store, StoreError};
 use crate::fleet_override::Override;
+use meshlimit_core::secret::KeyIds;
+use meshlimit_core::{Bucket, Counter, Limit, Window};
 
 /// How often the hash slot map is read again while every node is healthy (hash slot
 /// migrations, a failover this agent has not noticed).
@@ -406,6 +408,50 @@ impl Store for RedisStore {
         self.control::<redis::Value>(keys::FLEET_OVERRIDE, cmd)
             .await
             .map(|_| ())
+    }
+
+    async fn peek(
+        &self,
+        _ids: &KeyIds,
+        rule: &str,
+        key_id: &str,
+        limit: &Limit,
+    ) -> Result<Option<Peeked>, StoreError> {
+        let key = keys::bucket_of_id(key_id, rule);
+        let peek = redis::cmd("EVAL")
+            .arg(script::PEEK_SCRIPT)
+            .arg(1)
+            .arg(&key)
+            .clone();
+        let reply: Vec<String> = self.control(&key, peek).await?;
+        let bad = || StoreError::Failed(format!("{key}: the peek script answered {reply:?}"));
+        let [tokens, updated, secs, micros, window, count, previous] = reply.as_slice() else {
+            return Err(bad());
+        };
+        let num = |s: &String| s.parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0);
+        let (Some(secs), Some(micros)) = (num(secs), num(micros)) else {
+            return Err(bad());
+        };
+        let now_ns = (secs * 1e9 + micros * 1e3) as u64;
+        let counter = if limit.algorithm().is_window() {
+            if window.is_empty() {
+                return Ok(None);
+            }
+            let whole = |s: &String| s.parse::<u64>().ok();
+            let (Some(w), Some(c), Some(p)) = (whole(window), whole(count), whole(previous)) else {
+                return Err(bad());
+            };
+            Counter::Window(Window::from_parts(w, c, p))
+        } else {
+            if tokens.is_empty() {
+                return Ok(None);
+            }
+            let (Some(tokens), Some(updated)) = (num(tokens), num(updated)) else {
+                return Err(bad());
+            };
+            Counter::Bucket(Bucket::from_parts(tokens, (updated * 1e3) as u64))
+        };
+        Ok(Some(Peeked::of(&counter, limit, now_ns)))
     }
 
     fn name(&self) -> &'static str {

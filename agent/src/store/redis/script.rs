@@ -3,6 +3,7 @@
 //!
 //! - [`LEASE_SCRIPT`]: the lease (token bucket, fixed or sliding window), atomic per key, on the Redis
 //!   server's clock ([`LEASE_SCRIPT_AT`] is its test form, the clock from ARGV);
+//! - [`PEEK_SCRIPT`]: a bucket or window read as it is, with the server's clock;
 //! - [`HEARTBEAT_SCRIPT`]: an agent says it is alive and learns how many are;
 //! - [`FLUSH_SCRIPT`], [`SEAL_SCRIPT`]: the region exchange's demand;
 //! - [`ELECT_SCRIPT`], [`RELEASE_SCRIPT`]: the election of a region's rebalancer.
@@ -274,3 +275,12 @@ pub(crate) const ELECT_SCRIPT: &str = "local cur = redis.call('GET', KEYS[1]) \
 /// - Returns 1 when the lock was deleted, 0 when another agent (or none) held it.
 pub(crate) const RELEASE_SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
      return redis.call('DEL', KEYS[1]) end return 0";
+
+/// A bucket read without changing it (`GET /v1/explain`). KEYS[1]: the bucket
+/// (`ml:{<key id>}:<rule>`). Reply: `{tokens, updated µs, now s, now µs}`, the
+/// first two empty strings when the key holds no bucket (a full one).
+pub(crate) const PEEK_SCRIPT: &str = r"
+local s = redis.call('HMGET', KEYS[1], 't', 'u', 'w', 'c', 'p')
+local t = redis.call('TIME')
+return {s[1] or '', s[2] or '', t[1], t[2], s[3] or '', s[4] or '', s[5] or ''}
+";

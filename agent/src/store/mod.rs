@@ -13,6 +13,8 @@ use async_trait::async_trait;
 use meshlimit_core::{DescriptorKey, Limit, Take};
 
 use crate::fleet_override::Override;
+use crate::trial::{StoredTrial, TrialAction};
+use meshlimit_core::rules::trial::TrialPlan;
 
 pub use memory::MemoryStore;
 
@@ -100,6 +102,29 @@ pub trait Store: Send + Sync + 'static {
 
     /// Sets (`Some`) or clears (`None`) the fleet override.
     async fn set_fleet_override(&self, state: Option<Override>) -> Result<(), StoreError>;
+
+    /// The trial of rules `version` (`None`: none recorded). With `start` (the
+    /// plan and its period in ms), one is recorded first unless there is one,
+    /// its start being the store's time now: the first agent's plan and start
+    /// are every agent's. The plan is answered when `with_plan`. One call, the
+    /// store's deadline, never retried.
+    async fn trial(
+        &self,
+        version: &str,
+        start: Option<(&TrialPlan, u64)>,
+        with_plan: bool,
+    ) -> Result<Option<StoredTrial>, StoreError>;
+
+    /// Ends or holds the trial started last; answers its version (`None`: no
+    /// trial recorded).
+    async fn control_trial(&self, action: TrialAction) -> Result<Option<String>, StoreError>;
+
+    /// Records that the region's agents serve rules `current`, having served
+    /// `previous` before it (what `override pin` goes back to).
+    async fn record_versions(&self, current: &str, previous: &str) -> Result<(), StoreError>;
+
+    /// The version served before the current one, as last recorded.
+    async fn previous_version(&self) -> Result<Option<String>, StoreError>;
 }
 
 impl StoreError {

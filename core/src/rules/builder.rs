@@ -70,6 +70,13 @@ impl RuleSetBuilder {
                 format!("{max} is not a factor from 0 to 1 (0.5: a limit may be halved without approval)"),
             ));
         }
+        if let Err(e) = head.changes.shadow_first_ms() {
+            errors.push(RuleError::new(
+                None,
+                "changes.shadow_first",
+                format!("{e} (`0s` turns the trial in shadow off)"),
+            ));
+        }
         Self {
             errors,
             defaults: head.defaults.clone(),

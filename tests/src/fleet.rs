@@ -29,17 +29,28 @@ pub fn run_override(args: &[&str], store: &str) -> String {
     stdout
 }
 
+/// The filters' bound: the agents' and one sync of the filters (1 s).
+pub const FILTERS_WITHIN: Duration = Duration::from_secs(3);
+
 /// Polls `done` until it holds, up to [`FLEET_WITHIN`] after `since`; answers
 /// how long it took.
-pub fn within(since: Instant, what: &str, mut done: impl FnMut() -> bool) -> Duration {
+pub fn within(since: Instant, what: &str, done: impl FnMut() -> bool) -> Duration {
+    within_by(FLEET_WITHIN, since, what, done)
+}
+
+/// Polls `done` until it holds, up to `bound` after `since`; answers how long
+/// it took.
+pub fn within_by(
+    bound: Duration,
+    since: Instant,
+    what: &str,
+    mut done: impl FnMut() -> bool,
+) -> Duration {
     loop {
         if done() {
             return since.elapsed();
         }
-        assert!(
-            since.elapsed() <= FLEET_WITHIN,
-            "{what}: not within {FLEET_WITHIN:?}"
-        );
+        assert!(since.elapsed() <= bound, "{what}: not within {bound:?}");
         std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -30,7 +30,9 @@ use std::path::PathBuf;
 
 pub use agent::{Agent, AgentOptions};
 pub use envoy::{render_envoy_config, Envoy, EnvoyConfig, EnvoyPorts};
-pub use fleet::{fleet_override_gauge, run_override, within, FLEET_WITHIN};
+pub use fleet::{
+    fleet_override_gauge, run_override, within, within_by, FILTERS_WITHIN, FLEET_WITHIN,
+};
 pub use http::{get, post, raw_status, request, try_request, Response};
 pub use load::{count_between, latency_quantile, Load, Sample};
 pub use metrics::{label, sample};

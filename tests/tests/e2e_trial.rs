@@ -11,8 +11,9 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use meshlimit_tests::{
-    count, eventually, fleet_override_gauge, label, run_override, sample, within, Agent,
-    AgentOptions, RedisServer, Resp, Stack, EXACT_TWO_PER_HOUR, STRICT_ONE_PER_HOUR,
+    count, eventually, fleet_override_gauge, label, run_override, sample, within, within_by, Agent,
+    AgentOptions, RedisServer, Resp, Stack, EXACT_TWO_PER_HOUR, FILTERS_WITHIN,
+    STRICT_ONE_PER_HOUR,
 };
 
 /// Running rules: a loose limit on every request with a key.
@@ -234,7 +235,8 @@ fn agents_on_one_redis_agree_on_the_trial_a_restarted_one_keeps_it_and_end_trial
     assert_eq!(trial_end(&other), Some(end));
     assert_eq!(served(&other).as_deref(), Some(composed.as_str()));
 
-    // Ended early by the operator: every agent, and the filters, within 2 s.
+    // Ended early by the operator: every agent within 2 s, the filters at
+    // their next sync after it.
     wait_filters_on(&stack, "strict", "/strict/a");
     let key = [("x-api-key", "k")];
     assert_eq!(stack.statuses(2, "/strict/a", &key), [200, 200]);
@@ -246,9 +248,12 @@ fn agents_on_one_redis_agree_on_the_trial_a_restarted_one_keeps_it_and_end_trial
     });
     assert_eq!(served(&stack.agent).as_deref(), Some(file_version.as_str()));
     assert_eq!(served(&other).as_deref(), Some(file_version.as_str()));
-    let envoy = within(ended, "the new rule to enforce through Envoy", || {
-        stack.get("/strict/a", &key).status == 429
-    });
+    let envoy = within_by(
+        FILTERS_WITHIN,
+        ended,
+        "the new rule to enforce through Envoy",
+        || stack.get("/strict/a", &key).status == 429,
+    );
     eprintln!("end-trial: agents {agents:?}, Envoy enforcing {envoy:?}");
 }
 
@@ -294,10 +299,15 @@ fn override_pin_takes_every_agent_to_the_previous_version_and_clear_back() {
     });
     assert_eq!(pin_gauge(&stack.agent), Some(1.0));
     assert_eq!(pin_gauge(&other), Some(1.0));
-    let envoy = within(pinned, "Envoy to enforce the previous limit", || {
-        let key = format!("pinned-{}", unix_now());
-        stack.statuses(2, "/", &[("x-api-key", &key)]) == [200, 429]
-    });
+    let envoy = within_by(
+        FILTERS_WITHIN,
+        pinned,
+        "Envoy to enforce the previous limit",
+        || {
+            let key = format!("pinned-{}", unix_now());
+            stack.statuses(2, "/", &[("x-api-key", &key)]) == [200, 429]
+        },
+    );
     assert!(other.stderr().contains("INC-7"));
     // Restarted while pinned, an agent has no previous version: every rule in
     // shadow instead, said in its log and a metric.
@@ -317,10 +327,15 @@ fn override_pin_takes_every_agent_to_the_previous_version_and_clear_back() {
         served(&stack.agent).as_deref() == Some(v2.as_str())
             && served(&other).as_deref() == Some(v2.as_str())
     });
-    within(cleared, "Envoy back on the latest limit", || {
-        let key = format!("cleared-{}", unix_now());
-        count(&stack.statuses(3, "/", &[("x-api-key", &key)]), 200) == 3
-    });
+    within_by(
+        FILTERS_WITHIN,
+        cleared,
+        "Envoy back on the latest limit",
+        || {
+            let key = format!("cleared-{}", unix_now());
+            count(&stack.statuses(3, "/", &[("x-api-key", &key)]), 200) == 3
+        },
+    );
     assert_eq!(pin_gauge(&other), Some(0.0));
     eprintln!("pin: agents {agents:?}, Envoy {envoy:?}; clear: agents {back:?}");
 }

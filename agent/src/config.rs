@@ -59,10 +59,12 @@ pub enum Command {
     /// Kuadrant Limitador) to a rules file: refuses what meshlimit cannot
     /// express, lists every approximation it makes.
     Import(ImportArgs),
-    /// Set or clear the fleet override in the store the region's agents share:
-    /// `shadow` puts every rule in shadow (counted, never refused) on every
-    /// agent within a second or so, until `clear`. Exit 0 done, 1 the store
-    /// could not do it.
+    /// Act on every agent of a region through the store they share: `shadow`
+    /// puts every rule in shadow (counted, never refused), `pin` serves the
+    /// rules version before the current one, each until `clear`; `end-trial`
+    /// and `hold-trial` end or hold a rules change's trial in shadow. Every
+    /// agent applies it within a second or so. Exit 0 done, 1 the store could
+    /// not do it or had nothing to act on.
     Override(OverrideArgs),
 }
 

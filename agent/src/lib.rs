@@ -27,6 +27,7 @@ pub mod shutdown;
 pub mod store;
 #[cfg(test)]
 mod test_support;
+pub mod trial;
 pub(crate) mod window;
 
 pub use api::App;

@@ -103,10 +103,17 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         })?;
     let mut signals = Signals::install().map_err(RunError::Signals)?;
     let rules = Arc::new(CurrentRules::empty());
-    let mut watcher = RulesWatcher::new(&args.rules, rules.clone(), metrics.clone());
+    let mut watcher = RulesWatcher::new(&args.rules, rules.clone(), metrics.clone())
+        .with_store(store.clone(), tokio::runtime::Handle::current());
     // A bad file at start is logged and leaves /readyz at 503 until a good one
-    // appears; the agent keeps serving /healthz and /metrics meanwhile.
-    watcher.poll();
+    // appears; the agent keeps serving /healthz and /metrics meanwhile. Off the
+    // runtime's threads: the first load may ask the store for a trial running.
+    let watcher = tokio::task::spawn_blocking(move || {
+        watcher.poll();
+        watcher
+    })
+    .await
+    .map_err(|e| RunError::Runtime(std::io::Error::other(e)))?;
     tasks.spawn(watcher.run(args.rules_poll(), shutdown.clone()));
     tasks.spawn(fleet_override::poll(
         store.clone(),

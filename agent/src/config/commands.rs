@@ -181,10 +181,13 @@ pub struct TokenArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct OverrideArgs {
-    /// `shadow`: every rule in shadow on every agent of the store. `clear`: the
-    /// rules file's modes again.
+    /// What to do on every agent of the store (see the actions).
     #[arg(value_enum)]
     pub action: OverrideAction,
+    /// With `pin`: the rules version to serve, instead of the one the region
+    /// served before the current one.
+    #[arg(long, value_name = "VERSION")]
+    pub rules_version: Option<String>,
     /// The store the region's agents share, as their --store: redis://HOST:PORT,
     /// redis+cluster://HOST:PORT,… (rediss… for TLS, trusting the system's roots).
     #[arg(long, value_parser = StoreSpec::parse)]
@@ -206,24 +209,30 @@ pub struct OverrideArgs {
 pub enum OverrideAction {
     /// Every rule in shadow: counted, never refused.
     Shadow,
-    /// The rules file's modes again.
+    /// Serve the rules version the region ran before the current one (an agent
+    /// that no longer has it serves every rule in shadow).
+    Pin,
+    /// Undo `shadow` or `pin`: the rules file's set again.
     Clear,
+    /// End the running trial of a rules change now: its new and tightened
+    /// rules enforce as written.
+    EndTrial,
+    /// Keep the running trial on past its period, until `end-trial`.
+    HoldTrial,
 }
 
 impl OverrideArgs {
-    /// The override to store, set at `now` (Unix seconds); `None` clears it.
-    pub(crate) fn state(&self, now: u64) -> Option<Override> {
-        match self.action {
-            OverrideAction::Clear => None,
-            OverrideAction::Shadow => Some(Override {
-                mode: OverrideMode::Shadow,
-                set_by: self
-                    .reason
-                    .clone()
-                    .or_else(|| std::env::var("USER").ok())
-                    .unwrap_or_else(|| "unknown".into()),
-                at: now,
-            }),
+    /// The override `mode` to store (pinning `version`), set at `now` (Unix seconds).
+    pub(crate) fn state(&self, mode: OverrideMode, version: Option<String>, now: u64) -> Override {
+        Override {
+            mode,
+            set_by: self
+                .reason
+                .clone()
+                .or_else(|| std::env::var("USER").ok())
+                .unwrap_or_else(|| "unknown".into()),
+            at: now,
+            version,
         }
     }
 

@@ -116,6 +116,30 @@ impl Store for FakeStore {
     ) -> Result<(), StoreError> {
         Ok(())
     }
+
+    async fn trial(
+        &self,
+        _: &str,
+        _: Option<(&meshlimit_core::rules::trial::TrialPlan, u64)>,
+        _: bool,
+    ) -> Result<Option<crate::trial::StoredTrial>, StoreError> {
+        Ok(None)
+    }
+
+    async fn control_trial(
+        &self,
+        _: crate::trial::TrialAction,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(None)
+    }
+
+    async fn record_versions(&self, _: &str, _: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn previous_version(&self) -> Result<Option<String>, StoreError> {
+        Ok(None)
+    }
 }
 
 fn service(mode: Mode, max_inflight: usize) -> (Arc<LeaseService>, Arc<Metrics>) {

@@ -7,7 +7,7 @@
 //!
 //! Grouped by what feeds them: the filters' sync reports (`reports`), the lease path
 //! and the store (`leases`), the rules watcher (`rules`), the region exchange
-//! (`regions`), the decision log (`declog`).
+//! (`regions`), the decision log (`declog`), a rules change's trial (`trial`).
 
 mod declog;
 mod leases;
@@ -15,6 +15,7 @@ mod regions;
 mod reports;
 mod rules;
 mod top_keys;
+mod trial;
 
 use meshlimit_core::secret::{KeyId, KeyIds};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -36,6 +37,7 @@ pub struct Metrics {
     leases: leases::LeaseMetrics,
     rules: rules::RulesMetrics,
     regions: regions::RegionMetrics,
+    trial: trial::TrialMetrics,
     bad_requests: IntCounterVec,
     /// How labels name customer keys: by the deployment's keyed hash.
     key_ids: std::sync::OnceLock<KeyIds>,
@@ -69,6 +71,7 @@ impl Metrics {
             leases: leases::LeaseMetrics::new(&f)?,
             rules: rules::RulesMetrics::new(&f)?,
             regions: regions::RegionMetrics::new(&f)?,
+            trial: trial::TrialMetrics::new(&f)?,
             bad_requests: f.counters(
                 "meshlimit_bad_requests_total",
                 "Requests refused with a 4xx, by reason.",

@@ -40,6 +40,8 @@ use tokio::time::Instant;
 use super::{Acquire, Acquired, Peeked, Store, StoreError};
 use crate::fleet_override::Override;
 use crate::shutdown::Shutdown;
+use crate::trial::{StoredTrial, TrialAction, TrialClock};
+use meshlimit_core::rules::trial::TrialPlan;
 
 /// Lock shards; a power of two comfortably above the core count.
 const SHARDS: usize = 16;
@@ -58,6 +60,17 @@ pub struct MemoryStore {
     max_per_shard: usize,
     /// The fleet override: this agent's alone, with no store shared.
     fleet_override: Mutex<Option<Override>>,
+    /// Trials and the versions served, likewise this agent's alone (lost with
+    /// it: a restarted agent's first rules apply at once).
+    fleet: Mutex<Fleet>,
+}
+
+/// What the Redis store keeps under the `{fleet}` tag, for one agent.
+#[derive(Debug, Default)]
+struct Fleet {
+    trials: HashMap<String, (TrialPlan, TrialClock)>,
+    last_trial: Option<String>,
+    versions: Option<(String, String)>,
 }
 
 #[derive(Debug)]
@@ -82,6 +95,7 @@ impl MemoryStore {
                 .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX / 2)),
             max_per_shard: max_keys.div_ceil(SHARDS).max(1),
             fleet_override: Mutex::new(None),
+            fleet: Mutex::default(),
         }
     }
 
@@ -213,6 +227,62 @@ impl Store for MemoryStore {
             }
         }
         Ok(None)
+    }
+
+    async fn trial(
+        &self,
+        version: &str,
+        start: Option<(&TrialPlan, u64)>,
+        with_plan: bool,
+    ) -> Result<Option<StoredTrial>, StoreError> {
+        let now_ms = crate::regions::clock::now_ms();
+        let mut fleet = lock(&self.fleet);
+        if let Some((plan, period_ms)) = start {
+            if !fleet.trials.contains_key(version) {
+                let clock = TrialClock {
+                    start_ms: now_ms,
+                    period_ms,
+                    ended_ms: None,
+                    held: false,
+                };
+                fleet
+                    .trials
+                    .insert(version.to_string(), (plan.clone(), clock));
+                fleet.last_trial = Some(version.to_string());
+            }
+        }
+        Ok(fleet.trials.get(version).map(|(plan, clock)| StoredTrial {
+            plan: with_plan.then(|| plan.clone()),
+            clock: *clock,
+            now_ms,
+        }))
+    }
+
+    async fn control_trial(&self, action: TrialAction) -> Result<Option<String>, StoreError> {
+        let mut fleet = lock(&self.fleet);
+        let Some(version) = fleet.last_trial.clone() else {
+            return Ok(None);
+        };
+        let Some((_, clock)) = fleet.trials.get_mut(&version) else {
+            return Ok(None);
+        };
+        match action {
+            TrialAction::End => {
+                clock.ended_ms = Some(crate::regions::clock::now_ms());
+                clock.held = false;
+            }
+            TrialAction::Hold => clock.held = true,
+        }
+        Ok(Some(version))
+    }
+
+    async fn record_versions(&self, current: &str, previous: &str) -> Result<(), StoreError> {
+        lock(&self.fleet).versions = Some((current.to_string(), previous.to_string()));
+        Ok(())
+    }
+
+    async fn previous_version(&self) -> Result<Option<String>, StoreError> {
+        Ok(lock(&self.fleet).versions.as_ref().map(|v| v.1.clone()))
     }
 }
 

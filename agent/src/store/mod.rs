@@ -15,6 +15,8 @@ use meshlimit_core::{Counter, DescriptorKey, Limit, Take, NANOS_PER_MS};
 use serde::Serialize;
 
 use crate::fleet_override::Override;
+use crate::trial::{StoredTrial, TrialAction};
+use meshlimit_core::rules::trial::TrialPlan;
 
 pub use memory::MemoryStore;
 
@@ -178,6 +180,28 @@ pub trait Store: Send + Sync + 'static {
             self.name()
         )))
     }
+    /// The trial of rules `version` (`None`: none recorded). With `start` (the
+    /// plan and its period in ms), one is recorded first unless there is one,
+    /// its start being the store's time now: the first agent's plan and start
+    /// are every agent's. The plan is answered when `with_plan`. One call, the
+    /// store's deadline, never retried.
+    async fn trial(
+        &self,
+        version: &str,
+        start: Option<(&TrialPlan, u64)>,
+        with_plan: bool,
+    ) -> Result<Option<StoredTrial>, StoreError>;
+
+    /// Ends or holds the trial started last; answers its version (`None`: no
+    /// trial recorded).
+    async fn control_trial(&self, action: TrialAction) -> Result<Option<String>, StoreError>;
+
+    /// Records that the region's agents serve rules `current`, having served
+    /// `previous` before it (what `override pin` goes back to).
+    async fn record_versions(&self, current: &str, previous: &str) -> Result<(), StoreError>;
+
+    /// The version served before the current one, as last recorded.
+    async fn previous_version(&self) -> Result<Option<String>, StoreError>;
 }
 
 impl StoreError {

@@ -79,6 +79,13 @@ impl RuleSetBuilder {
                 ));
             }
         }
+        if let Err(e) = head.changes.shadow_first_ms() {
+            errors.push(RuleError::new(
+                None,
+                "changes.shadow_first",
+                format!("{e} (`0s` turns the trial in shadow off)"),
+            ));
+        }
         Self {
             errors,
             defaults: head.defaults.clone(),

@@ -88,8 +88,14 @@ pub(super) fn compile_rule(
     let name = rule.name.as_str();
     let mut errors = Vec::new();
     let mut err = |field: &str, msg: String| errors.push(RuleError::new(Some(name), field, msg));
+    // A trial copy (`NAME.trial`, made by the agent) may be that much longer.
+    let longest = if name.ends_with(super::trial::TRIAL_SUFFIX) {
+        MAX_RULE_NAME + super::trial::TRIAL_SUFFIX.len()
+    } else {
+        MAX_RULE_NAME
+    };
     if name.is_empty()
-        || name.len() > MAX_RULE_NAME
+        || name.len() > longest
         || !name
             .chars()
             .all(|c| matches!(c, 'a'..='z' | '0'..='9' | '.' | '_' | '-'))

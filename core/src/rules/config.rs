@@ -46,6 +46,14 @@ pub struct ChangesConfig {
     /// metrics show), so an approval never outlives the change it was for.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approve: Vec<ApprovalConfig>,
+    /// How long a new rule, or the new limit of a tightened enforced rule, runs
+    /// in shadow (counted, never refused) before it enforces, when the agent
+    /// installs this file over a running version: `10m`, `1h`; `0s` turns the
+    /// trial off. Default 5m. A tightened rule keeps enforcing its running limit
+    /// meanwhile. The first rules an agent loads apply at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(regex(pattern = r"^[0-9]+(ms|s|m|h|d)$")))]
+    pub shadow_first: Option<String>,
 }
 
 /// One approved tightening.
@@ -66,11 +74,17 @@ fn default_max_tightening() -> f64 {
     DEFAULT_MAX_TIGHTENING
 }
 
+/// How long new and tightened rules run in shadow when `changes.shadow_first`
+/// is not given: long enough to see a busy hour's minute-scale traffic against
+/// the new limit, short enough that a change is in force the same coffee break.
+pub const DEFAULT_SHADOW_FIRST: &str = "5m";
+
 impl Default for ChangesConfig {
     fn default() -> Self {
         ChangesConfig {
             max_tightening: DEFAULT_MAX_TIGHTENING,
             approve: Vec::new(),
+            shadow_first: None,
         }
     }
 }
@@ -78,6 +92,32 @@ impl Default for ChangesConfig {
 impl ChangesConfig {
     fn is_default(&self) -> bool {
         *self == ChangesConfig::default()
+    }
+
+    /// `shadow_first` in milliseconds (the default when absent, 0 when off), or
+    /// what is wrong with it.
+    pub fn shadow_first_ms(&self) -> Result<u64, String> {
+        let text = self.shadow_first.as_deref().unwrap_or(DEFAULT_SHADOW_FIRST);
+        let t = text.trim();
+        let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        let (num, unit) = t.split_at(digits);
+        if !num.is_empty() && num.bytes().all(|b| b == b'0') {
+            // `0s` (any unit): off. The unit is still checked.
+            return super::parse_period(&format!("1{unit}")).map(|_| 0);
+        }
+        super::parse_period(text).map(|ns| ns / crate::NANOS_PER_MS)
+    }
+}
+
+impl RuleConfig {
+    /// The rule with `defaults` written into each field it omits, so it keeps
+    /// its meaning in a file with other defaults.
+    pub fn with_defaults(mut self, d: &DefaultsConfig) -> Self {
+        self.mode = self.mode.or(d.mode);
+        self.on_failure = self.on_failure.or(d.on_failure);
+        self.accuracy = self.accuracy.or(d.accuracy);
+        self.scope = self.scope.or(d.scope);
+        self
     }
 }
 

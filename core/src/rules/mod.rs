@@ -17,6 +17,7 @@ pub mod review;
 #[cfg(feature = "schema")]
 pub mod schema;
 mod stepsort;
+pub mod trial;
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
@@ -216,6 +217,12 @@ impl RuleSet {
         }
         self.rules.truncate(self.rules.len().saturating_sub(n));
         false
+    }
+
+    /// The file's guard on changes: the tightening maximum, the approvals, the
+    /// trial in shadow.
+    pub fn changes(&self) -> &ChangesConfig {
+        &self.changes
     }
 
     /// Rules, strictest first.

@@ -183,7 +183,7 @@ fn change(rule: &Rule, change: Change, refused: bool) -> RuleChange {
 
 /// The limits to compare: the one limit, or each plan the old rule had (a plan
 /// that went away is now served the default plan's limit).
-fn limit_pairs(old: &Rule, new: &Rule) -> Vec<(Option<String>, Limit, Limit)> {
+pub(super) fn limit_pairs(old: &Rule, new: &Rule) -> Vec<(Option<String>, Limit, Limit)> {
     match &old.limits {
         Limits::Single(l) => vec![(None, *l, new.limit_for_plan(None).0)],
         Limits::Plans {
@@ -210,7 +210,7 @@ fn limit_pairs(old: &Rule, new: &Rule) -> Vec<(Option<String>, Limit, Limit)> {
 
 /// How much of the old limit the new one leaves: the smaller of the rates' and
 /// the bursts' ratios.
-fn ratio(new: &Limit, old: &Limit) -> f64 {
+pub(super) fn ratio(new: &Limit, old: &Limit) -> f64 {
     let rate = new.rate_per_sec() / old.rate_per_sec();
     let burst = f64::from(new.burst()) / f64::from(old.burst());
     rate.min(burst)

@@ -28,6 +28,8 @@ use topology::{hash_slot, HashSlotMap};
 
 use super::{Acquire, Acquired, Peeked, Store, StoreError};
 use crate::fleet_override::Override;
+use crate::trial::{StoredTrial, TrialAction};
+use meshlimit_core::rules::trial::TrialPlan;
 use meshlimit_core::secret::KeyIds;
 use meshlimit_core::{Bucket, Counter, Limit, Window};
 
@@ -452,6 +454,79 @@ impl Store for RedisStore {
             Counter::Bucket(Bucket::from_parts(tokens, (updated * 1e3) as u64))
         };
         Ok(Some(Peeked::of(&counter, limit, now_ns)))
+    }
+
+    async fn trial(
+        &self,
+        version: &str,
+        start: Option<(&TrialPlan, u64)>,
+        with_plan: bool,
+    ) -> Result<Option<StoredTrial>, StoreError> {
+        let (plan, period) = match start {
+            Some((plan, period)) => (
+                serde_json::to_string(plan).map_err(|e| StoreError::Failed(e.to_string()))?,
+                period,
+            ),
+            None => (String::new(), 0),
+        };
+        let key = keys::trial(version);
+        let call = redis::cmd("EVAL")
+            .arg(script::TRIAL_SCRIPT)
+            .arg(2)
+            .arg(&key)
+            .arg(keys::LAST_TRIAL)
+            .arg(plan)
+            .arg(period)
+            .arg(version)
+            .arg(crate::trial::KEEP_AFTER_MS)
+            .arg(if with_plan { "1" } else { "0" })
+            .clone();
+        let reply: Vec<Option<String>> = self.control(&key, call).await?;
+        crate::trial::from_reply(&key, &reply)
+    }
+
+    async fn control_trial(&self, action: TrialAction) -> Result<Option<String>, StoreError> {
+        let get = redis::cmd("GET").arg(keys::LAST_TRIAL).clone();
+        let Some(version) = self
+            .control::<Option<String>>(keys::LAST_TRIAL, get)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let key = keys::trial(&version);
+        let call = redis::cmd("EVAL")
+            .arg(script::TRIAL_CONTROL_SCRIPT)
+            .arg(1)
+            .arg(&key)
+            .arg(match action {
+                TrialAction::End => "end",
+                TrialAction::Hold => "hold",
+            })
+            .arg(crate::trial::KEEP_AFTER_MS)
+            .clone();
+        let found: i64 = self.control(&key, call).await?;
+        Ok((found == 1).then_some(version))
+    }
+
+    async fn record_versions(&self, current: &str, previous: &str) -> Result<(), StoreError> {
+        let set = redis::cmd("HSET")
+            .arg(keys::RULES_VERSIONS)
+            .arg("current")
+            .arg(current)
+            .arg("previous")
+            .arg(previous)
+            .clone();
+        self.control::<redis::Value>(keys::RULES_VERSIONS, set)
+            .await
+            .map(|_| ())
+    }
+
+    async fn previous_version(&self) -> Result<Option<String>, StoreError> {
+        let get = redis::cmd("HGET")
+            .arg(keys::RULES_VERSIONS)
+            .arg("previous")
+            .clone();
+        self.control(keys::RULES_VERSIONS, get).await
     }
 
     fn name(&self) -> &'static str {

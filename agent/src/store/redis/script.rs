@@ -6,7 +6,8 @@
 //! - [`PEEK_SCRIPT`]: a bucket or window read as it is, with the server's clock;
 //! - [`HEARTBEAT_SCRIPT`]: an agent says it is alive and learns how many are;
 //! - [`FLUSH_SCRIPT`], [`SEAL_SCRIPT`]: the region exchange's demand;
-//! - [`ELECT_SCRIPT`], [`RELEASE_SCRIPT`]: the election of a region's rebalancer.
+//! - [`ELECT_SCRIPT`], [`RELEASE_SCRIPT`]: the election of a region's rebalancer;
+//! - [`TRIAL_SCRIPT`], [`TRIAL_CONTROL_SCRIPT`]: a rules change's trial in shadow.
 //!
 //! Every script touches the keys of one hash slot (each call's keys share a hash
 //! tag), so each runs on a Redis Cluster as on a single Redis. Rate, burst and
@@ -276,11 +277,51 @@ pub(crate) const ELECT_SCRIPT: &str = "local cur = redis.call('GET', KEYS[1]) \
 pub(crate) const RELEASE_SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
      return redis.call('DEL', KEYS[1]) end return 0";
 
-/// A bucket read without changing it (`GET /v1/explain`). KEYS[1]: the bucket
-/// (`ml:{<key id>}:<rule>`). Reply: `{tokens, updated µs, now s, now µs}`, the
-/// first two empty strings when the key holds no bucket (a full one).
+/// A key's counts read without changing them (`GET /v1/explain`). KEYS[1]: the
+/// key (`ml:{<key id>}:<rule>`). Reply: `{tokens, updated µs, now s, now µs,
+/// window, count, previous}`, a field an empty string when the key does not
+/// hold it (a bucket has no window fields, a window no tokens; a key the store
+/// does not hold is a full bucket or an empty window).
 pub(crate) const PEEK_SCRIPT: &str = r"
 local s = redis.call('HMGET', KEYS[1], 't', 'u', 'w', 'c', 'p')
 local t = redis.call('TIME')
 return {s[1] or '', s[2] or '', t[1], t[2], s[3] or '', s[4] or '', s[5] or ''}
+";
+
+/// Starts (unless started) and reads the trial of a rules version, on the
+/// server's clock. KEYS: the trial's hash, the last-trial pointer. ARGV: the
+/// plan's JSON (`""`: read only), the period (ms), the version, how long to
+/// keep the record after the period (ms), `1` to answer the plan. Starting is
+/// `HSETNX start_ms`: the first agent's start and plan stay. Reply: the
+/// server's time (ms), then `start_ms`, `period_ms`, `ended_ms`, `held`, `plan`
+/// (nil where absent).
+pub(crate) const TRIAL_SCRIPT: &str = r"
+local t = redis.call('TIME')
+local now = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+if ARGV[1] ~= '' and redis.call('HSETNX', KEYS[1], 'start_ms', now) == 1 then
+  redis.call('HSET', KEYS[1], 'period_ms', ARGV[2], 'plan', ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) + tonumber(ARGV[4]))
+  redis.call('SET', KEYS[2], ARGV[3])
+end
+local v = redis.call('HMGET', KEYS[1], 'start_ms', 'period_ms', 'ended_ms', 'held', 'plan')
+if ARGV[5] ~= '1' then v[5] = false end
+return {now, v[1], v[2], v[3], v[4], v[5]}
+";
+
+/// Ends or holds a trial. KEYS: the trial's hash. ARGV: `end` or `hold`, how
+/// long to keep an ended record (ms). `end` stamps `ended_ms` with the server's
+/// time and drops a hold; `hold` sets `held` and keeps the record until ended.
+/// Reply: 1, or 0 when there is no such trial.
+pub(crate) const TRIAL_CONTROL_SCRIPT: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if ARGV[1] == 'end' then
+  local t = redis.call('TIME')
+  redis.call('HSET', KEYS[1], 'ended_ms', string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)))
+  redis.call('HDEL', KEYS[1], 'held')
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
+else
+  redis.call('HSET', KEYS[1], 'held', '1')
+  redis.call('PERSIST', KEYS[1])
+end
+return 1
 ";

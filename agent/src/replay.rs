@@ -149,6 +149,7 @@ fn request(line: &str) -> Option<(u64, RequestInfo)> {
     let mut req = RequestInfo::new(field("path")?, field("method").unwrap_or("GET"), headers);
     req.client_ip = field("client_ip").map(str::to_string);
     req.route = field("route").map(str::to_string);
+    req.now_ns = now;
     Some((now, req))
 }
 

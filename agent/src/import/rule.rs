@@ -90,6 +90,7 @@ pub(super) fn rule_of(
         scope: None,
         owner: None,
         expires: None,
+        schedule: Vec::new(),
     };
     // What the peer wrote may still be no valid rule (a method `G3T`, a host
     // with a port): refused here, at the peer's entry, not in the output.

@@ -48,6 +48,8 @@ impl LeaseService {
         waits: &mut Vec<tokio::sync::watch::Receiver<()>>,
     ) {
         let now = self.now_ns();
+        // The schedule windows follow the wall clock (UTC), as the filter's do.
+        let utc_ns = crate::regions::clock::now_ms().saturating_mul(NANOS_PER_MS);
         let call_timeout = u64::try_from(self.call_timeout().as_nanos()).unwrap_or(u64::MAX);
         // Round 0 takes (and counts the asks' demand); later rounds take again
         // for asks that waited on a store call; the last may not wait again.
@@ -63,7 +65,7 @@ impl LeaseService {
                 answers[index] = Some(self.unavailable(reason));
                 continue;
             };
-            let (limit, _plan) = rule.limit_for_plan(item.plan.as_deref());
+            let limit = rule.limit_in_force(item.plan.as_deref(), utc_ns).limit;
             let share = self.shares.share(rule, &item.key);
             let pooled = !self.settings.is_exact(rule, &limit);
             let mut demand = 0.0;

@@ -21,7 +21,7 @@ const RULES: &str = include_str!(concat!(
 fn size(settings: &LeaseSettings, rule: &str, cost: u32) -> u32 {
     let set = parse_rules("t", RULES).unwrap();
     let rule = set.rule(rule).unwrap();
-    let (limit, _) = rule.limit_for_plan(None);
+    let limit = rule.limit_in_force(None, 0).limit;
     settings.lease_size(rule, &limit, cost, 1_000.0)
 }
 

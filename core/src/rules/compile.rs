@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::builder::RuleSetBuilder;
 use super::config::*;
 use super::error::{RuleError, RulesError};
+use super::schedule::{day_bit, Schedule, Span, SpanKind, Window, MAX_WINDOWS};
 use super::{Limits, Matcher, PathMatch, Rule, RuleSet};
 use crate::fingerprint::fnv1a;
 use crate::limit::Limit;
@@ -142,6 +143,7 @@ pub(super) fn compile_rule(
             None
         }
     };
+    let schedule = compile_schedule(rule, cost, &mut err);
     match (limits, NonZeroU32::new(cost), errors.is_empty()) {
         (Some(limits), Some(cost), true) => Ok(Rule {
             name: rule.name.clone(),
@@ -159,9 +161,109 @@ pub(super) fn compile_rule(
                 .or(defaults.accuracy)
                 .unwrap_or(Accuracy::Fast),
             scope: rule.scope.or(defaults.scope).unwrap_or(Scope::Region),
+            schedule,
         }),
         _ => Err(errors),
     }
+}
+
+/// The rule's `schedule`: each window's span, days and limit (the rule's
+/// `limit` with the window's fields written over it), every problem named by
+/// its field (`schedule[1].minutes`).
+fn compile_schedule(rule: &RuleConfig, cost: u32, err: &mut impl FnMut(&str, String)) -> Schedule {
+    if rule.schedule.is_empty() {
+        return Schedule::default();
+    }
+    let Some(base) = &rule.limit else {
+        if rule.plans.is_some() {
+            err(
+                "schedule",
+                "a rule with `plans` cannot have a schedule: give it `limit`, or write the windowed limit as a rule of its own".into(),
+            );
+        }
+        return Schedule::default();
+    };
+    if rule.schedule.len() > MAX_WINDOWS {
+        err(
+            "schedule",
+            format!("{} windows; at most {MAX_WINDOWS}", rule.schedule.len()),
+        );
+        return Schedule::default();
+    }
+    let mut windows = Vec::with_capacity(rule.schedule.len());
+    for (i, w) in rule.schedule.iter().enumerate() {
+        let field = format!("schedule[{i}]");
+        if let Some(name) = &w.name {
+            if name.is_empty()
+                || name.len() > MAX_RULE_NAME
+                || !name
+                    .chars()
+                    .all(|c| matches!(c, 'a'..='z' | '0'..='9' | '.' | '_' | '-'))
+            {
+                err(
+                    &format!("{field}.name"),
+                    format!("`{name}` must be 1 to {MAX_RULE_NAME} characters of [a-z0-9._-]"),
+                );
+            }
+        }
+        let mut days = 0u8;
+        if let Some(list) = &w.days {
+            if list.is_empty() {
+                err(
+                    &format!("{field}.days"),
+                    "an empty list opens on no day; leave `days` out for every day".into(),
+                );
+            }
+            for (j, d) in list.iter().enumerate() {
+                match day_bit(d) {
+                    Some(bit) => days |= bit,
+                    None => err(
+                        &format!("{field}.days[{j}]"),
+                        format!("`{d}` is not a day: write mon, tue, wed, thu, fri, sat or sun"),
+                    ),
+                }
+            }
+        }
+        let span = match (&w.minutes, &w.hours) {
+            (Some(m), None) => Span::parse(m, SpanKind::Minutes)
+                .map_err(|e| err(&format!("{field}.minutes"), e))
+                .ok(),
+            (None, Some(h)) => Span::parse(h, SpanKind::Hours)
+                .map_err(|e| err(&format!("{field}.hours"), e))
+                .ok(),
+            (Some(_), Some(_)) => {
+                err(
+                    &field,
+                    "give either `minutes` (a span within every hour) or `hours` (within every day), not both".into(),
+                );
+                None
+            }
+            (None, None) => {
+                err(
+                    &field,
+                    "a window needs `minutes: \"MM:SS-MM:SS\"` (within every hour) or `hours: \"HH:MM-HH:MM\"` (within every day)".into(),
+                );
+                None
+            }
+        };
+        if w.requests.is_none() && w.per.is_none() && w.burst.is_none() {
+            err(
+                &field,
+                "a window changes nothing without `requests`, `per` or `burst`".into(),
+            );
+            continue;
+        }
+        let merged = LimitConfig {
+            requests: w.requests.unwrap_or(base.requests),
+            per: w.per.clone().unwrap_or_else(|| base.per.clone()),
+            burst: w.burst.or(base.burst),
+        };
+        let limit = compile_limit(&merged, &field, cost, err);
+        if let (Some(span), Some(limit)) = (span, limit) {
+            windows.push(Window::new(w.name.clone(), days, span, limit));
+        }
+    }
+    Schedule::new(windows)
 }
 
 fn compile_match(m: &MatchConfig, err: &mut impl FnMut(&str, String)) -> Matcher {

@@ -31,6 +31,10 @@ pub struct RequestInfo {
     pub headers: Vec<(String, Vec<u8>)>,
     pub client_ip: Option<String>,
     pub route: Option<String>,
+    /// When the request is decided, ns since the Unix epoch (UTC): which window
+    /// of a rule's schedule is in force. The filter sets its host's clock, the
+    /// agent's `explain` the instant asked about, `replay` the logged start time.
+    pub now_ns: u64,
 }
 
 /// A rule's key parts as read from a request: borrowed, or decoded (a query
@@ -63,6 +67,8 @@ pub struct Applicable<'r> {
     pub key: DescriptorKey,
     pub limit: Limit,
     pub plan: Option<&'r str>,
+    /// The schedule window in force (its position in the rule's schedule).
+    pub window: Option<usize>,
 }
 
 impl RequestInfo {
@@ -79,6 +85,7 @@ impl RequestInfo {
             headers: headers.into_iter().map(|(n, v)| (n, v.into())).collect(),
             client_ip: None,
             route: None,
+            now_ns: 0,
         }
     }
 
@@ -303,13 +310,14 @@ impl Rule {
             super::Limits::Plans { header, .. } => req.header(header),
             super::Limits::Single(_) => None,
         };
-        let (limit, plan) = self.limit_for_plan(plan_header);
+        let in_force = self.limit_in_force(plan_header, req.now_ns);
         Applicable {
             rule: self,
             index,
             key: DescriptorKey::new(&self.name, parts),
-            limit,
-            plan,
+            limit: in_force.limit,
+            plan: in_force.plan,
+            window: in_force.window,
         }
     }
 }

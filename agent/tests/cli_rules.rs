@@ -154,8 +154,8 @@ fn check_rules_warns_of_rules_that_expire_soon_or_have_expired() {
             .as_secs();
         // Three days ahead, as a date (midnight UTC).
         let days = now / 86_400 + 3;
-        let (y, m, d) = civil(days as i64);
-        format!("{y:04}-{m:02}-{d:02}")
+        let instant = meshlimit_core::rules::expiry::format_instant(days * 86_400);
+        instant[..10].to_string()
     };
     let rules = rules_file(
         dir.path(),
@@ -191,19 +191,6 @@ fn check_rules_warns_of_rules_that_expire_soon_or_have_expired() {
         bad_err.contains("field expires: `tomorrow` is not a UTC instant"),
         "{bad_err}"
     );
-}
-
-/// (year, month, day) of a day number since 1970-01-01.
-fn civil(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 #[test]

@@ -86,17 +86,7 @@ pub(super) fn compile_rule(
     let name = rule.name.as_str();
     let mut errors = Vec::new();
     let mut err = |field: &str, msg: String| errors.push(RuleError::new(Some(name), field, msg));
-    if name.is_empty()
-        || name.len() > MAX_RULE_NAME
-        || !name
-            .chars()
-            .all(|c| matches!(c, 'a'..='z' | '0'..='9' | '.' | '_' | '-'))
-    {
-        err(
-            "name",
-            format!("`{name}` must be 1 to {MAX_RULE_NAME} characters of [a-z0-9._-]"),
-        );
-    }
+    check_name(name, "name", &mut err);
     let matcher = compile_match(
         rule.matches.as_ref().unwrap_or(&MatchConfig::default()),
         &mut err,
@@ -194,17 +184,7 @@ fn compile_schedule(rule: &RuleConfig, cost: u32, err: &mut impl FnMut(&str, Str
     for (i, w) in rule.schedule.iter().enumerate() {
         let field = format!("schedule[{i}]");
         if let Some(name) = &w.name {
-            if name.is_empty()
-                || name.len() > MAX_RULE_NAME
-                || !name
-                    .chars()
-                    .all(|c| matches!(c, 'a'..='z' | '0'..='9' | '.' | '_' | '-'))
-            {
-                err(
-                    &format!("{field}.name"),
-                    format!("`{name}` must be 1 to {MAX_RULE_NAME} characters of [a-z0-9._-]"),
-                );
-            }
+            check_name(name, &format!("{field}.name"), err);
         }
         let mut days = 0u8;
         if let Some(list) = &w.days {
@@ -432,6 +412,21 @@ pub fn parse_period(text: &str) -> Result<u64, String> {
     match num.parse::<u64>().ok().and_then(|n| n.checked_mul(unit_ns)) {
         Some(ns) if (NANOS_PER_MS..=MAX_PERIOD_NS).contains(&ns) => Ok(ns),
         _ => Err(format!("`{text}` must be between 1ms and 366d")),
+    }
+}
+
+/// A rule's or a window's name: a metric label and a key prefix.
+fn check_name(name: &str, field: &str, err: &mut impl FnMut(&str, String)) {
+    if name.is_empty()
+        || name.len() > MAX_RULE_NAME
+        || !name
+            .chars()
+            .all(|c| matches!(c, 'a'..='z' | '0'..='9' | '.' | '_' | '-'))
+    {
+        err(
+            field,
+            format!("`{name}` must be 1 to {MAX_RULE_NAME} characters of [a-z0-9._-]"),
+        );
     }
 }
 

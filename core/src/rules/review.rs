@@ -152,14 +152,7 @@ impl std::fmt::Display for RuleChange {
                     show(old),
                     show(new)
                 )?;
-                if self.refused {
-                    write!(
-                        f,
-                        " — refused: an enforced limit cut beyond the allowed maximum \
-                         (changes.max_tightening) needs `changes: {{approve: [{{rule: {rule}, against: <the running version>}}]}}`"
-                    )?;
-                }
-                Ok(())
+                refusal(f, self.refused, rule)
             }
             Change::Schedule {
                 old,
@@ -184,14 +177,7 @@ impl std::fmt::Display for RuleChange {
                     show(before),
                     show(after)
                 )?;
-                if self.refused {
-                    write!(
-                        f,
-                        " — refused: an enforced limit cut beyond the allowed maximum \
-                         (changes.max_tightening) needs `changes: {{approve: [{{rule: {rule}, against: <the running version>}}]}}`"
-                    )?;
-                }
-                Ok(())
+                refusal(f, self.refused, rule)
             }
             Change::Mode { old, new } => write!(
                 f,
@@ -206,6 +192,18 @@ impl std::fmt::Display for RuleChange {
             Change::MatchChanged => write!(f, "~ rule {rule}: match changed"),
         }
     }
+}
+
+/// What a refused tightening needs, after its line.
+fn refusal(f: &mut std::fmt::Formatter<'_>, refused: bool, rule: &str) -> std::fmt::Result {
+    if refused {
+        write!(
+            f,
+            " — refused: an enforced limit cut beyond the allowed maximum \
+             (changes.max_tightening) needs `changes: {{approve: [{{rule: {rule}, against: <the running version>}}]}}`"
+        )?;
+    }
+    Ok(())
 }
 
 fn mode_name(mode: Mode) -> &'static str {

@@ -171,6 +171,20 @@ fn reference(days: u8, kind: SpanKind, from: u64, to: u64, t: u64) -> bool {
     }
 }
 
+/// A fraction of the period in whole units of the span's second number
+/// (seconds for `minutes`, minutes for `hours`).
+fn whole(kind: SpanKind, frac: f64) -> u64 {
+    let small = kind.units().1;
+    (frac * kind.period() as f64) as u64 / small * small
+}
+
+/// The span from `from` to `to` (seconds into the period), parsed from its text.
+fn span(kind: SpanKind, from: u64, to: u64) -> Span {
+    let (big, small) = kind.units();
+    let show = |s: u64| format!("{:02}:{:02}", s / big, s % big / small);
+    Span::parse(&format!("{}-{}", show(from), show(to)), kind).unwrap()
+}
+
 fn kind() -> impl Strategy<Value = SpanKind> {
     prop_oneof![Just(SpanKind::Minutes), Just(SpanKind::Hours)]
 }
@@ -189,14 +203,10 @@ proptest! {
         t in 86_400u64..4_102_444_800,
     ) {
         let p = kind.period();
-        let (big, small) = kind.units();
-        // Whole units of the span's second number.
-        let from = ((from_frac * p as f64) as u64 / small * small).min(p - small);
-        let to = ((to_frac * p as f64) as u64 / small * small).max(small);
+        let from = whole(kind, from_frac).min(p - kind.units().1);
+        let to = whole(kind, to_frac).max(kind.units().1);
         prop_assume!(from != to);
-        let show = |s: u64| format!("{:02}:{:02}", s / big, s % big / small);
-        let span = Span::parse(&format!("{}-{}", show(from), show(to)), kind).unwrap();
-        let w = Window::new(None, days, span, limit(1, NANOS_PER_SEC, 1));
+        let w = Window::new(None, days, span(kind, from, to), limit(1, NANOS_PER_SEC, 1));
         prop_assert_eq!(w.covers(t), reference(days, kind, from, to % p, t));
         // The week repeats.
         prop_assert_eq!(w.covers(t), w.covers(t + WEEK));
@@ -212,14 +222,10 @@ proptest! {
         len_frac in 0.0f64..1.0,
         week in 1u64..3_000,
     ) {
-        let p = kind.period();
-        let (big, small) = kind.units();
-        let from = ((from_frac * p as f64) as u64 / small * small).min(p - small);
-        let len = (((len_frac * p as f64) as u64 / small * small).max(small)).min(p - small);
-        let to = (from + len) % p;
-        let show = |s: u64| format!("{:02}:{:02}", s / big, s % big / small);
-        let span = Span::parse(&format!("{}-{}", show(from), show(to)), kind).unwrap();
-        let w = Window::new(None, 1 << day, span, limit(1, NANOS_PER_SEC, 1));
+        let (p, small) = (kind.period(), kind.units().1);
+        let from = whole(kind, from_frac).min(p - small);
+        let len = whole(kind, len_frac).clamp(small, p - small);
+        let w = Window::new(None, 1 << day, span(kind, from, (from + len) % p), limit(1, NANOS_PER_SEC, 1));
         // An opening on `day`, `week` weeks after the first Monday.
         let open = FIRST_MONDAY + week * WEEK + u64::from(day) * DAY + from;
         prop_assert!(w.covers(open));

@@ -193,16 +193,21 @@ fn check_rules_warns_of_rules_that_expire_soon_or_have_expired() {
     );
 }
 
+/// A rules fixture's text (`tests/fixtures/rules/NAME`).
+macro_rules! fixture {
+    ($name:literal) => {
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/rules/",
+            $name
+        ))
+    };
+}
+
 #[test]
 fn explain_shows_a_rules_schedule_and_the_window_in_force() {
     let dir = tempfile::tempdir().unwrap();
-    let rules = rules_file(
-        dir.path(),
-        include_str!(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../tests/fixtures/rules/top-of-the-hour-rush.yaml"
-        )),
-    );
+    let rules = rules_file(dir.path(), fixture!("top-of-the-hour-rush.yaml"));
     let explain = |at: &str, format: &str| {
         let (code, out, err) = run(&mut agent(&[
             "explain",
@@ -274,13 +279,7 @@ fn explain_shows_a_rules_schedule_and_the_window_in_force() {
 #[test]
 fn check_rules_refuses_a_broken_schedule_naming_the_field() {
     let dir = tempfile::tempdir().unwrap();
-    let rules = rules_file(
-        dir.path(),
-        include_str!(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../tests/fixtures/rules/invalid/schedule-span-in-words.yaml"
-        )),
-    );
+    let rules = rules_file(dir.path(), fixture!("invalid/schedule-span-in-words.yaml"));
     let (code, _, err) = run(&mut agent(&["check-rules", &rules]));
     assert_eq!(code, 1, "{err}");
     assert!(
@@ -298,13 +297,7 @@ fn check_rules_refuses_a_broken_schedule_naming_the_field() {
 #[test]
 fn check_rules_against_lists_a_schedule_change_and_refuses_its_tightening() {
     let dir = tempfile::tempdir().unwrap();
-    let old = rules_file(
-        dir.path(),
-        include_str!(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../tests/fixtures/rules/top-of-the-hour-rush.yaml"
-        )),
-    );
+    let old = rules_file(dir.path(), fixture!("top-of-the-hour-rush.yaml"));
     let new = dir.path().join("new.yaml");
     std::fs::write(
         &new,

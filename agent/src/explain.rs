@@ -37,9 +37,7 @@ pub fn explain(args: &ExplainArgs, out: &mut impl Write, err: &mut impl Write) -
     let mut req = RequestInfo::new(&args.path, &args.method, args.headers.clone());
     req.client_ip = args.client_ip.clone();
     req.route = args.route.clone();
-    let at = args
-        .at
-        .unwrap_or_else(|| crate::regions::clock::now_ms() / 1_000);
+    let at = args.at.unwrap_or_else(crate::regions::clock::now_secs);
     req.now_ns = at.saturating_mul(NANOS_PER_SEC);
     let explained = match set.explain(&req) {
         Ok(e) => e,

@@ -114,7 +114,10 @@ fn judge(
             denied_until_ns: 0,
         });
         if let Take::Denied { retry_after_ns } = key.bucket.take(&a.limit, now, cost, cost) {
-            key.denied_until_ns = now.saturating_add(retry_after_ns);
+            // As the filter caches it: no longer than the rule's next
+            // schedule edge.
+            let held = retry_after_ns.min(a.rule.until_change_ns(now));
+            key.denied_until_ns = now.saturating_add(held);
             reject(out, &a.rule.name, a.key);
         }
     }
@@ -309,5 +312,34 @@ rules:
         assert_eq!(r.requests, 5);
         assert_eq!(r.new.by_rule.get("search"), Some(&(4, 2)));
         assert_eq!(r.new.by_rule.get("any"), Some(&(5, 0)));
+    }
+
+    #[test]
+    fn each_request_is_judged_by_the_limit_in_force_at_its_time() {
+        // 2 an hour; 100 a second from 00:10 to 00:20 of every hour.
+        let set = rules(
+            r#"
+version: 1
+rules:
+  - name: sched
+    key: [{ header: x-api-key }]
+    limit: { requests: 2, per: 1h }
+    accuracy: exact
+    schedule:
+      - { minutes: "00:10-00:20", requests: 100, per: 1s }
+"#,
+        );
+        let at = |secs: u64| {
+            format!(
+                r#"{{"start_time":"2026-12-01T10:00:{secs:02}.000Z","method":"GET","path":"/","x-api-key":"k"}}"#
+            )
+        };
+        // Five before the window (2 pass), five in it (the denial ends at its
+        // opening, the bucket refills at 100/s: all pass), five after (what
+        // the key held is cut to the burst of 2: 2 pass).
+        let log: Vec<String> = (1..6).chain(12..17).chain(25..30).map(at).collect();
+        let r = replay(log.join("\n").as_bytes(), &set, None);
+        assert_eq!(r.requests, 15);
+        assert_eq!(r.new.by_rule.get("sched"), Some(&(15, 6)));
     }
 }

@@ -199,6 +199,13 @@ impl Rule {
         }
     }
 
+    /// The longest a denial may be cached at `now_ns`: until the schedule's
+    /// next edge, where the limit in force may change (`u64::MAX` without a
+    /// schedule).
+    pub fn until_change_ns(&self, now_ns: u64) -> u64 {
+        self.schedule.until_change_ns(now_ns).unwrap_or(u64::MAX)
+    }
+
     /// The rule's own limit for `plan` (a plan name the rule knows), else the
     /// default plan's, whatever the schedule.
     pub(crate) fn limit_for_plan(&self, plan: Option<&str>) -> (Limit, Option<&str>) {

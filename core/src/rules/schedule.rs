@@ -256,6 +256,28 @@ impl Schedule {
         self.windows.iter().position(|w| w.covers(t))
     }
 
+    /// How long from `now_ns` (ns since the Unix epoch) until a window of the
+    /// schedule next opens or closes, whatever its days (so at or before the
+    /// next change of the limit in force); `None` without windows. A cached
+    /// denial is kept no longer: at an edge the key is asked again, under the
+    /// limit then in force.
+    pub fn until_change_ns(&self, now_ns: u64) -> Option<u64> {
+        let t = now_ns / crate::NANOS_PER_SEC;
+        let into_second = now_ns % crate::NANOS_PER_SEC;
+        self.windows
+            .iter()
+            .map(|w| {
+                let (ago, open) = w.span.since_opening(t);
+                if open {
+                    w.span.len - ago
+                } else {
+                    w.span.period - ago
+                }
+            })
+            .min()
+            .map(|secs| (secs * crate::NANOS_PER_SEC).saturating_sub(into_second))
+    }
+
     /// Instants (ns since the Unix epoch) at which the window in force may
     /// change, one week's worth from the first Monday of Unix time: the
     /// schedule repeats every week, so comparing two schedules at these

@@ -127,6 +127,35 @@ fn the_first_window_that_covers_an_instant_wins() {
 }
 
 #[test]
+fn a_denial_lasts_no_longer_than_the_next_edge() {
+    let s = Schedule::new(vec![
+        window(&[], SpanKind::Minutes, "00:00-00:30"),
+        window(&["sat"], SpanKind::Hours, "09:00-17:00"),
+    ]);
+    let ns = |t: &str| at(t) * NANOS_PER_SEC;
+    // Inside the first 30 s: until it closes, to the nanosecond.
+    assert_eq!(
+        s.until_change_ns(ns("2026-12-01T10:00:10Z")),
+        Some(20 * NANOS_PER_SEC)
+    );
+    assert_eq!(
+        s.until_change_ns(ns("2026-12-01T10:00:29Z") + 400_000_000),
+        Some(600_000_000)
+    );
+    // Outside: until the next hour opens it (Tuesday: the Saturday window's
+    // 09:00 edge counts as well, whatever its days, and is later).
+    assert_eq!(
+        s.until_change_ns(ns("2026-12-01T10:59:59Z")),
+        Some(NANOS_PER_SEC)
+    );
+    assert_eq!(
+        s.until_change_ns(ns("2026-12-01T08:59:50Z")),
+        Some(10 * NANOS_PER_SEC)
+    );
+    assert_eq!(Schedule::default().until_change_ns(0), None);
+}
+
+#[test]
 fn bad_spans_are_refused_with_the_form_to_write() {
     for (text, kind) in [
         ("00:00", SpanKind::Minutes),

@@ -92,6 +92,7 @@ rules:
         "responses to advertise the window's limit",
         || policy("probe").as_deref() == Some(inside),
     );
+    let opened_seen = unix_now() - opens as f64;
     let statuses = stack.statuses(20, "/anything", &alice);
     let in_window = unix_now();
     assert_eq!(count(&statuses, 200), 20, "{statuses:?}");
@@ -108,7 +109,13 @@ rules:
         "responses to advertise the rule's own limit again",
         || policy("probe").as_deref() == Some(outside),
     );
-    assert!(unix_now() >= closes as f64);
+    let closed_seen = unix_now() - closes as f64;
+    assert!(closed_seen >= 0.0);
+    eprintln!(
+        "the window's limit advertised {:.0} ms after it opened, the rule's own {:.0} ms after it closed",
+        opened_seen * 1e3,
+        closed_seen * 1e3
+    );
     let statuses = stack.statuses(5, "/anything", &alice);
     assert_eq!(
         statuses,

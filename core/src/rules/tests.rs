@@ -626,7 +626,10 @@ mod schedule {
     use super::*;
     use crate::rules::expiry::parse_instant;
 
+    // The fixtures are YAML, read with the `yaml` feature (not under WASI).
+    #[cfg(feature = "yaml")]
     const RUSH: &str = include_str!("../../../tests/fixtures/rules/top-of-the-hour-rush.yaml");
+    #[cfg(feature = "yaml")]
     const BROKEN: &str =
         include_str!("../../../tests/fixtures/rules/invalid/schedule-span-in-words.yaml");
 
@@ -634,6 +637,7 @@ mod schedule {
         parse_instant(t).unwrap() * NANOS_PER_SEC
     }
 
+    #[cfg(feature = "yaml")]
     #[test]
     fn the_limit_in_force_follows_the_schedule() {
         let s = crate::rules::parse_rules("rush.yaml", RUSH).unwrap();
@@ -683,6 +687,7 @@ mod schedule {
         assert_eq!(got("explicit"), (10, 60, 20));
     }
 
+    #[cfg(feature = "yaml")]
     #[test]
     fn a_broken_schedule_is_refused_naming_the_rule_and_field() {
         let e = crate::rules::parse_rules("s.yaml", BROKEN).unwrap_err();

@@ -5,9 +5,11 @@
 //! its windows and the one in force at the request's time (`--at`, default
 //! now). It runs core's own matching code, so it says what the filter does.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 
 use meshlimit_core::limit::Limit;
+use meshlimit_core::metadata::{Field, MetadataPath, StructBuilder};
 use meshlimit_core::rules::expiry::format_instant;
 use meshlimit_core::rules::{parse_rules, Explained, RequestInfo, Rule};
 use meshlimit_core::NANOS_PER_SEC;
@@ -39,6 +41,8 @@ pub fn explain(args: &ExplainArgs, out: &mut impl Write, err: &mut impl Write) -
     req.route = args.route.clone();
     let at = args.at.unwrap_or_else(crate::regions::clock::now_secs);
     req.now_ns = at.saturating_mul(NANOS_PER_SEC);
+    req.cluster = args.cluster.clone();
+    req.metadata = metadata(args);
     let explained = match set.explain(&req) {
         Ok(e) => e,
         Err(e) => {
@@ -119,6 +123,7 @@ fn limit_json(limit: &Limit) -> Value {
         "per": period(limit.per_ns()),
         "per_seconds": limit.per_ns() as f64 / NANOS_PER_SEC as f64,
         "burst": limit.burst(),
+        "algorithm": limit.algorithm().name(),
     })
 }
 
@@ -183,7 +188,28 @@ fn schedule_lines(row: &Value) -> Vec<String> {
     lines
 }
 
-/// One rule as a line: `1. name  applies  key K  limit 5 per 60s (burst 5) …`.
+/// The dynamic metadata `--claim` and `--metadata` give, as Envoy hands it to
+/// the filter: each filter's namespace a serialized Struct.
+fn metadata(args: &ExplainArgs) -> Vec<(String, Vec<u8>)> {
+    let claims = args
+        .claims
+        .iter()
+        .map(|(name, value)| (MetadataPath::claim(name), value.clone()));
+    let mut by_filter: BTreeMap<String, StructBuilder> = BTreeMap::new();
+    for (path, value) in claims.chain(args.metadata.iter().cloned()) {
+        by_filter
+            .entry(path.filter.clone())
+            .or_default()
+            .set_path(&path.path, Field::String(value));
+    }
+    by_filter
+        .into_iter()
+        .map(|(filter, s)| (filter, s.encode()))
+        .collect()
+}
+
+/// One rule as a line: `1. name  applies  key K  limit 5 per 60s (burst 5) …`
+/// (a window says `(fixed_window)` or `(sliding_window)` in place of its burst).
 fn text_line(row: &Value) -> String {
     let s = |k: &str| row[k].as_str().unwrap_or_default().to_string();
     let head = format!("{}. {}", row["order"], s("rule"));
@@ -193,12 +219,15 @@ fn text_line(row: &Value) -> String {
             .as_str()
             .map(|p| format!(" plan {p}"))
             .unwrap_or_default();
+        let counted = match l["algorithm"].as_str() {
+            Some(window @ ("fixed_window" | "sliding_window")) => window.to_string(),
+            _ => format!("burst {}", l["burst"]),
+        };
         format!(
-            "{head}  applies  key {}  limit {} per {} (burst {}){plan}  mode {}  scope {}  accuracy {}  on_failure {}",
+            "{head}  applies  key {}  limit {} per {} ({counted}){plan}  mode {}  scope {}  accuracy {}  on_failure {}",
             s("key"),
             l["requests"],
             l["per"].as_str().unwrap_or_default(),
-            l["burst"],
             s("mode"),
             s("scope"),
             s("accuracy"),

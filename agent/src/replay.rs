@@ -24,7 +24,7 @@ use std::io::{BufRead, Write};
 
 use meshlimit_core::rules::{Mode, RequestInfo, RuleSet};
 use meshlimit_core::secret::KeyIds;
-use meshlimit_core::{Bucket, DescriptorKey, Take, NANOS_PER_SEC};
+use meshlimit_core::{Counter, DescriptorKey, Take, NANOS_PER_SEC};
 use serde_json::{json, Value};
 
 /// Rejections of one rules set over the log.
@@ -73,7 +73,9 @@ pub fn replay(log: impl BufRead, new: &RuleSet, baseline: Option<&RuleSet>) -> R
 /// One key's state: its bucket and the denial the filter would hold for it.
 #[derive(Debug)]
 pub(crate) struct KeyState {
-    bucket: Bucket,
+    /// The key's bucket, or window (the log's times are Unix time, so windows
+    /// are aligned to the epoch as the store's are).
+    bucket: Counter,
     /// Until when (ns) the key's last denial holds, as the filter caches it.
     denied_until_ns: u64,
 }
@@ -110,7 +112,7 @@ fn judge(
     for a in to_take {
         let cost = a.rule.cost.get();
         let key = keys.entry(a.key.clone()).or_insert_with(|| KeyState {
-            bucket: Bucket::full(&a.limit, now),
+            bucket: Counter::fresh(&a.limit, now),
             denied_until_ns: 0,
         });
         if let Take::Denied { retry_after_ns } = key.bucket.take(&a.limit, now, cost, cost) {
@@ -312,6 +314,31 @@ rules:
         assert_eq!(r.requests, 5);
         assert_eq!(r.new.by_rule.get("search"), Some(&(4, 2)));
         assert_eq!(r.new.by_rule.get("any"), Some(&(5, 0)));
+    }
+
+    #[test]
+    fn a_window_rule_is_replayed_as_its_window() {
+        // 3 per 100 ms in windows aligned to the epoch (the log's clock): the
+        // fourth request in the first window is rejected, and so is one 90 ms in
+        // (a bucket of the same rate would have refilled two by then); the next
+        // window admits again.
+        let set = rules(
+            r#"
+version: 1
+rules:
+  - name: fixed
+    key: [{ header: x-api-key }]
+    algorithm: fixed_window
+    limit: { requests: 3, per: 100ms }
+    accuracy: exact
+"#,
+        );
+        let log: Vec<String> = [0, 10, 20, 30, 90, 100, 110]
+            .into_iter()
+            .map(|ms| line(ms, "/", "k"))
+            .collect();
+        let r = replay(log.join("\n").as_bytes(), &set, None);
+        assert_eq!(r.new.by_rule.get("fixed"), Some(&(7, 2)));
     }
 
     #[test]

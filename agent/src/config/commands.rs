@@ -55,13 +55,26 @@ pub struct ExplainArgs {
     /// The client IP the filter would key `client_ip` on.
     #[arg(long, value_name = "IP")]
     pub(crate) client_ip: Option<String>,
-    /// The Envoy route name, for rules keyed on `route`.
+    /// The Envoy route name, for rules keyed on `route` or with `match.route`.
     #[arg(long, value_name = "NAME")]
     pub(crate) route: Option<String>,
     /// When the request is decided (UTC, `2026-12-01T09:00:10Z` or
     /// `2026-12-01`), for the schedule window in force; default now.
     #[arg(long, value_name = "INSTANT", value_parser = parse_at)]
     pub(crate) at: Option<u64>,
+    /// The upstream cluster's name, for rules with `match.cluster`.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) cluster: Option<String>,
+    /// A claim of the verified JWT, `NAME=VALUE`, for `claim:` key parts and
+    /// plans (as Envoy's jwt_authn filter with `payload_in_metadata: payload`
+    /// hands it over); repeatable.
+    #[arg(long = "claim", value_name = "NAME=VALUE", value_parser = parse_claim)]
+    pub(crate) claims: Vec<(String, String)>,
+    /// A dynamic metadata value, `FILTER:FIELD.FIELD=VALUE`
+    /// (`envoy.filters.http.jwt_authn:payload.sub=alice`), for `metadata:` key
+    /// parts and plans; repeatable.
+    #[arg(long = "metadata", value_name = "FILTER:PATH=VALUE", value_parser = parse_metadata)]
+    pub(crate) metadata: Vec<(meshlimit_core::metadata::MetadataPath, String)>,
     /// `text` for people, `json` for scripts.
     #[arg(long, value_enum, default_value_t = CheckFormat::Text)]
     pub format: CheckFormat,
@@ -74,17 +87,43 @@ fn parse_at(text: &str) -> Result<u64, String> {
     })
 }
 
+/// `--claim NAME=VALUE`.
+fn parse_claim(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_string(), value.to_string())),
+        _ => Err(format!("`{text}` is not NAME=VALUE (e.g. sub=alice)")),
+    }
+}
+
+/// `--metadata FILTER:FIELD.FIELD=VALUE`.
+fn parse_metadata(text: &str) -> Result<(meshlimit_core::metadata::MetadataPath, String), String> {
+    let bad = || {
+        format!(
+            "`{text}` is not FILTER:FIELD.FIELD=VALUE (e.g. envoy.filters.http.jwt_authn:payload.sub=alice)"
+        )
+    };
+    let (at, value) = text.split_once('=').ok_or_else(bad)?;
+    let (filter, path) = at.split_once(':').ok_or_else(bad)?;
+    let path = meshlimit_core::metadata::MetadataPath {
+        filter: filter.to_string(),
+        path: path.split('.').map(str::to_string).collect(),
+    };
+    path.check().map_err(|e| format!("{}: {e}", bad()))?;
+    Ok((path, value.to_string()))
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct ImportArgs {
     /// The peer whose configuration FILE is.
     #[arg(long, value_enum)]
     pub(crate) from: ImportFormat,
     /// What a descriptor key stands for: `KEY=TARGET` (client_ip, method, path,
-    /// authority, route, header:NAME, query:NAME), e.g. `user=header:x-user-id`;
+    /// authority, route, cluster, header:NAME, query:NAME, claim:NAME), e.g.
+    /// `user=header:x-user-id`;
     /// or what one constant value stands for: `KEY:VALUE=CONDITION` (path:/P,
     /// path_prefix:/P, method:M, authority:HOST, header:NAME, header:NAME=VALUE,
     /// any), e.g. `generic_key:slow=path_prefix:/reports/`. `remote_address`
-    /// is client_ip unless mapped. Repeatable.
+    /// is client_ip and `destination_cluster` cluster unless mapped. Repeatable.
     #[arg(long = "map", value_name = "MAPPING")]
     pub(crate) map: Vec<String>,
     /// Write the rules here instead of standard output.

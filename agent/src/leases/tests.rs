@@ -395,3 +395,37 @@ async fn asks_for_one_key_share_the_one_store_call_in_flight() {
         Some(7.0 + 5.0)
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_fixed_window_holds_a_drained_key_until_the_window_ends_and_no_longer() {
+    use meshlimit_core::Algorithm;
+    let (svc, _, _) = service_and_store(Mode::Drained, 8);
+    let acquire = |algorithm| Acquire {
+        key: DescriptorKey::new("w", ["a"]),
+        limit: meshlimit_core::Limit::new(
+            std::num::NonZeroU32::new(100).unwrap(),
+            std::num::NonZeroU64::new(10_000_000_000).unwrap(),
+            std::num::NonZeroU32::new(100).unwrap(),
+        )
+        .with_algorithm(algorithm),
+        min: 1,
+        max: 20,
+        share: 1.0,
+    };
+    let (fixed, bucket) = (
+        acquire(Algorithm::FixedWindow),
+        acquire(Algorithm::TokenBucket),
+    );
+    // A grant leaving 2 of a lease of 10, the window ending in 4 s: nothing
+    // comes back before it ends, and everything then.
+    assert_eq!(svc.hold_ns(10, 2, 4_000_000_000, &fixed), 4_000_000_000);
+    assert_eq!(svc.hold_ns(10, 10, 4_000_000_000, &fixed), 0);
+    // A bucket (and a sliding window) holds until 8 have refilled at 10/s.
+    assert_eq!(svc.hold_ns(10, 2, 4_000_000_000, &bucket), 800_000_000);
+    // A denial: the window's end, with no refill added after it.
+    assert_eq!(svc.denial_hold_ns(10, 4_000_000_000, &fixed), 4_000_000_000);
+    assert_eq!(
+        svc.denial_hold_ns(10, 4_000_000_000, &bucket),
+        4_900_000_000
+    );
+}

@@ -101,6 +101,11 @@ pub(super) fn compile_rule(
                 &format!("key[{i}].query"),
                 format!("`{q}` is not a query parameter name: 1 to 128 printable characters, as decoded (`user id`, not `user+id`)"),
             ),
+            KeyPartConfig::Metadata(m) => {
+                if let Err(e) = m.check() {
+                    err(&format!("key[{i}].{}", metadata_field(m)), e);
+                }
+            }
             _ => {}
         }
     }
@@ -121,9 +126,13 @@ pub(super) fn compile_rule(
     if cost == 0 {
         err("cost", "must be at least 1".into());
     }
+    let algorithm = rule
+        .algorithm
+        .or(defaults.algorithm)
+        .unwrap_or(Algorithm::TokenBucket);
     let limits = match (&rule.limit, &rule.plans) {
-        (Some(l), None) => compile_limit(l, "limit", cost, &mut err).map(Limits::Single),
-        (None, Some(p)) => compile_plans(p, cost, &mut err),
+        (Some(l), None) => compile_limit(l, "limit", cost, algorithm, &mut err).map(Limits::Single),
+        (None, Some(p)) => compile_plans(p, cost, algorithm, &mut err),
         (Some(_), Some(_)) => {
             err("plans", "give either `limit` or `plans`, not both".into());
             None
@@ -133,7 +142,7 @@ pub(super) fn compile_rule(
             None
         }
     };
-    let schedule = compile_schedule(rule, cost, &mut err);
+    let schedule = compile_schedule(rule, cost, algorithm, &mut err);
     match (limits, NonZeroU32::new(cost), errors.is_empty()) {
         (Some(limits), Some(cost), true) => Ok(Rule {
             name: rule.name.clone(),
@@ -160,7 +169,12 @@ pub(super) fn compile_rule(
 /// The rule's `schedule`: each window's span, days and limit (the rule's
 /// `limit` with the window's fields written over it), every problem named by
 /// its field (`schedule[1].minutes`).
-fn compile_schedule(rule: &RuleConfig, cost: u32, err: &mut impl FnMut(&str, String)) -> Schedule {
+fn compile_schedule(
+    rule: &RuleConfig,
+    cost: u32,
+    algorithm: Algorithm,
+    err: &mut impl FnMut(&str, String),
+) -> Schedule {
     if rule.schedule.is_empty() {
         return Schedule::default();
     }
@@ -238,7 +252,7 @@ fn compile_schedule(rule: &RuleConfig, cost: u32, err: &mut impl FnMut(&str, Str
             per: w.per.clone().unwrap_or_else(|| base.per.clone()),
             burst: w.burst.or(base.burst),
         };
-        let limit = compile_limit(&merged, &field, cost, err);
+        let limit = compile_limit(&merged, &field, cost, algorithm, err);
         if let (Some(span), Some(limit)) = (span, limit) {
             windows.push(Window::new(w.name.clone(), days, span, limit));
         }
@@ -276,6 +290,11 @@ fn compile_match(m: &MatchConfig, err: &mut impl FnMut(&str, String)) -> Matcher
             .map_err(|e| err("match.authority", e))
             .ok()
     });
+    let mut name_pattern = |text: Option<&str>, field: &str| {
+        text.and_then(|t| super::NamePattern::parse(t).map_err(|e| err(field, e)).ok())
+    };
+    let cluster = name_pattern(m.cluster.as_deref(), "match.cluster");
+    let route = name_pattern(m.route.as_deref(), "match.route");
     let methods = m.methods.as_ref().map(|ms| {
         if ms.is_empty() {
             err(
@@ -314,19 +333,68 @@ fn compile_match(m: &MatchConfig, err: &mut impl FnMut(&str, String)) -> Matcher
     Matcher {
         path,
         authority,
+        cluster,
+        route,
         methods,
         headers,
     }
 }
 
-fn compile_plans(p: &PlansConfig, cost: u32, err: &mut impl FnMut(&str, String)) -> Option<Limits> {
-    check_header_name(&p.header, "plans.header", err);
+/// The field a metadata key part was written as (`claim` or `metadata`).
+fn metadata_field(m: &crate::metadata::MetadataPath) -> &'static str {
+    if m.as_claim().is_some() {
+        "claim"
+    } else {
+        "metadata"
+    }
+}
+
+fn compile_plans(
+    p: &PlansConfig,
+    cost: u32,
+    algorithm: Algorithm,
+    err: &mut impl FnMut(&str, String),
+) -> Option<Limits> {
+    let by = match (&p.header, &p.claim, &p.metadata) {
+        (Some(h), None, None) => {
+            check_header_name(h, "plans.header", err);
+            Some(super::PlanSource::Header(h.to_ascii_lowercase()))
+        }
+        (None, Some(c), None) => {
+            let path = crate::metadata::MetadataPath::claim(c);
+            match path.check() {
+                Ok(()) => Some(super::PlanSource::Metadata(path)),
+                Err(e) => {
+                    err("plans.claim", e);
+                    None
+                }
+            }
+        }
+        (None, None, Some(m)) => {
+            let path: crate::metadata::MetadataPath = m.clone().into();
+            match path.check() {
+                Ok(()) => Some(super::PlanSource::Metadata(path)),
+                Err(e) => {
+                    err("plans.metadata", e);
+                    None
+                }
+            }
+        }
+        _ => {
+            err(
+                "plans",
+                "give exactly one of `header`, `claim` or `metadata`: what names the plan".into(),
+            );
+            None
+        }
+    };
     if p.limits.is_empty() {
         err("plans.limits", "at least one plan is required".into());
     }
     let mut limits = BTreeMap::new();
     for (plan, l) in &p.limits {
-        if let Some(limit) = compile_limit(l, &format!("plans.limits.{plan}"), cost, err) {
+        if let Some(limit) = compile_limit(l, &format!("plans.limits.{plan}"), cost, algorithm, err)
+        {
             limits.insert(plan.clone(), limit);
         }
     }
@@ -337,8 +405,9 @@ fn compile_plans(p: &PlansConfig, cost: u32, err: &mut impl FnMut(&str, String))
         );
     }
     let default = limits.get(&p.default).copied()?;
+    let by = by?;
     (limits.len() == p.limits.len()).then(|| Limits::Plans {
-        header: p.header.to_ascii_lowercase(),
+        by,
         default_plan: p.default.clone(),
         default,
         limits,
@@ -349,8 +418,19 @@ fn compile_limit(
     l: &LimitConfig,
     field: &str,
     cost: u32,
+    algorithm: Algorithm,
     err: &mut impl FnMut(&str, String),
 ) -> Option<Limit> {
+    if let (Some(burst), true) = (l.burst, algorithm.is_window()) {
+        err(
+            &format!("{field}.burst"),
+            format!(
+                "`burst: {burst}` applies to `token_bucket` only: a `{}` admits `requests` per `per` window and has no burst: remove `burst`",
+                algorithm.name()
+            ),
+        );
+        return None;
+    }
     let requests = NonZeroU32::new(l.requests);
     if requests.is_none() {
         err(&format!("{field}.requests"), "must be at least 1".into());
@@ -366,7 +446,7 @@ fn compile_limit(
     if l.burst == Some(0) {
         err(&format!("{field}.burst"), "must be at least 1".into());
     }
-    let limit = Limit::new(requests?, per?, burst?);
+    let limit = Limit::new(requests?, per?, burst?).with_algorithm(algorithm);
     // A full burst's refill time, exactly (u32 × u64 fits in u128).
     let refill_ns =
         u128::from(limit.burst()) * u128::from(limit.per_ns()) / u128::from(limit.requests());
@@ -387,7 +467,12 @@ fn compile_limit(
         err(
             "cost",
             format!(
-                "cost {cost} is above the burst {} of `{field}`: no request could ever pass",
+                "cost {cost} is above the {} {} of `{field}`: no request could ever pass",
+                if algorithm.is_window() {
+                    "requests"
+                } else {
+                    "burst"
+                },
                 limit.burst()
             ),
         );

@@ -6,7 +6,7 @@
 //! limiter takes an API down, so it takes a second pair of eyes.
 
 use super::config::Mode;
-use super::{HeaderMatch, Limits, Matcher, PathMatch, Rule, RuleSet};
+use super::{HeaderMatch, Limits, Matcher, NamePattern, PathMatch, Rule, RuleSet};
 use crate::authority::HostPattern;
 use crate::limit::Limit;
 
@@ -214,12 +214,12 @@ fn mode_name(mode: Mode) -> &'static str {
 }
 
 fn show(l: &Limit) -> String {
-    format!(
-        "{} per {} s (burst {})",
-        l.requests(),
-        l.per_ns() as f64 / crate::NANOS_PER_SEC as f64,
-        l.burst()
-    )
+    let per = l.per_ns() as f64 / crate::NANOS_PER_SEC as f64;
+    if l.algorithm().is_window() {
+        format!("{} per {per} s ({})", l.requests(), l.algorithm().name())
+    } else {
+        format!("{} per {per} s (burst {})", l.requests(), l.burst())
+    }
 }
 
 /// The windows of a rule as one line each: `top: minutes 00:00-00:30 UTC: 100
@@ -327,6 +327,17 @@ fn covers(a: &Matcher, b: &Matcher) -> bool {
         && methods
         && headers
         && authority_covers(&a.authority, &b.authority)
+        && name_covers(&a.cluster, &b.cluster)
+        && name_covers(&a.route, &b.route)
+}
+
+/// Whether cluster or route condition `a` holds for every name `b` admits.
+fn name_covers(a: &Option<NamePattern>, b: &Option<NamePattern>) -> bool {
+    match (a, b) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(a), Some(b)) => a.covers(b),
+    }
 }
 
 /// Whether host condition `a` holds for every host `b` admits.

@@ -1,6 +1,6 @@
 use super::*;
 use crate::key::DescriptorKey;
-use crate::limit::limit;
+use crate::limit::{limit, Algorithm};
 use crate::NANOS_PER_SEC;
 
 fn compile(json: serde_json::Value) -> Result<RuleSet, RulesError> {
@@ -174,6 +174,7 @@ fn periods() {
     }
 }
 
+mod claims;
 #[cfg(feature = "yaml")]
 mod fixtures;
 
@@ -771,4 +772,68 @@ mod schedule {
         .unwrap();
         assert_eq!(s.version(), t.version());
     }
+}
+
+#[test]
+fn a_rule_or_the_defaults_choose_the_algorithm_and_a_window_refuses_a_burst() {
+    let s = compile(serde_json::json!({
+        "version": 1,
+        "defaults": {"algorithm": "sliding_window"},
+        "rules": [
+            {"name": "bucket", "key": ["client_ip"], "algorithm": "token_bucket", "limit": {"requests": 1, "per": "1s", "burst": 3}},
+            {"name": "sliding", "key": ["client_ip"], "limit": {"requests": 2, "per": "1s"}},
+            {"name": "fixed", "key": ["client_ip"], "algorithm": "fixed_window",
+             "plans": {"header": "x-plan", "default": "free", "limits": {"free": {"requests": 3, "per": "1m"}}}},
+        ]
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let limit_of = |name: &str| {
+        s.rule(name)
+            .unwrap_or_else(|| panic!("rule {name}"))
+            .limits
+            .strictest()
+    };
+    assert_eq!(limit_of("bucket"), limit(1, NANOS_PER_SEC, 3));
+    assert_eq!(
+        limit_of("sliding"),
+        limit(2, NANOS_PER_SEC, 2).with_algorithm(Algorithm::SlidingWindow)
+    );
+    assert_eq!(limit_of("fixed").algorithm(), Algorithm::FixedWindow);
+    // Without an algorithm anywhere, a token bucket.
+    let plain = compile(serde_json::json!({"version": 1, "rules": [
+        {"name": "x", "key": ["method"], "limit": {"requests": 1, "per": "1s"}}]}))
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        plain.rule("x").map(|r| r.limits.strictest().algorithm()),
+        Some(Algorithm::TokenBucket)
+    );
+    // A burst on a window, written on the rule or reached through the defaults
+    // or a plan, is refused naming the field.
+    let refused = compile(serde_json::json!({
+        "version": 1,
+        "defaults": {"algorithm": "fixed_window"},
+        "rules": [
+            {"name": "a", "key": ["method"], "limit": {"requests": 5, "per": "1s", "burst": 9}},
+            {"name": "b", "key": ["method"], "algorithm": "sliding_window",
+             "plans": {"header": "x-plan", "default": "free", "limits": {"free": {"requests": 3, "per": "1m", "burst": 4}}}},
+        ]
+    }));
+    let errors: Vec<String> = match refused {
+        Ok(_) => panic!("a window with a burst was accepted"),
+        Err(e) => e.errors.iter().map(ToString::to_string).collect(),
+    };
+    assert!(
+        errors
+            .iter()
+            .any(|e| e
+                .contains("rule a: field limit.burst: `burst: 9` applies to `token_bucket` only")),
+        "{errors:?}"
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("rule b: field plans.limits.free.burst:")
+                && e.contains("`sliding_window`")),
+        "{errors:?}"
+    );
 }

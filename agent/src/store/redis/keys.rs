@@ -6,7 +6,7 @@
 //!
 //! | key | type | written by |
 //! |---|---|---|
-//! | `ml:{<key id>}:<rule>` | hash `t` (tokens), `u` (µs of the server's `TIME`) | the lease script |
+//! | `ml:{<key id>}:<rule>` | hash `t` (tokens), `u` (µs of the server's `TIME`); a window rule's `w` (window index), `c` (count), `p` (previous window's count) | the lease script |
 //! | `ml:{agents}` | sorted set, agent id → ms of its last heartbeat | the heartbeat script |
 //! | `ml:{fleet}:override` | string, JSON `{"mode":"shadow","set_by":…,"at":…}`; absent when off | `meshlimit-agent override` (SET, DEL) |
 //! | `ml:rg:…` | the region exchange | see [`region`] |

@@ -129,7 +129,9 @@ pub fn check_rules_against(
                             "rule": c.rule,
                             "change": change_kind(&c.change),
                             "factor": match &c.change {
-                                Change::Limit { factor, .. } => json!(factor),
+                                Change::Limit { factor, .. } | Change::Schedule { factor, .. } => {
+                                    json!(factor)
+                                }
                                 _ => json!(null),
                             },
                             "refused": c.refused,
@@ -215,6 +217,7 @@ fn change_kind(c: &Change) -> &'static str {
         Change::Removed => "removed",
         Change::Limit { .. } => "limit",
         Change::Mode { .. } => "mode",
+        Change::Schedule { .. } => "schedule",
         Change::MatchWidened => "match_widened",
         Change::MatchNarrowed => "match_narrowed",
         Change::MatchChanged => "match_changed",

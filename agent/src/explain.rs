@@ -1,15 +1,17 @@
 //! `meshlimit-agent explain`: "why was this request limited?", answered offline
 //! from a rules file: every rule in the order the filter evaluates them (strictest
 //! first), with the key it would count the request under, its limit and mode, or
-//! the condition that keeps it from applying. It runs core's own matching code,
-//! so it says what the filter does.
+//! the condition that keeps it from applying, and for a rule with a schedule
+//! its windows and the one in force at the request's time (`--at`, default
+//! now). It runs core's own matching code, so it says what the filter does.
 
 use std::collections::BTreeMap;
 use std::io::Write;
 
+use meshlimit_core::limit::Limit;
 use meshlimit_core::metadata::{Field, MetadataPath, StructBuilder};
-
-use meshlimit_core::rules::{parse_rules, Explained, RequestInfo};
+use meshlimit_core::rules::expiry::format_instant;
+use meshlimit_core::rules::{parse_rules, Explained, RequestInfo, Rule};
 use meshlimit_core::NANOS_PER_SEC;
 use serde_json::{json, Value};
 
@@ -37,6 +39,8 @@ pub fn explain(args: &ExplainArgs, out: &mut impl Write, err: &mut impl Write) -
     let mut req = RequestInfo::new(&args.path, &args.method, args.headers.clone());
     req.client_ip = args.client_ip.clone();
     req.route = args.route.clone();
+    let at = args.at.unwrap_or_else(crate::regions::clock::now_secs);
+    req.now_ns = at.saturating_mul(NANOS_PER_SEC);
     req.cluster = args.cluster.clone();
     req.metadata = metadata(args);
     let explained = match set.explain(&req) {
@@ -60,18 +64,19 @@ pub fn explain(args: &ExplainArgs, out: &mut impl Write, err: &mut impl Write) -
                 "on_failure": r.on_failure,
                 "cost": r.cost.get(),
             });
+            if !r.schedule.is_empty() {
+                row["schedule"] = schedule(r);
+                // The window in force whether or not the rule applies.
+                row["window"] = json!(r.schedule.window_at(req.now_ns));
+            }
             match &e.verdict {
-                Explained::Applies { key, limit, plan } => {
+                Explained::Applies {
+                    key, limit, plan, ..
+                } => {
                     row["applies"] = json!(true);
                     row["key"] = json!(key.as_str());
                     row["plan"] = json!(plan);
-                    row["limit"] = json!({
-                        "requests": limit.requests(),
-                        "per": period(limit.per_ns()),
-                        "per_seconds": limit.per_ns() as f64 / NANOS_PER_SEC as f64,
-                        "burst": limit.burst(),
-                        "algorithm": limit.algorithm().name(),
-                    });
+                    row["limit"] = limit_json(limit);
                 }
                 Explained::Skipped(why) => {
                     row["applies"] = json!(false);
@@ -86,6 +91,7 @@ pub fn explain(args: &ExplainArgs, out: &mut impl Write, err: &mut impl Write) -
             let report = json!({
                 "file": file,
                 "version": set.version(),
+                "at": format_instant(at),
                 "request": {"method": req.method, "path": req.path},
                 "rules": rows,
             });
@@ -94,17 +100,92 @@ pub fn explain(args: &ExplainArgs, out: &mut impl Write, err: &mut impl Write) -
         CheckFormat::Text => {
             let _ = writeln!(
                 out,
-                "{file} (version {}): {} {}",
+                "{file} (version {}): {} {} at {}",
                 set.version(),
                 req.method,
-                req.path
+                req.path,
+                format_instant(at)
             );
             for row in &rows {
                 let _ = writeln!(out, "{}", text_line(row));
+                for line in schedule_lines(row) {
+                    let _ = writeln!(out, "{line}");
+                }
             }
         }
     }
     0
+}
+
+fn limit_json(limit: &Limit) -> Value {
+    json!({
+        "requests": limit.requests(),
+        "per": period(limit.per_ns()),
+        "per_seconds": limit.per_ns() as f64 / NANOS_PER_SEC as f64,
+        "burst": limit.burst(),
+        "algorithm": limit.algorithm().name(),
+    })
+}
+
+/// A rule's windows as JSON: name, span (`minutes` or `hours`), days, limit.
+fn schedule(rule: &Rule) -> Value {
+    rule.schedule
+        .windows()
+        .iter()
+        .map(|w| {
+            let mut v = json!({
+                "name": w.name,
+                "days": w.days(),
+                "limit": limit_json(&w.limit),
+            });
+            v[w.span().field()] = json!(w.span().text());
+            v
+        })
+        .collect()
+}
+
+/// The schedule of a row, one line a window, the one in force marked.
+fn schedule_lines(row: &Value) -> Vec<String> {
+    let Some(windows) = row["schedule"].as_array() else {
+        return Vec::new();
+    };
+    let now = row["window"].as_u64();
+    let mut lines = vec![match now {
+        Some(i) => format!("     schedule: window {i} in force"),
+        None => "     schedule: no window in force, the rule's own limit applies".to_string(),
+    }];
+    for (i, w) in windows.iter().enumerate() {
+        let (field, span) = if w["minutes"].is_string() {
+            ("minutes", &w["minutes"])
+        } else {
+            ("hours", &w["hours"])
+        };
+        let name = w["name"]
+            .as_str()
+            .map(|n| format!(" {n}"))
+            .unwrap_or_default();
+        let days = w["days"]
+            .as_array()
+            .map(|d| {
+                let d: Vec<&str> = d.iter().filter_map(Value::as_str).collect();
+                format!(" on {}", d.join(", "))
+            })
+            .unwrap_or_default();
+        let l = &w["limit"];
+        let mark = if now == Some(i as u64) {
+            "  (in force)"
+        } else {
+            ""
+        };
+        lines.push(format!(
+            "     [{i}]{name}  {field} {} UTC{days}  limit {} per {} (burst {}){mark}",
+            span.as_str().unwrap_or_default(),
+            l["requests"],
+            l["per"].as_str().unwrap_or_default(),
+            l["burst"],
+        ));
+    }
+    lines
 }
 
 /// The dynamic metadata `--claim` and `--metadata` give, as Envoy hands it to

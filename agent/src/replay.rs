@@ -31,7 +31,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, Write};
 
-use meshlimit_core::rules::Limits;
 use meshlimit_core::rules::{Mode, RequestInfo, RuleSet};
 use meshlimit_core::secret::KeyIds;
 use meshlimit_core::{Counter, DescriptorKey, Take, NANOS_PER_MS, NANOS_PER_SEC};
@@ -152,10 +151,9 @@ fn judge_decided(
     let Some(r) = set.rule(rule) else {
         return;
     };
-    let limit = match &r.limits {
-        Limits::Single(l) => *l,
-        Limits::Plans { default, .. } => *default,
-    };
+    // A decision log names no plan: the default plan's limit, in force at the
+    // record's time.
+    let limit = r.limit_in_force(None, now).limit;
     out.by_rule.entry(rule.to_string()).or_default().0 += 1;
     let name = KeyName::Id {
         rule: rule.to_string(),
@@ -171,7 +169,8 @@ fn judge_decided(
         return;
     }
     if let Take::Denied { retry_after_ns } = key.bucket.take(&limit, now, cost, cost) {
-        key.denied_until_ns = now.saturating_add(retry_after_ns);
+        let held = retry_after_ns.min(r.until_change_ns(now));
+        key.denied_until_ns = now.saturating_add(held);
         reject(out, rule, name);
     }
 }
@@ -224,7 +223,10 @@ fn judge(
             denied_until_ns: 0,
         });
         if let Take::Denied { retry_after_ns } = key.bucket.take(&a.limit, now, cost, cost) {
-            key.denied_until_ns = now.saturating_add(retry_after_ns);
+            // As the filter caches it: no longer than the rule's next
+            // schedule edge.
+            let held = retry_after_ns.min(a.rule.until_change_ns(now));
+            key.denied_until_ns = now.saturating_add(held);
             reject(out, &a.rule.name, name);
         }
     }
@@ -259,6 +261,7 @@ fn request(line: &str) -> Option<(u64, RequestInfo)> {
     let mut req = RequestInfo::new(field("path")?, field("method").unwrap_or("GET"), headers);
     req.client_ip = field("client_ip").map(str::to_string);
     req.route = field("route").map(str::to_string);
+    req.now_ns = now;
     Some((now, req))
 }
 
@@ -492,5 +495,34 @@ rules:
             text.contains("newly limited: rule per-key key aa: 1 rejected (baseline 0)"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn each_request_is_judged_by_the_limit_in_force_at_its_time() {
+        // 2 an hour; 100 a second from 00:10 to 00:20 of every hour.
+        let set = rules(
+            r#"
+version: 1
+rules:
+  - name: sched
+    key: [{ header: x-api-key }]
+    limit: { requests: 2, per: 1h }
+    accuracy: exact
+    schedule:
+      - { minutes: "00:10-00:20", requests: 100, per: 1s }
+"#,
+        );
+        let at = |secs: u64| {
+            format!(
+                r#"{{"start_time":"2026-12-01T10:00:{secs:02}.000Z","method":"GET","path":"/","x-api-key":"k"}}"#
+            )
+        };
+        // Five before the window (2 pass), five in it (the denial ends at its
+        // opening, the bucket refills at 100/s: all pass), five after (what
+        // the key held is cut to the burst of 2: 2 pass).
+        let log: Vec<String> = (1..6).chain(12..17).chain(25..30).map(at).collect();
+        let r = replay(log.join("\n").as_bytes(), &set, None);
+        assert_eq!(r.requests, 15);
+        assert_eq!(r.new.by_rule.get("sched"), Some(&(15, 6)));
     }
 }

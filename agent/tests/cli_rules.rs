@@ -42,7 +42,7 @@ fn explain_shows_the_rules_a_request_meets_and_why_the_others_do_not_apply() {
     let (code, out, err) = run(&mut agent(&args));
     assert_eq!(code, 0, "{err}");
     let lines: Vec<&str> = out.lines().collect();
-    assert!(lines[0].ends_with(": POST /login"), "{out}");
+    assert!(lines[0].contains(": POST /login at "), "{out}");
     assert!(
         lines[1].starts_with(
             "1. login-per-ip  applies  key login-per-ip|10.0.0.7  limit 5 per 1m (burst 5)"
@@ -227,8 +227,8 @@ fn check_rules_warns_of_rules_that_expire_soon_or_have_expired() {
             .as_secs();
         // Three days ahead, as a date (midnight UTC).
         let days = now / 86_400 + 3;
-        let (y, m, d) = civil(days as i64);
-        format!("{y:04}-{m:02}-{d:02}")
+        let instant = meshlimit_core::rules::expiry::format_instant(days * 86_400);
+        instant[..10].to_string()
     };
     let rules = rules_file(
         dir.path(),
@@ -266,17 +266,138 @@ fn check_rules_warns_of_rules_that_expire_soon_or_have_expired() {
     );
 }
 
-/// (year, month, day) of a day number since 1970-01-01.
-fn civil(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
+/// A rules fixture's text (`tests/fixtures/rules/NAME`).
+macro_rules! fixture {
+    ($name:literal) => {
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/rules/",
+            $name
+        ))
+    };
+}
+
+#[test]
+fn explain_shows_a_rules_schedule_and_the_window_in_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = rules_file(dir.path(), fixture!("top-of-the-hour-rush.yaml"));
+    let explain = |at: &str, format: &str| {
+        let (code, out, err) = run(&mut agent(&[
+            "explain",
+            "--rules",
+            &rules,
+            "--path",
+            "/v1/reports/daily",
+            "-H",
+            "x-api-key: k-1",
+            "--at",
+            at,
+            "--format",
+            format,
+        ]));
+        assert_eq!(code, 0, "{err}");
+        out
+    };
+    // Saturday 10:00:10 UTC: the top-of-the-hour window.
+    let out = explain("2026-12-05T10:00:10Z", "text");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].ends_with(": GET /v1/reports/daily at 2026-12-05T10:00:10Z"),
+        "{out}"
+    );
+    assert!(
+        lines[1].starts_with(
+            "1. reports-per-api-key  applies  key reports-per-api-key|k-1  limit 100 per 1s (burst 1000)"
+        ),
+        "{out}"
+    );
+    assert_eq!(lines[2], "     schedule: window 0 in force", "{out}");
+    assert_eq!(
+        lines[3],
+        "     [0] top-of-hour  minutes 00:00-00:30 UTC  limit 100 per 1s (burst 1000)  (in force)"
+    );
+    assert_eq!(
+        lines[4],
+        "     [1] business-hours  hours 09:00-17:00 UTC on mon, tue, wed, thu, fri  limit 200 per 1s (burst 200)"
+    );
+    // Saturday 10:00:30: past the window, the rule's own limit.
+    let out = explain("2026-12-05T10:00:30Z", "text");
+    assert!(out.contains("limit 100 per 1s (burst 100)"), "{out}");
+    assert!(
+        out.contains("     schedule: no window in force, the rule's own limit applies"),
+        "{out}"
+    );
+    assert!(!out.contains("(in force)"), "{out}");
+    // Tuesday 10:00:30, as JSON: business hours.
+    let v: serde_json::Value =
+        serde_json::from_str(&explain("2026-12-01T10:00:30Z", "json")).unwrap();
+    assert_eq!(v["at"], "2026-12-01T10:00:30Z");
+    let row = &v["rules"][0];
+    assert_eq!(row["window"], 1);
+    assert_eq!(row["limit"]["requests"], 200);
+    assert_eq!(row["schedule"][0]["name"], "top-of-hour");
+    assert_eq!(row["schedule"][0]["minutes"], "00:00-00:30");
+    assert_eq!(row["schedule"][0]["days"], serde_json::Value::Null);
+    assert_eq!(row["schedule"][0]["limit"]["burst"], 1000);
+    assert_eq!(row["schedule"][1]["hours"], "09:00-17:00");
+    assert_eq!(row["schedule"][1]["days"][4], "fri");
+    // A bad instant is a usage error naming the form.
+    let (code, _, err) = run(&mut agent(&[
+        "explain", "--rules", &rules, "--path", "/", "--at", "10am",
+    ]));
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("`10am` is not a UTC instant"), "{err}");
+}
+
+#[test]
+fn check_rules_refuses_a_broken_schedule_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = rules_file(dir.path(), fixture!("invalid/schedule-span-in-words.yaml"));
+    let (code, _, err) = run(&mut agent(&["check-rules", &rules]));
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(":5: rule reports-per-api-key: field schedule[0].minutes: `first 30 seconds` is not a span"),
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            ":14: rule by-plan: field schedule: a rule with `plans` cannot have a schedule"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn check_rules_against_lists_a_schedule_change_and_refuses_its_tightening() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = rules_file(dir.path(), fixture!("top-of-the-hour-rush.yaml"));
+    let new = dir.path().join("new.yaml");
+    std::fs::write(
+        &new,
+        "version: 1\nrules:\n  - name: reports-per-api-key\n    match: { path_prefix: /v1/reports }\n    key: [{ header: x-api-key }]\n    limit: { requests: 100, per: 1s, burst: 100 }\n    schedule:\n      - { name: business-hours, days: [mon, tue, wed, thu, fri], hours: \"09:00-17:00\", requests: 200, burst: 200 }\n",
+    )
+    .unwrap();
+    let new = new.display().to_string();
+    let (code, out, err) = run(&mut agent(&["check-rules", &new, "--against", &old]));
+    assert_eq!(code, 1, "{out}{err}");
+    let all = format!("{out}{err}");
+    assert!(
+        all.contains("~ rule reports-per-api-key: schedule [top-of-hour: minutes 00:00-00:30 UTC: 100 per 1 s (burst 1000); business-hours: hours 09:00-17:00 UTC on mon, tue, wed, thu, fri: 200 per 1 s (burst 200)] → [business-hours: hours 09:00-17:00 UTC on mon, tue, wed, thu, fri: 200 per 1 s (burst 200)]; tightest at Mon 00:00:00 UTC: 100 per 1 s (burst 1000) → 100 per 1 s (burst 100), ×0.10 — refused"),
+        "{all}"
+    );
+    let (_, json, _) = run(&mut agent(&[
+        "check-rules",
+        &new,
+        "--against",
+        &old,
+        "--format",
+        "json",
+    ]));
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let c = &v["changes"][0];
+    assert_eq!(c["change"], "schedule");
+    assert_eq!(c["refused"], true);
+    assert!((c["factor"].as_f64().unwrap() - 0.1).abs() < 1e-9, "{c}");
 }
 
 #[test]

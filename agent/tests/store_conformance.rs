@@ -144,6 +144,32 @@ async fn tokens_refill_over_time(store: &dyn Store) {
     );
 }
 
+/// A limit that changes under a key (a schedule window opening or closing)
+/// keeps its bucket: a larger burst is not handed out at once (the tokens
+/// held stay, refilling at the rate in force), a smaller one cuts what the
+/// key holds to it.
+async fn a_changed_limit_keeps_the_bucket_within_its_burst(store: &dyn Store) {
+    let wide = limit(10, Duration::from_secs(100), 100);
+    assert_eq!(
+        granted(&take(store, ask("r", &["a"], slow(), 4, 4)).await),
+        (4, 6)
+    );
+    // The burst grows to 100: the 6 tokens held, not 100.
+    assert_eq!(
+        granted(&take(store, ask("r", &["a"], wide, 1, 100)).await),
+        (6, 0)
+    );
+    // A key holding 90 under the wide limit holds 10 under the slow one.
+    assert_eq!(
+        granted(&take(store, ask("r", &["b"], wide, 10, 10)).await),
+        (10, 90)
+    );
+    assert_eq!(
+        granted(&take(store, ask("r", &["b"], slow(), 1, 100)).await),
+        (10, 0)
+    );
+}
+
 /// A cost above one takes that many tokens at once or nothing.
 async fn a_cost_takes_that_many_or_nothing(store: &dyn Store) {
     let five = limit(5, Duration::from_secs(3_600), 5);
@@ -517,6 +543,7 @@ macro_rules! conformance {
                 a_denial_says_when_to_retry,
                 tokens_refill_over_time,
                 a_cost_takes_that_many_or_nothing,
+                a_changed_limit_keeps_the_bucket_within_its_burst,
                 a_lease_is_between_its_min_and_max,
                 a_share_scales_the_limit,
                 a_batch_is_answered_in_order,

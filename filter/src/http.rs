@@ -81,6 +81,8 @@ impl<H: Proxy> Http<H> {
                 .map(|(_, v)| v.as_slice()),
         );
         let mut info = RequestInfo::new(path, &method, headers);
+        // The host's clock (Unix time): which schedule window is in force.
+        info.now_ns = self.host.now_ns();
         if needs.client_ip {
             let downstream = self.host.property(&["source", "address"]);
             info.client_ip = client_ip::resolve(

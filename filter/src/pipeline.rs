@@ -126,7 +126,7 @@ impl Evaluation {
         let mut rejected = false;
         for i in 0..self.checks.len() {
             let enforcing = self.rule(i).mode == Mode::Enforce;
-            let max_wait_ns = max_wait_ns(self.rule(i), &self.checks[i].limit);
+            let max_wait_ns = max_wait_ns(self.rule(i), &self.checks[i].limit, now);
             let c = &mut self.checks[i];
             if rejected {
                 c.state = State::Skipped;
@@ -456,13 +456,16 @@ impl Evaluation {
 
 /// The longest the rule can make a request wait: a cached denial is never kept
 /// longer, whatever the clock does. A global rule's region may hold as little as
-/// its floor share (10%), which stretches its waits tenfold.
-fn max_wait_ns(rule: &Rule, limit: &Limit) -> u64 {
+/// its floor share (10%), which stretches its waits tenfold. Nor is a denial
+/// kept past the rule's next schedule edge, where its limit may change.
+fn max_wait_ns(rule: &Rule, limit: &Limit, now_ns: u64) -> u64 {
     let min_share = match rule.scope {
         Scope::Global => 0.1,
         Scope::Region => 1.0,
     };
-    limit.max_wait_ns(min_share)
+    limit
+        .max_wait_ns(min_share)
+        .min(rule.until_change_ns(now_ns))
 }
 
 fn decided(verdict: RuleVerdict) -> State {

@@ -58,6 +58,10 @@ pub struct ExplainArgs {
     /// The Envoy route name, for rules keyed on `route` or with `match.route`.
     #[arg(long, value_name = "NAME")]
     pub(crate) route: Option<String>,
+    /// When the request is decided (UTC, `2026-12-01T09:00:10Z` or
+    /// `2026-12-01`), for the schedule window in force; default now.
+    #[arg(long, value_name = "INSTANT", value_parser = parse_at)]
+    pub(crate) at: Option<u64>,
     /// The upstream cluster's name, for rules with `match.cluster`.
     #[arg(long, value_name = "NAME")]
     pub(crate) cluster: Option<String>,
@@ -74,6 +78,13 @@ pub struct ExplainArgs {
     /// `text` for people, `json` for scripts.
     #[arg(long, value_enum, default_value_t = CheckFormat::Text)]
     pub format: CheckFormat,
+}
+
+/// `--at`: a UTC instant as rules files write `expires`, in Unix seconds.
+fn parse_at(text: &str) -> Result<u64, String> {
+    meshlimit_core::rules::expiry::parse_instant(text).ok_or_else(|| {
+        format!("`{text}` is not a UTC instant: write 2026-12-01T09:00:10Z or 2026-12-01")
+    })
 }
 
 /// `--claim NAME=VALUE`.

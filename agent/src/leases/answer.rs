@@ -29,6 +29,9 @@ pub(super) struct Pending<'a> {
     pub(super) local_limit: Limit,
     /// This node's recent demand for the key (tokens per second, pooled keys).
     pub(super) demand: f64,
+    /// How long until the rule's schedule may change the limit in force: a
+    /// denial is held (at the node, by the filter) no longer.
+    pub(super) until_change_ns: u64,
 }
 
 impl LeaseService {
@@ -48,6 +51,8 @@ impl LeaseService {
         waits: &mut Vec<tokio::sync::watch::Receiver<()>>,
     ) {
         let now = self.now_ns();
+        // The schedule windows follow the wall clock (UTC), as the filter's do.
+        let utc_ns = crate::regions::clock::now_ns();
         let call_timeout = u64::try_from(self.call_timeout().as_nanos()).unwrap_or(u64::MAX);
         // Round 0 takes (and counts the asks' demand); later rounds take again
         // for asks that waited on a store call; the last may not wait again.
@@ -63,7 +68,7 @@ impl LeaseService {
                 answers[index] = Some(self.unavailable(reason));
                 continue;
             };
-            let (limit, _plan) = rule.limit_for_plan(item.plan.as_deref());
+            let limit = rule.limit_in_force(item.plan.as_deref(), utc_ns).limit;
             let share = self.shares.share(rule, &item.key);
             let pooled = !self.settings.is_exact(rule, &limit);
             let mut demand = 0.0;
@@ -150,6 +155,7 @@ impl LeaseService {
                 on_failure: rule.on_failure,
                 local_limit: FailLocal::node_limit(&limit, share, self.live_nodes()),
                 demand,
+                until_change_ns: rule.until_change_ns(utc_ns),
             });
         }
     }
@@ -210,8 +216,8 @@ impl LeaseService {
                     acquire,
                     now,
                     take,
-                    acquire.min,
-                    p.want,
+                    (acquire.min, p.want),
+                    p.until_change_ns,
                 ) {
                     Take::Granted { tokens, .. } => tokens,
                     Take::Denied { .. } => 0,
@@ -226,11 +232,14 @@ impl LeaseService {
             Ok(Take::Denied { retry_after_ns }) => {
                 self.metrics.store_results("ok", 1);
                 self.fail_local.forget(&acquire.key);
+                let retry_after_ns = retry_after_ns.min(p.until_change_ns);
                 if !p.pooled {
                     return self.deny(p.rule, &acquire.key, retry_after_ns);
                 }
                 let take = Take::Denied { retry_after_ns };
-                let wait = match self.settle_pooled(p.rule, p.lease, acquire, now, take, 0, None) {
+                let settled =
+                    self.settle_unasked(p.rule, p.lease, p.until_change_ns, acquire, now, take);
+                let wait = match settled {
                     Take::Denied { retry_after_ns } => retry_after_ns,
                     Take::Granted { .. } => retry_after_ns,
                 };

@@ -15,6 +15,8 @@ use super::LeaseService;
 pub(super) struct Refill {
     rule: String,
     lease: u32,
+    /// The rule's next schedule edge, from when the refill was asked.
+    until_change_ns: u64,
 }
 
 impl LeaseService {
@@ -39,9 +41,11 @@ impl LeaseService {
             max: lease.saturating_mul(2),
             share,
         };
+        let utc_ns = crate::regions::clock::now_ns();
         let p = Refill {
             rule: rule.name.clone(),
             lease,
+            until_change_ns: rule.until_change_ns(utc_ns),
         };
         let service = Arc::clone(self);
         self.metrics.pool_refill();
@@ -84,6 +88,13 @@ impl LeaseService {
             }
             let rules = service.rules.get();
             match rules.as_deref().and_then(|set| set.rule(&rule)) {
+                // A hold may end in another schedule window: the limit then in
+                // force (a rule with a schedule has no plans).
+                Some(rule) if !rule.schedule.is_empty() => {
+                    let utc_ns = crate::regions::clock::now_ns();
+                    let limit = rule.limit_in_force(None, utc_ns).limit;
+                    service.refill(rule, &limit, share, &key);
+                }
                 Some(rule) => service.refill(rule, &limit, share, &key),
                 None => service.pools.call_failed(&key, now),
             }
@@ -95,7 +106,7 @@ impl LeaseService {
         match result {
             Ok(take) => {
                 self.metrics.store_results("ok", 1);
-                self.settle_pooled(&p.rule, p.lease, acquire, now, take, 0, None);
+                self.settle_unasked(&p.rule, p.lease, p.until_change_ns, acquire, now, take);
             }
             Err(e) => {
                 self.metrics.store_results(e.metric_result(), 1);

@@ -14,8 +14,9 @@ impl LeaseService {
     /// filter's `cost`, or its `want`, taken out; 0 for a refill) and, when it
     /// left the store fewer than a lease, holds the key until a lease's worth
     /// has refilled; a denial is cached for its wait plus that refill. Either
-    /// hold ends in a refill by the clock. Returns the filter's tokens, or the
-    /// node's wait.
+    /// hold ends in a refill by the clock; a denial is held no longer than
+    /// `until_change_ns`, the rule's next schedule edge. Returns the filter's
+    /// tokens, or the node's wait.
     // Each argument is a distinct quantity of one answer.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn settle_pooled(
@@ -25,8 +26,8 @@ impl LeaseService {
         acquire: &Acquire,
         now: u64,
         take: Take,
-        cost: u32,
-        want: Option<u32>,
+        (cost, want): (u32, Option<u32>),
+        until_change_ns: u64,
     ) -> Take {
         let (settled, hold) = match take {
             Take::Granted {
@@ -52,7 +53,9 @@ impl LeaseService {
                 (settled, hold)
             }
             Take::Denied { retry_after_ns } => {
-                let wait = self.denial_hold_ns(lease, retry_after_ns, acquire);
+                let wait = self
+                    .denial_hold_ns(lease, retry_after_ns, acquire)
+                    .min(until_change_ns);
                 self.pools.deny(&acquire.key, now, wait);
                 (
                     Take::Denied {
@@ -66,6 +69,20 @@ impl LeaseService {
             self.refill_after(rule, acquire.limit, acquire.share, &acquire.key, hold);
         }
         settled
+    }
+
+    /// [`LeaseService::settle_pooled`] for an answer no filter waits to
+    /// spend from (a denial, a background refill).
+    pub(super) fn settle_unasked(
+        &self,
+        rule: &str,
+        lease: u32,
+        until_change_ns: u64,
+        acquire: &Acquire,
+        now: u64,
+        take: Take,
+    ) -> Take {
+        self.settle_pooled(rule, lease, acquire, now, take, (0, None), until_change_ns)
     }
 
     /// After a grant that left the store fewer than a lease: the time until a

@@ -21,7 +21,7 @@ const RULES: &str = include_str!(concat!(
 fn size(settings: &LeaseSettings, rule: &str, cost: u32) -> u32 {
     let set = parse_rules("t", RULES).unwrap();
     let rule = set.rule(rule).unwrap();
-    let (limit, _) = rule.limit_for_plan(None);
+    let limit = rule.limit_in_force(None, 0).limit;
     settings.lease_size(rule, &limit, cost, 1_000.0)
 }
 
@@ -59,6 +59,8 @@ enum Mode {
     Drained,
     /// Grants every ask its whole lease after a millisecond, plenty left.
     Delayed,
+    /// Denies every ask for half an hour.
+    Denied,
 }
 
 #[async_trait]
@@ -85,6 +87,12 @@ impl Store for FakeStore {
                     })
                     .collect()
             }
+            Mode::Denied => vec![
+                Ok(Take::Denied {
+                    retry_after_ns: 1_800 * NANOS_PER_SEC
+                });
+                items.len()
+            ],
             Mode::Drained => items
                 .iter()
                 .map(|a| {
@@ -151,8 +159,16 @@ fn service_and_store(
     mode: Mode,
     max_inflight: usize,
 ) -> (Arc<LeaseService>, Arc<Metrics>, Arc<FakeStore>) {
+    service_with_rules(RULES, mode, max_inflight)
+}
+
+fn service_with_rules(
+    text: &str,
+    mode: Mode,
+    max_inflight: usize,
+) -> (Arc<LeaseService>, Arc<Metrics>, Arc<FakeStore>) {
     let rules = Arc::new(CurrentRules::empty());
-    rules.install(Arc::new(parse_rules("t", RULES).unwrap()));
+    rules.install(Arc::new(parse_rules("t", text).unwrap()));
     let metrics = Arc::new(Metrics::new("test").unwrap());
     let store = Arc::new(FakeStore {
         mode,
@@ -217,6 +233,37 @@ async fn store_errors_become_unavailable_answers_and_are_counted() {
     assert_eq!(
         reasons(&svc.lease(&request(&["fast"])).await),
         ["store_unavailable"]
+    );
+}
+
+#[tokio::test]
+async fn a_denial_is_held_and_answered_no_longer_than_the_next_schedule_edge() {
+    // A pooled rule whose window opens 5 s from now (UTC, the agent's clock).
+    let opens = crate::regions::clock::now_secs() + 5;
+    let mm_ss = |t: u64| format!("{:02}:{:02}", t % 3_600 / 60, t % 60);
+    let rules = format!(
+        "version: 1\nrules:\n  - name: sched\n    key: [method]\n    limit: {{ requests: 1000, per: 1s }}\n    schedule:\n      - {{ minutes: \"{}-{}\", burst: 5000 }}\n",
+        mm_ss(opens),
+        mm_ss(opens + 5)
+    );
+    let (svc, _, store) = service_with_rules(&rules, Mode::Denied, 8);
+    // The store's half hour becomes the time to the edge, for the filter and
+    // for the node's pool, which answers the next ask without the store.
+    for _ in 0..2 {
+        let before_ms = crate::regions::clock::now_ms();
+        let resp = svc.lease(&request(&["sched"])).await;
+        match &resp.items[..] {
+            [LeaseAnswer::Deny { retry_after_ms, .. }] => assert!(
+                before_ms + retry_after_ms <= opens * 1_000 + 1,
+                "{retry_after_ms} ms from {before_ms}, the edge at {opens} s"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(
+        store.calls.load(Ordering::SeqCst),
+        1,
+        "the pool held the denial"
     );
 }
 

@@ -17,6 +17,12 @@ pub(crate) fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// Nanoseconds of Unix time (to the millisecond): the clock schedule
+/// windows follow.
+pub(crate) fn now_ns() -> u64 {
+    now_ms().saturating_mul(1_000_000)
+}
+
 /// Seconds of Unix time.
 pub(crate) fn now_secs() -> u64 {
     period_of(now_ms())

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::builder::RuleSetBuilder;
 use super::config::*;
 use super::error::{RuleError, RulesError};
+use super::schedule::{day_bit, Schedule, Span, SpanKind, Window, MAX_WINDOWS};
 use super::{Limits, Matcher, PathMatch, Rule, RuleSet};
 use crate::fingerprint::fnv1a;
 use crate::limit::Limit;
@@ -88,23 +89,7 @@ pub(super) fn compile_rule(
     let name = rule.name.as_str();
     let mut errors = Vec::new();
     let mut err = |field: &str, msg: String| errors.push(RuleError::new(Some(name), field, msg));
-    // A trial copy (`NAME.trial`, made by the agent) may be that much longer.
-    let longest = if name.ends_with(super::trial::TRIAL_SUFFIX) {
-        MAX_RULE_NAME + super::trial::TRIAL_SUFFIX.len()
-    } else {
-        MAX_RULE_NAME
-    };
-    if name.is_empty()
-        || name.len() > longest
-        || !name
-            .chars()
-            .all(|c| matches!(c, 'a'..='z' | '0'..='9' | '.' | '_' | '-'))
-    {
-        err(
-            "name",
-            format!("`{name}` must be 1 to {MAX_RULE_NAME} characters of [a-z0-9._-]"),
-        );
-    }
+    check_name(name, "name", &mut err);
     let matcher = compile_match(
         rule.matches.as_ref().unwrap_or(&MatchConfig::default()),
         &mut err,
@@ -168,6 +153,7 @@ pub(super) fn compile_rule(
             None
         }
     };
+    let schedule = compile_schedule(rule, cost, algorithm, &mut err);
     match (limits, NonZeroU32::new(cost), errors.is_empty()) {
         (Some(limits), Some(cost), true) => Ok(Rule {
             name: rule.name.clone(),
@@ -190,9 +176,104 @@ pub(super) fn compile_rule(
                 .or(defaults.log_sample)
                 .unwrap_or(DEFAULT_LOG_SAMPLE),
             log_key: rule.log_key.unwrap_or_default(),
+            schedule,
         }),
         _ => Err(errors),
     }
+}
+
+/// The rule's `schedule`: each window's span, days and limit (the rule's
+/// `limit` with the window's fields written over it), every problem named by
+/// its field (`schedule[1].minutes`).
+fn compile_schedule(
+    rule: &RuleConfig,
+    cost: u32,
+    algorithm: Algorithm,
+    err: &mut impl FnMut(&str, String),
+) -> Schedule {
+    if rule.schedule.is_empty() {
+        return Schedule::default();
+    }
+    let Some(base) = &rule.limit else {
+        if rule.plans.is_some() {
+            err(
+                "schedule",
+                "a rule with `plans` cannot have a schedule: give it `limit`, or write the windowed limit as a rule of its own".into(),
+            );
+        }
+        return Schedule::default();
+    };
+    if rule.schedule.len() > MAX_WINDOWS {
+        err(
+            "schedule",
+            format!("{} windows; at most {MAX_WINDOWS}", rule.schedule.len()),
+        );
+        return Schedule::default();
+    }
+    let mut windows = Vec::with_capacity(rule.schedule.len());
+    for (i, w) in rule.schedule.iter().enumerate() {
+        let field = format!("schedule[{i}]");
+        if let Some(name) = &w.name {
+            check_name(name, &format!("{field}.name"), err);
+        }
+        let mut days = 0u8;
+        if let Some(list) = &w.days {
+            if list.is_empty() {
+                err(
+                    &format!("{field}.days"),
+                    "an empty list opens on no day; leave `days` out for every day".into(),
+                );
+            }
+            for (j, d) in list.iter().enumerate() {
+                match day_bit(d) {
+                    Some(bit) => days |= bit,
+                    None => err(
+                        &format!("{field}.days[{j}]"),
+                        format!("`{d}` is not a day: write mon, tue, wed, thu, fri, sat or sun"),
+                    ),
+                }
+            }
+        }
+        let span = match (&w.minutes, &w.hours) {
+            (Some(m), None) => Span::parse(m, SpanKind::Minutes)
+                .map_err(|e| err(&format!("{field}.minutes"), e))
+                .ok(),
+            (None, Some(h)) => Span::parse(h, SpanKind::Hours)
+                .map_err(|e| err(&format!("{field}.hours"), e))
+                .ok(),
+            (Some(_), Some(_)) => {
+                err(
+                    &field,
+                    "give either `minutes` (a span within every hour) or `hours` (within every day), not both".into(),
+                );
+                None
+            }
+            (None, None) => {
+                err(
+                    &field,
+                    "a window needs `minutes: \"MM:SS-MM:SS\"` (within every hour) or `hours: \"HH:MM-HH:MM\"` (within every day)".into(),
+                );
+                None
+            }
+        };
+        if w.requests.is_none() && w.per.is_none() && w.burst.is_none() {
+            err(
+                &field,
+                "a window changes nothing without `requests`, `per` or `burst`".into(),
+            );
+            continue;
+        }
+        let merged = LimitConfig {
+            requests: w.requests.unwrap_or(base.requests),
+            per: w.per.clone().unwrap_or_else(|| base.per.clone()),
+            burst: w.burst.or(base.burst),
+        };
+        let limit = compile_limit(&merged, &field, cost, algorithm, err);
+        if let (Some(span), Some(limit)) = (span, limit) {
+            windows.push(Window::new(w.name.clone(), days, span, limit));
+        }
+    }
+    Schedule::new(windows)
 }
 
 fn compile_match(m: &MatchConfig, err: &mut impl FnMut(&str, String)) -> Matcher {
@@ -432,6 +513,27 @@ pub fn parse_period(text: &str) -> Result<u64, String> {
     match num.parse::<u64>().ok().and_then(|n| n.checked_mul(unit_ns)) {
         Some(ns) if (NANOS_PER_MS..=MAX_PERIOD_NS).contains(&ns) => Ok(ns),
         _ => Err(format!("`{text}` must be between 1ms and 366d")),
+    }
+}
+
+/// A rule's or a window's name: a metric label and a key prefix.
+fn check_name(name: &str, field: &str, err: &mut impl FnMut(&str, String)) {
+    // A rule's trial copy (`NAME.trial`, made by the agent) may be that much longer.
+    let longest = if field == "name" && name.ends_with(super::trial::TRIAL_SUFFIX) {
+        MAX_RULE_NAME + super::trial::TRIAL_SUFFIX.len()
+    } else {
+        MAX_RULE_NAME
+    };
+    if name.is_empty()
+        || name.len() > longest
+        || !name
+            .chars()
+            .all(|c| matches!(c, 'a'..='z' | '0'..='9' | '.' | '_' | '-'))
+    {
+        err(
+            field,
+            format!("`{name}` must be 1 to {MAX_RULE_NAME} characters of [a-z0-9._-]"),
+        );
     }
 }
 

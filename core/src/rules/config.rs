@@ -201,6 +201,76 @@ pub struct RuleConfig {
     /// personal data).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_key: Option<LogKey>,
+    /// Time windows (UTC) with another limit; the first window that covers an
+    /// instant gives the limit in force, outside every window `limit` applies.
+    /// Rules with `limit` only: a rule with `plans` cannot have a schedule.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "schema", schemars(length(max = 32)))]
+    pub schedule: Vec<WindowConfig>,
+}
+
+/// One window of a schedule: when (`minutes` within every hour or `hours`
+/// within every day, on `days`), and the limit fields that differ in it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "schema",
+    schemars(extend(
+        "oneOf" = [{"required": ["minutes"]}, {"required": ["hours"]}],
+        "anyOf" = [{"required": ["requests"]}, {"required": ["per"]}, {"required": ["burst"]}]
+    ))
+)]
+#[serde(deny_unknown_fields)]
+pub struct WindowConfig {
+    /// A name for the window, shown by `explain` and `check-rules`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(regex(pattern = r"^[a-z0-9._-]{1,64}$")))]
+    pub name: Option<String>,
+    /// Days of the week (UTC) the window opens on: `mon` … `sun`; every day
+    /// when left out. A span running past midnight belongs to the day it opens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "schema",
+        schemars(
+            length(min = 1),
+            inner(regex(pattern = r"^(mon|tue|wed|thu|fri|sat|sun)$"))
+        )
+    )]
+    pub days: Option<Vec<String>>,
+    /// A span within every hour, `MM:SS-MM:SS` (UTC), from included to
+    /// excluded: `00:00-00:30` is the first 30 seconds of every hour; `to` may
+    /// be `60:00`, and a `to` before `from` runs into the next hour.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "schema",
+        schemars(regex(pattern = r"^\s*[0-9]{2}:[0-9]{2}\s*-\s*[0-9]{2}:[0-9]{2}\s*$"))
+    )]
+    pub minutes: Option<String>,
+    /// A span within every day, `HH:MM-HH:MM` (UTC), from included to
+    /// excluded: `09:00-17:00`; `to` may be `24:00`, and a `to` before `from`
+    /// runs past midnight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "schema",
+        schemars(regex(pattern = r"^\s*[0-9]{2}:[0-9]{2}\s*-\s*[0-9]{2}:[0-9]{2}\s*$"))
+    )]
+    pub hours: Option<String>,
+    /// Requests per `per` in the window (default: the rule's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(range(min = 1, max = u32::MAX)))]
+    pub requests: Option<u32>,
+    /// The refill period in the window (default: the rule's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "schema",
+        schemars(regex(pattern = r"^\s*[0-9]+(ms|s|m|h|d)\s*$"))
+    )]
+    pub per: Option<String>,
+    /// The bucket's capacity in the window (default: the rule's `burst`, else
+    /// the window's `requests`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(range(min = 1, max = u32::MAX)))]
+    pub burst: Option<u32>,
 }
 
 /// Conditions that must all hold for a rule to apply.

@@ -73,6 +73,29 @@ fn has_expired(rule: &RuleConfig, now_secs: u64) -> bool {
         .is_some_and(|at| at <= now_secs)
 }
 
+/// Unix second `secs` as `YYYY-MM-DDTHH:MM:SSZ`, the form [`parse_instant`]
+/// reads back.
+pub fn format_instant(secs: u64) -> String {
+    let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX / 2);
+    let s = secs % 86_400;
+    // Howard Hinnant's `civil_from_days`.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        s / 3_600,
+        s % 3_600 / 60,
+        s % 60
+    )
+}
+
 fn digits(s: &str, n: usize) -> Option<i64> {
     (s.len() == n && s.bytes().all(|b| b.is_ascii_digit()))
         .then(|| s.parse().ok())
@@ -109,6 +132,16 @@ mod tests {
             "2026-12-01T24:00:00Z",
         ] {
             assert_eq!(parse_instant(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_formatted_instant_reads_back() {
+        assert_eq!(format_instant(0), "1970-01-01T00:00:00Z");
+        assert_eq!(format_instant(1_796_084_952), "2026-12-01T00:29:12Z");
+        assert_eq!(format_instant(1_709_164_800), "2024-02-29T00:00:00Z");
+        for t in (0..4_102_444_800u64).step_by(7_919_993) {
+            assert_eq!(parse_instant(&format_instant(t)), Some(t));
         }
     }
 }

@@ -24,6 +24,8 @@ pub enum Explained<'r> {
         key: DescriptorKey,
         limit: Limit,
         plan: Option<&'r str>,
+        /// The schedule window in force at the request's time, if any.
+        window: Option<usize>,
     },
     /// The rule does not apply, and why (one sentence).
     Skipped(String),
@@ -49,6 +51,7 @@ impl RuleSet {
                             key: a.key,
                             limit: a.limit,
                             plan: a.plan,
+                            window: a.window,
                         }
                     }
                 },

@@ -39,6 +39,10 @@ pub struct RequestInfo {
     /// `google.protobuf.Struct` (see [`crate::metadata`]), read only for the
     /// filters some rule keys on or picks its plan by.
     pub metadata: Vec<(String, Vec<u8>)>,
+    /// When the request is decided, ns since the Unix epoch (UTC): which window
+    /// of a rule's schedule is in force. The filter sets its host's clock, the
+    /// agent's `explain` the instant asked about, `replay` the logged start time.
+    pub now_ns: u64,
 }
 
 /// A rule's key parts as read from a request: borrowed, or decoded (a query
@@ -71,6 +75,8 @@ pub struct Applicable<'r> {
     pub key: DescriptorKey,
     pub limit: Limit,
     pub plan: Option<&'r str>,
+    /// The schedule window in force (its position in the rule's schedule).
+    pub window: Option<usize>,
 }
 
 impl RequestInfo {
@@ -89,6 +95,7 @@ impl RequestInfo {
             route: None,
             cluster: None,
             metadata: Vec::new(),
+            now_ns: 0,
         }
     }
 
@@ -330,13 +337,14 @@ impl Rule {
                 .map(Cow::Owned),
             super::Limits::Single(_) => None,
         };
-        let (limit, plan) = self.limit_for_plan(named.as_deref());
+        let in_force = self.limit_in_force(named.as_deref(), req.now_ns);
         Applicable {
             rule: self,
             index,
             key: DescriptorKey::new(&self.name, parts),
-            limit,
-            plan,
+            limit: in_force.limit,
+            plan: in_force.plan,
+            window: in_force.window,
         }
     }
 }

@@ -14,6 +14,7 @@ mod matching;
 #[cfg(feature = "yaml")]
 mod parse;
 pub mod review;
+pub mod schedule;
 #[cfg(feature = "schema")]
 pub mod schema;
 mod stepsort;
@@ -72,6 +73,18 @@ pub struct Rule {
     /// The share of allowed decisions the decision log keeps.
     pub log_sample: f64,
     pub log_key: LogKey,
+    /// Windows with another limit (rules with `limit` only).
+    pub schedule: schedule::Schedule,
+}
+
+/// A rule's limit at one instant: what [`Rule::limit_in_force`] answers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct InForce<'r> {
+    pub limit: Limit,
+    /// The plan the limit is of, for a rule with plans.
+    pub plan: Option<&'r str>,
+    /// The schedule window in force (its position), `None` outside every window.
+    pub window: Option<usize>,
 }
 
 /// What a set's rules read of a request beyond its headers, path and method:
@@ -260,8 +273,36 @@ impl RuleSet {
 }
 
 impl Rule {
-    /// The limit for `plan` (a plan name the rule knows), else the default plan's.
-    pub fn limit_for_plan(&self, plan: Option<&str>) -> (Limit, Option<&str>) {
+    /// The limit in force at `now_ns` (ns since the Unix epoch, UTC) for
+    /// `plan`: the first schedule window that covers the instant, else the
+    /// rule's own limit (the plan's, else the default plan's). The one answer
+    /// the filter, the agent, `explain` and `replay` use.
+    pub fn limit_in_force(&self, plan: Option<&str>, now_ns: u64) -> InForce<'_> {
+        let (limit, plan) = self.limit_for_plan(plan);
+        match self.schedule.window_at(now_ns) {
+            Some(i) => InForce {
+                limit: self.schedule.windows().get(i).map_or(limit, |w| w.limit),
+                plan,
+                window: Some(i),
+            },
+            None => InForce {
+                limit,
+                plan,
+                window: None,
+            },
+        }
+    }
+
+    /// The longest a denial may be cached at `now_ns`: until the schedule's
+    /// next edge, where the limit in force may change (`u64::MAX` without a
+    /// schedule).
+    pub fn until_change_ns(&self, now_ns: u64) -> u64 {
+        self.schedule.until_change_ns(now_ns).unwrap_or(u64::MAX)
+    }
+
+    /// The rule's own limit for `plan` (a plan name the rule knows), else the
+    /// default plan's, whatever the schedule.
+    pub(crate) fn limit_for_plan(&self, plan: Option<&str>) -> (Limit, Option<&str>) {
         match &self.limits {
             Limits::Single(l) => (*l, None),
             Limits::Plans {

@@ -38,6 +38,18 @@ pub enum Change {
         old: Mode,
         new: Mode,
     },
+    /// The schedule changed (its windows, or a window's limit): each window as
+    /// it was and as it is, and the instant of the week (`Mon 00:00:00 UTC`)
+    /// where, with a window of either in force, the new limit is tightest
+    /// against the old: `factor` there (new ÷ old, as for `Limit`).
+    Schedule {
+        old: Vec<String>,
+        new: Vec<String>,
+        factor: f64,
+        at: String,
+        before: Limit,
+        after: Limit,
+    },
     /// The new match covers every request the old one did, and more.
     MatchWidened,
     /// The new match covers only some of the requests the old one did.
@@ -79,6 +91,13 @@ pub fn review(old: &RuleSet, new: &RuleSet) -> Vec<RuleChange> {
                 },
                 refused,
             ));
+        }
+        if was.schedule != rule.schedule {
+            let c = schedule_change(was, rule);
+            let refused = enforced_both
+                && matches!(c, Change::Schedule { factor, .. } if factor < max)
+                && !approved(&rule.name);
+            out.push(change(rule, c, refused));
         }
         if was.mode != rule.mode {
             let c = Change::Mode {
@@ -133,14 +152,32 @@ impl std::fmt::Display for RuleChange {
                     show(old),
                     show(new)
                 )?;
-                if self.refused {
-                    write!(
-                        f,
-                        " — refused: an enforced limit cut beyond the allowed maximum \
-                         (changes.max_tightening) needs `changes: {{approve: [{{rule: {rule}, against: <the running version>}}]}}`"
-                    )?;
-                }
-                Ok(())
+                refusal(f, self.refused, rule)
+            }
+            Change::Schedule {
+                old,
+                new,
+                factor,
+                at,
+                before,
+                after,
+            } => {
+                let list = |w: &[String]| {
+                    if w.is_empty() {
+                        "none".to_string()
+                    } else {
+                        w.join("; ")
+                    }
+                };
+                write!(
+                    f,
+                    "~ rule {rule}: schedule [{}] → [{}]; tightest at {at}: {} → {}, ×{factor:.2}",
+                    list(old),
+                    list(new),
+                    show(before),
+                    show(after)
+                )?;
+                refusal(f, self.refused, rule)
             }
             Change::Mode { old, new } => write!(
                 f,
@@ -157,6 +194,18 @@ impl std::fmt::Display for RuleChange {
     }
 }
 
+/// What a refused tightening needs, after its line.
+fn refusal(f: &mut std::fmt::Formatter<'_>, refused: bool, rule: &str) -> std::fmt::Result {
+    if refused {
+        write!(
+            f,
+            " — refused: an enforced limit cut beyond the allowed maximum \
+             (changes.max_tightening) needs `changes: {{approve: [{{rule: {rule}, against: <the running version>}}]}}`"
+        )?;
+    }
+    Ok(())
+}
+
 fn mode_name(mode: Mode) -> &'static str {
     match mode {
         Mode::Enforce => "enforce",
@@ -170,6 +219,51 @@ fn show(l: &Limit) -> String {
         format!("{} per {per} s ({})", l.requests(), l.algorithm().name())
     } else {
         format!("{} per {per} s (burst {})", l.requests(), l.burst())
+    }
+}
+
+/// The windows of a rule as one line each: `top: minutes 00:00-00:30 UTC: 100
+/// per 1 s (burst 1000)`.
+fn windows(rule: &Rule) -> Vec<String> {
+    rule.schedule
+        .windows()
+        .iter()
+        .map(|w| format!("{}: {}", w.describe(), show(&w.limit)))
+        .collect()
+}
+
+/// How `new`'s schedule compares with `old`'s: at every instant of the week
+/// where the window in force may change (either schedule's edges) and a window
+/// of either is in force, the limit in force before and after; the tightest.
+fn schedule_change(old: &Rule, new: &Rule) -> Change {
+    let mut edges: Vec<u64> = old
+        .schedule
+        .week_edges()
+        .chain(new.schedule.week_edges())
+        .collect();
+    edges.sort_unstable();
+    edges.dedup();
+    let mut tightest: Option<(f64, u64, Limit, Limit)> = None;
+    for t in edges {
+        let (a, b) = (old.limit_in_force(None, t), new.limit_in_force(None, t));
+        if a.window.is_none() && b.window.is_none() {
+            continue;
+        }
+        let factor = ratio(&b.limit, &a.limit);
+        if tightest.is_none_or(|(f, ..)| factor < f) {
+            tightest = Some((factor, t, a.limit, b.limit));
+        }
+    }
+    let (base_old, base_new) = (old.limit_for_plan(None).0, new.limit_for_plan(None).0);
+    let (factor, t, before, after) =
+        tightest.unwrap_or((ratio(&base_new, &base_old), 0, base_old, base_new));
+    Change::Schedule {
+        old: windows(old),
+        new: windows(new),
+        factor,
+        at: super::schedule::week_time(t),
+        before,
+        after,
     }
 }
 
@@ -397,5 +491,84 @@ mod tests {
                 ("gone".to_string(), Change::Removed),
             ]
         );
+    }
+
+    #[test]
+    fn a_schedule_that_tightens_an_enforced_limit_is_refused_like_any_tightening() {
+        let rush = |burst: u32, days: serde_json::Value| {
+            rule(
+                "api",
+                100,
+                serde_json::json!({"schedule": [
+                    {"name": "rush", "minutes": "00:00-00:30", "burst": burst, "days": days}
+                ]}),
+            )
+        };
+        let old = set(
+            serde_json::json!([rush(1000, serde_json::json!(["mon"]))]),
+            None,
+        );
+        // The window dropped: during the rush the burst goes from 1000 to 100.
+        let plain = set(
+            serde_json::json!([rule("api", 100, serde_json::json!({}))]),
+            None,
+        );
+        let c = review(&old, &plain);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert!(c[0].refused);
+        let Change::Schedule { factor, at, .. } = &c[0].change else {
+            panic!("{c:?}")
+        };
+        assert!((factor - 0.1).abs() < 1e-9, "{factor}");
+        assert_eq!(at, "Mon 00:00:00 UTC");
+        let text = c[0].to_string();
+        assert!(
+            text.starts_with("~ rule api: schedule [rush: minutes 00:00-00:30 UTC on mon: 100 per 1 s (burst 1000)] → [none]; tightest at Mon 00:00:00 UTC: 100 per 1 s (burst 1000) → 100 per 1 s (burst 100), ×0.10 — refused"),
+            "{text}"
+        );
+        // A smaller rush burst, within the maximum: listed, not refused.
+        let c = review(
+            &old,
+            &set(
+                serde_json::json!([rush(600, serde_json::json!(["mon"]))]),
+                None,
+            ),
+        );
+        assert!(!c[0].refused, "{c:?}");
+        // The rush moved from Monday to Tuesday: Monday's rush is lost.
+        let c = review(
+            &old,
+            &set(
+                serde_json::json!([rush(1000, serde_json::json!(["tue"]))]),
+                None,
+            ),
+        );
+        assert!(c[0].refused, "{c:?}");
+        assert!(matches!(&c[0].change, Change::Schedule { at, .. } if at == "Mon 00:00:00 UTC"));
+        // A window added that only loosens (the burst ×10, the rate ×1: the
+        // smaller ratio counts), or a tightening approved: accepted.
+        let c = review(&plain, &old);
+        assert!(
+            matches!(c[0].change, Change::Schedule { factor, .. } if (factor - 1.0).abs() < 1e-9)
+        );
+        assert!(!c[0].refused);
+        let approval = serde_json::json!({"approve": [{"rule": "api", "against": old.version()}]});
+        let approved = set(
+            serde_json::json!([rule("api", 100, serde_json::json!({}))]),
+            Some(approval),
+        );
+        assert!(!review(&old, &approved)[0].refused);
+        // A window that tightens the limit in force, added to a running rule.
+        let quiet = set(
+            serde_json::json!([rule(
+                "api",
+                100,
+                serde_json::json!({"schedule": [{"hours": "02:00-03:00", "requests": 5}]})
+            )]),
+            None,
+        );
+        let c = review(&plain, &quiet);
+        assert!(c[0].refused, "{c:?}");
+        assert!(matches!(&c[0].change, Change::Schedule { at, .. } if at == "Mon 02:00:00 UTC"));
     }
 }

@@ -265,3 +265,45 @@ fn a_cached_shadow_denial_does_not_stop_the_enforcing_rules() {
     let outcomes: Vec<&str> = e.results().iter().map(|r| r.outcome().as_str()).collect();
     assert_eq!(outcomes.len(), 2, "{outcomes:?}");
 }
+
+#[test]
+fn a_cached_denial_ends_at_the_rules_next_schedule_edge() {
+    // 2 an hour; 100 a second from 00:10 to 00:20 of every hour.
+    let rs = rules(serde_json::json!({"version": 1, "rules": [
+        {"name": "sched", "key": [{"header": "x-api-key"}], "limit": {"requests": 2, "per": "1h"},
+         "schedule": [{"minutes": "00:10-00:20", "requests": 100, "per": "1s"}]},
+    ]}));
+    let host = MemoryHost::default();
+    let cfg = FilterConfig::default();
+    // 2026-12-01T10:00:05Z, five seconds before the window opens.
+    let t0 = 1_796_119_205 * NANOS_PER_SEC;
+    let at = |t: u64| {
+        host.set_now(t);
+        let mut r = req("k");
+        r.now_ns = t;
+        Evaluation::new(Rc::clone(&rs), &r, &cfg).unwrap().unwrap()
+    };
+    let mut e = at(t0);
+    assert!(e.local_pass(&host, &cfg));
+    // An answer as long as 2 an hour makes it: half an hour.
+    e.apply_answers(
+        &host,
+        &cfg,
+        vec![LeaseAnswer::Deny {
+            retry_after_ms: 1_800_000,
+            local: false,
+            from: None,
+        }],
+    );
+    // A second later the cached denial runs only to the window's opening.
+    let mut e = at(t0 + NANOS_PER_SEC);
+    assert!(!e.local_pass(&host, &cfg), "the denial cache answers");
+    assert!(
+        matches!(e.verdict(), Verdict::Deny { retry_after_ns, .. } if retry_after_ns == 4 * NANOS_PER_SEC),
+        "{:?}",
+        e.verdict()
+    );
+    // At the opening the key is asked again, under the window's limit.
+    let mut e = at(t0 + 5 * NANOS_PER_SEC);
+    assert!(e.local_pass(&host, &cfg), "the agent is asked");
+}

@@ -41,7 +41,13 @@ fn served(rules: &CurrentRules) -> Vec<(String, Mode, u32)> {
         .unwrap()
         .rules()
         .iter()
-        .map(|r| (r.name.clone(), r.mode, r.limit_for_plan(None).0.requests()))
+        .map(|r| {
+            (
+                r.name.clone(),
+                r.mode,
+                r.limit_in_force(None, 0).limit.requests(),
+            )
+        })
         .collect();
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out

@@ -36,7 +36,7 @@ impl LeaseService {
             key: key.clone(),
             limit: *limit,
             min: 1,
-            max: lease.saturating_mul(2),
+            max: self.settings.store_max(lease, 0, demand),
             share,
         };
         let p = Refill {
@@ -110,12 +110,12 @@ impl LeaseService {
         }
     }
 
-    /// The time `tokens` take to refill at the store's rate. (Holding each
-    /// node for its share of a lease instead, the region's rate split over its
-    /// live agents, cut the store's calls for a key over its limit about four
-    /// times, but after a burst it kept a key under its limit rejected for
-    /// seconds while the demand estimate decayed: 1.1% wrongly limited in the
-    /// `burst` scenario against 0.16%. Correct answers come first.)
+    /// The time `tokens` take to refill at the store's rate. (A node far over
+    /// its share holds longer, `LeaseSettings::drained_hold_ns`; holding every
+    /// node for its share of a lease, with no bound and whatever its demand,
+    /// kept a key under its limit rejected for seconds after a burst while
+    /// the demand estimate decayed: 1.1% wrongly limited in the `burst`
+    /// scenario against 0.16%.)
     pub(super) fn refill_ns(&self, tokens: u32, acquire: &Acquire) -> u64 {
         let ns = (f64::from(tokens) / acquire.enforced_limit().rate_per_ns()).ceil();
         if ns.is_finite() {

@@ -25,11 +25,6 @@ use crate::config::defaults;
 /// the memory it bounds). Defined in `config::defaults`.
 pub const DEFAULT_MAX_KEYS: usize = defaults::MAX_KEYS as usize;
 
-/// A node whose demand for a key is more than this many times its share of
-/// the key's rate (the rate over the live nodes) is over its share: the key is
-/// over its limit, not just at it.
-pub const OVER_SHARE: f64 = 2.0;
-
 /// The tunables of lease sizing and handling.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LeaseSettings {
@@ -65,36 +60,6 @@ impl LeaseSettings {
         // `by_rate` is finite and positive; the cap keeps the cast in range.
         let lease = by_rate.min(f64::from(by_burst)).max(1.0) as u32;
         lease.max(cost)
-    }
-
-    /// How long a node holds a key whose store bucket its last call drained,
-    /// before it asks the store again; `refill_ns` is the time a lease's
-    /// worth takes to refill at the key's whole rate, `rate_per_sec` that
-    /// rate, `nodes` the live agents. A node within [`OVER_SHARE`] of its
-    /// share (the key may be just under its limit) holds `refill_ns`. A node
-    /// far over its share holds for its share of that refill, `nodes` ×
-    /// `refill_ns`, at most one lease period (`target`) and never less than
-    /// `refill_ns`: every node's pool draws from the one bucket, and each
-    /// drawing once a lease refills at the whole rate made the store's calls
-    /// grow with the nodes (8 nodes, one key at 3× its limit: 217 scripts a
-    /// second); drawing by the clock, once per lease period, bounds them at
-    /// one per node per period.
-    pub fn drained_hold_ns(
-        &self,
-        refill_ns: u64,
-        demand_per_sec: f64,
-        rate_per_sec: f64,
-        nodes: u32,
-    ) -> u64 {
-        let share = rate_per_sec / f64::from(nodes.max(1));
-        if nodes <= 1 || demand_per_sec <= OVER_SHARE * share {
-            return refill_ns;
-        }
-        let period = u64::try_from(self.target.as_nanos()).unwrap_or(u64::MAX);
-        refill_ns
-            .saturating_mul(u64::from(nodes))
-            .min(period)
-            .max(refill_ns)
     }
 
     /// The most one store call for a pooled key takes, for a `lease` of which

@@ -35,7 +35,7 @@ impl LeaseService {
                 reset_ns,
             } => {
                 let ttl = u64::try_from(self.settings.ttl.as_nanos()).unwrap_or(u64::MAX);
-                let hold = self.hold_ns(lease, remaining, acquire, now);
+                let hold = self.hold_ns(lease, remaining, acquire);
                 let grant = StoreGrant {
                     tokens,
                     remaining,
@@ -52,7 +52,7 @@ impl LeaseService {
                 (settled, hold)
             }
             Take::Denied { retry_after_ns } => {
-                let wait = self.denial_hold_ns(lease, retry_after_ns, acquire, now);
+                let wait = self.denial_hold_ns(lease, retry_after_ns, acquire);
                 self.pools.deny(&acquire.key, now, wait);
                 (
                     Take::Denied {
@@ -69,33 +69,13 @@ impl LeaseService {
     }
 
     /// After a grant that left the store fewer than a lease: the time until a
-    /// lease's worth has refilled, or this node's share of it when the node
-    /// is far over its share (`LeaseSettings::drained_hold_ns`); the pool
-    /// asks the store no sooner.
-    pub(super) fn hold_ns(&self, lease: u32, remaining: u32, acquire: &Acquire, now: u64) -> u64 {
-        let refill = self.refill_ns(lease.saturating_sub(remaining), acquire);
-        self.drained_hold(refill, acquire, now)
+    /// lease's worth has refilled; the pool asks the store no sooner.
+    pub(super) fn hold_ns(&self, lease: u32, remaining: u32, acquire: &Acquire) -> u64 {
+        self.refill_ns(lease.saturating_sub(remaining), acquire)
     }
 
-    /// After a denial: its wait, plus the hold of a drained bucket for the
-    /// rest of a lease.
-    pub(super) fn denial_hold_ns(
-        &self,
-        lease: u32,
-        retry_after_ns: u64,
-        acquire: &Acquire,
-        now: u64,
-    ) -> u64 {
-        let refill = self.refill_ns(lease.saturating_sub(acquire.min), acquire);
-        retry_after_ns.saturating_add(self.drained_hold(refill, acquire, now))
-    }
-
-    fn drained_hold(&self, refill_ns: u64, acquire: &Acquire, now: u64) -> u64 {
-        self.settings.drained_hold_ns(
-            refill_ns,
-            self.pools.demand(&acquire.key, now),
-            acquire.enforced_limit().rate_per_sec(),
-            self.live_nodes(),
-        )
+    /// After a denial: its wait, plus the time a lease's worth takes to refill.
+    pub(super) fn denial_hold_ns(&self, lease: u32, retry_after_ns: u64, acquire: &Acquire) -> u64 {
+        retry_after_ns.saturating_add(self.refill_ns(lease.saturating_sub(acquire.min), acquire))
     }
 }

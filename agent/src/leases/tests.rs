@@ -70,48 +70,6 @@ fn a_pool_takes_no_more_than_its_node_spends_before_the_tokens_expire() {
     }
 }
 
-#[test]
-fn a_drained_key_holds_a_node_far_over_its_share_for_its_share_of_a_lease() {
-    // (a lease's refill at the whole rate in ms, the node's demand per second,
-    // the key's rate, live nodes, the hold in ms)
-    let s = LeaseSettings::default();
-    for (refill, demand, rate, nodes, hold, why) in [
-        (
-            38,
-            375.0,
-            1_000.0,
-            8,
-            100,
-            "3x its share: 8 x 38 ms, at most a lease period",
-        ),
-        (10, 600.0, 1_000.0, 4, 40, "over twice its share: 4 x 10 ms"),
-        (
-            38,
-            250.0,
-            1_000.0,
-            8,
-            38,
-            "within twice its share: maybe under its limit",
-        ),
-        (38, 5_000.0, 1_000.0, 1, 38, "one node"),
-        (
-            150,
-            5_000.0,
-            1_000.0,
-            8,
-            150,
-            "never shorter than a lease's refill",
-        ),
-    ] {
-        let ms = 1_000_000;
-        assert_eq!(
-            s.drained_hold_ns(refill * ms, demand, rate, nodes),
-            hold * ms,
-            "{why}"
-        );
-    }
-}
-
 /// A store that fails every item, or answers too few, or waits a second first.
 struct FakeStore {
     mode: Mode,

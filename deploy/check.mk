@@ -15,7 +15,7 @@ DEPLOY_OCI_DIR     ?= target/oci/meshlimit-filter
 # HCM that runs the filter: use_remote_address, path normalisation, headers with
 # underscores rejected; the filter never FAIL_OPEN, MESHLIMIT_SECRET from the
 # host): the repository's own and the tests' Istio-shaped ones.
-DEPLOY_BOOTSTRAPS  ?= deploy/envoy/envoy.yaml envoy.yaml tests/envoy/istio-sidecar.yaml tests/envoy/istio-gateway.yaml
+DEPLOY_BOOTSTRAPS  ?= deploy/envoy/envoy.yaml envoy.yaml tests/envoy/istio-sidecar.yaml tests/envoy/istio-gateway.yaml tests/envoy/jwt.yaml
 
 # The checks leave no __pycache__ in deploy/tools.
 deploy-% wasm-oci: export PYTHONDONTWRITEBYTECODE = 1
@@ -31,7 +31,7 @@ DEPLOY_SCHEMA_GOOD ?= deploy/rules.yaml deploy/base/rules.yaml $(wildcard core/t
                       $(wildcard tests/fixtures/rules/*.yaml)
 DEPLOY_SCHEMA_BAD  ?= $(addprefix core/tests/fixtures/bad-,unknown-field.yaml period.yaml name.yaml key.yaml \
                         no-limit.yaml zero.yaml mode.yaml header-match.yaml no-rules.yaml version.yaml \
-                        burst-range.yaml top-level.yaml nine.yaml)
+                        burst-range.yaml top-level.yaml nine.yaml algorithm.yaml)
 
 .PHONY: deploy-check deploy-tools deploy-selftest deploy-manifests deploy-alerts \
         deploy-rules deploy-rollout deploy-envoy-config deploy-oci deploy-metrics \
@@ -129,13 +129,13 @@ deploy-envoy-config: deploy-manifests
 	      || { echo "FAIL deploy-envoy-config: $$f.yaml does not load in Envoy with the filter"; \
 	           $(DEPLOY_ENVOY) --mode validate -c $(DEPLOY_OUT)/$$f.local.yaml --log-level warn 2>&1 | tail -5; exit 1; }; \
 	  done; \
-	  for f in tests/envoy/istio-sidecar.yaml tests/envoy/istio-gateway.yaml; do \
+	  for f in tests/envoy/istio-sidecar.yaml tests/envoy/istio-gateway.yaml tests/envoy/jwt.yaml; do \
 	    sed 's#target/wasm32-wasip1/release/meshlimit_filter.wasm#$(abspath $(DEPLOY_FILTER_WASM))#' \
 	      $$f > $(DEPLOY_OUT)/$$(basename $$f .yaml).local.yaml; \
 	    $(DEPLOY_ENVOY) --mode validate -c $(DEPLOY_OUT)/$$(basename $$f .yaml).local.yaml --log-level error >/dev/null \
 	      || { echo "FAIL deploy-envoy-config: $$f does not load in Envoy with the filter"; exit 1; }; \
 	  done; \
-	  echo "ok   Envoy with the filter loads deploy/envoy/envoy.yaml, the WasmPlugin's pluginConfig and tests/envoy/istio-*.yaml"; \
+	  echo "ok   Envoy with the filter loads deploy/envoy/envoy.yaml, the WasmPlugin's pluginConfig, tests/envoy/istio-*.yaml and tests/envoy/jwt.yaml"; \
 	fi
 
 # The Istio image layout: index -> manifest -> config and layer digests and

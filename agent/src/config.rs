@@ -18,7 +18,7 @@ mod store;
 
 pub use commands::{
     CheckFormat, CheckRulesArgs, ExplainArgs, ImportArgs, ImportFormat, KeyIdArgs, OverrideAction,
-    OverrideArgs, ReplayArgs, SecretArgs,
+    OverrideArgs, ReplayArgs, SecretArgs, TokenArgs,
 };
 pub use store::{Password, RedisTarget, StoreSpec};
 
@@ -44,7 +44,11 @@ pub enum Command {
     /// Print the id that metrics, logs and Redis key names use for a key (a keyed
     /// hash: only holders of the deployment's secret can map a key to its id).
     KeyId(KeyIdArgs),
-    /// Replay recorded traffic (JSON lines, as Envoy's access log writes them)
+    /// Print the filter API's bearer token (derived from the deployment's
+    /// secret), for an operator's calls to the node's agent: `GET /v1/explain`
+    /// and `GET /v1/hot`.
+    Token(TokenArgs),
+    /// Replay recorded traffic (JSON lines: Envoy's access log, or the agent's decision log)
     /// through NEW (and OLD) offline: per rule what each would reject, and the
     /// keys NEW would newly limit.
     Replay(ReplayArgs),
@@ -55,10 +59,12 @@ pub enum Command {
     /// Kuadrant Limitador) to a rules file: refuses what meshlimit cannot
     /// express, lists every approximation it makes.
     Import(ImportArgs),
-    /// Set or clear the fleet override in the store the region's agents share:
-    /// `shadow` puts every rule in shadow (counted, never refused) on every
-    /// agent within a second or so, until `clear`. Exit 0 done, 1 the store
-    /// could not do it.
+    /// Act on every agent of a region through the store they share: `shadow`
+    /// puts every rule in shadow (counted, never refused), `pin` serves the
+    /// rules version before the current one, each until `clear`; `end-trial`
+    /// and `hold-trial` end or hold a rules change's trial in shadow. Every
+    /// agent applies it within a second or so. Exit 0 done, 1 the store could
+    /// not do it or had nothing to act on.
     Override(OverrideArgs),
 }
 
@@ -217,6 +223,21 @@ pub struct RunArgs {
     #[arg(long, env = "MESHLIMIT_HEADER_TIMEOUT_MS", default_value_t = defaults::HEADER_TIMEOUT_MS,
           value_parser = clap::value_parser!(u64).range(10..=600_000))]
     pub(crate) header_timeout_ms: u64,
+    /// Where the decision log goes: `stdout`, or a file path (rotated by size).
+    /// Every rejection the node's filters make and a sample of their allowed
+    /// decisions (each rule's `log_sample`), one JSON object a line. Without
+    /// it the records are kept in memory only, for `GET /v1/explain`.
+    #[arg(long, env = "MESHLIMIT_DECISION_LOG", value_name = "stdout|PATH")]
+    pub(crate) decision_log: Option<String>,
+    /// The decision log file's size at most, in bytes, before it is rotated
+    /// (PATH → PATH.1 → …).
+    #[arg(long, env = "MESHLIMIT_DECISION_LOG_MAX_BYTES", default_value_t = defaults::DECISION_LOG_MAX_BYTES,
+          value_parser = clap::value_parser!(u64).range(4_096..))]
+    pub(crate) decision_log_max_bytes: u64,
+    /// Decision log files kept, the current one included; the oldest is deleted.
+    #[arg(long, env = "MESHLIMIT_DECISION_LOG_FILES", default_value_t = defaults::DECISION_LOG_FILES,
+          value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub(crate) decision_log_files: u32,
 }
 
 /// How the agent writes its log (`--log-format`).
@@ -246,6 +267,8 @@ pub enum ConfigError {
     Secret(String),
     #[error("redis: {0}")]
     Redis(String),
+    #[error("--decision-log: {0}")]
+    DecisionLog(String),
 }
 
 impl Cli {

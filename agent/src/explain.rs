@@ -4,7 +4,10 @@
 //! the condition that keeps it from applying. It runs core's own matching code,
 //! so it says what the filter does.
 
+use std::collections::BTreeMap;
 use std::io::Write;
+
+use meshlimit_core::metadata::{Field, MetadataPath, StructBuilder};
 
 use meshlimit_core::rules::{parse_rules, Explained, RequestInfo};
 use meshlimit_core::NANOS_PER_SEC;
@@ -34,6 +37,8 @@ pub fn explain(args: &ExplainArgs, out: &mut impl Write, err: &mut impl Write) -
     let mut req = RequestInfo::new(&args.path, &args.method, args.headers.clone());
     req.client_ip = args.client_ip.clone();
     req.route = args.route.clone();
+    req.cluster = args.cluster.clone();
+    req.metadata = metadata(args);
     let explained = match set.explain(&req) {
         Ok(e) => e,
         Err(e) => {
@@ -65,6 +70,7 @@ pub fn explain(args: &ExplainArgs, out: &mut impl Write, err: &mut impl Write) -
                         "per": period(limit.per_ns()),
                         "per_seconds": limit.per_ns() as f64 / NANOS_PER_SEC as f64,
                         "burst": limit.burst(),
+                        "algorithm": limit.algorithm().name(),
                     });
                 }
                 Explained::Skipped(why) => {
@@ -101,7 +107,28 @@ pub fn explain(args: &ExplainArgs, out: &mut impl Write, err: &mut impl Write) -
     0
 }
 
-/// One rule as a line: `1. name  applies  key K  limit 5 per 60s (burst 5) …`.
+/// The dynamic metadata `--claim` and `--metadata` give, as Envoy hands it to
+/// the filter: each filter's namespace a serialized Struct.
+fn metadata(args: &ExplainArgs) -> Vec<(String, Vec<u8>)> {
+    let claims = args
+        .claims
+        .iter()
+        .map(|(name, value)| (MetadataPath::claim(name), value.clone()));
+    let mut by_filter: BTreeMap<String, StructBuilder> = BTreeMap::new();
+    for (path, value) in claims.chain(args.metadata.iter().cloned()) {
+        by_filter
+            .entry(path.filter.clone())
+            .or_default()
+            .set_path(&path.path, Field::String(value));
+    }
+    by_filter
+        .into_iter()
+        .map(|(filter, s)| (filter, s.encode()))
+        .collect()
+}
+
+/// One rule as a line: `1. name  applies  key K  limit 5 per 60s (burst 5) …`
+/// (a window says `(fixed_window)` or `(sliding_window)` in place of its burst).
 fn text_line(row: &Value) -> String {
     let s = |k: &str| row[k].as_str().unwrap_or_default().to_string();
     let head = format!("{}. {}", row["order"], s("rule"));
@@ -111,12 +138,15 @@ fn text_line(row: &Value) -> String {
             .as_str()
             .map(|p| format!(" plan {p}"))
             .unwrap_or_default();
+        let counted = match l["algorithm"].as_str() {
+            Some(window @ ("fixed_window" | "sliding_window")) => window.to_string(),
+            _ => format!("burst {}", l["burst"]),
+        };
         format!(
-            "{head}  applies  key {}  limit {} per {} (burst {}){plan}  mode {}  scope {}  accuracy {}  on_failure {}",
+            "{head}  applies  key {}  limit {} per {} ({counted}){plan}  mode {}  scope {}  accuracy {}  on_failure {}",
             s("key"),
             l["requests"],
             l["per"].as_str().unwrap_or_default(),
-            l["burst"],
             s("mode"),
             s("scope"),
             s("accuracy"),

@@ -4,7 +4,12 @@
 //! serves and uses the rules in force with every rule's mode set to `shadow`:
 //! the filters see a new rules version at their next sync, and the agent's own
 //! decisions (node pool, fail-local) read the same shadowed set. Cleared, the
-//! file's set is back. `meshlimit-agent override shadow|clear` sets it.
+//! file's set is back. Pinned (`override pin`), every agent serves the rules
+//! version the region ran before the current one, named in the store, or, an
+//! agent that does not have it (restarted since), every rule in shadow.
+//! `meshlimit-agent override shadow|pin|clear` sets it; `end-trial|hold-trial`
+//! act on a rules change's trial in shadow ([`crate::trial`]), read by the same
+//! poll.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -14,29 +19,36 @@ use meshlimit_core::rules::{Mode, RulesConfig, RulesError};
 use meshlimit_core::RuleSet;
 use serde::{Deserialize, Serialize};
 
-use crate::config::OverrideArgs;
+use crate::config::{OverrideAction, OverrideArgs};
 use crate::metrics::Metrics;
 use crate::rules_watch::CurrentRules;
 use crate::shutdown::Shutdown;
 use crate::store::Store;
+use crate::trial::TrialAction;
 
-/// What the override does to every rule. Only `shadow` exists.
+/// What the override does: every rule in shadow, or the previous version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OverrideMode {
     Shadow,
+    Pin,
 }
 
 impl OverrideMode {
+    /// Every mode, for the metric's series.
+    pub(crate) const ALL: [OverrideMode; 2] = [OverrideMode::Shadow, OverrideMode::Pin];
+
     /// The `mode` label of `meshlimit_fleet_override`.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             OverrideMode::Shadow => "shadow",
+            OverrideMode::Pin => "pin",
         }
     }
 }
 
-/// The override as stored: `{"mode":"shadow","set_by":"...","at":unix_secs}`.
+/// The override as stored: `{"mode":"shadow","set_by":"...","at":unix_secs}`,
+/// and for a pin `"version"`, the rules version every agent serves.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Override {
     pub mode: OverrideMode,
@@ -44,6 +56,9 @@ pub struct Override {
     pub set_by: String,
     /// When it was set, Unix seconds.
     pub at: u64,
+    /// The version pinned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 /// `config` with every rule in shadow (the defaults too), compiled as a set of
@@ -59,7 +74,9 @@ pub(crate) fn shadowed(config: &RulesConfig) -> Result<RuleSet, RulesError> {
 
 /// Reads the override every `every` and applies each change to `rules`; a
 /// store error keeps the last known state (counted in
-/// `meshlimit_fleet_override_errors_total`, logged once until it answers).
+/// `meshlimit_fleet_override_errors_total`, logged once until it answers). A
+/// trial running is read at the same poll (an operator may end or hold it)
+/// and ended at its deadline.
 pub(crate) async fn poll(
     store: Arc<dyn Store>,
     rules: Arc<CurrentRules>,
@@ -71,12 +88,28 @@ pub(crate) async fn poll(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
     loop {
+        let deadline = rules.trial_deadline();
         tokio::select! {
             _ = tick.tick() => {}
+            _ = until(deadline) => {
+                trial_ended(&rules, &metrics, rules.end_trial_if_due(tokio::time::Instant::now()));
+                continue;
+            }
             _ = shutdown.wait() => return,
         }
-        match store.fleet_override().await {
-            Ok(state) => {
+        let read = async {
+            let state = store.fleet_override().await?;
+            let trial = match rules.trial() {
+                Some(t) => store
+                    .trial(&t.version, None, false)
+                    .await?
+                    .map(|s| (t.version, s)),
+                None => None,
+            };
+            Ok::<_, crate::store::StoreError>((state, trial))
+        };
+        match read.await {
+            Ok((state, trial)) => {
                 failing = false;
                 if state != rules.fleet_override() {
                     let rules = rules.clone();
@@ -84,6 +117,11 @@ pub(crate) async fn poll(
                     // Compiling a large set takes CPU: off the runtime's threads.
                     let _ =
                         tokio::task::spawn_blocking(move || apply(&rules, &metrics, state)).await;
+                }
+                if let Some((version, stored)) = trial {
+                    let ended = rules.update_trial(&version, stored.clock, stored.now_ms);
+                    trial_ended(&rules, &metrics, ended);
+                    crate::trial::publish(&rules, &metrics);
                 }
             }
             Err(e) => {
@@ -96,12 +134,43 @@ pub(crate) async fn poll(
                 failing = true;
             }
         }
+        trial_ended(
+            &rules,
+            &metrics,
+            rules.end_trial_if_due(tokio::time::Instant::now()),
+        );
     }
+}
+
+/// Waits until `at`, or forever.
+async fn until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Logs a trial's end and shows the version now served.
+fn trial_ended(rules: &CurrentRules, metrics: &Metrics, served: Option<String>) {
+    let Some(version) = served else { return };
+    tracing::info!(
+        version = %version,
+        "rules trial over: the new and tightened rules enforce as written"
+    );
+    metrics.rules_served(&version);
+    crate::trial::publish(rules, metrics);
 }
 
 /// Puts `state` in force in `rules`, logs the change and sets the metric.
 pub(crate) fn apply(rules: &CurrentRules, metrics: &Metrics, state: Option<Override>) {
     match &state {
+        Some(o) if o.mode == OverrideMode::Pin => tracing::warn!(
+            mode = o.mode.as_str(),
+            set_by = %o.set_by,
+            at = o.at,
+            pinned = o.version.as_deref().unwrap_or("none"),
+            "fleet override on: the previous rules version is served until it is cleared"
+        ),
         Some(o) => tracing::warn!(
             mode = o.mode.as_str(),
             set_by = %o.set_by,
@@ -114,10 +183,12 @@ pub(crate) fn apply(rules: &CurrentRules, metrics: &Metrics, state: Option<Overr
     if let Some(version) = rules.set_fleet_override(state) {
         metrics.rules_served(&version);
     }
+    metrics.pin_missing(rules.pin_missing());
 }
 
-/// `meshlimit-agent override shadow|clear`: 0 done, 1 the store could not do
-/// it, 64 a `--store` no command can reach (the embedded store).
+/// `meshlimit-agent override shadow|pin|clear|end-trial|hold-trial`: 0 done,
+/// 1 the store could not do it (or there was nothing to act on), 64 a
+/// `--store` no command can reach (the embedded store).
 pub fn override_command(args: &OverrideArgs, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -136,32 +207,66 @@ pub fn override_command(args: &OverrideArgs, out: &mut dyn Write, err: &mut dyn 
             return crate::config::EXIT_USAGE;
         }
     };
-    let state = args.state(crate::regions::clock::now_secs());
-    let on = state.is_some();
-    match runtime.block_on(store.set_fleet_override(state)) {
-        Ok(()) if on => {
-            let _ = writeln!(
-                out,
-                "fleet override set on {}: every rule in shadow on every agent within their poll (1 s by default)",
-                args.store
-            );
-            0
-        }
-        Ok(()) => {
-            let _ = writeln!(
-                out,
-                "fleet override cleared on {}: the rules file's modes apply again within the agents' poll",
-                args.store
-            );
+    match runtime.block_on(act(args, store.as_ref())) {
+        Ok(said) => {
+            let _ = writeln!(out, "{said}");
             0
         }
         Err(e) => {
-            let _ = writeln!(
-                err,
-                "meshlimit-agent: cannot set the fleet override on {}: {e}",
-                args.store
-            );
+            let _ = writeln!(err, "meshlimit-agent: {e}");
             1
+        }
+    }
+}
+
+/// Does `args.action` on `store`; answers what to tell the operator.
+async fn act(args: &OverrideArgs, store: &dyn Store) -> Result<String, String> {
+    let on = &args.store;
+    let now = crate::regions::clock::now_secs();
+    let set = |state: Option<Override>| async move {
+        store
+            .set_fleet_override(state)
+            .await
+            .map_err(|e| format!("cannot set the fleet override on {on}: {e}"))
+    };
+    match args.action {
+        OverrideAction::Shadow => {
+            set(Some(args.state(OverrideMode::Shadow, None, now))).await?;
+            Ok(format!("fleet override set on {on}: every rule in shadow on every agent within their poll (1 s by default)"))
+        }
+        OverrideAction::Clear => {
+            set(None).await?;
+            Ok(format!("fleet override cleared on {on}: the rules file's set applies again within the agents' poll"))
+        }
+        OverrideAction::Pin => {
+            let version = match &args.rules_version {
+                Some(v) => v.clone(),
+                None => store
+                    .previous_version()
+                    .await
+                    .map_err(|e| format!("cannot read the previous rules version on {on}: {e}"))?
+                    .ok_or_else(|| format!("{on} records no previous rules version (no agent has installed a version over another yet): give --rules-version"))?,
+            };
+            set(Some(args.state(
+                OverrideMode::Pin,
+                Some(version.clone()),
+                now,
+            )))
+            .await?;
+            Ok(format!("fleet override set on {on}: every agent serves rules version {version} within their poll (an agent without it: every rule in shadow)"))
+        }
+        OverrideAction::EndTrial | OverrideAction::HoldTrial => {
+            let (action, done) = match args.action {
+                OverrideAction::HoldTrial => (TrialAction::Hold, "held until end-trial"),
+                _ => (TrialAction::End, "ended: its rules enforce as written"),
+            };
+            match store.control_trial(action).await {
+                Ok(Some(version)) => Ok(format!(
+                    "trial of rules version {version} {done}, on every agent within their poll"
+                )),
+                Ok(None) => Err(format!("{on} records no trial to act on")),
+                Err(e) => Err(format!("cannot reach the trial on {on}: {e}")),
+            }
         }
     }
 }

@@ -90,6 +90,18 @@ impl LeaseService {
     }
 
     /// Keys the node pool holds.
+    pub(crate) fn pool_view(
+        &self,
+        matches: impl Fn(&meshlimit_core::DescriptorKey) -> bool,
+    ) -> Vec<crate::pool::PoolView> {
+        self.pools.view(self.now_ns(), matches)
+    }
+
+    /// The store the leases are taken from.
+    pub(crate) fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
     pub fn pooled_keys(&self) -> usize {
         self.pools.len()
     }

@@ -10,6 +10,7 @@
 pub mod api;
 pub mod check_rules;
 pub mod config;
+pub mod decision_log;
 pub mod explain;
 pub mod fail_local;
 pub mod fleet_override;
@@ -26,6 +27,7 @@ pub mod shutdown;
 pub mod store;
 #[cfg(test)]
 mod test_support;
+pub mod trial;
 pub(crate) mod window;
 
 pub use api::App;

@@ -57,17 +57,11 @@ fn main() -> ExitCode {
             let _ = write!(std::io::stdout(), "{text}");
             ExitCode::SUCCESS
         }
-        Command::KeyId(args) => match args.secret.load() {
-            Ok(secret) => {
-                let key = DescriptorKey::new(&args.rule, &args.parts);
-                let _ = writeln!(std::io::stdout(), "{}", secret.key_ids().id(&key));
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                let _ = writeln!(std::io::stderr(), "meshlimit-agent: {e}");
-                ExitCode::from(EXIT_USAGE)
-            }
-        },
+        Command::KeyId(args) => print_with_secret(&args.secret, |secret| {
+            let key = DescriptorKey::new(&args.rule, &args.parts);
+            secret.key_ids().id(&key).to_string()
+        }),
+        Command::Token(args) => print_with_secret(&args.secret, |s| s.agent_token()),
         Command::Run(args) => match serve(*args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -130,4 +124,22 @@ fn replay_command(args: &meshlimit_agent::config::ReplayArgs) -> u8 {
     let json = args.format == meshlimit_agent::config::CheckFormat::Json;
     report(&result, &new, &ids, json, &mut std::io::stdout());
     0
+}
+
+/// Prints what `line` makes of the deployment's secret; a missing or bad
+/// secret is a usage error.
+fn print_with_secret(
+    args: &meshlimit_agent::config::SecretArgs,
+    line: impl FnOnce(&meshlimit_core::secret::Secret) -> String,
+) -> ExitCode {
+    match args.load() {
+        Ok(secret) => {
+            let _ = writeln!(std::io::stdout(), "{}", line(&secret));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "meshlimit-agent: {e}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
 }

@@ -9,6 +9,15 @@
 //! `route`, and any other string field is a request header of that name. Envoy
 //! writes `-` for what a request did not have; it counts as absent.
 //!
+//! It may also be the agent's decision log (README, "Decision log"), a line
+//! of which is one rule's decision for one key, named by its id: each line
+//! spends from that key's bucket under the same rule of NEW (a rule NEW does
+//! not have is counted as skipped), on its own, with no other rule in play.
+//! Rejections are always logged, allowed decisions at the rule's `log_sample`:
+//! a log written with `log_sample: 1` replays every decision; a sampled one
+//! replays fewer requests than ran (the report says how many lines were
+//! sampled).
+//!
 //! What it models: each key's bucket as if one store held it exactly (no lease
 //! or region split), and the filter's order over it: the rules that apply,
 //! strictest first, shadow ones too (marked as such); a key whose bucket
@@ -22,10 +31,27 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, Write};
 
+use meshlimit_core::rules::Limits;
 use meshlimit_core::rules::{Mode, RequestInfo, RuleSet};
 use meshlimit_core::secret::KeyIds;
-use meshlimit_core::{Bucket, DescriptorKey, Take, NANOS_PER_SEC};
+use meshlimit_core::{Counter, DescriptorKey, Take, NANOS_PER_MS, NANOS_PER_SEC};
 use serde_json::{json, Value};
+
+use crate::decision_log::LogLine;
+
+/// How the replay names a key: by the key itself (access log), or by its rule
+/// and id (decision log, where no key is in clear).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum KeyName {
+    Clear(DescriptorKey),
+    Id { rule: String, key_id: String },
+}
+
+/// One line of either log.
+enum Entry {
+    Request(RequestInfo),
+    Decided { rule: String, key_id: String },
+}
 
 /// Rejections of one rules set over the log.
 #[derive(Debug, Default)]
@@ -33,7 +59,7 @@ pub struct Outcome {
     /// Per rule: (requests it applied to, requests it would reject).
     pub(crate) by_rule: BTreeMap<String, (u64, u64)>,
     /// Per key: requests it would reject.
-    pub(crate) by_key: HashMap<DescriptorKey, u64>,
+    pub(crate) by_key: HashMap<KeyName, u64>,
     /// Requests the filter would answer 400 (a key header sent twice).
     pub(crate) ambiguous: u64,
 }
@@ -44,6 +70,8 @@ pub struct Replay {
     pub(crate) requests: u64,
     /// Lines that are not a request (counted, not fatal: logs have noise).
     pub(crate) skipped: u64,
+    /// Decision log lines kept at a sample rate below 1.
+    pub(crate) sampled: u64,
     pub(crate) new: Outcome,
     pub baseline: Option<Outcome>,
 }
@@ -57,23 +85,103 @@ pub fn replay(log: impl BufRead, new: &RuleSet, baseline: Option<&RuleSet>) -> R
     let mut keys_new = HashMap::new();
     let mut keys_old = HashMap::new();
     for line in log.lines() {
-        let Some((now, req)) = line.ok().as_deref().and_then(request) else {
+        let Some((now, entry, sampled)) = line.ok().as_deref().and_then(entry) else {
             r.skipped += 1;
             continue;
         };
-        r.requests += 1;
-        judge(new, &req, now, &mut keys_new, &mut r.new);
-        if let (Some(set), Some(out)) = (baseline, r.baseline.as_mut()) {
-            judge(set, &req, now, &mut keys_old, out);
+        match &entry {
+            Entry::Request(req) => {
+                r.requests += 1;
+                judge(new, req, now, &mut keys_new, &mut r.new);
+                if let (Some(set), Some(out)) = (baseline, r.baseline.as_mut()) {
+                    judge(set, req, now, &mut keys_old, out);
+                }
+            }
+            Entry::Decided { rule, key_id } => {
+                if new.rule(rule).is_none() {
+                    r.skipped += 1;
+                    continue;
+                }
+                r.requests += 1;
+                r.sampled += u64::from(sampled);
+                judge_decided(new, rule, key_id, now, &mut keys_new, &mut r.new);
+                if let (Some(set), Some(out)) = (baseline, r.baseline.as_mut()) {
+                    judge_decided(set, rule, key_id, now, &mut keys_old, out);
+                }
+            }
         }
     }
     r
 }
 
+/// A line of either format: its time (ns since the epoch), what it says, and
+/// whether it was sampled (a decision log line kept at a rate below 1).
+fn entry(line: &str) -> Option<(u64, Entry, bool)> {
+    if let Some((now, req)) = request(line) {
+        return Some((now, Entry::Request(req), false));
+    }
+    let l = decision(line)?;
+    let now = l.record.at_ms.checked_mul(NANOS_PER_MS)?;
+    let sampled = l.record.sample_rate < 1.0;
+    Some((
+        now,
+        Entry::Decided {
+            rule: l.record.rule,
+            key_id: l.record.key_id,
+        },
+        sampled,
+    ))
+}
+
+/// One decision log line.
+fn decision(line: &str) -> Option<LogLine> {
+    serde_json::from_str(line).ok()
+}
+
+/// One decision log line under `set`: the key's bucket under its rule (a plan
+/// rule's default plan: the id does not say the plan), the filter's cached
+/// denial as in [`judge`].
+fn judge_decided(
+    set: &RuleSet,
+    rule: &str,
+    key_id: &str,
+    now: u64,
+    keys: &mut HashMap<KeyName, KeyState>,
+    out: &mut Outcome,
+) {
+    let Some(r) = set.rule(rule) else {
+        return;
+    };
+    let limit = match &r.limits {
+        Limits::Single(l) => *l,
+        Limits::Plans { default, .. } => *default,
+    };
+    out.by_rule.entry(rule.to_string()).or_default().0 += 1;
+    let name = KeyName::Id {
+        rule: rule.to_string(),
+        key_id: key_id.to_string(),
+    };
+    let cost = r.cost.get();
+    let key = keys.entry(name.clone()).or_insert_with(|| KeyState {
+        bucket: Counter::fresh(&limit, now),
+        denied_until_ns: 0,
+    });
+    if key.denied_until_ns > now {
+        reject(out, rule, name);
+        return;
+    }
+    if let Take::Denied { retry_after_ns } = key.bucket.take(&limit, now, cost, cost) {
+        key.denied_until_ns = now.saturating_add(retry_after_ns);
+        reject(out, rule, name);
+    }
+}
+
 /// One key's state: its bucket and the denial the filter would hold for it.
 #[derive(Debug)]
 pub(crate) struct KeyState {
-    bucket: Bucket,
+    /// The key's bucket, or window (the log's times are Unix time, so windows
+    /// are aligned to the epoch as the store's are).
+    bucket: Counter,
     /// Until when (ns) the key's last denial holds, as the filter caches it.
     denied_until_ns: u64,
 }
@@ -82,7 +190,7 @@ fn judge(
     set: &RuleSet,
     req: &RequestInfo,
     now: u64,
-    keys: &mut HashMap<DescriptorKey, KeyState>,
+    keys: &mut HashMap<KeyName, KeyState>,
     out: &mut Outcome,
 ) {
     let Ok(applicable) = set.applicable(req) else {
@@ -96,9 +204,10 @@ fn judge(
     // first. An enforcing one rejects the request before any token is spent.
     let mut to_take = Vec::with_capacity(applicable.len());
     for a in applicable {
-        if keys.get(&a.key).is_some_and(|k| k.denied_until_ns > now) {
+        let name = KeyName::Clear(a.key.clone());
+        if keys.get(&name).is_some_and(|k| k.denied_until_ns > now) {
             let enforcing = a.rule.mode == Mode::Enforce;
-            reject(out, &a.rule.name, a.key);
+            reject(out, &a.rule.name, name);
             if enforcing {
                 return;
             }
@@ -109,18 +218,19 @@ fn judge(
     // The rest go to the store together; each is granted or denied on its own.
     for a in to_take {
         let cost = a.rule.cost.get();
-        let key = keys.entry(a.key.clone()).or_insert_with(|| KeyState {
-            bucket: Bucket::full(&a.limit, now),
+        let name = KeyName::Clear(a.key);
+        let key = keys.entry(name.clone()).or_insert_with(|| KeyState {
+            bucket: Counter::fresh(&a.limit, now),
             denied_until_ns: 0,
         });
         if let Take::Denied { retry_after_ns } = key.bucket.take(&a.limit, now, cost, cost) {
             key.denied_until_ns = now.saturating_add(retry_after_ns);
-            reject(out, &a.rule.name, a.key);
+            reject(out, &a.rule.name, name);
         }
     }
 }
 
-fn reject(out: &mut Outcome, rule: &str, key: DescriptorKey) {
+fn reject(out: &mut Outcome, rule: &str, key: KeyName) {
     out.by_rule.entry(rule.to_string()).or_default().1 += 1;
     *out.by_key.entry(key).or_default() += 1;
 }
@@ -184,7 +294,11 @@ pub fn report(r: &Replay, new: &RuleSet, ids: &KeyIds, json_out: bool, out: &mut
                     .baseline
                     .as_ref()
                     .map_or(0, |b| b.by_key.get(k).copied().unwrap_or(0));
-                (k.rule().to_string(), ids.id(k).to_string(), *n, before)
+                let (rule, id) = match k {
+                    KeyName::Clear(key) => (key.rule().to_string(), ids.id(key).to_string()),
+                    KeyName::Id { rule, key_id } => (rule.clone(), key_id.clone()),
+                };
+                (rule, id, *n, before)
             })
             .filter(|(_, _, n, before)| n > before)
             .collect();
@@ -218,6 +332,7 @@ pub fn report(r: &Replay, new: &RuleSet, ids: &KeyIds, json_out: bool, out: &mut
         let report = json!({
             "requests": r.requests,
             "skipped_lines": r.skipped,
+            "sampled_lines": r.sampled,
             "ambiguous": r.new.ambiguous,
             "rules": rules,
             "newly_limited_keys": keys,
@@ -230,6 +345,13 @@ pub fn report(r: &Replay, new: &RuleSet, ids: &KeyIds, json_out: bool, out: &mut
         "{} requests replayed ({} lines skipped, {} ambiguous)",
         r.requests, r.skipped, r.new.ambiguous
     );
+    if r.sampled > 0 {
+        let _ = writeln!(
+            out,
+            "{} decision log lines were sampled (log_sample below 1): fewer requests replayed than ran",
+            r.sampled
+        );
+    }
     for row in &rules {
         let before = match row["baseline_would_reject"].as_u64() {
             Some(b) => format!(" (baseline {b})"),
@@ -308,5 +430,67 @@ rules:
         assert_eq!(r.requests, 5);
         assert_eq!(r.new.by_rule.get("search"), Some(&(4, 2)));
         assert_eq!(r.new.by_rule.get("any"), Some(&(5, 0)));
+    }
+
+    #[test]
+    fn a_window_rule_is_replayed_as_its_window() {
+        // 3 per 100 ms in windows aligned to the epoch (the log's clock): the
+        // fourth request in the first window is rejected, and so is one 90 ms in
+        // (a bucket of the same rate would have refilled two by then); the next
+        // window admits again.
+        let set = rules(
+            r#"
+version: 1
+rules:
+  - name: fixed
+    key: [{ header: x-api-key }]
+    algorithm: fixed_window
+    limit: { requests: 3, per: 100ms }
+    accuracy: exact
+"#,
+        );
+        let log: Vec<String> = [0, 10, 20, 30, 90, 100, 110]
+            .into_iter()
+            .map(|ms| line(ms, "/", "k"))
+            .collect();
+        let r = replay(log.join("\n").as_bytes(), &set, None);
+        assert_eq!(r.new.by_rule.get("fixed"), Some(&(7, 2)));
+    }
+
+    #[test]
+    fn a_decision_log_replays_each_keys_decisions_under_its_rule() {
+        let set = rules(meshlimit_tests::EXACT_TWO_PER_HOUR);
+        let record = |ms: u64, key_id: &str, decision: &str| {
+            format!(
+                r#"{{"time":"x","node":"n","filter":"f","at_ms":{ms},"rule":"per-key","rules_version":"v","decision":"{decision}","key_id":"{key_id}","source":"store","sample_rate":1.0}}"#
+            )
+        };
+        let log = [
+            record(1, "aa", "allowed"),
+            record(2, "aa", "allowed"),
+            record(3, "aa", "limited"),
+            record(4, "bb", "allowed"),
+            r#"{"time":"x","node":"n","filter":"f","at_ms":5,"rule":"gone","rules_version":"v","decision":"allowed","key_id":"aa","source":"store","sample_rate":0.01}"#.to_string(),
+            "not json".to_string(),
+        ];
+        let loose = rules(
+            "version: 1\nrules:\n  - name: per-key\n    key: [{ header: x-api-key }]\n    limit: { requests: 3, per: 1h }\n",
+        );
+        let r = replay(log.join("\n").as_bytes(), &set, Some(&loose));
+        assert_eq!((r.requests, r.skipped, r.sampled), (4, 2, 0));
+        assert_eq!(r.new.by_rule.get("per-key"), Some(&(4, 1)));
+        let aa = KeyName::Id {
+            rule: "per-key".into(),
+            key_id: "aa".into(),
+        };
+        assert_eq!(r.new.by_key.get(&aa), Some(&1));
+        assert_eq!(r.baseline.as_ref().map(|b| b.by_key.len()), Some(0));
+        let mut text = Vec::new();
+        report(&r, &set, &KeyIds::placeholder(), false, &mut text);
+        let text = String::from_utf8(text).unwrap_or_default();
+        assert!(
+            text.contains("newly limited: rule per-key key aa: 1 rejected (baseline 0)"),
+            "{text}"
+        );
     }
 }

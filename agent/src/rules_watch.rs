@@ -22,6 +22,13 @@ use meshlimit_core::RuleSet;
 
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
+use crate::store::{Store, StoreError};
+use crate::trial::StoredTrial;
+use meshlimit_core::rules::trial;
+
+/// A call on the shared store, run from the watcher's thread.
+type StoreCall<T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, StoreError>> + Send>>;
 
 /// What one poll found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +62,24 @@ pub(crate) struct RulesWatcher {
     clock: fn() -> u64,
     /// Per-file state when `--rules` names a directory.
     directory: directory::Directory,
+    /// The store the region's agents share trials in, and the runtime its
+    /// calls run on (the watcher's thread waits for them, with the store's
+    /// deadline). Without it a trial is this agent's own.
+    shared: Option<SharedStore>,
+}
+
+/// The store the region's agents share, and the runtime its calls run on.
+struct SharedStore {
+    store: Arc<dyn Store>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl std::fmt::Debug for SharedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedStore")
+            .field("store", &self.store.name())
+            .finish_non_exhaustive()
+    }
 }
 
 impl RulesWatcher {
@@ -69,7 +94,19 @@ impl RulesWatcher {
             expired: Vec::new(),
             clock: crate::regions::clock::now_secs,
             directory: directory::Directory::default(),
+            shared: None,
         }
+    }
+
+    /// Shares trials through `store` (see [`crate::trial`]), whose calls run
+    /// on `runtime` (the watcher never polls on one of its threads).
+    pub(crate) fn with_store(
+        mut self,
+        store: Arc<dyn Store>,
+        runtime: tokio::runtime::Handle,
+    ) -> Self {
+        self.shared = Some(SharedStore { store, runtime });
+        self
     }
 
     /// Reads the file once and applies it if it changed (blocking: [`RulesWatcher::run`]
@@ -243,11 +280,101 @@ impl RulesWatcher {
             previous = previous.as_deref().unwrap_or("none"),
             "rules applied"
         );
-        self.metrics.rule_limits(&set);
-        // The version served: the file's, or its shadowed copy's under a fleet override.
-        let version = self.rules.install(Arc::new(set));
+        let trial = self.trial_of(&set);
+        let previous_file = self.rules.file_set();
+        // The version served: the file's, composed with its trial while one
+        // runs, shadowed or pinned under a fleet override.
+        let version = self.rules.install_trial(Arc::new(set), trial);
+        if let Some(set) = self.rules.in_force() {
+            self.metrics.rule_limits(&set);
+        }
         self.metrics.rules_applied(&version);
+        crate::trial::publish(&self.rules, &self.metrics);
+        if let Some(t) = self.rules.trial() {
+            tracing::info!(
+                version = %t.version,
+                rules = %t.rules.join(","),
+                ends_unix_ms = t.clock.planned_end_ms(),
+                "rules on trial: new and tightened rules in shadow until the trial ends (changes.shadow_first)"
+            );
+        }
+        if let (Some(old), Some(new)) = (previous_file, self.rules.file_set()) {
+            if old.version() != new.version() {
+                self.on_store("record the rules versions", |s| {
+                    let (new, old) = (new.version().to_string(), old.version().to_string());
+                    Box::pin(async move { s.record_versions(&new, &old).await })
+                });
+            }
+        }
         Reload::Applied { version }
+    }
+
+    /// The trial `set` starts (or, on an agent's first load, the one it joins):
+    /// the store's record, the first agent's plan and start; `None` when
+    /// nothing is on trial. Without the store (or when it fails) a trial
+    /// planned here runs on this agent's clock alone.
+    fn trial_of(&self, set: &RuleSet) -> Option<StoredTrial> {
+        let period = set.changes().shadow_first_ms().unwrap_or(0);
+        if period == 0 {
+            return None;
+        }
+        let version = set.version().to_string();
+        let Some(running) = self.rules.in_force() else {
+            // A first load: only a trial the region already runs (this agent
+            // restarted during it). A first deployment applies at once.
+            return self
+                .on_store("read the rules trial", |s| {
+                    Box::pin(async move { s.trial(&version, None, true).await })
+                })
+                .flatten()
+                .filter(|t| t.left_ms().is_some());
+        };
+        if self
+            .rules
+            .file_set()
+            .is_some_and(|f| f.version() == version)
+        {
+            return None;
+        }
+        let plan = trial::plan(&running, set);
+        if plan.is_empty() {
+            return None;
+        }
+        let started = {
+            let plan = plan.clone();
+            self.on_store("start the rules trial", move |s| {
+                Box::pin(async move { s.trial(&version, Some((&plan, period)), true).await })
+            })
+        };
+        started.flatten().or_else(|| {
+            Some(StoredTrial {
+                plan: Some(plan),
+                clock: crate::trial::TrialClock {
+                    start_ms: crate::regions::clock::now_ms(),
+                    period_ms: period,
+                    ended_ms: None,
+                    held: false,
+                },
+                now_ms: crate::regions::clock::now_ms(),
+            })
+        })
+    }
+
+    /// Runs `call` on the shared store, waiting for it (the store's deadline);
+    /// `None` without a store, or logged when it fails (`what` it was for).
+    fn on_store<T>(
+        &self,
+        what: &str,
+        call: impl FnOnce(Arc<dyn Store>) -> StoreCall<T>,
+    ) -> Option<T> {
+        let shared = self.shared.as_ref()?;
+        match shared.runtime.block_on(call(shared.store.clone())) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::warn!("cannot {what} in the store: {e}; this agent goes on alone");
+                None
+            }
+        }
     }
 
     fn refuse(&mut self, errors: &RulesError) -> Reload {
@@ -300,6 +427,7 @@ mod current;
 mod directory;
 
 pub use current::CurrentRules;
+pub(crate) use current::TrialView;
 
 #[cfg(test)]
 mod tests;

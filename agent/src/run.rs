@@ -13,6 +13,7 @@ use tokio::task::JoinSet;
 
 use crate::api::{App, Auth};
 use crate::config::{ConfigError, LogFormat, RunArgs, EXIT_USAGE};
+use crate::decision_log::DecisionLog;
 use crate::fleet_override;
 use crate::metrics::{Metrics, MetricsError};
 use crate::regions;
@@ -102,10 +103,17 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         })?;
     let mut signals = Signals::install().map_err(RunError::Signals)?;
     let rules = Arc::new(CurrentRules::empty());
-    let mut watcher = RulesWatcher::new(&args.rules, rules.clone(), metrics.clone());
+    let mut watcher = RulesWatcher::new(&args.rules, rules.clone(), metrics.clone())
+        .with_store(store.clone(), tokio::runtime::Handle::current());
     // A bad file at start is logged and leaves /readyz at 503 until a good one
-    // appears; the agent keeps serving /healthz and /metrics meanwhile.
-    watcher.poll();
+    // appears; the agent keeps serving /healthz and /metrics meanwhile. Off the
+    // runtime's threads: the first load may ask the store for a trial running.
+    let watcher = tokio::task::spawn_blocking(move || {
+        watcher.poll();
+        watcher
+    })
+    .await
+    .map_err(|e| RunError::Runtime(std::io::Error::other(e)))?;
     tasks.spawn(watcher.run(args.rules_poll(), shutdown.clone()));
     tasks.spawn(fleet_override::poll(
         store.clone(),
@@ -119,12 +127,15 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         rules.clone(),
         shutdown.clone(),
     ));
-    let app = App::new(
+    let declog = DecisionLog::start(args.decision_log(), &agent_id(&args), metrics.clone())
+        .map_err(|e| ConfigError::DecisionLog(e.to_string()))?;
+    let app = App::with_decision_log(
         rules,
         store.clone(),
         metrics.clone(),
         args.lease_settings(),
         Auth::new(&secret),
+        declog,
     );
     if let Some(cfg) = &region_setup {
         regions::start(cfg, &app.shares_handle(), &metrics, &mut tasks, &shutdown)

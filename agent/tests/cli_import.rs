@@ -40,19 +40,8 @@ fn import_and_check(args: &[&str], dir: &std::path::Path) -> (String, String) {
 /// `explain` of a GET of `path` with these headers from 10.0.0.7, against the
 /// rules in `rules`: the rules that apply and their keys.
 fn applies(rules: &str, method: &str, path: &str, headers: &[&str]) -> Vec<String> {
-    let mut args = vec![
-        "explain",
-        "--rules",
-        rules,
-        "--method",
-        method,
-        "--path",
-        path,
-        "--client-ip",
-        "10.0.0.7",
-        "--format",
-        "json",
-    ];
+    let mut args = explain_args(rules, method, path);
+    args.extend(["--format", "json"]);
     for h in headers {
         args.extend(["-H", h]);
     }
@@ -72,6 +61,38 @@ fn applies(rules: &str, method: &str, path: &str, headers: &[&str]) -> Vec<Strin
             )
         })
         .collect()
+}
+
+/// `explain` of a `method` `path` request from 10.0.0.7 against `rules`.
+fn explain_args<'a>(rules: &'a str, method: &'a str, path: &'a str) -> Vec<&'a str> {
+    vec![
+        "explain",
+        "--rules",
+        rules,
+        "--method",
+        method,
+        "--path",
+        path,
+        "--client-ip",
+        "10.0.0.7",
+    ]
+}
+
+/// Every one of the `rules` rules of an imported file counts a fixed window.
+fn assert_every_rule_is_a_fixed_window(text: &str, rules: usize) {
+    let v: serde_json::Value = serde_saphyr::from_str(text).unwrap();
+    let rules_found = v["rules"].as_array().unwrap();
+    assert_eq!(rules_found.len(), rules, "{text}");
+    for rule in rules_found {
+        assert_eq!(rule["algorithm"], "fixed_window", "{rule}");
+    }
+}
+
+/// `explain`'s text for a request from 10.0.0.7.
+fn explain_text(rules: &str, method: &str, path: &str) -> String {
+    let (code, out, err) = agent(&explain_args(rules, method, path));
+    assert_eq!(code, 0, "{err}");
+    out
 }
 
 const EDGE_MAP: [&str; 8] = [
@@ -95,7 +116,6 @@ fn an_envoy_ratelimit_configuration_becomes_rules_that_pass_check_rules() {
     );
     // Every approximation is a comment in the file and a line on stderr.
     for note in [
-        "the peer counts fixed windows",
         "domain `edge` is dropped",
         "path pattern `/files/*`: a prefix of the normalised path",
         "descriptors[3]: requests with this `api_key` also count against the rule for every `api_key`",
@@ -108,7 +128,16 @@ fn an_envoy_ratelimit_configuration_becomes_rules_that_pass_check_rules() {
         err.ends_with("ratelimit-edge.yaml: 6 rules imported\n"),
         "{err}"
     );
+    // The peer counts fixed windows, aligned to the clock: so does every rule,
+    // and that is no approximation.
+    assert_every_rule_is_a_fixed_window(&text, 6);
+    assert!(!text.contains("fixed windows"), "{text}");
     let rules = dir.path().join("imported.yaml").display().to_string();
+    assert!(
+        explain_text(&rules, "GET", "/").contains("limit 10 per 1s (fixed_window)"),
+        "{}",
+        explain_text(&rules, "GET", "/")
+    );
     // Every client address: 10 a second.
     assert_eq!(
         applies(&rules, "GET", "/", &[]),
@@ -174,6 +203,13 @@ fn a_limitador_limits_file_becomes_rules_that_pass_check_rules() {
     );
     assert!(
         text.contains("# - namespaces `shop.example.com` are dropped"),
+        "{text}"
+    );
+    // Limitador counts fixed windows too, but starts a counter's window at its
+    // first request: the one difference is said.
+    assert_every_rule_is_a_fixed_window(&text, 3);
+    assert!(
+        text.contains("# - Limitador starts a counter's window at its first request"),
         "{text}"
     );
     let rules = dir.path().join("imported.yaml").display().to_string();

@@ -87,6 +87,79 @@ fn explain_shows_the_rules_a_request_meets_and_why_the_others_do_not_apply() {
 }
 
 #[test]
+fn explain_takes_claims_metadata_and_the_destination() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = rules_file(
+        dir.path(),
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/rules/jwt-claims-and-destinations.yaml"
+        )),
+    );
+    let explain = |more: &[&str]| {
+        let args = [
+            &["explain", "--rules", &rules, "--path", "/reviews/1"][..],
+            more,
+        ]
+        .concat();
+        let (code, out, err) = run(&mut agent(&args));
+        assert_eq!(code, 0, "{err}");
+        out
+    };
+    let reviews = "outbound|9080||reviews.shop.svc.cluster.local";
+    let out = explain(&[
+        "--claim",
+        "sub=alice",
+        "--claim",
+        "plan=pro",
+        "--cluster",
+        reviews,
+        "--route",
+        "reviews",
+    ]);
+    assert!(
+        out.contains("1. ratings-per-user  skipped: route `reviews` is not `ratings`"),
+        "{out}"
+    );
+    assert!(
+        out.contains("2. reviews-per-user  applies  key reviews-per-user|alice  limit 4 per 1h (burst 4) plan pro"),
+        "{out}"
+    );
+    // The long form names the same value; no claim, no key.
+    let out = explain(&[
+        "--metadata",
+        "envoy.filters.http.jwt_authn:payload.sub=bob",
+        "--route",
+        "ratings",
+    ]);
+    assert!(
+        out.contains("1. ratings-per-user  applies  key ratings-per-user|bob"),
+        "{out}"
+    );
+    assert!(
+        out.contains("2. reviews-per-user  skipped: the request has no upstream cluster"),
+        "{out}"
+    );
+    let out = explain(&["--cluster", reviews]);
+    assert!(
+        out.contains("reviews-per-user  skipped: the request has no claim `sub` to key on"),
+        "{out}"
+    );
+    // A malformed flag is a usage error naming the form.
+    let (code, _, err) = run(&mut agent(&[
+        "explain",
+        "--rules",
+        &rules,
+        "--path",
+        "/",
+        "--metadata",
+        "sub=alice",
+    ]));
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("FILTER:FIELD.FIELD=VALUE"), "{err}");
+}
+
+#[test]
 fn check_rules_against_lists_every_change_and_refuses_an_unapproved_cut() {
     let dir = tempfile::tempdir().unwrap();
     let write = |name: &str, text: &str| {

@@ -1,6 +1,7 @@
 //! The lease script against a real redis-server: hostile or damaged bucket state
 //! (a timestamp in the future, corrupt fields), limits at the edge of what the
-//! script can carry, and a differential test of the Lua bucket against core's.
+//! script can carry, and differential tests of the Lua bucket and windows
+//! against core's.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -205,6 +206,7 @@ fn eval_at(redis: &RedisServer, key: &str, l: Limit, min: u32, max: u32, now_us:
         min.to_string(),
         max.to_string(),
         "1".to_string(),
+        l.algorithm().name().to_string(),
         now_us.to_string(),
     ];
     let mut cmd = vec!["EVAL", LEASE_SCRIPT_AT, "1", key];
@@ -221,6 +223,21 @@ fn eval_at(redis: &RedisServer, key: &str, l: Limit, min: u32, max: u32, now_us:
     }
 }
 
+/// The periods (ms) the differential tests draw from: from a millisecond to a minute.
+fn periods_ms() -> impl proptest::strategy::Strategy<Value = u64> {
+    proptest::sample::select(vec![1u64, 7, 250, 1_000, 60_000])
+}
+
+/// A property runner of `cases` cases that writes no regression file.
+fn runner(cases: u32) -> proptest::test_runner::TestRunner {
+    use proptest::test_runner::{Config, TestRunner};
+    TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    })
+}
+
 /// Differential test: random sequences of (advance the clock, take between a
 /// cost and a lease size) run through the Lua bucket on a real redis-server and
 /// through core's `Bucket::take`, from the same state (the one Redis stored) at
@@ -232,22 +249,12 @@ fn eval_at(redis: &RedisServer, key: &str, l: Limit, min: u32, max: u32, now_us:
 fn the_lua_bucket_matches_core_bucket() {
     use meshlimit_core::Bucket;
     use proptest::prelude::*;
-    use proptest::test_runner::{Config, TestRunner};
 
     let redis = RedisServer::start();
-    let limits = (
-        1u32..=1_000,
-        prop::sample::select(vec![1u64, 7, 250, 1_000, 60_000]),
-        1u32..=200,
-    )
-        .prop_map(|(r, p, b)| limit(r, p, b));
+    let limits = (1u32..=1_000, periods_ms(), 1u32..=200).prop_map(|(r, p, b)| limit(r, p, b));
     let step = (0u64..=3_000_000, 1u32..=210, 0u32..=300);
     let strategy = (limits, prop::collection::vec(step, 1..40));
-    let mut runner = TestRunner::new(Config {
-        cases: 64,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = runner(64);
     let case = std::sync::atomic::AtomicU32::new(0);
     let result = runner.run(&strategy, |(l, steps)| {
         let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -321,5 +328,156 @@ fn the_lua_bucket_matches_core_bucket() {
     });
     if let Err(e) = result {
         panic!("{e}");
+    }
+}
+
+/// The stored window: index, count, previous count (absent: nothing counted).
+fn stored_window(redis: &RedisServer, key: &str) -> Option<(u64, u64, u64)> {
+    let Resp::Array(Some(parts)) = redis.cmd(&["HMGET", key, "w", "c", "p"]) else {
+        panic!("HMGET")
+    };
+    let field = |i: usize| parts[i].text().and_then(|t| t.parse::<u64>().ok());
+    Some((field(0)?, field(1)?, field(2)?))
+}
+
+/// Differential test of the windows: random sequences of (advance the clock,
+/// take between a cost and a lease size) through the Lua fixed and sliding
+/// windows on a real redis-server and through core's `Window::take`, from the
+/// state Redis stored, at the same instant (core in ns, the script in µs of the
+/// same clock). Counts are whole numbers and a sliding window's weight is the
+/// same quotient in µs as in ns (both exact integers, one correctly rounded
+/// division), so grants, denials, what is left and the stored counts agree
+/// exactly; waits agree within the script's µs rounding.
+#[test]
+fn the_lua_windows_match_core_windows() {
+    use meshlimit_core::{Algorithm, Window};
+    use proptest::prelude::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    let redis = RedisServer::start();
+    let limits = (1u32..=60, periods_ms(), any::<bool>()).prop_map(|(r, p, slide)| {
+        limit(r, p, 1).with_algorithm(if slide {
+            Algorithm::SlidingWindow
+        } else {
+            Algorithm::FixedWindow
+        })
+    });
+    let step = (0u64..=1_500, 1u32..=70, 0u32..=70);
+    let strategy = (limits, prop::collection::vec(step, 1..60));
+    let mut runner = runner(96);
+    let case = std::sync::atomic::AtomicU32::new(0);
+    let compared = [AtomicU32::new(0), AtomicU32::new(0)];
+    let result = runner.run(&strategy, |(l, steps)| {
+        let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let key = keys::bucket(
+            &KeyIds::placeholder(),
+            &DescriptorKey::new("windiff", [n.to_string().as_str()]),
+        );
+        let per_us = l.per_ns() / 1_000;
+        let mut now_us = 1_700_000_000_123_457u64;
+        for (advance, cost, extra) in steps {
+            // Up to 1.5 windows at a time, in thousandths of the window.
+            now_us += advance * per_us / 1_000;
+            let (min, max) = (cost, cost.saturating_add(extra));
+            let mut core = stored_window(&redis, &key)
+                .map_or_else(Window::empty, |(w, c, p)| Window::from_parts(w, c, p));
+            let used = core.used_at(&l, now_us * 1_000);
+            let want = core.take(&l, now_us * 1_000, min, max);
+            let lua = eval_at(&redis, &key, l, min, max, now_us);
+            let [granted, retry_us, remaining, reset_us] = lua;
+            let ctx = format!("{l:?} used {used} min {min} max {max}: core {want:?}, lua {lua:?}");
+            let sliding = l.algorithm() == Algorithm::SlidingWindow;
+            match want {
+                Take::Granted {
+                    tokens,
+                    remaining: r,
+                    reset_ns,
+                } => {
+                    prop_assert_eq!(granted, i64::from(tokens), "{}", ctx);
+                    prop_assert_eq!(remaining, i64::from(r), "{}", ctx);
+                    prop_assert!(
+                        (reset_us as f64 * 1_000.0 - reset_ns as f64).abs() <= 1_000.0,
+                        "{}",
+                        ctx
+                    );
+                    prop_assert_eq!(stored_window(&redis, &key), Some(core.parts()), "{}", ctx);
+                    let Resp::Int(ttl) = redis.cmd(&["PTTL", &key]) else {
+                        panic!("PTTL")
+                    };
+                    prop_assert!(
+                        ttl > 0 && (ttl as u64) <= reset_ns / 1_000_000 + 1_001,
+                        "{} PTTL {}",
+                        ctx,
+                        ttl
+                    );
+                }
+                Take::Denied { retry_after_ns } => {
+                    prop_assert_eq!(granted, 0, "{}", ctx);
+                    prop_assert!(
+                        (retry_us as f64 * 1_000.0 - retry_after_ns as f64).abs() <= 1_000.0,
+                        "{}",
+                        ctx
+                    );
+                }
+            }
+            compared[usize::from(sliding)].fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    let compared = compared.map(AtomicU32::into_inner);
+    eprintln!("compared: {} fixed, {} sliding", compared[0], compared[1]);
+    assert!(compared[0] > 500 && compared[1] > 500, "{compared:?}");
+}
+
+/// Damaged window state: counts that are not whole numbers (text, `nan`,
+/// negative, fractions) are nothing counted, so at most one window's limit is
+/// granted for them and the script repairs the hash; a window stamped ahead of
+/// the server (a clock stepped back) keeps its counts, so a clock step lets no
+/// key off, and the key is free again once the server's clock passes it.
+#[tokio::test]
+async fn damaged_window_state_grants_at_most_one_window_and_is_repaired() {
+    use meshlimit_core::Algorithm;
+    let redis = RedisServer::start();
+    let store = store(&redis);
+    // 5 per hour, fixed: no window turns during the test (but on the hour).
+    let l = limit(5, 3_600_000, 1).with_algorithm(Algorithm::FixedWindow);
+    let index = (server_now_us(&redis) / 3_600_000_000).to_string();
+    for (i, (c, p)) in [
+        ("nan", "0"),
+        ("abc", "0"),
+        ("-3", "0"),
+        ("2.5", "0"),
+        ("1", "inf"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let key = DescriptorKey::new("w", [format!("corrupt-{i}").as_str()]);
+        let rk = keys::bucket(&KeyIds::placeholder(), &key);
+        redis.cmd(&["HSET", &rk, "w", &index, "c", c, "p", p]);
+        let mut total = 0;
+        for _ in 0..3 {
+            total += granted(&take(&store, &key, l, 1, 100).await);
+        }
+        assert_eq!(total, 5, "c={c:?} p={p:?}: one window's limit, no more");
+        let Resp::Array(Some(parts)) = redis.cmd(&["HMGET", &rk, "c", "p"]) else {
+            panic!("HMGET")
+        };
+        assert_eq!(parts[0].text().as_deref(), Some("5"), "c={c:?} repaired");
+        assert_eq!(parts[1].text().as_deref(), Some("0"), "p={p:?} repaired");
+    }
+    // Stamped a window ahead, full: still full now (the counts stay in force).
+    let key = DescriptorKey::new("w", ["ahead"]);
+    let rk = keys::bucket(&KeyIds::placeholder(), &key);
+    let ahead = (server_now_us(&redis) / 3_600_000_000 + 1).to_string();
+    redis.cmd(&["HSET", &rk, "w", &ahead, "c", "5", "p", "0"]);
+    let answer = take(&store, &key, l, 1, 1).await;
+    match answer {
+        // Never longer than this window: the server's clock reaches the stamped one.
+        Take::Denied { retry_after_ns } => assert!(retry_after_ns <= 3_600 * 1_000_000_000),
+        other => panic!("a clock step let the key off: {other:?}"),
     }
 }

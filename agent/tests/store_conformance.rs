@@ -26,7 +26,9 @@ use std::time::Duration;
 use meshlimit_agent::fleet_override::{Override, OverrideMode};
 use meshlimit_agent::store::redis::RedisStore;
 use meshlimit_agent::store::{Acquire, MemoryStore, Store};
-use meshlimit_core::{DescriptorKey, Limit, Take};
+use meshlimit_agent::trial::TrialAction;
+use meshlimit_core::rules::trial::TrialPlan;
+use meshlimit_core::{Algorithm, DescriptorKey, Limit, Take};
 use meshlimit_tests::{RedisCluster, RedisServer};
 
 /// `requests` per `per`, with a burst of `burst`.
@@ -84,7 +86,7 @@ fn retry_after(take: &Take) -> Duration {
 fn assert_about(d: Duration, full: Duration, what: &str) {
     let slack = Duration::from_secs(1);
     assert!(
-        d <= full && d > full - slack,
+        d <= full && d > full.saturating_sub(slack),
         "{what}: {d:?}, expected just under {full:?}"
     );
 }
@@ -246,6 +248,103 @@ async fn keys_are_isolated(store: &dyn Store) {
     }
 }
 
+/// `requests` per `per` in a window of the given algorithm.
+fn window(algorithm: Algorithm, requests: u32, per: Duration) -> Limit {
+    limit(requests, per, 1).with_algorithm(algorithm)
+}
+
+/// The store's windows are aligned to the Unix epoch: the time left in the
+/// current `per` window by this machine's clock (the store's, for the memory
+/// store; the redis-server's, which runs here).
+fn to_window_end(per: Duration) -> Duration {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    Duration::from_nanos(u64::try_from(per.as_nanos() - now % per.as_nanos()).unwrap())
+}
+
+/// A fixed window admits `requests` (a lease of several, or one at a time) and
+/// then denies until the window ends, a window aligned to the Unix epoch: an
+/// hour's window ends on the hour. The next window starts from nothing.
+async fn a_fixed_window_admits_its_requests_then_denies_until_it_ends(store: &dyn Store) {
+    let hour = Duration::from_secs(3_600);
+    let hourly = window(Algorithm::FixedWindow, 5, hour);
+    let expected_end = to_window_end(hour);
+    assert_eq!(
+        granted(&take(store, ask("w", &["a"], hourly, 2, 2)).await),
+        (2, 3)
+    );
+    for left in (0..3).rev() {
+        let t = take(store, ask("w", &["a"], hourly, 1, 1)).await;
+        assert_eq!(granted(&t), (1, left), "{t:?}");
+        if let Take::Granted { reset_ns, .. } = t {
+            assert_about(Duration::from_nanos(reset_ns), expected_end, "reset");
+        }
+    }
+    let denied = retry_after(&take(store, ask("w", &["a"], hourly, 1, 1)).await);
+    // Within a second of the hour's end (unless the hour turned meanwhile).
+    let end = to_window_end(hour);
+    assert!(
+        denied.abs_diff(end) < Duration::from_secs(1) || end > expected_end,
+        "retry {denied:?}, the window ends in {end:?}"
+    );
+    // A region's share of a window: half of 10.
+    let half = Acquire {
+        share: 0.5,
+        ..ask(
+            "w",
+            &["b"],
+            window(Algorithm::FixedWindow, 10, hour),
+            1,
+            100,
+        )
+    };
+    assert_eq!(granted(&take(store, half).await), (5, 0));
+    // A one-second window: drained, then whole again once it ends.
+    let second = window(Algorithm::FixedWindow, 3, Duration::from_secs(1));
+    assert_eq!(
+        granted(&take(store, ask("w", &["c"], second, 3, 3)).await),
+        (3, 0)
+    );
+    let wait = match take(store, ask("w", &["c"], second, 1, 1)).await {
+        Take::Denied { retry_after_ns } => Duration::from_nanos(retry_after_ns),
+        // The second turned between the two calls: the next one starts afresh.
+        Take::Granted { .. } => Duration::ZERO,
+    };
+    assert!(wait <= Duration::from_secs(1), "{wait:?}");
+    tokio::time::sleep(wait).await;
+    let (tokens, _) = granted(&take(store, ask("w", &["c"], second, 1, 10)).await);
+    assert!(tokens >= 2, "a new window admitted only {tokens}");
+}
+
+/// A sliding window weighs the previous window's count by the share of it still
+/// within `per`: 10 per 2 s, all 10 counted in the current window, so one more
+/// fits a fifth of a second into the next window (10 × 0.9 + 1 = 10), and just
+/// after that wait little more than one fits, where a fixed window would admit
+/// all 10 again.
+async fn a_sliding_window_weighs_the_previous_window(store: &dyn Store) {
+    let per = Duration::from_secs(2);
+    let sliding = window(Algorithm::SlidingWindow, 10, per);
+    let first = take(store, ask("s", &["a"], sliding, 10, 10)).await;
+    assert_eq!(granted(&first), (10, 0));
+    let Take::Granted { reset_ns, .. } = first else {
+        unreachable!()
+    };
+    // The count weighs until the end of the next window.
+    let reset = Duration::from_nanos(reset_ns);
+    assert!(reset > per && reset <= 2 * per, "reset {reset:?}");
+    let retry = retry_after(&take(store, ask("s", &["a"], sliding, 1, 1)).await);
+    // The end of this window (reset − per), then a tenth of the next.
+    assert_about(retry, reset - per + per / 10, "retry");
+    tokio::time::sleep(retry).await;
+    let (tokens, _) = granted(&take(store, ask("s", &["a"], sliding, 1, 10)).await);
+    assert!(
+        (1..=4).contains(&tokens),
+        "{tokens} admitted {retry:?} after the limit was reached: the previous window must still weigh"
+    );
+}
+
 /// The fleet override reads back as set, replaced, then cleared; off at first.
 async fn the_fleet_override_reads_back_as_set(store: &dyn Store) {
     assert_eq!(store.fleet_override().await.unwrap(), None);
@@ -253,6 +352,7 @@ async fn the_fleet_override_reads_back_as_set(store: &dyn Store) {
         mode: OverrideMode::Shadow,
         set_by: by.into(),
         at: 1_700_000_000,
+        version: None,
     };
     store.set_fleet_override(Some(on("ops"))).await.unwrap();
     assert_eq!(store.fleet_override().await.unwrap(), Some(on("ops")));
@@ -262,6 +362,108 @@ async fn the_fleet_override_reads_back_as_set(store: &dyn Store) {
     assert_eq!(store.fleet_override().await.unwrap(), None);
     // Clearing what is off is no error.
     store.set_fleet_override(None).await.unwrap();
+}
+
+fn plan(version: &str, shadowed: &str) -> TrialPlan {
+    TrialPlan {
+        version: version.into(),
+        against: "0000000000000000".into(),
+        shadowed: vec![shadowed.into()],
+        kept: Vec::new(),
+    }
+}
+
+/// The first start of a version's trial stays: a second start (another agent)
+/// gets the first plan and start, by the store's clock; a read alone starts
+/// nothing; the plan is answered only when asked for.
+async fn the_first_trial_start_of_a_version_stays(store: &dyn Store) {
+    assert_eq!(store.trial("v1", None, true).await.unwrap(), None);
+    assert_eq!(store.control_trial(TrialAction::End).await.unwrap(), None);
+    let first = store
+        .trial("v1", Some((&plan("v1", "a"), 60_000)), true)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.plan, Some(plan("v1", "a")));
+    assert_eq!(first.clock.period_ms, 60_000);
+    assert!(first.clock.start_ms <= first.now_ms && first.now_ms - first.clock.start_ms < 1_000);
+    let left = first.left_ms().unwrap();
+    assert!((59_000..=60_000).contains(&left), "{left}");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let second = store
+        .trial("v1", Some((&plan("v1", "b"), 1_000)), true)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(second.plan, Some(plan("v1", "a")), "the first plan stays");
+    assert_eq!(second.clock, first.clock, "the first start stays");
+    assert!(second.now_ms >= first.now_ms + 20);
+    let read = store.trial("v1", None, false).await.unwrap().unwrap();
+    assert_eq!((read.plan, read.clock), (None, first.clock));
+    // Another version is a trial of its own.
+    assert_eq!(store.trial("v2", None, true).await.unwrap(), None);
+}
+
+/// `hold` keeps the last trial started on past its period; `end` ends it now.
+async fn a_trial_is_held_then_ended(store: &dyn Store) {
+    store
+        .trial("v1", Some((&plan("v1", "a"), 1)), false)
+        .await
+        .unwrap();
+    store
+        .trial("v2", Some((&plan("v2", "a"), 60_000)), false)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .control_trial(TrialAction::Hold)
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("v2")
+    );
+    let held = store.trial("v2", None, false).await.unwrap().unwrap();
+    assert!(held.clock.held);
+    assert_eq!(held.left_ms(), Some(u64::MAX));
+    assert_eq!(
+        store
+            .control_trial(TrialAction::End)
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("v2")
+    );
+    let ended = store.trial("v2", None, false).await.unwrap().unwrap();
+    assert!(!ended.clock.held);
+    assert_eq!(ended.left_ms(), None);
+    assert!(ended.clock.ended_ms.unwrap() <= ended.now_ms);
+    // v1's own period (1 ms) is over.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(
+        store
+            .trial("v1", None, false)
+            .await
+            .unwrap()
+            .unwrap()
+            .left_ms(),
+        None
+    );
+}
+
+/// The versions served now and before read back (what `override pin` pins).
+async fn the_previous_rules_version_reads_back(store: &dyn Store) {
+    assert_eq!(store.previous_version().await.unwrap(), None);
+    store.record_versions("v2", "v1").await.unwrap();
+    store.record_versions("v2", "v1").await.unwrap();
+    assert_eq!(
+        store.previous_version().await.unwrap().as_deref(),
+        Some("v1")
+    );
+    store.record_versions("v3", "v2").await.unwrap();
+    assert_eq!(
+        store.previous_version().await.unwrap().as_deref(),
+        Some("v2")
+    );
 }
 
 /// A store under test and whatever it runs on (killed on drop).
@@ -319,7 +521,12 @@ macro_rules! conformance {
                 a_share_scales_the_limit,
                 a_batch_is_answered_in_order,
                 keys_are_isolated,
+                a_fixed_window_admits_its_requests_then_denies_until_it_ends,
+                a_sliding_window_weighs_the_previous_window,
                 the_fleet_override_reads_back_as_set,
+                the_first_trial_start_of_a_version_stays,
+                a_trial_is_held_then_ended,
+                the_previous_rules_version_reads_back,
             );
         }
     };

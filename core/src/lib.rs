@@ -8,24 +8,29 @@
 pub mod authority;
 pub mod bucket;
 pub mod client_ip;
+pub mod counter;
 pub mod decision;
 pub mod fingerprint;
 pub mod headers;
 pub mod key;
 pub mod lease;
 pub mod limit;
+pub mod metadata;
 pub mod path;
 pub mod query;
 pub mod rules;
 pub mod secret;
 pub mod slot;
+pub mod window;
 pub mod wire;
 
 pub use bucket::{Bucket, Take};
+pub use counter::Counter;
 pub use decision::{Outcome, RuleVerdict, Verdict};
 pub use key::DescriptorKey;
-pub use limit::Limit;
+pub use limit::{Algorithm, Limit};
 pub use rules::{RequestInfo, RuleSet};
+pub use window::Window;
 
 /// Nanoseconds per second, for converting periods and retry times.
 pub const NANOS_PER_SEC: u64 = 1_000_000_000;

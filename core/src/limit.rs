@@ -1,6 +1,9 @@
-//! A limit: a token bucket of `burst` tokens refilled with `requests` tokens every
-//! `per`. Built only through [`Limit::new`], so a zero rate, burst or period cannot
-//! exist past the rules compiler.
+//! A limit: `requests` every `per`, counted by one of three algorithms
+//! ([`Algorithm`]): a token bucket of `burst` tokens refilled with `requests`
+//! tokens every `per` (the default), or a fixed or sliding window of `requests`
+//! per `per` (where `burst` is `requests`). Built only through [`Limit::new`] (and
+//! [`Limit::with_algorithm`]), so a zero rate, burst or period cannot exist past
+//! the rules compiler.
 
 use std::num::{NonZeroU32, NonZeroU64};
 
@@ -8,22 +11,82 @@ use serde::{Deserialize, Serialize};
 
 use crate::{NANOS_PER_MS, NANOS_PER_SEC};
 
-/// A validated token-bucket limit.
+/// How a limit counts requests (`algorithm:` on a rule or under `defaults:`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Algorithm {
+    /// `burst` tokens, refilled at `requests` per `per` (the default).
+    #[default]
+    TokenBucket,
+    /// `requests` per window of `per`, windows aligned to the Unix epoch on the
+    /// store's clock; the count starts again at each window's start.
+    FixedWindow,
+    /// `requests` per `per` over a window that slides: the previous window's
+    /// count, weighted by the share of it still within `per` of now, plus the
+    /// current window's count, is at most `requests`.
+    SlidingWindow,
+}
+
+impl Algorithm {
+    /// Its name in a rules file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::TokenBucket => "token_bucket",
+            Algorithm::FixedWindow => "fixed_window",
+            Algorithm::SlidingWindow => "sliding_window",
+        }
+    }
+
+    /// True for the window algorithms, which count `requests` per `per` and have
+    /// no `burst` of their own.
+    pub fn is_window(self) -> bool {
+        !matches!(self, Algorithm::TokenBucket)
+    }
+}
+
+/// A validated limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Limit {
     requests: NonZeroU32,
     per_ns: NonZeroU64,
     burst: NonZeroU32,
+    #[serde(default, skip_serializing_if = "is_token_bucket")]
+    algorithm: Algorithm,
+}
+
+fn is_token_bucket(a: &Algorithm) -> bool {
+    *a == Algorithm::TokenBucket
 }
 
 impl Limit {
-    /// A limit of `requests` per `per_ns`, holding at most `burst` tokens.
+    /// A token bucket of `requests` per `per_ns`, holding at most `burst` tokens.
     pub fn new(requests: NonZeroU32, per_ns: NonZeroU64, burst: NonZeroU32) -> Self {
         Self {
             requests,
             per_ns,
             burst,
+            algorithm: Algorithm::TokenBucket,
         }
+    }
+
+    /// The same limit counted by `algorithm`. A window's burst is its `requests`:
+    /// at most that many are admitted within one window.
+    pub fn with_algorithm(self, algorithm: Algorithm) -> Self {
+        Self {
+            burst: if algorithm.is_window() {
+                self.requests
+            } else {
+                self.burst
+            },
+            algorithm,
+            ..self
+        }
+    }
+
+    /// How the limit counts.
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithm
     }
 
     /// Tokens added per period.
@@ -36,7 +99,7 @@ impl Limit {
         self.per_ns.get()
     }
 
-    /// Bucket capacity.
+    /// Bucket capacity; for a window, `requests`.
     pub fn burst(&self) -> u32 {
         self.burst.get()
     }
@@ -51,11 +114,19 @@ impl Limit {
         self.rate_per_ns() * NANOS_PER_SEC as f64
     }
 
-    /// The longest any request can honestly be told to wait: the time to refill
-    /// the whole burst, divided by the smallest share a region can hold
-    /// (`min_share`, 1 for a region-scoped rule).
+    /// The longest any request can honestly be told to wait: for a token bucket
+    /// the time to refill the whole burst, divided by the smallest share a region
+    /// can hold (`min_share`, 1 for a region-scoped rule); for a fixed window one
+    /// window (`per`), for a sliding window two (the rest of this one and the
+    /// next, whose weighted count falls to nothing at its end).
     pub fn max_wait_ns(&self, min_share: f64) -> u64 {
-        let ns = f64::from(self.burst.get()) / self.rate_per_ns() / min_share.max(1e-3);
+        let ns = match self.algorithm {
+            Algorithm::TokenBucket => {
+                f64::from(self.burst.get()) / self.rate_per_ns() / min_share.max(1e-3)
+            }
+            Algorithm::FixedWindow => self.per_ns.get() as f64,
+            Algorithm::SlidingWindow => 2.0 * self.per_ns.get() as f64,
+        };
         if ns.is_finite() {
             (ns.ceil() as u64).saturating_add(NANOS_PER_MS)
         } else {
@@ -91,6 +162,7 @@ impl Limit {
             requests: scale(self.requests),
             per_ns: self.per_ns,
             burst: scale(self.burst),
+            algorithm: self.algorithm,
         }
     }
 }

@@ -34,6 +34,9 @@ pub const MAX_VERSION_LABEL: usize = 64;
 pub const LEASE_PATH: &str = "/v1/lease";
 pub const SYNC_PATH: &str = "/v1/sync";
 pub const RULES_PATH: &str = "/v1/rules";
+pub const DECISIONS_PATH: &str = "/v1/decisions";
+/// The most decision records one `POST /v1/decisions` carries.
+pub const MAX_DECISION_RECORDS: usize = 128;
 
 /// `POST /v1/lease`: tokens for the keys a filter could not decide locally.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -85,16 +88,32 @@ pub enum LeaseAnswer {
         /// the filter counts it as `failed_local` and keeps no lease.
         #[serde(default, skip_serializing_if = "is_false")]
         local: bool,
+        /// Where the agent found the answer (for the decision log); absent
+        /// from agents of earlier releases.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        from: Option<AnsweredFrom>,
     },
     /// Over the limit; enough tokens exist again after `retry_after_ms`.
     Deny {
         retry_after_ms: u64,
         #[serde(default, skip_serializing_if = "is_false")]
         local: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        from: Option<AnsweredFrom>,
     },
     /// The agent could not decide (store failed, shed, unknown rule): the rule's
     /// failure policy applies.
     Unavailable { reason: String },
+}
+
+/// Where the agent found a lease answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnsweredFrom {
+    /// The node pool's tokens (or its hold after a drained grant).
+    Pool,
+    /// A call to the store made for this ask.
+    Store,
 }
 
 /// `POST /v1/sync`: sent by each filter every second.
@@ -124,6 +143,85 @@ pub struct DecisionCount {
     pub rule: String,
     pub outcome: Outcome,
     pub count: u64,
+}
+
+/// Where a decision was made, as the decision log names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionSource {
+    /// The filter's leased tokens in Envoy's shared data.
+    FilterLease,
+    /// The filter's cached denial in Envoy's shared data.
+    DenialCache,
+    /// The agent answered from its node pool.
+    AgentPool,
+    /// The agent answered from a store call (Redis or the embedded store).
+    Store,
+    /// The agent answered, from where it did not say (an earlier agent).
+    Agent,
+    /// The agent's fail-local bucket (its store unreachable).
+    AgentLocal,
+    /// The rule's failure policy in the filter (`open`, `closed`, or the
+    /// filter's fail-local bucket).
+    FailurePolicy,
+}
+
+impl DecisionSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecisionSource::FilterLease => "filter_lease",
+            DecisionSource::DenialCache => "denial_cache",
+            DecisionSource::AgentPool => "agent_pool",
+            DecisionSource::Store => "store",
+            DecisionSource::Agent => "agent",
+            DecisionSource::AgentLocal => "agent_local",
+            DecisionSource::FailurePolicy => "failure_policy",
+        }
+    }
+}
+
+/// One decision as a filter hands it to its agent's decision log (the agent's
+/// log line adds to it, so unknown fields are not refused here; the request
+/// around it refuses them).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecisionRecord {
+    /// When it was decided, ms since the Unix epoch (the filter's clock).
+    pub at_ms: u64,
+    pub rule: String,
+    /// The rules version the filter decided by.
+    pub rules_version: String,
+    pub decision: Outcome,
+    /// The key's id (the keyed hash metrics and Redis use).
+    pub key_id: String,
+    /// The key in clear: only for a rule with `log_key: clear`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    pub source: DecisionSource,
+    /// Tokens left in the bucket as the filter saw them (allowed decisions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u32>,
+    /// When to retry, for a rejection (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+    /// The rate the record was kept at: 1 for a rejection, the rule's
+    /// `log_sample` for an allowed decision (a count of records ÷ this
+    /// estimates the decisions).
+    pub sample_rate: f64,
+    /// The request's `x-request-id`, when it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+}
+
+/// `POST /v1/decisions`: a filter VM's buffered decision records.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionsRequest {
+    pub v: u32,
+    pub filter_id: String,
+    pub records: Vec<DecisionRecord>,
+    /// Records this VM dropped since its last report (its buffer was full).
+    #[serde(default)]
+    pub dropped: u64,
 }
 
 /// The agent's rules version, and the rules when the filter's version differs.
@@ -179,10 +277,12 @@ mod tests {
                     remaining: 3,
                     reset_ms: 10,
                     local: false,
+                    from: None,
                 },
                 LeaseAnswer::Deny {
                     retry_after_ms: 250,
                     local: true,
+                    from: None,
                 },
                 LeaseAnswer::Unavailable {
                     reason: "store".into(),

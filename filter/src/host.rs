@@ -91,7 +91,15 @@ pub trait Proxy: Host {
     /// A variable of the VM's environment (`None`: unset or not UTF-8).
     fn env_var(&self, name: &str) -> Option<String>;
     /// A property as a string (`["node", "id"]`, `["source", "address"]`, ...).
-    fn property(&self, path: &[&str]) -> Option<String>;
+    fn property(&self, path: &[&str]) -> Option<String> {
+        self.property_bytes(path)
+            .and_then(|b| String::from_utf8(b).ok())
+    }
+    /// A property as the bytes the proxy gives: a string's bytes, or Envoy's
+    /// serialized form of anything else (for `["metadata"]`, the stream's
+    /// dynamic metadata as a protobuf `envoy.config.core.v3.Metadata`).
+    /// `None` when absent.
+    fn property_bytes(&self, path: &[&str]) -> Option<Vec<u8>>;
     /// Sets a property of the stream; Envoy keeps it as filter state
     /// `wasm.<name>`, which an access log prints with
     /// `%FILTER_STATE(wasm.<name>:PLAIN)%`.
@@ -165,11 +173,8 @@ impl Proxy for ProxyHost {
         std::env::var(name).ok()
     }
 
-    fn property(&self, path: &[&str]) -> Option<String> {
-        hostcalls::get_property(path.to_vec())
-            .ok()
-            .flatten()
-            .and_then(|b| String::from_utf8(b).ok())
+    fn property_bytes(&self, path: &[&str]) -> Option<Vec<u8>> {
+        hostcalls::get_property(path.to_vec()).ok().flatten()
     }
 
     fn set_property(&self, name: &str, value: &str) {

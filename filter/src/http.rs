@@ -6,9 +6,9 @@ use std::rc::Rc;
 use log::debug;
 use meshlimit_core::decision::Quota;
 use meshlimit_core::headers::{self, HeaderStyle, Protocol};
-use meshlimit_core::rules::KeyPart;
+use meshlimit_core::rules::Needs;
 use meshlimit_core::wire::{LeaseResponse, LEASE_PATH, WIRE_VERSION};
-use meshlimit_core::{client_ip, RequestInfo, RuleSet, Verdict};
+use meshlimit_core::{client_ip, metadata, RequestInfo, RuleSet, Verdict};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 
@@ -17,7 +17,7 @@ use crate::config::FilterConfig;
 use crate::host::{AgentCall, AgentRequest, Proxy};
 use crate::pipeline::Evaluation;
 use crate::state::{Asked, QuotaCell, Shared, Waiting};
-use crate::{decided, usage};
+use crate::{decided, declog, usage};
 
 pub struct Http<H> {
     host: Rc<H>,
@@ -57,7 +57,8 @@ impl<H: Proxy> Http<H> {
     /// properties are host calls, so they are fetched only when some rule keys
     /// on them.
     fn request_info(&self, rules: Option<&RuleSet>) -> (RequestInfo, Protocol) {
-        let uses = |part: &KeyPart| rules.is_some_and(|r| r.uses(part));
+        let none = Needs::default();
+        let needs = rules.map_or(&none, RuleSet::needs);
         let headers = self.host.request_headers();
         let find = |name: &str| {
             headers
@@ -80,7 +81,7 @@ impl<H: Proxy> Http<H> {
                 .map(|(_, v)| v.as_slice()),
         );
         let mut info = RequestInfo::new(path, &method, headers);
-        if uses(&KeyPart::ClientIp) {
+        if needs.client_ip {
             let downstream = self.host.property(&["source", "address"]);
             info.client_ip = client_ip::resolve(
                 downstream.as_deref(),
@@ -88,11 +89,28 @@ impl<H: Proxy> Http<H> {
                 self.config.trusted_hops,
             );
         }
-        if uses(&KeyPart::Route) {
+        if needs.route {
             info.route = self
                 .host
                 .property(&["xds", "route_name"])
                 .filter(|r| !r.is_empty());
+        }
+        if needs.cluster {
+            info.cluster = self
+                .host
+                .property(&["xds", "cluster_name"])
+                .filter(|c| !c.is_empty());
+        }
+        // One call for the whole dynamic metadata, as protobuf (see
+        // `meshlimit_core::metadata`), only when some rule reads it.
+        if !needs.metadata.is_empty() {
+            if let Some(all) = self.host.property_bytes(&["metadata"]) {
+                info.metadata = needs
+                    .metadata
+                    .iter()
+                    .filter_map(|f| Some((f.clone(), metadata::namespace(&all, f)?.to_vec())))
+                    .collect();
+            }
         }
         (info, protocol)
     }
@@ -166,14 +184,19 @@ pub(crate) fn finish<H: Proxy>(
     eval: &Evaluation,
 ) -> Action {
     let results = eval.results();
+    let asked = &request.asked;
     {
         let mut vm = vm.borrow_mut();
         for r in &results {
             vm.counts.record(host, r.rule, r.outcome());
         }
+        if config.decision_log {
+            let request_id = asked.info.header(declog::REQUEST_ID_HEADER);
+            vm.declog
+                .record(&config.key_ids, eval, request_id, host.now_ns());
+        }
     }
     let verdict = eval.verdict();
-    let asked = &request.asked;
     for (name, value) in decided::properties(
         &config.key_ids,
         &asked.rules,

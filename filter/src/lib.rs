@@ -7,8 +7,8 @@
 //! the only code that calls hostcalls. `pipeline` is the request path as plain
 //! code over `Host`; `flights` the VM's lease calls, `backoff` when misses skip
 //! the agent, `reload` a new rules version compiled a slice at a time, `usage`
-//! the usage path and `decided` a decision's name for the access log, over the
-//! same trait. `root` and `http` are the proxy-wasm
+//! the usage path, `decided` a decision's name for the access log and `declog`
+//! the VM's buffer of decision log records, over the same trait. `root` and `http` are the proxy-wasm
 //! contexts, generic over `Proxy`: Envoy runs them over `ProxyHost`, the tests
 //! over `testing::MemoryHost` (feature `test-util`, also used by the simulator).
 //! `unwrap`, `expect` and `panic!` are denied: a panic traps the whole VM.
@@ -17,6 +17,7 @@ pub mod backoff;
 pub mod config;
 mod counts;
 pub mod decided;
+pub mod declog;
 pub mod flights;
 pub mod host;
 mod http;

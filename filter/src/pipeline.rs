@@ -7,7 +7,9 @@ use std::rc::Rc;
 use meshlimit_core::decision::{decide, RuleResult};
 use meshlimit_core::rules::{Accuracy, FailurePolicy, Mode, RequestError, Rule, Scope};
 use meshlimit_core::slot::LocalCheck;
-use meshlimit_core::wire::{LeaseAnswer, LeaseItem, LeaseRequest, WIRE_VERSION};
+use meshlimit_core::wire::{
+    AnsweredFrom, DecisionSource, LeaseAnswer, LeaseItem, LeaseRequest, WIRE_VERSION,
+};
 use meshlimit_core::{
     DescriptorKey, Limit, Outcome, RequestInfo, RuleSet, RuleVerdict, Take, Verdict,
 };
@@ -40,8 +42,8 @@ pub struct Item {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum KeyResult {
     /// The slot holds the agent's grant or denial: the key's waiting requests
-    /// decide from it.
-    Answered,
+    /// decide from it (where the agent found it, when it said).
+    Answered(Option<AnsweredFrom>),
     /// The agent's own fail-local bucket denied (its store is down).
     AgentLocalDeny { retry_after_ns: u64 },
     /// No answer (call failed, agent unavailable, agent's fail-local grant):
@@ -58,6 +60,17 @@ struct Check {
     cost: u32,
     want: Option<u32>,
     state: State,
+    /// Where the decision was made, once decided.
+    source: DecisionSource,
+}
+
+/// One rule's decision as the decision log sees it.
+pub struct Logged<'e> {
+    pub rule: &'e Rule,
+    pub key: &'e DescriptorKey,
+    pub verdict: RuleVerdict,
+    pub outcome: Outcome,
+    pub source: DecisionSource,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -94,6 +107,7 @@ impl Evaluation {
                 cost: a.rule.cost.get(),
                 want: None,
                 state: State::Miss,
+                source: DecisionSource::FailurePolicy,
             })
             .collect();
         Ok((!checks.is_empty()).then_some(Self {
@@ -135,6 +149,7 @@ impl Evaluation {
             c.want = want;
             c.state = match local.unwrap_or(LocalCheck::Miss { in_flight: false }) {
                 LocalCheck::Denied { retry_after_ns } => {
+                    c.source = DecisionSource::DenialCache;
                     decided(RuleVerdict::Deny { retry_after_ns })
                 }
                 LocalCheck::Taken {
@@ -156,6 +171,7 @@ impl Evaluation {
                             exact,
                         });
                     }
+                    c.source = DecisionSource::FilterLease;
                     decided(RuleVerdict::Allow {
                         remaining,
                         reset_ns,
@@ -261,8 +277,14 @@ impl Evaluation {
             .filter(|i| self.checks[*i].fingerprint == fingerprint)
             .collect();
         for i in misses {
+            let mut source = DecisionSource::FailurePolicy;
             let state = match result {
-                KeyResult::Answered => {
+                KeyResult::Answered(from) => {
+                    source = match from {
+                        Some(AnsweredFrom::Pool) => DecisionSource::AgentPool,
+                        Some(AnsweredFrom::Store) => DecisionSource::Store,
+                        None => DecisionSource::Agent,
+                    };
                     let c = &self.checks[i];
                     let local = slots::update(host, c.fingerprint, cfg.slots, |s| {
                         s.take_answered(now, c.cost)
@@ -285,12 +307,24 @@ impl Evaluation {
                         Some(LocalCheck::Miss { .. }) => State::Miss,
                     }
                 }
-                KeyResult::AgentLocalDeny { retry_after_ns } => State::Decided {
-                    verdict: RuleVerdict::Deny { retry_after_ns },
-                    failure: Some(Outcome::FailedLocal),
-                },
+                KeyResult::AgentLocalDeny { retry_after_ns } => {
+                    source = DecisionSource::AgentLocal;
+                    State::Decided {
+                        verdict: RuleVerdict::Deny { retry_after_ns },
+                        failure: Some(Outcome::FailedLocal),
+                    }
+                }
                 KeyResult::Failed => self.failure_state(host, cfg, i, now),
             };
+            if let State::Decided { failure, .. } = state {
+                // A grant with no slot to hold it is the failure policy's.
+                self.checks[i].source = match failure {
+                    Some(_) if source != DecisionSource::AgentLocal => {
+                        DecisionSource::FailurePolicy
+                    }
+                    _ => source,
+                };
+            }
             self.checks[i].state = state;
         }
     }
@@ -302,6 +336,7 @@ impl Evaluation {
         let misses: Vec<usize> = self.misses().collect();
         for i in misses {
             self.checks[i].state = self.failure_state(host, cfg, i, now);
+            self.checks[i].source = DecisionSource::FailurePolicy;
         }
     }
 
@@ -329,6 +364,36 @@ impl Evaluation {
                 State::Miss | State::Skipped => None,
             })
             .collect()
+    }
+
+    /// Each decided rule's decision, its key and where it was made, for the
+    /// decision log.
+    pub fn logged(&self) -> impl Iterator<Item = Logged<'_>> + '_ {
+        self.checks.iter().filter_map(|c| match c.state {
+            State::Decided { verdict, failure } => {
+                let rule = &self.rules.rules()[c.rule];
+                let result = RuleResult {
+                    rule: &rule.name,
+                    mode: rule.mode,
+                    limit: c.limit,
+                    verdict,
+                    failure,
+                };
+                Some(Logged {
+                    rule,
+                    key: &c.key,
+                    verdict,
+                    outcome: result.outcome(),
+                    source: c.source,
+                })
+            }
+            State::Miss | State::Skipped => None,
+        })
+    }
+
+    /// The rules version this evaluation decides by.
+    pub fn rules_version(&self) -> &str {
+        self.rules.version()
     }
 
     fn failure_state<H: Host>(&self, host: &H, cfg: &FilterConfig, i: usize, now: u64) -> State {

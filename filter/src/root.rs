@@ -8,7 +8,8 @@ use log::{debug, info, warn};
 use meshlimit_core::rules::lines::RulesLoad;
 use meshlimit_core::secret::{Secret, SECRET_ENV};
 use meshlimit_core::wire::{
-    LeaseAnswer, LeaseResponse, SyncRequest, SyncResponse, LEASE_PATH, SYNC_PATH, WIRE_VERSION,
+    LeaseAnswer, LeaseResponse, SyncRequest, SyncResponse, DECISIONS_PATH, LEASE_PATH, SYNC_PATH,
+    WIRE_VERSION,
 };
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::ContextType;
@@ -49,6 +50,10 @@ pub struct Root<H> {
     retired: Retired,
     /// When the next sync is due (the tick is faster while a load lasts).
     next_sync_ns: u64,
+    /// Decision log batches in flight, with how many records each carries.
+    declog_calls: Vec<(u32, usize)>,
+    /// `meshlimit.decision_log_dropped`: records this VM could not hand over.
+    declog_dropped: Option<u32>,
 }
 
 impl<H: Proxy + 'static> Root<H> {
@@ -70,6 +75,8 @@ impl<H: Proxy + 'static> Root<H> {
             loading: None,
             retired: Retired::default(),
             next_sync_ns: 0,
+            declog_calls: Vec::new(),
+            declog_dropped: host.define_metric(Metric::Counter, "meshlimit.decision_log_dropped"),
             host,
         }
     }
@@ -171,6 +178,48 @@ impl<H: Proxy + 'static> Root<H> {
         0
     }
 
+    /// Hands the VM's buffered decision records to the agent in batches
+    /// (`MAX_DECISION_RECORDS` a call), unless batches of the last flush are
+    /// still unanswered: then they wait for the next tick, and the buffer's
+    /// bound drops what does not fit.
+    fn flush_decisions(&mut self) {
+        if self.declog_calls.is_empty() {
+            let config = Rc::clone(&self.vm.borrow().config);
+            loop {
+                let Some(batch) = self.vm.borrow_mut().declog.take_batch(&self.filter_id) else {
+                    break;
+                };
+                let n = batch.records.len();
+                let body = serde_json::to_vec(&batch).unwrap_or_default();
+                let call = AgentCall::to_agent(
+                    &config,
+                    DECISIONS_PATH,
+                    AgentRequest::Post(&body),
+                    config.sync_timeout,
+                );
+                match self.host.dispatch(call) {
+                    Some(token) => self.declog_calls.push((token, n)),
+                    None => {
+                        self.vm.borrow_mut().declog.lost(n);
+                        break;
+                    }
+                }
+                if self.vm.borrow().declog.is_empty() {
+                    break;
+                }
+            }
+        }
+        self.count_dropped();
+    }
+
+    fn count_dropped(&mut self) {
+        let dropped = self.vm.borrow_mut().declog.take_uncounted();
+        if let (Some(id), true) = (self.declog_dropped, dropped > 0) {
+            self.host
+                .increment(id, i64::try_from(dropped).unwrap_or(i64::MAX));
+        }
+    }
+
     fn sync(&mut self) {
         let (config, version) = {
             let vm = self.vm.borrow();
@@ -209,6 +258,18 @@ impl<H: Proxy + 'static> Context for Root<H> {
         body_size: usize,
         _trailers: usize,
     ) {
+        if let Some(at) = self.declog_calls.iter().position(|(t, _)| *t == token_id) {
+            let (_, n) = self.declog_calls.swap_remove(at);
+            let (status, _) = self.host.call_response(body_size);
+            if status != Some(200) {
+                debug!(
+                    "meshlimit: decision log batch refused (status {status:?}); {n} records lost"
+                );
+                self.vm.borrow_mut().declog.lost(n);
+                self.count_dropped();
+            }
+            return;
+        }
         if self.rules_call.take_if(|t| *t == token_id).is_some() {
             let (status, body) = self.host.call_response(body_size);
             match status {
@@ -329,6 +390,7 @@ impl<H: Proxy + 'static> RootContext for Root<H> {
             let interval = self.vm.borrow().config.sync_interval;
             self.next_sync_ns = now.saturating_add(nanos(interval));
             self.sync();
+            self.flush_decisions();
         }
     }
 

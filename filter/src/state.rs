@@ -12,6 +12,7 @@ use meshlimit_core::{Limit, RequestInfo, RuleSet};
 
 use crate::config::FilterConfig;
 use crate::counts::Counts;
+use crate::declog::DecisionLog;
 use crate::flights::Flights;
 
 pub type Shared = Rc<RefCell<VmState>>;
@@ -41,6 +42,8 @@ pub struct VmState {
     pub config: Rc<FilterConfig>,
     pub rules: Option<Rc<RuleSet>>,
     pub counts: Counts,
+    /// Decision records waiting for the root context's next flush.
+    pub declog: DecisionLog,
     /// The VM's lease calls, sent by the root context; requests waiting on
     /// them are named by their context id.
     pub flights: Flights<u32>,

@@ -69,7 +69,7 @@ pub struct MemoryHost {
     interfere: RefCell<Option<Interference>>,
     plugin_configuration: RefCell<Option<Vec<u8>>>,
     env: RefCell<HashMap<String, String>>,
-    properties: RefCell<HashMap<String, String>>,
+    properties: RefCell<HashMap<String, Vec<u8>>>,
     tick_period_ms: Cell<Option<u64>>,
     metrics: RefCell<Vec<(String, i64)>>,
     queues: RefCell<Vec<(String, usize)>>,
@@ -155,9 +155,15 @@ impl MemoryHost {
 
     /// A property the host shows (`&["node", "id"]`, `&["source", "address"]`).
     pub fn set_host_property(&self, path: &[&str], value: &str) {
+        self.set_host_property_bytes(path, value.as_bytes());
+    }
+
+    /// A property the host shows as bytes (Envoy's serialized form: for
+    /// `&["metadata"]`, a protobuf `envoy.config.core.v3.Metadata`).
+    pub fn set_host_property_bytes(&self, path: &[&str], value: &[u8]) {
         self.properties
             .borrow_mut()
-            .insert(path.join("."), value.to_string());
+            .insert(path.join("\0"), value.to_vec());
     }
 
     /// Makes `context` the current one, as the proxy does before calling into it.
@@ -283,8 +289,8 @@ impl Proxy for MemoryHost {
         self.env.borrow().get(name).cloned()
     }
 
-    fn property(&self, path: &[&str]) -> Option<String> {
-        self.properties.borrow().get(&path.join(".")).cloned()
+    fn property_bytes(&self, path: &[&str]) -> Option<Vec<u8>> {
+        self.properties.borrow().get(&path.join("\0")).cloned()
     }
 
     fn set_property(&self, name: &str, value: &str) {

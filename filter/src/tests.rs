@@ -159,6 +159,7 @@ impl Vm {
             remaining: 9,
             reset_ms: 100,
             local: false,
+            from: None,
         });
         id
     }
@@ -319,6 +320,7 @@ fn a_miss_waits_for_one_lease_call_and_a_grant_lets_it_through_with_its_quota() 
         remaining: 7,
         reset_ms: 800,
         local: false,
+        from: None,
     };
     vm.answer(&call, Some(200), &lease_answer(vec![grant]));
     for id in [first, second] {
@@ -348,6 +350,7 @@ fn a_denied_miss_is_answered_429_with_when_to_retry() {
     vm.send_and_answer(LeaseAnswer::Deny {
         retry_after_ms: 2_500,
         local: false,
+        from: None,
     });
     let stream = vm.host.stream(id);
     assert_eq!(stream.resumed, 0);
@@ -448,6 +451,7 @@ fn a_limited_grpc_call_gets_a_grpc_answer() {
     vm.send_and_answer(LeaseAnswer::Deny {
         retry_after_ms: 1_000,
         local: false,
+        from: None,
     });
     let answer = vm.host.stream(id).answer;
     let Some(Answer::Grpc { status, fields, .. }) = answer else {
@@ -480,4 +484,69 @@ fn a_vm_reports_a_new_version_to_the_agent_as_soon_as_it_runs_it() {
     assert_eq!(report.path, SYNC_PATH);
     let asked: SyncRequest = serde_json::from_slice(&report.body).unwrap();
     assert_eq!(asked.rules_version, Some(next));
+}
+
+/// The dynamic metadata Envoy's jwt_authn filter leaves for a token whose
+/// payload carries `claims` (`payload_in_metadata: payload`), beside another
+/// filter's, as the proxy hands it over: a serialized protobuf Metadata.
+fn verified(vm: &Vm, claims: &[(&str, &str)]) {
+    use meshlimit_core::metadata::{encode_metadata, Field, StructBuilder, JWT_AUTHN};
+    let mut payload = StructBuilder::new();
+    for (name, value) in claims {
+        payload = payload.with(name, Field::String((*value).into()));
+    }
+    let ns = StructBuilder::new()
+        .with("payload", Field::Struct(payload))
+        .encode();
+    let other = StructBuilder::new().with("user", Field::String("eve".into()));
+    let all = encode_metadata(&[
+        ("acme.authn".to_string(), other.encode()),
+        (JWT_AUTHN.to_string(), ns),
+    ]);
+    vm.host.set_host_property_bytes(&["metadata"], &all);
+}
+
+#[test]
+fn a_verified_claim_keys_and_plans_the_rule_and_a_cluster_scopes_it() {
+    let mut vm = Vm::with_rules(serde_json::json!({"version": 1, "rules": [
+        {"name": "per-sub", "match": {"cluster": "*|reviews.shop.svc.cluster.local"},
+         "key": [{"claim": "sub"}],
+         "plans": {"claim": "plan", "default": "free", "limits": {
+             "free": {"requests": 1, "per": "1s"}, "pro": {"requests": 100, "per": "1s"}}}},
+    ]}));
+    let to_reviews = "outbound|9080||reviews.shop.svc.cluster.local";
+    vm.host
+        .set_host_property(&["xds", "cluster_name"], to_reviews);
+    let asked = |vm: &mut Vm| {
+        let (_, action) = vm.get("ignored");
+        assert_eq!(action, Action::Pause);
+        vm.turn();
+        let call = vm.only_call();
+        let asked: LeaseRequest = serde_json::from_slice(&call.body).unwrap();
+        vm.answer(&call, None, b"");
+        (asked.items[0].key.clone(), asked.items[0].plan.clone())
+    };
+    verified(&vm, &[("sub", "alice"), ("plan", "pro")]);
+    assert_eq!(
+        asked(&mut vm),
+        (DescriptorKey::new("per-sub", ["alice"]), Some("pro".into()))
+    );
+    verified(&vm, &[("sub", "bob")]);
+    assert_eq!(
+        asked(&mut vm),
+        (DescriptorKey::new("per-sub", ["bob"]), Some("free".into()))
+    );
+    // No verified `sub`: the rule does not apply, the request goes on, no call.
+    verified(&vm, &[("iss", "x")]);
+    assert_eq!(vm.get("k").1, Action::Continue);
+    assert!(vm.host.take_calls().is_empty());
+    // Another service's cluster: the rule does not apply either.
+    verified(&vm, &[("sub", "alice")]);
+    vm.host.set_host_property(
+        &["xds", "cluster_name"],
+        "outbound|9080||ratings.shop.svc.cluster.local",
+    );
+    assert_eq!(vm.get("k").1, Action::Continue);
+    vm.turn();
+    assert!(vm.host.take_calls().is_empty());
 }

@@ -104,6 +104,7 @@ fn named(caller: &RequestInfo) -> Result<Option<RequestInfo>, RequestError> {
     let mut req = RequestInfo::new(path.as_bytes(), &method, caller.headers.clone());
     req.client_ip.clone_from(&caller.client_ip);
     req.route.clone_from(&caller.route);
+    req.metadata.clone_from(&caller.metadata);
     Ok(Some(req))
 }
 

@@ -43,8 +43,11 @@ pub fn simulate(plan: &Plan, stack: &Stack, show_progress: bool) -> Result<Recor
 async fn drive(plan: &Plan, stack: &Stack, show_progress: bool) -> Result<Recorded, SimError> {
     let s = &plan.scenario;
     let keys = Rc::new(Keys::new(&s.traffic.key_header, s.traffic.keys));
-    let rec = Rc::new(Recorder::new(judges(plan, &keys)));
     let epoch = Instant::now();
+    let unix_at_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(0));
+    let rec = Rc::new(Recorder::new(judges(plan, &keys, unix_at_epoch)));
     let gateways = gateways(plan, stack, &keys, &rec, epoch)?;
     let started = tokio::time::Instant::from_std(epoch);
     let mut progress = Progress::new(plan, stack, show_progress);
@@ -104,15 +107,16 @@ fn race(plan: &Plan, gateways: &[Rc<Gateway>]) {
     }
 }
 
-/// Each key's judge: the limit and cost of the strictest rule that applies.
-fn judges(plan: &Plan, keys: &Keys) -> Vec<Option<Judge>> {
+/// Each key's judge: the limit and cost of the strictest rule that applies, its
+/// clock's zero at `unix_at_epoch` (windows are aligned to the Unix epoch).
+fn judges(plan: &Plan, keys: &Keys, unix_at_epoch: u64) -> Vec<Option<Judge>> {
     (0..keys.len())
         .map(|k| {
             let info = keys.request(u32::try_from(k).unwrap_or(u32::MAX));
             let applicable = plan.rules.applicable(&info).unwrap_or_default();
             applicable
                 .first()
-                .map(|a| Judge::new(a.limit, a.rule.cost.get()))
+                .map(|a| Judge::new(a.limit, a.rule.cost.get()).aligned(unix_at_epoch))
         })
         .collect()
 }

@@ -102,3 +102,13 @@ fn the_race_on_a_leased_rule_admits_exactly_one() {
     assert_targets(&r);
     assert_eq!(r.figures.totals.requests, 1_000);
 }
+
+#[test]
+fn a_leased_fixed_window_at_three_times_its_limit_admits_its_windows() {
+    assert_targets(&run_short("fixed-window"));
+}
+
+#[test]
+fn a_leased_sliding_window_admits_within_the_approximations_error_of_the_log() {
+    assert_targets(&run_short("sliding-window"));
+}

@@ -14,6 +14,7 @@
 
 mod agent;
 mod envoy;
+mod fleet;
 mod http;
 mod load;
 mod metrics;
@@ -29,6 +30,9 @@ use std::path::PathBuf;
 
 pub use agent::{Agent, AgentOptions};
 pub use envoy::{render_envoy_config, Envoy, EnvoyConfig, EnvoyPorts};
+pub use fleet::{
+    fleet_override_gauge, run_override, within, within_by, FILTERS_WITHIN, FLEET_WITHIN,
+};
 pub use http::{get, post, raw_status, request, try_request, Response};
 pub use load::{count_between, latency_quantile, Load, Sample};
 pub use metrics::{label, sample};
@@ -53,6 +57,17 @@ rules:
     limit: { requests: 2, per: 1h }
     accuracy: exact
 "#;
+
+/// Rules for tests that need a key limited after one request: `strict`, one
+/// per hour per `x-api-key`, checked exactly at the store.
+pub const STRICT_ONE_PER_HOUR: &str = r"
+version: 1
+rules:
+  - name: strict
+    key: [{ header: x-api-key }]
+    limit: { requests: 1, per: 1h }
+    accuracy: exact
+";
 
 /// The `authorization` header value the node's filters send to the agent, for
 /// tests that call the filter API themselves.

@@ -8,56 +8,15 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use meshlimit_tests::{agent_bin, sample, Agent, AgentOptions, RedisServer, Resp, Stack};
+use meshlimit_tests::{
+    agent_bin, fleet_override_gauge, run_override, within, Agent, AgentOptions, RedisServer, Resp,
+    Stack, STRICT_ONE_PER_HOUR,
+};
 
-const RULES: &str = r"
-version: 1
-rules:
-  - name: strict
-    key: [{ header: x-api-key }]
-    limit: { requests: 1, per: 1h }
-    accuracy: exact
-";
-
-/// The bound the override promises: every agent, and the filters behind it.
-const WITHIN: Duration = Duration::from_secs(2);
+const RULES: &str = STRICT_ONE_PER_HOUR;
 
 fn override_gauge(agent: &Agent) -> Option<f64> {
-    sample(
-        &agent.metrics(),
-        "meshlimit_fleet_override",
-        &[("mode", "shadow")],
-    )
-}
-
-/// Runs `meshlimit-agent override ARGS --store URL`, asserting exit 0.
-fn run_override(args: &[&str], store: &str) -> String {
-    let out = Command::new(agent_bin())
-        .arg("override")
-        .args(args)
-        .args(["--store", store])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "override {args:?}: {}\n{stdout}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
-/// Polls `done` until it holds, up to [`WITHIN`] after `since`; answers how long
-/// it took.
-fn within(since: Instant, what: &str, mut done: impl FnMut() -> bool) -> Duration {
-    loop {
-        if done() {
-            return since.elapsed();
-        }
-        assert!(since.elapsed() <= WITHIN, "{what}: not within {WITHIN:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    fleet_override_gauge(agent, "shadow")
 }
 
 #[test]

@@ -2,13 +2,15 @@
 //! a response, so tests call it directly, without a socket (the server module only
 //! feeds it connections).
 //!
-//! Routes: `POST /v1/lease`, `POST /v1/sync`, `GET /v1/rules`, `GET /metrics`,
-//! `GET /healthz`, `GET /readyz`. Every refusal is an [`ApiError`] with its status,
+//! Routes: `POST /v1/lease`, `POST /v1/sync`, `GET /v1/rules`,
+//! `POST /v1/decisions`, `GET /v1/explain`, `GET /v1/hot` (all behind the filter
+//! API's credentials), `GET /metrics`, `GET /healthz`, `GET /readyz`. Every refusal is an [`ApiError`] with its status,
 //! an `ErrorBody`, and (for the caller's mistakes) a count in
 //! `meshlimit_bad_requests_total{reason}`.
 
 mod auth;
 mod error;
+mod explain;
 mod lease;
 mod probes;
 mod rules;
@@ -30,10 +32,16 @@ use serde::{Deserialize, Serialize};
 pub use auth::Auth;
 pub(crate) use error::ApiError;
 
+use crate::decision_log::DecisionLog;
 use crate::leases::{LeaseService, LeaseSettings};
 use crate::metrics::Metrics;
 use crate::rules_watch::CurrentRules;
 use crate::store::Store;
+
+/// One key now: its bucket, the node pool's share, its recent decisions.
+pub const EXPLAIN_PATH: &str = "/v1/explain";
+/// A rule's hottest keys on this node.
+pub const HOT_PATH: &str = "/v1/hot";
 
 /// The response type of every route.
 pub(crate) type ApiResponse = Response<Full<Bytes>>;
@@ -49,6 +57,7 @@ struct AppState {
     metrics: Arc<Metrics>,
     leases: Arc<LeaseService>,
     auth: Auth,
+    declog: Arc<DecisionLog>,
 }
 
 impl App {
@@ -59,6 +68,20 @@ impl App {
         settings: LeaseSettings,
         auth: Auth,
     ) -> App {
+        // Kept in memory only (explain, hot keys); written nowhere.
+        let declog = DecisionLog::in_memory(metrics.clone());
+        Self::with_decision_log(rules, store, metrics, settings, auth, declog)
+    }
+
+    /// [`App::new`] writing the filters' decision records to `declog`.
+    pub fn with_decision_log(
+        rules: Arc<CurrentRules>,
+        store: Arc<dyn Store>,
+        metrics: Arc<Metrics>,
+        settings: LeaseSettings,
+        auth: Auth,
+        declog: Arc<DecisionLog>,
+    ) -> App {
         let leases = LeaseService::new(rules.clone(), store.clone(), metrics.clone(), settings);
         App {
             inner: Arc::new(AppState {
@@ -66,6 +89,7 @@ impl App {
                 metrics,
                 leases,
                 auth,
+                declog,
             }),
         }
     }
@@ -144,6 +168,21 @@ impl App {
                 allow(&parts, &[Method::GET, Method::HEAD])?;
                 self.inner.auth.check(&parts)?;
                 rules::handle(self, &parts)
+            }
+            wire::DECISIONS_PATH => {
+                allow(&parts, &[Method::POST])?;
+                self.inner.auth.check(&parts)?;
+                explain::decisions(self, decode(&read_body(&parts, body).await?)?)
+            }
+            EXPLAIN_PATH => {
+                allow(&parts, &[Method::GET])?;
+                self.inner.auth.check(&parts)?;
+                explain::explain(self, &parts).await
+            }
+            HOT_PATH => {
+                allow(&parts, &[Method::GET])?;
+                self.inner.auth.check(&parts)?;
+                explain::hot(self, &parts)
             }
             "/metrics" => {
                 allow(&parts, &[Method::GET, Method::HEAD])?;

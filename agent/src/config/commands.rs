@@ -55,12 +55,50 @@ pub struct ExplainArgs {
     /// The client IP the filter would key `client_ip` on.
     #[arg(long, value_name = "IP")]
     pub(crate) client_ip: Option<String>,
-    /// The Envoy route name, for rules keyed on `route`.
+    /// The Envoy route name, for rules keyed on `route` or with `match.route`.
     #[arg(long, value_name = "NAME")]
     pub(crate) route: Option<String>,
+    /// The upstream cluster's name, for rules with `match.cluster`.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) cluster: Option<String>,
+    /// A claim of the verified JWT, `NAME=VALUE`, for `claim:` key parts and
+    /// plans (as Envoy's jwt_authn filter with `payload_in_metadata: payload`
+    /// hands it over); repeatable.
+    #[arg(long = "claim", value_name = "NAME=VALUE", value_parser = parse_claim)]
+    pub(crate) claims: Vec<(String, String)>,
+    /// A dynamic metadata value, `FILTER:FIELD.FIELD=VALUE`
+    /// (`envoy.filters.http.jwt_authn:payload.sub=alice`), for `metadata:` key
+    /// parts and plans; repeatable.
+    #[arg(long = "metadata", value_name = "FILTER:PATH=VALUE", value_parser = parse_metadata)]
+    pub(crate) metadata: Vec<(meshlimit_core::metadata::MetadataPath, String)>,
     /// `text` for people, `json` for scripts.
     #[arg(long, value_enum, default_value_t = CheckFormat::Text)]
     pub format: CheckFormat,
+}
+
+/// `--claim NAME=VALUE`.
+fn parse_claim(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_string(), value.to_string())),
+        _ => Err(format!("`{text}` is not NAME=VALUE (e.g. sub=alice)")),
+    }
+}
+
+/// `--metadata FILTER:FIELD.FIELD=VALUE`.
+fn parse_metadata(text: &str) -> Result<(meshlimit_core::metadata::MetadataPath, String), String> {
+    let bad = || {
+        format!(
+            "`{text}` is not FILTER:FIELD.FIELD=VALUE (e.g. envoy.filters.http.jwt_authn:payload.sub=alice)"
+        )
+    };
+    let (at, value) = text.split_once('=').ok_or_else(bad)?;
+    let (filter, path) = at.split_once(':').ok_or_else(bad)?;
+    let path = meshlimit_core::metadata::MetadataPath {
+        filter: filter.to_string(),
+        path: path.split('.').map(str::to_string).collect(),
+    };
+    path.check().map_err(|e| format!("{}: {e}", bad()))?;
+    Ok((path, value.to_string()))
 }
 
 #[derive(Debug, Clone, Args)]
@@ -69,11 +107,12 @@ pub struct ImportArgs {
     #[arg(long, value_enum)]
     pub(crate) from: ImportFormat,
     /// What a descriptor key stands for: `KEY=TARGET` (client_ip, method, path,
-    /// authority, route, header:NAME, query:NAME), e.g. `user=header:x-user-id`;
+    /// authority, route, cluster, header:NAME, query:NAME, claim:NAME), e.g.
+    /// `user=header:x-user-id`;
     /// or what one constant value stands for: `KEY:VALUE=CONDITION` (path:/P,
     /// path_prefix:/P, method:M, authority:HOST, header:NAME, header:NAME=VALUE,
     /// any), e.g. `generic_key:slow=path_prefix:/reports/`. `remote_address`
-    /// is client_ip unless mapped. Repeatable.
+    /// is client_ip and `destination_cluster` cluster unless mapped. Repeatable.
     #[arg(long = "map", value_name = "MAPPING")]
     pub(crate) map: Vec<String>,
     /// Write the rules here instead of standard output.
@@ -135,11 +174,20 @@ pub struct KeyIdArgs {
 }
 
 #[derive(Debug, Clone, Args)]
+pub struct TokenArgs {
+    #[command(flatten)]
+    pub secret: SecretArgs,
+}
+
+#[derive(Debug, Clone, Args)]
 pub struct OverrideArgs {
-    /// `shadow`: every rule in shadow on every agent of the store. `clear`: the
-    /// rules file's modes again.
+    /// What to do on every agent of the store (see the actions).
     #[arg(value_enum)]
     pub action: OverrideAction,
+    /// With `pin`: the rules version to serve, instead of the one the region
+    /// served before the current one.
+    #[arg(long, value_name = "VERSION")]
+    pub rules_version: Option<String>,
     /// The store the region's agents share, as their --store: redis://HOST:PORT,
     /// redis+cluster://HOST:PORT,… (rediss… for TLS, trusting the system's roots).
     #[arg(long, value_parser = StoreSpec::parse)]
@@ -161,24 +209,30 @@ pub struct OverrideArgs {
 pub enum OverrideAction {
     /// Every rule in shadow: counted, never refused.
     Shadow,
-    /// The rules file's modes again.
+    /// Serve the rules version the region ran before the current one (an agent
+    /// that no longer has it serves every rule in shadow).
+    Pin,
+    /// Undo `shadow` or `pin`: the rules file's set again.
     Clear,
+    /// End the running trial of a rules change now: its new and tightened
+    /// rules enforce as written.
+    EndTrial,
+    /// Keep the running trial on past its period, until `end-trial`.
+    HoldTrial,
 }
 
 impl OverrideArgs {
-    /// The override to store, set at `now` (Unix seconds); `None` clears it.
-    pub(crate) fn state(&self, now: u64) -> Option<Override> {
-        match self.action {
-            OverrideAction::Clear => None,
-            OverrideAction::Shadow => Some(Override {
-                mode: OverrideMode::Shadow,
-                set_by: self
-                    .reason
-                    .clone()
-                    .or_else(|| std::env::var("USER").ok())
-                    .unwrap_or_else(|| "unknown".into()),
-                at: now,
-            }),
+    /// The override `mode` to store (pinning `version`), set at `now` (Unix seconds).
+    pub(crate) fn state(&self, mode: OverrideMode, version: Option<String>, now: u64) -> Override {
+        Override {
+            mode,
+            set_by: self
+                .reason
+                .clone()
+                .or_else(|| std::env::var("USER").ok())
+                .unwrap_or_else(|| "unknown".into()),
+            at: now,
+            version,
         }
     }
 

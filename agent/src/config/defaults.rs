@@ -50,3 +50,7 @@ pub(crate) const HEADER_TIMEOUT_MS: u64 = 5_000;
 pub(crate) fn max_keys() -> usize {
     usize::try_from(MAX_KEYS).unwrap_or(usize::MAX)
 }
+/// `--decision-log-max-bytes`: 100 MiB a file.
+pub(crate) const DECISION_LOG_MAX_BYTES: u64 = 100 * 1024 * 1024;
+/// `--decision-log-files`: the current file and four rotated ones.
+pub(crate) const DECISION_LOG_FILES: u32 = 5;

@@ -26,6 +26,19 @@ impl RunArgs {
         Duration::from_micros(self.batch_window_us)
     }
 
+    /// Where the decision log goes (`--decision-log` and its file flags).
+    pub(crate) fn decision_log(&self) -> Option<crate::decision_log::Target> {
+        use crate::decision_log::Target;
+        self.decision_log.as_deref().map(|to| match to {
+            "stdout" | "-" => Target::Stdout,
+            path => Target::Files {
+                path: path.into(),
+                max_bytes: self.decision_log_max_bytes,
+                files: self.decision_log_files,
+            },
+        })
+    }
+
     pub(crate) fn rules_poll(&self) -> Duration {
         Duration::from_millis(self.rules_poll_ms)
     }

@@ -2,6 +2,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
 use meshlimit_core::rules::parse_rules;
+use meshlimit_core::rules::trial::TrialPlan;
+
+use crate::trial::{StoredTrial, TrialAction};
 
 use super::*;
 use crate::metrics::sample;
@@ -33,6 +36,7 @@ fn on(by: &str) -> Option<Override> {
         mode: OverrideMode::Shadow,
         set_by: by.into(),
         at: 1_700_000_000,
+        version: None,
     })
 }
 
@@ -168,6 +172,23 @@ impl Store for FlakyStore {
     }
     async fn set_fleet_override(&self, state: Option<Override>) -> Result<(), StoreError> {
         self.inner.set_fleet_override(state).await
+    }
+    async fn trial(
+        &self,
+        version: &str,
+        start: Option<(&TrialPlan, u64)>,
+        with_plan: bool,
+    ) -> Result<Option<StoredTrial>, StoreError> {
+        self.inner.trial(version, start, with_plan).await
+    }
+    async fn control_trial(&self, action: TrialAction) -> Result<Option<String>, StoreError> {
+        self.inner.control_trial(action).await
+    }
+    async fn record_versions(&self, current: &str, previous: &str) -> Result<(), StoreError> {
+        self.inner.record_versions(current, previous).await
+    }
+    async fn previous_version(&self) -> Result<Option<String>, StoreError> {
+        self.inner.previous_version().await
     }
 }
 

@@ -13,6 +13,11 @@ pub(crate) enum Target {
     Route,
     Header(String),
     Query(String),
+    /// A verified JWT's claim (`claim: NAME`).
+    Claim(String),
+    /// The upstream cluster (Envoy's `destination_cluster` action): a value
+    /// is a `match.cluster`; meshlimit does not key on it.
+    Cluster,
 }
 
 /// What one constant descriptor value (`generic_key`, `header_match`) stands
@@ -37,10 +42,13 @@ pub(crate) struct Mapping {
 }
 
 impl Mapping {
-    /// The defaults (`remote_address` is the client IP), then each `--map`.
+    /// The defaults (`remote_address` is the client IP, `destination_cluster`
+    /// the upstream cluster, as Envoy's actions of those names fill them),
+    /// then each `--map`.
     pub(crate) fn from_options(options: &[String]) -> Result<Self, String> {
         let mut m = Mapping::default();
         m.keys.insert("remote_address".into(), Target::ClientIp);
+        m.keys.insert("destination_cluster".into(), Target::Cluster);
         for option in options {
             m.add(option)?;
         }
@@ -51,7 +59,7 @@ impl Mapping {
         let usage = || {
             format!(
                 "--map `{option}`: write KEY=TARGET (TARGET: client_ip, method, path, authority, \
-                 route, header:NAME, query:NAME) or KEY:VALUE=CONDITION (CONDITION: path:/P, \
+                 route, cluster, header:NAME, query:NAME, claim:NAME) or KEY:VALUE=CONDITION (CONDITION: path:/P, \
                  path_prefix:/P, method:M, authority:HOST, header:NAME, header:NAME=VALUE, any)"
             )
         };
@@ -65,12 +73,14 @@ impl Mapping {
                         "path" => Target::Path,
                         "authority" => Target::Authority,
                         "route" => Target::Route,
+                        "cluster" => Target::Cluster,
                         _ => return Err(usage()),
                     },
                     Some(("header", name)) if !name.is_empty() => {
                         Target::Header(name.to_ascii_lowercase())
                     }
                     Some(("query", name)) if !name.is_empty() => Target::Query(name.to_string()),
+                    Some(("claim", name)) if !name.is_empty() => Target::Claim(name.to_string()),
                     Some(_) => return Err(usage()),
                 };
                 self.keys.insert(lhs.to_string(), target);

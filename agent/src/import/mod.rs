@@ -138,11 +138,14 @@ pub(crate) fn convert(format: ImportFormat, file: &str, text: &str, mapping: &Ma
         ImportFormat::EnvoyRatelimit => envoy::read(text, &mut report),
         ImportFormat::Limitador => limitador::read(text, &mut report),
     };
-    if !drafts.is_empty() {
+    // Both peers count fixed windows: every rule is `algorithm: fixed_window`
+    // (`rule_of`). envoyproxy/ratelimit aligns its windows to the clock, as
+    // meshlimit does; Limitador starts a key's window at its first request.
+    if !drafts.is_empty() && format == ImportFormat::Limitador {
         report.note(
-            "the peer counts fixed windows (up to twice the limit across a window's end); \
-             meshlimit's token bucket admits `requests` at once (the burst) and refills them \
-             evenly over `per`",
+            "Limitador starts a counter's window at its first request; meshlimit's \
+             `fixed_window` windows are aligned to the clock (a `1m` window is a calendar \
+             minute), so a window may end sooner than Limitador's would",
         );
     }
     let mut names = BTreeSet::new();

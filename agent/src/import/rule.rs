@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use meshlimit_core::rules::config::{
-    HeaderMatchConfig, KeyPartConfig, MatchConfig, Mode, RuleConfig, RulesConfig,
+    Algorithm, HeaderMatchConfig, KeyPartConfig, MatchConfig, Mode, RuleConfig, RulesConfig,
 };
 use meshlimit_core::rules::{RuleSet, MAX_RULE_NAME, SCHEMA_VERSION};
 
@@ -36,13 +36,25 @@ pub(super) fn rule_of(
             .and_then(|v| mapping.values.get(&(e.key.clone(), v.clone())));
         match (&e.value, by_value, mapping.keys.get(&e.key)) {
             (_, Some(c), _) => b.condition(c, &e.at, &value_field, report),
-            (None, None, Some(target)) => b.key.push(key_part(target)),
+            (None, None, Some(target)) => match key_part(target) {
+                Some(part) => b.key.push(part),
+                None => report.refuse(
+                    &e.at,
+                    &e.field,
+                    format!(
+                        "descriptor key `{}` (the upstream cluster) has no value: meshlimit scopes \
+                         a rule to a cluster (`match.cluster`) but does not key on it",
+                        e.key
+                    ),
+                ),
+            },
             (None, None, None) => report.refuse(
                 &e.at,
                 &e.field,
                 format!(
                     "descriptor key `{}` names no request part: say which with --map {}=TARGET \
-                     (client_ip, method, path, authority, route, header:NAME, query:NAME)",
+                     (client_ip, method, path, authority, route, cluster, header:NAME, query:NAME, \
+                     claim:NAME)",
                     e.key, e.key
                 ),
             ),
@@ -88,8 +100,12 @@ pub(super) fn rule_of(
         on_failure: None,
         accuracy: None,
         scope: None,
+        // Both peers count fixed windows.
+        algorithm: Some(Algorithm::FixedWindow),
         owner: None,
         expires: None,
+        log_sample: None,
+        log_key: None,
     };
     // What the peer wrote may still be no valid rule (a method `G3T`, a host
     // with a port): refused here, at the peer's entry, not in the output.
@@ -114,8 +130,9 @@ pub(super) fn rule_of(
     }
 }
 
-fn key_part(t: &Target) -> KeyPartConfig {
-    match t {
+/// The key part a target is, if meshlimit keys on it.
+fn key_part(t: &Target) -> Option<KeyPartConfig> {
+    Some(match t {
         Target::ClientIp => KeyPartConfig::ClientIp,
         Target::Method => KeyPartConfig::Method,
         Target::Path => KeyPartConfig::Path,
@@ -123,7 +140,11 @@ fn key_part(t: &Target) -> KeyPartConfig {
         Target::Route => KeyPartConfig::Route,
         Target::Header(h) => KeyPartConfig::Header(h.clone()),
         Target::Query(q) => KeyPartConfig::Query(q.clone()),
-    }
+        Target::Claim(c) => {
+            KeyPartConfig::Metadata(meshlimit_core::metadata::MetadataPath::claim(c))
+        }
+        Target::Cluster => return None,
+    })
 }
 
 impl Builder {
@@ -169,20 +190,23 @@ impl Builder {
             Target::Method => self.set_method(v, at, field, report),
             Target::Path => self.set_path(Some(v), None, at, field, report),
             Target::Authority => self.set_authority(v, at, field, report),
-            Target::ClientIp | Target::Route | Target::Query(_) => report.refuse(
-                at,
-                field,
-                format!(
+            Target::Cluster => self.set_cluster(v, at, field, report),
+            Target::ClientIp | Target::Route | Target::Query(_) | Target::Claim(_) => report
+                .refuse(
+                    at,
+                    field,
+                    format!(
                     "meshlimit cannot match a request on a value of its {} (`{v}`): only headers, \
-                     method, path and host are conditions",
+                     method, path, host and cluster are conditions",
                     match target {
                         Target::ClientIp => "client IP".to_string(),
                         Target::Route => "route".to_string(),
                         Target::Query(q) => format!("query parameter `{q}`"),
+                        Target::Claim(c) => format!("JWT claim `{c}`"),
                         _ => String::new(),
                     }
                 ),
-            ),
+                ),
         }
     }
 
@@ -263,6 +287,14 @@ impl Builder {
         if exact.is_some() {
             self.constant = Some(KeyPartConfig::Path);
         }
+    }
+
+    fn set_cluster(&mut self, c: &str, at: &str, field: &str, report: &mut Report<'_>) {
+        if self.matches.cluster.is_some() {
+            report.refuse(at, field, "a second cluster condition");
+            return;
+        }
+        self.matches.cluster = Some(c.to_string());
     }
 
     fn set_authority(&mut self, h: &str, at: &str, field: &str, report: &mut Report<'_>) {

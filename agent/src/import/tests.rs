@@ -182,10 +182,10 @@ descriptors:
         [
             "rl.yaml: descriptors[0]: field key: descriptor key `tenant` names no request part: \
              say which with --map tenant=TARGET (client_ip, method, path, authority, route, \
-             header:NAME, query:NAME)",
+             cluster, header:NAME, query:NAME, claim:NAME)",
             "rl.yaml: descriptors[0].descriptors[0]: field key: descriptor key `user` names no \
              request part: say which with --map user=TARGET (client_ip, method, path, authority, \
-             route, header:NAME, query:NAME)",
+             route, cluster, header:NAME, query:NAME, claim:NAME)",
         ]
     );
 }
@@ -232,4 +232,46 @@ descriptors:
         e[0].starts_with("rl.yaml: descriptors[0].descriptors[0]: gives rule field `match.authority`: `api.example.com:8443` is not a host"),
         "{e:?}"
     );
+}
+
+#[test]
+fn a_claim_is_a_key_part_and_the_destination_cluster_a_condition() {
+    let text = "domain: d
+descriptors:
+  - key: destination_cluster
+    value: \"outbound|9080||reviews.shop.svc.cluster.local\"
+    descriptors:
+      - key: user
+        rate_limit: { unit: minute, requests_per_unit: 100 }
+  - key: destination_cluster
+    rate_limit: { unit: minute, requests_per_unit: 100 }
+  - key: user
+    value: alice
+    rate_limit: { unit: minute, requests_per_unit: 5 }
+";
+    let i = envoy(text, &["user=claim:sub"]);
+    let r = &i.rules[0];
+    assert_eq!(
+        r.key,
+        [KeyPartConfig::Metadata(
+            meshlimit_core::metadata::MetadataPath::claim("sub")
+        )]
+    );
+    assert_eq!(
+        r.matches.as_ref().unwrap().cluster.as_deref(),
+        Some("outbound|9080||reviews.shop.svc.cluster.local")
+    );
+    assert_eq!(i.rules.len(), 1);
+    let e = errors(&i);
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(
+        e[0].contains("descriptor key `destination_cluster` (the upstream cluster) has no value"),
+        "{e:?}"
+    );
+    assert!(
+        e[1].contains("on a value of its JWT claim `sub` (`alice`)"),
+        "{e:?}"
+    );
+    let text = render(&i, "envoy-ratelimit `rl.yaml`").unwrap();
+    assert!(text.contains("claim: sub"), "{text}");
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use meshlimit_core::rules::FailurePolicy;
-use meshlimit_core::wire::{LeaseAnswer, LeaseRequest};
+use meshlimit_core::wire::{AnsweredFrom, LeaseAnswer, LeaseRequest};
 use meshlimit_core::{DescriptorKey, Limit, Take, NANOS_PER_MS};
 
 use crate::fail_local::FailLocal;
@@ -83,7 +83,9 @@ impl LeaseService {
                         reset_ns,
                         refill,
                     } => {
-                        answers[index] = Some(self.grant(&rule.name, tokens, remaining, reset_ns));
+                        answers[index] = Some(from_pool(
+                            self.grant(&rule.name, tokens, remaining, reset_ns),
+                        ));
                         if refill {
                             self.refill(rule, &limit, share, &item.key);
                         }
@@ -100,7 +102,8 @@ impl LeaseService {
                     }
                     PoolTake::Denied { retry_after_ns } => {
                         self.metrics.pool_denied();
-                        answers[index] = Some(self.deny(&rule.name, &item.key, retry_after_ns));
+                        answers[index] =
+                            Some(from_pool(self.deny(&rule.name, &item.key, retry_after_ns)));
                         continue;
                     }
                     PoolTake::Miss {
@@ -262,10 +265,12 @@ impl LeaseService {
                         remaining: 0,
                         reset_ms: 0,
                         local: true,
+                        from: None,
                     },
                     Take::Denied { retry_after_ns } => LeaseAnswer::Deny {
                         retry_after_ms: retry_after_ns.div_ceil(NANOS_PER_MS),
                         local: true,
+                        from: None,
                     },
                 }
             }
@@ -286,6 +291,7 @@ impl LeaseService {
             remaining,
             reset_ms: reset_ns.div_ceil(NANOS_PER_MS),
             local: false,
+            from: Some(AnsweredFrom::Store),
         }
     }
 
@@ -294,6 +300,7 @@ impl LeaseService {
         LeaseAnswer::Deny {
             retry_after_ms: retry_after_ns.div_ceil(NANOS_PER_MS),
             local: false,
+            from: Some(AnsweredFrom::Store),
         }
     }
 
@@ -302,5 +309,36 @@ impl LeaseService {
         LeaseAnswer::Unavailable {
             reason: reason.to_string(),
         }
+    }
+}
+
+/// The same answer, found in the node pool rather than by a store call.
+fn from_pool(answer: LeaseAnswer) -> LeaseAnswer {
+    match answer {
+        LeaseAnswer::Grant {
+            tokens,
+            ttl_ms,
+            remaining,
+            reset_ms,
+            local,
+            ..
+        } => LeaseAnswer::Grant {
+            tokens,
+            ttl_ms,
+            remaining,
+            reset_ms,
+            local,
+            from: Some(AnsweredFrom::Pool),
+        },
+        LeaseAnswer::Deny {
+            retry_after_ms,
+            local,
+            ..
+        } => LeaseAnswer::Deny {
+            retry_after_ms,
+            local,
+            from: Some(AnsweredFrom::Pool),
+        },
+        other => other,
     }
 }

@@ -1,7 +1,7 @@
 //! Settling a store answer into the node pool: what a grant leaves pooled,
 //! how long a denial or a spent pool is held before the store is asked again.
 
-use meshlimit_core::Take;
+use meshlimit_core::{Algorithm, Take};
 
 use crate::pool::StoreGrant;
 use crate::store::Acquire;
@@ -35,7 +35,7 @@ impl LeaseService {
                 reset_ns,
             } => {
                 let ttl = u64::try_from(self.settings.ttl.as_nanos()).unwrap_or(u64::MAX);
-                let hold = self.hold_ns(lease, remaining, acquire);
+                let hold = self.hold_ns(lease, remaining, reset_ns, acquire);
                 let grant = StoreGrant {
                     tokens,
                     remaining,
@@ -69,13 +69,31 @@ impl LeaseService {
     }
 
     /// After a grant that left the store fewer than a lease: the time until a
-    /// lease's worth has refilled; the pool asks the store no sooner.
-    pub(super) fn hold_ns(&self, lease: u32, remaining: u32, acquire: &Acquire) -> u64 {
-        self.refill_ns(lease.saturating_sub(remaining), acquire)
+    /// lease's worth has refilled; the pool asks the store no sooner. A fixed
+    /// window gives nothing back before it ends (`reset_ns`, its end), and
+    /// everything then; a sliding window frees counts as the previous window
+    /// slides out, at about the limit's rate, like a bucket.
+    pub(super) fn hold_ns(
+        &self,
+        lease: u32,
+        remaining: u32,
+        reset_ns: u64,
+        acquire: &Acquire,
+    ) -> u64 {
+        match (acquire.limit.algorithm(), remaining < lease) {
+            (_, false) => 0,
+            (Algorithm::FixedWindow, true) => reset_ns,
+            _ => self.refill_ns(lease - remaining, acquire),
+        }
     }
 
-    /// After a denial: its wait, plus the time a lease's worth takes to refill.
+    /// After a denial: its wait, plus the time a lease's worth takes to refill
+    /// (for a fixed window, its wait alone: the window's end, when the whole
+    /// limit is back).
     pub(super) fn denial_hold_ns(&self, lease: u32, retry_after_ns: u64, acquire: &Acquire) -> u64 {
+        if acquire.limit.algorithm() == Algorithm::FixedWindow {
+            return retry_after_ns;
+        }
         retry_after_ns.saturating_add(self.refill_ns(lease.saturating_sub(acquire.min), acquire))
     }
 }

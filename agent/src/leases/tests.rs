@@ -2,7 +2,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use meshlimit_core::rules::parse_rules;
-use meshlimit_core::wire::LeaseItem;
+use meshlimit_core::wire::{AnsweredFrom, LeaseItem};
 use meshlimit_core::{DescriptorKey, Take};
 
 use crate::store::{Acquire, Acquired, StoreError};
@@ -140,6 +140,30 @@ impl Store for FakeStore {
         _: Option<crate::fleet_override::Override>,
     ) -> Result<(), StoreError> {
         Ok(())
+    }
+
+    async fn trial(
+        &self,
+        _: &str,
+        _: Option<(&meshlimit_core::rules::trial::TrialPlan, u64)>,
+        _: bool,
+    ) -> Result<Option<crate::trial::StoredTrial>, StoreError> {
+        Ok(None)
+    }
+
+    async fn control_trial(
+        &self,
+        _: crate::trial::TrialAction,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(None)
+    }
+
+    async fn record_versions(&self, _: &str, _: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn previous_version(&self) -> Result<Option<String>, StoreError> {
+        Ok(None)
     }
 }
 
@@ -328,6 +352,7 @@ async fn after_a_drained_grant_the_key_holds_at_the_node_until_a_lease_has_refil
         LeaseAnswer::Deny {
             retry_after_ms,
             local: false,
+            from: Some(AnsweredFrom::Pool),
         } => assert!((999..=1_000).contains(retry_after_ms), "{retry_after_ms}"),
         other => panic!("expected a node denial, got {other:?}"),
     }
@@ -370,5 +395,39 @@ async fn asks_for_one_key_share_the_one_store_call_in_flight() {
     assert_eq!(
         sample(&text, "meshlimit_pool_calls_total", &[("kind", "wait")]),
         Some(7.0 + 6.0)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fixed_window_holds_a_drained_key_until_the_window_ends_and_no_longer() {
+    use meshlimit_core::Algorithm;
+    let (svc, _, _) = service_and_store(Mode::Drained, 8);
+    let acquire = |algorithm| Acquire {
+        key: DescriptorKey::new("w", ["a"]),
+        limit: meshlimit_core::Limit::new(
+            std::num::NonZeroU32::new(100).unwrap(),
+            std::num::NonZeroU64::new(10_000_000_000).unwrap(),
+            std::num::NonZeroU32::new(100).unwrap(),
+        )
+        .with_algorithm(algorithm),
+        min: 1,
+        max: 20,
+        share: 1.0,
+    };
+    let (fixed, bucket) = (
+        acquire(Algorithm::FixedWindow),
+        acquire(Algorithm::TokenBucket),
+    );
+    // A grant leaving 2 of a lease of 10, the window ending in 4 s: nothing
+    // comes back before it ends, and everything then.
+    assert_eq!(svc.hold_ns(10, 2, 4_000_000_000, &fixed), 4_000_000_000);
+    assert_eq!(svc.hold_ns(10, 10, 4_000_000_000, &fixed), 0);
+    // A bucket (and a sliding window) holds until 8 have refilled at 10/s.
+    assert_eq!(svc.hold_ns(10, 2, 4_000_000_000, &bucket), 800_000_000);
+    // A denial: the window's end, with no refill added after it.
+    assert_eq!(svc.denial_hold_ns(10, 4_000_000_000, &fixed), 4_000_000_000);
+    assert_eq!(
+        svc.denial_hold_ns(10, 4_000_000_000, &bucket),
+        4_900_000_000
     );
 }

@@ -144,6 +144,7 @@ impl Metrics {
         if let Ok(mut top) = self.leases.top_keys.lock() {
             top.record(rule, &id, 1);
         }
+        self.trial_denied(rule, &id);
     }
 
     /// An item answered `unavailable`; `reason` is a fixed word.
@@ -200,6 +201,7 @@ impl Metrics {
 
     /// Re-exports the ten most rejected keys (old ranks are cleared first).
     pub(crate) fn refresh_top_keys(&self) {
+        self.refresh_trial_keys();
         let top = match self.leases.top_keys.lock() {
             Ok(t) => t.top(),
             Err(_) => return,

@@ -7,13 +7,15 @@
 //!
 //! Grouped by what feeds them: the filters' sync reports (`reports`), the lease path
 //! and the store (`leases`), the rules watcher (`rules`), the region exchange
-//! (`regions`).
+//! (`regions`), the decision log (`declog`), a rules change's trial (`trial`).
 
+mod declog;
 mod leases;
 mod regions;
 mod reports;
 mod rules;
 mod top_keys;
+mod trial;
 
 use meshlimit_core::secret::{KeyId, KeyIds};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -35,10 +37,12 @@ pub struct Metrics {
     leases: leases::LeaseMetrics,
     rules: rules::RulesMetrics,
     regions: regions::RegionMetrics,
+    trial: trial::TrialMetrics,
     bad_requests: IntCounterVec,
     /// How labels name customer keys: by the deployment's keyed hash.
     key_ids: std::sync::OnceLock<KeyIds>,
     connections_refused: IntCounter,
+    declog: declog::DecisionLogMetrics,
 }
 
 /// A metric could not be registered: a programming error (a duplicate or
@@ -67,6 +71,7 @@ impl Metrics {
             leases: leases::LeaseMetrics::new(&f)?,
             rules: rules::RulesMetrics::new(&f)?,
             regions: regions::RegionMetrics::new(&f)?,
+            trial: trial::TrialMetrics::new(&f)?,
             bad_requests: f.counters(
                 "meshlimit_bad_requests_total",
                 "Requests refused with a 4xx, by reason.",
@@ -76,6 +81,7 @@ impl Metrics {
                 "meshlimit_connections_refused_total",
                 "Connections closed at once because --max-connections were open.",
             )?,
+            declog: declog::DecisionLogMetrics::new(&f)?,
             registry,
             key_ids: std::sync::OnceLock::new(),
         })
@@ -91,6 +97,11 @@ impl Metrics {
     /// never the key in clear.
     pub(crate) fn key_id(&self, key: &meshlimit_core::DescriptorKey) -> KeyId {
         self.key_ids.get_or_init(KeyIds::placeholder).id(key)
+    }
+
+    /// The keyed hash that names keys (the placeholder before `set_key_ids`).
+    pub(crate) fn key_ids(&self) -> &KeyIds {
+        self.key_ids.get_or_init(KeyIds::placeholder)
     }
 
     /// The Prometheus text exposition of every metric.

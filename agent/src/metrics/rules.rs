@@ -20,6 +20,7 @@ pub(super) struct RulesMetrics {
     limit: GaugeVec,
     fleet_override: IntGaugeVec,
     fleet_override_errors: IntCounter,
+    pin_missing: IntGauge,
     /// The (rule, plan) pairs currently set on `meshlimit_rule_limit`.
     shown_limits: Mutex<HashSet<(String, String)>>,
 }
@@ -56,18 +57,25 @@ impl RulesMetrics {
                  counted, never refused), else 0.",
                 &["mode"],
             )?,
+            pin_missing: f.gauge(
+                "meshlimit_fleet_pin_missing",
+                "1 while the fleet override pins a rules version this agent does not \
+                 have (restarted since): it serves every rule in shadow instead.",
+            )?,
             fleet_override_errors: f.counter(
                 "meshlimit_fleet_override_errors_total",
                 "Reads of the fleet override the store could not answer (the last \
                  known state stays).",
             )?,
         };
-        // Off until an agent reads otherwise: the series exists from the start.
-        if let Ok(g) = m
-            .fleet_override
-            .get_metric_with_label_values(&[OverrideMode::Shadow.as_str()])
-        {
-            g.set(0);
+        // Off until an agent reads otherwise: the series exist from the start.
+        for mode in OverrideMode::ALL {
+            if let Ok(g) = m
+                .fleet_override
+                .get_metric_with_label_values(&[mode.as_str()])
+            {
+                g.set(0);
+            }
         }
         Ok(m)
     }
@@ -142,7 +150,7 @@ impl Metrics {
 
     /// The fleet override in force: `mode`'s series 1, the others 0.
     pub(crate) fn fleet_override(&self, mode: Option<OverrideMode>) {
-        for m in [OverrideMode::Shadow] {
+        for m in OverrideMode::ALL {
             if let Ok(g) = self
                 .rules
                 .fleet_override
@@ -151,6 +159,12 @@ impl Metrics {
                 g.set(i64::from(mode == Some(m)));
             }
         }
+    }
+
+    /// Whether this agent lacks the version the fleet override pins (and so
+    /// serves every rule in shadow).
+    pub(crate) fn pin_missing(&self, missing: bool) {
+        self.rules.pin_missing.set(i64::from(missing));
     }
 
     /// A read of the fleet override failed.

@@ -72,14 +72,17 @@ fn offered_demand_counts_grants_in_tokens_and_other_answers_in_cost() {
             remaining: 0,
             reset_ms: 0,
             local: false,
+            from: None,
         }),
         Some(LeaseAnswer::Deny {
             retry_after_ms: 5,
             local: false,
+            from: None,
         }),
         Some(LeaseAnswer::Deny {
             retry_after_ms: 5,
             local: false,
+            from: None,
         }),
     ];
     shares.record_offered(Some(&set), &items, &answers);

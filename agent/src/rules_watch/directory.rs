@@ -80,6 +80,7 @@ impl Directory {
             changes: ChangesConfig::default(),
         };
         let mut owner: BTreeMap<String, String> = BTreeMap::new();
+        let mut longest_trial: Option<u64> = None;
         for (name, state) in &self.files {
             let Some(good) = &state.good else { continue };
             let clash = good
@@ -106,7 +107,11 @@ impl Directory {
                 .changes
                 .approve
                 .extend(good.changes.approve.iter().cloned());
+            // The longest trial any file asks for (its own, or the default).
+            let trial = good.changes.shadow_first_ms().unwrap_or(0);
+            longest_trial = longest_trial.max(Some(trial));
         }
+        config.changes.shadow_first = longest_trial.map(|ms| format!("{ms}ms"));
         Ok(Merged {
             config,
             errors,
@@ -118,16 +123,15 @@ impl Directory {
 /// The file's `defaults` written into each rule that omits the field, so rules
 /// from files with different defaults can share one set.
 fn with_defaults_applied(config: &RulesConfig) -> RulesConfig {
-    let mut c = config.clone();
-    let d = &config.defaults;
-    for r in &mut c.rules {
-        r.mode = r.mode.or(d.mode);
-        r.on_failure = r.on_failure.or(d.on_failure);
-        r.accuracy = r.accuracy.or(d.accuracy);
-        r.scope = r.scope.or(d.scope);
+    RulesConfig {
+        rules: config
+            .rules
+            .iter()
+            .map(|r| r.clone().with_defaults(&config.defaults))
+            .collect(),
+        defaults: Default::default(),
+        ..config.clone()
     }
-    c.defaults = Default::default();
-    c
 }
 
 fn file_error(file: &str, message: String) -> RuleError {

@@ -5,6 +5,7 @@ use super::*;
 use crate::metrics::sample;
 use crate::shutdown;
 use crate::test_support::wait_until;
+use meshlimit_core::rules::config::Mode;
 
 const GOOD_V1: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -211,21 +212,82 @@ fn a_tenfold_cut_is_refused_at_reload_until_approved_against_the_running_version
     let why = rules.last_error().unwrap();
     assert!(why.contains("rule api") && why.contains("×0.10"), "{why}");
     assert_eq!(reloads(&metrics, "error"), 1.0);
-    // The same cut, approved against the running version: applied.
+    // The same cut, approved against the running version: applied, first on
+    // trial (the old limit enforcing, the new one in shadow beside it).
     cm.update(&format!(
         "{cut}changes: {{approve: [{{rule: api, against: \"{running}\"}}]}}\n"
     ));
     assert!(matches!(watcher.poll(), Reload::Applied { .. }));
+    let limit = |rule: &str| {
+        let set = rules.get().unwrap();
+        let r = set.rule(rule).unwrap();
+        (r.mode, r.limits.strictest().requests())
+    };
+    assert_eq!(limit("api"), (Mode::Enforce, 20));
+    assert_eq!(limit("api.trial"), (Mode::Shadow, 2));
+    // With the trial off, the cut enforces at once.
+    cm.update(&format!(
+        "{cut}changes: {{approve: [{{rule: api, against: \"{running}\"}}], shadow_first: 0s}}\n"
+    ));
+    assert!(matches!(watcher.poll(), Reload::Applied { .. }));
+    assert_eq!(limit("api"), (Mode::Enforce, 2));
+    assert!(rules.get().unwrap().rule("api.trial").is_none());
+}
+
+#[test]
+fn only_a_change_over_running_rules_goes_on_trial_and_its_end_enforces_it() {
+    let added = "version: 1\nchanges: {shadow_first: 10m}\nrules:\n  - {name: api, key: [method], limit: {requests: 10, per: 1s}}\n  - {name: new, key: [path], limit: {requests: 1, per: 1s}}\n";
+    // A first load applies as written, whatever `shadow_first`.
+    let mut cm = ConfigMapDir::new(added);
+    let rules = Arc::new(CurrentRules::empty());
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let mut watcher = RulesWatcher::new(cm.path(), rules.clone(), metrics.clone());
+    assert!(matches!(watcher.poll(), Reload::Applied { .. }));
     assert_eq!(
-        rules
-            .get()
-            .unwrap()
-            .rule("api")
-            .unwrap()
-            .limits
-            .strictest()
-            .requests(),
-        2
+        rules.get().unwrap().rule("new").unwrap().mode,
+        Mode::Enforce
+    );
+    assert_eq!(rules.trial(), None);
+    // Over running rules: the added rule in shadow for the trial (this
+    // agent's own clock, with no store shared), shown in the metrics.
+    cm.update(&added.replace("name: new", "name: newer"));
+    assert!(matches!(watcher.poll(), Reload::Applied { .. }));
+    assert_eq!(
+        rules.get().unwrap().rule("newer").unwrap().mode,
+        Mode::Shadow
+    );
+    let view = rules.trial().unwrap();
+    assert_eq!(view.rules, ["newer"]);
+    assert_eq!(view.clock.period_ms, 600_000);
+    let text = metrics.render().unwrap();
+    assert_eq!(
+        sample(
+            &text,
+            "meshlimit_rules_trial",
+            &[("version", &view.version)]
+        ),
+        Some(1.0)
+    );
+    let end = sample(
+        &text,
+        "meshlimit_rules_trial_end_seconds",
+        &[("version", &view.version)],
+    )
+    .unwrap();
+    assert!(
+        (end - view.clock.planned_end_ms() as f64 / 1_000.0).abs() < 1e-3,
+        "{end}"
+    );
+    // Its end: enforcing as written.
+    let deadline = rules.trial_deadline().unwrap();
+    let file = rules.file_set().unwrap().version().to_string();
+    assert_eq!(
+        rules.end_trial_if_due(deadline).as_deref(),
+        Some(file.as_str())
+    );
+    assert_eq!(
+        rules.get().unwrap().rule("newer").unwrap().mode,
+        Mode::Enforce
     );
 }
 

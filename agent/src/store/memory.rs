@@ -1,10 +1,13 @@
-//! The embedded store: authoritative buckets in this process, for a single node with
-//! no Redis. Buckets are sharded by the key's fingerprint so that concurrent lease
-//! requests for different keys rarely wait on the same lock. Time comes from tokio's
-//! clock, so tests can pause and advance it.
+//! The embedded store: authoritative buckets (and windows, core's [`Counter`]) in
+//! this process, for a single node with no Redis. Buckets are sharded by the key's
+//! fingerprint so that concurrent lease requests for different keys rarely wait on
+//! the same lock. Time comes from tokio's clock, so tests can pause and advance
+//! it, counted from the Unix time read when the store starts: windows are aligned
+//! to the Unix epoch, as in Redis (an `N per 1m` window is a minute of the clock).
 //!
 //! Memory bound. Buckets are swept every [`SWEEP_EVERY`]: a bucket that has
-//! refilled to full is forgotten, which changes nothing (an absent key starts full).
+//! refilled to full (a window whose counts no longer weigh) is forgotten, which
+//! changes nothing (an absent key starts full, or with nothing counted).
 //! At most `max_keys` buckets are held (`--max-keys`, its default in
 //! `config::defaults`; enforced per lock shard, so at most `max_keys` + 15).
 //! When a new key finds its shard at the cap, the shard's full buckets are
@@ -30,12 +33,15 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use meshlimit_core::{Bucket, DescriptorKey, Limit};
+use meshlimit_core::secret::KeyIds;
+use meshlimit_core::{Counter, DescriptorKey, Limit};
 use tokio::time::Instant;
 
-use super::{Acquire, Acquired, Store, StoreError};
+use super::{Acquire, Acquired, Peeked, Store, StoreError};
 use crate::fleet_override::Override;
 use crate::shutdown::Shutdown;
+use crate::trial::{StoredTrial, TrialAction, TrialClock};
+use meshlimit_core::rules::trial::TrialPlan;
 
 /// Lock shards; a power of two comfortably above the core count.
 const SHARDS: usize = 16;
@@ -48,16 +54,29 @@ pub(crate) const SWEEP_EVERY: Duration = Duration::from_secs(5);
 pub struct MemoryStore {
     shards: Vec<Mutex<HashMap<DescriptorKey, Entry>>>,
     epoch: Instant,
+    /// Unix time (ns) at `epoch`.
+    unix_at_epoch: u64,
     /// Buckets each shard holds at most.
     max_per_shard: usize,
     /// The fleet override: this agent's alone, with no store shared.
     fleet_override: Mutex<Option<Override>>,
+    /// Trials and the versions served, likewise this agent's alone (lost with
+    /// it: a restarted agent's first rules apply at once).
+    fleet: Mutex<Fleet>,
+}
+
+/// What the Redis store keeps under the `{fleet}` tag, for one agent.
+#[derive(Debug, Default)]
+struct Fleet {
+    trials: HashMap<String, (TrialPlan, TrialClock)>,
+    last_trial: Option<String>,
+    versions: Option<(String, String)>,
 }
 
 #[derive(Debug)]
 struct Entry {
-    bucket: Bucket,
-    /// The limit of the last take, to tell in a sweep whether the bucket is full.
+    counter: Counter,
+    /// The limit of the last take, to tell in a sweep whether the key is idle.
     limit: Limit,
 }
 
@@ -71,8 +90,12 @@ impl MemoryStore {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             epoch: Instant::now(),
+            unix_at_epoch: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX / 2)),
             max_per_shard: max_keys.div_ceil(SHARDS).max(1),
             fleet_override: Mutex::new(None),
+            fleet: Mutex::default(),
         }
     }
 
@@ -96,7 +119,7 @@ impl MemoryStore {
             .map(|shard| {
                 let mut map = lock(shard);
                 let before = map.len();
-                map.retain(|_, e| !e.bucket.is_full(&e.limit, now));
+                map.retain(|_, e| !e.counter.is_idle(&e.limit, now));
                 before - map.len()
             })
             .sum()
@@ -122,7 +145,8 @@ impl MemoryStore {
     }
 
     fn now_ns(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        let elapsed = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.unix_at_epoch.saturating_add(elapsed)
     }
 
     fn shard(&self, key: &DescriptorKey) -> &Mutex<HashMap<DescriptorKey, Entry>> {
@@ -135,7 +159,7 @@ impl MemoryStore {
         let mut map = lock(self.shard(&item.key));
         if map.len() >= self.max_per_shard && !map.contains_key(&item.key) {
             // Only full buckets may go: forgetting them changes nothing.
-            map.retain(|_, e| !e.bucket.is_full(&e.limit, now));
+            map.retain(|_, e| !e.counter.is_idle(&e.limit, now));
             if map.len() >= self.max_per_shard {
                 return Err(StoreError::Unavailable(format!(
                     "memory store full: {} buckets per shard, none full",
@@ -144,11 +168,11 @@ impl MemoryStore {
             }
         }
         let entry = map.entry(item.key.clone()).or_insert_with(|| Entry {
-            bucket: Bucket::full(&limit, now),
+            counter: Counter::fresh(&limit, now),
             limit,
         });
         entry.limit = limit;
-        Ok(entry.bucket.take(&limit, now, item.min, item.max))
+        Ok(entry.counter.take(&limit, now, item.min, item.max))
     }
 }
 
@@ -182,9 +206,87 @@ impl Store for MemoryStore {
         *lock(&self.fleet_override) = state;
         Ok(())
     }
+
+    async fn peek(
+        &self,
+        ids: &KeyIds,
+        rule: &str,
+        key_id: &str,
+        _limit: &Limit,
+    ) -> Result<Option<Peeked>, StoreError> {
+        // Keys are held in clear here; an operator call may scan them. The
+        // bucket's own limit (its region's share of a global rule) refills it.
+        let now = self.now_ns();
+        for shard in &self.shards {
+            let map = lock(shard);
+            let found = map
+                .iter()
+                .find(|(k, _)| k.rule() == rule && ids.id(k).to_string() == key_id);
+            if let Some((_, e)) = found {
+                return Ok(Some(Peeked::of(&e.counter, &e.limit, now)));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn trial(
+        &self,
+        version: &str,
+        start: Option<(&TrialPlan, u64)>,
+        with_plan: bool,
+    ) -> Result<Option<StoredTrial>, StoreError> {
+        let now_ms = crate::regions::clock::now_ms();
+        let mut fleet = lock(&self.fleet);
+        if let Some((plan, period_ms)) = start {
+            if !fleet.trials.contains_key(version) {
+                let clock = TrialClock {
+                    start_ms: now_ms,
+                    period_ms,
+                    ended_ms: None,
+                    held: false,
+                };
+                fleet
+                    .trials
+                    .insert(version.to_string(), (plan.clone(), clock));
+                fleet.last_trial = Some(version.to_string());
+            }
+        }
+        Ok(fleet.trials.get(version).map(|(plan, clock)| StoredTrial {
+            plan: with_plan.then(|| plan.clone()),
+            clock: *clock,
+            now_ms,
+        }))
+    }
+
+    async fn control_trial(&self, action: TrialAction) -> Result<Option<String>, StoreError> {
+        let mut fleet = lock(&self.fleet);
+        let Some(version) = fleet.last_trial.clone() else {
+            return Ok(None);
+        };
+        let Some((_, clock)) = fleet.trials.get_mut(&version) else {
+            return Ok(None);
+        };
+        match action {
+            TrialAction::End => {
+                clock.ended_ms = Some(crate::regions::clock::now_ms());
+                clock.held = false;
+            }
+            TrialAction::Hold => clock.held = true,
+        }
+        Ok(Some(version))
+    }
+
+    async fn record_versions(&self, current: &str, previous: &str) -> Result<(), StoreError> {
+        lock(&self.fleet).versions = Some((current.to_string(), previous.to_string()));
+        Ok(())
+    }
+
+    async fn previous_version(&self) -> Result<Option<String>, StoreError> {
+        Ok(lock(&self.fleet).versions.as_ref().map(|v| v.1.clone()))
+    }
 }
 
-/// A poisoned shard is still consistent: `Bucket::take` cannot panic half-way, so
+/// A poisoned shard is still consistent: `Counter::take` cannot panic half-way, so
 /// the map is safe to keep using; refusing it would turn one bug into an outage.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)

@@ -10,9 +10,13 @@ pub mod redis;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use meshlimit_core::{DescriptorKey, Limit, Take};
+use meshlimit_core::secret::KeyIds;
+use meshlimit_core::{Counter, DescriptorKey, Limit, Take, NANOS_PER_MS};
+use serde::Serialize;
 
 use crate::fleet_override::Override;
+use crate::trial::{StoredTrial, TrialAction};
+use meshlimit_core::rules::trial::TrialPlan;
 
 pub use memory::MemoryStore;
 
@@ -39,6 +43,65 @@ impl Acquire {
             self.limit
         } else {
             self.limit.scaled(self.share)
+        }
+    }
+}
+
+/// A bucket as the store holds it now, read without changing it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Peeked {
+    /// Tokens in the bucket now (refilled up to now).
+    pub tokens: f64,
+    /// How long until it is full again, in milliseconds.
+    pub full_in_ms: u64,
+}
+
+impl Peeked {
+    /// A key's state under `limit` at `now_ns`: for a bucket its tokens and the
+    /// time to refill; for a window the room left under `requests` and the time
+    /// until nothing counted weighs on the limit any more.
+    pub(crate) fn of(counter: &Counter, limit: &Limit, now_ns: u64) -> Peeked {
+        let (tokens, full_in_ns) = match counter {
+            Counter::Bucket(bucket) => {
+                let tokens = bucket.tokens_at(limit, now_ns);
+                let missing = f64::from(limit.burst()) - tokens;
+                let rate = limit.rate_per_ns();
+                let full_in_ns = if missing > 0.0 && rate > 0.0 {
+                    (missing / rate).ceil() as u64
+                } else {
+                    0
+                };
+                (tokens, full_in_ns)
+            }
+            Counter::Window(window) => {
+                let room = (f64::from(limit.requests()) - window.used_at(limit, now_ns)).max(0.0);
+                let per = limit.per_ns();
+                let index = now_ns / per;
+                let (stored, count, _) = window.parts();
+                let windows_left = if window.is_idle(limit, now_ns) {
+                    0
+                } else if stored == index
+                    && count > 0
+                    && limit.algorithm() == meshlimit_core::Algorithm::SlidingWindow
+                {
+                    // This window's count weighs on the next one too.
+                    2
+                } else {
+                    1
+                };
+                let full_in_ns = if windows_left == 0 {
+                    0
+                } else {
+                    (index + windows_left)
+                        .saturating_mul(per)
+                        .saturating_sub(now_ns)
+                };
+                (room, full_in_ns)
+            }
+        };
+        Peeked {
+            tokens: (tokens * 1000.0).floor() / 1000.0,
+            full_in_ms: full_in_ns.div_ceil(NANOS_PER_MS),
         }
     }
 }
@@ -100,6 +163,45 @@ pub trait Store: Send + Sync + 'static {
 
     /// Sets (`Some`) or clears (`None`) the fleet override.
     async fn set_fleet_override(&self, state: Option<Override>) -> Result<(), StoreError>;
+
+    /// The bucket of the key `key_id` (its id under `ids`) of `rule`, read
+    /// without changing it, refilled under `limit` up to the store's now;
+    /// `None` when the store holds none (a full bucket). For operators
+    /// (`GET /v1/explain`): one call, its deadline, never retried.
+    async fn peek(
+        &self,
+        _ids: &KeyIds,
+        _rule: &str,
+        _key_id: &str,
+        _limit: &Limit,
+    ) -> Result<Option<Peeked>, StoreError> {
+        Err(StoreError::Failed(format!(
+            "the {} store cannot show a bucket",
+            self.name()
+        )))
+    }
+    /// The trial of rules `version` (`None`: none recorded). With `start` (the
+    /// plan and its period in ms), one is recorded first unless there is one,
+    /// its start being the store's time now: the first agent's plan and start
+    /// are every agent's. The plan is answered when `with_plan`. One call, the
+    /// store's deadline, never retried.
+    async fn trial(
+        &self,
+        version: &str,
+        start: Option<(&TrialPlan, u64)>,
+        with_plan: bool,
+    ) -> Result<Option<StoredTrial>, StoreError>;
+
+    /// Ends or holds the trial started last; answers its version (`None`: no
+    /// trial recorded).
+    async fn control_trial(&self, action: TrialAction) -> Result<Option<String>, StoreError>;
+
+    /// Records that the region's agents serve rules `current`, having served
+    /// `previous` before it (what `override pin` goes back to).
+    async fn record_versions(&self, current: &str, previous: &str) -> Result<(), StoreError>;
+
+    /// The version served before the current one, as last recorded.
+    async fn previous_version(&self) -> Result<Option<String>, StoreError>;
 }
 
 impl StoreError {
@@ -150,5 +252,28 @@ mod tests {
             (failed.metric_result(), failed.reason()),
             ("error", "store_error")
         );
+    }
+
+    #[test]
+    fn a_peek_reads_a_window_as_the_room_left_and_when_it_stops_weighing() {
+        use meshlimit_core::{Algorithm, Window};
+        let sec = 1_000_000_000;
+        let ten = std::num::NonZeroU32::new(10).unwrap();
+        let fixed = Limit::new(ten, std::num::NonZeroU64::new(10 * sec).unwrap(), ten)
+            .with_algorithm(Algorithm::FixedWindow);
+        let sliding = fixed.with_algorithm(Algorithm::SlidingWindow);
+        // 4 counted in window 3 ([30 s, 40 s)), peeked at 32 s.
+        let counted = Counter::Window(Window::from_parts(3, 4, 0));
+        let p = Peeked::of(&counted, &fixed, 32 * sec);
+        assert_eq!((p.tokens, p.full_in_ms), (6.0, 8_000));
+        // A sliding window's count also weighs on the next window.
+        let p = Peeked::of(&counted, &sliding, 32 * sec);
+        assert_eq!((p.tokens, p.full_in_ms), (6.0, 18_000));
+        // At 45 s the previous 4 weigh by the half of window 3 still in reach.
+        let p = Peeked::of(&counted, &sliding, 45 * sec);
+        assert_eq!((p.tokens, p.full_in_ms), (8.0, 5_000));
+        // A fixed window forgets it.
+        let p = Peeked::of(&counted, &fixed, 45 * sec);
+        assert_eq!((p.tokens, p.full_in_ms), (10.0, 0));
     }
 }

@@ -20,6 +20,11 @@
 //!   the same for a request no rule matches.
 //! * `rules_compile/N`: compiling N such rules (what a filter VM does when a new
 //!   version arrives, in its root context, not on a request).
+//! * `claims/namespace_and_claim`: finding jwt_authn's namespace in a stream's
+//!   dynamic metadata (a 12-claim token's payload beside another filter's
+//!   metadata, as Envoy serializes property `metadata`) and reading `sub`.
+//!   `claims/applicable_claim` vs `claims/applicable_header`: one rule keyed on
+//!   the `sub` claim, or on a header, applied to the same request.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::HashMap;
@@ -157,6 +162,40 @@ fn rules(c: &mut Criterion) {
     g.finish();
 }
 
+fn claims(c: &mut Criterion) {
+    use meshlimit_core::metadata::{namespace, MetadataPath, JWT_AUTHN};
+    let mut g = c.benchmark_group("claims");
+    let req = meshlimit_core_bench::request_with_claims();
+    let all = meshlimit_core_bench::metadata_of(&req);
+    let sub = MetadataPath::claim("sub");
+    assert!(namespace(&all, JWT_AUTHN)
+        .and_then(|ns| sub.lookup(ns))
+        .is_some());
+    g.bench_function("namespace_and_claim", |b| {
+        b.iter(|| {
+            black_box(
+                namespace(black_box(&all), JWT_AUTHN)
+                    .and_then(|ns| sub.lookup(ns))
+                    .map(|v| v.len()),
+            )
+        })
+    });
+    for (name, key) in [
+        ("applicable_claim", serde_json::json!({"claim": "sub"})),
+        (
+            "applicable_header",
+            serde_json::json!({"header": "x-api-key"}),
+        ),
+    ] {
+        let set = meshlimit_core_bench::one_rule_keyed_on(key).unwrap();
+        assert_eq!(set.applicable(&req).map(|a| a.len()), Ok(1));
+        g.bench_function(name, |b| {
+            b.iter(|| black_box(set.applicable(black_box(&req)).map(|a| a.len())))
+        });
+    }
+    g.finish();
+}
+
 /// Rule-set sizes: a handful, a large service, a platform's whole rule set.
 const RULE_COUNTS: [usize; 3] = [10, 1_000, 20_000];
 
@@ -171,6 +210,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = core, keyed, single, clocks, rules
+    targets = core, keyed, single, clocks, rules, claims
 }
 criterion_main!(benches);

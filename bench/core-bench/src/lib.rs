@@ -64,6 +64,60 @@ fn request_for(path: &str) -> RequestInfo {
     RequestInfo::new(path, "GET", headers)
 }
 
+/// [`request`] of a one-rule set with a verified token's 12 claims in its
+/// dynamic metadata (jwt_authn's namespace, `payload`), beside another
+/// filter's metadata.
+pub fn request_with_claims() -> RequestInfo {
+    use meshlimit_core::metadata::{Field, StructBuilder, JWT_AUTHN};
+    let text = |s: &str| Field::String(s.to_string());
+    let payload = StructBuilder::new()
+        .with("iss", text("https://issuer.example.com/"))
+        .with("sub", text("user-0123456789abcdef"))
+        .with("aud", Field::List(vec![text("api"), text("web")]))
+        .with("exp", Field::Number(1_796_120_752.0))
+        .with("iat", Field::Number(1_796_117_152.0))
+        .with("nbf", Field::Number(1_796_117_152.0))
+        .with("jti", text("5b0c1f8e-2d4a-4b57-9a1e-0c2f3e4d5a6b"))
+        .with("plan", text("pro"))
+        .with(
+            "org",
+            Field::Struct(StructBuilder::new().with("id", text("org-42"))),
+        )
+        .with("scope", text("read write"))
+        .with("email_verified", Field::Bool(true))
+        .with("azp", text("web-client"));
+    let mut req = request(1);
+    req.metadata = vec![
+        (
+            "envoy.filters.http.header_to_metadata".to_string(),
+            StructBuilder::new().with("tenant", text("t-7")).encode(),
+        ),
+        (
+            JWT_AUTHN.to_string(),
+            StructBuilder::new()
+                .with("payload", Field::Struct(payload))
+                .encode(),
+        ),
+    ];
+    req
+}
+
+/// The stream's dynamic metadata as the proxy hands it over (property
+/// `metadata`) for a request of [`request_with_claims`].
+pub fn metadata_of(req: &RequestInfo) -> Vec<u8> {
+    meshlimit_core::metadata::encode_metadata(&req.metadata)
+}
+
+/// A set of one rule keyed on `key` (a key part as the rules file writes it).
+pub fn one_rule_keyed_on(key: serde_json::Value) -> Result<RuleSet, String> {
+    let config: RulesConfig = serde_json::from_value(serde_json::json!({
+        "version": 1,
+        "rules": [{"name": "one", "key": [key], "limit": {"requests": 100, "per": "1s"}}],
+    }))
+    .map_err(|e| e.to_string())?;
+    RuleSet::compile(&config).map_err(|e| e.to_string())
+}
+
 /// `n` distinct keys of one rule, as the filter builds them.
 pub fn keys(n: usize) -> Vec<DescriptorKey> {
     (0..n)

@@ -206,3 +206,73 @@ fn legacy_and_off_styles() {
     );
     assert!(quota_fields(HeaderStyle::Off, &q).is_empty());
 }
+
+/// The fields a window's answers carry, from core's own window maths: a fixed
+/// window's 429 says to retry at the window's end and its `RateLimit` resets
+/// there; a sliding window's says to retry when its weighted count leaves room,
+/// and a grant's `t` is when nothing counted now weighs any more.
+#[test]
+fn a_windows_fields_say_when_its_window_lets_requests_through() {
+    use crate::limit::Algorithm;
+    use crate::window::Window;
+    use crate::Take;
+    let get = |f: &[(&'static str, String)], n: &str| {
+        f.iter()
+            .find(|(k, _)| *k == n)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    let minute = 60 * NANOS_PER_SEC;
+    // 100 per minute, fixed, all spent 45 s into the minute.
+    let fixed = limit(100, minute, 1).with_algorithm(Algorithm::FixedWindow);
+    let mut w = Window::empty();
+    let now = 10 * minute + 45 * NANOS_PER_SEC;
+    let Take::Granted { reset_ns, .. } = w.take(&fixed, now, 100, 100) else {
+        panic!("a fresh window grants its limit")
+    };
+    let quota = Quota {
+        rule: "per-minute",
+        limit: fixed,
+        remaining: 0,
+        reset_ns,
+    };
+    let f = quota_fields(HeaderStyle::Ietf, &quota);
+    assert_eq!(get(&f, "ratelimit-policy"), "\"per-minute\";q=100;w=60");
+    assert_eq!(get(&f, "ratelimit"), "\"per-minute\";r=0;t=15");
+    let Take::Denied { retry_after_ns } = w.take(&fixed, now + 1, 1, 1) else {
+        panic!("the window is spent")
+    };
+    let f = rejection_fields(HeaderStyle::Ietf, "per-minute", &fixed, retry_after_ns);
+    assert_eq!(get(&f, "retry-after"), "15");
+    assert_eq!(get(&f, "ratelimit"), "\"per-minute\";r=0;t=15");
+    // 10 per minute, sliding: 10 counted in the last minute's first half, none
+    // yet in this one, 30 s in: half of them still weigh, so 5 fit now.
+    let sliding = limit(10, minute, 1).with_algorithm(Algorithm::SlidingWindow);
+    let mut w = Window::from_parts(9, 10, 0);
+    let now = 10 * minute + 30 * NANOS_PER_SEC;
+    let Take::Granted {
+        tokens,
+        remaining,
+        reset_ns,
+    } = w.take(&sliding, now, 1, 100)
+    else {
+        panic!("half the window is free")
+    };
+    assert_eq!((tokens, remaining), (5, 0));
+    // These 5 weigh until the end of the next minute: 90 s.
+    let quota = Quota {
+        rule: "sliding",
+        limit: sliding,
+        remaining,
+        reset_ns,
+    };
+    let f = quota_fields(HeaderStyle::Ietf, &quota);
+    assert_eq!(get(&f, "ratelimit-policy"), "\"sliding\";q=10;w=60");
+    assert_eq!(get(&f, "ratelimit"), "\"sliding\";r=0;t=90");
+    // One more fits when the last minute's 10 weigh 4: 36 s in, 6 s from now.
+    let Take::Denied { retry_after_ns } = w.take(&sliding, now, 1, 1) else {
+        panic!("the weighted count is at the limit")
+    };
+    let f = rejection_fields(HeaderStyle::Ietf, "sliding", &sliding, retry_after_ns);
+    assert_eq!(get(&f, "retry-after"), "6");
+}

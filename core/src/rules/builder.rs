@@ -12,7 +12,7 @@ use super::config::{ChangesConfig, DefaultsConfig, RuleConfig, RulesConfig};
 use super::error::{RuleError, RulesError};
 use super::index::{Item, RuleIndex};
 use super::stepsort::StepSort;
-use super::{KeyPart, Rule, RuleSet};
+use super::{KeyPart, Limits, Needs, PlanSource, Rule, RuleSet};
 
 /// A rule set compiled one rule at a time, so a host that must not stall (the
 /// filter, compiling 20,000 rules between requests) can spread the work over
@@ -28,7 +28,7 @@ pub struct RuleSetBuilder {
     added: usize,
     /// How far finishing the set has come (see [`RuleSetBuilder::finish_part`]).
     stage: Stage,
-    uses: (bool, bool),
+    needs: Needs,
     index: Option<RuleIndex>,
     by_name: Option<Box<[usize]>>,
 }
@@ -70,6 +70,22 @@ impl RuleSetBuilder {
                 format!("{max} is not a factor from 0 to 1 (0.5: a limit may be halved without approval)"),
             ));
         }
+        if let Some(rate) = head.defaults.log_sample {
+            if !(rate.is_finite() && (0.0..=1.0).contains(&rate)) {
+                errors.push(RuleError::new(
+                    None,
+                    "defaults.log_sample",
+                    format!("{rate} is not a share from 0 to 1 (0.01 keeps one allowed decision in a hundred)"),
+                ));
+            }
+        }
+        if let Err(e) = head.changes.shadow_first_ms() {
+            errors.push(RuleError::new(
+                None,
+                "changes.shadow_first",
+                format!("{e} (`0s` turns the trial in shadow off)"),
+            ));
+        }
         Self {
             errors,
             defaults: head.defaults.clone(),
@@ -78,7 +94,7 @@ impl RuleSetBuilder {
             rules: Vec::with_capacity(head.rules.len()),
             added: 0,
             stage: Stage::Adding,
-            uses: (false, false),
+            needs: Needs::default(),
             index: None,
             by_name: None,
         }
@@ -197,8 +213,7 @@ impl RuleSetBuilder {
 
     /// The rules are in order: what uses them, and the index's first stage.
     fn indexing(&mut self) -> Stage {
-        let uses = |part: KeyPart| self.rules.iter().any(|r: &Rule| r.key.contains(&part));
-        self.uses = (uses(KeyPart::ClientIp), uses(KeyPart::Route));
+        self.needs = needs(&self.rules);
         let (items, any) = RuleIndex::items(&self.rules);
         Stage::Indexing(StepSort::new(items), any)
     }
@@ -228,16 +243,47 @@ impl RuleSetBuilder {
             });
         }
         while !self.finish_part() {}
-        let (uses_client_ip, uses_route) = self.uses;
         Ok(RuleSet {
             rules: self.rules,
             version,
             config,
             changes: self.changes,
-            uses_client_ip,
-            uses_route,
+            needs: self.needs,
             index: self.index.unwrap_or_default(),
             by_name: self.by_name.unwrap_or_default(),
         })
+    }
+}
+
+/// What `rules` read of a request beyond headers, path and method.
+fn needs(rules: &[Rule]) -> Needs {
+    let uses = |part: KeyPart| rules.iter().any(|r: &Rule| r.key.contains(&part));
+    let mut metadata: Vec<String> = rules
+        .iter()
+        .flat_map(|r| {
+            let plan = match &r.limits {
+                Limits::Plans {
+                    by: PlanSource::Metadata(m),
+                    ..
+                } => Some(&m.filter),
+                _ => None,
+            };
+            r.key
+                .iter()
+                .filter_map(|p| match p {
+                    KeyPart::Metadata(m) => Some(&m.filter),
+                    _ => None,
+                })
+                .chain(plan)
+        })
+        .cloned()
+        .collect();
+    metadata.sort_unstable();
+    metadata.dedup();
+    Needs {
+        client_ip: uses(KeyPart::ClientIp),
+        route: uses(KeyPart::Route) || rules.iter().any(|r| r.matcher.route.is_some()),
+        cluster: rules.iter().any(|r| r.matcher.cluster.is_some()),
+        metadata,
     }
 }

@@ -25,6 +25,9 @@ pub const MAX_RULE_NAME: usize = 64;
 pub const MAX_REFILL_NS: u64 = MAX_PERIOD_NS;
 /// The longest period, `366d`.
 pub const MAX_PERIOD_NS: u64 = 366 * 86_400 * NANOS_PER_SEC;
+/// The share of allowed decisions the decision log keeps when neither the rule
+/// nor `defaults` says.
+pub const DEFAULT_LOG_SAMPLE: f64 = 0.01;
 /// The only schema version this build reads.
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -85,8 +88,14 @@ pub(super) fn compile_rule(
     let name = rule.name.as_str();
     let mut errors = Vec::new();
     let mut err = |field: &str, msg: String| errors.push(RuleError::new(Some(name), field, msg));
+    // A trial copy (`NAME.trial`, made by the agent) may be that much longer.
+    let longest = if name.ends_with(super::trial::TRIAL_SUFFIX) {
+        MAX_RULE_NAME + super::trial::TRIAL_SUFFIX.len()
+    } else {
+        MAX_RULE_NAME
+    };
     if name.is_empty()
-        || name.len() > MAX_RULE_NAME
+        || name.len() > longest
         || !name
             .chars()
             .all(|c| matches!(c, 'a'..='z' | '0'..='9' | '.' | '_' | '-'))
@@ -110,6 +119,11 @@ pub(super) fn compile_rule(
                 &format!("key[{i}].query"),
                 format!("`{q}` is not a query parameter name: 1 to 128 printable characters, as decoded (`user id`, not `user+id`)"),
             ),
+            KeyPartConfig::Metadata(m) => {
+                if let Err(e) = m.check() {
+                    err(&format!("key[{i}].{}", metadata_field(m)), e);
+                }
+            }
             _ => {}
         }
     }
@@ -126,13 +140,25 @@ pub(super) fn compile_rule(
             );
         }
     }
+    if let Some(rate) = rule.log_sample {
+        if !(rate.is_finite() && (0.0..=1.0).contains(&rate)) {
+            err(
+                "log_sample",
+                format!("{rate} is not a share from 0 to 1 (0.01 keeps one allowed decision in a hundred)"),
+            );
+        }
+    }
     let cost = rule.cost.unwrap_or(1);
     if cost == 0 {
         err("cost", "must be at least 1".into());
     }
+    let algorithm = rule
+        .algorithm
+        .or(defaults.algorithm)
+        .unwrap_or(Algorithm::TokenBucket);
     let limits = match (&rule.limit, &rule.plans) {
-        (Some(l), None) => compile_limit(l, "limit", cost, &mut err).map(Limits::Single),
-        (None, Some(p)) => compile_plans(p, cost, &mut err),
+        (Some(l), None) => compile_limit(l, "limit", cost, algorithm, &mut err).map(Limits::Single),
+        (None, Some(p)) => compile_plans(p, cost, algorithm, &mut err),
         (Some(_), Some(_)) => {
             err("plans", "give either `limit` or `plans`, not both".into());
             None
@@ -159,6 +185,11 @@ pub(super) fn compile_rule(
                 .or(defaults.accuracy)
                 .unwrap_or(Accuracy::Fast),
             scope: rule.scope.or(defaults.scope).unwrap_or(Scope::Region),
+            log_sample: rule
+                .log_sample
+                .or(defaults.log_sample)
+                .unwrap_or(DEFAULT_LOG_SAMPLE),
+            log_key: rule.log_key.unwrap_or_default(),
         }),
         _ => Err(errors),
     }
@@ -194,6 +225,11 @@ fn compile_match(m: &MatchConfig, err: &mut impl FnMut(&str, String)) -> Matcher
             .map_err(|e| err("match.authority", e))
             .ok()
     });
+    let mut name_pattern = |text: Option<&str>, field: &str| {
+        text.and_then(|t| super::NamePattern::parse(t).map_err(|e| err(field, e)).ok())
+    };
+    let cluster = name_pattern(m.cluster.as_deref(), "match.cluster");
+    let route = name_pattern(m.route.as_deref(), "match.route");
     let methods = m.methods.as_ref().map(|ms| {
         if ms.is_empty() {
             err(
@@ -232,19 +268,68 @@ fn compile_match(m: &MatchConfig, err: &mut impl FnMut(&str, String)) -> Matcher
     Matcher {
         path,
         authority,
+        cluster,
+        route,
         methods,
         headers,
     }
 }
 
-fn compile_plans(p: &PlansConfig, cost: u32, err: &mut impl FnMut(&str, String)) -> Option<Limits> {
-    check_header_name(&p.header, "plans.header", err);
+/// The field a metadata key part was written as (`claim` or `metadata`).
+fn metadata_field(m: &crate::metadata::MetadataPath) -> &'static str {
+    if m.as_claim().is_some() {
+        "claim"
+    } else {
+        "metadata"
+    }
+}
+
+fn compile_plans(
+    p: &PlansConfig,
+    cost: u32,
+    algorithm: Algorithm,
+    err: &mut impl FnMut(&str, String),
+) -> Option<Limits> {
+    let by = match (&p.header, &p.claim, &p.metadata) {
+        (Some(h), None, None) => {
+            check_header_name(h, "plans.header", err);
+            Some(super::PlanSource::Header(h.to_ascii_lowercase()))
+        }
+        (None, Some(c), None) => {
+            let path = crate::metadata::MetadataPath::claim(c);
+            match path.check() {
+                Ok(()) => Some(super::PlanSource::Metadata(path)),
+                Err(e) => {
+                    err("plans.claim", e);
+                    None
+                }
+            }
+        }
+        (None, None, Some(m)) => {
+            let path: crate::metadata::MetadataPath = m.clone().into();
+            match path.check() {
+                Ok(()) => Some(super::PlanSource::Metadata(path)),
+                Err(e) => {
+                    err("plans.metadata", e);
+                    None
+                }
+            }
+        }
+        _ => {
+            err(
+                "plans",
+                "give exactly one of `header`, `claim` or `metadata`: what names the plan".into(),
+            );
+            None
+        }
+    };
     if p.limits.is_empty() {
         err("plans.limits", "at least one plan is required".into());
     }
     let mut limits = BTreeMap::new();
     for (plan, l) in &p.limits {
-        if let Some(limit) = compile_limit(l, &format!("plans.limits.{plan}"), cost, err) {
+        if let Some(limit) = compile_limit(l, &format!("plans.limits.{plan}"), cost, algorithm, err)
+        {
             limits.insert(plan.clone(), limit);
         }
     }
@@ -255,8 +340,9 @@ fn compile_plans(p: &PlansConfig, cost: u32, err: &mut impl FnMut(&str, String))
         );
     }
     let default = limits.get(&p.default).copied()?;
+    let by = by?;
     (limits.len() == p.limits.len()).then(|| Limits::Plans {
-        header: p.header.to_ascii_lowercase(),
+        by,
         default_plan: p.default.clone(),
         default,
         limits,
@@ -267,8 +353,19 @@ fn compile_limit(
     l: &LimitConfig,
     field: &str,
     cost: u32,
+    algorithm: Algorithm,
     err: &mut impl FnMut(&str, String),
 ) -> Option<Limit> {
+    if let (Some(burst), true) = (l.burst, algorithm.is_window()) {
+        err(
+            &format!("{field}.burst"),
+            format!(
+                "`burst: {burst}` applies to `token_bucket` only: a `{}` admits `requests` per `per` window and has no burst: remove `burst`",
+                algorithm.name()
+            ),
+        );
+        return None;
+    }
     let requests = NonZeroU32::new(l.requests);
     if requests.is_none() {
         err(&format!("{field}.requests"), "must be at least 1".into());
@@ -284,7 +381,7 @@ fn compile_limit(
     if l.burst == Some(0) {
         err(&format!("{field}.burst"), "must be at least 1".into());
     }
-    let limit = Limit::new(requests?, per?, burst?);
+    let limit = Limit::new(requests?, per?, burst?).with_algorithm(algorithm);
     // A full burst's refill time, exactly (u32 × u64 fits in u128).
     let refill_ns =
         u128::from(limit.burst()) * u128::from(limit.per_ns()) / u128::from(limit.requests());
@@ -305,7 +402,12 @@ fn compile_limit(
         err(
             "cost",
             format!(
-                "cost {cost} is above the burst {} of `{field}`: no request could ever pass",
+                "cost {cost} is above the {} {} of `{field}`: no request could ever pass",
+                if algorithm.is_window() {
+                    "requests"
+                } else {
+                    "burst"
+                },
                 limit.burst()
             ),
         );

@@ -6,6 +6,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+pub use crate::limit::Algorithm;
+pub use crate::metadata::MetadataPath;
+
 /// The whole rules file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -43,6 +46,14 @@ pub struct ChangesConfig {
     /// metrics show), so an approval never outlives the change it was for.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approve: Vec<ApprovalConfig>,
+    /// How long a new rule, or the new limit of a tightened enforced rule, runs
+    /// in shadow (counted, never refused) before it enforces, when the agent
+    /// installs this file over a running version: `10m`, `1h`; `0s` turns the
+    /// trial off. Default 5m. A tightened rule keeps enforcing its running limit
+    /// meanwhile. The first rules an agent loads apply at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(regex(pattern = r"^[0-9]+(ms|s|m|h|d)$")))]
+    pub shadow_first: Option<String>,
 }
 
 /// One approved tightening.
@@ -63,11 +74,17 @@ fn default_max_tightening() -> f64 {
     DEFAULT_MAX_TIGHTENING
 }
 
+/// How long new and tightened rules run in shadow when `changes.shadow_first`
+/// is not given: long enough to see a busy hour's minute-scale traffic against
+/// the new limit, short enough that a change is in force the same coffee break.
+pub const DEFAULT_SHADOW_FIRST: &str = "5m";
+
 impl Default for ChangesConfig {
     fn default() -> Self {
         ChangesConfig {
             max_tightening: DEFAULT_MAX_TIGHTENING,
             approve: Vec::new(),
+            shadow_first: None,
         }
     }
 }
@@ -75,6 +92,32 @@ impl Default for ChangesConfig {
 impl ChangesConfig {
     fn is_default(&self) -> bool {
         *self == ChangesConfig::default()
+    }
+
+    /// `shadow_first` in milliseconds (the default when absent, 0 when off), or
+    /// what is wrong with it.
+    pub fn shadow_first_ms(&self) -> Result<u64, String> {
+        let text = self.shadow_first.as_deref().unwrap_or(DEFAULT_SHADOW_FIRST);
+        let t = text.trim();
+        let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        let (num, unit) = t.split_at(digits);
+        if !num.is_empty() && num.bytes().all(|b| b == b'0') {
+            // `0s` (any unit): off. The unit is still checked.
+            return super::parse_period(&format!("1{unit}")).map(|_| 0);
+        }
+        super::parse_period(text).map(|ns| ns / crate::NANOS_PER_MS)
+    }
+}
+
+impl RuleConfig {
+    /// The rule with `defaults` written into each field it omits, so it keeps
+    /// its meaning in a file with other defaults.
+    pub fn with_defaults(mut self, d: &DefaultsConfig) -> Self {
+        self.mode = self.mode.or(d.mode);
+        self.on_failure = self.on_failure.or(d.on_failure);
+        self.accuracy = self.accuracy.or(d.accuracy);
+        self.scope = self.scope.or(d.scope);
+        self
     }
 }
 
@@ -91,6 +134,13 @@ pub struct DefaultsConfig {
     pub accuracy: Option<Accuracy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<Scope>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub algorithm: Option<Algorithm>,
+    /// The share of allowed decisions the decision log keeps, 0 to 1
+    /// (rejections are always kept); default 0.01.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(range(min = 0.0, max = 1.0)))]
+    pub log_sample: Option<f64>,
 }
 
 /// One rule as written: `name`, `key`, and either `limit` or `plans`.
@@ -108,7 +158,8 @@ pub struct RuleConfig {
     #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
     pub matches: Option<MatchConfig>,
     /// What the limit is counted per: `method`, `client_ip`, `path`, `route`,
-    /// `authority`, `header: NAME`, `query: NAME`.
+    /// `authority`, `header: NAME`, `query: NAME`, `claim: NAME`,
+    /// `metadata: {filter, path}`.
     #[cfg_attr(feature = "schema", schemars(length(min = 1)))]
     pub key: Vec<KeyPartConfig>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -127,6 +178,10 @@ pub struct RuleConfig {
     pub accuracy: Option<Accuracy>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<Scope>,
+    /// How the limit counts: `token_bucket` (default), `fixed_window` or
+    /// `sliding_window` (`requests` per `per`; no `burst`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub algorithm: Option<Algorithm>,
     /// Who owns the rule (a team, a ticket): shown by `explain` and `check-rules`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "schema", schemars(length(min = 1, max = 128)))]
@@ -136,6 +191,16 @@ pub struct RuleConfig {
     /// reason; `check-rules` warns a week ahead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires: Option<String>,
+    /// The share of this rule's allowed decisions the decision log keeps, 0 to
+    /// 1 (rejections are always kept); default `defaults.log_sample`, else 0.01.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(range(min = 0.0, max = 1.0)))]
+    pub log_sample: Option<f64>,
+    /// How the decision log names this rule's keys: `id` (default, the keyed
+    /// hash) or `clear` (the key itself too, for rules whose keys are not
+    /// personal data).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_key: Option<LogKey>,
 }
 
 /// Conditions that must all hold for a rule to apply.
@@ -172,6 +237,17 @@ pub struct MatchConfig {
         ))
     )]
     pub authority: Option<String>,
+    /// The destination: Envoy's upstream cluster name (`xds.cluster_name`;
+    /// under Istio `outbound|PORT|SUBSET|SERVICE.NAMESPACE.svc.cluster.local`),
+    /// exactly, or, with a leading `*`, every name ending in what follows
+    /// (`*.shop.svc.cluster.local`: every service of namespace `shop`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(length(min = 1, max = 256)))]
+    pub cluster: Option<String>,
+    /// The Envoy route's name (`xds.route_name`), exactly or `*suffix`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(length(min = 1, max = 256)))]
+    pub route: Option<String>,
     /// Header conditions by header name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[cfg_attr(feature = "schema", schemars(extend("propertyNames" = {"pattern": "^[A-Za-z0-9_-]+$"})))]
@@ -193,7 +269,7 @@ pub struct HeaderMatchConfig {
     pub equals: Option<String>,
 }
 
-/// A token bucket as written: `requests` per `per`, `burst` capacity.
+/// A limit as written: `requests` per `per`, and for a token bucket its `burst`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
@@ -207,21 +283,36 @@ pub struct LimitConfig {
         schemars(regex(pattern = r"^\s*[0-9]+(ms|s|m|h|d)\s*$"))
     )]
     pub per: String,
-    /// The bucket's capacity (default: `requests`).
+    /// The bucket's capacity (default: `requests`); `token_bucket` only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "schema", schemars(range(min = 1, max = u32::MAX)))]
     pub burst: Option<u32>,
 }
 
-/// Per-plan limits chosen by a header's value.
+/// Per-plan limits chosen by a header's value, a verified JWT's claim or a
+/// value of Envoy's dynamic metadata (exactly one of the three).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "schema",
+    schemars(extend("oneOf" = [{"required": ["header"]}, {"required": ["claim"]}, {"required": ["metadata"]}]))
+)]
 #[serde(deny_unknown_fields)]
 pub struct PlansConfig {
     /// The header whose value names the plan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "schema", schemars(regex(pattern = "^[A-Za-z0-9_-]+$")))]
-    pub header: String,
-    /// The plan used when the header is absent or names no plan; must be in `limits`.
+    pub header: Option<String>,
+    /// The verified JWT claim whose value names the plan (`jwt_authn` with
+    /// `payload_in_metadata: payload`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(length(min = 1, max = 128)))]
+    pub claim: Option<String>,
+    /// The dynamic metadata value that names the plan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<MetadataConfig>,
+    /// The plan used when the value (header, claim or metadata) is absent or
+    /// names no plan; must be in `limits`.
     pub default: String,
     /// The limit of each plan, by plan name.
     #[cfg_attr(feature = "schema", schemars(extend("minProperties" = 1)))]
@@ -240,6 +331,56 @@ pub enum KeyPartConfig {
     Route,
     /// The request's host, as `match.authority` reads it.
     Authority,
+    /// A value of Envoy's dynamic metadata (`metadata: {filter, path}`), or a
+    /// verified JWT's claim (`claim: NAME`, the same as `metadata: {filter:
+    /// envoy.filters.http.jwt_authn, path: [payload, NAME]}`).
+    Metadata(MetadataPath),
+}
+
+/// `metadata: { filter: NAME, path: [FIELD, ...] }` as written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct MetadataConfig {
+    /// The filter whose dynamic metadata holds the value
+    /// (`envoy.filters.http.jwt_authn`).
+    #[cfg_attr(feature = "schema", schemars(length(min = 1, max = 128)))]
+    pub filter: String,
+    /// The fields from the filter's namespace down to the value (`[payload, sub]`).
+    #[cfg_attr(
+        feature = "schema",
+        schemars(length(min = 1, max = 8), inner(length(min = 1, max = 128)))
+    )]
+    pub path: Vec<String>,
+}
+
+impl From<MetadataConfig> for MetadataPath {
+    fn from(m: MetadataConfig) -> Self {
+        MetadataPath {
+            filter: m.filter,
+            path: m.path,
+        }
+    }
+}
+
+impl From<&MetadataPath> for MetadataConfig {
+    fn from(m: &MetadataPath) -> Self {
+        MetadataConfig {
+            filter: m.filter.clone(),
+            path: m.path.clone(),
+        }
+    }
+}
+
+/// How the decision log names a rule's keys: `id` (default) only by their keyed
+/// hash, `clear` by the key itself as well.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum LogKey {
+    #[default]
+    Id,
+    Clear,
 }
 
 /// `enforce` (default): over the limit gets a 429. `shadow`: counted and
@@ -288,12 +429,13 @@ pub enum Scope {
 impl<'de> Deserialize<'de> for KeyPartConfig {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         use serde::de::Error;
-        const EXPECTED: &str = "expected one of `method`, `client_ip`, `path`, `route`, `authority`, `header: NAME` or `query: NAME`";
+        const EXPECTED: &str = "expected one of `method`, `client_ip`, `path`, `route`, `authority`, `header: NAME`, `query: NAME`, `claim: NAME` or `metadata: {filter: NAME, path: [FIELD, ...]}`";
         #[derive(Deserialize)]
         #[serde(untagged)]
         enum Raw {
             Word(String),
             Map(BTreeMap<String, String>),
+            Metadata { metadata: MetadataConfig },
         }
         match Raw::deserialize(d).map_err(|_| D::Error::custom(EXPECTED))? {
             Raw::Word(w) => match w.as_str() {
@@ -306,11 +448,15 @@ impl<'de> Deserialize<'de> for KeyPartConfig {
                     "unknown key part `{other}`: {EXPECTED}"
                 ))),
             },
-            Raw::Map(m) => match (m.len(), m.get("header"), m.get("query")) {
-                (1, Some(name), None) => Ok(Self::Header(name.clone())),
-                (1, None, Some(name)) => Ok(Self::Query(name.clone())),
+            Raw::Map(m) => match m.iter().next() {
+                Some((k, name)) if m.len() == 1 && k == "header" => Ok(Self::Header(name.clone())),
+                Some((k, name)) if m.len() == 1 && k == "query" => Ok(Self::Query(name.clone())),
+                Some((k, name)) if m.len() == 1 && k == "claim" => {
+                    Ok(Self::Metadata(MetadataPath::claim(name)))
+                }
                 _ => Err(D::Error::custom(EXPECTED)),
             },
+            Raw::Metadata { metadata } => Ok(Self::Metadata(metadata.into())),
         }
     }
 }
@@ -329,6 +475,14 @@ impl Serialize for KeyPartConfig {
                 m.serialize_entry("query", name)?;
                 m.end()
             }
+            Self::Metadata(path) => {
+                let mut m = s.serialize_map(Some(1))?;
+                match path.as_claim() {
+                    Some(claim) => m.serialize_entry("claim", claim)?,
+                    None => m.serialize_entry("metadata", &MetadataConfig::from(path))?,
+                }
+                m.end()
+            }
             Self::Method => s.serialize_str("method"),
             Self::ClientIp => s.serialize_str("client_ip"),
             Self::Path => s.serialize_str("path"),
@@ -338,8 +492,8 @@ impl Serialize for KeyPartConfig {
     }
 }
 
-/// Written by hand, like its `Deserialize`: a bare word, `{header: NAME}` or
-/// `{query: NAME}`.
+/// Written by hand, like its `Deserialize`: a bare word, `{header: NAME}`,
+/// `{query: NAME}`, `{claim: NAME}` or `{metadata: {filter, path}}`.
 #[cfg(feature = "schema")]
 impl schemars::JsonSchema for KeyPartConfig {
     fn schema_name() -> std::borrow::Cow<'static, str> {
@@ -348,7 +502,7 @@ impl schemars::JsonSchema for KeyPartConfig {
 
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
-            "description": "One part of a rule's key: `method`, `client_ip`, `path`, `route`, `authority`, `header: NAME` or `query: NAME`.",
+            "description": "One part of a rule's key: `method`, `client_ip`, `path`, `route`, `authority`, `header: NAME`, `query: NAME`, `claim: NAME` (a verified JWT's claim) or `metadata: {filter, path}` (Envoy dynamic metadata).",
             "oneOf": [
                 {"type": "string", "enum": ["method", "client_ip", "path", "route", "authority"]},
                 {
@@ -361,6 +515,27 @@ impl schemars::JsonSchema for KeyPartConfig {
                     "type": "object",
                     "properties": {"query": {"type": "string", "minLength": 1, "maxLength": 128}},
                     "required": ["query"],
+                    "additionalProperties": false
+                },
+                {
+                    "type": "object",
+                    "properties": {"claim": {"type": "string", "minLength": 1, "maxLength": 128}},
+                    "required": ["claim"],
+                    "additionalProperties": false
+                },
+                {
+                    "type": "object",
+                    "properties": {"metadata": {
+                        "type": "object",
+                        "properties": {
+                            "filter": {"type": "string", "minLength": 1, "maxLength": 128},
+                            "path": {"type": "array", "minItems": 1, "maxItems": 8,
+                                     "items": {"type": "string", "minLength": 1, "maxLength": 128}}
+                        },
+                        "required": ["filter", "path"],
+                        "additionalProperties": false
+                    }},
+                    "required": ["metadata"],
                     "additionalProperties": false
                 }
             ]

@@ -81,6 +81,16 @@ fn describe(rule: &Rule, m: Mismatch<'_>, req: &RequestInfo) -> String {
                 None => format!("the request names no host ({wanted} wanted)"),
             }
         }
+        Mismatch::Cluster => match (&rule.matcher.cluster, &req.cluster) {
+            (Some(want), Some(c)) => format!("upstream cluster `{c}` is not {want}"),
+            (Some(want), None) => format!("the request has no upstream cluster ({want} wanted)"),
+            (None, _) => "upstream cluster".to_string(),
+        },
+        Mismatch::Route => match (&rule.matcher.route, &req.route) {
+            (Some(want), Some(r)) => format!("route `{r}` is not {want}"),
+            (Some(want), None) => format!("the request has no route name ({want} wanted)"),
+            (None, _) => "route".to_string(),
+        },
         Mismatch::Method => format!(
             "method {} is not one of {}",
             req.method,
@@ -119,6 +129,7 @@ fn part_name(part: &KeyPart) -> String {
         KeyPart::Route => "route name".to_string(),
         KeyPart::Query(name) => format!("query parameter `{name}`"),
         KeyPart::Authority => "host".to_string(),
+        KeyPart::Metadata(m) => m.describe(),
     }
 }
 

@@ -14,6 +14,7 @@ use std::borrow::Cow;
 use super::{HeaderMatch, KeyPart, Matcher, PathMatch, Rule, RuleSet};
 use crate::key::DescriptorKey;
 use crate::limit::Limit;
+use crate::metadata::MetadataPath;
 use crate::{authority, path, query};
 
 /// What the rules look at in a request, gathered once by the filter (one host call
@@ -31,6 +32,13 @@ pub struct RequestInfo {
     pub headers: Vec<(String, Vec<u8>)>,
     pub client_ip: Option<String>,
     pub route: Option<String>,
+    /// The upstream cluster's name (`xds.cluster_name`), read only for rules
+    /// with `match.cluster`.
+    pub cluster: Option<String>,
+    /// Dynamic metadata by filter name: the filter's namespace as a serialized
+    /// `google.protobuf.Struct` (see [`crate::metadata`]), read only for the
+    /// filters some rule keys on or picks its plan by.
+    pub metadata: Vec<(String, Vec<u8>)>,
 }
 
 /// A rule's key parts as read from a request: borrowed, or decoded (a query
@@ -79,7 +87,15 @@ impl RequestInfo {
             headers: headers.into_iter().map(|(n, v)| (n, v.into())).collect(),
             client_ip: None,
             route: None,
+            cluster: None,
+            metadata: Vec::new(),
         }
+    }
+
+    /// The value at `path` in the dynamic metadata, in its one spelling.
+    pub fn metadata_value(&self, path: &MetadataPath) -> Option<Cow<'_, [u8]>> {
+        let (_, ns) = self.metadata.iter().find(|(f, _)| *f == path.filter)?;
+        path.lookup(ns)
     }
 
     /// Every value of a header, under any spelling of its name.
@@ -283,6 +299,7 @@ impl Rule {
                 KeyPart::Path => Some(Cow::Borrowed(req.path.as_bytes())),
                 KeyPart::Route => req.route.as_deref().map(|v| Cow::Borrowed(v.as_bytes())),
                 KeyPart::Authority => req.authority()?.map(|h| Cow::Owned(h.into_bytes())),
+                KeyPart::Metadata(m) => req.metadata_value(m),
             };
             let Some(value) = value else {
                 return Ok(Err(part));
@@ -299,11 +316,21 @@ impl Rule {
         req: &RequestInfo,
         parts: Vec<Cow<'_, [u8]>>,
     ) -> Applicable<'r> {
-        let plan_header = match &self.limits {
-            super::Limits::Plans { header, .. } => req.header(header),
+        let named: Option<Cow<'_, str>> = match &self.limits {
+            super::Limits::Plans {
+                by: super::PlanSource::Header(header),
+                ..
+            } => req.header(header).map(Cow::Borrowed),
+            super::Limits::Plans {
+                by: super::PlanSource::Metadata(m),
+                ..
+            } => req
+                .metadata_value(m)
+                .and_then(|v| String::from_utf8(v.into_owned()).ok())
+                .map(Cow::Owned),
             super::Limits::Single(_) => None,
         };
-        let (limit, plan) = self.limit_for_plan(plan_header);
+        let (limit, plan) = self.limit_for_plan(named.as_deref());
         Applicable {
             rule: self,
             index,
@@ -319,6 +346,8 @@ impl Rule {
 pub(super) enum Mismatch<'m> {
     Path,
     Authority,
+    Cluster,
+    Route,
     Method,
     Header(&'m str),
 }
@@ -329,8 +358,8 @@ impl Matcher {
         self.mismatch_where(req, true)
     }
 
-    /// As [`Matcher::mismatch`]; without `path_and_method`, the path and method
-    /// conditions are not looked at.
+    /// As [`Matcher::mismatch`]; without `path_and_method`, the conditions on
+    /// what is requested (path, method, cluster, route) are not looked at.
     fn mismatch_where(&self, req: &RequestInfo, path_and_method: bool) -> Option<Mismatch<'_>> {
         let path_ok = !path_and_method
             || match &self.path {
@@ -357,6 +386,17 @@ impl Matcher {
             {
                 return Some(Mismatch::Authority);
             }
+        }
+        let name_ok = |want: &Option<super::NamePattern>, have: &Option<String>| {
+            want.as_ref()
+                .is_none_or(|w| have.as_deref().is_some_and(|h| w.matches(h)))
+        };
+        // The destination, like the path, is the request's, not the caller's.
+        if path_and_method && !name_ok(&self.cluster, &req.cluster) {
+            return Some(Mismatch::Cluster);
+        }
+        if path_and_method && !name_ok(&self.route, &req.route) {
+            return Some(Mismatch::Route);
         }
         if path_and_method
             && !self

@@ -17,15 +17,17 @@ pub mod review;
 #[cfg(feature = "schema")]
 pub mod schema;
 mod stepsort;
+pub mod trial;
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 
 pub use builder::RuleSetBuilder;
-pub use compile::{parse_period, MAX_RULE_NAME, SCHEMA_VERSION};
+pub use compile::{parse_period, DEFAULT_LOG_SAMPLE, MAX_RULE_NAME, SCHEMA_VERSION};
 pub use config::{
-    Accuracy, ChangesConfig, FailurePolicy, KeyPartConfig as KeyPart, Mode, RulesConfig, Scope,
+    Accuracy, ChangesConfig, FailurePolicy, KeyPartConfig as KeyPart, LogKey, Mode, RulesConfig,
+    Scope,
 };
 pub use error::{RuleError, RulesError};
 pub use explain::{Explained, Explanation};
@@ -34,6 +36,7 @@ pub use matching::{Applicable, RequestError, RequestInfo};
 pub use parse::{check_yaml_text, parse_rules, read_yaml, MAX_RULES_FILE_BYTES};
 
 use crate::limit::Limit;
+use crate::metadata::MetadataPath;
 
 /// A validated, compiled rules file, rules ordered strictest first.
 #[derive(Debug, Clone)]
@@ -45,10 +48,9 @@ pub struct RuleSet {
     config: Option<Arc<RulesConfig>>,
     /// The file's guard on changes (see [`review`]).
     changes: ChangesConfig,
-    /// Whether any rule keys on the client IP / the route: each is a host call
-    /// per request in the filter, made only when needed.
-    uses_client_ip: bool,
-    uses_route: bool,
+    /// What the rules read beyond the headers: each is a host call per request
+    /// in the filter, made only when needed.
+    needs: Needs,
     /// The rules by path condition: what `applicable` looks in.
     index: index::RuleIndex,
     /// Rule positions sorted by name, for [`RuleSet::rule`].
@@ -67,6 +69,23 @@ pub struct Rule {
     pub on_failure: FailurePolicy,
     pub accuracy: Accuracy,
     pub scope: Scope,
+    /// The share of allowed decisions the decision log keeps.
+    pub log_sample: f64,
+    pub log_key: LogKey,
+}
+
+/// What a set's rules read of a request beyond its headers, path and method:
+/// each a host call per request in the filter, made only when some rule needs it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Needs {
+    pub client_ip: bool,
+    /// The route name (`route` key part, `match.route`).
+    pub route: bool,
+    /// The upstream cluster's name (`match.cluster`).
+    pub cluster: bool,
+    /// The filters whose dynamic metadata some rule keys on or picks its plan
+    /// by, sorted, each once.
+    pub metadata: Vec<String>,
 }
 
 /// A rule's limit: one for everyone, or one per plan.
@@ -74,17 +93,82 @@ pub struct Rule {
 pub enum Limits {
     Single(Limit),
     Plans {
-        header: String,
+        /// What names the plan.
+        by: PlanSource,
         default_plan: String,
         default: Limit,
         limits: BTreeMap<String, Limit>,
     },
 }
 
+/// What names a rule's plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlanSource {
+    /// A header (lower case).
+    Header(String),
+    /// A value of Envoy's dynamic metadata (a verified JWT's claim).
+    Metadata(MetadataPath),
+}
+
+/// A condition on a name Envoy gives (cluster, route): this name, or every name
+/// ending in a suffix (written `*suffix`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NamePattern {
+    Exact(String),
+    Suffix(String),
+}
+
+impl NamePattern {
+    /// The pattern as written; `*` is only meaningful first.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let (wild, name) = match text.strip_prefix('*') {
+            Some(rest) => (true, rest),
+            None => (false, text),
+        };
+        if name.is_empty() || name.contains('*') || name.chars().any(char::is_control) {
+            return Err(format!(
+                "`{text}` is not a name or `*suffix`: printable characters, one `*` and only first"
+            ));
+        }
+        Ok(if wild {
+            NamePattern::Suffix(name.to_string())
+        } else {
+            NamePattern::Exact(name.to_string())
+        })
+    }
+
+    pub fn matches(&self, name: &str) -> bool {
+        match self {
+            NamePattern::Exact(n) => name == n,
+            NamePattern::Suffix(s) => name.ends_with(s.as_str()),
+        }
+    }
+
+    /// Whether every name `other` admits is admitted by `self`.
+    pub fn covers(&self, other: &NamePattern) -> bool {
+        match (self, other) {
+            (a, NamePattern::Exact(n)) => a.matches(n),
+            (NamePattern::Exact(_), NamePattern::Suffix(_)) => false,
+            (NamePattern::Suffix(a), NamePattern::Suffix(b)) => b.ends_with(a.as_str()),
+        }
+    }
+}
+
+impl std::fmt::Display for NamePattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NamePattern::Exact(n) => write!(f, "`{n}`"),
+            NamePattern::Suffix(s) => write!(f, "`*{s}`"),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Matcher {
     path: PathMatch,
     authority: Option<crate::authority::HostPattern>,
+    cluster: Option<NamePattern>,
+    route: Option<NamePattern>,
     methods: Option<Vec<String>>,
     headers: Vec<(String, HeaderMatch)>,
 }
@@ -135,6 +219,12 @@ impl RuleSet {
         false
     }
 
+    /// The file's guard on changes: the tightening maximum, the approvals, the
+    /// trial in shadow.
+    pub fn changes(&self) -> &ChangesConfig {
+        &self.changes
+    }
+
     /// Rules, strictest first.
     pub fn rules(&self) -> &[Rule] {
         &self.rules
@@ -154,14 +244,18 @@ impl RuleSet {
         self.by_name.get(at).copied()
     }
 
-    /// True when some rule keys on `part` (the filter then fetches what that part
-    /// needs from the host; each stream property costs a host call per request).
+    /// True when some rule keys on `part`.
     pub fn uses(&self, part: &KeyPart) -> bool {
         match part {
-            KeyPart::ClientIp => self.uses_client_ip,
-            KeyPart::Route => self.uses_route,
+            KeyPart::ClientIp => self.needs.client_ip,
             other => self.rules.iter().any(|r| r.key.contains(other)),
         }
+    }
+
+    /// What the rules read beyond headers, path and method (the filter fetches
+    /// each from the host only when needed; each costs a host call per request).
+    pub fn needs(&self) -> &Needs {
+        &self.needs
     }
 }
 

@@ -299,6 +299,13 @@ fn parse_and_compile(text: &str, lines: &Lines) -> Result<RuleSet, RulesError> {
             .and_then(Value::as_str)
             .map_or_else(|| format!("#{}", i + 1), str::to_string);
         match part::<RuleConfig>(raw, "") {
+            Ok(rule) if rule.name.ends_with(super::trial::TRIAL_SUFFIX) => {
+                let error = RuleError::new(Some(&name), "name", super::trial::reserved_name(&name));
+                errors.push(match lines.rule(i) {
+                    Some(line) => error.at_line(line),
+                    None => error,
+                });
+            }
             Ok(rule) => {
                 rules.push(rule);
                 rule_lines.push(lines.rule(i));

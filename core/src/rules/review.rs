@@ -6,7 +6,7 @@
 //! limiter takes an API down, so it takes a second pair of eyes.
 
 use super::config::Mode;
-use super::{HeaderMatch, Limits, Matcher, PathMatch, Rule, RuleSet};
+use super::{HeaderMatch, Limits, Matcher, NamePattern, PathMatch, Rule, RuleSet};
 use crate::authority::HostPattern;
 use crate::limit::Limit;
 
@@ -165,12 +165,12 @@ fn mode_name(mode: Mode) -> &'static str {
 }
 
 fn show(l: &Limit) -> String {
-    format!(
-        "{} per {} s (burst {})",
-        l.requests(),
-        l.per_ns() as f64 / crate::NANOS_PER_SEC as f64,
-        l.burst()
-    )
+    let per = l.per_ns() as f64 / crate::NANOS_PER_SEC as f64;
+    if l.algorithm().is_window() {
+        format!("{} per {per} s ({})", l.requests(), l.algorithm().name())
+    } else {
+        format!("{} per {per} s (burst {})", l.requests(), l.burst())
+    }
 }
 
 fn change(rule: &Rule, change: Change, refused: bool) -> RuleChange {
@@ -183,7 +183,7 @@ fn change(rule: &Rule, change: Change, refused: bool) -> RuleChange {
 
 /// The limits to compare: the one limit, or each plan the old rule had (a plan
 /// that went away is now served the default plan's limit).
-fn limit_pairs(old: &Rule, new: &Rule) -> Vec<(Option<String>, Limit, Limit)> {
+pub(super) fn limit_pairs(old: &Rule, new: &Rule) -> Vec<(Option<String>, Limit, Limit)> {
     match &old.limits {
         Limits::Single(l) => vec![(None, *l, new.limit_for_plan(None).0)],
         Limits::Plans {
@@ -210,7 +210,7 @@ fn limit_pairs(old: &Rule, new: &Rule) -> Vec<(Option<String>, Limit, Limit)> {
 
 /// How much of the old limit the new one leaves: the smaller of the rates' and
 /// the bursts' ratios.
-fn ratio(new: &Limit, old: &Limit) -> f64 {
+pub(super) fn ratio(new: &Limit, old: &Limit) -> f64 {
     let rate = new.rate_per_sec() / old.rate_per_sec();
     let burst = f64::from(new.burst()) / f64::from(old.burst());
     rate.min(burst)
@@ -233,6 +233,17 @@ fn covers(a: &Matcher, b: &Matcher) -> bool {
         && methods
         && headers
         && authority_covers(&a.authority, &b.authority)
+        && name_covers(&a.cluster, &b.cluster)
+        && name_covers(&a.route, &b.route)
+}
+
+/// Whether cluster or route condition `a` holds for every name `b` admits.
+fn name_covers(a: &Option<NamePattern>, b: &Option<NamePattern>) -> bool {
+    match (a, b) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(a), Some(b)) => a.covers(b),
+    }
 }
 
 /// Whether host condition `a` holds for every host `b` admits.

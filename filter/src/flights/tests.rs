@@ -39,6 +39,7 @@ fn grant(tokens: u32) -> LeaseAnswer {
         remaining: 100,
         reset_ms: 10,
         local: false,
+        from: None,
     }
 }
 
@@ -112,6 +113,7 @@ fn a_grant_too_small_for_every_waiter_sends_another_call_for_the_rest() {
         Some(vec![LeaseAnswer::Deny {
             retry_after_ms: 5,
             local: false,
+            from: None,
         }]),
     );
     assert!(matches!(decided[0].1.verdict(), Verdict::Deny { .. }));

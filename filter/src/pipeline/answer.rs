@@ -26,21 +26,23 @@ pub fn apply_answer<H: Host>(
             remaining,
             reset_ms,
             local: false,
+            from,
         }) => {
             let reset_ns = reset_ms.saturating_mul(NANOS_PER_MS);
             let ttl_ns = ttl_ms.saturating_mul(NANOS_PER_MS);
             slots::update(host, fp, cfg.slots, |s| {
                 s.grant(now, tokens, 0, ttl_ns, remaining, reset_ns)
             });
-            KeyResult::Answered
+            KeyResult::Answered(from)
         }
         Some(LeaseAnswer::Deny {
             retry_after_ms,
             local: false,
+            from,
         }) => {
             let retry_after_ns = retry_after_ms.saturating_mul(NANOS_PER_MS);
             slots::update(host, fp, cfg.slots, |s| s.deny(now, retry_after_ns));
-            KeyResult::Answered
+            KeyResult::Answered(from)
         }
         other => {
             slots::update(host, fp, cfg.slots, |s| s.call_failed());

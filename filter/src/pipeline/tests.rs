@@ -35,6 +35,7 @@ fn grant(tokens: u32) -> LeaseAnswer {
         remaining: 50,
         reset_ms: 10,
         local: false,
+        from: None,
     }
 }
 
@@ -79,6 +80,7 @@ fn a_denial_is_cached_and_rejects_without_asking_or_spending() {
             LeaseAnswer::Deny {
                 retry_after_ms: 1500,
                 local: false,
+                from: None,
             },
             grant(10),
         ],
@@ -180,6 +182,7 @@ fn the_agents_fail_local_answers_count_as_the_policy_and_keep_no_lease() {
         remaining: 0,
         reset_ms: 0,
         local: true,
+        from: None,
     };
     e.apply_answers(
         &host,
@@ -189,6 +192,7 @@ fn the_agents_fail_local_answers_count_as_the_policy_and_keep_no_lease() {
             LeaseAnswer::Deny {
                 retry_after_ms: 100,
                 local: true,
+                from: None,
             },
         ],
     );
@@ -220,10 +224,12 @@ fn a_cached_shadow_denial_does_not_stop_the_enforcing_rules() {
             LeaseAnswer::Deny {
                 retry_after_ms: 1500,
                 local: false,
+                from: None,
             },
             LeaseAnswer::Deny {
                 retry_after_ms: 700,
                 local: false,
+                from: None,
             },
         ],
     );

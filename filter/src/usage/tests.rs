@@ -58,6 +58,7 @@ fn spend(host: &MemoryHost, cfg: &FilterConfig, path: &str, tokens: u32, store_r
                 remaining: store_remaining,
                 reset_ms: 3_500,
                 local: false,
+                from: None,
             })
             .collect();
         e.apply_answers(host, cfg, answers);
@@ -132,6 +133,7 @@ fn a_cached_denial_shows_nothing_left_until_it_clears() {
     let deny = LeaseAnswer::Deny {
         retry_after_ms: 2_500,
         local: false,
+        from: None,
     };
     e.apply_answers(&host, &cfg, vec![deny; n]);
     assert_eq!(limits(&host, &cfg, "/u")[0], line("per-key", 0, 3));

@@ -118,3 +118,51 @@ fn a_late_decision_on_a_full_bucket_is_not_wrongly_allowed() {
     assert!(!j.admitted(6 * MS, 6 * MS));
     assert!(j.admitted(6 * MS, 6 * MS));
 }
+
+fn window(requests: u32, per_ms: u64, algorithm: meshlimit_core::Algorithm) -> Limit {
+    limit(requests, per_ms, 1).with_algorithm(algorithm)
+}
+
+#[test]
+fn a_sliding_window_is_judged_against_the_exact_sliding_log() {
+    use meshlimit_core::Algorithm;
+    // 4 per second: the log admits 4 in any second, whatever the window edges.
+    let l = window(4, 1_000, Algorithm::SlidingWindow);
+    let mut j = Judge::new(l, 1).aligned(7 * 1_000 * MS);
+    // Four arrivals late in one window: all fit the log.
+    for t in [900, 910, 920, 930] {
+        assert!(j.arrive(t * MS));
+        assert!(!j.admitted(t * MS, t * MS));
+    }
+    // Just after the edge the log still holds 4: the ideal refuses, and an
+    // admission there (what a fixed window would do) is wrongly allowed.
+    assert!(!j.arrive(1_100 * MS));
+    assert!(j.admitted(1_100 * MS, 1_100 * MS));
+    assert!(!j.held_back(1_100 * MS));
+    // A second after the first, it has slid out: room for one.
+    assert!(j.held_back(1_900 * MS));
+    assert!(!j.admitted(1_900 * MS, 1_900 * MS));
+    assert!(!j.held_back(1_905 * MS));
+}
+
+#[test]
+fn a_fixed_window_is_judged_in_windows_aligned_to_the_unix_epoch() {
+    use meshlimit_core::Algorithm;
+    let l = window(2, 1_000, Algorithm::FixedWindow);
+    // The judge's clock starts 400 ms into a Unix second: its windows end at
+    // 600 ms, 1,600 ms, ... of its own clock.
+    let mut j = Judge::new(l, 1).aligned(1_000_000 * 1_000 * MS + 400 * MS);
+    assert!(j.arrive(0));
+    assert!(j.arrive(100 * MS));
+    assert!(!j.arrive(500 * MS));
+    assert!(j.arrive(600 * MS), "a new window at the Unix second");
+    assert!(!j.admitted(0, 0));
+    assert!(!j.admitted(100 * MS, 100 * MS));
+    assert!(j.admitted(500 * MS, 500 * MS), "a third in one window");
+    // Arrived in a full window, decided in the next: counted in the new one.
+    assert!(!j.admitted(590 * MS, 610 * MS));
+    assert!(!j.admitted(620 * MS, 620 * MS));
+    assert!(j.admitted(630 * MS, 630 * MS));
+    assert!(!j.held_back(700 * MS));
+    assert!(j.held_back(1_600 * MS));
+}

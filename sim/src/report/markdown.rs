@@ -7,7 +7,8 @@ use crate::RunReport;
 /// How every figure is defined, stated once at the top of the summary.
 pub const DEFINITIONS: &str = "\
 Definitions (per key, against ideal token buckets with the rule's rate and burst, \
-the same maths as the store's script; the harness runs on one thread and one \
+the same maths as the store's script; a window rule against its exact truth instead, \
+see the last item; the harness runs on one thread and one \
 monotonic clock, so arrival and decision orders are exact):
 
 - **admitted/limit**: admitted requests ÷ the limit's allowance, over the steady \
@@ -33,6 +34,12 @@ pools elsewhere in the fleet.
 every Redis node, after minus before the run, per 1,000 requests offered.
 - **lease sizes**: tokens per grant as the gateways received them (after the \
 agent's node pool took its share).
+- **window rules**: the ideal and the replay above are, for a `fixed_window` rule, \
+exact fixed windows aligned to the Unix epoch (as the store's are), and for a \
+`sliding_window` rule the exact sliding log (every admission's time kept; at most \
+`requests` within any `per`), which the store's two-counter window approximates; \
+both count by the decision's instant (a fixed-window admission decided just after \
+a window's start may count in the window of its arrival).
 ";
 
 /// A row of a scenario's table: the figure and its value.

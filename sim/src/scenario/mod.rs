@@ -77,6 +77,10 @@ pub enum Target {
     Exact,
     /// Admitted within ±2% of the limit.
     Leased,
+    /// A sliding window: admitted within ±6% of the exact sliding log (the
+    /// two-counter window's published average error); wrong decisions, judged
+    /// against that log, are stated rather than bounded.
+    Sliding,
     /// Only the wrong-decision bound.
     #[default]
     None,

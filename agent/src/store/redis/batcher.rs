@@ -176,7 +176,8 @@ fn args(p: &mut Pipeline, job: &Job) {
         .arg(l.burst())
         .arg(job.item.min)
         .arg(job.item.max)
-        .arg(job.share);
+        .arg(job.share)
+        .arg(l.algorithm().name());
 }
 
 fn server_error(e: &redis::ServerError) -> StoreError {

@@ -6,9 +6,12 @@
 //!
 //! | key | type | written by |
 //! |---|---|---|
-//! | `ml:{<key id>}:<rule>` | hash `t` (tokens), `u` (µs of the server's `TIME`) | the lease script |
+//! | `ml:{<key id>}:<rule>` | hash `t` (tokens), `u` (µs of the server's `TIME`); a window rule's `w` (window index), `c` (count), `p` (previous window's count) | the lease script |
 //! | `ml:{agents}` | sorted set, agent id → ms of its last heartbeat | the heartbeat script |
-//! | `ml:{fleet}:override` | string, JSON `{"mode":"shadow","set_by":…,"at":…}`; absent when off | `meshlimit-agent override` (SET, DEL) |
+//! | `ml:{fleet}:override` | string, JSON `{"mode":"shadow"\|"pin","set_by":…,"at":…}` (`"version"` too for pin); absent when off | `meshlimit-agent override` (SET, DEL) |
+//! | `ml:{fleet}:trial:<version>` | hash `start_ms` (the server's `TIME`), `period_ms`, `plan` (JSON), `ended_ms`, `held` | the trial script (the first agent to install the version: HSETNX), `override end-trial\|hold-trial` |
+//! | `ml:{fleet}:trial` | string: the version whose trial started last | the trial script; read by `override end-trial\|hold-trial` |
+//! | `ml:{fleet}:rules` | hash `current`, `previous`: the rules versions served now and before | every agent installing a version over another (HSET); read by `override pin` |
 //! | `ml:rg:…` | the region exchange | see [`region`] |
 //!
 //! The test harness (`tests/src/lib.rs`, `redis_bucket_key`, `exchange_key`)
@@ -26,7 +29,12 @@ use meshlimit_core::DescriptorKey;
 /// follows so an operator can tell buckets apart, and `meshlimit-agent key-id`
 /// maps a known customer key to its bucket.
 pub fn bucket(ids: &KeyIds, key: &DescriptorKey) -> String {
-    format!("ml:{{{}}}:{}", ids.id(key), key.rule())
+    bucket_of_id(&ids.id(key).to_string(), key.rule())
+}
+
+/// [`bucket`] from the key's id (what an operator has in hand).
+pub(crate) fn bucket_of_id(key_id: &str, rule: &str) -> String {
+    format!("ml:{{{key_id}}}:{rule}")
 }
 
 /// The sorted set of the region's live agents (one hash slot, whatever the cluster).
@@ -35,6 +43,18 @@ pub(crate) const AGENTS: &str = "ml:{agents}";
 /// The fleet override every agent of the region reads (one hash slot, whatever
 /// the cluster): absent when off.
 pub(crate) const FLEET_OVERRIDE: &str = "ml:{fleet}:override";
+
+/// The version whose trial started last (what `override end-trial` ends).
+pub(crate) const LAST_TRIAL: &str = "ml:{fleet}:trial";
+
+/// The rules versions the region's agents serve now and served before.
+pub(crate) const RULES_VERSIONS: &str = "ml:{fleet}:rules";
+
+/// The trial of rules `version` (a content hash, 16 hex digits: no customer
+/// data), in the fleet's hash slot.
+pub(crate) fn trial(version: &str) -> String {
+    format!("ml:{{fleet}}:trial:{version}")
+}
 
 /// The Redis keys of the region exchange, all in a region's own Redis (its agents
 /// write, every region's rebalancer reads). Keys per partition of the exchange carry the
@@ -121,6 +141,18 @@ mod tests {
         let id = ids.id(&DescriptorKey::new("r", ["{x}"]));
         assert_eq!(a, format!("ml:{{{id}}}:r"));
         assert!(!a.contains("{x}"));
+    }
+
+    #[test]
+    fn the_fleet_keys_share_one_hash_slot() {
+        let slot = hash_slot(FLEET_OVERRIDE);
+        assert_eq!(hash_slot(LAST_TRIAL), slot);
+        assert_eq!(hash_slot(RULES_VERSIONS), slot);
+        assert_eq!(hash_slot(&trial("0123456789abcdef")), slot);
+        assert_eq!(
+            trial("0123456789abcdef"),
+            "ml:{fleet}:trial:0123456789abcdef"
+        );
     }
 
     #[test]

@@ -26,8 +26,12 @@ use health::Health;
 use tasks::{cluster_slots, prewarm, probe, refresher};
 use topology::{hash_slot, HashSlotMap};
 
-use super::{Acquire, Acquired, Store, StoreError};
+use super::{Acquire, Acquired, Peeked, Store, StoreError};
 use crate::fleet_override::Override;
+use crate::trial::{StoredTrial, TrialAction};
+use meshlimit_core::rules::trial::TrialPlan;
+use meshlimit_core::secret::KeyIds;
+use meshlimit_core::{Bucket, Counter, Limit, Window};
 
 /// How often the hash slot map is read again while every node is healthy (hash slot
 /// migrations, a failover this agent has not noticed).
@@ -406,6 +410,123 @@ impl Store for RedisStore {
         self.control::<redis::Value>(keys::FLEET_OVERRIDE, cmd)
             .await
             .map(|_| ())
+    }
+
+    async fn peek(
+        &self,
+        _ids: &KeyIds,
+        rule: &str,
+        key_id: &str,
+        limit: &Limit,
+    ) -> Result<Option<Peeked>, StoreError> {
+        let key = keys::bucket_of_id(key_id, rule);
+        let peek = redis::cmd("EVAL")
+            .arg(script::PEEK_SCRIPT)
+            .arg(1)
+            .arg(&key)
+            .clone();
+        let reply: Vec<String> = self.control(&key, peek).await?;
+        let bad = || StoreError::Failed(format!("{key}: the peek script answered {reply:?}"));
+        let [tokens, updated, secs, micros, window, count, previous] = reply.as_slice() else {
+            return Err(bad());
+        };
+        let num = |s: &String| s.parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0);
+        let (Some(secs), Some(micros)) = (num(secs), num(micros)) else {
+            return Err(bad());
+        };
+        let now_ns = (secs * 1e9 + micros * 1e3) as u64;
+        let counter = if limit.algorithm().is_window() {
+            if window.is_empty() {
+                return Ok(None);
+            }
+            let whole = |s: &String| s.parse::<u64>().ok();
+            let (Some(w), Some(c), Some(p)) = (whole(window), whole(count), whole(previous)) else {
+                return Err(bad());
+            };
+            Counter::Window(Window::from_parts(w, c, p))
+        } else {
+            if tokens.is_empty() {
+                return Ok(None);
+            }
+            let (Some(tokens), Some(updated)) = (num(tokens), num(updated)) else {
+                return Err(bad());
+            };
+            Counter::Bucket(Bucket::from_parts(tokens, (updated * 1e3) as u64))
+        };
+        Ok(Some(Peeked::of(&counter, limit, now_ns)))
+    }
+
+    async fn trial(
+        &self,
+        version: &str,
+        start: Option<(&TrialPlan, u64)>,
+        with_plan: bool,
+    ) -> Result<Option<StoredTrial>, StoreError> {
+        let (plan, period) = match start {
+            Some((plan, period)) => (
+                serde_json::to_string(plan).map_err(|e| StoreError::Failed(e.to_string()))?,
+                period,
+            ),
+            None => (String::new(), 0),
+        };
+        let key = keys::trial(version);
+        let call = redis::cmd("EVAL")
+            .arg(script::TRIAL_SCRIPT)
+            .arg(2)
+            .arg(&key)
+            .arg(keys::LAST_TRIAL)
+            .arg(plan)
+            .arg(period)
+            .arg(version)
+            .arg(crate::trial::KEEP_AFTER_MS)
+            .arg(if with_plan { "1" } else { "0" })
+            .clone();
+        let reply: Vec<Option<String>> = self.control(&key, call).await?;
+        crate::trial::from_reply(&key, &reply)
+    }
+
+    async fn control_trial(&self, action: TrialAction) -> Result<Option<String>, StoreError> {
+        let get = redis::cmd("GET").arg(keys::LAST_TRIAL).clone();
+        let Some(version) = self
+            .control::<Option<String>>(keys::LAST_TRIAL, get)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let key = keys::trial(&version);
+        let call = redis::cmd("EVAL")
+            .arg(script::TRIAL_CONTROL_SCRIPT)
+            .arg(1)
+            .arg(&key)
+            .arg(match action {
+                TrialAction::End => "end",
+                TrialAction::Hold => "hold",
+            })
+            .arg(crate::trial::KEEP_AFTER_MS)
+            .clone();
+        let found: i64 = self.control(&key, call).await?;
+        Ok((found == 1).then_some(version))
+    }
+
+    async fn record_versions(&self, current: &str, previous: &str) -> Result<(), StoreError> {
+        let set = redis::cmd("HSET")
+            .arg(keys::RULES_VERSIONS)
+            .arg("current")
+            .arg(current)
+            .arg("previous")
+            .arg(previous)
+            .clone();
+        self.control::<redis::Value>(keys::RULES_VERSIONS, set)
+            .await
+            .map(|_| ())
+    }
+
+    async fn previous_version(&self) -> Result<Option<String>, StoreError> {
+        let get = redis::cmd("HGET")
+            .arg(keys::RULES_VERSIONS)
+            .arg("previous")
+            .clone();
+        self.control(keys::RULES_VERSIONS, get).await
     }
 
     fn name(&self) -> &'static str {

@@ -1,15 +1,17 @@
 //! Every Lua script the agent runs in Redis, here and nowhere else, each with what
 //! it does, its `KEYS` and `ARGV`, and its reply (key names: [`super::keys`]):
 //!
-//! - [`LEASE_SCRIPT`]: the token-bucket lease, atomic per key, on the Redis
+//! - [`LEASE_SCRIPT`]: the lease (token bucket, fixed or sliding window), atomic per key, on the Redis
 //!   server's clock ([`LEASE_SCRIPT_AT`] is its test form, the clock from ARGV);
+//! - [`PEEK_SCRIPT`]: a bucket or window read as it is, with the server's clock;
 //! - [`HEARTBEAT_SCRIPT`]: an agent says it is alive and learns how many are;
 //! - [`FLUSH_SCRIPT`], [`SEAL_SCRIPT`]: the region exchange's demand;
-//! - [`ELECT_SCRIPT`], [`RELEASE_SCRIPT`]: the election of a region's rebalancer.
+//! - [`ELECT_SCRIPT`], [`RELEASE_SCRIPT`]: the election of a region's rebalancer;
+//! - [`TRIAL_SCRIPT`], [`TRIAL_CONTROL_SCRIPT`]: a rules change's trial in shadow.
 //!
 //! Every script touches the keys of one hash slot (each call's keys share a hash
 //! tag), so each runs on a Redis Cluster as on a single Redis. Rate, burst and
-//! the region's share travel as ARGV with every lease, so a rules change needs
+//! the region's share, and the algorithm, travel as ARGV with every lease, so a rules change needs
 //! no script reload and no counter reset.
 
 use meshlimit_core::Take;
@@ -29,10 +31,67 @@ local share = tonumber(ARGV[6])
 local min = tonumber(ARGV[4])
 local max = tonumber(ARGV[5])
 local function finite(x) return x ~= nil and x == x and x > -math.huge and x < math.huge end
+local algorithm = ARGV[7]
 if not (finite(requests) and finite(period_ms) and finite(tonumber(ARGV[3])) and finite(share)
     and finite(min) and finite(max) and requests > 0 and period_ms > 0 and share > 0
-    and tonumber(ARGV[3]) >= 1 and min >= 1 and max >= 1) then
+    and tonumber(ARGV[3]) >= 1 and min >= 1 and max >= 1
+    and (algorithm == 'token_bucket' or algorithm == 'fixed_window' or algorithm == 'sliding_window')) then
   return redis.error_reply('ERR lease script: bad arguments')
+end
+if algorithm ~= 'token_bucket' then
+  -- A window of `per` (µs), aligned to the epoch of the server's clock: window
+  -- `index` runs from index × per to (index + 1) × per. The hash holds
+  -- {w = window index, c = its count, p = the previous window's count}.
+  local per = period_ms * 1000
+  local limit = math.max(1, math.floor(requests * share))
+  local sliding = algorithm == 'sliding_window'
+  local index = math.floor(now / per)
+  if index * per > now then index = index - 1 elseif (index + 1) * per <= now then index = index + 1 end
+  local state = redis.call('HMGET', KEYS[1], 'w', 'c', 'p')
+  local w, c, p = tonumber(state[1]), tonumber(state[2]), tonumber(state[3])
+  local count, previous, latest = 0, 0, index
+  -- Missing or corrupt counts (not whole, negative, not numbers) are nothing
+  -- counted: at most one window's limit is granted for them.
+  local function whole(x) return finite(x) and x >= 0 and x == math.floor(x) end
+  if whole(w) and whole(c) and whole(p) then
+    if w == index then count, previous = c, p
+    elseif w == index - 1 then previous = c
+    elseif w > index then
+      -- A clock that stepped back: the latest window's counts stay in force.
+      count, previous, latest = c, p, w
+    end
+  end
+  local elapsed = now - index * per
+  local to_end = per - elapsed
+  local used = count
+  if sliding then used = previous * ((per - elapsed) / per) + count end
+  if used + min > limit + 1e-9 then
+    local retry = nil
+    if sliding then
+      local cost = math.min(min, limit)
+      local room = limit - cost - count
+      if room >= -1e-9 and previous > 0 then
+        local t = to_end - math.max(0, room) * per / previous
+        if t < to_end then retry = math.ceil(math.max(1, t)) end
+      end
+      if retry == nil then
+        local s = 0
+        if count > 0 then s = math.max(0, per - math.max(0, limit - cost) * per / count) end
+        retry = math.ceil(math.max(1, to_end + s))
+      end
+    else
+      retry = math.max(1, to_end)
+    end
+    return {0, retry, math.floor(math.max(0, limit - used)), 0}
+  end
+  local granted = math.max(min, math.min(max, math.floor(limit - used + 1e-9)))
+  local left = math.max(0, math.floor(limit - used - granted + 1e-9))
+  local reset = math.max(1, to_end)
+  if sliding then reset = reset + per end
+  redis.call('HSET', KEYS[1], 'w', string.format('%.0f', latest), 'c', string.format('%.0f', count + granted),
+    'p', string.format('%.0f', previous))
+  redis.call('PEXPIRE', KEYS[1], string.format('%d', math.ceil(reset / 1000) + 1000))
+  return {granted, 0, left, reset}
 end
 local rate = requests * share / (period_ms * 1000)
 local burst = math.max(1, math.floor(tonumber(ARGV[3]) * share))
@@ -76,15 +135,20 @@ return {granted, 0, math.floor(tokens), math.min(cap, math.ceil((burst - tokens)
     };
 }
 
-/// Token-bucket lease, constant time: one HMGET, then at most one HSET and one
-/// PEXPIRE.
+/// The lease, constant time: one HMGET, then at most one HSET and one PEXPIRE;
+/// a token bucket, a fixed window or a sliding window (core's `Bucket` and
+/// `Window`, which a differential test holds it to).
 ///
-/// - `KEYS[1]`: the bucket, a hash `{t = tokens, u = last update}` (µs of `TIME`).
-///   Every key carries a hash tag, so the script touches one hash slot.
+/// - `KEYS[1]`: the key's state, a hash: for a token bucket `{t = tokens, u =
+///   last update}` (µs of `TIME`); for a window `{w = window index (µs of
+///   `TIME` ÷ period), c = its count, p = the previous window's count}`. Every key
+///   carries a hash tag, so the script touches one hash slot.
 /// - `ARGV[1]`: requests per period; `ARGV[2]`: the period in ms;
-///   `ARGV[3]`: burst; `ARGV[4]`: the least tokens to grant (the request's cost);
+///   `ARGV[3]`: burst (ignored by a window, whose limit is `requests`);
+///   `ARGV[4]`: the least tokens to grant (the request's cost);
 ///   `ARGV[5]`: the most (the lease size); `ARGV[6]`: the share of the limit this
-///   region enforces (1 for region-scoped rules).
+///   region enforces (1 for region-scoped rules); `ARGV[7]`: the algorithm,
+///   `token_bucket`, `fixed_window` or `sliding_window`.
 /// - Returns `{granted, retry_after_us, remaining, reset_us}`; `granted = 0` is a
 ///   denial, which writes nothing (but for a repair, below).
 ///
@@ -95,17 +159,19 @@ return {granted, 0, math.floor(tokens), math.min(cap, math.ceil((burst - tokens)
 /// an error before any write. The expiry is the time to refill a full burst plus
 /// one second, capped at 400 days, and always a whole number of ms, so PEXPIRE
 /// cannot fail after the HSET (a failure there would leave a key without expiry:
-/// Redis does not roll a script back).
+/// Redis does not roll a script back). A window's state expires one second after
+/// its counts stop weighing: the window's end (fixed) or the next one's (sliding);
+/// missing or corrupt counts are nothing counted.
 pub(crate) const LEASE_SCRIPT: &str = concat!(
     "local clock = redis.call('TIME')\n",
     "local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])\n",
     lease_body!()
 );
 
-/// Tests only: [`LEASE_SCRIPT`] with `now` (µs) taken from `ARGV[7]` instead of
+/// Tests only: [`LEASE_SCRIPT`] with `now` (µs) taken from `ARGV[8]` instead of
 /// the server's `TIME`, so a test can drive the clock. The agent never sends it.
 #[doc(hidden)]
-pub const LEASE_SCRIPT_AT: &str = concat!("local now = tonumber(ARGV[7])\n", lease_body!());
+pub const LEASE_SCRIPT_AT: &str = concat!("local now = tonumber(ARGV[8])\n", lease_body!());
 
 /// The script's SHA1, for EVALSHA.
 pub(crate) fn sha() -> String {
@@ -210,3 +276,52 @@ pub(crate) const ELECT_SCRIPT: &str = "local cur = redis.call('GET', KEYS[1]) \
 /// - Returns 1 when the lock was deleted, 0 when another agent (or none) held it.
 pub(crate) const RELEASE_SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
      return redis.call('DEL', KEYS[1]) end return 0";
+
+/// A key's counts read without changing them (`GET /v1/explain`). KEYS[1]: the
+/// key (`ml:{<key id>}:<rule>`). Reply: `{tokens, updated µs, now s, now µs,
+/// window, count, previous}`, a field an empty string when the key does not
+/// hold it (a bucket has no window fields, a window no tokens; a key the store
+/// does not hold is a full bucket or an empty window).
+pub(crate) const PEEK_SCRIPT: &str = r"
+local s = redis.call('HMGET', KEYS[1], 't', 'u', 'w', 'c', 'p')
+local t = redis.call('TIME')
+return {s[1] or '', s[2] or '', t[1], t[2], s[3] or '', s[4] or '', s[5] or ''}
+";
+
+/// Starts (unless started) and reads the trial of a rules version, on the
+/// server's clock. KEYS: the trial's hash, the last-trial pointer. ARGV: the
+/// plan's JSON (`""`: read only), the period (ms), the version, how long to
+/// keep the record after the period (ms), `1` to answer the plan. Starting is
+/// `HSETNX start_ms`: the first agent's start and plan stay. Reply: the
+/// server's time (ms), then `start_ms`, `period_ms`, `ended_ms`, `held`, `plan`
+/// (nil where absent).
+pub(crate) const TRIAL_SCRIPT: &str = r"
+local t = redis.call('TIME')
+local now = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+if ARGV[1] ~= '' and redis.call('HSETNX', KEYS[1], 'start_ms', now) == 1 then
+  redis.call('HSET', KEYS[1], 'period_ms', ARGV[2], 'plan', ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) + tonumber(ARGV[4]))
+  redis.call('SET', KEYS[2], ARGV[3])
+end
+local v = redis.call('HMGET', KEYS[1], 'start_ms', 'period_ms', 'ended_ms', 'held', 'plan')
+if ARGV[5] ~= '1' then v[5] = false end
+return {now, v[1], v[2], v[3], v[4], v[5]}
+";
+
+/// Ends or holds a trial. KEYS: the trial's hash. ARGV: `end` or `hold`, how
+/// long to keep an ended record (ms). `end` stamps `ended_ms` with the server's
+/// time and drops a hold; `hold` sets `held` and keeps the record until ended.
+/// Reply: 1, or 0 when there is no such trial.
+pub(crate) const TRIAL_CONTROL_SCRIPT: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if ARGV[1] == 'end' then
+  local t = redis.call('TIME')
+  redis.call('HSET', KEYS[1], 'ended_ms', string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)))
+  redis.call('HDEL', KEYS[1], 'held')
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
+else
+  redis.call('HSET', KEYS[1], 'held', '1')
+  redis.call('PERSIST', KEYS[1])
+end
+return 1
+";

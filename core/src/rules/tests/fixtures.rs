@@ -33,7 +33,7 @@ fn bad_files_name_the_rule_and_field() {
         ("bad-duplicate.yaml", "bad-duplicate.yaml:4: rule twice: field name: duplicate rule name"),
         ("bad-name.yaml", "bad-name.yaml:3: rule Search API: field name: `Search API` must be 1 to 64 characters of [a-z0-9._-]"),
         ("bad-plan-default.yaml", "bad-plan-default.yaml:3: rule plans: field plans.default: plan `gold` is not in `plans.limits`"),
-        ("bad-key.yaml", "bad-key.yaml:3: rule k: field key[0]: unknown key part `ip`: expected one of `method`, `client_ip`, `path`, `route`, `authority`, `header: NAME` or `query: NAME`"),
+        ("bad-key.yaml", "bad-key.yaml:3: rule k: field key[0]: unknown key part `ip`: expected one of `method`, `client_ip`, `path`, `route`, `authority`, `header: NAME`, `query: NAME`, `claim: NAME` or `metadata: {filter: NAME, path: [FIELD, ...]}`"),
         ("bad-cost.yaml", "bad-cost.yaml:3: rule heavy: field cost: cost 50 is above the burst 10 of `limit`: no request could ever pass"),
         ("bad-no-limit.yaml", "bad-no-limit.yaml:3: rule nolimit: field limit: a rule needs `limit` or `plans`"),
         ("bad-zero.yaml", "bad-zero.yaml:3: rule zero: field limit.requests: must be at least 1"),
@@ -45,6 +45,8 @@ fn bad_files_name_the_rule_and_field() {
         ("bad-refill-plan.yaml", "bad-refill-plan.yaml:3: rule plans: field plans.limits.huge.burst: a full burst of 4000000000 takes 4000000000 days to refill at 1 per `1d`; at most 366 days: raise `requests` or lower `burst`"),
         ("bad-burst-range.yaml", "bad-burst-range.yaml:4: rule big: field limit.burst: invalid value: integer `9007199254740993`, expected u32"),
         ("bad-period-overflow.yaml", "bad-period-overflow.yaml:3: rule long: field limit.per: `99999999999999999999d` must be between 1ms and 366d"),
+        ("bad-window-burst.yaml", "bad-window-burst.yaml:4: rule per-minute: field limit.burst: `burst: 150` applies to `token_bucket` only: a `fixed_window` admits `requests` per `per` window and has no burst: remove `burst`"),
+        ("bad-algorithm.yaml", "bad-algorithm.yaml:3: rule leaky: field algorithm: unknown variant `leaky_bucket`, expected one of `token_bucket`, `fixed_window`, `sliding_window`"),
         ("bad-top-level.yaml", "bad-top-level.yaml:2: field ruls: unknown field `ruls`, expected one of `version`, `defaults`, `rules`, `changes`"),
     ];
     for (name, expected) in table {
@@ -80,7 +82,7 @@ fn nine_mistakes_are_reported_in_one_run_with_their_lines() {
     // Two rules that cannot be read and seven that do not validate: the first two
     // used to hide the other seven.
     let expected = [
-        "bad-nine.yaml:9: rule search-per-api-key: field limt: unknown field `limt`, expected one of `name`, `match`, `key`, `limit`, `plans`, `cost`, `mode`, `on_failure`, `accuracy`, `scope`, `owner`, `expires`",
+        "bad-nine.yaml:9: rule search-per-api-key: field limt: unknown field `limt`, expected one of `name`, `match`, `key`, `limit`, `plans`, `cost`, `mode`, `on_failure`, `accuracy`, `scope`, `algorithm`, `owner`, `expires`, `log_sample`, `log_key`",
         "bad-nine.yaml:12: rule login-per-ip: field mode: unknown variant `enforcing`, expected `enforce` or `shadow`",
         "bad-nine.yaml:16: rule Checkout: field name: `Checkout` must be 1 to 64 characters of [a-z0-9._-]",
         "bad-nine.yaml:19: rule per-path: field limit.per: `1 minute` is not a period: write a whole number and one of ms, s, m, h, d (e.g. 250ms, 1s, 1m)",

@@ -1,0 +1,133 @@
+//! The decision log: the records the node's filters hand over in batches
+//! (`POST /v1/decisions`), written as JSON lines to stdout or to size-capped
+//! rotating files (`--decision-log`), and kept in memory, bounded, for the
+//! online explain (`GET /v1/explain`: a key's recent decisions) and the
+//! operator's view of a rule's hottest keys (`GET /v1/hot`).
+//!
+//! Memory is bounded everywhere: the writer's queue holds at most
+//! [`QUEUE_LINES`] lines (past it a line is dropped and counted in
+//! `meshlimit_decision_log_dropped_total{at="agent"}`), the recent ring
+//! [`RECENT_RECORDS`] records, the hot keys [`HOT_KEYS`] counters.
+
+mod line;
+mod recent;
+mod writer;
+
+use std::path::PathBuf;
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use meshlimit_core::wire::DecisionsRequest;
+
+pub use line::{LogLine, TIME_FORMAT};
+pub use recent::{HotKey, HOT_KEYS, HOT_SHOWN, RECENT_RECORDS, RECENT_SHOWN};
+
+use crate::metrics::Metrics;
+use recent::Recent;
+
+/// Lines waiting for the writer at most; past it new lines are dropped.
+pub const QUEUE_LINES: usize = 8_192;
+
+/// Where the log goes (`--decision-log`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Stdout,
+    /// `path`, rotated to `path.1` … `path.<files-1>` when it would pass
+    /// `max_bytes`; the oldest is deleted.
+    Files {
+        path: PathBuf,
+        max_bytes: u64,
+        files: u32,
+    },
+}
+
+/// The node's decision log.
+pub struct DecisionLog {
+    /// This agent's name for the node (the `node` of every line).
+    node: String,
+    /// The writer's queue; `None` when the log is written nowhere (the ring
+    /// and the hot keys are kept all the same).
+    tx: Option<SyncSender<Vec<u8>>>,
+    recent: Mutex<Recent>,
+    metrics: Arc<Metrics>,
+}
+
+impl DecisionLog {
+    /// Starts the writer thread for `target` (none: kept in memory only).
+    pub fn start(
+        target: Option<Target>,
+        node: &str,
+        metrics: Arc<Metrics>,
+    ) -> std::io::Result<Arc<DecisionLog>> {
+        let tx = match target {
+            Some(target) => {
+                let out = writer::Out::open(&target)?;
+                let (tx, rx) = sync_channel(QUEUE_LINES);
+                let m = metrics.clone();
+                std::thread::Builder::new()
+                    .name("decision-log".into())
+                    .spawn(move || writer::run(out, rx, &m))?;
+                Some(tx)
+            }
+            None => None,
+        };
+        Ok(Arc::new(DecisionLog {
+            node: node.to_string(),
+            tx,
+            recent: Mutex::new(Recent::default()),
+            metrics,
+        }))
+    }
+
+    /// A log kept in memory only (explain, hot keys), written nowhere.
+    pub fn in_memory(metrics: Arc<Metrics>) -> Arc<DecisionLog> {
+        Arc::new(DecisionLog {
+            node: String::new(),
+            tx: None,
+            recent: Mutex::new(Recent::default()),
+            metrics,
+        })
+    }
+
+    /// Takes a filter's batch: each record to the writer's queue (dropped and
+    /// counted when it is full), the ring and the hot keys.
+    pub(crate) fn accept(&self, batch: DecisionsRequest) {
+        if batch.dropped > 0 {
+            self.metrics.decision_log_dropped("filter", batch.dropped);
+        }
+        let mut recent = lock(&self.recent);
+        for record in batch.records {
+            let line = LogLine::new(record, &self.node, &batch.filter_id);
+            if let Some(tx) = &self.tx {
+                let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
+                bytes.push(b'\n');
+                match tx.try_send(bytes) {
+                    Ok(()) => {}
+                    Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                        self.metrics.decision_log_dropped("agent", 1);
+                    }
+                }
+            }
+            recent.push(line);
+        }
+    }
+
+    /// The recent records of `key_id` under `rule`, newest first (at most
+    /// [`RECENT_SHOWN`]).
+    pub(crate) fn recent(&self, rule: &str, key_id: &str) -> Vec<LogLine> {
+        lock(&self.recent).of_key(rule, key_id)
+    }
+
+    /// `rule`'s hottest keys (at most [`HOT_SHOWN`]).
+    pub(crate) fn hot(&self, rule: &str) -> Vec<HotKey> {
+        lock(&self.recent).hot(rule)
+    }
+}
+
+/// The ring and counters are plain data: consistent after a panic elsewhere.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,160 @@
+use std::time::Duration;
+
+use meshlimit_core::wire::{DecisionRecord, DecisionSource, WIRE_VERSION};
+use meshlimit_core::Outcome;
+
+use super::line::utc_millis;
+use super::*;
+use crate::metrics::sample;
+
+fn record(key_id: &str, decision: Outcome, sample_rate: f64) -> DecisionRecord {
+    DecisionRecord {
+        at_ms: 1_796_133_723_123,
+        rule: "per-key".into(),
+        rules_version: "v1".into(),
+        decision,
+        key_id: key_id.into(),
+        key: None,
+        source: DecisionSource::Store,
+        tokens: Some(0),
+        retry_after_ms: (decision == Outcome::Limited).then_some(900),
+        sample_rate,
+        request_id: Some("req-1".into()),
+    }
+}
+
+fn batch(records: Vec<DecisionRecord>) -> DecisionsRequest {
+    DecisionsRequest {
+        v: WIRE_VERSION,
+        filter_id: "envoy-1/vm1".into(),
+        records,
+        dropped: 0,
+    }
+}
+
+fn metrics() -> Arc<Metrics> {
+    Arc::new(Metrics::new("r").unwrap())
+}
+
+/// Waits (bounded) until the writer has written `n` lines in all.
+fn written(m: &Metrics, n: f64) {
+    for _ in 0..500 {
+        let text = m.render().unwrap();
+        if sample(&text, "meshlimit_decision_log_records_total", &[]) == Some(n) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("the writer did not write {n} lines");
+}
+
+#[test]
+fn times_are_utc_with_milliseconds() {
+    assert_eq!(utc_millis(0), "1970-01-01T00:00:00.000Z");
+    assert_eq!(utc_millis(1_796_133_723_123), "2026-12-01T14:02:03.123Z");
+    assert_eq!(utc_millis(951_782_400_001), "2000-02-29T00:00:00.001Z");
+    assert_eq!(TIME_FORMAT.len(), utc_millis(0).len());
+}
+
+#[test]
+fn rotation_caps_the_files_and_keeps_every_line_whole() {
+    let dir = std::env::temp_dir().join(format!("declog-rot-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("decisions.log");
+    let m = metrics();
+    let target = Target::Files {
+        path: path.clone(),
+        max_bytes: 4_096,
+        files: 3,
+    };
+    let log = DecisionLog::start(Some(target), "node-a", m.clone()).unwrap();
+    for i in 0..200 {
+        log.accept(batch(vec![record(
+            &format!("{i:032x}"),
+            Outcome::Limited,
+            1.0,
+        )]));
+    }
+    written(&m, 200.0);
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["decisions.log", "decisions.log.1", "decisions.log.2"]
+    );
+    let mut last = String::new();
+    for name in &names {
+        let text = std::fs::read_to_string(dir.join(name)).unwrap();
+        assert!(text.len() <= 4_096, "{name}: {} bytes", text.len());
+        for l in text.lines() {
+            let line: LogLine = serde_json::from_str(l).unwrap();
+            assert_eq!(line.node, "node-a");
+            assert_eq!(line.filter, "envoy-1/vm1");
+        }
+        if name == "decisions.log" {
+            last = text.lines().last().unwrap_or_default().to_string();
+        }
+    }
+    // The newest line is in the current file.
+    assert!(last.contains(&format!("{:032x}", 199)), "{last}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_line_names_every_field_and_the_key_only_in_clear_when_given() {
+    let line = LogLine::new(record("ab", Outcome::Limited, 1.0), "n", "f");
+    let v: serde_json::Value = serde_json::to_value(&line).unwrap();
+    assert_eq!(v["time"], "2026-12-01T14:02:03.123Z");
+    assert_eq!(v["decision"], "limited");
+    assert_eq!(v["source"], "store");
+    assert_eq!(v["retry_after_ms"], 900);
+    assert_eq!(v["request_id"], "req-1");
+    assert!(v.get("key").is_none());
+}
+
+#[test]
+fn the_queue_is_bounded_and_drops_are_counted() {
+    let m = metrics();
+    // A writer that cannot keep up: nothing reads the queue.
+    let (tx, _rx) = std::sync::mpsc::sync_channel(QUEUE_LINES);
+    let log = DecisionLog {
+        node: "n".into(),
+        tx: Some(tx),
+        recent: Mutex::new(Recent::default()),
+        metrics: m.clone(),
+    };
+    let mut b = batch(vec![record("k", Outcome::Limited, 1.0); QUEUE_LINES + 5]);
+    b.dropped = 7;
+    log.accept(b);
+    let text = m.render().unwrap();
+    let dropped = |at| sample(&text, "meshlimit_decision_log_dropped_total", &[("at", at)]);
+    assert_eq!(dropped("agent"), Some(5.0));
+    assert_eq!(dropped("filter"), Some(7.0));
+}
+
+#[test]
+fn recent_records_and_hot_keys_are_bounded() {
+    let log = DecisionLog::start(None, "n", metrics()).unwrap();
+    for i in 0..(RECENT_RECORDS + HOT_KEYS) {
+        log.accept(batch(vec![record(&format!("k{i}"), Outcome::Allowed, 0.5)]));
+    }
+    for _ in 0..30 {
+        log.accept(batch(vec![record("hot", Outcome::Limited, 1.0)]));
+    }
+    let recent = log.recent("per-key", "hot");
+    assert_eq!(recent.len(), RECENT_SHOWN);
+    assert!(log.recent("per-key", "k0").is_empty());
+    let r = lock(&log.recent);
+    assert_eq!(r.ring.len(), RECENT_RECORDS);
+    assert!(r.hot.len() <= HOT_KEYS);
+    drop(r);
+    let hot = log.hot("per-key");
+    assert_eq!(hot[0].key_id, "hot");
+    assert_eq!(hot[0].rejections, 30);
+    assert!(hot.len() <= HOT_SHOWN);
+    assert!(log.hot("other").is_empty());
+}

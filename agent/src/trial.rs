@@ -1,0 +1,142 @@
+//! A rules change on trial (`changes.shadow_first`), as the region's agents
+//! share it: the first agent to install a version over a running one records
+//! the trial's plan ([`meshlimit_core::rules::trial`]) and its start, by the
+//! store's clock, in the store; every agent serves what the store says, so
+//! they agree on the set and on when it ends. An operator ends a trial early
+//! or holds it (`meshlimit-agent override end-trial|hold-trial`); each agent
+//! reads that with the fleet override, every `--override-poll-ms`.
+
+use meshlimit_core::rules::trial::TrialPlan;
+
+use crate::metrics::Metrics;
+use crate::rules_watch::CurrentRules;
+use crate::store::StoreError;
+
+/// A trial's clock as the store keeps it (milliseconds of the store's clock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrialClock {
+    pub start_ms: u64,
+    pub period_ms: u64,
+    /// Ended early by an operator at this time.
+    pub ended_ms: Option<u64>,
+    /// Held by an operator: the trial lasts until it is ended.
+    pub held: bool,
+}
+
+impl TrialClock {
+    /// How long the trial still runs at `now_ms` (the store's clock): `None`
+    /// once it is over, `u64::MAX` while held.
+    pub fn left_ms(&self, now_ms: u64) -> Option<u64> {
+        if self.ended_ms.is_some() {
+            return None;
+        }
+        if self.held {
+            return Some(u64::MAX);
+        }
+        self.start_ms
+            .saturating_add(self.period_ms)
+            .checked_sub(now_ms)
+            .filter(|left| *left > 0)
+    }
+
+    /// When it ends as planned (Unix ms), whatever a hold says.
+    pub fn planned_end_ms(&self) -> u64 {
+        self.ended_ms
+            .unwrap_or(self.start_ms.saturating_add(self.period_ms))
+    }
+}
+
+/// A trial read from the store, with the store's time of the reading.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredTrial {
+    /// What is on trial (absent when only the clock was asked for).
+    pub plan: Option<TrialPlan>,
+    pub clock: TrialClock,
+    pub now_ms: u64,
+}
+
+impl StoredTrial {
+    /// How long it still runs, as [`TrialClock::left_ms`] at the reading.
+    pub fn left_ms(&self) -> Option<u64> {
+        self.clock.left_ms(self.now_ms)
+    }
+}
+
+/// What an operator does to the trial running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrialAction {
+    /// End it now: the version enforces as written.
+    End,
+    /// Keep it on past its period, until it is ended.
+    Hold,
+}
+
+/// How long the store keeps a trial's record after its planned end (a
+/// restarted agent finding it over enforces the version as written).
+pub(crate) const KEEP_AFTER_MS: u64 = 86_400_000;
+
+/// A trial from the trial script's reply (the store's time, then `start_ms`,
+/// `period_ms`, `ended_ms`, `held`, `plan`); `None` when none is recorded.
+pub(crate) fn from_reply(
+    key: &str,
+    reply: &[Option<String>],
+) -> Result<Option<StoredTrial>, StoreError> {
+    let bad = |what: &str| StoreError::Failed(format!("{key}: {what}"));
+    let field = |i: usize| reply.get(i).cloned().flatten();
+    let number = |i: usize, what: &str| -> Result<Option<u64>, StoreError> {
+        field(i)
+            .map(|v| {
+                v.parse::<u64>()
+                    .map_err(|_| bad(&format!("{what} is not a number")))
+            })
+            .transpose()
+    };
+    let now_ms = number(0, "the time")?.ok_or_else(|| bad("no time"))?;
+    let Some(start_ms) = number(1, "start_ms")? else {
+        return Ok(None);
+    };
+    let plan = field(5)
+        .map(|p| serde_json::from_str(&p).map_err(|e| bad(&format!("plan: {e}"))))
+        .transpose()?;
+    Ok(Some(StoredTrial {
+        plan,
+        clock: TrialClock {
+            start_ms,
+            period_ms: number(2, "period_ms")?.unwrap_or(0),
+            ended_ms: number(3, "ended_ms")?,
+            held: field(4).is_some(),
+        },
+        now_ms,
+    }))
+}
+
+/// Shows the trial running on `rules` (or that none runs) in `metrics`.
+pub(crate) fn publish(rules: &CurrentRules, metrics: &Metrics) {
+    metrics.trial(rules.trial().as_ref());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trial_runs_its_period_unless_ended_and_a_hold_keeps_it_on() {
+        let c = TrialClock {
+            start_ms: 1_000,
+            period_ms: 500,
+            ended_ms: None,
+            held: false,
+        };
+        assert_eq!(c.left_ms(1_000), Some(500));
+        assert_eq!(c.left_ms(1_499), Some(1));
+        assert_eq!(c.left_ms(1_500), None);
+        let held = TrialClock { held: true, ..c };
+        assert_eq!(held.left_ms(9_000), Some(u64::MAX));
+        let ended = TrialClock {
+            ended_ms: Some(1_200),
+            ..held
+        };
+        assert_eq!(ended.left_ms(1_100), None);
+        assert_eq!(ended.planned_end_ms(), 1_200);
+    }
+}

@@ -1,0 +1,177 @@
+//! This VM's share of the decision log: every rejection of a rule and a sample
+//! of its allowed decisions (the rule's `log_sample`) become records kept in a
+//! bounded buffer, which the root context hands to the agent in batches on its
+//! tick (`POST /v1/decisions`), never one call per request. A full buffer drops
+//! the new record and counts it (`meshlimit.decision_log_dropped`, and the next
+//! batch tells the agent how many).
+
+use meshlimit_core::rules::LogKey;
+use meshlimit_core::secret::KeyIds;
+use meshlimit_core::wire::{
+    DecisionRecord, DecisionsRequest, MAX_BODY_BYTES, MAX_DECISION_RECORDS, WIRE_VERSION,
+};
+use meshlimit_core::{Outcome, RuleVerdict, NANOS_PER_MS};
+
+use crate::pipeline::Evaluation;
+
+/// Records one VM holds between two flushes (one tick, `sync_interval_ms`);
+/// past it new records are dropped and counted.
+pub const BUFFER_RECORDS: usize = 1024;
+/// The request header a record carries, when the request has it.
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+/// The longest request id kept (a longer one is cut).
+const MAX_REQUEST_ID: usize = 128;
+/// A batch's body stays below the agent's body cap with room to spare.
+const MAX_BATCH_BYTES: usize = MAX_BODY_BYTES / 2;
+
+/// One VM's buffered records.
+#[derive(Default)]
+pub struct DecisionLog {
+    records: Vec<DecisionRecord>,
+    /// Dropped since the last batch taken.
+    dropped: u64,
+    /// Dropped and not yet added to the Envoy counter.
+    uncounted: u64,
+    /// The sampler's state (seeded on first use).
+    rng: u64,
+}
+
+impl DecisionLog {
+    /// Records the decisions of `eval` the log keeps: every rejection
+    /// (`limited`, `shadow_limited`, `failed_closed`, a `failed_local` that
+    /// rejected) and each allowed decision with its rule's `log_sample`.
+    pub fn record(
+        &mut self,
+        key_ids: &KeyIds,
+        eval: &Evaluation,
+        request_id: Option<&str>,
+        now_ns: u64,
+    ) {
+        for d in eval.logged() {
+            let rejected = !matches!(d.verdict, RuleVerdict::Allow { .. });
+            let sample_rate = if rejected { 1.0 } else { d.rule.log_sample };
+            if !rejected && !self.sampled(sample_rate, now_ns) {
+                continue;
+            }
+            if self.records.len() >= BUFFER_RECORDS {
+                self.dropped += 1;
+                self.uncounted += 1;
+                continue;
+            }
+            let (tokens, retry_after_ms) = match d.verdict {
+                RuleVerdict::Allow { remaining, .. } if d.outcome != Outcome::FailedOpen => {
+                    (Some(remaining), None)
+                }
+                RuleVerdict::Allow { .. } | RuleVerdict::Unavailable => (None, None),
+                RuleVerdict::Deny { retry_after_ns } => {
+                    (Some(0), Some(retry_after_ns.div_ceil(NANOS_PER_MS)))
+                }
+            };
+            let record = DecisionRecord {
+                at_ms: now_ns / NANOS_PER_MS,
+                rule: d.rule.name.clone(),
+                rules_version: eval.rules_version().to_string(),
+                decision: d.outcome,
+                key_id: key_ids.id(d.key).to_string(),
+                key: (d.rule.log_key == LogKey::Clear).then(|| d.key.as_str().to_string()),
+                source: d.source,
+                tokens,
+                retry_after_ms,
+                sample_rate,
+                request_id: request_id.map(|r| cut(r, MAX_REQUEST_ID).to_string()),
+            };
+            self.records.push(record);
+        }
+    }
+
+    /// Whether an allowed decision is kept at `rate`.
+    fn sampled(&mut self, rate: f64, now_ns: u64) -> bool {
+        if rate >= 1.0 {
+            return true;
+        }
+        if rate <= 0.0 {
+            return false;
+        }
+        if self.rng == 0 {
+            self.rng = now_ns | 1;
+        }
+        // SplitMix64: uniform enough for a sampling rate, and no hostcall.
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        ((z >> 11) as f64 / (1u64 << 53) as f64) < rate
+    }
+
+    /// The next batch for the agent (at most [`MAX_DECISION_RECORDS`] records
+    /// and half the agent's body cap), or `None` with nothing to send. The
+    /// first batch carries the count of records dropped since the last one.
+    pub fn take_batch(&mut self, filter_id: &str) -> Option<DecisionsRequest> {
+        if self.records.is_empty() && self.dropped == 0 {
+            return None;
+        }
+        let mut bytes = 0;
+        let mut n = 0;
+        for r in self.records.iter().take(MAX_DECISION_RECORDS) {
+            let size = size(r);
+            if n > 0 && bytes + size > MAX_BATCH_BYTES {
+                break;
+            }
+            bytes += size;
+            n += 1;
+        }
+        let records: Vec<DecisionRecord> = self.records.drain(..n).collect();
+        Some(DecisionsRequest {
+            v: WIRE_VERSION,
+            filter_id: filter_id.to_string(),
+            records,
+            dropped: std::mem::take(&mut self.dropped),
+        })
+    }
+
+    /// Records lost with a batch the agent did not take: counted as dropped.
+    pub fn lost(&mut self, n: usize) {
+        let n = u64::try_from(n).unwrap_or(u64::MAX);
+        self.dropped = self.dropped.saturating_add(n);
+        self.uncounted = self.uncounted.saturating_add(n);
+    }
+
+    /// Drops not yet added to the Envoy counter (and forgets them).
+    pub fn take_uncounted(&mut self) -> u64 {
+        std::mem::take(&mut self.uncounted)
+    }
+
+    /// Records waiting for the next flush.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether no record waits.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+}
+
+/// A record's serialized size, at most: the fixed fields, names and numbers
+/// take about 250 bytes (escaping may double a key or request id).
+fn size(r: &DecisionRecord) -> usize {
+    250 + r.rule.len()
+        + 2 * r.key.as_ref().map_or(0, String::len)
+        + 2 * r.request_id.as_ref().map_or(0, String::len)
+}
+
+/// `text` cut to at most `max` bytes, on a character boundary.
+fn cut(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.get(..end).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests;

@@ -251,11 +251,33 @@ impl Lease {
     /// Adds `cost` tokens asked for at `now_ns` to the decaying count (what
     /// [`Lease::take`] does; a holder serving asks of several tokens counts
     /// what was asked for, then [`Lease::spend`]s).
+    ///
+    /// A lease that expired with `cost` or more tokens unspent lowers the
+    /// count first, to no more than the rate at which that lease was spent:
+    /// every ask in its life found its tokens (they are spent before a cached
+    /// denial), so the holder asked for no more than it spent. The count alone
+    /// falls with a time constant of a second, so after a burst it sized
+    /// leases for the burst for seconds, and their tokens expired unspent
+    /// while other holders found the store's bucket empty.
     pub fn add_demand(&mut self, now_ns: u64, cost: u32) {
         let age = now_ns.saturating_sub(self.demand_at_ns) as f64;
-        let decayed = f64::from(self.demand) * (-age / DEMAND_TAU_NS).exp();
+        let mut decayed = f64::from(self.demand) * (-age / DEMAND_TAU_NS).exp();
+        if let Some(spent) = self.spent_per_sec(now_ns, cost) {
+            decayed = decayed.min(spent * DEMAND_TAU_NS / 1e9);
+        }
         self.demand = (decayed + f64::from(cost)) as f32;
         self.demand_at_ns = now_ns;
+    }
+
+    /// The rate at which the last lease was spent over its life, in tokens per
+    /// second, once it expired with at least `cost` tokens unspent.
+    fn spent_per_sec(&self, now_ns: u64, cost: u32) -> Option<f64> {
+        let life = self.expires_ns.saturating_sub(self.granted_at_ns);
+        if self.expires_ns > now_ns || self.tokens < cost.max(1) || life == 0 {
+            return None;
+        }
+        let spent = self.granted.saturating_sub(self.tokens);
+        Some(f64::from(spent) * 1e9 / life as f64)
     }
 }
 

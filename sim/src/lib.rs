@@ -61,6 +61,9 @@ pub struct Setup {
     pub unmatched: u64,
     /// Agent call failures by kind: timeouts, transport, status, body.
     pub failures: [u64; 4],
+    /// Asks the agents denied from a node's cached denial or hold, without a
+    /// store call (`meshlimit_pool_calls_total{kind="denied"}`).
+    pub denied_at_nodes: u64,
     /// Where the tokens went.
     pub tokens: TokenFlow,
 }
@@ -136,6 +139,11 @@ fn setup(plan: &Plan, stack: &Stack, recorded: &drive::Recorded, admitted: u64) 
         .iter()
         .map(|m| stack::metric_sum(m, "meshlimit_lease_tokens_dropped_total"))
         .sum();
+    let denied_at_nodes: f64 = stack
+        .agent_metrics()
+        .iter()
+        .map(|m| stack::metric_sum_of(m, "meshlimit_pool_calls_total", "kind=\"denied\""))
+        .sum();
     Setup {
         duration: s.duration.0,
         warmup: s.warmup.0,
@@ -147,6 +155,7 @@ fn setup(plan: &Plan, stack: &Stack, recorded: &drive::Recorded, admitted: u64) 
         elapsed: recorded.elapsed,
         unmatched: recorded.log.unmatched,
         failures: [a.timeouts, a.transport_errors, a.bad_status, a.bad_body],
+        denied_at_nodes: denied_at_nodes as u64,
         tokens: TokenFlow {
             to_gateways: a.lease_tokens.iter().map(|&t| u64::from(t)).sum(),
             dropped_at_agents: dropped as u64,

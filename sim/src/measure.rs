@@ -43,6 +43,9 @@ pub struct Totals {
     pub failed_limited: u64,
     pub local: u64,
     pub wrongly_limited: u64,
+    /// Of them, rejected from the gateway's cached denial (no agent call);
+    /// the rest were an agent's answer.
+    pub wrongly_limited_cached: u64,
     pub wrongly_allowed: u64,
     pub held_back: u64,
 }
@@ -64,6 +67,8 @@ pub struct Steady {
     /// Requests, and wrong decisions, of the steady part.
     pub requests: u64,
     pub wrongly_limited: u64,
+    /// Of them, rejected from the gateway's cached denial.
+    pub wrongly_limited_cached: u64,
     pub wrongly_allowed: u64,
 }
 
@@ -164,6 +169,7 @@ fn totals(events: &[Event]) -> Totals {
             t.wrongly_allowed += u64::from(e.wrong);
         } else {
             t.wrongly_limited += u64::from(e.wrong);
+            t.wrongly_limited_cached += u64::from(e.wrong && e.local);
             t.held_back += u64::from(e.held_back);
         }
     }
@@ -209,6 +215,10 @@ fn steady(events: &[Event], seconds: &[Second], warmup_ns: u64, duration: f64) -
         max_under,
         requests: steady.len() as u64,
         wrongly_limited: wrong(false),
+        wrongly_limited_cached: steady
+            .iter()
+            .filter(|e| e.wrong && e.local && !is_admitted(e))
+            .count() as u64,
         wrongly_allowed: wrong(true),
     }
 }

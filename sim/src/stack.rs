@@ -130,13 +130,25 @@ pub fn script_calls(before: &CommandCounts, after: &CommandCounts) -> u64 {
 
 /// The sum of every sample of the metric `name` (all label sets) in Prometheus text.
 pub fn metric_sum(text: &str, name: &str) -> f64 {
+    metric_sum_of(text, name, "")
+}
+
+/// The sum of the samples of the metric `name` whose labels include `label`
+/// (such as `kind="denied"`; empty: every sample).
+pub fn metric_sum_of(text: &str, name: &str, label: &str) -> f64 {
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| {
             let rest = l.strip_prefix(name)?;
             let value = match rest.strip_prefix('{') {
-                Some(labelled) => labelled.split_once('}')?.1,
-                None if rest.starts_with(' ') => rest,
+                Some(labelled) => {
+                    let (labels, value) = labelled.split_once('}')?;
+                    if !labels.split(',').any(|l| label.is_empty() || l == label) {
+                        return None;
+                    }
+                    value
+                }
+                None if rest.starts_with(' ') && label.is_empty() => rest,
                 None => return None,
             };
             value.trim().parse::<f64>().ok()
@@ -190,5 +202,7 @@ mod tests {
         let text = "# HELP x\nmeshlimit_t_total{rule=\"a\"} 3\nmeshlimit_t_total{rule=\"b\"} 4.5\nmeshlimit_t_total_other 9\nmeshlimit_u 1\n";
         assert_eq!(metric_sum(text, "meshlimit_t_total"), 7.5);
         assert_eq!(metric_sum(text, "meshlimit_u"), 1.0);
+        assert_eq!(metric_sum_of(text, "meshlimit_t_total", "rule=\"b\""), 4.5);
+        assert_eq!(metric_sum_of(text, "meshlimit_u", "rule=\"b\""), 0.0);
     }
 }

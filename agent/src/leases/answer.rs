@@ -106,6 +106,7 @@ impl LeaseService {
                         demand = 0.0;
                     }
                     PoolTake::Denied { retry_after_ns } => {
+                        self.metrics.pool_denied();
                         answers[index] =
                             Some(from_pool(self.deny(&rule.name, &item.key, retry_after_ns)));
                         continue;
@@ -131,11 +132,11 @@ impl LeaseService {
                 let cover = item.cost.saturating_mul(waited.saturating_add(1));
                 lease = lease.max(cover.min((enforced.burst() / 10).max(item.cost)));
             }
-            // A pooled key takes up to two leases: after a hold (below) about one
-            // lease has refilled, plus what refilled while the ask travelled; taking
-            // only one would leave that remainder in the bucket, call after call.
+            // A pooled key takes up to two leases, as much as this node will
+            // spend before they expire (`LeaseSettings::store_max`).
             let max = if pooled {
-                lease.saturating_mul(2)
+                let filter = item.want.unwrap_or(item.cost).max(item.cost);
+                self.settings.store_max(lease, filter, demand)
             } else {
                 lease
             };

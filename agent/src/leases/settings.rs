@@ -61,6 +61,24 @@ impl LeaseSettings {
         let lease = by_rate.min(f64::from(by_burst)).max(1.0) as u32;
         lease.max(cost)
     }
+
+    /// The most one store call for a pooled key takes, for a `lease` of which
+    /// `filter` tokens go to the asking filter: up to two leases (after a hold
+    /// about one lease has refilled, plus what refilled while the ask
+    /// travelled), but the pool keeps no more than this node spends in half a
+    /// lease's life at `demand_per_sec`. A token pooled beyond that would
+    /// mostly expire unspent, and while it sits in this pool the key's other
+    /// nodes find the store's bucket that much emptier: a key under its limit
+    /// is rejected elsewhere for tokens nobody spends. Never below the lease.
+    pub fn store_max(&self, lease: u32, filter: u32, demand_per_sec: f64) -> u32 {
+        let spend = (demand_per_sec.max(0.0) * self.ttl.as_secs_f64() / 2.0).floor();
+        // Finite and non-negative; the cap keeps the cast in range.
+        let spare = spend.min(f64::from(u32::MAX)) as u32;
+        lease
+            .saturating_mul(2)
+            .min(filter.saturating_add(spare))
+            .max(lease)
+    }
 }
 
 impl Default for LeaseSettings {

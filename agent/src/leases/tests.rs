@@ -45,6 +45,31 @@ fn sizing() {
     assert_eq!(size(&exact_below, "fast", 2), 2);
 }
 
+#[test]
+fn a_pool_takes_no_more_than_its_node_spends_before_the_tokens_expire() {
+    // Leases live 300 ms: the pool keeps at most 150 ms of the node's demand.
+    // (lease, the filter's tokens, the node's demand per second, the most taken)
+    let s = LeaseSettings::default();
+    for (lease, filter, demand, max, why) in [
+        (1, 1, 0.0, 1, "a cold key takes its cost only"),
+        (
+            1,
+            1,
+            6.0,
+            1,
+            "0.9 tokens in 150 ms: a spare would mostly expire",
+        ),
+        (2, 1, 14.0, 3, "one filter's token and 2 spare"),
+        (10, 1, 100.0, 16, "the cost and 15 spare"),
+        (100, 1, 1_000.0, 151, "the cost and 150 spare"),
+        (100, 100, 1_000.0, 200, "two leases at most"),
+        (100, 0, 1_000.0, 150, "a refill: no filter's share"),
+        (8, 1, 0.0, 8, "never below the lease"),
+    ] {
+        assert_eq!(s.store_max(lease, filter, demand), max, "{why}");
+    }
+}
+
 /// A store that fails every item, or answers too few, or waits a second first.
 struct FakeStore {
     mode: Mode,
@@ -359,19 +384,13 @@ async fn futures_count(svc: &Arc<LeaseService>, req: &LeaseRequest, n: usize) ->
 
 #[tokio::test(start_paused = true)]
 async fn after_a_drained_grant_the_key_holds_at_the_node_until_a_lease_has_refilled() {
-    let (svc, _, store) = service_and_store(Mode::Drained, 8);
+    let (svc, metrics, store) = service_and_store(Mode::Drained, 8);
     let calls = || store.calls.load(Ordering::SeqCst);
     // `slow` is 5 per minute: a lease of one token, which takes 12 s to refill.
     let req = request(&["slow"]);
     assert!(matches!(
         svc.lease(&req).await.items[0],
-        LeaseAnswer::Grant { .. }
-    ));
-    assert_eq!(calls(), 1);
-    // The pooled half of the grant serves the next ask.
-    assert!(matches!(
-        svc.lease(&req).await.items[0],
-        LeaseAnswer::Grant { .. }
+        LeaseAnswer::Grant { tokens: 1, .. }
     ));
     assert_eq!(calls(), 1);
     // The store kept nothing: the node denies without asking it...
@@ -385,6 +404,11 @@ async fn after_a_drained_grant_the_key_holds_at_the_node_until_a_lease_has_refil
         other => panic!("expected a node denial, got {other:?}"),
     }
     assert_eq!(calls(), 1, "held at the node");
+    let text = metrics.render().unwrap();
+    assert_eq!(
+        sample(&text, "meshlimit_pool_calls_total", &[("kind", "denied")]),
+        Some(1.0)
+    );
     // ...until a lease's worth has refilled.
     tokio::time::advance(Duration::from_secs(1)).await;
     assert!(matches!(
@@ -411,13 +435,13 @@ async fn asks_for_one_key_share_the_one_store_call_in_flight() {
         );
     }
     // The first ask's call went to the store, its lease sized for a cold key
-    // (one token and the spare); the seven others waited on it, and the one
-    // call that followed was sized for those it had left waiting.
+    // (one token, none to pool); the seven others waited on it, and the one
+    // call that followed was sized for the six it had left waiting.
     assert_eq!(store.calls.load(Ordering::SeqCst), 2);
     let text = metrics.render().unwrap();
     assert_eq!(
         sample(&text, "meshlimit_pool_calls_total", &[("kind", "wait")]),
-        Some(7.0 + 5.0)
+        Some(7.0 + 6.0)
     );
 }
 

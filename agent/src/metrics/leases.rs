@@ -92,7 +92,9 @@ impl LeaseMetrics {
                 "Node-pool events by kind: `refill` (a store call started in the background \
                  when the pool fell below its refill mark; the ask was served from what was \
                  left), `wait` (an ask that waited on the store call in flight for its key \
-                 instead of making its own).",
+                 instead of making its own), `denied` (an ask denied at the node from its \
+                 cached store denial or its hold after a grant that drained the store's \
+                 bucket, without a store call).",
                 &["kind"],
             )?,
             top_rejected: f.gauges(
@@ -185,6 +187,11 @@ impl Metrics {
     /// `asks` waited on the store call in flight for their key.
     pub(crate) fn pool_waits(&self, asks: usize) {
         inc(&self.leases.pool_calls, &["wait"], asks as u64);
+    }
+
+    /// An ask denied from the node's cached denial or hold (no store call).
+    pub(crate) fn pool_denied(&self) {
+        inc(&self.leases.pool_calls, &["denied"], 1);
     }
 
     /// `tokens` pooled for `rule` expired unspent.

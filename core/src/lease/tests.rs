@@ -167,6 +167,42 @@ fn the_next_ask_is_sized_by_the_demand_over_wall_clock_time() {
     assert!(dry.demand > 90.0);
 }
 
+#[test]
+fn a_lease_that_expired_unspent_lowers_the_demand_to_what_was_spent() {
+    let mut l = Lease::default();
+    // A burst: 1,000 tokens a second for a second.
+    for i in 1..=1_000 {
+        l.take(i * MS, 1, None);
+    }
+    assert!(l.demand > 600.0, "{}", l.demand);
+    // Then a lease of 150 tokens for 300 ms, of which 15 are spent.
+    let start = 1_001 * MS;
+    l.grant(start, 150, 0, 300 * MS);
+    for i in 0..15 {
+        l.take(start + i * 20 * MS, 1, None);
+    }
+    // Expired with 135 unspent: the holder asked for 50 a second, not the
+    // hundreds the decaying count still says.
+    l.take(start + 301 * MS, 1, None);
+    assert!((50.0..=52.0).contains(&l.demand), "{}", l.demand);
+    assert_eq!(
+        l.next_ask(1),
+        Some(8),
+        "half a life of 51/s, not of the burst"
+    );
+    // A lease spent to the last token says nothing about the demand.
+    let mut busy = Lease::default();
+    for i in 1..=1_000 {
+        busy.take(i * MS, 1, None);
+    }
+    busy.grant(1_001 * MS, 10, 0, 300 * MS);
+    for i in 0..10 {
+        busy.take(1_001 * MS + i * MS, 1, None);
+    }
+    busy.take(1_400 * MS, 1, None);
+    assert!(busy.demand > 400.0, "{}", busy.demand);
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Take(u32),

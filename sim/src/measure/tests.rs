@@ -49,6 +49,11 @@ fn figures_count_the_steady_part_and_wrong_decisions() {
     // Second 3: one more admitted than the ideal (wrongly), one wrongly limited.
     events.push(event(3 * SEC + 3, Decision::FailAllowed, false, true));
     events.push(event(3 * SEC + 4, Decision::Unavailable, true, true));
+    // And one wrongly limited by an agent's answer, not the gateway's cache.
+    events.push(Event {
+        local: false,
+        ..event(3 * SEC + 5, Decision::Limited, true, true)
+    });
     let recorded = Recorded {
         log: Log {
             events,
@@ -65,19 +70,26 @@ fn figures_count_the_steady_part_and_wrong_decisions() {
         waits: 0,
     };
     let f = figures(&plan(), &recorded, 26, &[2.0]);
-    assert_eq!(f.totals.requests, 14);
-    assert_eq!((f.totals.wrongly_allowed, f.totals.wrongly_limited), (1, 1));
-    // Steady part, seconds 1-3: 7 admitted against an allowance of 7.
-    assert_eq!((f.steady.admitted, f.steady.ideal), (7, 7));
-    assert!((f.steady.ratio - 1.0).abs() < 1e-12);
-    // Second 3 admitted 3 against 3 ideal.
+    assert_eq!(f.totals.requests, 15);
+    assert_eq!((f.totals.wrongly_allowed, f.totals.wrongly_limited), (1, 2));
+    // Where the wrong 429s were decided: one from the gateway's cached denial.
+    assert_eq!(f.totals.wrongly_limited_cached, 1);
+    assert_eq!(
+        (f.steady.wrongly_limited, f.steady.wrongly_limited_cached),
+        (2, 1)
+    );
+    // Steady part, seconds 1-3: 7 admitted against an allowance of 8.
+    assert_eq!((f.steady.admitted, f.steady.ideal), (7, 8));
+    assert!((f.steady.ratio - 7.0 / 8.0).abs() < 1e-12);
+    // Second 3 admitted 3 against 4 ideal.
     assert_eq!(f.steady.max_over, 0.0);
+    assert!((f.steady.max_under - 0.25).abs() < 1e-12);
     assert_eq!(f.leases.max, 10);
     assert_eq!(f.hottest_node_scripts_per_sec, 7.0);
     let all: Vec<&Second> = f.seconds.iter().filter(|s| s.key.is_none()).collect();
     assert_eq!(all.len(), 4);
-    assert_eq!(all[3].offered, 5);
+    assert_eq!(all[3].offered, 6);
     assert_eq!(all[3].limit, 2.0);
     assert_eq!(all[0].scripts, Some(5));
-    assert!((f.per_1000(f.script_calls) - 26_000.0 / 14.0).abs() < 1e-9);
+    assert!((f.per_1000(f.script_calls) - 26_000.0 / 15.0).abs() < 1e-9);
 }

@@ -121,7 +121,14 @@ fn accuracy_rows(r: &RunReport) -> Vec<Row> {
         ),
         (
             "wrongly limited",
-            wrong(t.wrongly_limited, st.wrongly_limited),
+            format!(
+                "{}; by the gateway's cached denial {} (steady {}), by an agent's answer {} (steady {})",
+                wrong(t.wrongly_limited, st.wrongly_limited),
+                t.wrongly_limited_cached,
+                st.wrongly_limited_cached,
+                t.wrongly_limited - t.wrongly_limited_cached,
+                st.wrongly_limited - st.wrongly_limited_cached
+            ),
         ),
         (
             "wrongly allowed",
@@ -176,8 +183,8 @@ fn cost_rows(r: &RunReport) -> Vec<Row> {
         (
             "denials from the agents (retry after, ms)",
             format!(
-                "{} denials: mean {:.1}, p50 {}, p90 {}, max {}",
-                d.count, d.mean, d.p50, d.p90, d.max
+                "{} denials: mean {:.1}, p50 {}, p90 {}, max {}; {} of them from a node's cached denial or hold (no store call)",
+                d.count, d.mean, d.p50, d.p90, d.max, s.denied_at_nodes
             ),
         ),
         (

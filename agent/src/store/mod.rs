@@ -52,6 +52,18 @@ pub struct Peeked {
     pub tokens: f64,
     /// How long until it is full again, in milliseconds.
     pub full_in_ms: u64,
+    /// The bucket as stored, for judging an earlier moment (the false-limit
+    /// check): not shown to operators.
+    #[serde(skip)]
+    pub(crate) stored: Stored,
+}
+
+/// A stored bucket and the store's clock when it was read.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Stored {
+    pub bucket: Bucket,
+    /// The store's clock at the read (Redis `TIME`, or the memory store's).
+    pub now_ns: u64,
 }
 
 impl Peeked {
@@ -68,6 +80,10 @@ impl Peeked {
         Peeked {
             tokens: (tokens * 1000.0).floor() / 1000.0,
             full_in_ms: (full_in_ns as u64).div_ceil(NANOS_PER_MS),
+            stored: Stored {
+                bucket: *bucket,
+                now_ns,
+            },
         }
     }
 }

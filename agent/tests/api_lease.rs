@@ -36,7 +36,7 @@ async fn an_exact_rule_grants_its_burst_one_by_one_then_denies_with_the_retry_ti
             [LeaseAnswer::Deny {
                 retry_after_ms,
                 local: false,
-                from: None,
+                from: Some(AnsweredFrom::Store),
             }] => assert_eq!(retry_after_ms, 6_000),
             ref other => panic!("unexpected {other:?}"),
         }

@@ -44,7 +44,7 @@ SCHEMAS = {
 # the filter refuses others).
 PLUGIN_KEYS = {"agent_cluster", "agent_authority", "timeout_ms", "sync_timeout_ms",
                "sync_interval_ms", "trusted_hops", "response_headers", "expected_nodes",
-               "local_safety_factor", "agent_backoff_ms", "slots"}
+               "local_safety_factor", "agent_backoff_ms", "slots", "decision_log"}
 AGENT = "meshlimit-agent"
 # The agent's settings that carry credentials: never literal in a manifest.
 SECRET_ENV = {"MESHLIMIT_STORE", "MESHLIMIT_REDIS_USERNAME", "MESHLIMIT_REDIS_PASSWORD", "MESHLIMIT_SECRET"}

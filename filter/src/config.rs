@@ -49,6 +49,9 @@ pub struct FilterConfig {
     /// itself with the caller's limits and what is left of them, as far as
     /// this Envoy knows; `None`: no such path.
     pub usage_path: Option<String>,
+    /// Whether this filter hands decision records to the agent's decision log
+    /// (default true; false: none are kept, whatever the rules' `log_sample`).
+    pub decision_log: bool,
     /// From the deployment's secret (the VM's `MESHLIMIT_SECRET`), never from the
     /// plugin configuration, which Envoy's admin interface shows to anyone on the
     /// pod: the agent's bearer token, and the key of the slot hash.
@@ -77,6 +80,7 @@ impl Default for FilterConfig {
             agent_backoff: Duration::from_millis(500),
             slots: 16_384,
             usage_path: None,
+            decision_log: true,
             agent_auth: None,
             slot_hasher: SlotHasher::UNKEYED,
             key_ids: KeyIds::placeholder(),
@@ -199,6 +203,9 @@ mod tests {
         );
         let c = FilterConfig::parse(Some(br#"{"usage_path": "/.well-known/ratelimit"}"#)).unwrap();
         assert_eq!(c.usage_path.as_deref(), Some("/.well-known/ratelimit"));
+        assert!(FilterConfig::default().decision_log);
+        let c = FilterConfig::parse(Some(br#"{"decision_log": false}"#)).unwrap();
+        assert!(!c.decision_log);
     }
 
     #[test]
@@ -234,7 +241,7 @@ mod tests {
             "plugin configuration: field timeout: unknown field `timeout`, expected one of \
              `agent_cluster`, `agent_authority`, `timeout_ms`, `sync_timeout_ms`, \
              `sync_interval_ms`, `trusted_hops`, `response_headers`, `expected_nodes`, \
-             `local_safety_factor`, `agent_backoff_ms`, `slots`, `usage_path` at line 1 column 10"
+             `local_safety_factor`, `agent_backoff_ms`, `slots`, `usage_path`, `decision_log` at line 1 column 10"
         );
         assert_eq!(
             err(r#"{"timeout_ms": "5ms"}"#).to_string(),

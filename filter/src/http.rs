@@ -172,9 +172,11 @@ pub(crate) fn finish<H: Proxy>(
         for r in &results {
             vm.counts.record(host, r.rule, r.outcome());
         }
-        let request_id = asked.info.header(declog::REQUEST_ID_HEADER);
-        vm.declog
-            .record(&config.key_ids, eval, request_id, host.now_ns());
+        if config.decision_log {
+            let request_id = asked.info.header(declog::REQUEST_ID_HEADER);
+            vm.declog
+                .record(&config.key_ids, eval, request_id, host.now_ns());
+        }
     }
     let verdict = eval.verdict();
     for (name, value) in decided::properties(

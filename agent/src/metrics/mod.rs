@@ -7,8 +7,9 @@
 //!
 //! Grouped by what feeds them: the filters' sync reports (`reports`), the lease path
 //! and the store (`leases`), the rules watcher (`rules`), the region exchange
-//! (`regions`).
+//! (`regions`), the decision log (`declog`), the false-limit SLI (`false_limits`).
 
+mod declog;
 mod false_limits;
 mod leases;
 mod regions;
@@ -42,8 +43,7 @@ pub struct Metrics {
     /// How labels name customer keys: by the deployment's keyed hash.
     key_ids: std::sync::OnceLock<KeyIds>,
     connections_refused: IntCounter,
-    decision_log_records: IntCounter,
-    decision_log_dropped: IntCounterVec,
+    declog: declog::DecisionLogMetrics,
 }
 
 /// A metric could not be registered: a programming error (a duplicate or
@@ -82,15 +82,7 @@ impl Metrics {
                 "meshlimit_connections_refused_total",
                 "Connections closed at once because --max-connections were open.",
             )?,
-            decision_log_records: f.counter(
-                "meshlimit_decision_log_records_total",
-                "Decision log records written (stdout or the log files).",
-            )?,
-            decision_log_dropped: f.counters(
-                "meshlimit_decision_log_dropped_total",
-                "Decision log records lost, by where: `filter` (a VM's buffer full, or its batch refused), `agent` (the writer's queue full, or a write failed).",
-                &["at"],
-            )?,
+            declog: declog::DecisionLogMetrics::new(&f)?,
             registry,
             key_ids: std::sync::OnceLock::new(),
         })
@@ -126,16 +118,6 @@ impl Metrics {
     /// A connection closed on accept: the agent had its maximum open.
     pub(crate) fn connection_refused(&self) {
         self.connections_refused.inc();
-    }
-
-    /// `n` decision log records written.
-    pub(crate) fn decision_log_written(&self, n: u64) {
-        self.decision_log_records.inc_by(n);
-    }
-
-    /// `n` decision log records lost `at` the filter or the agent.
-    pub(crate) fn decision_log_dropped(&self, at: &'static str, n: u64) {
-        inc(&self.decision_log_dropped, &[at], n);
     }
 
     fn now_secs(&self) -> u64 {

@@ -39,6 +39,9 @@ pub fn render(scenario: &Scenario, ports: &EnvoyPorts, timeout_ms: u64) -> Resul
     let config = match scenario.filter {
         Filter::None | Filter::NativeLocal { .. } => config.without_filter(),
         Filter::Meshlimit => config.plugin("timeout_ms", timeout_ms),
+        Filter::MeshlimitUnlogged => config
+            .plugin("timeout_ms", timeout_ms)
+            .plugin("decision_log", false),
         Filter::Floor(mode) => config
             .wasm(floor_wasm())
             .plugin_raw(format!(r#"{{"mode":"{mode}","header":"x-bench-key"}}"#)),

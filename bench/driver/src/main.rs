@@ -55,6 +55,9 @@ fn run(opts: &Options) -> Result<()> {
     let results = {
         let mut bench = Bench::start(opts, dir.path())?;
         bench.throughput()?;
+        if !opts.skip_decision_log {
+            bench.decision_log()?;
+        }
         if opts.perf {
             bench.profile()?;
         }

@@ -62,6 +62,10 @@ pub struct Options {
     /// Skip the request-path phase (hot key on leases, cold keys, open loop).
     #[arg(long, env = "BENCH_SKIP_REQUEST_PATH", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub skip_request_path: bool,
+    /// Skip the decision log phase ((g0), (g1): Envoy's CPU per request with
+    /// the decision log off and on).
+    #[arg(long, env = "BENCH_SKIP_DECISION_LOG", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
+    pub skip_decision_log: bool,
     /// Skip the rules-at-scale phase.
     #[arg(long, env = "BENCH_SKIP_RULES_SCALE", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]
     pub skip_rules_scale: bool,

@@ -120,6 +120,41 @@ impl<'a> Bench<'a> {
         Ok(())
     }
 
+    /// (g0), (g1) interleaved, `rounds` times: Envoy's CPU per request with the
+    /// decision log off and on, at 10% rejections and 1% of allowed decisions
+    /// sampled. Printed as it runs; the aim is (g1) at most 1.02 × (g0).
+    pub fn decision_log(&mut self) -> Result<()> {
+        let mut per_request: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
+        for round in 1..=self.opts.rounds {
+            for sc in scenario::decision_log()
+                .into_iter()
+                .filter(|s| self.opts.selected(s.id))
+            {
+                let t = self.measure(&sc, round)?;
+                let us = t.envoy_cpu_s / t.wrk.requests.max(1) as f64 * 1e6;
+                eprintln!(
+                    "bench: decision log round {round} ({}) {:>9.0} req/s  non-2xx {}  Envoy {us:.2} us CPU/request",
+                    sc.id, t.wrk.rps, t.wrk.non_2xx
+                );
+                per_request.entry(sc.id).or_default().push(us);
+                self.results.throughput.push(t);
+            }
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied()
+        };
+        let off = per_request.get_mut("g0").and_then(median);
+        let on = per_request.get_mut("g1").and_then(median);
+        if let (Some(off), Some(on)) = (off, on) {
+            eprintln!(
+                "bench: decision log: Envoy {on:.2} us CPU/request on, {off:.2} off: {:.3}x (aim: at most 1.02x)",
+                on / off.max(f64::MIN_POSITIVE)
+            );
+        }
+        Ok(())
+    }
+
     /// Open-loop latency of (a)–(f) at half of (a)'s median saturation: the same
     /// offered load for all, so what a filter costs shows as added latency. Only
     /// a configuration that cannot sustain that rate at all (its own saturation is
@@ -220,6 +255,9 @@ impl<'a> Bench<'a> {
     ) -> Result<Vec<String>> {
         let script = match sc.keys {
             Keys::Unique(header) => Some(wrk::unique_key_script(self.dir, header, &nonce())?),
+            Keys::TenthRejected(header, value) => {
+                Some(wrk::tenth_rejected_script(self.dir, header, value)?)
+            }
             Keys::Fixed(..) => None,
         };
         Ok(wrk::args(
@@ -293,6 +331,12 @@ impl<'a> Bench<'a> {
                 args.extend(["--header".into(), format!("{name}: {value}")])
             }
             Keys::Unique(name) => args.extend(["--unique-header".into(), name.to_string()]),
+            Keys::TenthRejected(..) => {
+                return Err(BenchError::new(format!(
+                    "({}) runs with wrk only: meshlimit-loadgen sends one header",
+                    sc.id
+                )))
+            }
         }
         Ok(args)
     }

@@ -11,6 +11,11 @@ pub const COLD_HEADER: &str = "x-bench-cold";
 /// (c3): keyed by rule `bench-limited`, whose limit is a third of the load.
 pub const LIMITED_HEADER: &str = "x-bench-limited";
 
+/// (g0), (g1): every tenth request also carries this header, keyed by rule
+/// `bench-over` (one request a day): a rejection the filter's denial cache
+/// answers, and the decision log keeps.
+pub const OVER_HEADER: &str = "x-bench-over";
+
 /// The path every configuration but the rules-at-scale runs requests.
 pub const ROOT: &str = "/";
 
@@ -27,6 +32,9 @@ pub enum Filter {
     },
     /// meshlimit's filter with the repository's plugin configuration.
     Meshlimit,
+    /// meshlimit's filter handing no records to the decision log
+    /// (`decision_log: false`).
+    MeshlimitUnlogged,
     /// The reference module in `bench/floor-filter`, in this mode.
     Floor(&'static str),
 }
@@ -37,6 +45,8 @@ pub enum Keys {
     Fixed(&'static str, &'static str),
     /// A new value for every request: every request is a lease miss.
     Unique(&'static str),
+    /// `Fixed`, and every tenth request also [`OVER_HEADER`]: 10% rejected.
+    TenthRejected(&'static str, &'static str),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -52,7 +62,7 @@ pub struct Scenario {
 
 impl Scenario {
     pub fn uses_agent(&self) -> bool {
-        self.filter == Filter::Meshlimit
+        matches!(self.filter, Filter::Meshlimit | Filter::MeshlimitUnlogged)
     }
 }
 
@@ -161,6 +171,29 @@ pub fn over_limit(limit: u64) -> Vec<Scenario> {
     ]
 }
 
+/// (g0) and (g1): the hot key with 10% of requests rejected, the decision log
+/// off, then on (every rejection and 1% of allowed decisions, `bench-hot`'s
+/// default `log_sample`). What the log costs Envoy is (g1) − (g0).
+pub fn decision_log() -> Vec<Scenario> {
+    let keys = Keys::TenthRejected(KEY_HEADER, HOT_VALUE);
+    vec![
+        Scenario {
+            id: "g0",
+            label: "meshlimit, 10% rejected, decision log off",
+            filter: Filter::MeshlimitUnlogged,
+            keys,
+            path: ROOT,
+        },
+        Scenario {
+            id: "g1",
+            label: "meshlimit, 10% rejected, decision log on (1% of allowed)",
+            filter: Filter::Meshlimit,
+            keys,
+            path: ROOT,
+        },
+    ]
+}
+
 /// The agent's rules. The hot rules keep the default failure policy (`local`):
 /// when a lease call misses its 5 ms deadline (a saturated Envoy queues the
 /// answer), requests stay admitted and the report counts those decisions. The
@@ -183,6 +216,9 @@ rules:
   - name: bench-limited
     key: [{{ header: {LIMITED_HEADER} }}]
     limit: {{ requests: {limited}, per: 1s, burst: {burst} }}
+  - name: bench-over
+    key: [{{ header: {OVER_HEADER} }}]
+    limit: {{ requests: 1, per: 1d }}
 "
     )
 }
@@ -354,12 +390,31 @@ mod tests {
     }
 
     #[test]
+    fn a_rejected_tenth_meets_bench_over_first_and_the_rest_only_bench_hot() -> Result<(), String> {
+        let set = parse_rules("rules.yaml", &rules_yaml(HIGH_LIMIT)).map_err(|e| e.to_string())?;
+        let names = |headers: &[(&str, &str)]| -> Result<Vec<String>, String> {
+            let req = request(ROOT, headers);
+            let applicable = set.applicable(&req).map_err(|e| e.to_string())?;
+            Ok(applicable.iter().map(|a| a.rule.name.clone()).collect())
+        };
+        assert_eq!(names(&[(KEY_HEADER, HOT_VALUE)])?, ["bench-hot"]);
+        assert_eq!(
+            names(&[(KEY_HEADER, HOT_VALUE), (OVER_HEADER, "over")])?,
+            ["bench-over", "bench-hot"]
+        );
+        assert!(decision_log()
+            .iter()
+            .all(|s| s.keys == Keys::TenthRejected(KEY_HEADER, HOT_VALUE) && s.uses_agent()));
+        Ok(())
+    }
+
+    #[test]
     fn request_path_rules_each_take_one_configuration() -> Result<(), String> {
         let set = parse_rules("rules.yaml", &request_path_rules(40_000, 3_333))
             .map_err(|e| e.to_string())?;
         for sc in request_path() {
             let header = match sc.keys {
-                Keys::Fixed(name, _) | Keys::Unique(name) => name,
+                Keys::Fixed(name, _) | Keys::Unique(name) | Keys::TenthRejected(name, _) => name,
             };
             let req = request(sc.path, &[(header, "v")]);
             let applicable = set.applicable(&req).map_err(|e| e.to_string())?;

@@ -212,12 +212,7 @@ fn delay_ns(at_ms: u64) -> u64 {
 /// Whether a 429 `delay_ns` before the store's reading `stored` (`None`: the
 /// store held no bucket, i.e. a full one) was false under every one of
 /// `limits`: the bucket held `cost` tokens then.
-pub(crate) fn is_false(
-    stored: Option<&Stored>,
-    limits: &[Limit],
-    cost: u32,
-    delay_ns: u64,
-) -> bool {
+pub fn is_false(stored: Option<&Stored>, limits: &[Limit], cost: u32, delay_ns: u64) -> bool {
     !limits.is_empty()
         && limits
             .iter()
@@ -227,11 +222,15 @@ pub(crate) fn is_false(
 /// The tokens the bucket held `delay_ns` before the reading: exact when it was
 /// not touched since, else a lower bound (see the module's doc). A stored
 /// bucket refills under `limit` (each candidate limit of the rule in turn).
-pub(crate) fn tokens_at_rejection(stored: Option<&Stored>, limit: &Limit, delay_ns: u64) -> f64 {
+pub fn tokens_at_rejection(stored: Option<&Stored>, limit: &Limit, delay_ns: u64) -> f64 {
     match stored {
         None => (f64::from(limit.burst()) - limit.rate_per_ns() * delay_ns as f64).max(0.0),
         Some(s) => {
-            let at = s.now_ns.saturating_sub(delay_ns);
+            // Before the store's clock began (the memory store's is the
+            // agent's start): nothing to prove.
+            let Some(at) = s.now_ns.checked_sub(delay_ns) else {
+                return 0.0;
+            };
             let (tokens, updated) = s.bucket.parts();
             if updated <= at {
                 s.bucket.tokens_at(limit, at)

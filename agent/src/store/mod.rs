@@ -55,12 +55,12 @@ pub struct Peeked {
     /// The bucket as stored, for judging an earlier moment (the false-limit
     /// check): not shown to operators.
     #[serde(skip)]
-    pub(crate) stored: Stored,
+    pub stored: Stored,
 }
 
 /// A stored bucket and the store's clock when it was read.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Stored {
+pub struct Stored {
     pub bucket: Bucket,
     /// The store's clock at the read (Redis `TIME`, or the memory store's).
     pub now_ns: u64,

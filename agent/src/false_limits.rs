@@ -53,7 +53,7 @@ use crate::rules_watch::CurrentRules;
 use crate::store::{Store, Stored};
 
 /// Suspect 429s checked against the store per second per node, at most.
-pub const CHECKS_PER_SECOND: u32 = 50;
+pub const CHECKS_PER_SECOND: u32 = 10;
 /// Suspects waiting for a check, at most; past it they are skipped.
 pub const QUEUE: usize = 1_024;
 /// A suspect older than this when its turn comes is skipped: the refill over

@@ -13,6 +13,7 @@ pub mod config;
 pub mod decision_log;
 pub mod explain;
 pub mod fail_local;
+pub mod false_limits;
 pub mod fleet_override;
 pub mod import;
 pub mod leases;

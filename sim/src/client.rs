@@ -1,6 +1,7 @@
 //! A gateway's HTTP/1.1 client to its agent: `POST /v1/lease` with the
-//! pipeline's lease request as JSON, pooled keep-alive connections (as Envoy's
-//! cluster keeps them), one deadline per call, never retried.
+//! pipeline's lease request as JSON, and `POST /v1/decisions` with the VM's
+//! decision records, pooled keep-alive connections (as Envoy's cluster keeps
+//! them), one deadline per call, never retried.
 
 use std::time::Duration;
 
@@ -10,7 +11,9 @@ use hyper::Uri;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use meshlimit_core::wire::{LeaseRequest, LeaseResponse, LEASE_PATH, WIRE_VERSION};
+use meshlimit_core::wire::{
+    DecisionsRequest, LeaseRequest, LeaseResponse, DECISIONS_PATH, LEASE_PATH, WIRE_VERSION,
+};
 
 use crate::record::CallFailure;
 
@@ -18,6 +21,7 @@ use crate::record::CallFailure;
 pub struct AgentClient {
     client: Client<HttpConnector, Full<Bytes>>,
     uri: Uri,
+    decisions_uri: Uri,
     timeout: Duration,
     /// The node's credentials (the harness's agents share one secret).
     auth: String,
@@ -26,9 +30,12 @@ pub struct AgentClient {
 impl AgentClient {
     /// A client for the agent on 127.0.0.1:`port`; each call has `timeout`.
     pub fn new(port: u16, timeout: Duration) -> Result<AgentClient, String> {
-        let uri = format!("http://127.0.0.1:{port}{LEASE_PATH}")
-            .parse()
-            .map_err(|e| format!("agent address: {e}"))?;
+        let parse = |path: &str| {
+            format!("http://127.0.0.1:{port}{path}")
+                .parse::<Uri>()
+                .map_err(|e| format!("agent address: {e}"))
+        };
+        let (uri, decisions_uri) = (parse(LEASE_PATH)?, parse(DECISIONS_PATH)?);
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new())
@@ -37,6 +44,7 @@ impl AgentClient {
         Ok(AgentClient {
             client,
             uri,
+            decisions_uri,
             timeout,
             auth: meshlimit_tests::agent_auth(),
         })
@@ -44,8 +52,23 @@ impl AgentClient {
 
     /// Sends one lease request; the answer, or why there is none.
     pub async fn lease(&self, req: &LeaseRequest) -> Result<LeaseResponse, CallFailure> {
+        let bytes = self.post(&self.uri, req).await?;
+        serde_json::from_slice::<LeaseResponse>(&bytes)
+            .ok()
+            .filter(|r| r.v == WIRE_VERSION)
+            .ok_or(CallFailure::Body)
+    }
+
+    /// Hands one batch of decision records to the agent.
+    pub async fn decisions(&self, req: &DecisionsRequest) -> Result<(), CallFailure> {
+        self.post(&self.decisions_uri, req).await.map(|_| ())
+    }
+
+    /// POSTs `req` as JSON to `uri` with the node's credentials; the body of a
+    /// 200 answer, within the deadline.
+    async fn post(&self, uri: &Uri, req: &impl serde::Serialize) -> Result<Bytes, CallFailure> {
         let body = serde_json::to_vec(req).map_err(|_| CallFailure::Body)?;
-        let request = hyper::Request::post(self.uri.clone())
+        let request = hyper::Request::post(uri.clone())
             .header("content-type", "application/json")
             .header("authorization", &self.auth)
             .body(Full::new(Bytes::from(body)))
@@ -59,16 +82,12 @@ impl AgentClient {
             if resp.status() != hyper::StatusCode::OK {
                 return Err(CallFailure::Status);
             }
-            let bytes = resp
+            Ok(resp
                 .into_body()
                 .collect()
                 .await
                 .map_err(|_| CallFailure::Transport)?
-                .to_bytes();
-            serde_json::from_slice::<LeaseResponse>(&bytes)
-                .ok()
-                .filter(|r| r.v == WIRE_VERSION)
-                .ok_or(CallFailure::Body)
+                .to_bytes())
         };
         tokio::time::timeout(self.timeout, call)
             .await

@@ -11,7 +11,7 @@ use tokio::task::LocalSet;
 use crate::arrivals::{key_cdf, ArrivalGen};
 use crate::client::AgentClient;
 use crate::error::SimError;
-use crate::gateway::{Gateway, Keys};
+use crate::gateway::{Gateway, Keys, RecordSetup};
 use crate::judge::Judge;
 use crate::progress::Progress;
 use crate::record::{Log, Recorder};
@@ -40,6 +40,10 @@ pub fn simulate(plan: &Plan, stack: &Stack, show_progress: bool) -> Result<Recor
     LocalSet::new().block_on(&runtime, drive(plan, stack, show_progress))
 }
 
+/// How often a gateway hands its decision records to its agent (the filter's
+/// default `sync_interval_ms`).
+const DECISIONS_EVERY: Duration = Duration::from_secs(1);
+
 async fn drive(plan: &Plan, stack: &Stack, show_progress: bool) -> Result<Recorded, SimError> {
     let s = &plan.scenario;
     let keys = Rc::new(Keys::new(&s.traffic.key_header, s.traffic.keys));
@@ -66,6 +70,7 @@ async fn drive(plan: &Plan, stack: &Stack, show_progress: bool) -> Result<Record
                 tokio::task::spawn_local(Rc::clone(gw).run(arrivals, started));
             }
             let end = started + Duration::from_secs_f64(s.duration.0);
+            let mut flushed = tokio::time::Instant::now();
             // Ctrl-C ends the run with an error, so the stack is stopped on the
             // way out rather than left running.
             let mut interrupt = std::pin::pin!(tokio::signal::ctrl_c());
@@ -75,6 +80,10 @@ async fn drive(plan: &Plan, stack: &Stack, show_progress: bool) -> Result<Record
                     _ = &mut interrupt => return Err(SimError::Run("interrupted".into())),
                 }
                 progress.tick(&rec, epoch.elapsed().as_secs_f64());
+                if flushed.elapsed() >= DECISIONS_EVERY {
+                    flushed = tokio::time::Instant::now();
+                    gateways.iter().for_each(Gateway::flush_decisions);
+                }
             }
         }
         Kind::Race => race(plan, &gateways),
@@ -82,6 +91,10 @@ async fn drive(plan: &Plan, stack: &Stack, show_progress: bool) -> Result<Record
     let drain = plan.filter.timeout + Duration::from_secs(2);
     let drained = started.elapsed() + drain;
     while gateways.iter().any(|g| g.inflight() > 0) && started.elapsed() < drained {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    gateways.iter().for_each(Gateway::flush_decisions);
+    while gateways.iter().any(|g| g.posting() > 0) && started.elapsed() < drained + drain {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     progress.tick(&rec, epoch.elapsed().as_secs_f64());
@@ -130,19 +143,31 @@ fn gateways(
 ) -> Result<Vec<Rc<Gateway>>, SimError> {
     let ports = stack.agent_ports();
     let timeout = plan.filter.timeout;
+    let secret = meshlimit_core::secret::Secret::new(meshlimit_tests::TEST_SECRET.as_bytes())
+        .map_err(|e| SimError::Run(format!("the agents' secret: {e}")))?;
+    let records = Rc::new(RecordSetup {
+        key_ids: secret.key_ids(),
+        unix_ms_at_zero: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .saturating_sub(u64::try_from(epoch.elapsed().as_millis()).unwrap_or(0)),
+    });
     (0..plan.scenario.gateways)
         .map(|g| {
             let port = ports.get(g % ports.len().max(1)).copied().unwrap_or(0);
             let client = AgentClient::new(port, timeout).map_err(SimError::Run)?;
-            Ok(Rc::new(Gateway::new(
-                u16::try_from(g).unwrap_or(u16::MAX),
-                MemoryHost::since(epoch),
-                plan.filter.clone(),
-                Rc::clone(&plan.rules),
-                Rc::clone(keys),
-                client,
-                Rc::clone(rec),
-            )))
+            Ok(Rc::new(
+                Gateway::new(
+                    u16::try_from(g).unwrap_or(u16::MAX),
+                    MemoryHost::since(epoch),
+                    plan.filter.clone(),
+                    Rc::clone(&plan.rules),
+                    Rc::clone(keys),
+                    client,
+                    Rc::clone(rec),
+                )
+                .with_records(Rc::clone(&records)),
+            ))
         })
         .collect()
 }

@@ -5,7 +5,10 @@
 //! (`meshlimit_filter::flights`: batched, one per key in flight, requests
 //! waiting on their key's call), sent when the worker's event loop next turns
 //! as the filter's root context sends them, and the filter's back-off
-//! (`meshlimit_filter::backoff`) after failed calls. So the simulator measures
+//! (`meshlimit_filter::backoff`) after failed calls. Its decisions go to the
+//! filter's decision log (`meshlimit_filter::declog`), whose batches it hands
+//! to its agent every second as the filter's tick does, so the agents compute
+//! the false-limit SLI from them as in production. So the simulator measures
 //! the filter's own code, not a copy of it.
 
 use std::cell::{Cell, RefCell};
@@ -13,10 +16,12 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
+use meshlimit_core::secret::KeyIds;
 use meshlimit_core::wire::LeaseAnswer;
 use meshlimit_core::{Outcome, RequestInfo, RuleSet, Verdict};
 use meshlimit_filter::backoff;
 use meshlimit_filter::config::FilterConfig;
+use meshlimit_filter::declog::DecisionLog;
 use meshlimit_filter::flights::{Call, FlightStats, Flights};
 use meshlimit_filter::host::Host;
 use meshlimit_filter::pipeline::Evaluation;
@@ -31,6 +36,14 @@ use crate::record::{Decision, Pending, Recorder};
 pub struct Keys {
     header: String,
     names: Vec<String>,
+}
+
+/// What every gateway's decision records need: the ids they name keys by
+/// (the agents' secret) and the Unix time of the hosts' clock zero.
+pub struct RecordSetup {
+    pub key_ids: KeyIds,
+    /// Unix ms at the host clock's zero: records carry Unix times.
+    pub unix_ms_at_zero: u64,
 }
 
 /// One gateway.
@@ -49,6 +62,11 @@ pub struct Gateway {
     /// The root context is already due to send the queued items.
     root_woken: Cell<bool>,
     inflight: Cell<usize>,
+    /// The VM's decision records.
+    declog: RefCell<DecisionLog>,
+    records: Rc<RecordSetup>,
+    /// Decision batches on their way to the agent.
+    posting: Cell<usize>,
 }
 
 impl Keys {
@@ -97,6 +115,12 @@ impl Gateway {
             next_id: Cell::new(0),
             root_woken: Cell::new(false),
             inflight: Cell::new(0),
+            declog: RefCell::new(DecisionLog::default()),
+            records: Rc::new(RecordSetup {
+                key_ids: KeyIds::placeholder(),
+                unix_ms_at_zero: 0,
+            }),
+            posting: Cell::new(0),
         }
     }
 
@@ -118,6 +142,38 @@ impl Gateway {
                 .lag(offset.saturating_add(a.at_ns), self.host.now_ns());
             self.arrive(a.key);
         }
+    }
+
+    /// The gateway, its decision records naming keys and times by `records`
+    /// (by default: placeholder ids, times from the host clock's zero).
+    pub fn with_records(mut self, records: Rc<RecordSetup>) -> Gateway {
+        self.records = records;
+        self
+    }
+
+    /// Hands the VM's decision records to the agent, in batches (the
+    /// filter's tick).
+    pub fn flush_decisions(self: &Rc<Self>) {
+        let filter_id = format!("sim/gw{}", self.id);
+        loop {
+            let Some(mut batch) = self.declog.borrow_mut().take_batch(&filter_id) else {
+                return;
+            };
+            for r in &mut batch.records {
+                r.at_ms = r.at_ms.saturating_add(self.records.unix_ms_at_zero);
+            }
+            self.posting.set(self.posting.get() + 1);
+            let gw = Rc::clone(self);
+            tokio::task::spawn_local(async move {
+                let _ = gw.client.decisions(&batch).await;
+                gw.posting.set(gw.posting.get().saturating_sub(1));
+            });
+        }
+    }
+
+    /// Decision batches not yet answered.
+    pub fn posting(&self) -> usize {
+        self.posting.get()
     }
 
     /// Agent calls still waiting for an answer, plus requests still waiting
@@ -224,6 +280,10 @@ impl Gateway {
     }
 
     fn finish(&self, pending: Pending, eval: &Evaluation, local: bool) {
+        let now = self.host.now_ns();
+        self.declog
+            .borrow_mut()
+            .record(&self.records.key_ids, eval, None, now);
         let decision = decision_of(eval);
         self.rec
             .decide(pending, decision, local, self.host.now_ns());

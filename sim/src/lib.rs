@@ -66,6 +66,28 @@ pub struct Setup {
     pub denied_at_nodes: u64,
     /// Where the tokens went.
     pub tokens: TokenFlow,
+    /// The agents' false-limit SLI.
+    pub false_limits: FalseLimitSli,
+}
+
+/// The false-limit SLI the agents computed from the gateways' decision
+/// records (summed over the agents and rules), to set beside the judge's
+/// "wrongly limited".
+#[derive(Debug, Clone, Default)]
+pub struct FalseLimitSli {
+    /// 429s checked: the store's own and the suspects peeked.
+    pub checked: u64,
+    /// Of those, found false.
+    pub false_limits: u64,
+    /// Suspects not checked (the agents' budget, queue, …).
+    pub skipped: u64,
+}
+
+impl FalseLimitSli {
+    /// false ÷ checked (0 without checks).
+    pub fn ratio(&self) -> f64 {
+        self.false_limits as f64 / self.checked.max(1) as f64
+    }
 }
 
 /// Where the leased tokens went, over the whole run.
@@ -109,6 +131,7 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, SimError> {
         .zip(&after)
         .map(|(b, a)| script_calls(b, a))
         .sum();
+    stack.wait_for_false_limit_checks();
     let figures = measure::figures(plan, &recorded, scripts, &key_rates(plan));
     let setup = setup(plan, &stack, &recorded, figures.totals.admitted);
     drop(stack);
@@ -134,13 +157,10 @@ pub fn run(plan: &Plan, opts: &RunOptions) -> Result<RunReport, SimError> {
 /// The run's setup and its token flow, read before the stack stops.
 fn setup(plan: &Plan, stack: &Stack, recorded: &drive::Recorded, admitted: u64) -> Setup {
     let (s, a) = (&plan.scenario, &recorded.log.agent);
-    let dropped: f64 = stack
-        .agent_metrics()
-        .iter()
-        .map(|m| stack::metric_sum(m, "meshlimit_lease_tokens_dropped_total"))
-        .sum();
-    let denied_at_nodes: f64 = stack
-        .agent_metrics()
+    let metrics = stack.agent_metrics();
+    let sum = |name: &str| -> f64 { metrics.iter().map(|m| stack::metric_sum(m, name)).sum() };
+    let dropped = sum("meshlimit_lease_tokens_dropped_total");
+    let denied_at_nodes: f64 = metrics
         .iter()
         .map(|m| stack::metric_sum_of(m, "meshlimit_pool_calls_total", "kind=\"denied\""))
         .sum();
@@ -160,6 +180,11 @@ fn setup(plan: &Plan, stack: &Stack, recorded: &drive::Recorded, admitted: u64) 
             to_gateways: a.lease_tokens.iter().map(|&t| u64::from(t)).sum(),
             dropped_at_agents: dropped as u64,
             admitted,
+        },
+        false_limits: FalseLimitSli {
+            checked: sum("meshlimit_false_limit_checks_total") as u64,
+            false_limits: sum("meshlimit_false_limits_total") as u64,
+            skipped: sum("meshlimit_false_limit_checks_skipped_total") as u64,
         },
     }
 }

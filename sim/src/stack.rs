@@ -129,6 +129,32 @@ pub fn script_calls(before: &CommandCounts, after: &CommandCounts) -> u64 {
 }
 
 /// The sum of every sample of the metric `name` (all label sets) in Prometheus text.
+impl Stack {
+    /// Waits until the agents have checked or skipped every 429 handed to
+    /// them: their counts stand still for a second (at most 30 s).
+    pub fn wait_for_false_limit_checks(&self) {
+        let seen = || -> f64 {
+            self.agent_metrics()
+                .iter()
+                .map(|m| {
+                    metric_sum(m, "meshlimit_false_limit_checks_total")
+                        + metric_sum(m, "meshlimit_false_limit_checks_skipped_total")
+                })
+                .sum()
+        };
+        let start = std::time::Instant::now();
+        let mut last = seen();
+        while start.elapsed() < std::time::Duration::from_secs(30) {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            let now = seen();
+            if now == last {
+                return;
+            }
+            last = now;
+        }
+    }
+}
+
 pub fn metric_sum(text: &str, name: &str) -> f64 {
     metric_sum_of(text, name, "")
 }

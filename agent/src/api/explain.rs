@@ -23,6 +23,7 @@ pub(super) fn decisions(app: &App, req: DecisionsRequest) -> Result<ApiResponse,
             req.records.len()
         )));
     }
+    app.inner.false_limits.observe(&req.records);
     app.inner.declog.accept(req);
     json(StatusCode::OK, &json!({}))
 }

@@ -33,6 +33,7 @@ pub use auth::Auth;
 pub(crate) use error::ApiError;
 
 use crate::decision_log::DecisionLog;
+use crate::false_limits::FalseLimits;
 use crate::leases::{LeaseService, LeaseSettings};
 use crate::metrics::Metrics;
 use crate::rules_watch::CurrentRules;
@@ -58,6 +59,7 @@ struct AppState {
     leases: Arc<LeaseService>,
     auth: Auth,
     declog: Arc<DecisionLog>,
+    false_limits: Arc<FalseLimits>,
 }
 
 impl App {
@@ -83,6 +85,7 @@ impl App {
         declog: Arc<DecisionLog>,
     ) -> App {
         let leases = LeaseService::new(rules.clone(), store.clone(), metrics.clone(), settings);
+        let false_limits = FalseLimits::start(rules.clone(), store, metrics.clone());
         App {
             inner: Arc::new(AppState {
                 rules,
@@ -90,6 +93,7 @@ impl App {
                 leases,
                 auth,
                 declog,
+                false_limits,
             }),
         }
     }

@@ -7,9 +7,11 @@
 //!
 //! Grouped by what feeds them: the filters' sync reports (`reports`), the lease path
 //! and the store (`leases`), the rules watcher (`rules`), the region exchange
-//! (`regions`), the decision log (`declog`), a rules change's trial (`trial`).
+//! (`regions`), the decision log (`declog`), a rules change's trial (`trial`),
+//! the false-limit SLI (`false_limits`).
 
 mod declog;
+mod false_limits;
 mod leases;
 mod regions;
 mod reports;
@@ -26,6 +28,7 @@ use prometheus::{
 };
 use tokio::time::Instant;
 
+pub(crate) use false_limits::Skipped;
 pub use reports::{FILTER_TTL, MAX_FILTERS, MAX_REPORTED_COUNT, OTHER_RULE};
 
 /// Every metric the agent exports, registered in one registry.
@@ -34,6 +37,7 @@ pub struct Metrics {
     /// Zero of the fail-open windows' clock (tokio's, so tests can pause it).
     epoch: Instant,
     reports: reports::ReportMetrics,
+    false_limits: false_limits::FalseLimitMetrics,
     leases: leases::LeaseMetrics,
     rules: rules::RulesMetrics,
     regions: regions::RegionMetrics,
@@ -68,6 +72,7 @@ impl Metrics {
         Ok(Metrics {
             epoch: Instant::now(),
             reports: reports::ReportMetrics::new(&f)?,
+            false_limits: false_limits::FalseLimitMetrics::new(&f)?,
             leases: leases::LeaseMetrics::new(&f)?,
             rules: rules::RulesMetrics::new(&f)?,
             regions: regions::RegionMetrics::new(&f)?,
@@ -202,6 +207,26 @@ fn inc(vec: &IntCounterVec, labels: &[&str], n: u64) {
     if let Ok(c) = vec.get_metric_with_label_values(labels) {
         c.inc_by(n);
     }
+}
+
+/// Sets `vec`'s gauge of every label in `wanted` to `ratio` of it and removes
+/// the labels of `shown` no longer wanted (removed, not reset, so a concurrent
+/// scrape never sees a gap); `wanted` becomes `shown`.
+fn show_ratios(
+    vec: &prometheus::GaugeVec,
+    shown: &mut std::collections::HashSet<String>,
+    wanted: std::collections::HashSet<String>,
+    ratio: impl Fn(&str) -> f64,
+) {
+    for label in &wanted {
+        if let Ok(g) = vec.get_metric_with_label_values(&[label]) {
+            g.set(ratio(label));
+        }
+    }
+    for gone in shown.difference(&wanted) {
+        let _ = vec.remove_label_values(&[gone]);
+    }
+    *shown = wanted;
 }
 
 /// The guarded state is counters and labels: consistent after any panic elsewhere.

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 use prometheus::{GaugeVec, Histogram, IntCounter, IntCounterVec, IntGaugeVec};
 
-use super::{inc, lock, Factory, Metrics, MetricsError};
+use super::{inc, lock, show_ratios, Factory, Metrics, MetricsError};
 use crate::window::RuleWindows;
 
 /// The most one report may add for one rule and outcome: more than a VM decides
@@ -141,6 +141,7 @@ impl Metrics {
     /// dropped). Called at every scrape and every second.
     pub(crate) fn refresh(&self, rules: Option<&RuleSet>) {
         self.refresh_top_keys();
+        self.refresh_false_limits();
         let now = self.now_secs();
         let mut state = lock(&self.reports.state);
         state.windows.prune(now);
@@ -150,20 +151,13 @@ impl Metrics {
         // names are folded into one label): shown while in the window.
         let unknown = |r: &&str| rules.is_none_or(|set| set.position(r).is_none());
         wanted.extend(state.windows.rules().filter(unknown).map(str::to_string));
-        for rule in &wanted {
-            if let Ok(g) = self
-                .reports
-                .fail_open_ratio
-                .get_metric_with_label_values(&[rule])
-            {
-                g.set(state.windows.ratio(rule, now));
-            }
-        }
-        // Labels are removed, not reset, so a concurrent scrape never sees a gap.
-        for gone in state.shown_ratios.difference(&wanted) {
-            let _ = self.reports.fail_open_ratio.remove_label_values(&[gone]);
-        }
-        state.shown_ratios = wanted;
+        let state = &mut *state;
+        show_ratios(
+            &self.reports.fail_open_ratio,
+            &mut state.shown_ratios,
+            wanted,
+            |rule| state.windows.ratio(rule, now),
+        );
         self.show_limits(&shown);
         let instant = Instant::now();
         let gauge = &self.reports.filter_rules_version;

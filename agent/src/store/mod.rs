@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use meshlimit_core::secret::KeyIds;
-use meshlimit_core::{Counter, DescriptorKey, Limit, Take, NANOS_PER_MS};
+use meshlimit_core::{Bucket, Counter, DescriptorKey, Limit, Take, NANOS_PER_MS};
 use serde::Serialize;
 
 use crate::fleet_override::Override;
@@ -54,6 +54,18 @@ pub struct Peeked {
     pub tokens: f64,
     /// How long until it is full again, in milliseconds.
     pub full_in_ms: u64,
+    /// The bucket as stored, for judging an earlier moment (the false-limit
+    /// check): not shown to operators. `None` for a window rule's counts.
+    #[serde(skip)]
+    pub stored: Option<Stored>,
+}
+
+/// A stored bucket and the store's clock when it was read.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stored {
+    pub bucket: Bucket,
+    /// The store's clock at the read (Redis `TIME`, or the memory store's).
+    pub now_ns: u64,
 }
 
 impl Peeked {
@@ -61,6 +73,13 @@ impl Peeked {
     /// time to refill; for a window the room left under `requests` and the time
     /// until nothing counted weighs on the limit any more.
     pub(crate) fn of(counter: &Counter, limit: &Limit, now_ns: u64) -> Peeked {
+        let stored = match counter {
+            Counter::Bucket(bucket) => Some(Stored {
+                bucket: *bucket,
+                now_ns,
+            }),
+            Counter::Window(_) => None,
+        };
         let (tokens, full_in_ns) = match counter {
             Counter::Bucket(bucket) => {
                 let tokens = bucket.tokens_at(limit, now_ns);
@@ -102,6 +121,7 @@ impl Peeked {
         Peeked {
             tokens: (tokens * 1000.0).floor() / 1000.0,
             full_in_ms: full_in_ns.div_ceil(NANOS_PER_MS),
+            stored,
         }
     }
 }

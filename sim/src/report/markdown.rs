@@ -130,6 +130,7 @@ fn accuracy_rows(r: &RunReport) -> Vec<Row> {
                 st.wrongly_limited - st.wrongly_limited_cached
             ),
         ),
+        ("false-limit SLI (agents)", false_limit_sli(r)),
         (
             "wrongly allowed",
             wrong(t.wrongly_allowed, st.wrongly_allowed),
@@ -143,6 +144,23 @@ fn accuracy_rows(r: &RunReport) -> Vec<Row> {
             ),
         ),
     ]
+}
+
+/// The agents' false-limit SLI beside the judge's truth, both as shares of
+/// the 429s: the SLI is a lower bound (README, "False limits").
+fn false_limit_sli(r: &RunReport) -> String {
+    let (t, sli) = (&r.figures.totals, &r.setup.false_limits);
+    let truth = t.wrongly_limited as f64 / t.limited.max(1) as f64;
+    format!(
+        "{} false of {} 429s checked ({}; {} not checked); the judge: {} of {} 429s wrongly limited ({})",
+        sli.false_limits,
+        sli.checked,
+        percent(sli.ratio()),
+        sli.skipped,
+        t.wrongly_limited,
+        t.limited,
+        percent(truth)
+    )
 }
 
 /// What the decisions cost: agent calls, Redis calls, leases, denials, tokens.

@@ -1,0 +1,272 @@
+use std::num::{NonZeroU32, NonZeroU64};
+
+use meshlimit_core::bucket::Bucket;
+use meshlimit_core::rules::parse_rules;
+use meshlimit_core::wire::{DecisionRecord, DecisionSource};
+use meshlimit_core::{DescriptorKey, Limit, Outcome};
+
+use super::*;
+use crate::metrics::sample;
+use crate::store::{Acquire, MemoryStore};
+use crate::test_support::wait_until;
+
+const MS: u64 = 1_000_000;
+
+/// `requests` per second, burst `burst`.
+fn limit(requests: u32, burst: u32) -> Limit {
+    Limit::new(
+        NonZeroU32::new(requests).unwrap(),
+        NonZeroU64::new(1_000 * MS).unwrap(),
+        NonZeroU32::new(burst).unwrap(),
+    )
+}
+
+fn stored(tokens: f64, updated_ms: u64, now_ms: u64) -> Stored {
+    Stored {
+        bucket: Bucket::from_parts(tokens, updated_ms * MS),
+        now_ns: now_ms * MS,
+    }
+}
+
+#[test]
+fn a_bucket_untouched_since_the_rejection_is_judged_exactly() {
+    // Emptied at 0 ms, 10 tokens a second: one token at 100 ms.
+    let l = limit(10, 10);
+    let s = stored(0.0, 0, 1_000);
+    // Rejected at 150 ms (850 ms before the reading): 1.5 tokens held. False.
+    assert!((tokens_at_rejection(Some(&s), &l, 850 * MS) - 1.5).abs() < 1e-6);
+    assert!(is_false(Some(&s), &[l], 1, 850 * MS));
+    // At 50 ms: half a token. True.
+    assert!(!is_false(Some(&s), &[l], 1, 950 * MS));
+    // A cost of 2 at 150 ms: true.
+    assert!(!is_false(Some(&s), &[l], 2, 850 * MS));
+    // A rejection exactly at the refill of the cost is false (no rounding miss).
+    assert!(is_false(Some(&s), &[l], 1, 900 * MS));
+}
+
+#[test]
+fn a_bucket_touched_since_the_rejection_counts_only_what_it_proves() {
+    let l = limit(10, 10);
+    // 5 tokens left after a spend at 900 ms; the rejection at 500 ms.
+    // At most 4 tokens refilled from 500 to 900 ms, so at least 1 was held.
+    assert!((tokens_at_rejection(Some(&stored(5.0, 900, 1_000)), &l, 500 * MS) - 1.0).abs() < 1e-6);
+    assert!(is_false(Some(&stored(5.0, 900, 1_000)), &[l], 1, 500 * MS));
+    // 4 tokens left: the bucket may have been empty at 500 ms. Not counted.
+    assert!(!is_false(Some(&stored(4.0, 900, 1_000)), &[l], 1, 500 * MS));
+    // Never below zero.
+    assert_eq!(
+        tokens_at_rejection(Some(&stored(0.0, 900, 1_000)), &l, 500 * MS),
+        0.0
+    );
+}
+
+#[test]
+fn no_bucket_in_the_store_is_a_full_one_less_the_refill_over_the_delay() {
+    let l = limit(10, 3);
+    // Full (3) now, 100 ms after the rejection: at least 2 then. False.
+    assert!(is_false(None, &[l], 1, 100 * MS));
+    assert!(is_false(None, &[l], 2, 100 * MS));
+    assert!(!is_false(None, &[l], 3, 100 * MS));
+    // 300 ms after: the bucket may have been empty. Not counted.
+    assert!(!is_false(None, &[l], 1, 300 * MS));
+}
+
+#[test]
+fn a_plan_rule_is_false_only_under_every_plan() {
+    let slow = limit(1, 1);
+    let fast = limit(100, 100);
+    // Emptied at 0, rejected at 500 ms: the fast plan had 50 tokens, the slow one half.
+    let s = stored(0.0, 0, 1_000);
+    assert!(is_false(Some(&s), &[fast], 1, 500 * MS));
+    assert!(!is_false(Some(&s), &[fast, slow], 1, 500 * MS));
+    assert!(!is_false(Some(&s), &[], 1, 500 * MS));
+}
+
+const RULES: &str = "version: 1
+rules:
+  - {name: slow, key: [{header: x-k}], limit: {requests: 2, per: 1h}}
+  - {name: world, key: [{header: x-k}], limit: {requests: 1, per: 1h}, scope: global}
+";
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+fn record(rule: &str, key_id: &str, source: DecisionSource, decision: Outcome) -> DecisionRecord {
+    DecisionRecord {
+        at_ms: now_ms(),
+        rule: rule.into(),
+        rules_version: "v".into(),
+        decision,
+        key_id: key_id.into(),
+        key: None,
+        source,
+        tokens: Some(0),
+        retry_after_ms: Some(1_000),
+        sample_rate: 1.0,
+        request_id: None,
+    }
+}
+
+/// A sample of the metrics, their gauges brought up to date.
+fn read(m: &Metrics, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    m.refresh(None);
+    sample(&m.render().unwrap(), name, labels)
+}
+
+/// `slow`'s checked 429s and the suspects skipped for the budget.
+fn checked_and_skipped(m: &Metrics) -> (f64, f64) {
+    let checked = read(m, "meshlimit_false_limit_checks_total", &[("rule", "slow")]);
+    let skipped = read(
+        m,
+        "meshlimit_false_limit_checks_skipped_total",
+        &[("reason", "budget")],
+    );
+    (checked.unwrap_or(0.0), skipped.unwrap_or(0.0))
+}
+
+#[tokio::test]
+async fn suspects_are_peeked_in_the_store_and_the_stores_own_denials_are_true() {
+    let rules = Arc::new(CurrentRules::empty());
+    let set = Arc::new(parse_rules("t", RULES).unwrap());
+    rules.install(set.clone());
+    let metrics = Arc::new(Metrics::new("r").unwrap());
+    let store = Arc::new(MemoryStore::new());
+    let key = |k: &str| DescriptorKey::new("slow", [k]);
+    let id = |k: &str| metrics.key_ids().id(&key(k)).to_string();
+    // `drained` spent its two tokens an hour: any 429 of it now is true.
+    let l = set.rule("slow").unwrap().limit_in_force(None, 0).limit;
+    let took = store
+        .acquire(&[Acquire {
+            key: key("drained"),
+            limit: l,
+            min: 2,
+            max: 2,
+            share: 1.0,
+        }])
+        .await;
+    assert!(matches!(took[0], Ok(meshlimit_core::Take::Granted { .. })));
+    let checker = FalseLimits::start(rules, store, metrics.clone());
+    checker.observe(&[
+        // Held a denial for a key whose bucket is full: false.
+        record(
+            "slow",
+            &id("fresh"),
+            DecisionSource::DenialCache,
+            Outcome::Limited,
+        ),
+        // The node pool held a drained key: true.
+        record(
+            "slow",
+            &id("drained"),
+            DecisionSource::AgentPool,
+            Outcome::Limited,
+        ),
+        // The store said no: true, without a peek.
+        record(
+            "slow",
+            &id("fresh"),
+            DecisionSource::Store,
+            Outcome::Limited,
+        ),
+        // Not 429s of the store's bucket: not counted.
+        record(
+            "slow",
+            &id("fresh"),
+            DecisionSource::FailurePolicy,
+            Outcome::Limited,
+        ),
+        record(
+            "slow",
+            &id("fresh"),
+            DecisionSource::DenialCache,
+            Outcome::Allowed,
+        ),
+        record(
+            "gone",
+            &id("fresh"),
+            DecisionSource::DenialCache,
+            Outcome::Limited,
+        ),
+        // A global rule's share is not known by key id: skipped, said why.
+        record(
+            "world",
+            &id("fresh"),
+            DecisionSource::DenialCache,
+            Outcome::Limited,
+        ),
+    ]);
+    let get = |name: &str, labels: &[(&str, &str)]| read(&metrics, name, labels);
+    wait_until("three checks of `slow`", || {
+        get("meshlimit_false_limit_checks_total", &[("rule", "slow")]) == Some(3.0)
+            && get(
+                "meshlimit_false_limit_checks_skipped_total",
+                &[("reason", "global_rule")],
+            ) == Some(1.0)
+    })
+    .await;
+    assert_eq!(
+        get("meshlimit_false_limits_total", &[("rule", "slow")]),
+        Some(1.0)
+    );
+    let ratio = get("meshlimit_false_limit_ratio", &[("rule", "slow")]).unwrap();
+    assert!((ratio - 1.0 / 3.0).abs() < 1e-9, "{ratio}");
+    assert_eq!(
+        get("meshlimit_false_limit_checks_total", &[("rule", "world")]),
+        None
+    );
+}
+
+// Tokio's clock paused: the budget's second ends when the test says.
+#[tokio::test(start_paused = true)]
+async fn checks_past_the_budget_are_skipped_and_weigh_in_the_ratio() {
+    let rules = Arc::new(CurrentRules::empty());
+    rules.install(Arc::new(parse_rules("t", RULES).unwrap()));
+    let metrics = Arc::new(Metrics::new("r").unwrap());
+    let checker = FalseLimits::start(rules, Arc::new(MemoryStore::new()), metrics.clone());
+    let id = metrics
+        .key_ids()
+        .id(&DescriptorKey::new("slow", ["fresh"]))
+        .to_string();
+    // One store-confirmed 429, then twice a second's budget of false suspects.
+    let n = 2 * CHECKS_PER_SECOND as usize;
+    let mut batch = vec![record("slow", &id, DecisionSource::Store, Outcome::Limited)];
+    batch
+        .extend((0..n).map(|_| record("slow", &id, DecisionSource::DenialCache, Outcome::Limited)));
+    checker.observe(&batch);
+    let get = |name: &str, labels: &[(&str, &str)]| read(&metrics, name, labels);
+    wait_until("every suspect checked or skipped", || {
+        let (checked, skipped) = checked_and_skipped(&metrics);
+        checked + skipped == (n + 1) as f64
+    })
+    .await;
+    let (checked, skipped) = checked_and_skipped(&metrics);
+    // The budget holds (the test may straddle two seconds: two budgets at most).
+    assert!(skipped > 0.0, "nothing skipped");
+    assert!(
+        checked - 1.0 <= f64::from(2 * CHECKS_PER_SECOND),
+        "{checked}"
+    );
+    // The skipped suspects weigh with the next check of the rule: once it is
+    // done, the ratio is that of every 429 (all false but the store's).
+    tokio::time::advance(Duration::from_secs(1)).await;
+    checker.observe(&[record(
+        "slow",
+        &id,
+        DecisionSource::DenialCache,
+        Outcome::Limited,
+    )]);
+    let want = (n as f64 + 1.0) / (n as f64 + 2.0);
+    wait_until("the ratio over every 429", || {
+        get("meshlimit_false_limit_ratio", &[("rule", "slow")])
+            .is_some_and(|r| (r - want).abs() < 1e-9)
+    })
+    .await;
+    assert_eq!(
+        get("meshlimit_false_limits_total", &[("rule", "slow")]),
+        Some(checked)
+    );
+}

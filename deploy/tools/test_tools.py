@@ -49,6 +49,12 @@ EXPOSITION = textwrap.dedent("""\
     meshlimit_leases_granted_total{rule="r"} 1
     # TYPE meshlimit_lease_tokens_granted_total counter
     meshlimit_lease_tokens_granted_total{rule="r"} 1
+    # TYPE meshlimit_false_limits_total counter
+    meshlimit_false_limits_total{rule="r"} 0
+    # TYPE meshlimit_false_limit_checks_total counter
+    meshlimit_false_limit_checks_total{rule="r"} 1
+    # TYPE meshlimit_false_limit_ratio gauge
+    meshlimit_false_limit_ratio{rule="r"} 0
     """)
 
 

@@ -3,7 +3,7 @@
 
 use meshlimit_core::decision::RuleResult;
 use meshlimit_core::secret::KeyIds;
-use meshlimit_core::{Outcome, RequestInfo, RuleSet, Verdict};
+use meshlimit_core::{DescriptorKey, Outcome, Verdict};
 
 /// The filter-state names the decision is set under (Envoy shows them to an
 /// access log as `wasm.<name>`).
@@ -11,29 +11,56 @@ pub const RULE: &str = "meshlimit_rule";
 pub const DECISION: &str = "meshlimit_decision";
 pub const KEY_ID: &str = "meshlimit_key_id";
 
-/// The request's properties for the access log: the deciding rule, its
-/// outcome and its key's id (the keyed hash metrics name keys by). Empty when
-/// no rule was decided.
-pub fn properties(
-    key_ids: &KeyIds,
-    rules: &RuleSet,
-    req: &RequestInfo,
-    verdict: &Verdict<'_>,
-    results: &[RuleResult<'_>],
-) -> Vec<(&'static str, String)> {
-    let Some((rule, outcome)) = deciding(verdict, results) else {
-        return Vec::new();
-    };
-    let mut out = vec![
-        (RULE, rule.to_string()),
-        (DECISION, outcome.as_str().to_string()),
-    ];
-    // The key is formed again for this one rule: the evaluation keeps its keys
-    // to itself.
-    if let Some(a) = rules.applicable_rule(rule, req) {
-        out.push((KEY_ID, key_ids.id(&a.key).to_string()));
+/// The decision a request is known by: the deciding rule, its outcome, and
+/// the id of the key it counted (hashed once, for the access log and the
+/// decision log alike).
+pub struct Decided<'e> {
+    pub rule: &'e str,
+    pub outcome: Outcome,
+    key: Option<&'e DescriptorKey>,
+    key_id: Option<String>,
+}
+
+impl<'e> Decided<'e> {
+    /// The request's decision ([`deciding`]); `key_of` gives the key the
+    /// evaluation formed for a rule. `None` when no rule was decided.
+    pub fn of(
+        key_ids: &KeyIds,
+        verdict: &Verdict<'e>,
+        results: &[RuleResult<'e>],
+        key_of: impl FnOnce(&str) -> Option<&'e DescriptorKey>,
+    ) -> Option<Self> {
+        let (rule, outcome) = deciding(verdict, results)?;
+        let key = key_of(rule);
+        Some(Decided {
+            rule,
+            outcome,
+            key,
+            key_id: key.map(|k| key_ids.id(k).to_string()),
+        })
     }
-    out
+
+    /// The id already computed for `key`, when it is the deciding rule's key
+    /// (the same key the evaluation holds, compared by address).
+    pub fn id_of(&self, key: &DescriptorKey) -> Option<&str> {
+        match (self.key, &self.key_id) {
+            (Some(k), Some(id)) if std::ptr::eq(k, key) => Some(id),
+            _ => None,
+        }
+    }
+
+    /// The request's properties for the access log: the deciding rule, its
+    /// outcome and its key's id (the keyed hash metrics name keys by).
+    pub fn properties(&self) -> Vec<(&'static str, String)> {
+        let mut out = vec![
+            (RULE, self.rule.to_string()),
+            (DECISION, self.outcome.as_str().to_string()),
+        ];
+        if let Some(id) = &self.key_id {
+            out.push((KEY_ID, id.clone()));
+        }
+        out
+    }
 }
 
 /// The rule that decided the request and the outcome it was counted under: the
@@ -124,18 +151,9 @@ mod tests {
 
     #[test]
     fn the_key_is_named_by_its_id_never_in_clear() {
-        use meshlimit_core::rules::RulesConfig;
         use meshlimit_core::DescriptorKey;
-        let config: RulesConfig = serde_json::from_value(serde_json::json!({"version": 1, "rules": [
-            {"name": "per-key", "key": [{"header": "x-api-key"}], "limit": {"requests": 1, "per": "1s"}},
-        ]}))
-        .unwrap();
-        let rules = RuleSet::compile(&config).unwrap();
-        let req = RequestInfo::new(
-            "/",
-            "GET",
-            vec![("x-api-key".to_string(), "secret-customer".to_string())],
-        );
+        let key = DescriptorKey::new("per-key", ["secret-customer"]);
+        let other = DescriptorKey::new("per-key", ["secret-customer"]);
         let rs = [result(
             "per-key",
             Mode::Enforce,
@@ -143,12 +161,14 @@ mod tests {
             None,
         )];
         let ids = KeyIds::placeholder();
-        let props = properties(&ids, &rules, &req, &decide(&rs), &rs);
-        let id = ids
-            .id(&DescriptorKey::new("per-key", ["secret-customer"]))
-            .to_string();
+        let verdict = decide(&rs);
+        let decided = Decided::of(&ids, &verdict, &rs, |rule| {
+            (rule == "per-key").then_some(&key)
+        })
+        .unwrap();
+        let id = ids.id(&key).to_string();
         assert_eq!(
-            props,
+            decided.properties(),
             [
                 (RULE, "per-key".to_string()),
                 (DECISION, "limited".to_string()),
@@ -156,7 +176,11 @@ mod tests {
             ]
         );
         assert!(!id.contains("secret-customer"));
-        assert!(properties(&ids, &rules, &req, &decide(&[]), &[]).is_empty());
+        // The id is handed on only for the very key it was computed from.
+        assert_eq!(decided.id_of(&key), Some(id.as_str()));
+        assert_eq!(decided.id_of(&other), None);
+        let none = decide(&[]);
+        assert!(Decided::of(&ids, &none, &[], |_| None).is_none());
     }
 
     #[test]

@@ -12,6 +12,7 @@ use meshlimit_core::wire::{
 };
 use meshlimit_core::{Outcome, RuleVerdict, NANOS_PER_MS};
 
+use crate::decided::Decided;
 use crate::pipeline::Evaluation;
 
 /// Records one VM holds between two flushes (one tick, `sync_interval_ms`);
@@ -40,10 +41,12 @@ impl DecisionLog {
     /// Records the decisions of `eval` the log keeps: every rejection
     /// (`limited`, `shadow_limited`, `failed_closed`, a `failed_local` that
     /// rejected) and each allowed decision with its rule's `log_sample`.
+    /// The deciding rule's key id is taken from `decided`, not hashed again.
     pub fn record(
         &mut self,
         key_ids: &KeyIds,
         eval: &Evaluation,
+        decided: Option<&Decided<'_>>,
         request_id: Option<&str>,
         now_ns: u64,
     ) {
@@ -72,7 +75,10 @@ impl DecisionLog {
                 rule: d.rule.name.clone(),
                 rules_version: eval.rules_version().to_string(),
                 decision: d.outcome,
-                key_id: key_ids.id(d.key).to_string(),
+                key_id: match decided.and_then(|x| x.id_of(d.key)) {
+                    Some(id) => id.to_string(),
+                    None => key_ids.id(d.key).to_string(),
+                },
                 key: (d.rule.log_key == LogKey::Clear).then(|| d.key.as_str().to_string()),
                 source: d.source,
                 tokens,

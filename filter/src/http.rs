@@ -187,6 +187,10 @@ pub(crate) fn finish<H: Proxy>(
 ) -> Action {
     let results = eval.results();
     let asked = &request.asked;
+    let verdict = eval.verdict();
+    let decided = decided::Decided::of(&config.key_ids, &verdict, &results, |rule| {
+        eval.key_of(rule)
+    });
     {
         let mut vm = vm.borrow_mut();
         for r in &results {
@@ -194,18 +198,16 @@ pub(crate) fn finish<H: Proxy>(
         }
         if config.decision_log {
             let request_id = asked.info.header(declog::REQUEST_ID_HEADER);
-            vm.declog
-                .record(&config.key_ids, eval, request_id, host.now_ns());
+            vm.declog.record(
+                &config.key_ids,
+                eval,
+                decided.as_ref(),
+                request_id,
+                host.now_ns(),
+            );
         }
     }
-    let verdict = eval.verdict();
-    for (name, value) in decided::properties(
-        &config.key_ids,
-        &asked.rules,
-        &asked.info,
-        &verdict,
-        &results,
-    ) {
+    for (name, value) in decided.iter().flat_map(|d| d.properties()) {
         host.set_property(name, &value);
     }
     let (protocol, quota) = (request.protocol, &request.quota);
@@ -316,7 +318,7 @@ impl<H: Proxy> HttpContext for Http<H> {
                 return Action::Pause;
             }
         };
-        let asked = Rc::new(Asked { rules, info });
+        let asked = Rc::new(Asked { info });
         self.asked = Some(Rc::clone(&asked));
         let host = Rc::clone(&self.host);
         let host = &*host;

@@ -391,6 +391,16 @@ impl Evaluation {
         })
     }
 
+    /// The key this evaluation formed for the decided rule named `rule`.
+    pub fn key_of(&self, rule: &str) -> Option<&DescriptorKey> {
+        self.checks
+            .iter()
+            .find(|c| {
+                matches!(c.state, State::Decided { .. }) && self.rules.rules()[c.rule].name == rule
+            })
+            .map(|c| &c.key)
+    }
+
     /// The rules version this evaluation decides by.
     pub fn rules_version(&self) -> &str {
         self.rules.version()

@@ -63,9 +63,7 @@ pub struct Waiting {
     pub asked: Rc<Asked>,
 }
 
-/// The request as the rules saw it: what names the deciding rule's key in the
-/// access log.
+/// The request as the rules saw it (the decision log reads its request id).
 pub struct Asked {
-    pub rules: Rc<RuleSet>,
     pub info: RequestInfo,
 }

@@ -9,8 +9,8 @@ use meshlimit_core::headers::Answer;
 use meshlimit_core::rules::lines::{self, RULES_LINES_TYPE};
 use meshlimit_core::secret::{Secret, SECRET_ENV};
 use meshlimit_core::wire::{
-    LeaseAnswer, LeaseRequest, LeaseResponse, SyncRequest, SyncResponse, LEASE_PATH, RULES_PATH,
-    SYNC_PATH, WIRE_VERSION,
+    DecisionsRequest, LeaseAnswer, LeaseRequest, LeaseResponse, SyncRequest, SyncResponse,
+    DECISIONS_PATH, LEASE_PATH, RULES_PATH, SYNC_PATH, WIRE_VERSION,
 };
 use meshlimit_core::{DescriptorKey, RuleSet};
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
@@ -549,4 +549,67 @@ fn a_verified_claim_keys_and_plans_the_rule_and_a_cluster_scopes_it() {
     assert_eq!(vm.get("k").1, Action::Continue);
     vm.turn();
     assert!(vm.host.take_calls().is_empty());
+}
+
+#[test]
+fn a_rejection_names_one_key_id_to_the_access_log_and_the_decision_log() {
+    let mut vm = Vm::with_rules(serde_json::json!({"version": 1, "rules": [
+        {"name": "per-key", "match": {"path_prefix": "/search"}, "key": [{"header": "x-api-key"}],
+         "limit": {"requests": 10, "per": "1s"}},
+        {"name": "per-path", "key": ["path"], "limit": {"requests": 100, "per": "1s"},
+         "log_sample": 1.0},
+    ]}));
+    let (id, _) = vm.get("k1");
+    vm.turn();
+    let call = vm.only_call();
+    vm.answer(
+        &call,
+        Some(200),
+        &lease_answer(vec![
+            LeaseAnswer::Deny {
+                retry_after_ms: 1_000,
+                local: false,
+                from: None,
+            },
+            LeaseAnswer::Grant {
+                tokens: 5,
+                ttl_ms: 300,
+                remaining: 90,
+                reset_ms: 100,
+                local: false,
+                from: None,
+            },
+        ]),
+    );
+    assert_eq!(vm.replied(id), Some(429));
+    let ids = Secret::new(SECRET.as_bytes()).unwrap().key_ids();
+    let denied = ids.id(&DescriptorKey::new("per-key", ["k1"])).to_string();
+    let allowed = ids
+        .id(&DescriptorKey::new("per-path", ["/search"]))
+        .to_string();
+    let stream = vm.host.stream(id);
+    assert!(
+        stream
+            .properties
+            .contains(&("meshlimit_key_id".into(), denied.clone())),
+        "{:?}",
+        stream.properties
+    );
+    // The tick hands the records over: each rule's record has its own key's id.
+    vm.tick();
+    let calls = vm.host.take_calls();
+    let batch = calls
+        .iter()
+        .find(|c| c.path == DECISIONS_PATH)
+        .expect("a decisions batch");
+    let batch: DecisionsRequest = serde_json::from_slice(&batch.body).unwrap();
+    let of = |rule: &str| {
+        batch
+            .records
+            .iter()
+            .find(|r| r.rule == rule)
+            .map(|r| r.key_id.clone())
+    };
+    assert_eq!(of("per-key"), Some(denied));
+    assert_eq!(of("per-path"), Some(allowed));
 }

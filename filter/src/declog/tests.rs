@@ -54,7 +54,7 @@ fn a_rejection_is_recorded_with_its_source_key_id_and_request_id_never_the_key()
     let e = answered(&rs, &host, deny());
     let ids = KeyIds::placeholder();
     let mut log = DecisionLog::default();
-    log.record(&ids, &e, Some("req-1"), 5_000_000_000);
+    log.record(&ids, &e, None, Some("req-1"), 5_000_000_000);
     let batch = log.take_batch("node/vm1").unwrap();
     assert_eq!(batch.records.len(), 1);
     let r = &batch.records[0];
@@ -80,7 +80,7 @@ fn a_rejection_is_recorded_with_its_source_key_id_and_request_id_never_the_key()
         .unwrap()
         .unwrap();
     assert!(!e.local_pass(&host, &cfg));
-    log.record(&ids, &e, None, 0);
+    log.record(&ids, &e, None, None, 0);
     let batch = log.take_batch("node/vm1").unwrap();
     assert_eq!(batch.records[0].source, DecisionSource::DenialCache);
     assert_eq!(batch.records[0].request_id, None);
@@ -92,7 +92,7 @@ fn the_key_is_in_clear_only_where_the_rule_opts_in() {
     let rs = rules(serde_json::json!({"log_key": "clear"}));
     let e = answered(&rs, &host, deny());
     let mut log = DecisionLog::default();
-    log.record(&KeyIds::placeholder(), &e, None, 0);
+    log.record(&KeyIds::placeholder(), &e, None, None, 0);
     let batch = log.take_batch("f").unwrap();
     assert_eq!(
         batch.records[0].key.as_deref(),
@@ -119,7 +119,7 @@ fn allowed_decisions_are_kept_at_the_rules_sample_rate() {
     let mut kept = 0;
     let n = 20_000;
     let mut sources = Vec::new();
-    log.record(&ids, &first, None, 1);
+    log.record(&ids, &first, None, None, 1);
     for i in 1..n {
         let mut e = Evaluation::new(Rc::clone(&rs), &req("customer-42"), &cfg)
             .unwrap()
@@ -127,7 +127,7 @@ fn allowed_decisions_are_kept_at_the_rules_sample_rate() {
         if e.local_pass(&host, &cfg) {
             e.apply_answers(&host, &cfg, vec![grant.clone()]);
         }
-        log.record(&ids, &e, None, 1 + i);
+        log.record(&ids, &e, None, None, 1 + i);
         while let Some(b) = log.take_batch("f") {
             kept += b.records.len();
             sources.extend(b.records.iter().map(|r| (r.source, r.sample_rate)));
@@ -149,7 +149,7 @@ fn a_full_buffer_drops_and_counts_and_batches_stay_bounded() {
     let mut log = DecisionLog::default();
     let ids = KeyIds::placeholder();
     for _ in 0..BUFFER_RECORDS + 10 {
-        log.record(&ids, &e, Some("r"), 0);
+        log.record(&ids, &e, None, Some("r"), 0);
     }
     assert_eq!(log.len(), BUFFER_RECORDS);
     assert_eq!(log.take_uncounted(), 10);

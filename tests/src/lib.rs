@@ -27,6 +27,7 @@ mod stack;
 mod wait;
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
 pub use agent::{Agent, AgentOptions};
 pub use envoy::{render_envoy_config, Envoy, EnvoyConfig, EnvoyPorts};
@@ -127,21 +128,93 @@ pub fn target_dir() -> PathBuf {
     }
 }
 
-/// The release agent binary that `make build` produces.
+/// The release agent binary that `make build` produces; a test refuses one
+/// older than its sources (see [`fresh`]).
 pub fn agent_bin() -> PathBuf {
-    target_dir().join("release").join("meshlimit-agent")
+    static CHECKED: OnceLock<PathBuf> = OnceLock::new();
+    CHECKED
+        .get_or_init(|| {
+            fresh(
+                target_dir().join("release").join("meshlimit-agent"),
+                &["agent", "core"],
+            )
+        })
+        .clone()
 }
 
-/// The filter module: `MESHLIMIT_FILTER_WASM`, or the release build that
-/// `make build` produces.
+/// The filter module: `MESHLIMIT_FILTER_WASM` as given, or the release build
+/// that `make build` produces, refused when older than its sources.
 pub fn filter_wasm() -> PathBuf {
+    static CHECKED: OnceLock<PathBuf> = OnceLock::new();
     match std::env::var_os("MESHLIMIT_FILTER_WASM") {
         Some(path) => repo_root().join(path),
-        None => target_dir()
-            .join("wasm32-wasip1")
-            .join("release")
-            .join("meshlimit_filter.wasm"),
+        None => CHECKED
+            .get_or_init(|| {
+                fresh(
+                    target_dir()
+                        .join("wasm32-wasip1")
+                        .join("release")
+                        .join("meshlimit_filter.wasm"),
+                    &["filter", "core"],
+                )
+            })
+            .clone(),
     }
+}
+
+/// `binary`, after checking that it was built after every source it is built
+/// from (the crates' `src/` and `Cargo.toml`, and `Cargo.lock`): `cargo test`
+/// alone does not rebuild the release binaries the tests start, and a stale
+/// one would test old code. A missing binary is left to the caller's start,
+/// which names it.
+fn fresh(binary: PathBuf, crates: &[&str]) -> PathBuf {
+    let Ok(built) = std::fs::metadata(&binary).and_then(|m| m.modified()) else {
+        return binary;
+    };
+    let root = repo_root();
+    let mut sources = vec![root.join("Cargo.lock")];
+    for c in crates {
+        sources.push(root.join(c).join("Cargo.toml"));
+        sources.push(root.join(c).join("src"));
+    }
+    if let Err(stale) = check_fresh(built, &sources) {
+        panic!(
+            "{} is older than {}: run `make build` (cargo test does not rebuild it)",
+            binary.display(),
+            stale.display()
+        );
+    }
+    binary
+}
+
+/// `Err(source)` when a file under `sources` changed after `built`.
+fn check_fresh(built: std::time::SystemTime, sources: &[PathBuf]) -> Result<(), PathBuf> {
+    match newest(sources) {
+        Some((changed, path)) if changed > built => Err(path),
+        _ => Ok(()),
+    }
+}
+
+/// The newest modification time under `paths` (files, and directories walked),
+/// with the file that has it.
+fn newest(paths: &[PathBuf]) -> Option<(std::time::SystemTime, PathBuf)> {
+    let mut best: Option<(std::time::SystemTime, PathBuf)> = None;
+    let mut todo: Vec<PathBuf> = paths.to_vec();
+    while let Some(path) = todo.pop() {
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            if let Ok(entries) = std::fs::read_dir(&path) {
+                todo.extend(entries.flatten().map(|e| e.path()));
+            }
+        } else if let Ok(t) = meta.modified() {
+            if best.as_ref().is_none_or(|(b, _)| t > *b) {
+                best = Some((t, path));
+            }
+        }
+    }
+    best
 }
 
 /// The Envoy binary: `MESHLIMIT_ENVOY`, or `<repo>/.venv/bin/envoy` (`make tools`).
@@ -173,4 +246,50 @@ pub(crate) fn temp_dir(prefix: &str) -> tempfile::TempDir {
         eprintln!("keeping {}", dir.path().display());
     }
     dir
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::*;
+
+    fn touch(path: &std::path::Path, at: SystemTime) {
+        std::fs::write(path, b"x").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_modified(at)
+            .unwrap();
+    }
+
+    #[test]
+    fn a_binary_older_than_any_of_its_sources_is_stale() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src");
+        std::fs::create_dir_all(src.join("nested")).unwrap();
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        touch(&src.join("lib.rs"), t0);
+        touch(
+            &src.join("nested").join("deep.rs"),
+            t0 + Duration::from_secs(10),
+        );
+        let lock = dir.path().join("Cargo.lock");
+        touch(&lock, t0);
+        let sources = [lock.clone(), src.clone()];
+        // Built after every source: fresh.
+        assert_eq!(check_fresh(t0 + Duration::from_secs(20), &sources), Ok(()));
+        // Built before the nested file changed: stale, and the file is named.
+        assert_eq!(
+            check_fresh(t0 + Duration::from_secs(5), &sources),
+            Err(src.join("nested").join("deep.rs"))
+        );
+        // A lock file changed after the build counts too.
+        touch(&lock, t0 + Duration::from_secs(30));
+        assert_eq!(
+            check_fresh(t0 + Duration::from_secs(20), &sources),
+            Err(lock)
+        );
+    }
 }

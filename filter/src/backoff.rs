@@ -58,7 +58,10 @@ pub fn answered<H: Host>(host: &H) {
         let _ = host.shared_set(AGENT_OK_KEY, &now.to_le_bytes(), None);
     }
     let (bytes, _) = host.shared_get(AGENT_FAILURES_KEY);
-    if bytes.is_some_and(|b| b.iter().any(|x| *x != 0)) {
+    let failures = bytes
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u32::from_le_bytes);
+    if failures != 0 {
         let _ = host.shared_set(AGENT_FAILURES_KEY, &0u32.to_le_bytes(), None);
     }
 }
@@ -102,6 +105,49 @@ mod tests {
         assert!(!backing_off(&host, host.now_ns()));
         failed(&host, BACKOFF);
         assert!(backing_off(&host, host.now_ns()));
+    }
+
+    /// The time of the last answer, as shared data holds it.
+    fn alive_stamp(host: &MemoryHost) -> Option<u64> {
+        let (bytes, _) = host.shared_get(AGENT_OK_KEY);
+        bytes
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+    }
+
+    #[test]
+    fn answers_rewrite_the_shared_stamp_at_most_every_quarter_of_the_alive_window() {
+        let host = MemoryHost::default();
+        let t0 = 1_000 * MS;
+        host.set_now(t0);
+        answered(&host);
+        assert_eq!(alive_stamp(&host), Some(t0));
+        // Within a quarter of the window the stamp is fresh enough: no write.
+        host.set_now(t0 + AGENT_ALIVE_NS / 4 - 1);
+        answered(&host);
+        assert_eq!(alive_stamp(&host), Some(t0));
+        host.set_now(t0 + AGENT_ALIVE_NS / 4);
+        answered(&host);
+        assert_eq!(alive_stamp(&host), Some(t0 + AGENT_ALIVE_NS / 4));
+        // The refreshed stamp keeps failures soon after it from counting.
+        host.set_now(t0 + AGENT_ALIVE_NS + AGENT_ALIVE_NS / 8);
+        for _ in 0..3 {
+            failed(&host, BACKOFF);
+        }
+        assert!(!backing_off(&host, host.now_ns()));
+    }
+
+    #[test]
+    fn an_answer_clears_the_count_so_a_later_single_failure_is_one_of_a_new_run() {
+        let host = MemoryHost::default();
+        host.set_now(1_000 * MS);
+        failed(&host, BACKOFF);
+        failed(&host, BACKOFF);
+        answered(&host);
+        // Past the alive window: one failure after the answer is not the third.
+        host.set_now(2_000 * MS);
+        failed(&host, BACKOFF);
+        assert!(!backing_off(&host, host.now_ns()));
     }
 
     #[test]

@@ -189,6 +189,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_local_share_is_the_safety_factor_over_the_expected_nodes() {
+        let c = FilterConfig::parse(Some(
+            br#"{"local_safety_factor": 2.0, "expected_nodes": 8}"#,
+        ))
+        .unwrap();
+        assert_eq!(c.local_share(), 0.25);
+    }
+
+    #[test]
     fn empty_means_defaults_and_typos_are_refused() {
         assert_eq!(FilterConfig::parse(None), Ok(FilterConfig::default()));
         assert_eq!(

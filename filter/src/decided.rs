@@ -195,6 +195,12 @@ mod tests {
             ),
         ];
         assert_eq!(named(&rs), Some(("open".into(), Outcome::FailedOpen)));
+        // A shadow rule's allowance is no quota: the policy's decision names it.
+        let rs = [
+            result("s", Mode::Shadow, allow(3), None),
+            result("open", Mode::Enforce, allow(0), Some(Outcome::FailedOpen)),
+        ];
+        assert_eq!(named(&rs), Some(("open".into(), Outcome::FailedOpen)));
         let rs = [result("s", Mode::Shadow, allow(3), None)];
         assert_eq!(named(&rs), Some(("s".into(), Outcome::Allowed)));
         assert_eq!(named(&[]), None);

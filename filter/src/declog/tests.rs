@@ -169,3 +169,85 @@ fn a_full_buffer_drops_and_counts_and_batches_stay_bounded() {
     assert_eq!(log.take_uncounted(), 3);
     assert_eq!(log.take_batch("f").unwrap().dropped, 3);
 }
+
+#[test]
+fn the_sampler_draws_splitmix64_seeded_from_the_first_samples_time() {
+    // The reference implementation's first draws for state 1234567.
+    let mut state = 1_234_567;
+    assert_eq!(
+        [(); 3].map(|()| splitmix64(&mut state)),
+        [
+            6_457_827_717_110_365_317,
+            3_203_168_211_198_807_973,
+            9_817_491_932_198_370_423
+        ]
+    );
+    // The log's sampler is that generator, seeded once with the time (odd).
+    let mut log = DecisionLog::default();
+    log.sampled(0.5, 1_234_567);
+    assert_eq!(log.rng, 1_234_567u64.wrapping_add(0x9e37_79b9_7f4a_7c15));
+    log.sampled(0.5, 99);
+    assert_eq!(
+        log.rng,
+        1_234_567u64.wrapping_add(0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(2))
+    );
+}
+
+#[test]
+fn a_failed_open_decision_carries_no_tokens_and_an_allowed_one_its_remaining() {
+    let host = MemoryHost::default();
+    let rs = rules(serde_json::json!({"log_sample": 1.0, "on_failure": "open"}));
+    let cfg = FilterConfig::default();
+    let mut failed = Evaluation::new(Rc::clone(&rs), &req("customer-42"), &cfg)
+        .unwrap()
+        .unwrap();
+    failed.local_pass(&host, &cfg);
+    failed.fail_misses(&host, &cfg);
+    let granted = answered(
+        &rs,
+        &host,
+        LeaseAnswer::Grant {
+            tokens: 5,
+            ttl_ms: 300,
+            remaining: 40,
+            reset_ms: 100,
+            local: false,
+            from: Some(AnsweredFrom::Store),
+        },
+    );
+    let mut log = DecisionLog::default();
+    let ids = KeyIds::placeholder();
+    log.record(&ids, &failed, None, None, 0);
+    log.record(&ids, &granted, None, None, 0);
+    let batch = log.take_batch("f").unwrap();
+    let seen: Vec<_> = batch
+        .records
+        .iter()
+        .map(|r| (r.decision, r.tokens))
+        .collect();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[0], (Outcome::FailedOpen, None));
+    assert!(matches!(seen[1], (Outcome::Allowed, Some(_))), "{seen:?}");
+}
+
+#[test]
+fn long_request_ids_fill_a_batch_to_half_the_body_cap_before_its_record_count() {
+    let host = MemoryHost::default();
+    let rs = rules(serde_json::json!({}));
+    let e = answered(&rs, &host, deny());
+    let mut log = DecisionLog::default();
+    let ids = KeyIds::placeholder();
+    let long_id = "r".repeat(MAX_REQUEST_ID);
+    for _ in 0..MAX_DECISION_RECORDS {
+        log.record(&ids, &e, None, Some(&long_id), 0);
+    }
+    let first = log.take_batch("f").unwrap();
+    // The bytes bind first: fewer than the record cap, within half the body cap.
+    assert!(first.records.len() < MAX_DECISION_RECORDS);
+    assert!(serde_json::to_vec(&first).unwrap().len() <= MAX_BODY_BYTES / 2);
+    let mut sent = first.records.len();
+    while let Some(b) = log.take_batch("f") {
+        sent += b.records.len();
+    }
+    assert_eq!(sent, MAX_DECISION_RECORDS);
+}

@@ -31,9 +31,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, Write};
 
-use meshlimit_core::rules::{Mode, RequestInfo, RuleSet};
+use meshlimit_core::rules::{Mode, RequestInfo, Rule, RuleSet};
 use meshlimit_core::secret::KeyIds;
-use meshlimit_core::{Counter, DescriptorKey, Take, NANOS_PER_MS, NANOS_PER_SEC};
+use meshlimit_core::{Counter, DescriptorKey, Limit, Take, NANOS_PER_MS, NANOS_PER_SEC};
 use serde_json::{json, Value};
 
 use crate::decision_log::LogLine;
@@ -159,18 +159,8 @@ fn judge_decided(
         rule: rule.to_string(),
         key_id: key_id.to_string(),
     };
-    let cost = r.cost.get();
-    let key = keys.entry(name.clone()).or_insert_with(|| KeyState {
-        bucket: Counter::fresh(&limit, now),
-        denied_until_ns: 0,
-    });
-    if key.denied_until_ns > now {
-        reject(out, rule, name);
-        return;
-    }
-    if let Take::Denied { retry_after_ns } = key.bucket.take(&limit, now, cost, cost) {
-        let held = retry_after_ns.min(r.until_change_ns(now));
-        key.denied_until_ns = now.saturating_add(held);
+    let key = KeyState::of(keys, &name, &limit, now);
+    if key.denying(now) || key.take(r, &limit, now) {
         reject(out, rule, name);
     }
 }
@@ -183,6 +173,39 @@ pub(crate) struct KeyState {
     bucket: Counter,
     /// Until when (ns) the key's last denial holds, as the filter caches it.
     denied_until_ns: u64,
+}
+
+impl KeyState {
+    /// `name`'s state, a fresh bucket under `limit` the first time.
+    fn of<'k>(
+        keys: &'k mut HashMap<KeyName, KeyState>,
+        name: &KeyName,
+        limit: &Limit,
+        now: u64,
+    ) -> &'k mut KeyState {
+        keys.entry(name.clone()).or_insert_with(|| KeyState {
+            bucket: Counter::fresh(limit, now),
+            denied_until_ns: 0,
+        })
+    }
+
+    /// Whether the filter would still answer from its cached denial.
+    fn denying(&self, now: u64) -> bool {
+        self.denied_until_ns > now
+    }
+
+    /// Takes the rule's cost as the store would; a denial is cached as the
+    /// filter caches it (no longer than the rule's next schedule edge).
+    /// `true` when denied.
+    fn take(&mut self, rule: &Rule, limit: &Limit, now: u64) -> bool {
+        let cost = rule.cost.get();
+        let Take::Denied { retry_after_ns } = self.bucket.take(limit, now, cost, cost) else {
+            return false;
+        };
+        let held = retry_after_ns.min(rule.until_change_ns(now));
+        self.denied_until_ns = now.saturating_add(held);
+        true
+    }
 }
 
 fn judge(
@@ -204,7 +227,7 @@ fn judge(
     let mut to_take = Vec::with_capacity(applicable.len());
     for a in applicable {
         let name = KeyName::Clear(a.key.clone());
-        if keys.get(&name).is_some_and(|k| k.denied_until_ns > now) {
+        if keys.get(&name).is_some_and(|k| k.denying(now)) {
             let enforcing = a.rule.mode == Mode::Enforce;
             reject(out, &a.rule.name, name);
             if enforcing {
@@ -216,17 +239,8 @@ fn judge(
     }
     // The rest go to the store together; each is granted or denied on its own.
     for a in to_take {
-        let cost = a.rule.cost.get();
         let name = KeyName::Clear(a.key);
-        let key = keys.entry(name.clone()).or_insert_with(|| KeyState {
-            bucket: Counter::fresh(&a.limit, now),
-            denied_until_ns: 0,
-        });
-        if let Take::Denied { retry_after_ns } = key.bucket.take(&a.limit, now, cost, cost) {
-            // As the filter caches it: no longer than the rule's next
-            // schedule edge.
-            let held = retry_after_ns.min(a.rule.until_change_ns(now));
-            key.denied_until_ns = now.saturating_add(held);
+        if KeyState::of(keys, &name, &a.limit, now).take(a.rule, &a.limit, now) {
             reject(out, &a.rule.name, name);
         }
     }

@@ -613,3 +613,32 @@ fn a_rejection_names_one_key_id_to_the_access_log_and_the_decision_log() {
     assert_eq!(of("per-key"), Some(denied));
     assert_eq!(of("per-path"), Some(allowed));
 }
+
+#[test]
+fn a_tick_hands_every_buffered_record_over_in_as_many_batches_as_it_takes() {
+    let mut vm = Vm::with_rules(per_key("closed"));
+    let (first, _) = vm.get("k1");
+    vm.send_and_answer(LeaseAnswer::Deny {
+        retry_after_ms: 60_000,
+        local: false,
+        from: None,
+    });
+    assert_eq!(vm.replied(first), Some(429));
+    // 299 more rejected from the cached denial: 300 records in all.
+    for _ in 0..299 {
+        let (id, _) = vm.get("k1");
+        assert_eq!(vm.replied(id), Some(429));
+    }
+    vm.tick();
+    let batches: Vec<DecisionsRequest> = vm
+        .host
+        .take_calls()
+        .iter()
+        .filter(|c| c.path == DECISIONS_PATH)
+        .map(|c| serde_json::from_slice(&c.body).unwrap())
+        .collect();
+    let sizes: Vec<usize> = batches.iter().map(|b| b.records.len()).collect();
+    // Three batches (each within the record and byte caps), nothing left.
+    assert_eq!(sizes.len(), 3, "{sizes:?}");
+    assert_eq!(sizes.iter().sum::<usize>(), 300);
+}

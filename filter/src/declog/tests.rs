@@ -251,3 +251,23 @@ fn long_request_ids_fill_a_batch_to_half_the_body_cap_before_its_record_count() 
     }
     assert_eq!(sent, MAX_DECISION_RECORDS);
 }
+
+#[test]
+fn a_long_request_id_is_cut_on_a_character_boundary() {
+    let host = MemoryHost::default();
+    let rs = rules(serde_json::json!({}));
+    let e = answered(&rs, &host, deny());
+    let mut log = DecisionLog::default();
+    // 127 ASCII bytes then two-byte characters: byte 128 falls inside one.
+    let id = format!("{}{}", "r".repeat(MAX_REQUEST_ID - 1), "é".repeat(100));
+    log.record(&KeyIds::placeholder(), &e, None, Some(&id), 0);
+    log.record(&KeyIds::placeholder(), &e, None, Some("short"), 0);
+    let batch = log.take_batch("f").unwrap();
+    let ids: Vec<_> = batch
+        .records
+        .iter()
+        .map(|r| r.request_id.clone().unwrap())
+        .collect();
+    assert_eq!(ids[0], "r".repeat(MAX_REQUEST_ID - 1));
+    assert_eq!(ids[1], "short");
+}

@@ -1,0 +1,159 @@
+//! [`ProxyHost`]: the [`Host`] and [`Proxy`] traits over proxy-wasm hostcalls,
+//! the only code that calls them. It runs only inside a proxy (a native test
+//! binary cannot call hostcalls), so the end-to-end tests through Envoy are its
+//! tests, and `make mutants` leaves this file out (`.cargo/mutants.toml`).
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use meshlimit_core::headers::Answer;
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::{BufferType, MapType, MetricType, Status};
+
+use super::{grpc_code, AgentCall, AgentRequest, Host, Metric, Proxy, SharedError};
+
+/// The real host: proxy-wasm hostcalls.
+pub struct ProxyHost;
+
+impl Host for ProxyHost {
+    fn now_ns(&self) -> u64 {
+        hostcalls::get_current_time()
+            .ok()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    fn shared_get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
+        hostcalls::get_shared_data(key).unwrap_or((None, None))
+    }
+
+    fn shared_set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), SharedError> {
+        hostcalls::set_shared_data(key, Some(value), cas).map_err(|s| match s {
+            Status::CasMismatch => SharedError::CasMismatch,
+            _ => SharedError::Host,
+        })
+    }
+}
+
+impl Proxy for ProxyHost {
+    fn plugin_configuration(&self) -> Option<Vec<u8>> {
+        hostcalls::get_buffer(BufferType::PluginConfiguration, 0, usize::MAX)
+            .ok()
+            .flatten()
+    }
+
+    fn env_var(&self, name: &str) -> Option<String> {
+        // Envoy's `vm_config.environment_variables`, through WASI.
+        std::env::var(name).ok()
+    }
+
+    fn property_bytes(&self, path: &[&str]) -> Option<Vec<u8>> {
+        hostcalls::get_property(path.to_vec()).ok().flatten()
+    }
+
+    fn set_property(&self, name: &str, value: &str) {
+        let _ = hostcalls::set_property(vec![name], Some(value.as_bytes()));
+    }
+
+    fn set_tick_period(&self, ms: u64) {
+        let _ = hostcalls::set_tick_period(Duration::from_millis(ms));
+    }
+
+    fn define_metric(&self, kind: Metric, name: &str) -> Option<u32> {
+        let kind = match kind {
+            Metric::Counter => MetricType::Counter,
+            Metric::Gauge => MetricType::Gauge,
+        };
+        hostcalls::define_metric(kind, name).ok()
+    }
+
+    fn increment(&self, metric: u32, by: i64) {
+        let _ = hostcalls::increment_metric(metric, by);
+    }
+
+    fn register_queue(&self, name: &str) -> Option<u32> {
+        hostcalls::register_shared_queue(name).ok()
+    }
+
+    fn enqueue(&self, queue: u32) -> bool {
+        hostcalls::enqueue_shared_queue(queue, Some(&[1])).is_ok()
+    }
+
+    fn drain_queue(&self, queue: u32) {
+        while let Ok(Some(_)) = hostcalls::dequeue_shared_queue(queue) {}
+    }
+
+    fn dispatch(&self, call: AgentCall<'_>) -> Option<u32> {
+        let (method, content, body) = match call.request {
+            AgentRequest::Post(body) => ("POST", ("content-type", "application/json"), Some(body)),
+            AgentRequest::Get { accept } => ("GET", ("accept", accept), None),
+        };
+        let mut headers = vec![
+            (":method", method),
+            (":path", call.path),
+            (":authority", call.authority),
+            content,
+        ];
+        if let Some(auth) = call.auth {
+            headers.push((meshlimit_core::secret::AUTH_HEADER, auth));
+        }
+        hostcalls::dispatch_http_call(call.cluster, headers, body, vec![], call.timeout).ok()
+    }
+
+    fn call_response(&self, body_size: usize) -> (Option<u32>, Vec<u8>) {
+        let status = hostcalls::get_map_value_bytes(MapType::HttpCallResponseHeaders, ":status")
+            .ok()
+            .flatten()
+            .and_then(|s| std::str::from_utf8(&s).ok()?.parse().ok());
+        let body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        (status, body)
+    }
+
+    /// Read as bytes: the SDK's string variant unwraps the conversion, so one
+    /// hostile header would trap the VM. Names are tokens (ASCII) by then.
+    fn request_headers(&self) -> Vec<(String, Vec<u8>)> {
+        hostcalls::get_map_bytes(MapType::HttpRequestHeaders).unwrap_or_default()
+    }
+
+    fn add_response_header(&self, name: &str, value: &str) {
+        let _ = hostcalls::add_map_value(MapType::HttpResponseHeaders, name, value);
+    }
+
+    /// A gRPC answer goes through the gRPC form of the hostcall: Envoy's local
+    /// reply to a gRPC request is then trailers-only (HTTP 200, `content-type:
+    /// application/grpc`, this `grpc-status`, the message as `grpc-message`, the
+    /// fields as metadata). Given an HTTP status instead, Envoy would map it (429
+    /// becomes UNAVAILABLE) and send the JSON body as the message.
+    fn send_answer(&self, answer: Answer) {
+        match answer {
+            Answer::Http {
+                status,
+                fields,
+                body,
+            } => {
+                let headers: Vec<(&str, &str)> =
+                    fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                let _ = hostcalls::send_http_response(status, headers, Some(body.as_bytes()));
+            }
+            Answer::Grpc {
+                status,
+                message,
+                fields,
+            } => {
+                let metadata: Vec<(&str, &[u8])> =
+                    fields.iter().map(|(k, v)| (*k, v.as_bytes())).collect();
+                let _ = hostcalls::send_grpc_response(grpc_code(status), Some(&message), metadata);
+            }
+        }
+    }
+
+    fn resume_request(&self) {
+        let _ = hostcalls::resume_http_request();
+    }
+
+    fn act_for(&self, context_id: u32) {
+        let _ = hostcalls::set_effective_context(context_id);
+    }
+}

@@ -79,6 +79,7 @@ pub struct MemoryHost {
     calls: RefCell<Vec<Dispatched>>,
     next_token: Cell<u32>,
     refuse_calls: Cell<bool>,
+    refuse_queues: Cell<bool>,
     response: RefCell<(Option<u32>, Vec<u8>)>,
 }
 
@@ -100,6 +101,7 @@ impl Default for MemoryHost {
             calls: RefCell::default(),
             next_token: Cell::new(1),
             refuse_calls: Cell::new(false),
+            refuse_queues: Cell::new(false),
             response: RefCell::default(),
         }
     }
@@ -221,6 +223,11 @@ impl MemoryHost {
         self.next_token.get().saturating_sub(1)
     }
 
+    /// Makes the host refuse to register shared queues (a VM then has none).
+    pub fn refuse_queues(&self, refuse: bool) {
+        self.refuse_queues.set(refuse);
+    }
+
     /// Makes the host refuse (or accept again) every call the filter dispatches.
     pub fn refuse_calls(&self, refuse: bool) {
         self.refuse_calls.set(refuse);
@@ -325,6 +332,9 @@ impl Proxy for MemoryHost {
     }
 
     fn register_queue(&self, name: &str) -> Option<u32> {
+        if self.refuse_queues.get() {
+            return None;
+        }
         let mut queues = self.queues.borrow_mut();
         queues.push((name.to_string(), 0));
         u32::try_from(queues.len() - 1).ok()

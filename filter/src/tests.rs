@@ -642,3 +642,67 @@ fn a_tick_hands_every_buffered_record_over_in_as_many_batches_as_it_takes() {
     assert_eq!(sizes.len(), 3, "{sizes:?}");
     assert_eq!(sizes.iter().sum::<usize>(), 300);
 }
+
+#[test]
+fn without_a_queue_each_miss_calls_the_agent_from_its_own_stream() {
+    let host = Rc::new(MemoryHost::default());
+    host.set_now(1_000 * MS);
+    host.set_env(SECRET_ENV, SECRET);
+    host.refuse_queues(true);
+    let (mut vm, configured) = Vm::start(&host, "{}");
+    assert!(configured);
+    vm.sync_rules(per_key("closed"));
+    // A grant answered to the stream's own call lets the request through.
+    let (id, action) = vm.get("k1");
+    assert_eq!(action, Action::Pause);
+    let call = vm.only_call();
+    assert_eq!((call.context, call.path.as_str()), (id, LEASE_PATH));
+    let grant = LeaseAnswer::Grant {
+        tokens: 1,
+        ttl_ms: 300,
+        remaining: 9,
+        reset_ms: 100,
+        local: false,
+        from: None,
+    };
+    vm.answer(&call, Some(200), &lease_answer(vec![grant]));
+    assert_eq!((vm.host.stream(id).resumed, vm.replied(id)), (1, None));
+    // A denial is answered 429.
+    let (id, _) = vm.get("k2");
+    let call = vm.only_call();
+    let deny = LeaseAnswer::Deny {
+        retry_after_ms: 1_000,
+        local: false,
+        from: None,
+    };
+    vm.answer(&call, Some(200), &lease_answer(vec![deny]));
+    assert_eq!(vm.replied(id), Some(429));
+    // An answer that is not a lease response, or not a 200, takes the rule's
+    // failure policy (closed: 503).
+    for (status, body) in [
+        (Some(200), b"not json".to_vec()),
+        (Some(500), lease_answer(vec![])),
+    ] {
+        let (id, _) = vm.get("k3");
+        let call = vm.only_call();
+        vm.answer(&call, status, &body);
+        assert_eq!(vm.replied(id), Some(503), "{status:?}");
+    }
+    // So does an answer of another wire version.
+    let (id, _) = vm.get("k4");
+    let call = vm.only_call();
+    let other = serde_json::to_vec(&LeaseResponse {
+        v: WIRE_VERSION + 1,
+        items: vec![LeaseAnswer::Grant {
+            tokens: 1,
+            ttl_ms: 300,
+            remaining: 9,
+            reset_ms: 100,
+            local: false,
+            from: None,
+        }],
+    })
+    .unwrap();
+    vm.answer(&call, Some(200), &other);
+    assert_eq!(vm.replied(id), Some(503));
+}

@@ -427,12 +427,18 @@ fn finish_waiting<H: Proxy>(
 pub(crate) fn fail_queued<H: Proxy>(host: &H, vm: &Shared) {
     let config = Rc::clone(&vm.borrow().config);
     let mut decided = Vec::new();
-    while let Some((_, items)) = vm.borrow_mut().flights.take_batch("") {
-        decided.extend(
-            vm.borrow_mut()
-                .flights
-                .answered(host, &config, Call::Unsent(items), None),
-        );
+    loop {
+        // Each borrow ends before the next: a `while let` would hold the
+        // first for the whole loop body, and the second would panic.
+        let batch = vm.borrow_mut().flights.take_batch("");
+        let Some((_, items)) = batch else {
+            break;
+        };
+        let answered = vm
+            .borrow_mut()
+            .flights
+            .answered(host, &config, Call::Unsent(items), None);
+        decided.extend(answered);
     }
     finish_waiting(host, vm, &config, decided);
 }

@@ -80,6 +80,7 @@ pub struct MemoryHost {
     next_token: Cell<u32>,
     refuse_calls: Cell<bool>,
     refuse_queues: Cell<bool>,
+    refuse_wakes: Cell<bool>,
     response: RefCell<(Option<u32>, Vec<u8>)>,
 }
 
@@ -102,6 +103,7 @@ impl Default for MemoryHost {
             next_token: Cell::new(1),
             refuse_calls: Cell::new(false),
             refuse_queues: Cell::new(false),
+            refuse_wakes: Cell::new(false),
             response: RefCell::default(),
         }
     }
@@ -228,6 +230,11 @@ impl MemoryHost {
         self.refuse_queues.set(refuse);
     }
 
+    /// Makes the host refuse to wake a queue's consumer.
+    pub fn refuse_wakes(&self, refuse: bool) {
+        self.refuse_wakes.set(refuse);
+    }
+
     /// Makes the host refuse (or accept again) every call the filter dispatches.
     pub fn refuse_calls(&self, refuse: bool) {
         self.refuse_calls.set(refuse);
@@ -341,6 +348,9 @@ impl Proxy for MemoryHost {
     }
 
     fn enqueue(&self, queue: u32) -> bool {
+        if self.refuse_wakes.get() {
+            return false;
+        }
         let mut queues = self.queues.borrow_mut();
         let Some((_, len)) = usize::try_from(queue).ok().and_then(|i| queues.get_mut(i)) else {
             return false;

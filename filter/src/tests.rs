@@ -706,3 +706,114 @@ fn without_a_queue_each_miss_calls_the_agent_from_its_own_stream() {
     vm.answer(&call, Some(200), &other);
     assert_eq!(vm.replied(id), Some(503));
 }
+
+/// A sync answer naming `live` agents in the region.
+fn sync_answer_with_live_nodes(version: &str, live: u32) -> Vec<u8> {
+    serde_json::to_vec(&SyncResponse {
+        v: WIRE_VERSION,
+        version: version.into(),
+        rules: None,
+        live_nodes: Some(live),
+    })
+    .unwrap()
+}
+
+/// Of `n` requests for `key` while every agent call fails (or is skipped by
+/// the back-off), how many the fail-local bucket admits.
+fn admitted_while_the_agent_fails(vm: &mut Vm, key: &str, n: usize) -> usize {
+    let mut admitted = 0;
+    for _ in 0..n {
+        let (id, action) = vm.get(key);
+        if action == Action::Pause {
+            vm.turn();
+            for call in vm.host.take_calls() {
+                vm.answer(&call, None, b"");
+            }
+        }
+        let stream = vm.host.stream(id);
+        if stream.answer.is_none() {
+            admitted += 1;
+        }
+    }
+    admitted
+}
+
+#[test]
+fn the_fail_local_bucket_is_shared_by_the_live_agents_the_agent_reports() {
+    // A 10-per-second rule, failing to a local bucket of twice its burst
+    // divided among the nodes.
+    let rules = per_key("local");
+    let mut vm = Vm::with_rules(rules.clone());
+    assert_eq!(admitted_while_the_agent_fails(&mut vm, "k1", 30), 20);
+    // The agent reports four live agents: each node's bucket is a quarter.
+    let mut vm = Vm::with_rules(rules.clone());
+    let (version, _) = served(rules);
+    vm.tick();
+    let sync = vm.only_call();
+    vm.answer(&sync, Some(200), &sync_answer_with_live_nodes(&version, 4));
+    assert_eq!(admitted_while_the_agent_fails(&mut vm, "k1", 30), 5);
+}
+
+#[test]
+fn envoy_counts_each_lease_call_and_wait_once() {
+    let mut vm = Vm::with_rules(per_key("closed"));
+    for (n, key) in ["k1", "k2", "k3"].iter().enumerate() {
+        let (_, _) = vm.get(key);
+        let (_, _) = vm.get(key);
+        vm.send_and_answer(LeaseAnswer::Grant {
+            tokens: 2,
+            ttl_ms: 300,
+            remaining: 7,
+            reset_ms: 800,
+            local: false,
+            from: None,
+        });
+        let n = i64::try_from(n + 1).unwrap();
+        assert_eq!(vm.host.metric("meshlimit.lease_calls"), Some(n));
+        assert_eq!(vm.host.metric("meshlimit.lease_waits"), Some(n));
+    }
+}
+
+#[test]
+fn records_a_vm_could_not_hand_over_are_counted_dropped() {
+    let rules = per_key("closed");
+    let (version, _) = served(rules.clone());
+    let mut vm = Vm::with_rules(rules);
+    let (first, _) = vm.get("k1");
+    vm.send_and_answer(LeaseAnswer::Deny {
+        retry_after_ms: 60_000,
+        local: false,
+        from: None,
+    });
+    assert_eq!(vm.replied(first), Some(429));
+    // Each tick syncs and hands the records over; the agent answers the batch
+    // with `status`.
+    let tick = |vm: &mut Vm, rejected: usize, status: u32| {
+        for _ in 0..rejected {
+            vm.get("k1");
+        }
+        vm.tick();
+        let calls = vm.host.take_calls();
+        let sync = calls.iter().find(|c| c.path == SYNC_PATH).unwrap();
+        vm.answer(sync, Some(200), &sync_answer(&version));
+        let batch = calls.iter().find(|c| c.path == DECISIONS_PATH).unwrap();
+        vm.answer(batch, Some(status), b"{}");
+    };
+    // The agent takes the first batch: nothing dropped.
+    tick(&mut vm, 4, 200);
+    assert_eq!(vm.host.metric("meshlimit.decision_log_dropped"), Some(0));
+    // The next batch is refused: its three records are counted dropped.
+    tick(&mut vm, 3, 503);
+    assert_eq!(vm.host.metric("meshlimit.decision_log_dropped"), Some(3));
+}
+
+#[test]
+fn when_the_root_context_cannot_be_woken_waiting_requests_take_their_policy() {
+    let mut vm = Vm::with_rules(per_key("closed"));
+    vm.host.refuse_wakes(true);
+    let (id, action) = vm.get("k1");
+    assert_eq!(action, Action::Pause);
+    // No call can be sent for it: the rule's policy (closed) answers at once.
+    assert!(vm.host.take_calls().is_empty());
+    assert_eq!(vm.replied(id), Some(503));
+}

@@ -745,13 +745,24 @@ fn the_fail_local_bucket_is_shared_by_the_live_agents_the_agent_reports() {
     let rules = per_key("local");
     let mut vm = Vm::with_rules(rules.clone());
     assert_eq!(admitted_while_the_agent_fails(&mut vm, "k1", 30), 20);
-    // The agent reports four live agents: each node's bucket is a quarter.
-    let mut vm = Vm::with_rules(rules.clone());
-    let (version, _) = served(rules);
-    vm.tick();
-    let sync = vm.only_call();
-    vm.answer(&sync, Some(200), &sync_answer_with_live_nodes(&version, 4));
-    assert_eq!(admitted_while_the_agent_fails(&mut vm, "k1", 30), 5);
+    // The agent reports four live agents: each node's bucket is a quarter. A
+    // report of none (the agent does not know) keeps the configured count.
+    let (version, _) = served(rules.clone());
+    for (live, admitted) in [(4, 5), (0, 20)] {
+        let mut vm = Vm::with_rules(rules.clone());
+        vm.tick();
+        let sync = vm.only_call();
+        vm.answer(
+            &sync,
+            Some(200),
+            &sync_answer_with_live_nodes(&version, live),
+        );
+        assert_eq!(
+            admitted_while_the_agent_fails(&mut vm, "k1", 30),
+            admitted,
+            "{live} live"
+        );
+    }
 }
 
 #[test]

@@ -307,3 +307,54 @@ fn a_cached_denial_ends_at_the_rules_next_schedule_edge() {
     let mut e = at(t0 + 5 * NANOS_PER_SEC);
     assert!(e.local_pass(&host, &cfg), "the agent is asked");
 }
+
+#[test]
+fn each_decision_names_where_it_was_made_and_the_key_it_counted() {
+    use meshlimit_core::wire::{AnsweredFrom, DecisionSource};
+    use meshlimit_core::DescriptorKey;
+    let host = MemoryHost::default();
+    let cfg = FilterConfig::default();
+    let rs = two_rules("local");
+    let mut e = Evaluation::new(Rc::clone(&rs), &req("k"), &cfg)
+        .unwrap()
+        .unwrap();
+    assert!(e.local_pass(&host, &cfg));
+    e.apply_answers(
+        &host,
+        &cfg,
+        vec![
+            // The agent could not reach the store and denied from its own
+            // fail-local bucket.
+            LeaseAnswer::Deny {
+                retry_after_ms: 1_000,
+                local: true,
+                from: None,
+            },
+            LeaseAnswer::Grant {
+                tokens: 5,
+                ttl_ms: 100,
+                remaining: 50,
+                reset_ms: 10,
+                local: false,
+                from: Some(AnsweredFrom::Store),
+            },
+        ],
+    );
+    let sources: Vec<_> = e
+        .logged()
+        .map(|l| (l.rule.name.clone(), l.source))
+        .collect();
+    assert_eq!(
+        sources,
+        [
+            ("tight".to_string(), DecisionSource::AgentLocal),
+            ("loose".to_string(), DecisionSource::Store),
+        ]
+    );
+    assert_eq!(e.key_of("tight"), Some(&DescriptorKey::new("tight", ["k"])));
+    assert_eq!(
+        e.key_of("loose"),
+        Some(&DescriptorKey::new("loose", ["GET"]))
+    );
+    assert_eq!(e.key_of("other"), None);
+}

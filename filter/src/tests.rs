@@ -828,3 +828,27 @@ fn when_the_root_context_cannot_be_woken_waiting_requests_take_their_policy() {
     assert!(vm.host.take_calls().is_empty());
     assert_eq!(vm.replied(id), Some(503));
 }
+
+#[test]
+fn a_vm_fetches_each_rules_version_once() {
+    let first = per_key("closed");
+    let (first_version, _) = served(first.clone());
+    let mut vm = Vm::with_rules(first);
+    // The agent is still on the VM's version: nothing to fetch.
+    vm.tick();
+    let sync = vm.only_call();
+    vm.answer(&sync, Some(200), &sync_answer(&first_version));
+    assert!(vm.host.take_calls().is_empty());
+    // A new version: one fetch. A sync while it is on its way sends no other.
+    let (version, lines) = served(per_key("open"));
+    vm.tick();
+    let sync = vm.only_call();
+    vm.answer(&sync, Some(200), &sync_answer(&version));
+    let fetch = vm.only_call();
+    assert!(fetch.path.starts_with(RULES_PATH), "{}", fetch.path);
+    vm.tick();
+    let sync = vm.only_call();
+    vm.answer(&sync, Some(200), &sync_answer(&version));
+    assert!(vm.host.take_calls().is_empty());
+    vm.answer(&fetch, Some(200), &lines);
+}

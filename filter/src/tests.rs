@@ -852,3 +852,61 @@ fn a_vm_fetches_each_rules_version_once() {
     assert!(vm.host.take_calls().is_empty());
     vm.answer(&fetch, Some(200), &lines);
 }
+
+#[test]
+fn the_method_client_address_and_route_are_read_from_the_request() {
+    let mut vm = Vm::with_rules(serde_json::json!({"version": 1, "rules": [
+        {"name": "per-method-ip", "match": {"route": "search"}, "key": ["method", "client_ip"],
+         "limit": {"requests": 10, "per": "1s"}},
+    ]}));
+    vm.host
+        .set_host_property(&["source", "address"], "10.0.0.7:5555");
+    vm.host.set_host_property(&["xds", "route_name"], "search");
+    let asked = |vm: &mut Vm, method: &str| {
+        let (_, action) = vm.request(&[
+            (":method", method),
+            (":path", "/search"),
+            (":authority", "api.example.com"),
+            ("x-forwarded-for", "203.0.113.9"),
+        ]);
+        assert_eq!(action, Action::Pause);
+        vm.turn();
+        let call = vm.only_call();
+        let asked: LeaseRequest = serde_json::from_slice(&call.body).unwrap();
+        vm.answer(&call, None, b"");
+        asked.items[0].key.clone()
+    };
+    // The downstream address counts, not what the client wrote in
+    // X-Forwarded-For (no trusted hops).
+    assert_eq!(
+        asked(&mut vm, "POST"),
+        DescriptorKey::new("per-method-ip", ["POST", "10.0.0.7"])
+    );
+    assert_eq!(
+        asked(&mut vm, "GET"),
+        DescriptorKey::new("per-method-ip", ["GET", "10.0.0.7"])
+    );
+    // On another route, or none, the rule does not apply.
+    for route in ["other", ""] {
+        vm.host.set_host_property(&["xds", "route_name"], route);
+        let (_, action) = vm.get("k");
+        assert_eq!(action, Action::Continue, "route {route:?}");
+        vm.turn();
+        assert!(vm.host.take_calls().is_empty());
+    }
+}
+
+#[test]
+fn misses_in_one_turn_wake_the_root_once_and_share_one_call() {
+    let mut vm = Vm::with_rules(per_key("closed"));
+    for key in ["k1", "k2", "k3"] {
+        assert_eq!(vm.get(key).1, Action::Pause);
+    }
+    let woken = vm.host.take_woken_queues();
+    assert_eq!(woken.len(), 1, "{woken:?}");
+    vm.host.enter(ROOT);
+    vm.root.on_queue_ready(woken[0]);
+    let call = vm.only_call();
+    let asked: LeaseRequest = serde_json::from_slice(&call.body).unwrap();
+    assert_eq!(asked.items.len(), 3);
+}

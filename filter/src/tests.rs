@@ -910,3 +910,22 @@ fn misses_in_one_turn_wake_the_root_once_and_share_one_call() {
     let asked: LeaseRequest = serde_json::from_slice(&call.body).unwrap();
     assert_eq!(asked.items.len(), 3);
 }
+
+#[test]
+fn a_request_gone_before_its_answer_is_forgotten_not_resumed() {
+    let mut vm = Vm::with_rules(per_key("closed"));
+    let (gone, _) = vm.get("k1");
+    let (stays, _) = vm.get("k1");
+    // The client of the first went away: Envoy destroys its context.
+    vm.streams.remove(&gone);
+    vm.send_and_answer(LeaseAnswer::Grant {
+        tokens: 5,
+        ttl_ms: 300,
+        remaining: 9,
+        reset_ms: 100,
+        local: false,
+        from: None,
+    });
+    assert_eq!(vm.host.stream(gone).resumed, 0);
+    assert_eq!(vm.host.stream(stays).resumed, 1);
+}

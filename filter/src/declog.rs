@@ -165,9 +165,9 @@ fn splitmix64(state: &mut u64) -> u64 {
 }
 
 /// A record's serialized size, at most: the fixed fields, names and numbers
-/// take about 250 bytes (escaping may double a key or request id).
+/// take at most 300 bytes (escaping may double a key or request id).
 fn size(r: &DecisionRecord) -> usize {
-    250 + r.rule.len()
+    300 + r.rule.len()
         + 2 * r.key.as_ref().map_or(0, String::len)
         + 2 * r.request_id.as_ref().map_or(0, String::len)
 }

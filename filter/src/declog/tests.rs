@@ -271,3 +271,32 @@ fn a_long_request_id_is_cut_on_a_character_boundary() {
     assert_eq!(ids[0], "r".repeat(MAX_REQUEST_ID - 1));
     assert_eq!(ids[1], "short");
 }
+
+#[test]
+fn a_records_size_estimate_bounds_its_json_even_when_every_character_escapes() {
+    let record = |rule: &str, key: Option<&str>, request_id: Option<&str>| DecisionRecord {
+        at_ms: u64::MAX,
+        rule: rule.to_string(),
+        rules_version: "0123456789abcdef0123456789abcdef".to_string(),
+        decision: Outcome::ShadowLimited,
+        key_id: "0123456789abcdef0123456789abcdef".to_string(),
+        key: key.map(str::to_string),
+        source: DecisionSource::DenialCache,
+        tokens: Some(u32::MAX),
+        retry_after_ms: Some(u64::MAX),
+        sample_rate: 0.123_456_789,
+        request_id: request_id.map(str::to_string),
+    };
+    let quotes = "\"".repeat(128);
+    for r in [
+        record("r", None, None),
+        record(&"r".repeat(64), Some(&quotes), None),
+        record("r", None, Some(&quotes)),
+        record(&"r".repeat(64), Some(&quotes), Some(&quotes)),
+    ] {
+        let json = serde_json::to_vec(&r).unwrap().len();
+        // An upper bound, and not a loose one: within 200 bytes.
+        assert!(size(&r) >= json, "estimate {} < {json}", size(&r));
+        assert!(size(&r) <= json + 200, "estimate {} for {json}", size(&r));
+    }
+}

@@ -44,7 +44,7 @@ help:
 	@echo "make demo       run agent + Envoy locally and show a request being limited"
 	@echo "make clean-run  remove run/ (demo logs)"
 	@echo "make fuzz       every cargo-fuzz target for FUZZ_SECONDS each (default 60); nightly + cargo-fuzz $(CARGO_FUZZ_VERSION)"
-	@echo "make mutants    cargo-mutants $(CARGO_MUTANTS_VERSION) on core and filter, MUTANTS_BUDGET s each (default 3600); lists in target/mutants/"
+	@echo "make mutants    cargo-mutants $(CARGO_MUTANTS_VERSION) on core, filter and the agent's logic, MUTANTS_BUDGET s each (default 3600); lists in target/mutants/"
 
 ## ---- tools: every step checks first and installs nothing when already present
 
@@ -206,16 +206,31 @@ fuzz: fuzz-tools
 		echo "fuzz: crashes in$$failed (inputs in fuzz/artifacts/)"; exit 1; \
 	fi
 
-## ---- mutation testing: cargo-mutants on the pure logic (core) and the filter.
-## Each mutant is one small bug; a mutant the tests do not catch is a gap, or an
-## equivalent change (docs/testing.md lists the known ones). Never part of
-## `make test`: it builds and tests every mutant. Settings: MUTANTS_PACKAGES,
-## MUTANTS_JOBS, MUTANTS_TIMEOUT (seconds per mutant's tests), MUTANTS_BUDGET
-## (seconds per package; a run cut short keeps what it found). Lists of caught,
-## missed, timeout and unviable mutants: target/mutants/<package>/mutants.out/.
+## ---- mutation testing: cargo-mutants on the pure logic (core), the filter
+## and the agent's logic modules. Each mutant is one small bug; a mutant the
+## tests do not catch is a gap, or an equivalent change (docs/testing.md lists
+## the known ones). Never part of `make test`: it builds and tests every
+## mutant. Settings: MUTANTS_PACKAGES, MUTANTS_JOBS, MUTANTS_TIMEOUT (seconds
+## per mutant's tests), MUTANTS_BUDGET (seconds per package; a run cut short
+## keeps what it found), MUTANTS_SHARD (e.g. 0/4: every fourth mutant, a
+## sample for a quick estimate). Lists of caught, missed, timeout and unviable
+## mutants: target/mutants/<package>/mutants.out/. Files left out for good
+## (hostcalls, test helpers): .cargo/mutants.toml.
 
 CARGO_MUTANTS_VERSION := 27.1.0
-MUTANTS_PACKAGES ?= meshlimit-core meshlimit-filter
+MUTANTS_PACKAGES ?= meshlimit-core meshlimit-filter meshlimit-agent
+# The agent's logic: leases and the node pool, fail-local, windows, region
+# shares, the false-limit checker, trials, the decision log's memory, metrics,
+# importers, the rules in force and replay. Its servers, store clients and
+# command line are I/O, tested by its integration tests, which start
+# redis-server and take too long per mutant: only its unit tests run (--lib).
+MUTANTS_AGENT_FILES := agent/src/leases.rs agent/src/leases/*.rs agent/src/pool.rs \
+	agent/src/fail_local.rs agent/src/window.rs agent/src/regions/share.rs \
+	agent/src/regions/demand.rs agent/src/regions/table.rs agent/src/false_limits.rs \
+	agent/src/trial.rs agent/src/decision_log/recent.rs agent/src/decision_log/line.rs \
+	agent/src/metrics/*.rs agent/src/import/*.rs agent/src/rules_watch/current.rs \
+	agent/src/replay.rs
+MUTANTS_SHARD ?=
 MUTANTS_JOBS ?= 2
 MUTANTS_TIMEOUT ?= 60
 MUTANTS_BUDGET ?= 3600
@@ -236,8 +251,13 @@ mutants: mutants-tools
 	@for p in $(MUTANTS_PACKAGES); do \
 		echo "mutants: $$p (budget $(MUTANTS_BUDGET)s)"; \
 		mkdir -p target/mutants/$$p; \
+		select=""; tests=""; \
+		if [ "$$p" = meshlimit-agent ]; then \
+			for f in $(MUTANTS_AGENT_FILES); do select="$$select -f $$f"; done; tests="-- --lib"; \
+		fi; \
+		shard=""; [ -z "$(MUTANTS_SHARD)" ] || shard="--shard $(MUTANTS_SHARD) --sharding round-robin"; \
 		rc=0; timeout $(MUTANTS_BUDGET) $(CARGO) mutants -p $$p --all-features -j $(MUTANTS_JOBS) \
-			--timeout $(MUTANTS_TIMEOUT) -o target/mutants/$$p || rc=$$?; \
+			--timeout $(MUTANTS_TIMEOUT) $$shard $$select -o target/mutants/$$p $$tests || rc=$$?; \
 		case $$rc in \
 			0|2|3) ;; \
 			124) echo "mutants: $$p stopped at its budget; the lists hold what was tested" ;; \

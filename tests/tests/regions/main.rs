@@ -21,7 +21,7 @@ mod watch;
 use std::process::Child;
 use std::time::Duration;
 
-use load::{binned, max_window, Offer};
+use load::{binned, max_window, Grant, Offer};
 use mesh::{adopted_at, lease, now, serial, Mesh, BURST, CONVERGED, FLOOR, KEY, L};
 use meshlimit_tests::{eventually, sample};
 use watch::{monitor, random_phase, stop_monitor, until_phase, Watch};
@@ -287,4 +287,45 @@ fn a_region_on_a_redis_cluster_takes_part() {
         .sum();
     assert!(published >= 1, "a's shares live in its cluster");
     drop((a_grants, b.stop()));
+}
+
+#[test]
+fn three_loaded_regions_together_admit_the_global_limit() {
+    let _serial = serial();
+    let mesh = Mesh::start(&[1, 1, 1]);
+    let t0 = now();
+    let offers: Vec<Offer> = (0..3)
+        .map(|r| Offer::start(mesh.agent(r), KEY, 3.0 * L))
+        .collect();
+    std::thread::sleep(Duration::from_secs(8));
+    let grants: Vec<Vec<Grant>> = offers.into_iter().map(Offer::stop).collect();
+    let end = now();
+    // The steady part: after the first shares are in force (2 s), each region
+    // offered three times the whole limit.
+    let from = t0 + 2.0;
+    let admitted: f64 = grants
+        .iter()
+        .flatten()
+        .filter(|g| g.at >= from)
+        .map(|g| f64::from(g.tokens))
+        .sum();
+    let rate = admitted / (end - from);
+    let bins = binned(&grants, t0, BIN, end);
+    let worst = max_window(&bins, 10);
+    eprintln!(
+        "three regions at 3 L each: {rate:.1}/s admitted in the steady part (L {L}); most in 1 s {worst}"
+    );
+    // Each region alone would admit up to its whole offer if it ignored its
+    // share: together they hold the one limit.
+    assert!(
+        (0.9 * L..=1.1 * L).contains(&rate),
+        "{rate:.1}/s admitted, limit {L}/s"
+    );
+    // No window of a second admits more than the limit and one burst (the
+    // shift bound above allows for a share moving; here none moves far).
+    assert!(
+        worst <= L + BURST,
+        "{worst} admitted in 1 s, at most {}",
+        L + BURST
+    );
 }

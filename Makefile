@@ -231,6 +231,8 @@ MUTANTS_AGENT_FILES := agent/src/leases.rs agent/src/leases/*.rs agent/src/pool.
 	agent/src/metrics/*.rs agent/src/import/*.rs agent/src/rules_watch/current.rs \
 	agent/src/replay.rs
 MUTANTS_SHARD ?=
+# Property tests run this many cases a mutant (their full count in make test).
+MUTANTS_PROPTEST_CASES ?= 32
 MUTANTS_JOBS ?= 2
 MUTANTS_TIMEOUT ?= 60
 MUTANTS_BUDGET ?= 3600
@@ -256,7 +258,7 @@ mutants: mutants-tools
 			for f in $(MUTANTS_AGENT_FILES); do select="$$select -f $$f"; done; tests="-- --lib"; \
 		fi; \
 		shard=""; [ -z "$(MUTANTS_SHARD)" ] || shard="--shard $(MUTANTS_SHARD) --sharding round-robin"; \
-		rc=0; timeout $(MUTANTS_BUDGET) $(CARGO) mutants -p $$p --all-features -j $(MUTANTS_JOBS) \
+		rc=0; PROPTEST_CASES=$(MUTANTS_PROPTEST_CASES) timeout $(MUTANTS_BUDGET) $(CARGO) mutants -p $$p --all-features -j $(MUTANTS_JOBS) \
 			--timeout $(MUTANTS_TIMEOUT) $$shard $$select -o target/mutants/$$p $$tests || rc=$$?; \
 		case $$rc in \
 			0|2|3) ;; \

@@ -24,6 +24,9 @@ pub mod slot;
 pub mod window;
 pub mod wire;
 
+#[cfg(test)]
+mod testing;
+
 pub use bucket::{Bucket, Take};
 pub use counter::Counter;
 pub use decision::{Outcome, RuleVerdict, Verdict};

@@ -515,7 +515,7 @@ mod index_vs_linear {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(2_000))]
+        #![proptest_config(ProptestConfig::with_cases(crate::testing::proptest_cases(2_000)))]
 
         #[test]
         fn index_answers_as_the_linear_scan(

@@ -219,7 +219,7 @@ fn kind() -> impl Strategy<Value = SpanKind> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(2_000))]
+    #![proptest_config(ProptestConfig::with_cases(crate::testing::proptest_cases(2_000)))]
 
     /// The window is in force exactly when the calendar says it is, on every
     /// day of the week, at every second (edges, midnights, the week's wrap).

@@ -47,15 +47,7 @@ pub async fn run(
     observe: NodeObserver,
 ) {
     let sha = script::sha();
-    while let Some(first) = jobs.recv().await {
-        let mut batch = vec![first];
-        let until = Instant::now() + cfg.window;
-        while batch.len() < cfg.max_batch {
-            match timeout_at(until, jobs.recv()).await {
-                Ok(Some(job)) => batch.push(job),
-                _ => break,
-            }
-        }
+    while let Some(batch) = next_batch(&mut jobs, cfg.window, cfg.max_batch).await {
         // The pipeline runs on its own task so the next window starts at once.
         tokio::spawn(send(
             conn.clone(),
@@ -65,6 +57,26 @@ pub async fn run(
             observe.clone(),
         ));
     }
+}
+
+/// The next batch: the first job to arrive, and those that follow it within
+/// `window` of its arrival, at most `max_batch` in all. `None` once every
+/// sender is gone and nothing is left.
+async fn next_batch<T>(
+    jobs: &mut mpsc::Receiver<T>,
+    window: Duration,
+    max_batch: usize,
+) -> Option<Vec<T>> {
+    let first = jobs.recv().await?;
+    let mut batch = vec![first];
+    let until = Instant::now() + window;
+    while batch.len() < max_batch {
+        match timeout_at(until, jobs.recv()).await {
+            Ok(Some(job)) => batch.push(job),
+            _ => break,
+        }
+    }
+    Some(batch)
 }
 
 async fn send(
@@ -195,5 +207,44 @@ fn server_error(e: &redis::ServerError) -> StoreError {
             StoreError::Unavailable(format!("{} {}", e.code(), e.details().unwrap_or_default()))
         }
         _ => StoreError::Failed(format!("{} {}", e.code(), e.details().unwrap_or_default())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Tokio's timers count whole milliseconds.
+    const WINDOW: Duration = Duration::from_millis(5);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_takes_what_arrives_within_one_window_of_its_first_job() {
+        let (tx, mut rx) = mpsc::channel(16);
+        tx.send(1).await.unwrap();
+        let late = tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            late.send(2).await.unwrap();
+            // After the window closed: the next batch's.
+            tokio::time::sleep(Duration::from_millis(4)).await;
+            late.send(3).await.unwrap();
+        });
+        assert_eq!(next_batch(&mut rx, WINDOW, 64).await, Some(vec![1, 2]));
+        drop(tx);
+        assert_eq!(next_batch(&mut rx, WINDOW, 64).await, Some(vec![3]));
+        assert_eq!(next_batch(&mut rx, WINDOW, 64).await, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_batch_goes_at_once_and_the_rest_waits_for_the_next() {
+        let (tx, mut rx) = mpsc::channel(16);
+        for job in 0..5 {
+            tx.send(job).await.unwrap();
+        }
+        let started = Instant::now();
+        assert_eq!(next_batch(&mut rx, WINDOW, 3).await, Some(vec![0, 1, 2]));
+        // Full: sent without waiting out the window.
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        assert_eq!(next_batch(&mut rx, WINDOW, 3).await, Some(vec![3, 4]));
     }
 }

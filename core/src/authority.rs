@@ -141,6 +141,9 @@ mod tests {
             "*.[::1]",
             ".",
             "x/y",
+            "[::1",
+            "::1]",
+            "[]",
         ] {
             assert!(HostPattern::parse(bad).is_err(), "{bad}");
         }

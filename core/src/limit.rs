@@ -182,6 +182,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_window_keeps_its_algorithm_on_the_wire_and_a_bucket_writes_none() {
+        let bucket = limit(5, NANOS_PER_SEC, 5);
+        let json = serde_json::to_value(bucket).unwrap();
+        assert!(json.get("algorithm").is_none(), "{json}");
+        let window = bucket.with_algorithm(Algorithm::FixedWindow);
+        let json = serde_json::to_string(&window).unwrap();
+        let back: Limit = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, window);
+        assert_ne!(back, bucket);
+    }
+
+    #[test]
     fn window_rounds_up_to_whole_seconds() {
         assert_eq!(limit(5, 250_000_000, 5).window_secs(), 1);
         assert_eq!(limit(5, 60 * NANOS_PER_SEC, 5).window_secs(), 60);

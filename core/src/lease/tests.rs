@@ -184,7 +184,8 @@ fn a_lease_that_expired_unspent_lowers_the_demand_to_what_was_spent() {
     // Expired with 135 unspent: the holder asked for 50 a second, not the
     // hundreds the decaying count still says.
     l.take(start + 301 * MS, 1, None);
-    assert!((50.0..=52.0).contains(&l.demand), "{}", l.demand);
+    // 15 spent over the lease's 300 ms (50 a second), plus this take's token.
+    assert!((l.demand - 51.0).abs() < 0.01, "{}", l.demand);
     assert_eq!(
         l.next_ask(1),
         Some(8),
@@ -201,6 +202,44 @@ fn a_lease_that_expired_unspent_lowers_the_demand_to_what_was_spent() {
     }
     busy.take(1_400 * MS, 1, None);
     assert!(busy.demand > 400.0, "{}", busy.demand);
+}
+
+#[test]
+fn the_demand_decays_with_a_time_constant_of_a_second() {
+    let mut l = Lease::default();
+    l.add_demand(10 * MS, 10);
+    assert!((l.demand_per_sec(10 * MS) - 10.0).abs() < 1e-9);
+    let later = l.demand_per_sec(1_010 * MS);
+    assert!((later - 10.0 / std::f64::consts::E).abs() < 1e-9, "{later}");
+}
+
+#[test]
+fn tokens_are_usable_until_the_lease_expires_not_at_its_expiry() {
+    let mut l = Lease::default();
+    l.grant(0, 7, 0, 300 * MS);
+    assert_eq!(l.usable(0), 7);
+    assert_eq!(l.usable(300 * MS - 1), 7);
+    assert_eq!(l.usable(300 * MS), 0);
+    assert_eq!(l.usable(301 * MS), 0);
+}
+
+#[test]
+fn before_a_round_trip_is_measured_the_mark_assumes_a_millisecond() {
+    let mut l = Lease {
+        demand: 1_000.0,
+        rtt_us: 0,
+        ..Lease::default()
+    };
+    l.grant(0, 10, 0, 300 * MS);
+    let refilled_at = (0..10).find_map(|_| match l.take(MS, 1, Some(50 * MS)) {
+        Spend::Taken { left, refill: true } => Some(left),
+        _ => None,
+    });
+    // 1,000/s over two assumed 1 ms round trips: 2 tokens and the cost.
+    assert!(
+        refilled_at.is_some_and(|n| (2..=3).contains(&n)),
+        "{refilled_at:?}"
+    );
 }
 
 #[derive(Debug, Clone)]

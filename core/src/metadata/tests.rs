@@ -124,6 +124,42 @@ fn a_path_is_checked() {
         path: vec!["payload".into(), String::new()],
     };
     assert!(blank.check().unwrap_err().contains("field"));
+    // The bounds are inclusive: 8 fields and 128-byte names pass, one more not.
+    let at_bounds = MetadataPath {
+        filter: "f".repeat(MAX_NAME_LEN),
+        path: vec!["a".repeat(MAX_NAME_LEN); MAX_DEPTH],
+    };
+    assert!(at_bounds.check().is_ok());
+    let long_filter = MetadataPath {
+        filter: "f".repeat(MAX_NAME_LEN + 1),
+        ..at_bounds.clone()
+    };
+    assert!(long_filter.check().unwrap_err().contains("filter"));
+    let long_field = MetadataPath {
+        filter: JWT_AUTHN.into(),
+        path: vec!["a".repeat(MAX_NAME_LEN + 1)],
+    };
+    assert!(long_field.check().unwrap_err().contains("field"));
+    let control = MetadataPath {
+        filter: "f\u{7}".into(),
+        path: vec!["a".into()],
+    };
+    assert!(control.check().is_err());
+}
+
+#[test]
+fn only_the_jwt_filters_payload_is_a_claim() {
+    assert_eq!(MetadataPath::claim("sub").as_claim(), Some("sub"));
+    let other_filter = MetadataPath {
+        filter: "my.filter".into(),
+        path: vec![JWT_PAYLOAD_FIELD.into(), "sub".into()],
+    };
+    assert_eq!(other_filter.as_claim(), None);
+    let other_field = MetadataPath {
+        filter: JWT_AUTHN.into(),
+        path: vec!["header".into(), "sub".into()],
+    };
+    assert_eq!(other_field.as_claim(), None);
 }
 
 #[test]

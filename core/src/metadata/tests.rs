@@ -244,3 +244,17 @@ fn envoys_own_bytes_are_read() {
         Some("1796120752")
     );
 }
+
+#[test]
+fn a_value_is_the_last_member_of_its_oneof_set() {
+    // A string, then a list: a list (no value), not the string.
+    assert!(matches!(
+        decode_value(&[0x1a, 1, b'x', 0x32, 0]),
+        Some(Value::List)
+    ));
+    // A list, then a string: the string.
+    assert!(matches!(
+        decode_value(&[0x32, 0, 0x1a, 1, b'x']),
+        Some(Value::String(b"x"))
+    ));
+}

@@ -258,3 +258,19 @@ fn a_value_is_the_last_member_of_its_oneof_set() {
         Some(Value::String(b"x"))
     ));
 }
+
+#[test]
+fn setting_a_second_field_of_a_nested_struct_keeps_the_first() {
+    let mut b = StructBuilder::new();
+    b.set_path(
+        &["payload".into(), "sub".into()],
+        Field::String("alice".into()),
+    );
+    b.set_path(
+        &["payload".into(), "plan".into()],
+        Field::String("pro".into()),
+    );
+    let ns = b.encode();
+    assert_eq!(read(&MetadataPath::claim("sub"), &ns), Some("alice".into()));
+    assert_eq!(read(&MetadataPath::claim("plan"), &ns), Some("pro".into()));
+}

@@ -112,3 +112,23 @@ fn a_leased_fixed_window_at_three_times_its_limit_admits_its_windows() {
 fn a_leased_sliding_window_admits_within_the_approximations_error_of_the_log() {
     assert_targets(&run_short("sliding-window"));
 }
+
+#[test]
+fn a_hot_key_just_under_its_limit_is_never_limited() {
+    assert_targets(&run_short("hot-key-under-limit"));
+}
+
+#[test]
+fn one_gateway_with_forty_percent_of_the_traffic_keeps_the_limit() {
+    assert_targets(&run_short("one-gateway-40"));
+}
+
+#[test]
+fn an_exact_hot_key_over_a_sharded_store_admits_the_limit() {
+    assert_targets(&run_short("hot-key-shard-exact"));
+}
+
+#[test]
+fn a_leased_hot_key_over_a_sharded_store_admits_the_limit() {
+    assert_targets(&run_short("hot-key-shard-leased"));
+}

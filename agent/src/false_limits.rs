@@ -3,8 +3,9 @@
 //!
 //! **Definition.** A 429 of rule R to key K is *false* when the region's bucket
 //! for (R, K) in the store held at least the request's cost (the rule's `cost`)
-//! at the moment of the rejection, and had not been drained (left without the
-//! cost) within one period of the rule before it. The second half is what
+//! at the moment of the rejection, and had not been drained (left with less
+//! than a node's largest lease: a tenth of the burst, or the cost) within one
+//! period of the rule before it. The second half is what
 //! "under its limit over the rule's window" adds to "a token was there": a
 //! node's hold after a drained grant turns a key away while the store's
 //! bucket refills a lease's worth, and a key far over its limit is held so
@@ -371,13 +372,16 @@ pub fn is_false(stored: Option<&Stored>, limits: &[Limit], cost: u32, delay_ns: 
 }
 
 /// Whether the bucket's last update, at or before the rejection and within
-/// one period of `limit` before it, left it without `cost` tokens: the key
-/// spent its limit over the window ending at the rejection, so the tokens it
-/// held at that moment were the refill since, which a key at its limit is
-/// owed no sooner than its next turn. (Without it, every 429 of a node's hold
-/// after a drained grant would count as false for a key far over its limit:
-/// the bucket refills during the hold until a lease's worth is back.) The
-/// store shows one update only: a drain before the last update is not seen.
+/// one period of `limit` before it, left it drained: with less than the
+/// largest lease a node takes (a tenth of the burst, or the cost if more),
+/// the mark below which a node holds the key until a lease's worth refills.
+/// The key then spent (nearly) its limit over the window ending at the
+/// rejection, so the tokens the bucket held at that moment were the refill
+/// since, which a key at its limit is owed no sooner than its next turn.
+/// (Without it, every 429 of a node's hold after a drained grant would count
+/// as false for a key far over its limit: the bucket refills during the hold
+/// until a lease's worth is back.) The store shows one update only: a drain
+/// before the last update is not seen.
 pub fn drained_within_period(
     stored: Option<&Stored>,
     limit: &Limit,
@@ -391,7 +395,8 @@ pub fn drained_within_period(
         return true;
     };
     let (tokens, updated) = s.bucket.parts();
-    updated <= at && at - updated < limit.per_ns() && tokens + EPSILON < f64::from(cost)
+    let drained_below = f64::from(cost.max(limit.burst() / 10));
+    updated <= at && at - updated < limit.per_ns() && tokens + EPSILON < drained_below
 }
 
 /// The tokens the bucket held `delay_ns` before the reading: exact when it was

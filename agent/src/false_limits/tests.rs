@@ -303,10 +303,20 @@ fn a_bucket_drained_within_the_period_before_the_rejection_proves_no_false_limit
     let s = stored(0.0, 0, 2_000);
     assert!(!drained_within_period(Some(&s), &l, 1, 500 * MS));
     assert!(is_false(Some(&s), &[l], 1, 500 * MS));
-    // A last update that left the cost is no drain: false.
+    // A last update that left less than a lease (a tenth of the burst, 1
+    // token here) or the cost drained it; one that left both did not: false.
     let s = stored(3.0, 0, 1_000);
+    assert!(drained_within_period(Some(&s), &l, 4, 500 * MS));
     assert!(!drained_within_period(Some(&s), &l, 1, 500 * MS));
     assert!(is_false(Some(&s), &[l], 1, 500 * MS));
+    let wide = limit(10, 100);
+    assert!(drained_within_period(Some(&s), &wide, 1, 500 * MS));
+    assert!(!drained_within_period(
+        Some(&stored(10.0, 0, 1_000)),
+        &wide,
+        1,
+        500 * MS
+    ));
     // No bucket in the store: a full one, never drained.
     assert!(!drained_within_period(None, &l, 1, 0));
 }

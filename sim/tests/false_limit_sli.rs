@@ -8,42 +8,22 @@
 //! store's bucket proves it, and the store cannot see tokens it handed out in
 //! leases and pools that nobody spent: the judge's wrong 429s all come while a
 //! grant had drained the store's bucket for a key under its limit (measured
-//! 0.24% to 0.79% of the 429s over these scenarios, with every suspect
+//! 0.08% to 0.79% of the 429s over these scenarios, with every suspect
 //! checked; README, "False limits"). So the two agree within [`MARGIN`], the
 //! SLI never above the truth by more than its sampling error.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::PathBuf;
-use std::sync::Mutex;
+mod common;
 
 use meshlimit_sim::report::markdown;
-use meshlimit_sim::{Overrides, RunOptions, RunReport, Scenario};
+use meshlimit_sim::RunReport;
 
 /// |SLI − wrongly limited|, as a share of the 429s, at most: the stranded
 /// tokens' share (under 0.8% measured) with room for a run's spread.
 const MARGIN: f64 = 0.015;
 
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
 fn run_short(name: &str) -> RunReport {
-    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let file = meshlimit_tests::repo_root()
-        .join("scenarios")
-        .join(format!("{name}.yaml"));
-    let plan = Scenario::load(&file)
-        .unwrap()
-        .plan(&Overrides {
-            short: true,
-            ..Overrides::default()
-        })
-        .unwrap();
-    let opts = RunOptions {
-        out: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("false-limit-sli")),
-        ..RunOptions::default()
-    };
-    let report = meshlimit_sim::run(&plan, &opts).unwrap_or_else(|e| panic!("{e}"));
-    eprintln!("{}", markdown::scenario(&report));
-    report
+    common::run_short(name, "false-limit-sli")
 }
 
 /// The judge's wrongly limited, as a share of the 429s.

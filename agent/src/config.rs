@@ -238,6 +238,13 @@ pub struct RunArgs {
     #[arg(long, env = "MESHLIMIT_DECISION_LOG_FILES", default_value_t = defaults::DECISION_LOG_FILES,
           value_parser = clap::value_parser!(u32).range(1..=1_000))]
     pub(crate) decision_log_files: u32,
+    /// Suspect 429s (the node pool's holds, the filters' cached denials) the
+    /// node checks against the store a second for the false-limit SLI, at
+    /// most: each check is one read-only script call. Suspects are sampled
+    /// uniformly within it.
+    #[arg(long, env = "MESHLIMIT_FALSE_LIMIT_CHECKS", default_value_t = crate::false_limits::CHECKS_PER_SECOND,
+          value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub(crate) false_limit_checks: u32,
 }
 
 /// How the agent writes its log (`--log-format`).

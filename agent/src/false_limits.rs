@@ -3,21 +3,44 @@
 //!
 //! **Definition.** A 429 of rule R to key K is *false* when the region's bucket
 //! for (R, K) in the store held at least the request's cost (the rule's `cost`)
-//! at the moment of the rejection.
+//! at the moment of the rejection, and had not been drained (left with less
+//! than a node's largest lease: a tenth of the burst, or the cost) within one
+//! period of the rule before it. The second half is what
+//! "under its limit over the rule's window" adds to "a token was there": a
+//! node's hold after a drained grant turns a key away while the store's
+//! bucket refills a lease's worth, and a key far over its limit is held so
+//! every time; those 429s are the limit working, not false ones. Only the
+//! bucket's last update is known, so a drain before it is not seen.
 //!
 //! A 429 the store itself gave (`source: store`: the lease script said no) is
 //! true by construction and counted as checked at once. The suspects are the
-//! 429s made from what the node held instead of the store: a filter's cached
-//! denial (`denial_cache`), the node pool's hold (`agent_pool`), a filter's
+//! 429s made from what the node held instead of the store: the node pool's
+//! hold (`agent_pool`), a filter's cached denial (`denial_cache`), a filter's
 //! leased tokens (`filter_lease`) and an agent that did not say (`agent`). The
 //! agent checks them against the store with a read-only peek (one call, the
 //! store's deadline, never retried; the peek script in `store/redis/script.rs`,
-//! the memory store's own read), at most [`CHECKS_PER_SECOND`] a second per
-//! node, from a queue of at most [`QUEUE`]; the rest are skipped and counted
-//! (`meshlimit_false_limit_checks_skipped_total{reason}`), and the next check of
-//! the rule weighs for the ones skipped for the budget in the ratio.
-//! Rejections by a failure policy (`failure_policy`, `agent_local`) are the
-//! store's outage, not a limit: the fail-open ratio and store metrics cover them.
+//! the memory store's own read).
+//!
+//! **When.** The node pool's denials are the agent's own: each is offered for
+//! a check the moment it is made, with its exact time (a filter's record of it
+//! is not offered again). A filter's own 429s reach the agent in its decision
+//! records, on its tick (up to `sync_interval_ms` late, a second by default).
+//! The sooner the check, the likelier the bucket is untouched since and the
+//! judgement exact.
+//!
+//! **Sampling.** At most `--false-limit-checks` ([`CHECKS_PER_SECOND`] by
+//! default) suspects a second per node are checked, taken uniformly at random
+//! (`Sampler`: each with probability budget ÷ the node's suspects a second),
+//! never by arrival order; the rest are skipped and counted
+//! (`meshlimit_false_limit_checks_skipped_total{reason="budget"}`). Each check
+//! weighs for itself and the suspects of its rule skipped for the budget since
+//! the previous one, store 429s weigh 1: the weighed ratio
+//! (`meshlimit_false_limit_ratio`, and the summable
+//! `meshlimit_false_limit_weighed_false_total ÷ meshlimit_false_limit_weighed_total`)
+//! estimates the share of all the rule's 429s, with the sampling error of a
+//! ratio over the checks (about ±2·√(r(1−r)/checks)). Rejections by a failure
+//! policy (`failure_policy`, `agent_local`) are the store's outage, not a
+//! limit: the fail-open ratio and store metrics cover them.
 //!
 //! **The delay between the rejection and the check**, `d`, is measured on the
 //! agent's clock after the peek answers (the filter that decided runs on the
@@ -34,17 +57,24 @@
 //!
 //! **Direction.** Every correction goes the same way: the SLI counts a 429 as
 //! false only when the store's bucket proves it, so it never reports more
-//! false limits than there were (it is a lower bound). What it cannot see:
-//! tokens the store had already handed out in leases but nobody spent yet
-//! (stranded in leases, so the store looked emptier than the key's use), and
-//! a bucket spent again between the rejection and the check.
+//! false limits than there were (it is a lower bound, up to the sampling
+//! error). What it cannot see: tokens the store had already handed out in
+//! leases and pools but nobody spent yet. A grant that drains the store's
+//! bucket for a key under its limit strands its tokens at the nodes; the
+//! store looks drained, and the 429s that follow (another node's hold, a
+//! filter's cached denial) count as true, though an ideal bucket fed the same
+//! requests would have admitted them. In the simulator that difference is all
+//! of the gap between the SLI and the judge's "wrongly limited" (README,
+//! "False limits"). Also a bucket spent again between the rejection and a late
+//! check proves nothing.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use meshlimit_core::rules::{Limits, Rule, Scope};
 use meshlimit_core::wire::{DecisionRecord, DecisionSource};
-use meshlimit_core::{Limit, Outcome};
+use meshlimit_core::{DescriptorKey, Limit, Outcome, NANOS_PER_MS};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -52,7 +82,8 @@ use crate::metrics::{Metrics, Skipped};
 use crate::rules_watch::CurrentRules;
 use crate::store::{Store, Stored};
 
-/// Suspect 429s checked against the store per second per node, at most.
+/// Suspect 429s checked against the store per second per node, at most, by
+/// default (`--false-limit-checks`).
 pub const CHECKS_PER_SECOND: u32 = 10;
 /// Suspects waiting for a check, at most; past it they are skipped.
 pub const QUEUE: usize = 1_024;
@@ -68,17 +99,20 @@ const EPSILON: f64 = 1e-9;
 struct Suspect {
     rule: String,
     key_id: String,
-    /// When the filter decided, ms since the Unix epoch.
-    at_ms: u64,
+    /// When the 429 was decided, ns since the Unix epoch.
+    at_ns: u64,
 }
 
 /// The node's false-limit checker: takes the filters' decision records and
-/// feeds the SLI's metrics.
+/// the node pool's denials, and feeds the SLI's metrics.
 pub struct FalseLimits {
     rules: Arc<CurrentRules>,
     metrics: Arc<Metrics>,
     /// `None` outside a tokio runtime (nothing can check): suspects are skipped.
     tx: Option<mpsc::Sender<Suspect>>,
+    sampler: Mutex<Sampler>,
+    /// Checks a second, at most.
+    budget: AtomicU32,
 }
 
 impl FalseLimits {
@@ -94,11 +128,24 @@ impl FalseLimits {
             rt.spawn(run(rx, rules.clone(), store, metrics.clone()));
             tx
         });
-        Arc::new(FalseLimits { rules, metrics, tx })
+        Arc::new(FalseLimits {
+            rules,
+            metrics,
+            tx,
+            sampler: Mutex::new(Sampler::new(Instant::now(), unix_ns())),
+            budget: AtomicU32::new(CHECKS_PER_SECOND),
+        })
+    }
+
+    /// Checks at most `per_second` suspects a second (0: none).
+    pub fn set_budget(&self, per_second: u32) {
+        self.budget.store(per_second, Ordering::Relaxed);
     }
 
     /// Takes a filter's records: each 429 counted as checked (the store's) or
-    /// queued for a check (a suspect).
+    /// offered for a check (a suspect). A 429 from the node pool
+    /// (`agent_pool`) was offered by the agent when it answered
+    /// ([`FalseLimits::pool_denied`]), so its record is not offered again.
     pub(crate) fn observe(&self, records: &[DecisionRecord]) {
         let Some(set) = self.rules.get() else {
             return;
@@ -110,47 +157,144 @@ impl FalseLimits {
             match r.source {
                 DecisionSource::Store => self.metrics.false_limit_checked(&rule.name, false),
                 DecisionSource::DenialCache
-                | DecisionSource::AgentPool
                 | DecisionSource::FilterLease
                 | DecisionSource::Agent => {
-                    let suspect = Suspect {
-                        rule: rule.name.clone(),
-                        key_id: r.key_id.clone(),
-                        at_ms: r.at_ms,
-                    };
-                    let queued = self
-                        .tx
-                        .as_ref()
-                        .is_some_and(|tx| tx.try_send(suspect).is_ok());
-                    if !queued {
-                        self.metrics.false_limit_skipped(&rule.name, Skipped::Queue);
-                    }
+                    let at_ns = r.at_ms.saturating_mul(NANOS_PER_MS);
+                    self.offer(rule, at_ns, || r.key_id.clone());
                 }
-                DecisionSource::AgentLocal | DecisionSource::FailurePolicy => {}
+                DecisionSource::AgentPool
+                | DecisionSource::AgentLocal
+                | DecisionSource::FailurePolicy => {}
             }
+        }
+    }
+
+    /// The node pool denied `key` of `rule` just now: a suspect, offered for a
+    /// check at once with its exact moment (no wait for the filter's record).
+    /// The key id is formed only for a suspect the sampler takes.
+    pub(crate) fn pool_denied(&self, rule: &Rule, key: &DescriptorKey) {
+        let at_ns = unix_ns();
+        self.offer(rule, at_ns, || self.metrics.key_ids().id(key).to_string());
+    }
+
+    /// One suspect: skipped when its rule cannot be checked, else taken by the
+    /// sampler and queued, or skipped for the budget (its weight carried by
+    /// the rule's next check).
+    fn offer(&self, rule: &Rule, at_ns: u64, key_id: impl FnOnce() -> String) {
+        if let Err(why) = checkable(rule) {
+            return self.metrics.false_limit_skipped(&rule.name, why);
+        }
+        let taken = match self.sampler.lock() {
+            Ok(mut s) => s.take(Instant::now(), self.budget.load(Ordering::Relaxed)),
+            Err(_) => false,
+        };
+        if !taken {
+            return self
+                .metrics
+                .false_limit_skipped(&rule.name, Skipped::Budget);
+        }
+        let suspect = Suspect {
+            rule: rule.name.clone(),
+            key_id: key_id(),
+            at_ns,
+        };
+        let queued = self
+            .tx
+            .as_ref()
+            .is_some_and(|tx| tx.try_send(suspect).is_ok());
+        if !queued {
+            self.metrics.false_limit_skipped(&rule.name, Skipped::Queue);
         }
     }
 }
 
-/// Checks the queued suspects, at most [`CHECKS_PER_SECOND`] a second.
+/// Whether the check can judge a 429 of `rule` at all.
+fn checkable(rule: &Rule) -> Result<(), Skipped> {
+    if rule.scope == Scope::Global {
+        return Err(Skipped::GlobalRule);
+    }
+    if rule.limits.strictest().algorithm().is_window() {
+        return Err(Skipped::WindowRule);
+    }
+    Ok(())
+}
+
+/// Picks the suspects to check, uniformly: each is taken with probability
+/// `budget ÷ n`, where `n` is the node's suspects in the last
+/// second or in this one so far, whichever is more, and never more than
+/// the budget in a second. Whether a suspect is taken does not
+/// depend on whether it was false, so the checked ones are a random sample of
+/// all of them; each check weighs for the suspects of its rule skipped since
+/// the previous one (`Metrics::false_limit_checked`), and the weighted ratio
+/// estimates the share of all the rule's 429s without bias from the sampling.
+/// (Only the cap can bend it: when suspects surge past last second's count,
+/// the cap may be reached early in the second and the rest of it is weighed
+/// by the next second's first check.)
+#[derive(Debug)]
+struct Sampler {
+    second: Instant,
+    /// Suspects offered this second, and in the last one.
+    this: u32,
+    last: u32,
+    /// Suspects taken this second.
+    taken: u32,
+    /// SplitMix64's state.
+    rng: u64,
+}
+
+impl Sampler {
+    fn new(now: Instant, seed: u64) -> Sampler {
+        Sampler {
+            second: now,
+            this: 0,
+            last: 0,
+            taken: 0,
+            rng: seed | 1,
+        }
+    }
+
+    /// Whether to check the suspect offered at `now`.
+    fn take(&mut self, now: Instant, budget: u32) -> bool {
+        let gone = now.saturating_duration_since(self.second);
+        if gone >= Duration::from_secs(1) {
+            self.last = if gone < Duration::from_secs(2) {
+                self.this
+            } else {
+                0
+            };
+            self.this = 0;
+            self.taken = 0;
+            self.second = now;
+        }
+        self.this = self.this.saturating_add(1);
+        let p = f64::from(budget) / f64::from(self.last.max(self.this));
+        if self.taken >= budget || self.uniform() >= p {
+            return false;
+        }
+        self.taken += 1;
+        true
+    }
+
+    /// A uniform draw in [0, 1).
+    fn uniform(&mut self) -> f64 {
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Checks the queued suspects as they come (the sampler keeps them within
+/// the budget).
 async fn run(
     mut rx: mpsc::Receiver<Suspect>,
     rules: Arc<CurrentRules>,
     store: Arc<dyn Store>,
     metrics: Arc<Metrics>,
 ) {
-    let mut second = Instant::now();
-    let mut used = 0u32;
     while let Some(s) = rx.recv().await {
-        if second.elapsed() >= Duration::from_secs(1) {
-            second = Instant::now();
-            used = 0;
-        }
-        if used >= CHECKS_PER_SECOND {
-            metrics.false_limit_skipped(&s.rule, Skipped::Budget);
-            continue;
-        }
-        used += 1;
         match check(&s, &rules, store.as_ref(), &metrics).await {
             Ok(is_false) => metrics.false_limit_checked(&s.rule, is_false),
             Err(why) => metrics.false_limit_skipped(&s.rule, why),
@@ -167,16 +311,11 @@ async fn check(
 ) -> Result<bool, Skipped> {
     let set = rules.get().ok_or(Skipped::UnknownRule)?;
     let rule = set.rule(&s.rule).ok_or(Skipped::UnknownRule)?;
-    if rule.scope == Scope::Global {
-        return Err(Skipped::GlobalRule);
-    }
-    if rule.limits.strictest().algorithm().is_window() {
-        return Err(Skipped::WindowRule);
-    }
-    if delay_ns(s.at_ms) > MAX_DELAY.as_nanos() as u64 {
+    checkable(rule)?;
+    if delay_ns(s.at_ns) > MAX_DELAY.as_nanos() as u64 {
         return Err(Skipped::Stale);
     }
-    let limits = limits_of(rule, s.at_ms.saturating_mul(1_000_000));
+    let limits = limits_of(rule, s.at_ns);
     let Some(first) = limits.first() else {
         return Err(Skipped::UnknownRule);
     };
@@ -185,7 +324,7 @@ async fn check(
         .await
         .map_err(|_| Skipped::StoreError)?;
     // Measured after the answer: never shorter than the true delay.
-    let delay = delay_ns(s.at_ms);
+    let delay = delay_ns(s.at_ns);
     let stored = match peeked {
         None => None,
         Some(p) => Some(p.stored.ok_or(Skipped::WindowRule)?),
@@ -207,23 +346,57 @@ fn limits_of(rule: &Rule, at_ns: u64) -> Vec<Limit> {
     }
 }
 
-/// Nanoseconds from `at_ms` (Unix ms) to now on this node's clock; 0 for a
-/// time in the future.
-fn delay_ns(at_ms: u64) -> u64 {
-    let now_ms = SystemTime::now()
+/// Now, ns since the Unix epoch on this node's clock.
+fn unix_ns() -> u64 {
+    SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    now_ms.saturating_sub(at_ms).saturating_mul(1_000_000)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// Nanoseconds from `at_ns` (Unix ns) to now on this node's clock; 0 for a
+/// time in the future.
+fn delay_ns(at_ns: u64) -> u64 {
+    unix_ns().saturating_sub(at_ns)
 }
 
 /// Whether a 429 `delay_ns` before the store's reading `stored` (`None`: the
 /// store held no bucket, i.e. a full one) was false under every one of
-/// `limits`: the bucket held `cost` tokens then.
+/// `limits`: the bucket held `cost` tokens then, and it had not been drained
+/// within the rule's period before (see [`drained_within_period`]).
 pub fn is_false(stored: Option<&Stored>, limits: &[Limit], cost: u32, delay_ns: u64) -> bool {
     !limits.is_empty()
-        && limits
-            .iter()
-            .all(|limit| tokens_at_rejection(stored, limit, delay_ns) + EPSILON >= f64::from(cost))
+        && limits.iter().all(|limit| {
+            tokens_at_rejection(stored, limit, delay_ns) + EPSILON >= f64::from(cost)
+                && !drained_within_period(stored, limit, cost, delay_ns)
+        })
+}
+
+/// Whether the bucket's last update, at or before the rejection and within
+/// one period of `limit` before it, left it drained: with less than the
+/// largest lease a node takes (a tenth of the burst, or the cost if more),
+/// the mark below which a node holds the key until a lease's worth refills.
+/// The key then spent (nearly) its limit over the window ending at the
+/// rejection, so the tokens the bucket held at that moment were the refill
+/// since, which a key at its limit is owed no sooner than its next turn.
+/// (Without it, every 429 of a node's hold after a drained grant would count
+/// as false for a key far over its limit: the bucket refills during the hold
+/// until a lease's worth is back.) The store shows one update only: a drain
+/// before the last update is not seen.
+pub fn drained_within_period(
+    stored: Option<&Stored>,
+    limit: &Limit,
+    cost: u32,
+    delay_ns: u64,
+) -> bool {
+    let Some(s) = stored else {
+        return false;
+    };
+    let Some(at) = s.now_ns.checked_sub(delay_ns) else {
+        return true;
+    };
+    let (tokens, updated) = s.bucket.parts();
+    let drained_below = f64::from(cost.max(limit.burst() / 10));
+    updated <= at && at - updated < limit.per_ns() && tokens + EPSILON < drained_below
 }
 
 /// The tokens the bucket held `delay_ns` before the reading: exact when it was

@@ -51,6 +51,9 @@ pub struct LeaseService {
     last_log_ns: AtomicU64,
     /// This service, for the background refills it spawns.
     me: std::sync::Weak<LeaseService>,
+    /// The node's false-limit checker, offered the pool's denials as they are
+    /// made (set once the checker starts).
+    false_limits: std::sync::OnceLock<Arc<crate::false_limits::FalseLimits>>,
 }
 
 /// Waits until every receiver has seen a change (or its sender is gone).
@@ -81,7 +84,13 @@ impl LeaseService {
             fail_local: FailLocal::new(settings.max_keys),
             live_nodes: Arc::default(),
             last_log_ns: AtomicU64::new(0),
+            false_limits: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Offers the node pool's denials to `checker` from now on.
+    pub(crate) fn check_false_limits(&self, checker: Arc<crate::false_limits::FalseLimits>) {
+        let _ = self.false_limits.set(checker);
     }
 
     /// Drops the node pool's idle keys (nothing pooled, no denial, no demand).

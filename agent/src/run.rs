@@ -137,6 +137,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         Auth::new(&secret),
         declog,
     );
+    app.set_false_limit_checks(args.false_limit_checks);
     if let Some(cfg) = &region_setup {
         regions::start(cfg, &app.shares_handle(), &metrics, &mut tasks, &shutdown)
             .map_err(|e| ConfigError::Regions(e.to_string()))?;

@@ -71,8 +71,8 @@ pub struct Setup {
 }
 
 /// The false-limit SLI the agents computed from the gateways' decision
-/// records (summed over the agents and rules), to set beside the judge's
-/// "wrongly limited".
+/// records and their pools' denials (summed over the agents and rules), to
+/// set beside the judge's "wrongly limited".
 #[derive(Debug, Clone, Default)]
 pub struct FalseLimitSli {
     /// 429s checked: the store's own and the suspects peeked.
@@ -81,12 +81,17 @@ pub struct FalseLimitSli {
     pub false_limits: u64,
     /// Suspects not checked (the agents' budget, queue, …).
     pub skipped: u64,
+    /// The 429s the checks stand for (each check weighs for the suspects of
+    /// its rule skipped for the budget before it), and the weight found false.
+    pub weighed: u64,
+    pub weighed_false: u64,
 }
 
 impl FalseLimitSli {
-    /// false ÷ checked (0 without checks).
+    /// The SLI: the weight found false ÷ the 429s weighed (0 without checks),
+    /// as the agents' `meshlimit_false_limit_ratio` computes it, over the run.
     pub fn ratio(&self) -> f64 {
-        self.false_limits as f64 / self.checked.max(1) as f64
+        self.weighed_false as f64 / self.weighed.max(1) as f64
     }
 }
 
@@ -185,6 +190,8 @@ fn setup(plan: &Plan, stack: &Stack, recorded: &drive::Recorded, admitted: u64) 
             checked: sum("meshlimit_false_limit_checks_total") as u64,
             false_limits: sum("meshlimit_false_limits_total") as u64,
             skipped: sum("meshlimit_false_limit_checks_skipped_total") as u64,
+            weighed: sum("meshlimit_false_limit_weighed_total") as u64,
+            weighed_false: sum("meshlimit_false_limit_weighed_false_total") as u64,
         },
     }
 }

@@ -34,6 +34,10 @@ enum Command {
         gateways: Option<usize>,
         #[arg(long)]
         agents: Option<usize>,
+        /// An argument for every agent, after the scenario's own (repeat it:
+        /// `--agent-arg=--false-limit-checks --agent-arg=100000`).
+        #[arg(long = "agent-arg", value_name = "ARG", allow_hyphen_values = true)]
+        agent_args: Vec<String>,
         /// No progress bar.
         #[arg(long)]
         quiet: bool,
@@ -54,6 +58,7 @@ fn main() -> ExitCode {
         duration,
         gateways,
         agents,
+        agent_args,
         quiet,
         check,
         events,
@@ -63,6 +68,7 @@ fn main() -> ExitCode {
         duration,
         gateways,
         agents,
+        agent_args,
     };
     let opts = RunOptions {
         out: Some(out.clone()),

@@ -4,33 +4,13 @@
 //! another's. Reports land in `target/tmp/accuracy/` (CSV, Markdown, PNG).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::PathBuf;
-use std::sync::Mutex;
+mod common;
 
 use meshlimit_sim::report::markdown;
-use meshlimit_sim::{Overrides, RunOptions, RunReport, Scenario};
-
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+use meshlimit_sim::RunReport;
 
 fn run_short(name: &str) -> RunReport {
-    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let file = meshlimit_tests::repo_root()
-        .join("scenarios")
-        .join(format!("{name}.yaml"));
-    let plan = Scenario::load(&file)
-        .unwrap()
-        .plan(&Overrides {
-            short: true,
-            ..Overrides::default()
-        })
-        .unwrap();
-    let opts = RunOptions {
-        out: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("accuracy")),
-        ..RunOptions::default()
-    };
-    let report = meshlimit_sim::run(&plan, &opts).unwrap_or_else(|e| panic!("{e}"));
-    eprintln!("{}", markdown::scenario(&report));
-    report
+    common::run_short(name, "accuracy")
 }
 
 /// Every target of the scenario holds; the message is the run's report.

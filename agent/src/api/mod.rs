@@ -86,6 +86,7 @@ impl App {
     ) -> App {
         let leases = LeaseService::new(rules.clone(), store.clone(), metrics.clone(), settings);
         let false_limits = FalseLimits::start(rules.clone(), store, metrics.clone());
+        leases.check_false_limits(false_limits.clone());
         App {
             inner: Arc::new(AppState {
                 rules,
@@ -96,6 +97,11 @@ impl App {
                 false_limits,
             }),
         }
+    }
+
+    /// Suspect 429s checked a second at most (`--false-limit-checks`).
+    pub fn set_false_limit_checks(&self, per_second: u32) {
+        self.inner.false_limits.set_budget(per_second);
     }
 
     /// The count the heartbeat task keeps up to date (shared with it).

@@ -30,18 +30,17 @@ fn stored(tokens: f64, updated_ms: u64, now_ms: u64) -> Stored {
 
 #[test]
 fn a_bucket_untouched_since_the_rejection_is_judged_exactly() {
-    // Emptied at 0 ms, 10 tokens a second: one token at 100 ms.
-    let l = limit(10, 10);
-    let s = stored(0.0, 0, 1_000);
-    // Rejected at 150 ms (850 ms before the reading): 1.5 tokens held. False.
-    assert!((tokens_at_rejection(Some(&s), &l, 850 * MS) - 1.5).abs() < 1e-6);
-    assert!(is_false(Some(&s), &[l], 1, 850 * MS));
-    // At 50 ms: half a token. True.
-    assert!(!is_false(Some(&s), &[l], 1, 950 * MS));
-    // A cost of 2 at 150 ms: true.
-    assert!(!is_false(Some(&s), &[l], 2, 850 * MS));
+    // Emptied at 0 ms, 10 tokens a second (burst 20), read untouched at 2 s.
+    let l = limit(10, 20);
+    let s = stored(0.0, 0, 2_000);
+    // Rejected at 1,150 ms (850 ms before the reading, a period after the
+    // drain): 11.5 tokens held. A cost of 11: false.
+    assert!((tokens_at_rejection(Some(&s), &l, 850 * MS) - 11.5).abs() < 1e-6);
+    assert!(is_false(Some(&s), &[l], 11, 850 * MS));
+    // A cost of 12 then: true.
+    assert!(!is_false(Some(&s), &[l], 12, 850 * MS));
     // A rejection exactly at the refill of the cost is false (no rounding miss).
-    assert!(is_false(Some(&s), &[l], 1, 900 * MS));
+    assert!(is_false(Some(&s), &[l], 12, 800 * MS));
 }
 
 #[test]
@@ -75,11 +74,12 @@ fn no_bucket_in_the_store_is_a_full_one_less_the_refill_over_the_delay() {
 fn a_plan_rule_is_false_only_under_every_plan() {
     let slow = limit(1, 1);
     let fast = limit(100, 100);
-    // Emptied at 0, rejected at 500 ms: the fast plan had 50 tokens, the slow one half.
-    let s = stored(0.0, 0, 1_000);
-    assert!(is_false(Some(&s), &[fast], 1, 500 * MS));
-    assert!(!is_false(Some(&s), &[fast, slow], 1, 500 * MS));
-    assert!(!is_false(Some(&s), &[], 1, 500 * MS));
+    // Emptied at 0, rejected at 1,500 ms, a cost of 2: the fast plan held
+    // 100 tokens, the slow one its burst of 1.
+    let s = stored(0.0, 0, 2_000);
+    assert!(is_false(Some(&s), &[fast], 2, 500 * MS));
+    assert!(!is_false(Some(&s), &[fast, slow], 2, 500 * MS));
+    assert!(!is_false(Some(&s), &[], 2, 500 * MS));
 }
 
 const RULES: &str = "version: 1
@@ -158,7 +158,8 @@ async fn suspects_are_peeked_in_the_store_and_the_stores_own_denials_are_true() 
             DecisionSource::DenialCache,
             Outcome::Limited,
         ),
-        // The node pool held a drained key: true.
+        // A filter's record of the node pool's denial: offered by the agent
+        // when it answered (below), not again.
         record(
             "slow",
             &id("drained"),
@@ -199,6 +200,8 @@ async fn suspects_are_peeked_in_the_store_and_the_stores_own_denials_are_true() 
             Outcome::Limited,
         ),
     ]);
+    // The node pool held the drained key: checked at once, true.
+    checker.pool_denied(set.rule("slow").unwrap(), &key("drained"));
     let get = |name: &str, labels: &[(&str, &str)]| read(&metrics, name, labels);
     wait_until("three checks of `slow`", || {
         get("meshlimit_false_limit_checks_total", &[("rule", "slow")]) == Some(3.0)
@@ -251,8 +254,9 @@ async fn checks_past_the_budget_are_skipped_and_weigh_in_the_ratio() {
         "{checked}"
     );
     // The skipped suspects weigh with the next check of the rule: once it is
-    // done, the ratio is that of every 429 (all false but the store's).
-    tokio::time::advance(Duration::from_secs(1)).await;
+    // done, the ratio is that of every 429 (all false but the store's). (Two
+    // seconds on: the sampler takes it for sure after a quiet second.)
+    tokio::time::advance(Duration::from_secs(2)).await;
     checker.observe(&[record(
         "slow",
         &id,
@@ -269,4 +273,74 @@ async fn checks_past_the_budget_are_skipped_and_weigh_in_the_ratio() {
         get("meshlimit_false_limits_total", &[("rule", "slow")]),
         Some(checked)
     );
+    // The weighed counters, summable over nodes, carry the same ratio.
+    assert_eq!(
+        get("meshlimit_false_limit_weighed_total", &[("rule", "slow")]),
+        Some(n as f64 + 2.0)
+    );
+    assert_eq!(
+        get(
+            "meshlimit_false_limit_weighed_false_total",
+            &[("rule", "slow")]
+        ),
+        Some(n as f64 + 1.0)
+    );
+}
+
+#[test]
+fn a_bucket_drained_within_the_period_before_the_rejection_proves_no_false_limit() {
+    // 10 a second, burst 10: a period of one second.
+    let l = limit(10, 10);
+    // Drained by a lease at 0 ms, untouched since; rejected at 500 ms: 5
+    // tokens refilled, but the key spent its limit within the period before
+    // (a node's hold after a drained grant): true.
+    let s = stored(0.0, 0, 1_000);
+    assert!((tokens_at_rejection(Some(&s), &l, 500 * MS) - 5.0).abs() < 1e-6);
+    assert!(drained_within_period(Some(&s), &l, 1, 500 * MS));
+    assert!(!is_false(Some(&s), &[l], 1, 500 * MS));
+    // Rejected 1.5 s after the drain: a whole period without a drain, the
+    // bucket full again: false.
+    let s = stored(0.0, 0, 2_000);
+    assert!(!drained_within_period(Some(&s), &l, 1, 500 * MS));
+    assert!(is_false(Some(&s), &[l], 1, 500 * MS));
+    // A last update that left less than a lease (a tenth of the burst, 1
+    // token here) or the cost drained it; one that left both did not: false.
+    let s = stored(3.0, 0, 1_000);
+    assert!(drained_within_period(Some(&s), &l, 4, 500 * MS));
+    assert!(!drained_within_period(Some(&s), &l, 1, 500 * MS));
+    assert!(is_false(Some(&s), &[l], 1, 500 * MS));
+    let wide = limit(10, 100);
+    assert!(drained_within_period(Some(&s), &wide, 1, 500 * MS));
+    assert!(!drained_within_period(
+        Some(&stored(10.0, 0, 1_000)),
+        &wide,
+        1,
+        500 * MS
+    ));
+    // No bucket in the store: a full one, never drained.
+    assert!(!drained_within_period(None, &l, 1, 0));
+}
+
+#[test]
+fn the_sampler_takes_suspects_across_the_whole_second_within_the_budget() {
+    let base = Instant::now();
+    let mut sampler = Sampler::new(base, 7);
+    let at = |ms: u64| base + Duration::from_millis(ms);
+    // A second of 1,000 suspects, then another: in the second one each is
+    // taken with probability 10 in 1,000.
+    for i in 0..1_000 {
+        sampler.take(at(i), CHECKS_PER_SECOND);
+    }
+    let taken: Vec<u64> = (0..1_000)
+        .filter(|i| sampler.take(at(1_000 + i), CHECKS_PER_SECOND))
+        .collect();
+    assert!(
+        (3..=CHECKS_PER_SECOND as usize).contains(&taken.len()),
+        "{taken:?}"
+    );
+    // Spread over the second, not the first ones to come.
+    assert!(taken.iter().any(|&i| i >= 500), "{taken:?}");
+    assert!(taken.iter().any(|&i| i < 500), "{taken:?}");
+    // A budget of 0 takes none.
+    assert!((0..100).all(|i| !sampler.take(at(3_000 + i), 0)));
 }

@@ -107,6 +107,9 @@ impl LeaseService {
                     }
                     PoolTake::Denied { retry_after_ns } => {
                         self.metrics.pool_denied();
+                        if let Some(checker) = self.false_limits.get() {
+                            checker.pool_denied(rule, &item.key);
+                        }
                         answers[index] =
                             Some(from_pool(self.deny(&rule.name, &item.key, retry_after_ns)));
                         continue;

@@ -59,6 +59,8 @@ pub(super) struct FalseLimitMetrics {
     false_limits: IntCounterVec,
     checks: IntCounterVec,
     skipped: IntCounterVec,
+    weighed: IntCounterVec,
+    weighed_false: IntCounterVec,
     ratio: GaugeVec,
     state: std::sync::Mutex<State>,
 }
@@ -92,6 +94,19 @@ impl FalseLimitMetrics {
                 "Suspect 429s (cached denials, pool holds) not checked, by reason.",
                 &["reason"],
             )?,
+            weighed: f.counters(
+                "meshlimit_false_limit_weighed_total",
+                "429s the checks stand for: each check weighs for itself and the suspects \
+                 of its rule skipped for the budget since the previous one (the ratio's \
+                 denominator, summable over nodes).",
+                &["rule"],
+            )?,
+            weighed_false: f.counters(
+                "meshlimit_false_limit_weighed_false_total",
+                "The weight of the checks found false (the ratio's numerator, summable \
+                 over nodes): an estimate of the rule's false 429s.",
+                &["rule"],
+            )?,
             ratio: f.ratios(
                 "meshlimit_false_limit_ratio",
                 "Share of a rule's 429s that were false over the last 60 s (suspects \
@@ -112,8 +127,10 @@ impl Metrics {
         let wrong = if is_false { weight } else { 0 };
         state.windows.add(rule, now, wrong, weight);
         inc(&self.false_limits.checks, &[rule], 1);
+        inc(&self.false_limits.weighed, &[rule], weight);
         if is_false {
             inc(&self.false_limits.false_limits, &[rule], 1);
+            inc(&self.false_limits.weighed_false, &[rule], weight);
         }
     }
 

@@ -152,10 +152,12 @@ fn false_limit_sli(r: &RunReport) -> String {
     let (t, sli) = (&r.figures.totals, &r.setup.false_limits);
     let truth = t.wrongly_limited as f64 / t.limited.max(1) as f64;
     format!(
-        "{} false of {} 429s checked ({}; {} not checked); the judge: {} of {} 429s wrongly limited ({})",
+        "**{}** ({} of {} 429s weighed; {} false of {} checked, {} not checked); the judge: {} of {} 429s wrongly limited (**{}**)",
+        percent(sli.ratio()),
+        sli.weighed_false,
+        sli.weighed,
         sli.false_limits,
         sli.checked,
-        percent(sli.ratio()),
         sli.skipped,
         t.wrongly_limited,
         t.limited,

@@ -113,6 +113,8 @@ pub struct Overrides {
     pub duration: Option<f64>,
     pub gateways: Option<usize>,
     pub agents: Option<usize>,
+    /// Agent arguments added after the scenario's own.
+    pub agent_args: Vec<String>,
 }
 
 /// A scenario ready to run: validated, overrides applied, rules compiled.
@@ -168,6 +170,7 @@ impl Scenario {
         self.duration = o.duration.map(Secs).unwrap_or(self.duration);
         self.gateways = o.gateways.unwrap_or(self.gateways);
         self.agents = o.agents.unwrap_or(self.agents);
+        self.agent_args.extend(o.agent_args.iter().cloned());
         let bad = |detail: String| SimError::Scenario {
             file: self.name.clone(),
             detail,

@@ -253,6 +253,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_decision_source_is_named_as_it_is_serialized() {
+        for source in [
+            DecisionSource::FilterLease,
+            DecisionSource::DenialCache,
+            DecisionSource::AgentPool,
+            DecisionSource::Store,
+            DecisionSource::Agent,
+            DecisionSource::AgentLocal,
+            DecisionSource::FailurePolicy,
+        ] {
+            assert_eq!(
+                serde_json::to_value(source).unwrap(),
+                serde_json::Value::from(source.as_str())
+            );
+        }
+    }
+
+    #[test]
     fn lease_round_trip_keeps_the_version() {
         let req = LeaseRequest {
             v: WIRE_VERSION,

@@ -159,6 +159,7 @@ fn the_version_is_a_content_hash() {
 fn periods() {
     assert_eq!(parse_period("250ms"), Ok(250_000_000));
     assert_eq!(parse_period("1m"), Ok(60 * NANOS_PER_SEC));
+    assert_eq!(parse_period("2h"), Ok(7_200 * NANOS_PER_SEC));
     assert_eq!(parse_period("1d"), Ok(86_400 * NANOS_PER_SEC));
     for bad in [
         "",
@@ -376,6 +377,77 @@ fn bad_authority_patterns_and_query_names_name_their_field() {
         "{err}"
     );
     assert!(err.contains("key[0].query"), "{err}");
+}
+
+#[test]
+fn a_rule_without_a_schedule_never_changes_its_limit() {
+    let s = set();
+    for r in s.rules() {
+        assert_eq!(
+            r.until_change_ns(1_000 * NANOS_PER_SEC),
+            u64::MAX,
+            "{}",
+            r.name
+        );
+    }
+}
+
+#[test]
+fn each_malformed_part_of_a_rule_is_refused_naming_its_field() {
+    let rule = |extra: serde_json::Value| {
+        let mut r = serde_json::json!({"name": "r", "key": [{"header": "x-api-key"}],
+            "limit": {"requests": 1, "per": "1s"}});
+        if let (Some(r), Some(extra)) = (r.as_object_mut(), extra.as_object()) {
+            r.extend(extra.clone());
+            r.retain(|_, v| !v.is_null());
+        }
+        serde_json::json!({"version": 1, "rules": [r]})
+    };
+    let free = serde_json::json!({"free": {"requests": 1, "per": "1s"}});
+    let refused = [
+        (
+            serde_json::json!({"key": [{"header": "bad header"}]}),
+            "key[0].header",
+        ),
+        (
+            serde_json::json!({"key": [{"query": "q".repeat(129)}]}),
+            "key[0].query",
+        ),
+        (
+            serde_json::json!({"key": [{"query": "a\u{7}"}]}),
+            "key[0].query",
+        ),
+        (serde_json::json!({"owner": "o".repeat(129)}), "owner"),
+        (serde_json::json!({"owner": ""}), "owner"),
+        (
+            serde_json::json!({"match": {"methods": ["G3T"]}}),
+            "match.methods[0]",
+        ),
+        (
+            serde_json::json!({"match": {"methods": [""]}}),
+            "match.methods[0]",
+        ),
+        (
+            serde_json::json!({"limit": null, "plans": {"metadata": {"filter": "", "path": ["plan"]},
+                "default": "free", "limits": free}}),
+            "plans.metadata",
+        ),
+    ];
+    for (extra, field) in refused {
+        let e = compile(rule(extra.clone())).unwrap_err();
+        assert!(e.errors.iter().any(|e| e.field == field), "{extra}: {e}");
+    }
+    // At the bounds: accepted.
+    let accepted = [
+        serde_json::json!({"key": [{"query": "q".repeat(128)}]}),
+        serde_json::json!({"owner": "o".repeat(128)}),
+        serde_json::json!({"match": {"methods": ["PURGE"]}}),
+        serde_json::json!({"limit": null, "plans": {"metadata": {"filter": "my.filter", "path": ["plan"]},
+            "default": "free", "limits": free}}),
+    ];
+    for extra in accepted {
+        assert!(compile(rule(extra.clone())).is_ok(), "{extra}");
+    }
 }
 
 #[test]

@@ -231,6 +231,8 @@ MUTANTS_AGENT_FILES := agent/src/leases.rs agent/src/leases/*.rs agent/src/pool.
 	agent/src/metrics/*.rs agent/src/import/*.rs agent/src/rules_watch/current.rs \
 	agent/src/replay.rs
 MUTANTS_SHARD ?=
+# Core's mutants are tested by core's tests and the filter's (unit tests over
+# the in-memory host, as fast; the filter is where core's request path runs).
 # Property tests run this many cases a mutant (their full count in make test).
 MUTANTS_PROPTEST_CASES ?= 32
 MUTANTS_JOBS ?= 2
@@ -254,6 +256,7 @@ mutants: mutants-tools
 		echo "mutants: $$p (budget $(MUTANTS_BUDGET)s)"; \
 		mkdir -p target/mutants/$$p; \
 		select=""; tests=""; \
+		if [ "$$p" = meshlimit-core ]; then tests="--test-package meshlimit-core --test-package meshlimit-filter"; fi; \
 		if [ "$$p" = meshlimit-agent ]; then \
 			for f in $(MUTANTS_AGENT_FILES); do select="$$select -f $$f"; done; tests="-- --lib"; \
 		fi; \

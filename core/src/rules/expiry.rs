@@ -123,6 +123,10 @@ mod tests {
         assert_eq!(parse_instant("1970-01-01"), Some(0));
         assert_eq!(parse_instant("2026-12-01T00:29:12Z"), Some(1_796_084_952));
         assert_eq!(parse_instant("2024-02-29"), Some(1_709_164_800));
+        // Every fourth year is a leap year, but not a century unless it is a
+        // fourth one.
+        assert_eq!(parse_instant("2000-02-29"), Some(951_782_400));
+        assert_eq!(parse_instant("2100-03-01"), Some(4_107_542_400));
         for bad in [
             "2023-02-29",
             "2026-13-01",
@@ -130,6 +134,10 @@ mod tests {
             "2026-12-01T00:00:00",
             "tomorrow",
             "2026-12-01T24:00:00Z",
+            "2026-12-01T23:60:00Z",
+            "2026-12-01T23:59:60Z",
+            "2100-02-29",
+            "2026-04-31",
         ] {
             assert_eq!(parse_instant(bad), None, "{bad}");
         }
@@ -143,5 +151,39 @@ mod tests {
         for t in (0..4_102_444_800u64).step_by(7_919_993) {
             assert_eq!(parse_instant(&format_instant(t)), Some(t));
         }
+        // Every day of the years around two century ends, one second before
+        // midnight.
+        let day = 86_400;
+        for start in [parse_instant("1999-01-01"), parse_instant("2099-01-01")] {
+            let start = start.unwrap();
+            for d in 0..2 * 366 {
+                let t = start + d * day + day - 1;
+                assert_eq!(parse_instant(&format_instant(t)), Some(t), "{t}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_rule_expires_at_its_instant_and_is_left_out() {
+        let config: RulesConfig =
+            serde_json::from_value(serde_json::json!({"version": 1, "rules": [
+                {"name": "temp", "key": ["method"], "limit": {"requests": 1, "per": "1s"},
+                 "expires": "2026-12-01T00:00:00Z"},
+                {"name": "kept", "key": ["method"], "limit": {"requests": 1, "per": "1s"}},
+            ]}))
+            .unwrap();
+        let at = parse_instant("2026-12-01T00:00:00Z").unwrap();
+        let names = |c: &RulesConfig| c.rules.iter().map(|r| r.name.clone()).collect::<Vec<_>>();
+        let (live, expired) = live_rules(&config, at - 1);
+        assert_eq!(
+            (names(&live), expired),
+            (vec!["temp".to_string(), "kept".to_string()], vec![])
+        );
+        let (live, expired) = live_rules(&config, at);
+        assert_eq!(
+            (names(&live), expired),
+            (vec!["kept".to_string()], vec!["temp".to_string()])
+        );
+        assert_eq!(expired_rules(&config, at + 1), ["temp"]);
     }
 }

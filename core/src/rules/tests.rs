@@ -380,6 +380,19 @@ fn bad_authority_patterns_and_query_names_name_their_field() {
 }
 
 #[test]
+fn a_key_part_map_names_exactly_one_known_part() {
+    for part in [
+        serde_json::json!({"claim": "sub", "header": "x-user"}),
+        serde_json::json!({"header": "x-user", "query": "user"}),
+        serde_json::json!({"cookie": "session"}),
+    ] {
+        let rules = serde_json::json!({"version": 1, "rules": [
+            {"name": "r", "key": [part.clone()], "limit": {"requests": 1, "per": "1s"}}]});
+        assert!(compile(rules).is_err(), "{part}");
+    }
+}
+
+#[test]
 fn a_rule_without_a_schedule_never_changes_its_limit() {
     let s = set();
     for r in s.rules() {
@@ -441,6 +454,7 @@ fn each_malformed_part_of_a_rule_is_refused_naming_its_field() {
     let accepted = [
         serde_json::json!({"key": [{"query": "q".repeat(128)}]}),
         serde_json::json!({"owner": "o".repeat(128)}),
+        serde_json::json!({"name": "r".repeat(64)}),
         serde_json::json!({"match": {"methods": ["PURGE"]}}),
         serde_json::json!({"limit": null, "plans": {"metadata": {"filter": "my.filter", "path": ["plan"]},
             "default": "free", "limits": free}}),

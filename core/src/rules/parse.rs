@@ -400,6 +400,49 @@ mod tests {
     }
 
     #[test]
+    fn one_broken_rule_refuses_the_file_naming_it_and_its_line() {
+        let text = "version: 1\nrules:\n  - name: good\n    key: [method]\n    limit: { requests: 1, per: 1s }\n  - name: broken\n    key: [method]\n    limit: { requests: 1, per: 1s }\n    colour: blue\n";
+        let err = parse_rules("r.yaml", text).unwrap_err();
+        assert_eq!(err.errors.len(), 1, "{err}");
+        let e = &err.errors[0];
+        assert_eq!(
+            (e.rule.as_deref(), e.line),
+            (Some("broken"), Some(6)),
+            "{err}"
+        );
+        assert!(err.to_string().contains("colour"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_version_is_reported_once_with_the_rules_own_errors() {
+        let text = "rules:\n  - name: r\n    key: [method]\n    limit: { requests: 0, per: 1s }\n";
+        let err = parse_rules("r.yaml", text).unwrap_err();
+        let fields: Vec<(Option<&str>, &str)> = err
+            .errors
+            .iter()
+            .map(|e| (e.rule.as_deref(), e.field.as_str()))
+            .collect();
+        assert_eq!(
+            fields.iter().filter(|(_, f)| *f == "version").count(),
+            1,
+            "{err}"
+        );
+        assert!(fields.iter().any(|(r, _)| *r == Some("r")), "{err}");
+        // No rule parsed is no news when `rules` itself is missing.
+        let err = parse_rules("r.yaml", "version: 1\n").unwrap_err();
+        assert_eq!(err.errors.len(), 1, "{err}");
+        assert_eq!(err.errors[0].field, "rules", "{err}");
+    }
+
+    #[test]
+    fn a_file_at_the_size_cap_is_read() {
+        let mut text = String::from(GOOD);
+        text.push_str(&"#".repeat(MAX_RULES_FILE_BYTES - GOOD.len()));
+        assert_eq!(text.len(), MAX_RULES_FILE_BYTES);
+        assert!(parse_rules("r.yaml", &text).is_ok());
+    }
+
+    #[test]
     fn oversized_text_is_refused() {
         let mut text = String::from(GOOD);
         text.push_str(&"#".repeat(MAX_RULES_FILE_BYTES));

@@ -571,4 +571,115 @@ mod tests {
         assert!(c[0].refused, "{c:?}");
         assert!(matches!(&c[0].change, Change::Schedule { at, .. } if at == "Mon 02:00:00 UTC"));
     }
+
+    /// Whether rule `a`'s conditions cover every request rule `b`'s match.
+    fn covering(a: serde_json::Value, b: serde_json::Value) -> bool {
+        let s = set(
+            serde_json::json!([rule("a", 10, a), rule("b", 10, b)]),
+            None,
+        );
+        let (a, b) = (s.rule("a").unwrap(), s.rule("b").unwrap());
+        covers(&a.matcher, &b.matcher)
+    }
+
+    #[test]
+    fn a_condition_covers_what_it_matches_and_no_more() {
+        let m = |m: serde_json::Value| serde_json::json!({"match": m});
+        let none = serde_json::json!({});
+        let cases = [
+            // Hosts: none covers all; a suffix covers its hosts and deeper
+            // suffixes, a host no suffix.
+            (
+                none.clone(),
+                m(serde_json::json!({"authority": "api.example.com"})),
+                true,
+            ),
+            (
+                m(serde_json::json!({"authority": "api.example.com"})),
+                none.clone(),
+                false,
+            ),
+            (
+                m(serde_json::json!({"authority": "*.example.com"})),
+                m(serde_json::json!({"authority": "api.example.com"})),
+                true,
+            ),
+            (
+                m(serde_json::json!({"authority": "*.example.com"})),
+                m(serde_json::json!({"authority": "api.other.com"})),
+                false,
+            ),
+            (
+                m(serde_json::json!({"authority": "api.example.com"})),
+                m(serde_json::json!({"authority": "*.example.com"})),
+                false,
+            ),
+            (
+                m(serde_json::json!({"authority": "*.example.com"})),
+                m(serde_json::json!({"authority": "*.api.example.com"})),
+                true,
+            ),
+            (
+                m(serde_json::json!({"authority": "*.api.example.com"})),
+                m(serde_json::json!({"authority": "*.example.com"})),
+                false,
+            ),
+            // Headers: `present: true` covers `equals`; equal conditions cover
+            // each other; other values or presence do not.
+            (
+                m(serde_json::json!({"headers": {"x-tier": {"present": true}}})),
+                m(serde_json::json!({"headers": {"x-tier": {"equals": "gold"}}})),
+                true,
+            ),
+            (
+                m(serde_json::json!({"headers": {"x-tier": {"equals": "gold"}}})),
+                m(serde_json::json!({"headers": {"x-tier": {"present": true}}})),
+                false,
+            ),
+            (
+                m(serde_json::json!({"headers": {"x-tier": {"equals": "gold"}}})),
+                m(serde_json::json!({"headers": {"x-tier": {"equals": "gold"}}})),
+                true,
+            ),
+            (
+                m(serde_json::json!({"headers": {"x-tier": {"equals": "gold"}}})),
+                m(serde_json::json!({"headers": {"x-tier": {"equals": "silver"}}})),
+                false,
+            ),
+            (
+                m(serde_json::json!({"headers": {"x-tier": {"present": false}}})),
+                m(serde_json::json!({"headers": {"x-tier": {"present": false}}})),
+                true,
+            ),
+            (
+                m(serde_json::json!({"headers": {"x-tier": {"present": true}}})),
+                m(serde_json::json!({"headers": {"x-tier": {"present": false}}})),
+                false,
+            ),
+            (
+                m(serde_json::json!({"headers": {"x-tier": {"present": false}}})),
+                m(serde_json::json!({"headers": {"x-tier": {"equals": "gold"}}})),
+                false,
+            ),
+            // Paths: a prefix covers the paths below it, an exact path only itself.
+            (
+                m(serde_json::json!({"path_prefix": "/v1"})),
+                m(serde_json::json!({"path": "/v1/x"})),
+                true,
+            ),
+            (
+                m(serde_json::json!({"path": "/v1/x"})),
+                m(serde_json::json!({"path": "/v1/y"})),
+                false,
+            ),
+            (
+                m(serde_json::json!({"path": "/v1/x"})),
+                m(serde_json::json!({"path": "/v1/x"})),
+                true,
+            ),
+        ];
+        for (a, b, want) in cases {
+            assert_eq!(covering(a.clone(), b.clone()), want, "{a} covers {b}");
+        }
+    }
 }

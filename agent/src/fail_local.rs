@@ -131,6 +131,30 @@ mod tests {
     }
 
     #[test]
+    fn at_most_max_keys_are_held_and_a_full_bucket_makes_room() {
+        let limit = Limit::new(
+            NonZeroU32::new(10).unwrap(),
+            NonZeroU64::new(NANOS_PER_SEC).unwrap(),
+            NonZeroU32::new(10).unwrap(),
+        );
+        let f = FailLocal::new(2);
+        let key = |k: &str| DescriptorKey::new("r", [k]);
+        let granted = |t: Take| matches!(t, Take::Granted { .. });
+        assert!(granted(f.take(&key("a"), &limit, 0, 1, 0.0)));
+        assert!(granted(f.take(&key("b"), &limit, 0, 1, 0.0)));
+        assert_eq!(f.len(), 2);
+        // Both in use: a third key is refused, not given a bucket.
+        assert!(!granted(f.take(&key("c"), &limit, 0, 1, 0.0)));
+        assert_eq!(f.len(), 2);
+        // A held key still takes from its own bucket.
+        assert!(granted(f.take(&key("a"), &limit, 0, 1, 0.0)));
+        // Once the buckets have refilled (full: nothing to remember), they are
+        // swept and the new key gets one.
+        assert!(granted(f.take(&key("c"), &limit, NANOS_PER_SEC, 1, 0.0)));
+        assert_eq!(f.len(), 1);
+    }
+
+    #[test]
     fn a_key_the_node_was_spending_gets_no_head_start() {
         let limit = Limit::new(
             NonZeroU32::new(20).unwrap(),

@@ -294,3 +294,52 @@ fn the_ask_that_crosses_the_refill_mark_is_served_and_starts_one_refill() {
         }
     }
 }
+
+#[test]
+fn one_background_refill_at_a_time_and_none_while_a_denial_holds() {
+    let p = Pools::default();
+    let (k, timeout) = (key(), 50 * MS);
+    p.fill(&k, 0, grant(10, 0, 0), 1, 300 * MS);
+    assert!(p.begin_refill(&k, MS, timeout));
+    // Its call is in flight: no second one.
+    assert!(!p.begin_refill(&k, 2 * MS, timeout));
+    // The call failed: the next may start.
+    p.call_failed(&k, 3 * MS);
+    assert!(p.begin_refill(&k, 3 * MS, timeout));
+    p.call_failed(&k, 4 * MS);
+    // A denial holds: nothing to fetch until it ends.
+    p.deny(&k, 4 * MS, 100 * MS);
+    assert!(!p.begin_refill(&k, 5 * MS, timeout));
+    assert!(p.begin_refill(&k, 105 * MS, timeout));
+}
+
+#[test]
+fn a_sweep_keeps_a_key_whose_call_is_in_flight() {
+    let p = Pools::new(1_000);
+    let k = key();
+    // A refill in flight, long after the key's tokens and demand are gone.
+    p.fill(&k, 0, grant(2, 0, 0), 1, 300 * MS);
+    assert!(p.begin_refill(&k, 10_000 * MS, 60_000 * MS));
+    p.sweep(20_000 * MS);
+    assert_eq!(p.len(), 1);
+    // Its call over and nothing left: swept.
+    p.call_failed(&k, 20_000 * MS);
+    p.sweep(20_000 * MS);
+    assert_eq!(p.len(), 0);
+}
+
+#[test]
+fn a_key_is_thick_once_its_demand_fills_a_lease() {
+    let p = Pools::default();
+    let k = key();
+    let life = 300 * MS;
+    assert!(!p.is_thick(&k, 0, life), "an unknown key");
+    // One ask: thin.
+    p.take(&k, 0, 1, None, MS);
+    assert!(!p.is_thick(&k, 0, life));
+    // A thousand a second: thick.
+    for i in 1..=1_000 {
+        p.take(&k, i * MS, 1, None, MS);
+    }
+    assert!(p.is_thick(&k, 1_000 * MS, life));
+}

@@ -138,5 +138,12 @@ mod tests {
         };
         assert_eq!(ended.left_ms(1_100), None);
         assert_eq!(ended.planned_end_ms(), 1_200);
+        // A stored trial answers at the store's reading.
+        let stored = StoredTrial {
+            plan: None,
+            clock: c,
+            now_ms: 1_100,
+        };
+        assert_eq!(stored.left_ms(), Some(400));
     }
 }

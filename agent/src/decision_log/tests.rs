@@ -158,3 +158,18 @@ fn recent_records_and_hot_keys_are_bounded() {
     assert!(hot.len() <= HOT_SHOWN);
     assert!(log.hot("other").is_empty());
 }
+
+#[test]
+fn a_hot_keys_decisions_weigh_each_sampled_record_by_its_rate() {
+    let log = DecisionLog::start(None, "n", metrics()).unwrap();
+    // Three allowed records kept at a quarter stand for twelve decisions; two
+    // rejections (always kept) for two.
+    for _ in 0..3 {
+        log.accept(batch(vec![record("k", Outcome::Allowed, 0.25)]));
+    }
+    for _ in 0..2 {
+        log.accept(batch(vec![record("k", Outcome::Limited, 1.0)]));
+    }
+    let hot = log.hot("per-key");
+    assert_eq!((hot[0].decisions, hot[0].rejections), (14, 2));
+}

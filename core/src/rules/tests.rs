@@ -423,6 +423,25 @@ fn each_malformed_part_of_a_rule_is_refused_naming_its_field() {
             "key[0].header",
         ),
         (
+            serde_json::json!({"key": [{"header": ""}]}),
+            "key[0].header",
+        ),
+        (
+            serde_json::json!({"match": {"path": "search"}}),
+            "match.path",
+        ),
+        (
+            serde_json::json!({"match": {"path_prefix": "v1/"}}),
+            "match.path_prefix",
+        ),
+        (serde_json::json!({"name": "r".repeat(65)}), "name"),
+        // A trial copy (the agent's; files may not use the suffix) of a name
+        // at its longest compiles, one longer does not.
+        (
+            serde_json::json!({"name": format!("{}.trial", "r".repeat(65))}),
+            "name",
+        ),
+        (
             serde_json::json!({"key": [{"query": "q".repeat(129)}]}),
             "key[0].query",
         ),
@@ -455,6 +474,7 @@ fn each_malformed_part_of_a_rule_is_refused_naming_its_field() {
         serde_json::json!({"key": [{"query": "q".repeat(128)}]}),
         serde_json::json!({"owner": "o".repeat(128)}),
         serde_json::json!({"name": "r".repeat(64)}),
+        serde_json::json!({"name": format!("{}.trial", "r".repeat(64))}),
         serde_json::json!({"match": {"methods": ["PURGE"]}}),
         serde_json::json!({"limit": null, "plans": {"metadata": {"filter": "my.filter", "path": ["plan"]},
             "default": "free", "limits": free}}),

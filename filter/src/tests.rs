@@ -153,14 +153,7 @@ impl Vm {
     fn get_with_granted_call(&mut self, key: &str) -> u32 {
         let (id, action) = self.get(key);
         assert_eq!(action, Action::Pause);
-        self.send_and_answer(LeaseAnswer::Grant {
-            tokens: 1,
-            ttl_ms: 300,
-            remaining: 9,
-            reset_ms: 100,
-            local: false,
-            from: None,
-        });
+        self.send_and_answer(grant(1, 9, 100));
         id
     }
 
@@ -205,6 +198,18 @@ fn lease_answer(items: Vec<LeaseAnswer>) -> Vec<u8> {
         items,
     })
     .unwrap()
+}
+
+/// A store grant of `tokens` for 300 ms, with what the store has left.
+fn grant(tokens: u32, remaining: u32, reset_ms: u64) -> LeaseAnswer {
+    LeaseAnswer::Grant {
+        tokens,
+        ttl_ms: 300,
+        remaining,
+        reset_ms,
+        local: false,
+        from: None,
+    }
 }
 
 fn per_key(on_failure: &str) -> serde_json::Value {
@@ -314,15 +319,7 @@ fn a_miss_waits_for_one_lease_call_and_a_grant_lets_it_through_with_its_quota() 
     assert_eq!(vm.host.metric("meshlimit.lease_calls"), Some(1));
     assert_eq!(vm.host.metric("meshlimit.lease_waits"), Some(1));
 
-    let grant = LeaseAnswer::Grant {
-        tokens: 2,
-        ttl_ms: 300,
-        remaining: 7,
-        reset_ms: 800,
-        local: false,
-        from: None,
-    };
-    vm.answer(&call, Some(200), &lease_answer(vec![grant]));
+    vm.answer(&call, Some(200), &lease_answer(vec![grant(2, 7, 800)]));
     for id in [first, second] {
         let stream = vm.host.stream(id);
         assert_eq!(stream.resumed, 1, "request {id} resumed once");
@@ -571,14 +568,7 @@ fn a_rejection_names_one_key_id_to_the_access_log_and_the_decision_log() {
                 local: false,
                 from: None,
             },
-            LeaseAnswer::Grant {
-                tokens: 5,
-                ttl_ms: 300,
-                remaining: 90,
-                reset_ms: 100,
-                local: false,
-                from: None,
-            },
+            grant(5, 90, 100),
         ]),
     );
     assert_eq!(vm.replied(id), Some(429));
@@ -657,15 +647,7 @@ fn without_a_queue_each_miss_calls_the_agent_from_its_own_stream() {
     assert_eq!(action, Action::Pause);
     let call = vm.only_call();
     assert_eq!((call.context, call.path.as_str()), (id, LEASE_PATH));
-    let grant = LeaseAnswer::Grant {
-        tokens: 1,
-        ttl_ms: 300,
-        remaining: 9,
-        reset_ms: 100,
-        local: false,
-        from: None,
-    };
-    vm.answer(&call, Some(200), &lease_answer(vec![grant]));
+    vm.answer(&call, Some(200), &lease_answer(vec![grant(1, 9, 100)]));
     assert_eq!((vm.host.stream(id).resumed, vm.replied(id)), (1, None));
     // A denial is answered 429.
     let (id, _) = vm.get("k2");
@@ -693,14 +675,7 @@ fn without_a_queue_each_miss_calls_the_agent_from_its_own_stream() {
     let call = vm.only_call();
     let other = serde_json::to_vec(&LeaseResponse {
         v: WIRE_VERSION + 1,
-        items: vec![LeaseAnswer::Grant {
-            tokens: 1,
-            ttl_ms: 300,
-            remaining: 9,
-            reset_ms: 100,
-            local: false,
-            from: None,
-        }],
+        items: vec![grant(1, 9, 100)],
     })
     .unwrap();
     vm.answer(&call, Some(200), &other);
@@ -771,14 +746,7 @@ fn envoy_counts_each_lease_call_and_wait_once() {
     for (n, key) in ["k1", "k2", "k3"].iter().enumerate() {
         let (_, _) = vm.get(key);
         let (_, _) = vm.get(key);
-        vm.send_and_answer(LeaseAnswer::Grant {
-            tokens: 2,
-            ttl_ms: 300,
-            remaining: 7,
-            reset_ms: 800,
-            local: false,
-            from: None,
-        });
+        vm.send_and_answer(grant(2, 7, 800));
         let n = i64::try_from(n + 1).unwrap();
         assert_eq!(vm.host.metric("meshlimit.lease_calls"), Some(n));
         assert_eq!(vm.host.metric("meshlimit.lease_waits"), Some(n));
@@ -918,14 +886,7 @@ fn a_request_gone_before_its_answer_is_forgotten_not_resumed() {
     let (stays, _) = vm.get("k1");
     // The client of the first went away: Envoy destroys its context.
     vm.streams.remove(&gone);
-    vm.send_and_answer(LeaseAnswer::Grant {
-        tokens: 5,
-        ttl_ms: 300,
-        remaining: 9,
-        reset_ms: 100,
-        local: false,
-        from: None,
-    });
+    vm.send_and_answer(grant(5, 9, 100));
     assert_eq!(vm.host.stream(gone).resumed, 0);
     assert_eq!(vm.host.stream(stays).resumed, 1);
 }

@@ -277,12 +277,7 @@ impl Sampler {
 
     /// A uniform draw in [0, 1).
     fn uniform(&mut self) -> f64 {
-        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
+        meshlimit_core::fingerprint::uniform(&mut self.rng)
     }
 }
 

@@ -5,6 +5,7 @@
 //! the new record and counts it (`meshlimit.decision_log_dropped`, and the next
 //! batch tells the agent how many).
 
+use meshlimit_core::fingerprint::uniform;
 use meshlimit_core::rules::LogKey;
 use meshlimit_core::secret::KeyIds;
 use meshlimit_core::wire::{
@@ -101,8 +102,7 @@ impl DecisionLog {
         if self.rng == 0 {
             self.rng = now_ns | 1;
         }
-        let z = splitmix64(&mut self.rng);
-        ((z >> 11) as f64 / (1u64 << 53) as f64) < rate
+        uniform(&mut self.rng) < rate
     }
 
     /// The next batch for the agent (at most [`MAX_DECISION_RECORDS`] records
@@ -152,16 +152,6 @@ impl DecisionLog {
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
     }
-}
-
-/// SplitMix64 (Steele, Lea and Flood; Vigna's reference): the next draw of
-/// `state`. Uniform enough for a sampling rate, and no hostcall.
-fn splitmix64(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// A record's serialized size, at most: the fixed fields, names and numbers

@@ -112,6 +112,27 @@ impl DecisionLog {
         if self.records.is_empty() && self.dropped == 0 {
             return None;
         }
+        let n = self.batch_len();
+        let records: Vec<DecisionRecord> = self.records.drain(..n).collect();
+        Some(DecisionsRequest {
+            v: WIRE_VERSION,
+            filter_id: filter_id.to_string(),
+            records,
+            dropped: std::mem::take(&mut self.dropped),
+        })
+    }
+
+    /// Whether a whole batch waits (the record or the byte cap reached): sent
+    /// at once when the last batch is answered, where a part batch waits for
+    /// the tick and fills up meanwhile.
+    pub fn batch_waiting(&self) -> bool {
+        let n = self.batch_len();
+        n == MAX_DECISION_RECORDS || n < self.records.len()
+    }
+
+    /// How many of the first records go in one batch: at most
+    /// [`MAX_DECISION_RECORDS`] and [`MAX_BATCH_BYTES`], at least one.
+    fn batch_len(&self) -> usize {
         let mut bytes = 0;
         let mut n = 0;
         for r in self.records.iter().take(MAX_DECISION_RECORDS) {
@@ -122,13 +143,7 @@ impl DecisionLog {
             bytes += size;
             n += 1;
         }
-        let records: Vec<DecisionRecord> = self.records.drain(..n).collect();
-        Some(DecisionsRequest {
-            v: WIRE_VERSION,
-            filter_id: filter_id.to_string(),
-            records,
-            dropped: std::mem::take(&mut self.dropped),
-        })
+        n
     }
 
     /// Records lost with a batch the agent did not take: counted as dropped.

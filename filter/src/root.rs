@@ -50,8 +50,9 @@ pub struct Root<H> {
     retired: Retired,
     /// When the next sync is due (the tick is faster while a load lasts).
     next_sync_ns: u64,
-    /// Decision log batches in flight, with how many records each carries.
-    declog_calls: Vec<(u32, usize)>,
+    /// The decision log batch in flight, with how many records it carries.
+    /// One at a time, so the agent writes a VM's records in their order.
+    declog_call: Option<(u32, usize)>,
     /// `meshlimit.decision_log_dropped`: records this VM could not hand over.
     declog_dropped: Option<u32>,
 }
@@ -75,7 +76,7 @@ impl<H: Proxy + 'static> Root<H> {
             loading: None,
             retired: Retired::default(),
             next_sync_ns: 0,
-            declog_calls: Vec::new(),
+            declog_call: None,
             declog_dropped: host.define_metric(Metric::Counter, "meshlimit.decision_log_dropped"),
             host,
         }
@@ -178,19 +179,21 @@ impl<H: Proxy + 'static> Root<H> {
         0
     }
 
-    /// Hands the VM's buffered decision records to the agent in batches
-    /// (`MAX_DECISION_RECORDS` a call), unless batches of the last flush are
-    /// still unanswered: then they wait for the next tick, and the buffer's
-    /// bound drops what does not fit.
+    /// Hands the VM's next batch of buffered decision records to the agent
+    /// (`MAX_DECISION_RECORDS` a call), unless a batch is still unanswered.
+    /// One batch is in flight at a time, the next sent when the agent takes
+    /// the last: the agent handles calls concurrently, and two batches in
+    /// flight could be written out of order (a rotated file would then keep
+    /// older records than it deleted). A batch a round trip keeps up with far
+    /// more records than one worker rejects; past that the buffer's bound
+    /// drops what does not fit, counted.
     fn flush_decisions(&mut self) {
-        if self.declog_calls.is_empty() {
-            let config = Rc::clone(&self.vm.borrow().config);
-            loop {
-                let Some(batch) = self.vm.borrow_mut().declog.take_batch(&self.filter_id) else {
-                    break;
-                };
+        if self.declog_call.is_none() {
+            let batch = self.vm.borrow_mut().declog.take_batch(&self.filter_id);
+            if let Some(batch) = batch {
                 let n = batch.records.len();
                 let body = serde_json::to_vec(&batch).unwrap_or_default();
+                let config = Rc::clone(&self.vm.borrow().config);
                 let call = AgentCall::to_agent(
                     &config,
                     DECISIONS_PATH,
@@ -198,14 +201,8 @@ impl<H: Proxy + 'static> Root<H> {
                     config.sync_timeout,
                 );
                 match self.host.dispatch(call) {
-                    Some(token) => self.declog_calls.push((token, n)),
-                    None => {
-                        self.vm.borrow_mut().declog.lost(n);
-                        break;
-                    }
-                }
-                if self.vm.borrow().declog.is_empty() {
-                    break;
+                    Some(token) => self.declog_call = Some((token, n)),
+                    None => self.vm.borrow_mut().declog.lost(n),
                 }
             }
         }
@@ -258,10 +255,18 @@ impl<H: Proxy + 'static> Context for Root<H> {
         body_size: usize,
         _trailers: usize,
     ) {
-        if let Some(at) = self.declog_calls.iter().position(|(t, _)| *t == token_id) {
-            let (_, n) = self.declog_calls.swap_remove(at);
+        if let Some((_, n)) = self.declog_call.take_if(|(t, _)| *t == token_id) {
             let (status, _) = self.host.call_response(body_size);
-            if status != Some(200) {
+            if status == Some(200) {
+                // The next batch at once if a whole one waits; a part batch
+                // waits for the tick, so a steady trickle of rejections is
+                // not a call a round trip.
+                if self.vm.borrow().declog.batch_waiting() {
+                    self.flush_decisions();
+                }
+            } else {
+                // The rest wait for the next tick: no second call at once
+                // to an agent that just failed one.
                 debug!(
                     "meshlimit: decision log batch refused (status {status:?}); {n} records lost"
                 );

@@ -605,8 +605,10 @@ fn a_rejection_names_one_key_id_to_the_access_log_and_the_decision_log() {
 }
 
 #[test]
-fn a_tick_hands_every_buffered_record_over_in_as_many_batches_as_it_takes() {
-    let mut vm = Vm::with_rules(per_key("closed"));
+fn batches_go_one_at_a_time_whole_ones_at_once_and_a_part_one_on_the_tick() {
+    let rules = per_key("closed");
+    let (version, _) = served(rules.clone());
+    let mut vm = Vm::with_rules(rules);
     let (first, _) = vm.get("k1");
     vm.send_and_answer(LeaseAnswer::Deny {
         retry_after_ms: 60_000,
@@ -614,23 +616,48 @@ fn a_tick_hands_every_buffered_record_over_in_as_many_batches_as_it_takes() {
         from: None,
     });
     assert_eq!(vm.replied(first), Some(429));
-    // 299 more rejected from the cached denial: 300 records in all.
+    // 299 more rejected from the cached denial, a millisecond apart: 300
+    // records in all.
     for _ in 0..299 {
+        vm.host.set_now(vm.host.now_ns() + MS);
         let (id, _) = vm.get("k1");
         assert_eq!(vm.replied(id), Some(429));
     }
+    // The batch sent since the last look, if any (a sync is answered).
+    let batch = |vm: &mut Vm| -> Option<(Dispatched, DecisionsRequest)> {
+        let calls = vm.host.take_calls();
+        for sync in calls.iter().filter(|c| c.path == SYNC_PATH) {
+            vm.answer(sync, Some(200), &sync_answer(&version));
+        }
+        let mut batches = calls.into_iter().filter(|c| c.path == DECISIONS_PATH);
+        let call = batches.next()?;
+        assert!(batches.next().is_none(), "two batches in flight");
+        let body = serde_json::from_slice(&call.body).unwrap();
+        Some((call, body))
+    };
     vm.tick();
-    let batches: Vec<DecisionsRequest> = vm
-        .host
-        .take_calls()
+    let (call, one) = batch(&mut vm).expect("the tick's batch");
+    // Nothing more until the agent answers.
+    vm.tick();
+    assert!(batch(&mut vm).is_none());
+    // Answered: the next whole batch goes at once.
+    vm.answer(&call, Some(200), b"{}");
+    let (call, two) = batch(&mut vm).expect("the next whole batch");
+    // Answered again: what is left is less than a batch and waits for the
+    // tick (a steady trickle of records is not a call a round trip).
+    vm.answer(&call, Some(200), b"{}");
+    assert!(batch(&mut vm).is_none());
+    vm.tick();
+    let (_, three) = batch(&mut vm).expect("the part batch on the tick");
+    let sizes = [one.records.len(), two.records.len(), three.records.len()];
+    // Each within the byte cap (about 300 bytes a record: 106 of them).
+    assert_eq!(sizes, [106, 106, 88]);
+    // In the order they were decided.
+    let at: Vec<u64> = [one, two, three]
         .iter()
-        .filter(|c| c.path == DECISIONS_PATH)
-        .map(|c| serde_json::from_slice(&c.body).unwrap())
+        .flat_map(|b| b.records.iter().map(|r| r.at_ms))
         .collect();
-    let sizes: Vec<usize> = batches.iter().map(|b| b.records.len()).collect();
-    // Three batches (each within the record and byte caps), nothing left.
-    assert_eq!(sizes.len(), 3, "{sizes:?}");
-    assert_eq!(sizes.iter().sum::<usize>(), 300);
+    assert!(at.windows(2).all(|w| w[0] < w[1]), "{at:?}");
 }
 
 #[test]

@@ -30,12 +30,18 @@ const MAX_BATCH_BYTES: usize = MAX_BODY_BYTES / 2;
 #[derive(Default)]
 pub struct DecisionLog {
     records: Vec<DecisionRecord>,
+    /// The records' sizes summed (`size`), so a whole batch is seen without
+    /// walking the buffer on every request.
+    bytes: usize,
     /// Dropped since the last batch taken.
     dropped: u64,
     /// Dropped and not yet added to the Envoy counter.
     uncounted: u64,
     /// The sampler's state (seeded on first use).
     rng: u64,
+    /// The batch in flight (its call's token and record count). One at a
+    /// time, so the agent writes a VM's records in their order.
+    in_flight: Option<(u32, usize)>,
 }
 
 impl DecisionLog {
@@ -87,6 +93,7 @@ impl DecisionLog {
                 sample_rate,
                 request_id: request_id.map(|r| cut(r, MAX_REQUEST_ID).to_string()),
             };
+            self.bytes += size(&record);
             self.records.push(record);
         }
     }
@@ -114,6 +121,9 @@ impl DecisionLog {
         }
         let n = self.batch_len();
         let records: Vec<DecisionRecord> = self.records.drain(..n).collect();
+        self.bytes = self
+            .bytes
+            .saturating_sub(records.iter().map(size).sum::<usize>());
         Some(DecisionsRequest {
             v: WIRE_VERSION,
             filter_id: filter_id.to_string(),
@@ -122,12 +132,28 @@ impl DecisionLog {
         })
     }
 
-    /// Whether a whole batch waits (the record or the byte cap reached): sent
-    /// at once when the last batch is answered, where a part batch waits for
+    /// Whether a whole batch waits (the record or the byte cap reached) and
+    /// none is in flight: it is sent at once, where a part batch waits for
     /// the tick and fills up meanwhile.
-    pub fn batch_waiting(&self) -> bool {
-        let n = self.batch_len();
-        n == MAX_DECISION_RECORDS || n < self.records.len()
+    pub fn batch_due(&self) -> bool {
+        self.in_flight.is_none()
+            && (self.records.len() >= MAX_DECISION_RECORDS || self.bytes > MAX_BATCH_BYTES)
+    }
+
+    /// Whether a batch is in flight (the next waits for its answer).
+    pub fn sending(&self) -> bool {
+        self.in_flight.is_some()
+    }
+
+    /// The batch of `n` records went out as call `token`.
+    pub fn sent(&mut self, token: u32, n: usize) {
+        self.in_flight = Some((token, n));
+    }
+
+    /// If `token` is the batch in flight: it is over, and how many records it
+    /// carried.
+    pub fn answered(&mut self, token: u32) -> Option<usize> {
+        self.in_flight.take_if(|(t, _)| *t == token).map(|(_, n)| n)
     }
 
     /// How many of the first records go in one batch: at most

@@ -157,12 +157,15 @@ impl<H: Proxy> Http<H> {
     }
 }
 
-/// Asks the root context to send the VM's queued items, once per turn. A queue
-/// the host refuses fails them (each waiting request takes its failure policy).
+/// Asks the root context to send the VM's queued items, and a whole batch of
+/// decision records if one waits with none in flight (so a burst of
+/// rejections does not overflow the buffer between two ticks), once per turn.
+/// A queue the host refuses fails the queued items (each waiting request takes
+/// its failure policy); the records wait for the tick.
 fn wake_root<H: Proxy>(host: &H, vm: &Shared, queue: u32) {
     let wake = {
         let v = vm.borrow();
-        v.flights.has_queued() && !v.wake_queued
+        (v.flights.has_queued() || v.declog.batch_due()) && !v.wake_queued
     };
     if !wake {
         return;

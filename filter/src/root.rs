@@ -50,9 +50,6 @@ pub struct Root<H> {
     retired: Retired,
     /// When the next sync is due (the tick is faster while a load lasts).
     next_sync_ns: u64,
-    /// The decision log batch in flight, with how many records it carries.
-    /// One at a time, so the agent writes a VM's records in their order.
-    declog_call: Option<(u32, usize)>,
     /// `meshlimit.decision_log_dropped`: records this VM could not hand over.
     declog_dropped: Option<u32>,
 }
@@ -76,7 +73,6 @@ impl<H: Proxy + 'static> Root<H> {
             loading: None,
             retired: Retired::default(),
             next_sync_ns: 0,
-            declog_call: None,
             declog_dropped: host.define_metric(Metric::Counter, "meshlimit.decision_log_dropped"),
             host,
         }
@@ -181,14 +177,16 @@ impl<H: Proxy + 'static> Root<H> {
 
     /// Hands the VM's next batch of buffered decision records to the agent
     /// (`MAX_DECISION_RECORDS` a call), unless a batch is still unanswered.
-    /// One batch is in flight at a time, the next sent when the agent takes
-    /// the last: the agent handles calls concurrently, and two batches in
-    /// flight could be written out of order (a rotated file would then keep
-    /// older records than it deleted). A batch a round trip keeps up with far
-    /// more records than one worker rejects; past that the buffer's bound
-    /// drops what does not fit, counted.
+    /// One batch is in flight at a time: the agent handles calls
+    /// concurrently, and two batches in flight could be written out of order
+    /// (a rotated file would then keep older records than it deleted). A part
+    /// batch goes on the tick; a whole one as soon as the last is answered,
+    /// or, with none in flight, on the wake-up the request that filled it
+    /// queued (`http::finish`). So the buffer drains at a batch a round trip,
+    /// far more records than one worker rejects; past that its bound drops
+    /// what does not fit, counted.
     fn flush_decisions(&mut self) {
-        if self.declog_call.is_none() {
+        if !self.vm.borrow().declog.sending() {
             let batch = self.vm.borrow_mut().declog.take_batch(&self.filter_id);
             if let Some(batch) = batch {
                 let n = batch.records.len();
@@ -201,12 +199,20 @@ impl<H: Proxy + 'static> Root<H> {
                     config.sync_timeout,
                 );
                 match self.host.dispatch(call) {
-                    Some(token) => self.declog_call = Some((token, n)),
+                    Some(token) => self.vm.borrow_mut().declog.sent(token, n),
                     None => self.vm.borrow_mut().declog.lost(n),
                 }
             }
         }
         self.count_dropped();
+    }
+
+    /// Sends the next batch of decision records if a whole one waits and none
+    /// is in flight.
+    fn flush_if_due(&mut self) {
+        if self.vm.borrow().declog.batch_due() {
+            self.flush_decisions();
+        }
     }
 
     fn count_dropped(&mut self) {
@@ -255,15 +261,14 @@ impl<H: Proxy + 'static> Context for Root<H> {
         body_size: usize,
         _trailers: usize,
     ) {
-        if let Some((_, n)) = self.declog_call.take_if(|(t, _)| *t == token_id) {
+        let batch = self.vm.borrow_mut().declog.answered(token_id);
+        if let Some(n) = batch {
             let (status, _) = self.host.call_response(body_size);
             if status == Some(200) {
                 // The next batch at once if a whole one waits; a part batch
                 // waits for the tick, so a steady trickle of rejections is
                 // not a call a round trip.
-                if self.vm.borrow().declog.batch_waiting() {
-                    self.flush_decisions();
-                }
+                self.flush_if_due();
             } else {
                 // The rest wait for the next tick: no second call at once
                 // to an agent that just failed one.
@@ -301,6 +306,9 @@ impl<H: Proxy + 'static> Context for Root<H> {
             self.answered(Call::Sent(token_id), answers);
             // Requests a lost race left undecided wait on new calls.
             self.send_queued();
+            // The requests decided by the answer may have filled a batch of
+            // decision records.
+            self.flush_if_due();
             return;
         };
         let (status, body) = self.host.call_response(body_size);
@@ -376,6 +384,8 @@ impl<H: Proxy + 'static> RootContext for Root<H> {
         self.host.drain_queue(queue_id);
         self.vm.borrow_mut().wake_queued = false;
         self.send_queued();
+        // A request may have filled a batch of decision records.
+        self.flush_if_due();
     }
 
     fn on_tick(&mut self) {

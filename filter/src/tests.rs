@@ -609,20 +609,6 @@ fn batches_go_one_at_a_time_whole_ones_at_once_and_a_part_one_on_the_tick() {
     let rules = per_key("closed");
     let (version, _) = served(rules.clone());
     let mut vm = Vm::with_rules(rules);
-    let (first, _) = vm.get("k1");
-    vm.send_and_answer(LeaseAnswer::Deny {
-        retry_after_ms: 60_000,
-        local: false,
-        from: None,
-    });
-    assert_eq!(vm.replied(first), Some(429));
-    // 299 more rejected from the cached denial, a millisecond apart: 300
-    // records in all.
-    for _ in 0..299 {
-        vm.host.set_now(vm.host.now_ns() + MS);
-        let (id, _) = vm.get("k1");
-        assert_eq!(vm.replied(id), Some(429));
-    }
     // The batch sent since the last look, if any (a sync is answered).
     let batch = |vm: &mut Vm| -> Option<(Dispatched, DecisionsRequest)> {
         let calls = vm.host.take_calls();
@@ -635,11 +621,34 @@ fn batches_go_one_at_a_time_whole_ones_at_once_and_a_part_one_on_the_tick() {
         let body = serde_json::from_slice(&call.body).unwrap();
         Some((call, body))
     };
-    vm.tick();
-    let (call, one) = batch(&mut vm).expect("the tick's batch");
-    // Nothing more until the agent answers.
-    vm.tick();
-    assert!(batch(&mut vm).is_none());
+    let (first, _) = vm.get("k1");
+    vm.send_and_answer(LeaseAnswer::Deny {
+        retry_after_ms: 60_000,
+        local: false,
+        from: None,
+    });
+    assert_eq!(vm.replied(first), Some(429));
+    // 299 more rejected from the cached denial, a millisecond apart, each
+    // followed by a turn of the worker's loop: 300 records in all, and no
+    // tick. The request that fills a batch (the byte cap: about 300 bytes a
+    // record, 106 of them) wakes the root, which sends it; the next whole
+    // batch waits for that one's answer.
+    let mut sent = Vec::new();
+    for i in 1..300 {
+        vm.host.set_now(vm.host.now_ns() + MS);
+        let (id, _) = vm.get("k1");
+        assert_eq!(vm.replied(id), Some(429));
+        vm.turn();
+        if let Some(b) = batch(&mut vm) {
+            sent.push((i, b));
+        }
+    }
+    assert_eq!(
+        sent.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+        [106],
+        "the requests after which a batch went"
+    );
+    let (_, (call, one)) = sent.remove(0);
     // Answered: the next whole batch goes at once.
     vm.answer(&call, Some(200), b"{}");
     let (call, two) = batch(&mut vm).expect("the next whole batch");
@@ -650,7 +659,6 @@ fn batches_go_one_at_a_time_whole_ones_at_once_and_a_part_one_on_the_tick() {
     vm.tick();
     let (_, three) = batch(&mut vm).expect("the part batch on the tick");
     let sizes = [one.records.len(), two.records.len(), three.records.len()];
-    // Each within the byte cap (about 300 bytes a record: 106 of them).
     assert_eq!(sizes, [106, 106, 88]);
     // In the order they were decided.
     let at: Vec<u64> = [one, two, three]
@@ -658,6 +666,30 @@ fn batches_go_one_at_a_time_whole_ones_at_once_and_a_part_one_on_the_tick() {
         .flat_map(|b| b.records.iter().map(|r| r.at_ms))
         .collect();
     assert!(at.windows(2).all(|w| w[0] < w[1]), "{at:?}");
+}
+
+#[test]
+fn a_denial_answering_a_batch_of_waiting_requests_sends_their_records_at_once() {
+    let mut vm = Vm::with_rules(per_key("closed"));
+    // 120 requests for one key wait on its one lease call.
+    let ids: Vec<u32> = (0..120).map(|_| vm.get("k1").0).collect();
+    vm.turn();
+    let call = vm.only_call();
+    let deny = LeaseAnswer::Deny {
+        retry_after_ms: 60_000,
+        local: false,
+        from: None,
+    };
+    vm.answer(&call, Some(200), &lease_answer(vec![deny]));
+    assert!(ids.iter().all(|id| vm.replied(*id) == Some(429)));
+    // Their 120 records fill a batch: it goes now, not at the next tick.
+    let batches = vm
+        .host
+        .take_calls()
+        .into_iter()
+        .filter(|c| c.path == DECISIONS_PATH)
+        .count();
+    assert_eq!(batches, 1);
 }
 
 #[test]

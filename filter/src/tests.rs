@@ -165,6 +165,14 @@ impl Vm {
         self.answer(&call, Some(200), &lease_answer(vec![answer]));
     }
 
+    /// One request for `key`, denied by the agent for a minute: the key's
+    /// later requests are answered from the cached denial.
+    fn deny_for_a_minute(&mut self, key: &str) {
+        let (first, _) = self.get(key);
+        self.send_and_answer(minute_denial());
+        assert_eq!(self.replied(first), Some(429));
+    }
+
     /// One request for `key`, its lease call failing.
     fn get_with_failed_call(&mut self, key: &str) -> u32 {
         let (id, action) = self.get(key);
@@ -190,6 +198,15 @@ fn sync_answer(version: &str) -> Vec<u8> {
         live_nodes: None,
     })
     .unwrap()
+}
+
+/// The agent's denial of a key for a minute.
+fn minute_denial() -> LeaseAnswer {
+    LeaseAnswer::Deny {
+        retry_after_ms: 60_000,
+        local: false,
+        from: None,
+    }
 }
 
 fn lease_answer(items: Vec<LeaseAnswer>) -> Vec<u8> {
@@ -621,13 +638,7 @@ fn batches_go_one_at_a_time_whole_ones_at_once_and_a_part_one_on_the_tick() {
         let body = serde_json::from_slice(&call.body).unwrap();
         Some((call, body))
     };
-    let (first, _) = vm.get("k1");
-    vm.send_and_answer(LeaseAnswer::Deny {
-        retry_after_ms: 60_000,
-        local: false,
-        from: None,
-    });
-    assert_eq!(vm.replied(first), Some(429));
+    vm.deny_for_a_minute("k1");
     // 299 more rejected from the cached denial, a millisecond apart, each
     // followed by a turn of the worker's loop: 300 records in all, and no
     // tick. The request that fills a batch (the byte cap: about 300 bytes a
@@ -675,12 +686,7 @@ fn a_denial_answering_a_batch_of_waiting_requests_sends_their_records_at_once() 
     let ids: Vec<u32> = (0..120).map(|_| vm.get("k1").0).collect();
     vm.turn();
     let call = vm.only_call();
-    let deny = LeaseAnswer::Deny {
-        retry_after_ms: 60_000,
-        local: false,
-        from: None,
-    };
-    vm.answer(&call, Some(200), &lease_answer(vec![deny]));
+    vm.answer(&call, Some(200), &lease_answer(vec![minute_denial()]));
     assert!(ids.iter().all(|id| vm.replied(*id) == Some(429)));
     // Their 120 records fill a batch: it goes now, not at the next tick.
     let batches = vm
@@ -817,13 +823,7 @@ fn records_a_vm_could_not_hand_over_are_counted_dropped() {
     let rules = per_key("closed");
     let (version, _) = served(rules.clone());
     let mut vm = Vm::with_rules(rules);
-    let (first, _) = vm.get("k1");
-    vm.send_and_answer(LeaseAnswer::Deny {
-        retry_after_ms: 60_000,
-        local: false,
-        from: None,
-    });
-    assert_eq!(vm.replied(first), Some(429));
+    vm.deny_for_a_minute("k1");
     // Each tick syncs and hands the records over; the agent answers the batch
     // with `status`.
     let tick = |vm: &mut Vm, rejected: usize, status: u32| {

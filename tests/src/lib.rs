@@ -163,10 +163,12 @@ pub fn filter_wasm() -> PathBuf {
 }
 
 /// `binary`, after checking that it was built after every source it is built
-/// from (the crates' `src/` and `Cargo.toml`, and `Cargo.lock`): `cargo test`
-/// alone does not rebuild the release binaries the tests start, and a stale
-/// one would test old code. A missing binary is left to the caller's start,
-/// which names it.
+/// from (the files cargo's dep-info beside it lists, else the crates' `src/`;
+/// the crates' `Cargo.toml`, and `Cargo.lock`): `cargo test` alone does not
+/// rebuild the release binaries the tests start, and a stale one would test
+/// old code. Dep-info leaves out what the binary is not built from (a test
+/// module), which `make build` would not rebuild for. A missing binary is left
+/// to the caller's start, which names it.
 fn fresh(binary: PathBuf, crates: &[&str]) -> PathBuf {
     let Ok(built) = std::fs::metadata(&binary).and_then(|m| m.modified()) else {
         return binary;
@@ -175,7 +177,10 @@ fn fresh(binary: PathBuf, crates: &[&str]) -> PathBuf {
     let mut sources = vec![root.join("Cargo.lock")];
     for c in crates {
         sources.push(root.join(c).join("Cargo.toml"));
-        sources.push(root.join(c).join("src"));
+    }
+    match std::fs::read_to_string(binary.with_extension("d")) {
+        Ok(dep_info) => sources.extend(dep_info_sources(&dep_info)),
+        Err(_) => sources.extend(crates.iter().map(|c| root.join(c).join("src"))),
     }
     if let Err(stale) = check_fresh(built, &sources) {
         panic!(
@@ -185,6 +190,35 @@ fn fresh(binary: PathBuf, crates: &[&str]) -> PathBuf {
         );
     }
     binary
+}
+
+/// The sources a cargo dep-info file (`target: source source …`, spaces in a
+/// name escaped) lists for its first target.
+fn dep_info_sources(dep_info: &str) -> Vec<PathBuf> {
+    let Some(line) = dep_info.lines().next() else {
+        return Vec::new();
+    };
+    let Some((_, list)) = line.split_once(": ") else {
+        return Vec::new();
+    };
+    let mut sources = Vec::new();
+    let mut name = String::new();
+    let mut chars = list.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => name.extend(chars.next()),
+            ' ' => {
+                if !name.is_empty() {
+                    sources.push(PathBuf::from(std::mem::take(&mut name)));
+                }
+            }
+            c => name.push(c),
+        }
+    }
+    if !name.is_empty() {
+        sources.push(PathBuf::from(name));
+    }
+    sources
 }
 
 /// `Err(source)` when a file under `sources` changed after `built`.
@@ -291,5 +325,19 @@ mod tests {
             check_fresh(t0 + Duration::from_secs(20), &sources),
             Err(lock)
         );
+    }
+
+    #[test]
+    fn the_sources_are_read_from_cargos_dep_info() {
+        let d = "/t/release/x.wasm: /r/core/src/lib.rs /r/filter/src/my\\ file.rs /r/filter/src/lib.rs\n\n/r/core/src/lib.rs:\n";
+        assert_eq!(
+            dep_info_sources(d),
+            [
+                PathBuf::from("/r/core/src/lib.rs"),
+                PathBuf::from("/r/filter/src/my file.rs"),
+                PathBuf::from("/r/filter/src/lib.rs"),
+            ]
+        );
+        assert!(dep_info_sources("").is_empty());
     }
 }

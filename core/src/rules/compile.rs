@@ -1,18 +1,22 @@
 //! From what people wrote (`RulesConfig`) to what the request path runs (`RuleSet`):
 //! every check happens here, once, and names the rule and field it refuses.
 
-use std::collections::BTreeMap;
-use std::num::{NonZeroU32, NonZeroU64};
+use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use super::builder::RuleSetBuilder;
 use super::config::*;
 use super::error::{RuleError, RulesError};
-use super::schedule::{day_bit, Schedule, Span, SpanKind, Window, MAX_WINDOWS};
 use super::{Limits, Matcher, PathMatch, Rule, RuleSet};
 use crate::fingerprint::fnv1a;
-use crate::limit::Limit;
-use crate::{NANOS_PER_MS, NANOS_PER_SEC};
+use crate::NANOS_PER_SEC;
+
+pub use limits::parse_period;
+use limits::{compile_limit, compile_plans};
+use schedule::compile_schedule;
+
+mod limits;
+mod schedule;
 
 /// The longest rule name; names become metric labels and key prefixes.
 pub const MAX_RULE_NAME: usize = 64;
@@ -182,100 +186,6 @@ pub(super) fn compile_rule(
     }
 }
 
-/// The rule's `schedule`: each window's span, days and limit (the rule's
-/// `limit` with the window's fields written over it), every problem named by
-/// its field (`schedule[1].minutes`).
-fn compile_schedule(
-    rule: &RuleConfig,
-    cost: u32,
-    algorithm: Algorithm,
-    err: &mut impl FnMut(&str, String),
-) -> Schedule {
-    if rule.schedule.is_empty() {
-        return Schedule::default();
-    }
-    let Some(base) = &rule.limit else {
-        if rule.plans.is_some() {
-            err(
-                "schedule",
-                "a rule with `plans` cannot have a schedule: give it `limit`, or write the windowed limit as a rule of its own".into(),
-            );
-        }
-        return Schedule::default();
-    };
-    if rule.schedule.len() > MAX_WINDOWS {
-        err(
-            "schedule",
-            format!("{} windows; at most {MAX_WINDOWS}", rule.schedule.len()),
-        );
-        return Schedule::default();
-    }
-    let mut windows = Vec::with_capacity(rule.schedule.len());
-    for (i, w) in rule.schedule.iter().enumerate() {
-        let field = format!("schedule[{i}]");
-        if let Some(name) = &w.name {
-            check_name(name, &format!("{field}.name"), err);
-        }
-        let mut days = 0u8;
-        if let Some(list) = &w.days {
-            if list.is_empty() {
-                err(
-                    &format!("{field}.days"),
-                    "an empty list opens on no day; leave `days` out for every day".into(),
-                );
-            }
-            for (j, d) in list.iter().enumerate() {
-                match day_bit(d) {
-                    Some(bit) => days |= bit,
-                    None => err(
-                        &format!("{field}.days[{j}]"),
-                        format!("`{d}` is not a day: write mon, tue, wed, thu, fri, sat or sun"),
-                    ),
-                }
-            }
-        }
-        let span = match (&w.minutes, &w.hours) {
-            (Some(m), None) => Span::parse(m, SpanKind::Minutes)
-                .map_err(|e| err(&format!("{field}.minutes"), e))
-                .ok(),
-            (None, Some(h)) => Span::parse(h, SpanKind::Hours)
-                .map_err(|e| err(&format!("{field}.hours"), e))
-                .ok(),
-            (Some(_), Some(_)) => {
-                err(
-                    &field,
-                    "give either `minutes` (a span within every hour) or `hours` (within every day), not both".into(),
-                );
-                None
-            }
-            (None, None) => {
-                err(
-                    &field,
-                    "a window needs `minutes: \"MM:SS-MM:SS\"` (within every hour) or `hours: \"HH:MM-HH:MM\"` (within every day)".into(),
-                );
-                None
-            }
-        };
-        if w.requests.is_none() && w.per.is_none() && w.burst.is_none() {
-            err(
-                &field,
-                "a window changes nothing without `requests`, `per` or `burst`".into(),
-            );
-            continue;
-        }
-        let merged = LimitConfig {
-            requests: w.requests.unwrap_or(base.requests),
-            per: w.per.clone().unwrap_or_else(|| base.per.clone()),
-            burst: w.burst.or(base.burst),
-        };
-        let limit = compile_limit(&merged, &field, cost, algorithm, err);
-        if let (Some(span), Some(limit)) = (span, limit) {
-            windows.push(Window::new(w.name.clone(), days, span, limit));
-        }
-    }
-    Schedule::new(windows)
-}
-
 fn compile_match(m: &MatchConfig, err: &mut impl FnMut(&str, String)) -> Matcher {
     let path = match (&m.path, &m.path_prefix) {
         (Some(_), Some(_)) => {
@@ -362,157 +272,6 @@ fn metadata_field(m: &crate::metadata::MetadataPath) -> &'static str {
         "claim"
     } else {
         "metadata"
-    }
-}
-
-fn compile_plans(
-    p: &PlansConfig,
-    cost: u32,
-    algorithm: Algorithm,
-    err: &mut impl FnMut(&str, String),
-) -> Option<Limits> {
-    let by = match (&p.header, &p.claim, &p.metadata) {
-        (Some(h), None, None) => {
-            check_header_name(h, "plans.header", err);
-            Some(super::PlanSource::Header(h.to_ascii_lowercase()))
-        }
-        (None, Some(c), None) => {
-            let path = crate::metadata::MetadataPath::claim(c);
-            match path.check() {
-                Ok(()) => Some(super::PlanSource::Metadata(path)),
-                Err(e) => {
-                    err("plans.claim", e);
-                    None
-                }
-            }
-        }
-        (None, None, Some(m)) => {
-            let path: crate::metadata::MetadataPath = m.clone().into();
-            match path.check() {
-                Ok(()) => Some(super::PlanSource::Metadata(path)),
-                Err(e) => {
-                    err("plans.metadata", e);
-                    None
-                }
-            }
-        }
-        _ => {
-            err(
-                "plans",
-                "give exactly one of `header`, `claim` or `metadata`: what names the plan".into(),
-            );
-            None
-        }
-    };
-    if p.limits.is_empty() {
-        err("plans.limits", "at least one plan is required".into());
-    }
-    let mut limits = BTreeMap::new();
-    for (plan, l) in &p.limits {
-        if let Some(limit) = compile_limit(l, &format!("plans.limits.{plan}"), cost, algorithm, err)
-        {
-            limits.insert(plan.clone(), limit);
-        }
-    }
-    if !p.limits.contains_key(&p.default) {
-        err(
-            "plans.default",
-            format!("plan `{}` is not in `plans.limits`", p.default),
-        );
-    }
-    let default = limits.get(&p.default).copied()?;
-    let by = by?;
-    (limits.len() == p.limits.len()).then(|| Limits::Plans {
-        by,
-        default_plan: p.default.clone(),
-        default,
-        limits,
-    })
-}
-
-fn compile_limit(
-    l: &LimitConfig,
-    field: &str,
-    cost: u32,
-    algorithm: Algorithm,
-    err: &mut impl FnMut(&str, String),
-) -> Option<Limit> {
-    if let (Some(burst), true) = (l.burst, algorithm.is_window()) {
-        err(
-            &format!("{field}.burst"),
-            format!(
-                "`burst: {burst}` applies to `token_bucket` only: a `{}` admits `requests` per `per` window and has no burst: remove `burst`",
-                algorithm.name()
-            ),
-        );
-        return None;
-    }
-    let requests = NonZeroU32::new(l.requests);
-    if requests.is_none() {
-        err(&format!("{field}.requests"), "must be at least 1".into());
-    }
-    let per = match parse_period(&l.per) {
-        Ok(ns) => NonZeroU64::new(ns),
-        Err(msg) => {
-            err(&format!("{field}.per"), msg);
-            None
-        }
-    };
-    let burst = NonZeroU32::new(l.burst.unwrap_or(l.requests));
-    if l.burst == Some(0) {
-        err(&format!("{field}.burst"), "must be at least 1".into());
-    }
-    let limit = Limit::new(requests?, per?, burst?).with_algorithm(algorithm);
-    // A full burst's refill time, exactly (u32 × u64 fits in u128).
-    let refill_ns =
-        u128::from(limit.burst()) * u128::from(limit.per_ns()) / u128::from(limit.requests());
-    if refill_ns > u128::from(MAX_REFILL_NS) {
-        err(
-            &format!("{field}.burst"),
-            format!(
-                "a full burst of {} takes {} days to refill at {} per `{}`; at most 366 days: raise `requests` or lower `burst`",
-                limit.burst(),
-                refill_ns / u128::from(86_400 * NANOS_PER_SEC),
-                limit.requests(),
-                l.per.trim()
-            ),
-        );
-        return None;
-    }
-    if cost > limit.burst() {
-        err(
-            "cost",
-            format!(
-                "cost {cost} is above the {} {} of `{field}`: no request could ever pass",
-                if algorithm.is_window() {
-                    "requests"
-                } else {
-                    "burst"
-                },
-                limit.burst()
-            ),
-        );
-        return None;
-    }
-    Some(limit)
-}
-
-/// Parses `250ms`, `1s`, `10s`, `1m`, `1h`, `1d` into nanoseconds.
-pub fn parse_period(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let unit_ns = match unit {
-        "ms" => NANOS_PER_MS,
-        "s" => NANOS_PER_SEC,
-        "m" => 60 * NANOS_PER_SEC,
-        "h" => 3_600 * NANOS_PER_SEC,
-        "d" => 86_400 * NANOS_PER_SEC,
-        _ => return Err(format!("`{text}` is not a period: write a whole number and one of ms, s, m, h, d (e.g. 250ms, 1s, 1m)")),
-    };
-    match num.parse::<u64>().ok().and_then(|n| n.checked_mul(unit_ns)) {
-        Some(ns) if (NANOS_PER_MS..=MAX_PERIOD_NS).contains(&ns) => Ok(ns),
-        _ => Err(format!("`{text}` must be between 1ms and 366d")),
     }
 }
 

@@ -660,6 +660,9 @@ fn batches_go_one_at_a_time_whole_ones_at_once_and_a_part_one_on_the_tick() {
         "the requests after which a batch went"
     );
     let (_, (call, one)) = sent.remove(0);
+    // Not even the tick sends another while it is unanswered.
+    vm.tick();
+    assert!(batch(&mut vm).is_none());
     // Answered: the next whole batch goes at once.
     vm.answer(&call, Some(200), b"{}");
     let (call, two) = batch(&mut vm).expect("the next whole batch");

@@ -96,6 +96,15 @@ fn http_get(addr: &str, path: &str) -> Option<String> {
     )
 }
 
+/// A rules file of the good rules, in a directory that lives as long as the
+/// returned guard.
+fn good_rules_file() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rules.yaml");
+    std::fs::write(&path, GOOD).unwrap();
+    (dir, path)
+}
+
 /// Starts `run` on a free port with `env` and waits for /readyz.
 fn start(rules: &Path, env: &[(&str, &str)]) -> (Running, String) {
     let addr = free_addr();
@@ -192,9 +201,7 @@ fn check_rules_refuses_a_billion_laughs_within_its_memory_bound() {
 
 #[test]
 fn a_live_reload_refuses_a_billion_laughs_and_keeps_the_last_good_rules() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("rules.yaml");
-    std::fs::write(&path, GOOD).unwrap();
+    let (dir, path) = good_rules_file();
     let (agent, addr) = start(&path, &[]);
     let pid = agent.0.id();
     let rules_before = http_get(&addr, "/v1/rules").unwrap();
@@ -230,9 +237,7 @@ fn a_live_reload_refuses_a_billion_laughs_and_keeps_the_last_good_rules() {
 
 #[test]
 fn a_flood_of_oversized_keys_leaves_the_agent_s_memory_as_it_was() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("rules.yaml");
-    std::fs::write(&path, GOOD).unwrap();
+    let (_dir, path) = good_rules_file();
     let (agent, addr) = start(&path, &[]);
     let pid = agent.0.id();
     let before = proc_kb(pid, "VmRSS").unwrap();
@@ -273,9 +278,7 @@ fn a_flood_of_oversized_keys_leaves_the_agent_s_memory_as_it_was() {
 
 #[test]
 fn half_sent_requests_are_closed_after_the_header_timeout() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("rules.yaml");
-    std::fs::write(&path, GOOD).unwrap();
+    let (_dir, path) = good_rules_file();
     let (_agent, addr) = start(&path, &[("MESHLIMIT_HEADER_TIMEOUT_MS", "500")]);
     // Half of them stop in the header, half in the body.
     let in_body = format!(
@@ -317,10 +320,29 @@ fn half_sent_requests_are_closed_after_the_header_timeout() {
 }
 
 #[test]
+fn a_request_header_past_8_kib_gets_431() {
+    let (_dir, path) = good_rules_file();
+    let (_agent, addr) = start(&path, &[]);
+    let with_header = |bytes: usize| {
+        let request = format!(
+            "GET /readyz HTTP/1.1\r\nhost: agent\r\nx-pad: {}\r\nconnection: close\r\n\r\n",
+            "a".repeat(bytes)
+        );
+        http(&addr, &request).unwrap_or_default()
+    };
+    let under = with_header(7 * 1024);
+    assert!(under.starts_with("HTTP/1.1 200"), "{under}");
+    let over = with_header(9 * 1024);
+    assert!(over.starts_with("HTTP/1.1 431"), "{over:?}");
+    // The agent still answers.
+    assert!(http_get(&addr, "/readyz")
+        .unwrap()
+        .starts_with("HTTP/1.1 200"));
+}
+
+#[test]
 fn connections_past_the_cap_are_closed_at_once_and_counted() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("rules.yaml");
-    std::fs::write(&path, GOOD).unwrap();
+    let (_dir, path) = good_rules_file();
     let (_agent, addr) = start(&path, &[("MESHLIMIT_MAX_CONNECTIONS", "50")]);
     // Wait for the readiness probe's connection to be released.
     std::thread::sleep(Duration::from_millis(100));

@@ -34,6 +34,9 @@ fn a_schedule_window_raises_a_limit_and_drops_it_again() {
     // phase to run inside its part of the clock.
     const OPEN_IN: u64 = 10;
     const LENGTH: u64 = 8;
+    // How soon after an edge responses must advertise the limit then in force,
+    // in seconds.
+    const EDGE_SEEN_WITHIN: f64 = 0.5;
     let opens = unix_now().ceil() as u64 + OPEN_IN;
     let closes = opens + LENGTH;
     let rules = format!(
@@ -125,6 +128,17 @@ rules:
         opened_seen * 1e3,
         closed_seen * 1e3
     );
+    // Each edge is seen by the filter's own clock, no sync involved: measured
+    // 15-98 ms, most of it this test's polling (every 10-100 ms). A filter
+    // waiting for its next rules sync (every second) would take up to 1 s.
+    for (edge, seen) in [("opened", opened_seen), ("closed", closed_seen)] {
+        assert!(
+            seen <= EDGE_SEEN_WITHIN,
+            "the window {edge} {:.0} ms before responses said so (at most {:.0} ms)",
+            seen * 1e3,
+            EDGE_SEEN_WITHIN * 1e3
+        );
+    }
     let statuses = stack.statuses(5, "/anything", &alice);
     assert_eq!(
         statuses,

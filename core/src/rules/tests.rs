@@ -865,6 +865,33 @@ mod schedule {
     }
 
     #[test]
+    fn a_rule_has_at_most_32_windows() {
+        let with = |n: usize| {
+            let windows: Vec<_> = (0..n)
+                .map(|i| serde_json::json!({"minutes": format!("{i:02}:00-{i:02}:30"), "requests": 50}))
+                .collect();
+            compile(serde_json::json!({"version": 1, "rules": [
+                {"name": "many", "key": ["method"], "limit": {"requests": 10, "per": "1s"},
+                 "schedule": windows},
+            ]}))
+        };
+        let s = with(32).unwrap();
+        assert_eq!(
+            s.rule("many")
+                .unwrap()
+                .limit_in_force(None, ns("2026-12-01T10:31:10Z"))
+                .window,
+            Some(31)
+        );
+        let e = with(33).unwrap_err();
+        assert_eq!(e.errors.len(), 1, "{e:?}");
+        let x = &e.errors[0];
+        assert_eq!(x.field, "schedule");
+        assert_eq!(x.message, "33 windows; at most 32");
+        assert_eq!(x.rule.as_deref(), Some("many"));
+    }
+
+    #[test]
     fn a_rule_without_a_schedule_keeps_its_version() {
         // `schedule` is left out of the normalised file when empty: files written
         // before schedules keep their versions.

@@ -8,8 +8,9 @@
 //! by a pure event scan ([`granit_parser`], the parser `serde_saphyr` itself reads
 //! with) before the text is read into values: the scan holds one event and the
 //! nesting stack at a time, so refusing such a file costs about what reading it
-//! did (the agent's test measures the `check-rules` process's peak RSS at under
-//! 16 MiB). A text the scanner cannot read is left to `serde_saphyr`, whose error
+//! did (the agent's test holds the `check-rules` process's peak RSS refusing it
+//! within 2 MiB of reading the same file with its aliases spelled as plain
+//! words, and a running agent's growth for a reload of it under 2 MiB). A text the scanner cannot read is left to `serde_saphyr`, whose error
 //! (message, line and column) the fixtures pin.
 
 use std::collections::BTreeMap;

@@ -303,6 +303,13 @@ fn a_bucket_drained_within_the_period_before_the_rejection_proves_no_false_limit
     let s = stored(0.0, 0, 2_000);
     assert!(!drained_within_period(Some(&s), &l, 1, 500 * MS));
     assert!(is_false(Some(&s), &[l], 1, 500 * MS));
+    // The same on a store clock far from zero (Redis's is Unix time): the
+    // period counts from the drain, not from the clock's start.
+    let unix_ms = 1_700_000_000_000;
+    let s = stored(0.0, unix_ms, unix_ms + 1_000);
+    assert!(drained_within_period(Some(&s), &l, 1, 500 * MS));
+    let s = stored(0.0, unix_ms, unix_ms + 2_000);
+    assert!(!drained_within_period(Some(&s), &l, 1, 500 * MS));
     // A last update that left less than a lease (a tenth of the burst, 1
     // token here) or the cost drained it; one that left both did not: false.
     let s = stored(3.0, 0, 1_000);

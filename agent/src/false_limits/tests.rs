@@ -351,3 +351,19 @@ fn the_sampler_takes_suspects_across_the_whole_second_within_the_budget() {
     // A budget of 0 takes none.
     assert!((0..100).all(|i| !sampler.take(at(3_000 + i), 0)));
 }
+
+#[test]
+fn after_a_silent_second_the_sampler_starts_afresh() {
+    let base = Instant::now();
+    let mut sampler = Sampler::new(base, 7);
+    let at = |ms: u64| base + Duration::from_millis(ms);
+    for i in 0..1_000 {
+        sampler.take(at(i), CHECKS_PER_SECOND);
+    }
+    // Nothing from 1 s to 2 s: at 2 s the second before held no suspect, so
+    // the few now are all checked (not each at 10 in 1,000).
+    let taken = (0..5)
+        .filter(|_| sampler.take(at(2_000), CHECKS_PER_SECOND))
+        .count();
+    assert_eq!(taken, 5);
+}

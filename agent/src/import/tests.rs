@@ -351,3 +351,52 @@ fn the_committed_peer_files_import_to_the_committed_rules_and_refusals() {
         stale.join("\n")
     );
 }
+
+#[test]
+fn the_command_says_how_many_rules_it_imported_or_refusals_it_found() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/import");
+    let run = |file: &str, map: &[&str]| {
+        let args = ImportArgs {
+            from: ImportFormat::EnvoyRatelimit,
+            map: map.iter().map(|m| m.to_string()).collect(),
+            out: None,
+            file: dir.join(file),
+        };
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = import(&args, &mut out, &mut err);
+        let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
+        (code, text(out), text(err))
+    };
+    let (code, out, err) = run(
+        "ratelimit-edge.yaml",
+        &[
+            "api_key=header:x-api-key",
+            "generic_key:reports=path_prefix:/reports/",
+            "http_method=method",
+            "path=path",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("# Imported by `meshlimit-agent import`"),
+        "{out}"
+    );
+    assert!(
+        err.ends_with("ratelimit-edge.yaml: 6 rules imported\n"),
+        "{err}"
+    );
+    let (code, out, err) = run(
+        "ratelimit-refused.yaml",
+        &[
+            "user=header:x-user",
+            "tenant=header:x-tenant",
+            "bot=header:x-bot",
+        ],
+    );
+    assert_eq!(code, 1);
+    assert_eq!(out, "");
+    assert!(
+        err.ends_with("ratelimit-refused.yaml: not imported (5 refusals); nothing written\n"),
+        "{err}"
+    );
+}

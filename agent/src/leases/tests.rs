@@ -592,3 +592,17 @@ async fn the_services_sweep_drops_the_pools_idle_keys() {
     svc.sweep_pools();
     assert_eq!(svc.pooled_keys(), 0);
 }
+
+#[test]
+fn the_region_tasks_set_the_services_own_shares() {
+    let (svc, _) = service(Mode::Delayed(MS), 8);
+    // What the region tasks do with the handle, each call its own.
+    assert!(svc
+        .shares()
+        .enable(0.1, meshlimit_core::secret::KeyIds::placeholder()));
+    svc.shares().install(crate::regions::table::ShareTable::new(
+        Some(7),
+        Default::default(),
+    ));
+    assert_eq!(svc.shares().table().period, Some(7));
+}

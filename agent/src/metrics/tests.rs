@@ -748,3 +748,52 @@ fn past_the_most_filters_shown_a_new_filter_is_not_added_but_known_ones_move_on(
     let on = |v| value(&text, "meshlimit_filters_on_version", &[("version", v)]);
     assert_eq!((on("v1"), on("v2")), ((MAX_FILTERS - 1) as f64, 1.0));
 }
+
+#[test]
+fn keys_are_named_by_the_deployments_keyed_hash_once_it_is_set() {
+    let m = Metrics::new("eu").unwrap();
+    let ids = meshlimit_core::secret::Secret::new(&[7; 32])
+        .unwrap()
+        .key_ids();
+    m.set_key_ids(ids.clone());
+    let key = DescriptorKey::new("r", ["customer-a"]);
+    m.lease_denied("r", &key);
+    m.refresh_top_keys();
+    let text = m.render().unwrap();
+    let shown = |id: String| {
+        sample(
+            &text,
+            "meshlimit_top_rejected_keys",
+            &[("rule", "r"), ("key", &id)],
+        )
+    };
+    assert_eq!(shown(ids.id(&key).to_string()), Some(1.0));
+    assert_eq!(
+        shown(
+            meshlimit_core::secret::KeyIds::placeholder()
+                .id(&key)
+                .to_string()
+        ),
+        None
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_fail_open_ratio_counts_the_last_minute_only() {
+    let m = Metrics::new("eu").unwrap();
+    let set = parse_rules("t", RULES).unwrap();
+    let decisions = |outcome| report("f", set.version(), &[("r", outcome, 10)]);
+    m.record_sync(Some(&set), &decisions(Outcome::FailedOpen));
+    tokio::time::advance(Duration::from_secs(30)).await;
+    m.record_sync(Some(&set), &decisions(Outcome::Allowed));
+    m.refresh(Some(&set));
+    let ratio = |m: &Metrics| {
+        let text = m.render().unwrap();
+        value(&text, "meshlimit_fail_open_ratio", &[("rule", "r")])
+    };
+    assert!(close(ratio(&m), 0.5));
+    // A minute after the failures: only the allowed decisions are left.
+    tokio::time::advance(Duration::from_secs(31)).await;
+    m.refresh(Some(&set));
+    assert_eq!(ratio(&m), 0.0);
+}

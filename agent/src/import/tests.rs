@@ -400,3 +400,85 @@ fn the_command_says_how_many_rules_it_imported_or_refusals_it_found() {
         "{err}"
     );
 }
+
+#[test]
+fn every_unit_of_the_peers_is_read_and_only_a_path_pattern_is_matched() {
+    let one = |unit: &str, value: &str, extra: &str| {
+        envoy(
+            &format!(
+                "domain: d\ndescriptors:\n  - key: path\n    value: {value}\n{extra}    rate_limit: {{ unit: {unit}, requests_per_unit: 5 }}\n"
+            ),
+            &["path=path"],
+        )
+    };
+    // A month is 30 days, a year 365, as the peer counts them.
+    for (unit, per) in [("week", "7d"), ("month", "30d"), ("year", "365d")] {
+        let i = one(unit, "/x", "");
+        assert_eq!(errors(&i), Vec::<String>::new(), "{unit}");
+        assert_eq!(i.rules[0].limit.as_ref().unwrap().per, per, "{unit}");
+    }
+    // A pattern that is no path prefix is refused.
+    let e = errors(&one("minute", "files/*", ""));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].contains("is a pattern; meshlimit matches a pattern only as a path prefix"),
+        "{e:?}"
+    );
+    // Any one of the peer's metric options is said to be dropped.
+    for option in ["detailed_metric", "value_to_metric"] {
+        let i = one("minute", "/x", &format!("    {option}: true\n"));
+        assert!(
+            i.notes.iter().any(|n| n
+                .starts_with("`detailed_metric`, `value_to_metric` and `metadata` are dropped")),
+            "{option}: {:?}",
+            i.notes
+        );
+    }
+    assert!(one("minute", "/x", "")
+        .notes
+        .iter()
+        .all(|n| !n.contains("are dropped")));
+}
+
+#[test]
+fn a_value_mapping_with_nothing_to_match_is_refused() {
+    for bad in [
+        "k:v=method:",
+        "k:v=authority:",
+        "k:v=header:",
+        "k:v=header:=yes",
+    ] {
+        let options = vec![bad.to_string()];
+        assert!(Mapping::from_options(&options).is_err(), "{bad}");
+    }
+    let m = mapping(&["k:v=method:POST", "k:w=authority:api.example.com"]);
+    assert_eq!(
+        m.values.get(&("k".into(), "v".into())),
+        Some(&Condition::Method("POST".into()))
+    );
+}
+
+#[test]
+fn a_limitador_window_may_be_up_to_366_days() {
+    let limit = |seconds: u64| {
+        let text = format!(
+            "- namespace: ns\n  max_value: 3\n  seconds: {seconds}\n  conditions: []\n  variables: [\"descriptors[0].k\"]\n"
+        );
+        convert(
+            ImportFormat::Limitador,
+            "l.yaml",
+            &text,
+            &mapping(&["k=header:x-k"]),
+        )
+    };
+    let most = 366 * 86_400;
+    let i = limit(most);
+    assert_eq!(errors(&i), Vec::<String>::new());
+    assert_eq!(i.rules[0].limit.as_ref().unwrap().per, "366d");
+    let e = errors(&limit(most + 1));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].contains("field seconds: 31622401 is not from 1 to 31622400 (366 days)"),
+        "{e:?}"
+    );
+}

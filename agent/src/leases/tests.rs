@@ -43,6 +43,12 @@ fn sizing() {
         ..s
     };
     assert_eq!(size(&exact_below, "fast", 2), 2);
+    // A rule at exactly the rate is not slower than it: pooled.
+    let at_the_rate = LeaseSettings {
+        exact_below_rps: 1000.0,
+        ..s
+    };
+    assert_eq!(size(&at_the_rate, "fast", 2), 100);
 }
 
 #[test]
@@ -78,6 +84,8 @@ struct FakeStore {
     calls: AtomicUsize,
     /// Set: `Delayed` answers every item `unavailable` instead.
     failing: std::sync::atomic::AtomicBool,
+    /// The limit of every item asked for, in order.
+    limits: std::sync::Mutex<Vec<meshlimit_core::Limit>>,
 }
 
 enum Mode {
@@ -96,6 +104,10 @@ enum Mode {
 impl Store for FakeStore {
     async fn acquire(&self, items: &[Acquire]) -> Vec<Acquired> {
         self.calls.fetch_add(1, Ordering::SeqCst);
+        self.limits
+            .lock()
+            .unwrap()
+            .extend(items.iter().map(|a| a.limit));
         match &self.mode {
             Mode::Fail(e) => vec![Err(e.clone()); items.len()],
             Mode::Short => Vec::new(),
@@ -206,6 +218,7 @@ fn service_with_rules(
         mode,
         calls: AtomicUsize::new(0),
         failing: std::sync::atomic::AtomicBool::new(false),
+        limits: std::sync::Mutex::default(),
     });
     let settings = LeaseSettings {
         max_inflight,
@@ -605,4 +618,37 @@ fn the_region_tasks_set_the_services_own_shares() {
         Default::default(),
     ));
     assert_eq!(svc.shares().table().period, Some(7));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_plan_key_held_after_a_drained_grant_refills_under_its_plans_limit() {
+    let rules = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fixtures/rules/per-ip-and-api-plans.yaml"
+    ));
+    let (svc, metrics, store) = service_with_rules(rules, Mode::Drained, 8);
+    let mut req = request(&["api"]);
+    req.items[0].key = DescriptorKey::new("api", ["k"]);
+    req.items[0].plan = Some("gold".into());
+    // 1,000 asks a second make the key thick at the node; each grant drains
+    // the store and holds the key. Then no asks: the last hold ends in a
+    // refill by the clock.
+    for _ in 0..50 {
+        svc.lease(&req).await;
+        tokio::time::sleep(MS).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let text = metrics.render().unwrap();
+    assert!(
+        sample(&text, "meshlimit_pool_calls_total", &[("kind", "refill")]).unwrap_or(0.0) > 0.0,
+        "{text}"
+    );
+    let gold = parse_rules("t", rules)
+        .unwrap()
+        .rule("api")
+        .unwrap()
+        .limit_in_force(Some("gold"), 0)
+        .limit;
+    let limits = store.limits.lock().unwrap();
+    assert!(limits.iter().all(|l| *l == gold), "{limits:?}");
 }

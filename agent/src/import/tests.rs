@@ -482,3 +482,40 @@ fn a_limitador_window_may_be_up_to_366_days() {
         "{e:?}"
     );
 }
+
+#[test]
+fn a_method_may_be_required_twice_but_not_two_methods_and_a_wildcard_host_is_no_key() {
+    let nested = |first: &str, second: &str| {
+        envoy(
+            &format!(
+                "domain: d\ndescriptors:\n  - key: m\n    value: {first}\n    descriptors:\n      - key: m2\n        value: {second}\n        rate_limit: {{ unit: second, requests_per_unit: 1 }}\n"
+            ),
+            &["m=method", "m2=method"],
+        )
+    };
+    assert_eq!(errors(&nested("POST", "post")), Vec::<String>::new());
+    let e = errors(&nested("POST", "GET"));
+    assert!(
+        e.iter()
+            .any(|e| e.contains("a second, different method `GET`")),
+        "{e:?}"
+    );
+    let host = |value: &str| {
+        envoy(
+            &format!("domain: d\ndescriptors:\n  - key: host\n    value: \"{value}\"\n    rate_limit: {{ unit: second, requests_per_unit: 1 }}\n"),
+            &["host=authority"],
+        )
+    };
+    let exact = host("api.example.com");
+    assert_eq!(errors(&exact), Vec::<String>::new());
+    assert_eq!(exact.rules[0].key, [KeyPartConfig::Authority]);
+    let wildcard = host("*.example.com");
+    assert!(
+        wildcard
+            .rules
+            .iter()
+            .all(|r| r.key != [KeyPartConfig::Authority]),
+        "{:?}",
+        wildcard.rules
+    );
+}

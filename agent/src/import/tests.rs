@@ -451,7 +451,15 @@ fn a_value_mapping_with_nothing_to_match_is_refused() {
         let options = vec![bad.to_string()];
         assert!(Mapping::from_options(&options).is_err(), "{bad}");
     }
-    let m = mapping(&["k:v=method:POST", "k:w=authority:api.example.com"]);
+    let m = mapping(&[
+        "k:v=method:POST",
+        "k:w=authority:api.example.com",
+        "k:x=header:x-beta",
+    ]);
+    assert_eq!(
+        m.values.get(&("k".into(), "x".into())),
+        Some(&Condition::Header("x-beta".into(), None))
+    );
     assert_eq!(
         m.values.get(&("k".into(), "v".into())),
         Some(&Condition::Method("POST".into()))

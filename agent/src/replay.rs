@@ -533,6 +533,24 @@ rules:
     }
 
     #[test]
+    fn a_key_rejected_as_often_under_the_baseline_is_not_newly_limited() {
+        let set = rules(meshlimit_tests::EXACT_TWO_PER_HOUR);
+        let log: Vec<String> = (0..3)
+            .map(|ms| {
+                format!(
+                    r#"{{"time":"x","node":"n","filter":"f","at_ms":{ms},"rule":"per-key","rules_version":"v","decision":"allowed","key_id":"aa","source":"store","sample_rate":1.0}}"#
+                )
+            })
+            .collect();
+        let r = replay(log.join("\n").as_bytes(), &set, Some(&set));
+        assert_eq!(r.new.by_rule.get("per-key"), Some(&(3, 1)));
+        let mut text = Vec::new();
+        report(&r, &set, &KeyIds::placeholder(), false, &mut text);
+        let text = String::from_utf8(text).unwrap_or_default();
+        assert!(!text.contains("newly limited: rule"), "{text}");
+    }
+
+    #[test]
     fn a_request_sending_its_key_twice_is_counted_ambiguous() {
         let set = rules(
             "version: 1\nrules:\n  - name: q\n    key: [{ query: k }]\n    limit: { requests: 2, per: 1h }\n",

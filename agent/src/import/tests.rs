@@ -527,3 +527,25 @@ fn a_method_may_be_required_twice_but_not_two_methods_and_a_wildcard_host_is_no_
         wildcard.rules
     );
 }
+
+#[test]
+fn a_value_written_as_a_number_or_a_boolean_is_its_text() {
+    let text = "domain: d
+descriptors:
+  - key: port
+    value: 8443
+    rate_limit: { unit: second, requests_per_unit: 1 }
+  - key: beta
+    value: true
+    rate_limit: { unit: second, requests_per_unit: 2 }
+";
+    let i = envoy(text, &["port=header:x-port", "beta=header:x-beta"]);
+    assert_eq!(errors(&i), Vec::<String>::new());
+    let headers: Vec<_> = i
+        .rules
+        .iter()
+        .map(|r| r.matches.as_ref().unwrap().headers.clone())
+        .collect();
+    assert!(format!("{headers:?}").contains("8443"), "{headers:?}");
+    assert!(format!("{headers:?}").contains("true"), "{headers:?}");
+}

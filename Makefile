@@ -225,8 +225,8 @@ MUTANTS_PACKAGES ?= meshlimit-core meshlimit-filter meshlimit-agent
 # command line are I/O, tested by its integration tests, which start
 # redis-server and take too long per mutant: only its unit tests are built and
 # run (--lib for every cargo call, not only the test run: otherwise each mutant
-# also relinks the binary and every integration test, 3-4 s a mutant against
-# 10-21 s).
+# also relinks the binary and every integration test: 2.4-5.8 s a mutant's build
+# against 10.0-20.9 s, docs/testing.md).
 MUTANTS_AGENT_FILES := agent/src/leases.rs agent/src/leases/*.rs agent/src/pool.rs \
 	agent/src/fail_local.rs agent/src/window.rs agent/src/regions/share.rs \
 	agent/src/regions/demand.rs agent/src/regions/table.rs agent/src/false_limits.rs \

@@ -509,6 +509,56 @@ rules:
             text.contains("newly limited: rule per-key key aa: 1 rejected (baseline 0)"),
             "{text}"
         );
+        assert!(!text.contains("were sampled"), "{text}");
+    }
+
+    #[test]
+    fn sampled_decision_log_lines_are_counted_and_said() {
+        let set = rules(meshlimit_tests::EXACT_TWO_PER_HOUR);
+        let record = |ms: u64, rate: f64| {
+            format!(
+                r#"{{"time":"x","node":"n","filter":"f","at_ms":{ms},"rule":"per-key","rules_version":"v","decision":"allowed","key_id":"aa","source":"store","sample_rate":{rate}}}"#
+            )
+        };
+        let log = [record(1, 0.5), record(2, 1.0), record(3, 0.25)];
+        let r = replay(log.join("\n").as_bytes(), &set, None);
+        assert_eq!((r.requests, r.sampled), (3, 2));
+        let mut text = Vec::new();
+        report(&r, &set, &KeyIds::placeholder(), false, &mut text);
+        let text = String::from_utf8(text).unwrap_or_default();
+        assert!(
+            text.contains("2 decision log lines were sampled (log_sample below 1)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_key_rejected_as_often_under_the_baseline_is_not_newly_limited() {
+        let set = rules(meshlimit_tests::EXACT_TWO_PER_HOUR);
+        let log: Vec<String> = (0..3)
+            .map(|ms| {
+                format!(
+                    r#"{{"time":"x","node":"n","filter":"f","at_ms":{ms},"rule":"per-key","rules_version":"v","decision":"allowed","key_id":"aa","source":"store","sample_rate":1.0}}"#
+                )
+            })
+            .collect();
+        let r = replay(log.join("\n").as_bytes(), &set, Some(&set));
+        assert_eq!(r.new.by_rule.get("per-key"), Some(&(3, 1)));
+        let mut text = Vec::new();
+        report(&r, &set, &KeyIds::placeholder(), false, &mut text);
+        let text = String::from_utf8(text).unwrap_or_default();
+        assert!(!text.contains("newly limited: rule"), "{text}");
+    }
+
+    #[test]
+    fn a_request_sending_its_key_twice_is_counted_ambiguous() {
+        let set = rules(
+            "version: 1\nrules:\n  - name: q\n    key: [{ query: k }]\n    limit: { requests: 2, per: 1h }\n",
+        );
+        let log = [line(0, "/?k=a&k=b", "x"), line(1, "/?k=a", "x")];
+        let r = replay(log.join("\n").as_bytes(), &set, None);
+        assert_eq!((r.requests, r.new.ambiguous), (2, 1));
+        assert_eq!(r.new.by_rule.get("q"), Some(&(1, 0)));
     }
 
     #[test]

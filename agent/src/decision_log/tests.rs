@@ -173,3 +173,27 @@ fn a_hot_keys_decisions_weigh_each_sampled_record_by_its_rate() {
     let hot = log.hot("per-key");
     assert_eq!((hot[0].decisions, hot[0].rejections), (14, 2));
 }
+
+#[test]
+fn a_key_taking_an_evicted_hot_keys_place_takes_its_counts() {
+    let log = DecisionLog::start(None, "n", metrics()).unwrap();
+    // Every place taken, each key rejected twice; a new key then takes the
+    // place of one of them with its counts (Space-Saving: upper bounds).
+    for i in 0..HOT_KEYS {
+        for _ in 0..2 {
+            log.accept(batch(vec![record(&format!("k{i}"), Outcome::Limited, 1.0)]));
+        }
+    }
+    log.accept(batch(vec![record("new", Outcome::Limited, 1.0)]));
+    let hot = log.hot("per-key");
+    assert_eq!(hot[0].key_id, "new");
+    assert_eq!((hot[0].decisions, hot[0].rejections), (3, 3));
+}
+
+#[test]
+fn a_record_claiming_no_sample_rate_counts_once() {
+    let log = DecisionLog::start(None, "n", metrics()).unwrap();
+    log.accept(batch(vec![record("k", Outcome::Allowed, 0.0)]));
+    let hot = log.hot("per-key");
+    assert_eq!((hot[0].decisions, hot[0].rejections), (1, 0));
+}

@@ -303,6 +303,13 @@ fn a_bucket_drained_within_the_period_before_the_rejection_proves_no_false_limit
     let s = stored(0.0, 0, 2_000);
     assert!(!drained_within_period(Some(&s), &l, 1, 500 * MS));
     assert!(is_false(Some(&s), &[l], 1, 500 * MS));
+    // The same on a store clock far from zero (Redis's is Unix time): the
+    // period counts from the drain, not from the clock's start.
+    let unix_ms = 1_700_000_000_000;
+    let s = stored(0.0, unix_ms, unix_ms + 1_000);
+    assert!(drained_within_period(Some(&s), &l, 1, 500 * MS));
+    let s = stored(0.0, unix_ms, unix_ms + 2_000);
+    assert!(!drained_within_period(Some(&s), &l, 1, 500 * MS));
     // A last update that left less than a lease (a tenth of the burst, 1
     // token here) or the cost drained it; one that left both did not: false.
     let s = stored(3.0, 0, 1_000);
@@ -343,4 +350,20 @@ fn the_sampler_takes_suspects_across_the_whole_second_within_the_budget() {
     assert!(taken.iter().any(|&i| i < 500), "{taken:?}");
     // A budget of 0 takes none.
     assert!((0..100).all(|i| !sampler.take(at(3_000 + i), 0)));
+}
+
+#[test]
+fn after_a_silent_second_the_sampler_starts_afresh() {
+    let base = Instant::now();
+    let mut sampler = Sampler::new(base, 7);
+    let at = |ms: u64| base + Duration::from_millis(ms);
+    for i in 0..1_000 {
+        sampler.take(at(i), CHECKS_PER_SECOND);
+    }
+    // Nothing from 1 s to 2 s: at 2 s the second before held no suspect, so
+    // the few now are all checked (not each at 10 in 1,000).
+    let taken = (0..5)
+        .filter(|_| sampler.take(at(2_000), CHECKS_PER_SECOND))
+        .count();
+    assert_eq!(taken, 5);
 }

@@ -275,3 +275,277 @@ descriptors:
     let text = render(&i, "envoy-ratelimit `rl.yaml`").unwrap();
     assert!(text.contains("claim: sub"), "{text}");
 }
+
+/// The committed peer files (`agent/tests/fixtures/import/`, which `cli_import`
+/// imports through the binary), imported in-process with the same `--map`s:
+/// the rules text, or the refusals, byte for byte as committed beside them
+/// (`<fixture>.imported.yaml`, `<fixture>.refusals.txt`). After a deliberate
+/// change of the importers, `MESHLIMIT_WRITE_IMPORTS=1 cargo test -p
+/// meshlimit-agent --lib the_committed_peer_files` rewrites them; the diff is
+/// then the change a user sees.
+#[test]
+fn the_committed_peer_files_import_to_the_committed_rules_and_refusals() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/import");
+    let edge = [
+        "generic_key:reports=path_prefix:/reports/",
+        "api_key=header:x-api-key",
+        "http_method=method",
+        "path=path",
+    ];
+    let shop = [
+        "req.method=method",
+        "req.path=path",
+        "user_id=header:x-user-id",
+        "tenant=header:x-tenant",
+    ];
+    let refused = [
+        "user=header:x-user",
+        "tenant=header:x-tenant",
+        "bot=header:x-bot",
+    ];
+    let write = std::env::var_os("MESHLIMIT_WRITE_IMPORTS").is_some();
+    let mut stale = Vec::new();
+    for (format, file, map, expected) in [
+        (
+            ImportFormat::EnvoyRatelimit,
+            "ratelimit-edge.yaml",
+            &edge[..],
+            "ratelimit-edge.imported.yaml",
+        ),
+        (
+            ImportFormat::Limitador,
+            "limitador-limits.yaml",
+            &shop[..],
+            "limitador-limits.imported.yaml",
+        ),
+        (
+            ImportFormat::EnvoyRatelimit,
+            "ratelimit-refused.yaml",
+            &refused[..],
+            "ratelimit-refused.refusals.txt",
+        ),
+        (
+            ImportFormat::Limitador,
+            "limitador-refused.yaml",
+            &shop[..3],
+            "limitador-refused.refusals.txt",
+        ),
+    ] {
+        let text = std::fs::read_to_string(dir.join(file)).unwrap();
+        let imported = convert(format, file, &text, &mapping(map));
+        let got = if imported.errors.is_empty() {
+            render(&imported, &format!("{} `{file}`", format.as_str())).unwrap()
+        } else {
+            errors(&imported).iter().map(|e| format!("{e}\n")).collect()
+        };
+        let path = dir.join(expected);
+        if write {
+            std::fs::write(&path, &got).unwrap();
+        } else if std::fs::read_to_string(&path).ok().as_deref() != Some(got.as_str()) {
+            stale.push(format!("{expected}, now:\n{got}"));
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "not as committed (MESHLIMIT_WRITE_IMPORTS=1 rewrites them):\n{}",
+        stale.join("\n")
+    );
+}
+
+#[test]
+fn the_command_says_how_many_rules_it_imported_or_refusals_it_found() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/import");
+    let run = |file: &str, map: &[&str]| {
+        let args = ImportArgs {
+            from: ImportFormat::EnvoyRatelimit,
+            map: map.iter().map(|m| m.to_string()).collect(),
+            out: None,
+            file: dir.join(file),
+        };
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = import(&args, &mut out, &mut err);
+        let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
+        (code, text(out), text(err))
+    };
+    let (code, out, err) = run(
+        "ratelimit-edge.yaml",
+        &[
+            "api_key=header:x-api-key",
+            "generic_key:reports=path_prefix:/reports/",
+            "http_method=method",
+            "path=path",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("# Imported by `meshlimit-agent import`"),
+        "{out}"
+    );
+    assert!(
+        err.ends_with("ratelimit-edge.yaml: 6 rules imported\n"),
+        "{err}"
+    );
+    let (code, out, err) = run(
+        "ratelimit-refused.yaml",
+        &[
+            "user=header:x-user",
+            "tenant=header:x-tenant",
+            "bot=header:x-bot",
+        ],
+    );
+    assert_eq!(code, 1);
+    assert_eq!(out, "");
+    assert!(
+        err.ends_with("ratelimit-refused.yaml: not imported (5 refusals); nothing written\n"),
+        "{err}"
+    );
+}
+
+#[test]
+fn every_unit_of_the_peers_is_read_and_only_a_path_pattern_is_matched() {
+    let one = |unit: &str, value: &str, extra: &str| {
+        envoy(
+            &format!(
+                "domain: d\ndescriptors:\n  - key: path\n    value: {value}\n{extra}    rate_limit: {{ unit: {unit}, requests_per_unit: 5 }}\n"
+            ),
+            &["path=path"],
+        )
+    };
+    // A month is 30 days, a year 365, as the peer counts them.
+    for (unit, per) in [("week", "7d"), ("month", "30d"), ("year", "365d")] {
+        let i = one(unit, "/x", "");
+        assert_eq!(errors(&i), Vec::<String>::new(), "{unit}");
+        assert_eq!(i.rules[0].limit.as_ref().unwrap().per, per, "{unit}");
+    }
+    // A pattern that is no path prefix is refused.
+    let e = errors(&one("minute", "files/*", ""));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].contains("is a pattern; meshlimit matches a pattern only as a path prefix"),
+        "{e:?}"
+    );
+    // Any one of the peer's metric options is said to be dropped.
+    for option in ["detailed_metric", "value_to_metric"] {
+        let i = one("minute", "/x", &format!("    {option}: true\n"));
+        assert!(
+            i.notes.iter().any(|n| n
+                .starts_with("`detailed_metric`, `value_to_metric` and `metadata` are dropped")),
+            "{option}: {:?}",
+            i.notes
+        );
+    }
+    assert!(one("minute", "/x", "")
+        .notes
+        .iter()
+        .all(|n| !n.contains("are dropped")));
+}
+
+#[test]
+fn a_value_mapping_with_nothing_to_match_is_refused() {
+    for bad in [
+        "k:v=method:",
+        "k:v=authority:",
+        "k:v=header:",
+        "k:v=header:=yes",
+    ] {
+        let options = vec![bad.to_string()];
+        assert!(Mapping::from_options(&options).is_err(), "{bad}");
+    }
+    let m = mapping(&[
+        "k:v=method:POST",
+        "k:w=authority:api.example.com",
+        "k:x=header:x-beta",
+    ]);
+    assert_eq!(
+        m.values.get(&("k".into(), "x".into())),
+        Some(&Condition::Header("x-beta".into(), None))
+    );
+    assert_eq!(
+        m.values.get(&("k".into(), "v".into())),
+        Some(&Condition::Method("POST".into()))
+    );
+}
+
+#[test]
+fn a_limitador_window_may_be_up_to_366_days() {
+    let limit = |seconds: u64| {
+        let text = format!(
+            "- namespace: ns\n  max_value: 3\n  seconds: {seconds}\n  conditions: []\n  variables: [\"descriptors[0].k\"]\n"
+        );
+        convert(
+            ImportFormat::Limitador,
+            "l.yaml",
+            &text,
+            &mapping(&["k=header:x-k"]),
+        )
+    };
+    let most = 366 * 86_400;
+    let i = limit(most);
+    assert_eq!(errors(&i), Vec::<String>::new());
+    assert_eq!(i.rules[0].limit.as_ref().unwrap().per, "366d");
+    let e = errors(&limit(most + 1));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].contains("field seconds: 31622401 is not from 1 to 31622400 (366 days)"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn a_method_may_be_required_twice_but_not_two_methods_and_a_wildcard_host_is_no_key() {
+    let nested = |first: &str, second: &str| {
+        envoy(
+            &format!(
+                "domain: d\ndescriptors:\n  - key: m\n    value: {first}\n    descriptors:\n      - key: m2\n        value: {second}\n        rate_limit: {{ unit: second, requests_per_unit: 1 }}\n"
+            ),
+            &["m=method", "m2=method"],
+        )
+    };
+    assert_eq!(errors(&nested("POST", "post")), Vec::<String>::new());
+    let e = errors(&nested("POST", "GET"));
+    assert!(
+        e.iter()
+            .any(|e| e.contains("a second, different method `GET`")),
+        "{e:?}"
+    );
+    let host = |value: &str| {
+        envoy(
+            &format!("domain: d\ndescriptors:\n  - key: host\n    value: \"{value}\"\n    rate_limit: {{ unit: second, requests_per_unit: 1 }}\n"),
+            &["host=authority"],
+        )
+    };
+    let exact = host("api.example.com");
+    assert_eq!(errors(&exact), Vec::<String>::new());
+    assert_eq!(exact.rules[0].key, [KeyPartConfig::Authority]);
+    let wildcard = host("*.example.com");
+    assert!(
+        wildcard
+            .rules
+            .iter()
+            .all(|r| r.key != [KeyPartConfig::Authority]),
+        "{:?}",
+        wildcard.rules
+    );
+}
+
+#[test]
+fn a_value_written_as_a_number_or_a_boolean_is_its_text() {
+    let text = "domain: d
+descriptors:
+  - key: port
+    value: 8443
+    rate_limit: { unit: second, requests_per_unit: 1 }
+  - key: beta
+    value: true
+    rate_limit: { unit: second, requests_per_unit: 2 }
+";
+    let i = envoy(text, &["port=header:x-port", "beta=header:x-beta"]);
+    assert_eq!(errors(&i), Vec::<String>::new());
+    let headers: Vec<_> = i
+        .rules
+        .iter()
+        .map(|r| r.matches.as_ref().unwrap().headers.clone())
+        .collect();
+    assert!(format!("{headers:?}").contains("8443"), "{headers:?}");
+    assert!(format!("{headers:?}").contains("true"), "{headers:?}");
+}

@@ -43,6 +43,12 @@ fn sizing() {
         ..s
     };
     assert_eq!(size(&exact_below, "fast", 2), 2);
+    // A rule at exactly the rate is not slower than it: pooled.
+    let at_the_rate = LeaseSettings {
+        exact_below_rps: 1000.0,
+        ..s
+    };
+    assert_eq!(size(&at_the_rate, "fast", 2), 100);
 }
 
 #[test]
@@ -70,10 +76,16 @@ fn a_pool_takes_no_more_than_its_node_spends_before_the_tokens_expire() {
     }
 }
 
+const MS: Duration = Duration::from_millis(1);
+
 /// A store that fails every item, or answers too few, or waits a second first.
 struct FakeStore {
     mode: Mode,
     calls: AtomicUsize,
+    /// Set: `Delayed` answers every item `unavailable` instead.
+    failing: std::sync::atomic::AtomicBool,
+    /// The limit of every item asked for, in order.
+    limits: std::sync::Mutex<Vec<meshlimit_core::Limit>>,
 }
 
 enum Mode {
@@ -82,8 +94,8 @@ enum Mode {
     Slow,
     /// Grants every ask its whole lease and reports the bucket then empty.
     Drained,
-    /// Grants every ask its whole lease after a millisecond, plenty left.
-    Delayed,
+    /// Grants every ask its whole lease after this long, plenty left.
+    Delayed(Duration),
     /// Denies every ask for half an hour.
     Denied,
 }
@@ -92,6 +104,10 @@ enum Mode {
 impl Store for FakeStore {
     async fn acquire(&self, items: &[Acquire]) -> Vec<Acquired> {
         self.calls.fetch_add(1, Ordering::SeqCst);
+        self.limits
+            .lock()
+            .unwrap()
+            .extend(items.iter().map(|a| a.limit));
         match &self.mode {
             Mode::Fail(e) => vec![Err(e.clone()); items.len()],
             Mode::Short => Vec::new(),
@@ -99,8 +115,11 @@ impl Store for FakeStore {
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 vec![Ok(Take::Denied { retry_after_ns: 1 }); items.len()]
             }
-            Mode::Delayed => {
-                tokio::time::sleep(Duration::from_millis(1)).await;
+            Mode::Delayed(took) => {
+                tokio::time::sleep(*took).await;
+                if self.failing.load(Ordering::SeqCst) {
+                    return vec![Err(StoreError::Unavailable("refused".into())); items.len()];
+                }
                 items
                     .iter()
                     .map(|a| {
@@ -198,6 +217,8 @@ fn service_with_rules(
     let store = Arc::new(FakeStore {
         mode,
         calls: AtomicUsize::new(0),
+        failing: std::sync::atomic::AtomicBool::new(false),
+        limits: std::sync::Mutex::default(),
     });
     let settings = LeaseSettings {
         max_inflight,
@@ -420,29 +441,34 @@ async fn after_a_drained_grant_the_key_holds_at_the_node_until_a_lease_has_refil
 
 #[tokio::test(start_paused = true)]
 async fn asks_for_one_key_share_the_one_store_call_in_flight() {
-    let (svc, metrics, store) = service_and_store(Mode::Delayed, 8);
-    let asks: Vec<_> = (0..8)
-        .map(|_| {
-            let svc = Arc::clone(&svc);
-            tokio::spawn(async move { svc.lease(&request(&["fast"])).await })
-        })
-        .collect();
-    for ask in asks {
-        let resp = ask.await.unwrap();
-        assert!(
-            matches!(resp.items[0], LeaseAnswer::Grant { local: false, .. }),
-            "{resp:?}"
+    // A store answering in a millisecond, then one taking the whole deadline
+    // (3 ms): an ask waits on the call in flight as long as the call may take.
+    for took in [MS, LeaseSettings::default().store_deadline] {
+        let (svc, metrics, store) = service_and_store(Mode::Delayed(took), 8);
+        let asks: Vec<_> = (0..8)
+            .map(|_| {
+                let svc = Arc::clone(&svc);
+                tokio::spawn(async move { svc.lease(&request(&["fast"])).await })
+            })
+            .collect();
+        for ask in asks {
+            let resp = ask.await.unwrap();
+            assert!(
+                matches!(resp.items[0], LeaseAnswer::Grant { local: false, .. }),
+                "{took:?}: {resp:?}"
+            );
+        }
+        // The first ask's call went to the store, its lease sized for a cold
+        // key (one token, none to pool); the seven others waited on it, and
+        // the one call that followed was sized for the six it had left waiting.
+        assert_eq!(store.calls.load(Ordering::SeqCst), 2, "{took:?}");
+        let text = metrics.render().unwrap();
+        assert_eq!(
+            sample(&text, "meshlimit_pool_calls_total", &[("kind", "wait")]),
+            Some(7.0 + 6.0),
+            "{took:?}"
         );
     }
-    // The first ask's call went to the store, its lease sized for a cold key
-    // (one token, none to pool); the seven others waited on it, and the one
-    // call that followed was sized for the six it had left waiting.
-    assert_eq!(store.calls.load(Ordering::SeqCst), 2);
-    let text = metrics.render().unwrap();
-    assert_eq!(
-        sample(&text, "meshlimit_pool_calls_total", &[("kind", "wait")]),
-        Some(7.0 + 6.0)
-    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -476,5 +502,181 @@ async fn a_fixed_window_holds_a_drained_key_until_the_window_ends_and_no_longer(
     assert_eq!(
         svc.denial_hold_ns(10, 4_000_000_000, &bucket),
         4_900_000_000
+    );
+}
+
+/// What the lease path counted so far: (store calls, background refills,
+/// asks that waited on a call in flight, store results `ok`, `error`).
+fn counted(metrics: &Metrics, store: &FakeStore) -> (usize, f64, f64, f64, f64) {
+    let text = metrics.render().unwrap();
+    let kind = |k| sample(&text, "meshlimit_pool_calls_total", &[("kind", k)]).unwrap_or(0.0);
+    let result =
+        |r| sample(&text, "meshlimit_store_requests_total", &[("result", r)]).unwrap_or(0.0);
+    (
+        store.calls.load(Ordering::SeqCst),
+        kind("refill"),
+        kind("wait"),
+        result("ok"),
+        result("error"),
+    )
+}
+
+/// One ask for `fast` a millisecond, `n` times, then 10 ms without asks (on
+/// the paused clock) so that every call they started has answered; the
+/// answers.
+async fn ask_every_ms(svc: &Arc<LeaseService>, n: usize) -> Vec<LeaseAnswer> {
+    let mut answers = Vec::with_capacity(n);
+    for _ in 0..n {
+        answers.extend(svc.lease(&request(&["fast"])).await.items);
+        tokio::time::sleep(MS).await;
+    }
+    tokio::time::sleep(10 * MS).await;
+    answers
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_busy_key_is_refilled_in_the_background_before_its_pool_runs_dry() {
+    let (svc, metrics, store) = service_and_store(Mode::Delayed(MS), 8);
+    // 1,000 asks a second: once the key's demand shows, it is thick at the
+    // node and every store call is a refill started by an ask that was served.
+    ask_every_ms(&svc, 100).await;
+    let (calls, refills, waits, ok, _) = counted(&metrics, &store);
+    let answers = ask_every_ms(&svc, 300).await;
+    assert!(
+        answers
+            .iter()
+            .all(|a| matches!(a, LeaseAnswer::Grant { tokens: 1, .. })),
+        "{answers:?}"
+    );
+    let (calls_after, refills_after, waits_after, ok_after, _) = counted(&metrics, &store);
+    let new_calls = calls_after - calls;
+    assert!(
+        new_calls >= 2,
+        "about 150 asks a refill (two leases of 100 ms at 1,000/s, as the node spends in half a lease's life): {new_calls} calls"
+    );
+    assert_eq!(
+        refills_after - refills,
+        new_calls as f64,
+        "every store call was a background refill"
+    );
+    assert_eq!(waits_after, waits, "no ask waited for a store call");
+    assert_eq!(
+        ok_after - ok,
+        new_calls as f64,
+        "each refill's answer was counted and filled the pool"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_refill_ends_its_call_so_the_next_ask_calls_the_store_itself() {
+    let (svc, metrics, store) = service_and_store(Mode::Delayed(MS), 8);
+    ask_every_ms(&svc, 100).await;
+    let (_, refills, waits, _, errors) = counted(&metrics, &store);
+    assert_eq!(errors, 0.0);
+    store.failing.store(true, Ordering::SeqCst);
+    // The pool serves what it holds while its refills fail, each ending its
+    // call; the ask that finds it empty then asks the store itself, at once.
+    let answers = ask_every_ms(&svc, 300).await;
+    let (_, refills_after, waits_after, _, errors_after) = counted(&metrics, &store);
+    let failed_refills = refills_after - refills;
+    assert!(failed_refills >= 1.0, "the pool's refills failed");
+    assert_eq!(waits_after, waits, "no ask waited on the failed call");
+    let unavailable = answers
+        .iter()
+        .filter(|a| matches!(a, LeaseAnswer::Unavailable { .. }))
+        .count();
+    assert!(unavailable > 0, "the asks past the pool reached the store");
+    assert_eq!(
+        errors_after - errors,
+        failed_refills + unavailable as f64,
+        "the refills' failures are counted with the asks'"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_services_sweep_drops_the_pools_idle_keys() {
+    let (svc, _, _) = service_and_store(Mode::Delayed(MS), 8);
+    svc.lease(&request(&["fast"])).await;
+    assert_eq!(svc.pooled_keys(), 1);
+    svc.sweep_pools();
+    assert_eq!(svc.pooled_keys(), 1, "just asked for");
+    // Nothing pooled, no denial, its demand decayed: dropped.
+    tokio::time::advance(Duration::from_secs(10)).await;
+    svc.sweep_pools();
+    assert_eq!(svc.pooled_keys(), 0);
+}
+
+#[test]
+fn the_region_tasks_set_the_services_own_shares() {
+    let (svc, _) = service(Mode::Delayed(MS), 8);
+    // What the region tasks do with the handle, each call its own.
+    assert!(svc
+        .shares()
+        .enable(0.1, meshlimit_core::secret::KeyIds::placeholder()));
+    svc.shares().install(crate::regions::table::ShareTable::new(
+        Some(7),
+        Default::default(),
+    ));
+    assert_eq!(svc.shares().table().period, Some(7));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_plan_key_held_after_a_drained_grant_refills_under_its_plans_limit() {
+    let rules = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fixtures/rules/per-ip-and-api-plans.yaml"
+    ));
+    let (svc, metrics, store) = service_with_rules(rules, Mode::Drained, 8);
+    let mut req = request(&["api"]);
+    req.items[0].key = DescriptorKey::new("api", ["k"]);
+    req.items[0].plan = Some("gold".into());
+    // 1,000 asks a second make the key thick at the node; each grant drains
+    // the store and holds the key. Then no asks: the last hold ends in a
+    // refill by the clock.
+    for _ in 0..50 {
+        svc.lease(&req).await;
+        tokio::time::sleep(MS).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let text = metrics.render().unwrap();
+    assert!(
+        sample(&text, "meshlimit_pool_calls_total", &[("kind", "refill")]).unwrap_or(0.0) > 0.0,
+        "{text}"
+    );
+    let gold = parse_rules("t", rules)
+        .unwrap()
+        .rule("api")
+        .unwrap()
+        .limit_in_force(Some("gold"), 0)
+        .limit;
+    let limits = store.limits.lock().unwrap();
+    assert!(limits.iter().all(|l| *l == gold), "{limits:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_grant_says_what_the_store_and_the_pool_have_left() {
+    // 1,000 a second; `want` 10: the store grants two leases' worth, 10 go to
+    // the filter, the rest to the pool, and 900 are left in the store.
+    let (svc, _, _) = service_and_store(Mode::Delayed(MS), 8);
+    let mut req = request(&["fast"]);
+    req.items[0].want = Some(10);
+    match &svc.lease(&req).await.items[0] {
+        LeaseAnswer::Grant {
+            tokens, remaining, ..
+        } => {
+            let pooled = svc
+                .pool_view(|_| true)
+                .iter()
+                .map(|v| v.tokens)
+                .sum::<u32>();
+            assert_eq!(*remaining, 900 + pooled, "tokens {tokens}, pooled {pooled}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Nothing pooled expired: nothing dropped is said.
+    let text = svc.metrics.render().unwrap();
+    assert_eq!(
+        sample(&text, "meshlimit_lease_tokens_dropped_total", &[]),
+        None
     );
 }

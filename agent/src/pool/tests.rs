@@ -176,6 +176,14 @@ fn at_the_cap_a_new_key_is_served_unpooled_and_nothing_is_handed_out() {
         PoolTake::Served { .. }
     ));
     assert_eq!(p.len(), 1);
+    // A key held by a denial, with nothing pooled, keeps its place too.
+    let p = Pools::new(1);
+    p.deny(&first, 0, 5_000 * MS);
+    assert_eq!(p.fill(&second, 0, grant(10, 0, 0), 1, 300 * MS), 1);
+    assert!(matches!(
+        p.take(&first, MS, 1, None, MS),
+        PoolTake::Denied { .. }
+    ));
 }
 
 #[test]
@@ -310,7 +318,8 @@ fn one_background_refill_at_a_time_and_none_while_a_denial_holds() {
     // A denial holds: nothing to fetch until it ends.
     p.deny(&k, 4 * MS, 100 * MS);
     assert!(!p.begin_refill(&k, 5 * MS, timeout));
-    assert!(p.begin_refill(&k, 105 * MS, timeout));
+    // From the moment it ends (when the timer waiting it out fires).
+    assert!(p.begin_refill(&k, 104 * MS, timeout));
 }
 
 #[test]
@@ -323,9 +332,11 @@ fn a_sweep_keeps_a_key_whose_call_is_in_flight() {
     p.sweep(20_000 * MS);
     assert_eq!(p.len(), 1);
     // Its call over and nothing left: swept.
+    assert!(!p.is_empty());
     p.call_failed(&k, 20_000 * MS);
     p.sweep(20_000 * MS);
     assert_eq!(p.len(), 0);
+    assert!(p.is_empty());
 }
 
 #[test]

@@ -130,6 +130,8 @@ mod tests {
             ],
         );
         assert_eq!(t.len(), 3);
+        assert!(!t.is_empty());
+        assert!(ShareTable::default().is_empty());
         let by_rule = t.by_rule();
         assert_eq!(by_rule["a"].keys, 2);
         assert!((by_rule["a"].mean_share - 0.5).abs() < 1e-12);

@@ -197,3 +197,18 @@ fn a_pin_serves_the_previous_version_through_reloads_and_a_missing_one_shadows_e
     assert!(!rules.pin_missing());
     assert_eq!(rules.get().unwrap().version(), v3.version());
 }
+
+#[test]
+fn the_same_file_read_again_keeps_its_trial_going() {
+    let rules = CurrentRules::empty();
+    let (v1, v2) = (set(V1), set(V2));
+    rules.install(v1);
+    let trial = stored(&rules.in_force().unwrap(), &v2, clock(1_000), 1_000);
+    let version = rules.install_trial(v2.clone(), Some(trial));
+    // Read again with no trial in the store's answer (a rule expired, say).
+    assert_eq!(rules.install_trial(v2.clone(), None), version);
+    assert_eq!(rules.trial().unwrap().version, v2.version());
+    assert!(served(&rules)
+        .iter()
+        .any(|(name, _, _)| name == "tight.trial"));
+}

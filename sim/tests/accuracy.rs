@@ -104,9 +104,9 @@ fn one_gateway_with_forty_percent_of_the_traffic_keeps_the_limit() {
     // Its wrong-decision targets hold. Its admitted band (±2%) is an aim this
     // scenario meets only in some runs: 0.9861 in the last full run, 0.9781
     // in a short run of a fresh-clone `make test`, 0.9609 with a second
-    // `make test` beside it (the agents answer late on a starved machine, the
-    // nodes' holds end late, and the store's bucket stops at its burst).
-    // This bound catches a limiter that stops refilling, not that shortfall.
+    // `make test` beside it (a starved machine; why it falls short there is
+    // not yet measured apart). This bound catches a limiter that stops
+    // refilling, not that shortfall.
     let missed: Vec<String> = r
         .checks
         .iter()

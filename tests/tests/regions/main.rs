@@ -267,6 +267,11 @@ fn a_region_on_a_redis_cluster_takes_part() {
     let a = Offer::start(mesh.agent(0), KEY, 3.0 * L);
     // Two regions: the largest share is 90%, the floor 10%.
     mesh.wait_share(0, KEY, 0.95 * 0.9, Duration::from_secs(8));
+    // b shows the key once it has read a period's shares with it: the period
+    // after a's, at most.
+    meshlimit_tests::eventually(Duration::from_secs(3), "b's share of the key shown", || {
+        mesh.share(1, KEY).is_some()
+    });
     assert_near(mesh.share(1, KEY), FLOOR, "b");
     let a_grants = a.stop();
     let b = Offer::start(mesh.agent(1), KEY, 3.0 * L);

@@ -137,6 +137,8 @@ mod tests {
             "a.*.com",
             "*example.com",
             "a..b",
+            // One trailing dot is the same host; two are not a host.
+            "example.com..",
             "a b",
             "*.[::1]",
             ".",

@@ -157,7 +157,16 @@ mod tests {
 
     #[test]
     fn malformed_escapes_in_names_or_the_value_are_refused() {
-        for path in ["/s?k=%zz", "/s?k=a%", "/s?k=%6", "/s?%zz=1&k=a", "/s?k%=1"] {
+        // A value of nothing but `%` is malformed too (not read as a literal).
+        for path in [
+            "/s?k=%zz",
+            "/s?k=a%",
+            "/s?k=%6",
+            "/s?%zz=1&k=a",
+            "/s?k%=1",
+            "/s?k=%",
+            "/s?k=%%",
+        ] {
             assert_eq!(value(path, "k"), Err(QueryError::Malformed), "{path}");
         }
         // Another parameter's value is not read.

@@ -174,3 +174,25 @@ fn a_key_in_use_starts_its_fail_local_bucket_without_a_full_head_start() {
     leased.grant(0, 5, 1, 300_000_000, 0, 0);
     assert_eq!(granted(&mut leased), 1, "a key with a lease is in use");
 }
+
+#[test]
+fn one_call_per_key_is_in_flight_until_it_fails_or_its_deadline_passes() {
+    let mut s = SlotState::empty(7);
+    assert!(s.begin_call(0, 1_000));
+    // Another worker's miss finds the call in flight and waits on it.
+    assert!(!s.begin_call(10, 1_000));
+    assert_eq!(
+        s.check(10, 1, u64::MAX, None),
+        LocalCheck::Miss { in_flight: true }
+    );
+    // The call failed: the next miss may call again at once.
+    s.call_failed();
+    assert_eq!(
+        s.check(20, 1, u64::MAX, None),
+        LocalCheck::Miss { in_flight: false }
+    );
+    assert!(s.begin_call(20, 1_000));
+    // A lost answer never wedges the key: past its deadline a new call goes.
+    assert!(!s.begin_call(500, 1_000));
+    assert!(s.begin_call(1_020, 1_000));
+}

@@ -156,6 +156,22 @@ fn the_version_is_a_content_hash() {
 }
 
 #[test]
+fn a_changes_block_is_written_back_only_when_it_says_something() {
+    let rule =
+        serde_json::json!({"name": "x", "key": ["method"], "limit": {"requests": 1, "per": "1s"}});
+    let plain: RulesConfig =
+        serde_json::from_value(serde_json::json!({"version": 1, "rules": [rule.clone()]})).unwrap();
+    let written = serde_json::to_value(&plain).unwrap();
+    assert!(written.get("changes").is_none(), "{written}");
+    let guarded: RulesConfig = serde_json::from_value(serde_json::json!({
+        "version": 1, "rules": [rule], "changes": {"max_tightening": 0.2}
+    }))
+    .unwrap();
+    let written = serde_json::to_value(&guarded).unwrap();
+    assert_eq!(written["changes"]["max_tightening"], 0.2, "{written}");
+}
+
+#[test]
 fn periods() {
     assert_eq!(parse_period("250ms"), Ok(250_000_000));
     assert_eq!(parse_period("1m"), Ok(60 * NANOS_PER_SEC));

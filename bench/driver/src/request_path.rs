@@ -1,6 +1,7 @@
 //! The request-path phase: a hot key on the lease path, all admitted (h) and at
-//! 3× its limit (h3), and cold keys of an `accuracy: fast` rule (k), each open
-//! loop beside (a) at the same rate in the same round. Around every run it reads
+//! 3× its limit (h3), and cold keys of an `accuracy: fast` rule at half their
+//! saturation (k) and at a light load (kl), each open loop beside (a) at the
+//! same rate in the same round. Around every run it reads
 //! Envoy's CPU, Redis's script calls, the agent's lease items and the filter's
 //! lease-call counters.
 
@@ -18,6 +19,12 @@ use crate::services::{script_and_total_calls, Agent, CommandCounts};
 /// leases still renewed.
 const ADMITTED_HEADROOM: f64 = 4.0;
 
+/// (kl)'s rate, req/s (or (k)'s, if lower): a new key every millisecond. At
+/// half of (d)'s saturation, (k) measures the agent's core, which this
+/// machine's load generator, agent and Redis share, as much as the path; (kl)
+/// measures the path with that core mostly idle.
+const LIGHT_COLD_RATE: f64 = 1_000.0;
+
 /// What is read before and after a run.
 struct Reading {
     envoy_cpu: f64,
@@ -27,7 +34,7 @@ struct Reading {
 }
 
 impl Bench<'_> {
-    /// (a) (h) (h3) [(a) again] (k), `latency_rounds` times, on an agent of its
+    /// (a) (h) (h3) [(a) again] (k) [(a) again] (kl), `latency_rounds` times, on an agent of its
     /// own whose rules are sized from the throughput phase.
     pub fn request_path(&mut self) -> Result<()> {
         // Half of what meshlimit's filter sustains on a hot key ((c)), or of
@@ -59,7 +66,11 @@ impl Bench<'_> {
         let none = scenario::admitted().into_iter().find(|s| s.id == "a");
         let mut plan: Vec<(Scenario, f64)> = Vec::new();
         for sc in scenario::request_path() {
-            let this_rate = if sc.id == "k" { cold_rate } else { rate };
+            let this_rate = match sc.id {
+                "k" => cold_rate,
+                "kl" => LIGHT_COLD_RATE.min(cold_rate),
+                _ => rate,
+            };
             if let Some(a) = none {
                 if !plan.iter().any(|(s, r)| s.id == "a" && *r == this_rate) {
                     plan.push((a, this_rate));

@@ -257,6 +257,13 @@ pub fn request_path() -> Vec<Scenario> {
             keys: Keys::Unique(NEW_KEY_HEADER),
             path: ROOT,
         },
+        Scenario {
+            id: "kl",
+            label: "meshlimit, cold keys at a light load (every request a new key)",
+            filter: Filter::Meshlimit,
+            keys: Keys::Unique(NEW_KEY_HEADER),
+            path: ROOT,
+        },
     ]
 }
 
@@ -265,7 +272,7 @@ pub fn rule_of(id: &str) -> Option<&'static str> {
     match id {
         "h" => Some("bench-lease"),
         "h3" => Some("bench-lease-3x"),
-        "k" => Some("bench-new"),
+        "k" | "kl" => Some("bench-new"),
         _ => None,
     }
 }

@@ -1,7 +1,15 @@
-//! Per-node batching: lease misses bound for one Redis node are gathered for at
-//! most one window (`--batch-window-us`) and sent as one pipeline of EVALSHA calls
-//! under one deadline, never retried. Each caller gets its answer as soon as its
-//! pipeline returns.
+//! Per-node batching: lease misses bound for one Redis node go as one pipeline
+//! of EVALSHA calls under one deadline, never retried. Each caller gets its
+//! answer as soon as its pipeline returns.
+//!
+//! By default (`--batch-window-us 0`) a batch is whatever is queued when its
+//! first job is taken: a lone miss goes at once, and under load the misses
+//! that arrived while the last pipeline was being sent go together, so the
+//! batch grows with the load and costs no wait. A window above zero waits for
+//! more after the first job; tokio's timers count whole milliseconds, so any
+//! window costs the first job up to the next millisecond tick or more (with a
+//! 500 µs window an idle lease call took 1.5–2.4 ms on a test machine, about
+//! 0.4 ms without).
 
 use std::time::Duration;
 
@@ -59,9 +67,10 @@ pub async fn run(
     }
 }
 
-/// The next batch: the first job to arrive, and those that follow it within
-/// `window` of its arrival, at most `max_batch` in all. `None` once every
-/// sender is gone and nothing is left.
+/// The next batch: the first job to arrive, every job already queued behind
+/// it, and (for a `window` above zero) those that follow it within `window` of
+/// its arrival, at most `max_batch` in all. A zero window never starts a
+/// timer. `None` once every sender is gone and nothing is left.
 async fn next_batch<T>(
     jobs: &mut mpsc::Receiver<T>,
     window: Duration,
@@ -69,6 +78,15 @@ async fn next_batch<T>(
 ) -> Option<Vec<T>> {
     let first = jobs.recv().await?;
     let mut batch = vec![first];
+    while batch.len() < max_batch {
+        match jobs.try_recv() {
+            Ok(job) => batch.push(job),
+            Err(_) => break,
+        }
+    }
+    if window.is_zero() {
+        return Some(batch);
+    }
     let until = Instant::now() + window;
     while batch.len() < max_batch {
         match timeout_at(until, jobs.recv()).await {
@@ -246,5 +264,27 @@ mod tests {
         // Full: sent without waiting out the window.
         assert_eq!(started.elapsed(), Duration::ZERO);
         assert_eq!(next_batch(&mut rx, WINDOW, 3).await, Some(vec![3, 4]));
+    }
+
+    #[tokio::test]
+    async fn without_a_window_a_batch_is_what_is_queued_and_nothing_waits() {
+        use std::future::Future;
+        use std::task::{Context, Poll, Waker};
+        let (tx, mut rx) = mpsc::channel(16);
+        for job in 0..3 {
+            tx.send(job).await.unwrap();
+        }
+        // Ready at its first poll: no timer started (one would count at least
+        // to the next millisecond), every queued job taken, the sender alive.
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut first_poll = |rx: &mut mpsc::Receiver<i32>| {
+            let mut batch = std::pin::pin!(next_batch(rx, Duration::ZERO, 64));
+            batch.as_mut().poll(&mut cx)
+        };
+        assert_eq!(first_poll(&mut rx), Poll::Ready(Some(vec![0, 1, 2])));
+        tx.send(3).await.unwrap();
+        assert_eq!(first_poll(&mut rx), Poll::Ready(Some(vec![3])));
+        drop(tx);
+        assert_eq!(next_batch(&mut rx, Duration::ZERO, 64).await, None);
     }
 }

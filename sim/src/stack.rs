@@ -117,9 +117,13 @@ impl Stack {
     }
 }
 
-/// Script calls (EVALSHA and EVAL, and their read-only forms) between two counts.
+/// Lease-script calls between two counts: EVALSHA (and its read-only form),
+/// which the agent uses for the lease script alone. Its other scripts
+/// (heartbeat, the false-limit SLI's peeks, the region exchange, trials) go as
+/// EVAL and are not the lease path's cost; the lease script goes as EVAL only
+/// after a NOSCRIPT, once per node and restart.
 pub fn script_calls(before: &CommandCounts, after: &CommandCounts) -> u64 {
-    ["evalsha", "eval", "evalsha_ro", "eval_ro"]
+    ["evalsha", "evalsha_ro"]
         .iter()
         .map(|name| {
             let get = |c: &CommandCounts| c.get(*name).copied().unwrap_or(0);
@@ -220,7 +224,8 @@ mod tests {
             "cmdstat_evalsha:calls=25,usec=9,usec_per_call=1\r\ncmdstat_eval:calls=2,usec=1\r\ncmdstat_info:calls=3",
         );
         assert_eq!(after.get("info"), Some(&3));
-        assert_eq!(script_calls(&before, &after), 17);
+        // The lease script only: the two EVALs (other scripts) are left out.
+        assert_eq!(script_calls(&before, &after), 15);
     }
 
     #[test]

@@ -30,8 +30,10 @@ counts once.
 - **held back** (diagnostic, no target): rejections while that replay of the \
 admissions still held a whole token, i.e. unspent allowance sat in leases or \
 pools elsewhere in the fleet.
-- **Redis calls per 1,000 requests**: `INFO commandstats` (evalsha + eval) on \
-every Redis node, after minus before the run, per 1,000 requests offered.
+- **Redis calls per 1,000 requests**: the lease script's calls, `INFO \
+commandstats` (evalsha) on every Redis node, after minus before the run, per \
+1,000 requests offered. The agents' other scripts (heartbeats, the \
+false-limit SLI's peeks) go as eval and are left out.
 - **lease sizes**: tokens per grant as the gateways received them (after the \
 agent's node pool took its share).
 - **window rules**: the ideal and the replay above are, for a `fixed_window` rule, \
@@ -186,7 +188,7 @@ fn cost_rows(r: &RunReport) -> Vec<Row> {
             ),
         ),
         (
-            "Redis script calls",
+            "Redis lease-script calls",
             format!(
                 "{} (**{:.2} per 1,000 requests**, {:.1}/s); busiest node {:.1}/s in the steady part",
                 f.script_calls, f.per_1000(f.script_calls),

@@ -314,6 +314,8 @@ impl Pools {
             // A denial answering a concurrent ask must not strand tokens that
             // another ask's grant just pooled: they are served first.
             e.lease.deny(now_ns, retry_after_ns);
+            // The store held less than an ask.
+            e.remaining = 0;
             e.end_call();
         });
     }
@@ -345,6 +347,16 @@ impl Pools {
     /// tokens fetched without an ask waiting for them.
     pub fn is_thick(&self, key: &DescriptorKey, now_ns: u64, life_ns: u64) -> bool {
         meshlimit_core::lease::is_thick(self.demand(key, now_ns), life_ns)
+    }
+
+    /// What the store's bucket for `key` held after its last answer to this
+    /// node (0 after a denial, and for a key without an entry).
+    pub fn store_left(&self, key: &DescriptorKey) -> u32 {
+        self.shards
+            .get(key.fingerprint() as usize % SHARDS)
+            .and_then(|s| s.lock().ok())
+            .and_then(|m| m.get(key).map(|e| e.remaining))
+            .unwrap_or(0)
     }
 
     /// This node's recent demand for `key`, tokens per second (0 for a key

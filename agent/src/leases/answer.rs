@@ -136,10 +136,15 @@ impl LeaseService {
                 lease = lease.max(cover.min((enforced.burst() / 10).max(item.cost)));
             }
             // A pooled key takes up to two leases, as much as this node will
-            // spend before they expire (`LeaseSettings::store_max`).
+            // spend before they expire (`LeaseSettings::store_max`), unless its
+            // bucket is nearly empty (`may_prefetch`): then the filter's ask.
             let max = if pooled {
                 let filter = item.want.unwrap_or(item.cost).max(item.cost);
-                self.settings.store_max(lease, filter, demand)
+                if self.may_prefetch(&item.key, &enforced, demand, lease) {
+                    self.settings.store_max(lease, filter, demand)
+                } else {
+                    filter
+                }
             } else {
                 lease
             };
@@ -189,8 +194,8 @@ impl LeaseService {
     }
 
     /// Turns a store result into the filter's answer; a pooled key's grant is
-    /// split with the pool, and its denial is cached at the node until a whole
-    /// lease's worth of tokens is back.
+    /// split with the pool, and its denial is cached at the node (see
+    /// `settle_pooled` for how long).
     pub(super) fn answer(
         &self,
         p: &Pending<'_>,

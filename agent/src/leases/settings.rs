@@ -10,9 +10,11 @@
 //! about ten calls per second per node whatever its request rate; never more than
 //! a tenth of the burst per node, so what idle nodes hold stays a small part of
 //! the limit; and a cold key starts at one token (every request checked) until its
-//! demand shows. A store denial is cached at the node until a whole lease's worth
-//! of tokens is back, so a key over its limit costs the store the same ten calls
-//! per second per node.
+//! demand shows. A node at least twice over its share of the limit caches a
+//! store denial until a whole lease's worth of tokens is back, so a key well
+//! over its limit costs the store the same ten calls per second per node; a
+//! node nearer its share takes the store's wait alone, and takes no spare
+//! tokens while the bucket is nearly empty (`LeaseService::may_prefetch`).
 
 use std::time::Duration;
 

@@ -1,12 +1,18 @@
 //! Settling a store answer into the node pool: what a grant leaves pooled,
 //! how long a denial or a spent pool is held before the store is asked again.
 
-use meshlimit_core::{Algorithm, Take};
+use meshlimit_core::{Algorithm, DescriptorKey, Limit, Take};
 
 use crate::pool::StoreGrant;
 use crate::store::Acquire;
 
 use super::LeaseService;
+
+/// How far over its share of a limit a node's demand must be before the node
+/// holds a key longer than the store said (see [`LeaseService::far_over`]).
+/// At 2, a key offered at twice its limit or more, spread evenly, is held; a
+/// key offered up to about its limit never is.
+pub(crate) const FAR_OVER_SHARE: f64 = 2.0;
 
 impl LeaseService {
     /// Puts a store answer for a pooled key into the pool, one way for an
@@ -29,6 +35,7 @@ impl LeaseService {
         (cost, want): (u32, Option<u32>),
         until_change_ns: u64,
     ) -> Take {
+        let far_over = self.far_over(acquire, now);
         let (settled, hold) = match take {
             Take::Granted {
                 tokens,
@@ -36,7 +43,7 @@ impl LeaseService {
                 reset_ns,
             } => {
                 let ttl = u64::try_from(self.settings.ttl.as_nanos()).unwrap_or(u64::MAX);
-                let hold = self.hold_ns(lease, remaining, reset_ns, acquire);
+                let hold = self.hold_ns(lease, remaining, reset_ns, acquire, far_over);
                 let grant = StoreGrant {
                     tokens,
                     remaining,
@@ -54,7 +61,7 @@ impl LeaseService {
             }
             Take::Denied { retry_after_ns } => {
                 let wait = self
-                    .denial_hold_ns(lease, retry_after_ns, acquire)
+                    .denial_hold_ns(lease, retry_after_ns, acquire, far_over)
                     .min(until_change_ns);
                 self.pools.deny(&acquire.key, now, wait);
                 (
@@ -85,30 +92,82 @@ impl LeaseService {
         self.settle_pooled(rule, lease, acquire, now, take, (0, None), until_change_ns)
     }
 
-    /// After a grant that left the store fewer than a lease: the time until a
-    /// lease's worth has refilled; the pool asks the store no sooner. A fixed
-    /// window gives nothing back before it ends (`reset_ns`, its end), and
-    /// everything then; a sliding window frees counts as the previous window
-    /// slides out, at about the limit's rate, like a bucket.
+    /// Whether this node alone asks for `acquire`'s key at [`FAR_OVER_SHARE`]
+    /// times its share of the limit or more (the region's enforced rate split
+    /// evenly over its live agents). Only then does the node hold the key
+    /// beyond what the store said: its key is well over its limit, every 429 it
+    /// gets is the limit working, and waiting for a lease's worth saves the
+    /// store a call per refilled token. A node nearer its share is told by the
+    /// store alone when to ask again: a hold beyond that turns away requests
+    /// that the store's bucket, refilling meanwhile, would admit, and on a key
+    /// just at its limit those are 429s while it is under it.
+    fn far_over(&self, acquire: &Acquire, now: u64) -> bool {
+        self.far_over_share(
+            &acquire.enforced_limit(),
+            self.pools.demand(&acquire.key, now),
+        )
+    }
+
+    /// [`LeaseService::far_over`] for a node demand of `demand` tokens a
+    /// second under the region's `enforced` limit.
+    pub(super) fn far_over_share(&self, enforced: &Limit, demand: f64) -> bool {
+        let share = enforced.rate_per_sec() / f64::from(self.live_nodes());
+        demand >= FAR_OVER_SHARE * share
+    }
+
+    /// Whether this node may take tokens for its pool beyond what the asking
+    /// filter wants (and refill it ahead of need): when the store's bucket
+    /// held a `lease` for every live node at its last answer here, or when the
+    /// node is far over its share. Otherwise the key is near its limit: the
+    /// few tokens the bucket holds would sit in this pool while another
+    /// node's ask finds the bucket empty, and a key under its limit would get
+    /// a 429 for tokens nobody spent. Such a key costs the store a call per
+    /// ask (it is thin per node, or it would be far over), and no token.
+    pub(super) fn may_prefetch(
+        &self,
+        key: &DescriptorKey,
+        enforced: &Limit,
+        demand: f64,
+        lease: u32,
+    ) -> bool {
+        self.far_over_share(enforced, demand)
+            || self.pools.store_left(key) >= lease.saturating_mul(self.live_nodes())
+    }
+
+    /// After a grant that left the store fewer than a lease: how long the pool
+    /// waits before it asks the store again. A fixed window gives nothing back
+    /// before it ends (`reset_ns`, its end), and everything then. A bucket (and
+    /// a sliding window, which frees counts as the previous window slides out,
+    /// at about the limit's rate) is held until a lease's worth has refilled
+    /// when the node is `far_over` its share, and not at all otherwise (the
+    /// next ask goes to the store, whose denial says when a token is back).
     pub(super) fn hold_ns(
         &self,
         lease: u32,
         remaining: u32,
         reset_ns: u64,
         acquire: &Acquire,
+        far_over: bool,
     ) -> u64 {
         match (acquire.limit.algorithm(), remaining < lease) {
             (_, false) => 0,
             (Algorithm::FixedWindow, true) => reset_ns,
-            _ => self.refill_ns(lease - remaining, acquire),
+            _ if far_over => self.refill_ns(lease - remaining, acquire),
+            _ => 0,
         }
     }
 
-    /// After a denial: its wait, plus the time a lease's worth takes to refill
-    /// (for a fixed window, its wait alone: the window's end, when the whole
-    /// limit is back).
-    pub(super) fn denial_hold_ns(&self, lease: u32, retry_after_ns: u64, acquire: &Acquire) -> u64 {
-        if acquire.limit.algorithm() == Algorithm::FixedWindow {
+    /// After a denial: its wait, plus, for a node `far_over` its share, the
+    /// time a lease's worth takes to refill (for a fixed window, its wait
+    /// alone: the window's end, when the whole limit is back).
+    pub(super) fn denial_hold_ns(
+        &self,
+        lease: u32,
+        retry_after_ns: u64,
+        acquire: &Acquire,
+        far_over: bool,
+    ) -> u64 {
+        if acquire.limit.algorithm() == Algorithm::FixedWindow || !far_over {
             return retry_after_ns;
         }
         retry_after_ns.saturating_add(self.refill_ns(lease.saturating_sub(acquire.min), acquire))

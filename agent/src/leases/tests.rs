@@ -86,6 +86,8 @@ struct FakeStore {
     failing: std::sync::atomic::AtomicBool,
     /// The limit of every item asked for, in order.
     limits: std::sync::Mutex<Vec<meshlimit_core::Limit>>,
+    /// The most tokens every item asked for (`Acquire::max`), in order.
+    maxes: std::sync::Mutex<Vec<u32>>,
 }
 
 enum Mode {
@@ -108,6 +110,10 @@ impl Store for FakeStore {
             .lock()
             .unwrap()
             .extend(items.iter().map(|a| a.limit));
+        self.maxes
+            .lock()
+            .unwrap()
+            .extend(items.iter().map(|a| a.max));
         match &self.mode {
             Mode::Fail(e) => vec![Err(e.clone()); items.len()],
             Mode::Short => Vec::new(),
@@ -219,6 +225,7 @@ fn service_with_rules(
         calls: AtomicUsize::new(0),
         failing: std::sync::atomic::AtomicBool::new(false),
         limits: std::sync::Mutex::default(),
+        maxes: std::sync::Mutex::default(),
     });
     let settings = LeaseSettings {
         max_inflight,
@@ -493,15 +500,34 @@ async fn a_fixed_window_holds_a_drained_key_until_the_window_ends_and_no_longer(
     );
     // A grant leaving 2 of a lease of 10, the window ending in 4 s: nothing
     // comes back before it ends, and everything then.
-    assert_eq!(svc.hold_ns(10, 2, 4_000_000_000, &fixed), 4_000_000_000);
-    assert_eq!(svc.hold_ns(10, 10, 4_000_000_000, &fixed), 0);
-    // A bucket (and a sliding window) holds until 8 have refilled at 10/s.
-    assert_eq!(svc.hold_ns(10, 2, 4_000_000_000, &bucket), 800_000_000);
-    // A denial: the window's end, with no refill added after it.
-    assert_eq!(svc.denial_hold_ns(10, 4_000_000_000, &fixed), 4_000_000_000);
+    for far_over in [true, false] {
+        assert_eq!(
+            svc.hold_ns(10, 2, 4_000_000_000, &fixed, far_over),
+            4_000_000_000
+        );
+        assert_eq!(svc.hold_ns(10, 10, 4_000_000_000, &fixed, far_over), 0);
+        // A denial: the window's end, with no refill added after it.
+        assert_eq!(
+            svc.denial_hold_ns(10, 4_000_000_000, &fixed, far_over),
+            4_000_000_000
+        );
+    }
+    // A bucket (and a sliding window) of a node far over its share holds
+    // until 8 have refilled at 10/s; a denial adds a lease's refill (9 tokens).
     assert_eq!(
-        svc.denial_hold_ns(10, 4_000_000_000, &bucket),
+        svc.hold_ns(10, 2, 4_000_000_000, &bucket, true),
+        800_000_000
+    );
+    assert_eq!(
+        svc.denial_hold_ns(10, 4_000_000_000, &bucket, true),
         4_900_000_000
+    );
+    // Nearer its share, the store's word alone: no hold after a grant, and a
+    // denial held for its own wait.
+    assert_eq!(svc.hold_ns(10, 2, 4_000_000_000, &bucket, false), 0);
+    assert_eq!(
+        svc.denial_hold_ns(10, 4_000_000_000, &bucket, false),
+        4_000_000_000
     );
 }
 
@@ -630,10 +656,12 @@ async fn a_plan_key_held_after_a_drained_grant_refills_under_its_plans_limit() {
     let mut req = request(&["api"]);
     req.items[0].key = DescriptorKey::new("api", ["k"]);
     req.items[0].plan = Some("gold".into());
-    // 1,000 asks a second make the key thick at the node; each grant drains
-    // the store and holds the key. Then no asks: the last hold ends in a
-    // refill by the clock.
-    for _ in 0..50 {
+    // 1,000 asks a second make the key thick at the node, and after 300 of
+    // them its demand (a count decaying over a second: about 260 a second)
+    // is far over twice gold's 100 a second; each grant then drains the
+    // store and holds the key. Then no asks: the last hold ends in a refill
+    // by the clock.
+    for _ in 0..300 {
         svc.lease(&req).await;
         tokio::time::sleep(MS).await;
     }
@@ -679,4 +707,37 @@ async fn a_grant_says_what_the_store_and_the_pool_have_left() {
         sample(&text, "meshlimit_lease_tokens_dropped_total", &[]),
         None
     );
+}
+
+/// The most tokens the store was asked for on each call, for `fast` (1,000 a
+/// second) asked 400 times at 500 a second by one of `live` nodes.
+async fn maxes_asked(mode: Mode, live: u32) -> Vec<u32> {
+    let (svc, _, store) = service_and_store(mode, 8);
+    svc.live_nodes_handle().store(live, Ordering::Relaxed);
+    for _ in 0..400 {
+        svc.lease(&request(&["fast"])).await;
+        tokio::time::sleep(2 * MS).await;
+    }
+    let maxes = store.maxes.lock().unwrap().clone();
+    maxes
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_nearly_empty_bucket_is_taken_an_ask_at_a_time_unless_the_node_is_far_over() {
+    // 500 asks a second of `fast` (1,000 a second) at the only node: under
+    // twice its share. Every grant leaves the store's bucket empty, so the
+    // pool never takes a token beyond the ask: a spare would sit here while
+    // other nodes found the bucket empty.
+    let drained = maxes_asked(Mode::Drained, 1).await;
+    assert_eq!(drained.len(), 400, "no ask was served from the pool");
+    assert!(drained.iter().all(|m| *m == 1), "{drained:?}");
+    // The same demand with 900 left after every grant: the pool takes spares.
+    let plenty = maxes_asked(Mode::Delayed(MS), 1).await;
+    assert!(plenty.iter().any(|m| *m > 1), "{plenty:?}");
+    assert!(plenty.len() < 400, "the pool served asks: {}", plenty.len());
+    // One of ten nodes: its share is 100 a second, and 500 is far over it,
+    // so even a drained bucket's grant takes a spare (the node's 429s are the
+    // limit working; the spare saves a store call).
+    let over = maxes_asked(Mode::Drained, 10).await;
+    assert!(over.iter().any(|m| *m > 1), "{over:?}");
 }

@@ -83,7 +83,7 @@ pub fn render(r: &Results, opts: &Options, machine: &Machine) -> String {
     md.push_str("\n## Agent CPU and Redis commands\n\n");
     md.push_str(
         "Agent CPU from /proc/<pid>/stat over each measured run; Redis calls from INFO commandstats \
-         (script calls: EVALSHA, EVAL and their _RO and FCALL forms). n/a: the agent ran on its memory store.\n\n",
+         (script calls: the lease script, EVALSHA; the heartbeat and the false-limit SLI's peeks go as EVAL and count only among all commands). n/a: the agent ran on its memory store.\n\n",
     );
     md.push_str(&tables::agent(r));
     md.push_str("\n## One decision in `core` (criterion), beside governor in the same binary\n\n");
@@ -169,7 +169,7 @@ fn request_path_section(r: &Results) -> String {
     md.push_str(&tables::request_path_latency(r));
     md.push_str(
         "\nWhat each request cost, over the same runs (the open-loop warm-up second included): Envoy's CPU \
-         from /proc; Redis script calls from INFO commandstats per second of the run; the agent's lease \
+         from /proc; Redis lease-script calls (EVALSHA) from INFO commandstats per second of the run; the agent's lease \
          items for the rule (granted + denied, from its /metrics); the filter's lease calls, calls \
          started ahead of need and requests that waited on a call already in flight, from Envoy's \
          counters `meshlimit.lease_calls`, `meshlimit.lease_refills` and `meshlimit.lease_waits` \

@@ -63,7 +63,8 @@ impl LeaseService {
                 let wait = self
                     .denial_hold_ns(lease, retry_after_ns, acquire, far_over)
                     .min(until_change_ns);
-                self.pools.deny(&acquire.key, now, wait);
+                // Counted from the store call's start: what is left of it now.
+                let wait = self.pools.deny(&acquire.key, now, wait);
                 (
                     Take::Denied {
                         retry_after_ns: wait,
@@ -117,8 +118,9 @@ impl LeaseService {
 
     /// Whether this node may take tokens for its pool beyond what the asking
     /// filter wants (and refill it ahead of need): when the store's bucket
-    /// held a `lease` for every live node at its last answer here, or when the
-    /// node is far over its share. Otherwise the key is near its limit: the
+    /// held two `lease`s for every live node at its last answer here (what
+    /// every node's pool may take at most, `LeaseSettings::store_max`), or
+    /// when the node is far over its share. Otherwise the key is near its limit: the
     /// few tokens the bucket holds would sit in this pool while another
     /// node's ask finds the bucket empty, and a key under its limit would get
     /// a 429 for tokens nobody spent. Such a key costs the store a call per
@@ -131,7 +133,7 @@ impl LeaseService {
         lease: u32,
     ) -> bool {
         self.far_over_share(enforced, demand)
-            || self.pools.store_left(key) >= lease.saturating_mul(self.live_nodes())
+            || self.pools.store_left(key) >= lease.saturating_mul(2 * self.live_nodes())
     }
 
     /// After a grant that left the store fewer than a lease: how long the pool

@@ -307,11 +307,9 @@ impl Pools {
         filter
     }
 
-    /// Records a store denial: asks for the key are denied at the node for
-    /// `retry_after_ns` from the start of the store call it answers (see
-    /// `Lease::deny`). Ends the call in flight. Returns how long the denial
-    /// holds from `now_ns`.
-    pub fn deny(&self, key: &DescriptorKey, now_ns: u64, retry_after_ns: u64) -> u64 {
+    /// Records a store denial: asks for the key are denied at the node until
+    /// then. Ends the call in flight.
+    pub fn deny(&self, key: &DescriptorKey, now_ns: u64, retry_after_ns: u64) {
         self.with(key, now_ns, |e| {
             // A denial answering a concurrent ask must not strand tokens that
             // another ask's grant just pooled: they are served first.
@@ -319,9 +317,7 @@ impl Pools {
             // The store held less than an ask.
             e.remaining = 0;
             e.end_call();
-            e.lease.denied_until_ns.saturating_sub(now_ns)
-        })
-        .unwrap_or(retry_after_ns)
+        });
     }
 
     /// Marks a background refill of `key` in flight, when its hold is over,

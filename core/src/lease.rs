@@ -206,23 +206,11 @@ impl Lease {
         self.granted_at_ns = now_ns;
     }
 
-    /// Records a denial: requests are denied for `retry_after_ns` counted from
-    /// the start of the call it answers (from `now_ns` when none is in
-    /// flight), once the unexpired tokens are spent. Ends the call in flight.
-    ///
-    /// The store counted its wait from its own decision, somewhere between the
-    /// call's start and its answer: counted from the answer, a cached denial
-    /// would outlive the store's by the answer's way back, and turn away
-    /// requests the store would admit; counted from the start it never does
-    /// (at worst the next ask comes that much early, and is denied again).
+    /// Records a denial: requests are denied until `retry_after_ns` from now,
+    /// once the unexpired tokens are spent. Ends the call in flight.
     pub fn deny(&mut self, now_ns: u64, retry_after_ns: u64) {
-        let since = if self.in_flight(now_ns) && self.call_started_ns <= now_ns {
-            self.call_started_ns
-        } else {
-            now_ns
-        };
         self.end_call(now_ns, true);
-        self.denied_until_ns = since.saturating_add(retry_after_ns);
+        self.denied_until_ns = now_ns.saturating_add(retry_after_ns);
         if self.expires_ns <= now_ns {
             self.tokens = 0;
         }

@@ -63,8 +63,7 @@ impl LeaseService {
                 let wait = self
                     .denial_hold_ns(lease, retry_after_ns, acquire, far_over)
                     .min(until_change_ns);
-                // Counted from the store call's start: what is left of it now.
-                let wait = self.pools.deny(&acquire.key, now, wait);
+                self.pools.deny(&acquire.key, now, wait);
                 (
                     Take::Denied {
                         retry_after_ns: wait,

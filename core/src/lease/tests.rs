@@ -318,29 +318,3 @@ proptest! {
         }
     }
 }
-
-#[test]
-fn a_denial_holds_from_the_start_of_the_call_it_answers() {
-    let mut l = Lease::default();
-    // A call started at 10 ms and answered at 13 ms: the store decided in
-    // between and said "a token in 20 ms", so one is there by 30 ms at the
-    // latest; a denial held until 33 ms would turn away what it would admit.
-    assert!(l.begin_call(10 * MS, 50 * MS));
-    l.deny(13 * MS, 20 * MS);
-    assert_eq!(l.denied_until_ns, 30 * MS);
-    assert_eq!(
-        l.take(29 * MS, 1, None),
-        Spend::Denied { retry_after_ns: MS }
-    );
-    assert_eq!(l.take(30 * MS, 1, None), Spend::Empty { in_flight: false });
-    // Its round trip is measured all the same.
-    assert_eq!(l.rtt_us, 3_000);
-    // With no call in flight (or one past its deadline), from now.
-    let mut idle = Lease::default();
-    idle.deny(13 * MS, 20 * MS);
-    assert_eq!(idle.denied_until_ns, 33 * MS);
-    let mut late = Lease::default();
-    assert!(late.begin_call(10 * MS, MS));
-    late.deny(13 * MS, 20 * MS);
-    assert_eq!(late.denied_until_ns, 33 * MS);
-}

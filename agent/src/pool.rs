@@ -352,20 +352,13 @@ impl Pools {
     /// What the store's bucket for `key` held after its last answer to this
     /// node (0 after a denial, and for a key without an entry).
     pub fn store_left(&self, key: &DescriptorKey) -> u32 {
-        self.shards
-            .get(key.fingerprint() as usize % SHARDS)
-            .and_then(|s| s.lock().ok())
-            .and_then(|m| m.get(key).map(|e| e.remaining))
-            .unwrap_or(0)
+        self.read(key, |e| e.remaining).unwrap_or(0)
     }
 
     /// This node's recent demand for `key`, tokens per second (0 for a key
     /// without an entry).
     pub fn demand(&self, key: &DescriptorKey, now_ns: u64) -> f64 {
-        self.shards
-            .get(key.fingerprint() as usize % SHARDS)
-            .and_then(|s| s.lock().ok())
-            .and_then(|m| m.get(key).map(|e| e.lease.demand_per_sec(now_ns)))
+        self.read(key, |e| e.lease.demand_per_sec(now_ns))
             .unwrap_or(0.0)
     }
 
@@ -420,6 +413,13 @@ impl Pools {
             }));
         }
         out
+    }
+
+    /// Reads `key`'s entry, if it has one, without creating it.
+    fn read<R>(&self, key: &DescriptorKey, f: impl FnOnce(&Entry) -> R) -> Option<R> {
+        let shard = self.shards.get(key.fingerprint() as usize % SHARDS)?;
+        let map = shard.lock().ok()?;
+        map.get(key).map(f)
     }
 
     fn with<R>(

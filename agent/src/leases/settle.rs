@@ -12,7 +12,7 @@ use super::LeaseService;
 /// holds a key longer than the store said (see [`LeaseService::far_over`]).
 /// At 2, a key offered at twice its limit or more, spread evenly, is held; a
 /// key offered up to about its limit never is.
-pub(crate) const FAR_OVER_SHARE: f64 = 2.0;
+const FAR_OVER_SHARE: f64 = 2.0;
 
 impl LeaseService {
     /// Puts a store answer for a pooled key into the pool, one way for an

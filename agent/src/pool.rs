@@ -355,6 +355,11 @@ impl Pools {
         self.read(key, |e| e.remaining).unwrap_or(0)
     }
 
+    /// The unexpired tokens pooled for `key` (0 for a key without an entry).
+    pub fn pooled(&self, key: &DescriptorKey, now_ns: u64) -> u32 {
+        self.read(key, |e| e.lease.usable(now_ns)).unwrap_or(0)
+    }
+
     /// This node's recent demand for `key`, tokens per second (0 for a key
     /// without an entry).
     pub fn demand(&self, key: &DescriptorKey, now_ns: u64) -> f64 {

@@ -87,7 +87,11 @@ impl LeaseService {
             // A thin key's token fetched by the clock would mostly expire in
             // the pool before anyone asks: its next ask fetches it instead.
             let life = u64::try_from(service.settings.ttl.as_nanos()).unwrap_or(u64::MAX);
+            // Tokens still pooled when the hold ends: the node spends slower
+            // than it asks (a burst has ended, its demand estimate lags).
+            // Its refill ahead of need fetches more when they run low.
             if !service.pools.is_thick(&key, now, life)
+                || service.pools.pooled(&key, now) > 0
                 || !service.pools.begin_refill(&key, now, timeout)
             {
                 return;

@@ -741,3 +741,36 @@ async fn a_nearly_empty_bucket_is_taken_an_ask_at_a_time_unless_the_node_is_far_
     let over = maxes_asked(Mode::Drained, 10).await;
     assert!(over.iter().any(|m| *m > 1), "{over:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn after_a_burst_the_pool_takes_what_the_node_spends_not_what_it_asked() {
+    // One of ten nodes asks for `fast` (1,000 a second) at 1,000 a second:
+    // far over its share, every grant drains the store's bucket, and the key
+    // is held and refilled by the clock.
+    let (svc, _, store) = service_and_store(Mode::Drained, 8);
+    svc.live_nodes_handle().store(10, Ordering::Relaxed);
+    for _ in 0..300 {
+        svc.lease(&request(&["fast"])).await;
+        tokio::time::sleep(MS).await;
+    }
+    let before = store.maxes.lock().unwrap().len();
+    // The burst ends: 100 asks a second for half a second. The demand
+    // estimate still reads the burst for a while; the pool must not keep
+    // fetching it, by the clock or ahead of need, while it holds tokens
+    // nobody spends (they would expire here while other nodes find the
+    // bucket empty).
+    let mut served = 0;
+    for _ in 0..50 {
+        let answer = &svc.lease(&request(&["fast"])).await.items[0];
+        served += u32::from(matches!(answer, LeaseAnswer::Grant { .. }));
+        tokio::time::sleep(10 * MS).await;
+    }
+    let taken: u32 = store.maxes.lock().unwrap()[before..].iter().sum();
+    assert!(served >= 45, "the node served its asks: {served} of 50");
+    // What the node served, and at most one pool's worth beyond it
+    // (`store_max` at the burst's demand: two leases of 100).
+    assert!(
+        taken <= served + 200,
+        "the store handed out {taken} tokens for {served} served"
+    );
+}

@@ -1,0 +1,103 @@
+//! What the lease path and the store counted, and a Redis node counted down until it is back.
+
+use super::*;
+
+#[test]
+fn the_lease_path_and_the_store_show_what_they_counted() {
+    let m = Metrics::new("eu").unwrap();
+    m.lease_granted("r", 5);
+    m.lease_granted("r", 3);
+    m.lease_unavailable("shed");
+    m.store_results("ok", 4);
+    m.store_results("timeout", 1);
+    m.store_call(3, Duration::from_millis(2));
+    // Two Redis pipelines: 7 scripts in 3 ms, 2 in 1 ms.
+    m.store_pipeline(7, Duration::from_millis(3));
+    m.store_pipeline(2, Duration::from_millis(1));
+    m.pool_refill();
+    m.pool_waits(4);
+    m.pool_denied();
+    m.pool_denied();
+    m.tokens_dropped("r", 6);
+    m.live_nodes(3);
+    m.decision_log_written(10);
+    m.decision_log_dropped("agent", 2);
+    m.bad_request("version");
+    m.connection_refused();
+    let text = m.render().unwrap();
+    let rule = [("rule", "r")];
+    for (name, labels, want) in [
+        ("meshlimit_leases_granted_total", &rule[..], 2.0),
+        ("meshlimit_lease_tokens_granted_total", &rule, 8.0),
+        ("meshlimit_lease_tokens_dropped_total", &rule, 6.0),
+        (
+            "meshlimit_lease_unavailable_total",
+            &[("reason", "shed")],
+            1.0,
+        ),
+        ("meshlimit_store_requests_total", &[("result", "ok")], 4.0),
+        (
+            "meshlimit_store_requests_total",
+            &[("result", "timeout")],
+            1.0,
+        ),
+        ("meshlimit_store_batch_size_sum", &[], 3.0),
+        ("meshlimit_store_latency_seconds_sum", &[], 0.002),
+        // The pipelines' sizes: 2 of them, 9 scripts, the one of 2 scripts
+        // alone in the bucket `le="2"`.
+        ("meshlimit_store_pipeline_size_count", &[], 2.0),
+        ("meshlimit_store_pipeline_size_sum", &[], 9.0),
+        ("meshlimit_store_pipeline_size_bucket", &[("le", "2")], 1.0),
+        ("meshlimit_store_pipeline_size_bucket", &[("le", "8")], 2.0),
+        ("meshlimit_store_pipeline_seconds_sum", &[], 0.004),
+        ("meshlimit_pool_calls_total", &[("kind", "refill")], 1.0),
+        ("meshlimit_pool_calls_total", &[("kind", "wait")], 4.0),
+        ("meshlimit_pool_calls_total", &[("kind", "denied")], 2.0),
+        ("meshlimit_live_nodes", &[], 3.0),
+        ("meshlimit_decision_log_records_total", &[], 10.0),
+        (
+            "meshlimit_decision_log_dropped_total",
+            &[("at", "agent")],
+            2.0,
+        ),
+        (
+            "meshlimit_bad_requests_total",
+            &[("reason", "version")],
+            1.0,
+        ),
+        ("meshlimit_connections_refused_total", &[], 1.0),
+    ] {
+        let got = value(&text, name, labels);
+        assert!(close(got, want), "{name}{labels:?}: {got}, not {want}");
+    }
+}
+
+#[test]
+fn a_redis_node_counts_as_down_from_its_event_until_it_is_back() {
+    let m = Metrics::new("eu").unwrap();
+    m.store_topology("node_down", None);
+    m.store_topology("node_down", None);
+    m.store_topology("slot_map_changed", None);
+    m.store_topology("node_up", Some(Duration::from_millis(1_500)));
+    let text = m.render().unwrap();
+    let event = |e| {
+        value(
+            &text,
+            "meshlimit_store_topology_events_total",
+            &[("event", e)],
+        )
+    };
+    assert_eq!(
+        (
+            event("node_down"),
+            event("slot_map_changed"),
+            event("node_up")
+        ),
+        (2.0, 1.0, 1.0)
+    );
+    assert_eq!(value(&text, "meshlimit_store_nodes_down", &[]), 1.0);
+    assert_eq!(
+        value(&text, "meshlimit_store_node_down_milliseconds_total", &[]),
+        1_500.0
+    );
+}

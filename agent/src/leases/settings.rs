@@ -11,8 +11,9 @@
 //! a tenth of the burst per node, so what idle nodes hold stays a small part of
 //! the limit; and a cold key starts at one token (every request checked) until its
 //! demand shows. A node at least twice over its share of the limit caches a
-//! store denial until a whole lease's worth of tokens is back, so a key well
-//! over its limit costs the store the same ten calls per second per node; a
+//! store denial until a whole lease's worth of tokens is back, and for one
+//! lease period (`target`) at least, so a key well over its limit costs the
+//! store ten calls per second per node however many nodes share it; a
 //! node nearer its share takes the store's wait alone, and takes no spare
 //! tokens while the bucket is nearly empty (`LeaseService::may_prefetch`).
 

@@ -139,9 +139,11 @@ impl LeaseService {
     /// waits before it asks the store again. A fixed window gives nothing back
     /// before it ends (`reset_ns`, its end), and everything then. A bucket (and
     /// a sliding window, which frees counts as the previous window slides out,
-    /// at about the limit's rate) is held until a lease's worth has refilled
-    /// when the node is `far_over` its share, and not at all otherwise (the
-    /// next ask goes to the store, whose denial says when a token is back).
+    /// at about the limit's rate) is held until a lease's worth has refilled,
+    /// and for one lease period at least, when the node is `far_over` its
+    /// share: it then calls the store once a lease period, however many nodes
+    /// share the key. It is not held at all otherwise (the next ask goes to the
+    /// store, whose denial says when a token is back).
     pub(super) fn hold_ns(
         &self,
         lease: u32,
@@ -153,14 +155,17 @@ impl LeaseService {
         match (acquire.limit.algorithm(), remaining < lease) {
             (_, false) => 0,
             (Algorithm::FixedWindow, true) => reset_ns,
-            _ if far_over => self.refill_ns(lease - remaining, acquire),
+            _ if far_over => self
+                .refill_ns(lease - remaining, acquire)
+                .max(self.period_ns()),
             _ => 0,
         }
     }
 
     /// After a denial: its wait, plus, for a node `far_over` its share, the
-    /// time a lease's worth takes to refill (for a fixed window, its wait
-    /// alone: the window's end, when the whole limit is back).
+    /// time a lease's worth takes to refill, and one lease period at least
+    /// (for a fixed window, its wait alone: the window's end, when the whole
+    /// limit is back).
     pub(super) fn denial_hold_ns(
         &self,
         lease: u32,
@@ -171,6 +176,13 @@ impl LeaseService {
         if acquire.limit.algorithm() == Algorithm::FixedWindow || !far_over {
             return retry_after_ns;
         }
-        retry_after_ns.saturating_add(self.refill_ns(lease.saturating_sub(acquire.min), acquire))
+        retry_after_ns
+            .saturating_add(self.refill_ns(lease.saturating_sub(acquire.min), acquire))
+            .max(self.period_ns())
+    }
+
+    /// The lease period (`--lease-target-ms`).
+    fn period_ns(&self) -> u64 {
+        u64::try_from(self.settings.target.as_nanos()).unwrap_or(u64::MAX)
     }
 }

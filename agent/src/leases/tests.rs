@@ -774,3 +774,73 @@ async fn after_a_burst_the_pool_takes_what_the_node_spends_not_what_it_asked() {
         "the store handed out {taken} tokens for {served} served"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_node_far_over_its_share_calls_the_store_once_a_lease_period() {
+    // One of ten nodes asks for `fast` (1,000 a second) 500 times a second,
+    // five times its share of 100, on the memory store (a real bucket, on
+    // the paused clock). The bucket starts drained, and the other nine take
+    // up to two tokens every 3 ms, so this node's grants are what refilled
+    // since the last taker: about a third of the rate. Its lease is about 50
+    // tokens (100 ms of its demand), which the bucket refills in 50 ms: held
+    // only for that, it called the store 26 times a second. It is held a
+    // whole lease period (100 ms) after each drained grant or denial instead,
+    // and gets as much.
+    use crate::store::memory::MemoryStore;
+    let rules = Arc::new(CurrentRules::empty());
+    rules.install(Arc::new(parse_rules("t", RULES).unwrap()));
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let store = Arc::new(MemoryStore::new());
+    let svc = LeaseService::new(
+        rules,
+        store.clone(),
+        metrics.clone(),
+        LeaseSettings::default(),
+    );
+    svc.live_nodes_handle().store(10, Ordering::Relaxed);
+    let rule = svc.rules.get().unwrap();
+    let limit = rule.rule("fast").unwrap().limit_in_force(None, 0).limit;
+    let take = move |max| Acquire {
+        key: DescriptorKey::new("fast", ["GET"]),
+        limit,
+        min: 1,
+        max,
+        share: 1.0,
+    };
+    store.acquire(&[take(limit.burst())]).await;
+    let others = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            loop {
+                store.acquire(&[take(2)]).await;
+                tokio::time::sleep(3 * MS).await;
+            }
+        })
+    };
+    let calls = || {
+        let text = metrics.render().unwrap();
+        sample(&text, "meshlimit_store_requests_total", &[("result", "ok")]).unwrap_or(0.0)
+    };
+    let mut admitted = 0;
+    for round in 0..2 {
+        let before = calls();
+        for _ in 0..500 {
+            let answer = &svc.lease(&request(&["fast"])).await.items[0];
+            admitted += u32::from(round == 1 && matches!(answer, LeaseAnswer::Grant { .. }));
+            tokio::time::sleep(2 * MS).await;
+        }
+        if round == 1 {
+            let per_second = calls() - before;
+            assert!(
+                (8.0..=12.0).contains(&per_second),
+                "{per_second} store calls in a second, against one a lease period"
+            );
+        }
+    }
+    others.abort();
+    // Held, not starved: the node still gets what the others leave.
+    assert!(
+        (280..=400).contains(&admitted),
+        "{admitted} of 500 asks granted, against about 340 left by the others"
+    );
+}

@@ -321,16 +321,15 @@ fn three_loaded_regions_together_admit_the_global_limit() {
         "three regions at 3 L each: {rate:.1}/s admitted in the steady part (L {L}); most in 1 s {worst}"
     );
     // Each region alone would admit up to its whole offer if it ignored its
-    // share: together they hold the one limit (at most 1.1 L). Below it the
-    // aim is 0.9 L, met in most runs but not all: 14 runs on a 2-core machine
-    // admitted 84.6–100.0/s, with the lease changes of this code and without
-    // them, and a fresh-clone `make test` 78.1/s. Why the regions sometimes
-    // under-admit together (shares summing below one while an exchange is
-    // late is the likeliest cause) is not yet measured apart, so the lower
-    // bound is a regression bound: three regions that stopped sharing would
-    // admit far less, or three times as much.
+    // share: together they hold the one limit (at most 1.1 L), and no less
+    // than 0.9 L. On a 2-core machine 17 runs admitted 98.9–100.8/s. Before
+    // a node far over its share was held a lease period at least, and before
+    // a hold's end refilled only an empty pool, 15 runs admitted
+    // 86.1–100.1/s (and a fresh-clone `make test` 78.1/s). Which of the two
+    // changes closed the gap is not measured apart; both stop a node from
+    // taking tokens it does not spend.
     assert!(
-        (0.75 * L..=1.1 * L).contains(&rate),
+        (0.9 * L..=1.1 * L).contains(&rate),
         "{rate:.1}/s admitted, limit {L}/s"
     );
     // No window of a second admits more than the limit and one burst (the

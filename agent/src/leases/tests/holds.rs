@@ -1,0 +1,193 @@
+//! How long a key is held at the node after a drained grant or a denial: fixed windows, schedule edges, a node far over its share.
+
+use super::*;
+
+#[tokio::test(start_paused = true)]
+async fn after_a_drained_grant_the_key_holds_at_the_node_until_a_lease_has_refilled() {
+    let (svc, metrics, store) = service_and_store(Mode::Drained, 8);
+    let calls = || store.calls.load(Ordering::SeqCst);
+    // `slow` is 5 per minute: a lease of one token, which takes 12 s to refill.
+    let req = request(&["slow"]);
+    assert!(matches!(
+        svc.lease(&req).await.items[0],
+        LeaseAnswer::Grant { tokens: 1, .. }
+    ));
+    assert_eq!(calls(), 1);
+    // The store kept nothing: the node denies without asking it...
+    tokio::time::advance(Duration::from_secs(11)).await;
+    match &svc.lease(&req).await.items[0] {
+        LeaseAnswer::Deny {
+            retry_after_ms,
+            local: false,
+            from: Some(AnsweredFrom::Pool),
+        } => assert!((999..=1_000).contains(retry_after_ms), "{retry_after_ms}"),
+        other => panic!("expected a node denial, got {other:?}"),
+    }
+    assert_eq!(calls(), 1, "held at the node");
+    let text = metrics.render().unwrap();
+    assert_eq!(
+        sample(&text, "meshlimit_pool_calls_total", &[("kind", "denied")]),
+        Some(1.0)
+    );
+    // ...until a lease's worth has refilled.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert!(matches!(
+        svc.lease(&req).await.items[0],
+        LeaseAnswer::Grant { .. }
+    ));
+    assert_eq!(calls(), 2);
+}
+
+#[tokio::test]
+async fn a_denial_is_held_and_answered_no_longer_than_the_next_schedule_edge() {
+    // A pooled rule whose window opens 5 s from now (UTC, the agent's clock).
+    let opens = crate::regions::clock::now_secs() + 5;
+    let mm_ss = |t: u64| format!("{:02}:{:02}", t % 3_600 / 60, t % 60);
+    let rules = format!(
+        "version: 1\nrules:\n  - name: sched\n    key: [method]\n    limit: {{ requests: 1000, per: 1s }}\n    schedule:\n      - {{ minutes: \"{}-{}\", burst: 5000 }}\n",
+        mm_ss(opens),
+        mm_ss(opens + 5)
+    );
+    let (svc, _, store) = service_with_rules(&rules, Mode::Denied, 8);
+    // The store's half hour becomes the time to the edge, for the filter and
+    // for the node's pool, which answers the next ask without the store.
+    for _ in 0..2 {
+        let before_ms = crate::regions::clock::now_ms();
+        let resp = svc.lease(&request(&["sched"])).await;
+        match &resp.items[..] {
+            [LeaseAnswer::Deny { retry_after_ms, .. }] => assert!(
+                before_ms + retry_after_ms <= opens * 1_000 + 1,
+                "{retry_after_ms} ms from {before_ms}, the edge at {opens} s"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(
+        store.calls.load(Ordering::SeqCst),
+        1,
+        "the pool held the denial"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fixed_window_holds_a_drained_key_until_the_window_ends_and_no_longer() {
+    use meshlimit_core::Algorithm;
+    let (svc, _, _) = service_and_store(Mode::Drained, 8);
+    let acquire = |algorithm| Acquire {
+        key: DescriptorKey::new("w", ["a"]),
+        limit: meshlimit_core::Limit::new(
+            std::num::NonZeroU32::new(100).unwrap(),
+            std::num::NonZeroU64::new(10_000_000_000).unwrap(),
+            std::num::NonZeroU32::new(100).unwrap(),
+        )
+        .with_algorithm(algorithm),
+        min: 1,
+        max: 20,
+        share: 1.0,
+    };
+    let (fixed, bucket) = (
+        acquire(Algorithm::FixedWindow),
+        acquire(Algorithm::TokenBucket),
+    );
+    // A grant leaving 2 of a lease of 10, the window ending in 4 s: nothing
+    // comes back before it ends, and everything then.
+    for far_over in [true, false] {
+        assert_eq!(
+            svc.hold_ns(10, 2, 4_000_000_000, &fixed, far_over),
+            4_000_000_000
+        );
+        assert_eq!(svc.hold_ns(10, 10, 4_000_000_000, &fixed, far_over), 0);
+        // A denial: the window's end, with no refill added after it.
+        assert_eq!(
+            svc.denial_hold_ns(10, 4_000_000_000, &fixed, far_over),
+            4_000_000_000
+        );
+    }
+    // A bucket (and a sliding window) of a node far over its share holds
+    // until 8 have refilled at 10/s; a denial adds a lease's refill (9 tokens).
+    assert_eq!(
+        svc.hold_ns(10, 2, 4_000_000_000, &bucket, true),
+        800_000_000
+    );
+    assert_eq!(
+        svc.denial_hold_ns(10, 4_000_000_000, &bucket, true),
+        4_900_000_000
+    );
+    // Nearer its share, the store's word alone: no hold after a grant, and a
+    // denial held for its own wait.
+    assert_eq!(svc.hold_ns(10, 2, 4_000_000_000, &bucket, false), 0);
+    assert_eq!(
+        svc.denial_hold_ns(10, 4_000_000_000, &bucket, false),
+        4_000_000_000
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_far_over_its_share_calls_the_store_once_a_lease_period() {
+    // One of ten nodes asks for `fast` (1,000 a second) 500 times a second,
+    // five times its share of 100, on the memory store (a real bucket, on
+    // the paused clock). The bucket starts drained, and the other nine take
+    // up to two tokens every 3 ms, so this node's grants are what refilled
+    // since the last taker: about a third of the rate. Its lease is about 50
+    // tokens (100 ms of its demand), which the bucket refills in 50 ms: held
+    // only for that, it called the store 26 times a second. It is held a
+    // whole lease period (100 ms) after each drained grant or denial instead,
+    // and gets as much.
+    use crate::store::memory::MemoryStore;
+    let rules = Arc::new(CurrentRules::empty());
+    rules.install(Arc::new(parse_rules("t", RULES).unwrap()));
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let store = Arc::new(MemoryStore::new());
+    let svc = LeaseService::new(
+        rules,
+        store.clone(),
+        metrics.clone(),
+        LeaseSettings::default(),
+    );
+    svc.live_nodes_handle().store(10, Ordering::Relaxed);
+    let rule = svc.rules.get().unwrap();
+    let limit = rule.rule("fast").unwrap().limit_in_force(None, 0).limit;
+    let take = move |max| Acquire {
+        key: DescriptorKey::new("fast", ["GET"]),
+        limit,
+        min: 1,
+        max,
+        share: 1.0,
+    };
+    store.acquire(&[take(limit.burst())]).await;
+    let others = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            loop {
+                store.acquire(&[take(2)]).await;
+                tokio::time::sleep(3 * MS).await;
+            }
+        })
+    };
+    let calls = || {
+        let text = metrics.render().unwrap();
+        sample(&text, "meshlimit_store_requests_total", &[("result", "ok")]).unwrap_or(0.0)
+    };
+    let mut admitted = 0;
+    for round in 0..2 {
+        let before = calls();
+        for _ in 0..500 {
+            let answer = &svc.lease(&request(&["fast"])).await.items[0];
+            admitted += u32::from(round == 1 && matches!(answer, LeaseAnswer::Grant { .. }));
+            tokio::time::sleep(2 * MS).await;
+        }
+        if round == 1 {
+            let per_second = calls() - before;
+            assert!(
+                (8.0..=12.0).contains(&per_second),
+                "{per_second} store calls in a second, against one a lease period"
+            );
+        }
+    }
+    others.abort();
+    // Held, not starved: the node still gets what the others leave.
+    assert!(
+        (280..=400).contains(&admitted),
+        "{admitted} of 500 asks granted, against about 340 left by the others"
+    );
+}

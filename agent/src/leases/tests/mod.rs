@@ -1,0 +1,246 @@
+//! Unit tests of the lease service: the fake store and helpers they share, and one module per concept.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use async_trait::async_trait;
+use meshlimit_core::rules::parse_rules;
+use meshlimit_core::wire::{AnsweredFrom, LeaseItem};
+use meshlimit_core::{DescriptorKey, Take};
+
+use crate::store::{Acquire, Acquired, StoreError};
+
+use super::*;
+use crate::metrics::sample;
+
+mod answers;
+mod handles;
+mod holds;
+mod refills;
+mod single_flight;
+mod sizing;
+mod store_errors;
+
+// Most rules here fail closed, so store errors show as `unavailable` answers;
+// `local` fails to the node's own bucket.
+const RULES: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/fixtures/rules/one-rule-per-lease-behaviour.yaml"
+));
+
+const MS: Duration = Duration::from_millis(1);
+
+/// A store that fails every item, or answers too few, or waits a second first.
+struct FakeStore {
+    mode: Mode,
+    calls: AtomicUsize,
+    /// Set: `Delayed` answers every item `unavailable` instead.
+    failing: std::sync::atomic::AtomicBool,
+    /// The limit of every item asked for, in order.
+    limits: std::sync::Mutex<Vec<meshlimit_core::Limit>>,
+    /// The most tokens every item asked for (`Acquire::max`), in order.
+    maxes: std::sync::Mutex<Vec<u32>>,
+}
+
+enum Mode {
+    Fail(StoreError),
+    Short,
+    Slow,
+    /// Grants every ask its whole lease and reports the bucket then empty.
+    Drained,
+    /// Grants every ask its whole lease after this long, plenty left.
+    Delayed(Duration),
+    /// Denies every ask for half an hour.
+    Denied,
+}
+
+#[async_trait]
+impl Store for FakeStore {
+    async fn acquire(&self, items: &[Acquire]) -> Vec<Acquired> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.limits
+            .lock()
+            .unwrap()
+            .extend(items.iter().map(|a| a.limit));
+        self.maxes
+            .lock()
+            .unwrap()
+            .extend(items.iter().map(|a| a.max));
+        match &self.mode {
+            Mode::Fail(e) => vec![Err(e.clone()); items.len()],
+            Mode::Short => Vec::new(),
+            Mode::Slow => {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                vec![Ok(Take::Denied { retry_after_ns: 1 }); items.len()]
+            }
+            Mode::Delayed(took) => {
+                tokio::time::sleep(*took).await;
+                if self.failing.load(Ordering::SeqCst) {
+                    return vec![Err(StoreError::Unavailable("refused".into())); items.len()];
+                }
+                items
+                    .iter()
+                    .map(|a| {
+                        Ok(Take::Granted {
+                            tokens: a.max,
+                            remaining: 900,
+                            reset_ns: NANOS_PER_SEC,
+                        })
+                    })
+                    .collect()
+            }
+            Mode::Denied => vec![
+                Ok(Take::Denied {
+                    retry_after_ns: 1_800 * NANOS_PER_SEC
+                });
+                items.len()
+            ],
+            Mode::Drained => items
+                .iter()
+                .map(|a| {
+                    Ok(Take::Granted {
+                        tokens: a.max,
+                        remaining: 0,
+                        reset_ns: 60 * NANOS_PER_SEC,
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn name(&self) -> &'static str {
+        "fake"
+    }
+
+    async fn fleet_override(&self) -> Result<Option<crate::fleet_override::Override>, StoreError> {
+        Ok(None)
+    }
+
+    async fn set_fleet_override(
+        &self,
+        _: Option<crate::fleet_override::Override>,
+    ) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn trial(
+        &self,
+        _: &str,
+        _: Option<(&meshlimit_core::rules::trial::TrialPlan, u64)>,
+        _: bool,
+    ) -> Result<Option<crate::trial::StoredTrial>, StoreError> {
+        Ok(None)
+    }
+
+    async fn control_trial(
+        &self,
+        _: crate::trial::TrialAction,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(None)
+    }
+
+    async fn record_versions(&self, _: &str, _: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn previous_version(&self) -> Result<Option<String>, StoreError> {
+        Ok(None)
+    }
+}
+
+fn service(mode: Mode, max_inflight: usize) -> (Arc<LeaseService>, Arc<Metrics>) {
+    let (service, metrics, _) = service_and_store(mode, max_inflight);
+    (service, metrics)
+}
+
+fn service_and_store(
+    mode: Mode,
+    max_inflight: usize,
+) -> (Arc<LeaseService>, Arc<Metrics>, Arc<FakeStore>) {
+    service_with_rules(RULES, mode, max_inflight)
+}
+
+fn service_with_rules(
+    text: &str,
+    mode: Mode,
+    max_inflight: usize,
+) -> (Arc<LeaseService>, Arc<Metrics>, Arc<FakeStore>) {
+    let rules = Arc::new(CurrentRules::empty());
+    rules.install(Arc::new(parse_rules("t", text).unwrap()));
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let store = Arc::new(FakeStore {
+        mode,
+        calls: AtomicUsize::new(0),
+        failing: std::sync::atomic::AtomicBool::new(false),
+        limits: std::sync::Mutex::default(),
+        maxes: std::sync::Mutex::default(),
+    });
+    let settings = LeaseSettings {
+        max_inflight,
+        ..LeaseSettings::default()
+    };
+    let service = LeaseService::new(rules, store.clone(), metrics.clone(), settings);
+    (service, metrics, store)
+}
+
+fn request(rules: &[&str]) -> LeaseRequest {
+    LeaseRequest {
+        v: WIRE_VERSION,
+        rules_version: String::new(),
+        items: rules
+            .iter()
+            .map(|rule| LeaseItem {
+                rule: (*rule).into(),
+                key: DescriptorKey::new(rule, ["GET"]),
+                cost: 1,
+                plan: None,
+                want: None,
+            })
+            .collect(),
+    }
+}
+
+/// What the lease path counted so far: (store calls, background refills,
+/// asks that waited on a call in flight, store results `ok`, `error`).
+fn counted(metrics: &Metrics, store: &FakeStore) -> (usize, f64, f64, f64, f64) {
+    let text = metrics.render().unwrap();
+    let kind = |k| sample(&text, "meshlimit_pool_calls_total", &[("kind", k)]).unwrap_or(0.0);
+    let result =
+        |r| sample(&text, "meshlimit_store_requests_total", &[("result", r)]).unwrap_or(0.0);
+    (
+        store.calls.load(Ordering::SeqCst),
+        kind("refill"),
+        kind("wait"),
+        result("ok"),
+        result("error"),
+    )
+}
+
+/// One ask for `fast` a millisecond, `n` times, then 10 ms without asks (on
+/// the paused clock) so that every call they started has answered; the
+/// answers.
+async fn ask_every_ms(svc: &Arc<LeaseService>, n: usize) -> Vec<LeaseAnswer> {
+    let mut answers = Vec::with_capacity(n);
+    for _ in 0..n {
+        answers.extend(svc.lease(&request(&["fast"])).await.items);
+        tokio::time::sleep(MS).await;
+    }
+    tokio::time::sleep(10 * MS).await;
+    answers
+}
+
+/// The most tokens the store was asked for on each call, for `fast` (1,000 a
+/// second) asked 400 times at 500 a second by one of `live` nodes.
+async fn maxes_asked(mode: Mode, live: u32) -> Vec<u32> {
+    let (svc, _, store) = service_and_store(mode, 8);
+    svc.live_nodes_handle().store(live, Ordering::Relaxed);
+    for _ in 0..400 {
+        svc.lease(&request(&["fast"])).await;
+        tokio::time::sleep(2 * MS).await;
+    }
+    let maxes = store.maxes.lock().unwrap().clone();
+    maxes
+}

@@ -1,0 +1,82 @@
+//! How big a store lease is, and how many tokens a store call takes for the pool (`store_max`).
+
+use super::*;
+
+/// The store lease for one ask of `cost`, when the node spends 1,000 tokens/s.
+fn size(settings: &LeaseSettings, rule: &str, cost: u32) -> u32 {
+    let set = parse_rules("t", RULES).unwrap();
+    let rule = set.rule(rule).unwrap();
+    let limit = rule.limit_in_force(None, 0).limit;
+    settings.lease_size(rule, &limit, cost, 1_000.0)
+}
+
+#[test]
+fn sizing() {
+    let s = LeaseSettings::default();
+    assert_eq!(size(&s, "exact", 1), 1);
+    assert_eq!(size(&s, "exact", 3), 3);
+    assert_eq!(size(&s, "fast", 1), 100, "100 ms of 1000/s");
+    assert_eq!(size(&s, "tiny-burst", 1), 5, "a tenth of the burst");
+    assert_eq!(
+        size(&s, "slow", 1),
+        1,
+        "a tenth of a burst of 5 rounds to one"
+    );
+    assert_eq!(size(&s, "heavy", 200), 200, "never below the cost");
+    let exact_below = LeaseSettings {
+        exact_below_rps: 1001.0,
+        ..s
+    };
+    assert_eq!(size(&exact_below, "fast", 2), 2);
+    // A rule at exactly the rate is not slower than it: pooled.
+    let at_the_rate = LeaseSettings {
+        exact_below_rps: 1000.0,
+        ..s
+    };
+    assert_eq!(size(&at_the_rate, "fast", 2), 100);
+}
+
+#[test]
+fn a_pool_takes_no_more_than_its_node_spends_before_the_tokens_expire() {
+    // Leases live 300 ms: the pool keeps at most 150 ms of the node's demand.
+    // (lease, the filter's tokens, the node's demand per second, the most taken)
+    let s = LeaseSettings::default();
+    for (lease, filter, demand, max, why) in [
+        (1, 1, 0.0, 1, "a cold key takes its cost only"),
+        (
+            1,
+            1,
+            6.0,
+            1,
+            "0.9 tokens in 150 ms: a spare would mostly expire",
+        ),
+        (2, 1, 14.0, 3, "one filter's token and 2 spare"),
+        (10, 1, 100.0, 16, "the cost and 15 spare"),
+        (100, 1, 1_000.0, 151, "the cost and 150 spare"),
+        (100, 100, 1_000.0, 200, "two leases at most"),
+        (100, 0, 1_000.0, 150, "a refill: no filter's share"),
+        (8, 1, 0.0, 8, "never below the lease"),
+    ] {
+        assert_eq!(s.store_max(lease, filter, demand), max, "{why}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_nearly_empty_bucket_is_taken_an_ask_at_a_time_unless_the_node_is_far_over() {
+    // 500 asks a second of `fast` (1,000 a second) at the only node: under
+    // twice its share. Every grant leaves the store's bucket empty, so the
+    // pool never takes a token beyond the ask: a spare would sit here while
+    // other nodes found the bucket empty.
+    let drained = maxes_asked(Mode::Drained, 1).await;
+    assert_eq!(drained.len(), 400, "no ask was served from the pool");
+    assert!(drained.iter().all(|m| *m == 1), "{drained:?}");
+    // The same demand with 900 left after every grant: the pool takes spares.
+    let plenty = maxes_asked(Mode::Delayed(MS), 1).await;
+    assert!(plenty.iter().any(|m| *m > 1), "{plenty:?}");
+    assert!(plenty.len() < 400, "the pool served asks: {}", plenty.len());
+    // One of ten nodes: its share is 100 a second, and 500 is far over it,
+    // so even a drained bucket's grant takes a spare (the node's 429s are the
+    // limit working; the spare saves a store call).
+    let over = maxes_asked(Mode::Drained, 10).await;
+    assert!(over.iter().any(|m| *m > 1), "{over:?}");
+}

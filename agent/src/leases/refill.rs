@@ -142,8 +142,8 @@ impl LeaseService {
     /// fleet admits swing ±20–36% from second to second: nodes banked tokens
     /// they did not spend. With a hold ending in a call only when the pool is
     /// empty, one hot key over 400 gateways and 8 agents admits 0.994 of its
-    /// limit, each second within −3.5/+2.7%, at 77 lease scripts a second
-    /// where the refill alone took 212.)
+    /// limit, each second within ±4.3%, at 77 lease scripts a second, where
+    /// holding for the refill alone took 212.)
     pub(super) fn refill_ns(&self, tokens: u32, acquire: &Acquire) -> u64 {
         let ns = (f64::from(tokens) / acquire.enforced_limit().rate_per_ns()).ceil();
         if ns.is_finite() {

@@ -132,3 +132,32 @@ fn an_exact_hot_key_over_a_sharded_store_admits_the_limit() {
 fn a_leased_hot_key_over_a_sharded_store_admits_the_limit() {
     assert_targets(&run_short("hot-key-shard-leased"));
 }
+
+#[test]
+fn after_a_burst_a_key_under_its_limit_is_admitted_in_full_within_a_second() {
+    // Half its limit, then 5× for 2 s from 5 s (the short `burst`). From a
+    // second after the burst ends, the key is back under its limit and every
+    // request must be admitted. (The onset's wrong decisions are a known miss:
+    // docs/measurements.md, "What stands in the way of the rest".) Nodes whose
+    // demand estimate still read the burst once refilled their pools at
+    // every hold's end and banked the bucket's refill: two of four agents then
+    // turned away most of their requests in that second.
+    let r = run_short("burst");
+    let report = markdown::scenario(&r);
+    let after: Vec<_> = r
+        .figures
+        .seconds
+        .iter()
+        .filter(|s| s.key.is_none() && (8..11).contains(&s.second))
+        .collect();
+    assert_eq!(after.len(), 3, "{report}");
+    for s in after {
+        assert!(
+            s.admitted as f64 >= 0.99 * s.ideal as f64,
+            "second {}: admitted {} of {} an ideal limiter admits\n{report}",
+            s.second,
+            s.admitted,
+            s.ideal
+        );
+    }
+}

@@ -37,6 +37,12 @@ use tokio::sync::watch;
 
 const SHARDS: usize = 16;
 
+/// The most lease periods an ask turned away by a hold is sent back after the
+/// hold's end ([`Pools::fill_then_hold`]'s spacing): it bounds how long a
+/// filter keeps a denial once its key's demand has fallen (two periods, 200 ms
+/// at the default `--lease-target-ms`).
+pub const MAX_TURNS: u32 = 2;
+
 /// Pools for every key this node has leased, bounded in size.
 pub struct Pools {
     shards: Vec<Mutex<HashMap<DescriptorKey, Entry>>>,
@@ -125,6 +131,16 @@ struct Entry {
     call: Option<watch::Sender<()>>,
     /// Asks that waited on the call in flight: the next call's lease covers them.
     waited: u32,
+    /// Tokens served from the pool since the last store answer, and in the
+    /// round before it: how much one round serves.
+    served: u32,
+    last_served: u32,
+    /// Tokens the asks turned away by the hold since the last store answer
+    /// wanted.
+    turned: u32,
+    /// How far apart the turned-away asks are sent back (0: all at the
+    /// hold's end). See [`Pools::fill_then_hold`].
+    spacing_ns: u64,
 }
 
 /// What the node pool holds for one key.
@@ -210,6 +226,7 @@ impl Pools {
             let spend = e.lease.spend(now_ns, ask, Some(call_timeout_ns));
             match spend {
                 Spend::Taken { left, refill } => {
+                    e.served = e.served.saturating_add(ask);
                     if refill {
                         e.call = Some(watch::channel(()).0);
                     }
@@ -220,7 +237,20 @@ impl Pools {
                         refill,
                     }
                 }
-                Spend::Denied { retry_after_ns } => PoolTake::Denied { retry_after_ns },
+                Spend::Denied { retry_after_ns } => {
+                    let turns = e.turn_away(asked);
+                    // The asks this filter would have made meanwhile, one a
+                    // round, count as they would have: the node's demand,
+                    // which sizes its leases and tells whether it is far
+                    // over its share, does not fall because fewer ask.
+                    if count {
+                        e.lease.add_demand(now_ns, asked.saturating_mul(turns));
+                    }
+                    PoolTake::Denied {
+                        retry_after_ns: retry_after_ns
+                            .saturating_add(e.spacing_ns.saturating_mul(u64::from(turns))),
+                    }
+                }
                 Spend::Empty { in_flight } => {
                     if let (true, Some(tx)) = (in_flight, &e.call) {
                         let rx = tx.subscribe();
@@ -265,13 +295,23 @@ impl Pools {
         cost: u32,
         ttl_ns: u64,
     ) -> u32 {
-        self.fill_then_hold(key, now_ns, grant, cost, None, ttl_ns, 0)
+        self.fill_then_hold(key, now_ns, grant, cost, None, ttl_ns, 0, 0)
     }
 
     /// [`Pools::fill`], and once the pooled tokens are spent, asks are denied at the
     /// node until `hold_ns` from now: the store's bucket was drained, and asking
     /// it again before a lease's worth has refilled would only fetch crumbs.
     /// `cost` 0 is a refill: every token joins the pool. Ends the call in flight.
+    ///
+    /// `spacing_ns` (non-zero for a node far over its share, one lease period)
+    /// spaces the asks the hold turns away: asks wanting as many tokens as
+    /// the last round served come back at its end, the next as many one
+    /// spacing later, and so on, up to [`MAX_TURNS`] spacings. Without it
+    /// every turned-away filter asks again at the hold's end, and all but the
+    /// few the next round serves are turned away again: a call each per round
+    /// for nothing. Counting tokens, not asks, keeps a filter that wants many
+    /// (one gateway taking most of a node's traffic) from waiting behind many
+    /// that want few.
     // Each argument is a distinct quantity of one grant; a struct would only
     // rename them.
     #[allow(clippy::too_many_arguments)]
@@ -284,6 +324,7 @@ impl Pools {
         want: Option<u32>,
         ttl_ns: u64,
         hold_ns: u64,
+        spacing_ns: u64,
     ) -> u32 {
         let StoreGrant {
             tokens: granted,
@@ -302,15 +343,18 @@ impl Pools {
             e.remaining = remaining;
             e.reset_at_ns = now_ns.saturating_add(reset_ns);
             e.lease.denied_until_ns = now_ns.saturating_add(hold_ns);
+            e.new_round(spacing_ns, filter);
             e.end_call();
         });
         filter
     }
 
     /// Records a store denial: asks for the key are denied at the node until
-    /// then. Ends the call in flight.
-    pub fn deny(&self, key: &DescriptorKey, now_ns: u64, retry_after_ns: u64) {
+    /// then, the turned-away ones spaced by `spacing_ns` (see
+    /// [`Pools::fill_then_hold`]). Ends the call in flight.
+    pub fn deny(&self, key: &DescriptorKey, now_ns: u64, retry_after_ns: u64, spacing_ns: u64) {
         self.with(key, now_ns, |e| {
+            e.new_round(spacing_ns, 0);
             // A denial answering a concurrent ask must not strand tokens that
             // another ask's grant just pooled: they are served first.
             e.lease.deny(now_ns, retry_after_ns);
@@ -450,6 +494,34 @@ impl Pools {
 }
 
 impl Entry {
+    /// A store answer starts a round: the tokens the last one served are how
+    /// many the asks sent back at its end may want (a round that served none
+    /// keeps the figure of the one before); `first`: the tokens the answer
+    /// itself served.
+    fn new_round(&mut self, spacing_ns: u64, first: u32) {
+        if self.served > 0 {
+            self.last_served = self.served;
+        }
+        self.served = first;
+        self.turned = 0;
+        self.spacing_ns = spacing_ns;
+    }
+
+    /// How many spacings after the hold's end an ask wanting `want` tokens,
+    /// turned away now, should come back: behind the tokens the asks turned
+    /// away before it this round want, one spacing per round's worth (what
+    /// the last round served, or this one if it served more: the first round
+    /// has no last), at most [`MAX_TURNS`]; 0 without spacing.
+    fn turn_away(&mut self, want: u32) -> u32 {
+        if self.spacing_ns == 0 {
+            return 0;
+        }
+        let ahead = self.turned;
+        self.turned = self.turned.saturating_add(want);
+        let round = self.last_served.max(self.served).max(1);
+        (ahead / round).min(MAX_TURNS)
+    }
+
     /// Tells the asks waiting on the store call that it ended.
     fn end_call(&mut self) {
         if let Some(tx) = self.call.take() {

@@ -106,6 +106,10 @@ impl LeaseService {
                         demand = 0.0;
                     }
                     PoolTake::Denied { retry_after_ns } => {
+                        // A turned-away ask sent back later than the hold
+                        // (`Pools::fill_then_hold`) still asks again when
+                        // the schedule changes the limit.
+                        let retry_after_ns = retry_after_ns.min(rule.until_change_ns(utc_ns));
                         self.metrics.pool_denied();
                         if let Some(checker) = self.false_limits.get() {
                             checker.pool_denied(rule, &item.key);

@@ -36,6 +36,14 @@ impl LeaseService {
         until_change_ns: u64,
     ) -> Take {
         let far_over = self.far_over(acquire, now);
+        // A node far over its share spaces the asks its hold turns away by a
+        // lease period (`Pools::fill_then_hold`); a fixed window's hold ends
+        // with the whole limit back, for every ask at once.
+        let spacing = if far_over && acquire.limit.algorithm() != Algorithm::FixedWindow {
+            self.period_ns()
+        } else {
+            0
+        };
         let (settled, hold) = match take {
             Take::Granted {
                 tokens,
@@ -49,9 +57,16 @@ impl LeaseService {
                     remaining,
                     reset_ns,
                 };
-                let filter =
-                    self.pools
-                        .fill_then_hold(&acquire.key, now, grant, cost, want, ttl, hold);
+                let filter = self.pools.fill_then_hold(
+                    &acquire.key,
+                    now,
+                    grant,
+                    cost,
+                    want,
+                    ttl,
+                    hold,
+                    spacing,
+                );
                 let settled = Take::Granted {
                     tokens: filter,
                     remaining,
@@ -63,7 +78,7 @@ impl LeaseService {
                 let wait = self
                     .denial_hold_ns(lease, retry_after_ns, acquire, far_over)
                     .min(until_change_ns);
-                self.pools.deny(&acquire.key, now, wait);
+                self.pools.deny(&acquire.key, now, wait, spacing);
                 (
                     Take::Denied {
                         retry_after_ns: wait,

@@ -48,7 +48,7 @@ fn a_grant_is_split_by_what_the_filter_will_spend() {
     ));
     // A grant smaller than the want goes whole to the filter.
     assert_eq!(
-        p.fill_then_hold(&key(), 3 * MS, grant(7, 0, 0), 1, Some(9), 100 * MS, 0),
+        p.fill_then_hold(&key(), 3 * MS, grant(7, 0, 0), 1, Some(9), 100 * MS, 0, 0),
         7
     );
 }
@@ -81,7 +81,7 @@ fn a_grant_smaller_than_the_cost_split_never_overdraws() {
 #[test]
 fn denials_are_cached_at_the_node() {
     let p = Pools::default();
-    p.deny(&key(), 0, 50 * MS);
+    p.deny(&key(), 0, 50 * MS, 0);
     assert_eq!(
         p.take(&key(), 20 * MS, 1, None, MS),
         PoolTake::Denied {
@@ -99,7 +99,7 @@ fn demand_settles_at_the_offered_rate() {
     let p = Pools::default();
     // 1,000 tokens per second, one per millisecond, for 5 s (5 time constants),
     // all denied at the node: demand counts what was asked for, not served.
-    p.deny(&key(), 0, 10_000 * MS);
+    p.deny(&key(), 0, 10_000 * MS, 0);
     for ms in 0..5_000u64 {
         assert!(matches!(
             p.take(&key(), ms * MS, 1, None, MS),
@@ -130,7 +130,7 @@ fn a_sweep_drops_only_idle_entries_and_a_swept_key_asks_the_store() {
         DescriptorKey::new("r", ["b"]),
     );
     p.fill(&pooled, 0, grant(10, 0, 0), 1, 300 * MS);
-    p.deny(&denied, 0, 5_000 * MS);
+    p.deny(&denied, 0, 5_000 * MS, 0);
     // Within the lease TTL and the denial, both stay.
     p.sweep(200 * MS);
     assert_eq!(p.len(), 2);
@@ -178,7 +178,7 @@ fn at_the_cap_a_new_key_is_served_unpooled_and_nothing_is_handed_out() {
     assert_eq!(p.len(), 1);
     // A key held by a denial, with nothing pooled, keeps its place too.
     let p = Pools::new(1);
-    p.deny(&first, 0, 5_000 * MS);
+    p.deny(&first, 0, 5_000 * MS, 0);
     assert_eq!(p.fill(&second, 0, grant(10, 0, 0), 1, 300 * MS), 1);
     assert!(matches!(
         p.take(&first, MS, 1, None, MS),
@@ -191,7 +191,7 @@ fn a_denial_answering_a_concurrent_ask_keeps_the_pooled_tokens() {
     let p = Pools::default();
     // One ask's grant pools 9 tokens; a concurrent ask's denial arrives after.
     assert_eq!(p.fill(&key(), 0, grant(10, 0, 0), 1, 100 * MS), 1);
-    p.deny(&key(), MS, 500 * MS);
+    p.deny(&key(), MS, 500 * MS, 0);
     // The pooled tokens are served first, then the denial answers.
     assert!(matches!(
         p.take(&key(), 2 * MS, 1, Some(9), MS),
@@ -206,7 +206,7 @@ fn a_denial_answering_a_concurrent_ask_keeps_the_pooled_tokens() {
     // Expired pooled tokens are dropped by a denial.
     let p = Pools::default();
     p.fill(&key(), 0, grant(10, 0, 0), 1, 100 * MS);
-    p.deny(&key(), 200 * MS, 500 * MS);
+    p.deny(&key(), 200 * MS, 500 * MS, 0);
     assert!(matches!(
         p.take(&key(), 800 * MS, 1, None, MS),
         PoolTake::Miss { dropped: 0, .. }
@@ -283,6 +283,7 @@ fn the_ask_that_crosses_the_refill_mark_is_served_and_starts_one_refill() {
                     None,
                     300 * MS,
                     0,
+                    0,
                 );
                 t += 2;
             }
@@ -295,7 +296,7 @@ fn the_ask_that_crosses_the_refill_mark_is_served_and_starts_one_refill() {
     for t in (t..t + 100).step_by(1) {
         match ask(t) {
             PoolTake::Served { refill: true, .. } => {
-                p.fill_then_hold(&key(), t * MS, grant(40, 1_000, 0), 0, None, 300 * MS, 0);
+                p.fill_then_hold(&key(), t * MS, grant(40, 1_000, 0), 0, None, 300 * MS, 0, 0);
             }
             PoolTake::Served { .. } => {}
             other => panic!("{other:?} at {t} ms (first refill at {first} ms)"),
@@ -316,7 +317,7 @@ fn one_background_refill_at_a_time_and_none_while_a_denial_holds() {
     assert!(p.begin_refill(&k, 3 * MS, timeout));
     p.call_failed(&k, 4 * MS);
     // A denial holds: nothing to fetch until it ends.
-    p.deny(&k, 4 * MS, 100 * MS);
+    p.deny(&k, 4 * MS, 100 * MS, 0);
     assert!(!p.begin_refill(&k, 5 * MS, timeout));
     // From the moment it ends (when the timer waiting it out fires).
     assert!(p.begin_refill(&k, 104 * MS, timeout));
@@ -354,3 +355,5 @@ fn a_key_is_thick_once_its_demand_fills_a_lease() {
     }
     assert!(p.is_thick(&k, 1_000 * MS, life));
 }
+
+mod turns;

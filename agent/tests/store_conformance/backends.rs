@@ -1,0 +1,51 @@
+//! The backends the suite runs against, each started fresh for one test.
+
+use std::sync::Arc;
+
+use meshlimit_agent::store::redis::RedisStore;
+use meshlimit_agent::store::{MemoryStore, Store};
+use meshlimit_tests::{RedisCluster, RedisServer};
+
+use super::common;
+
+/// A store under test and whatever it runs on (killed on drop).
+pub(crate) struct Backend {
+    pub(crate) store: Box<dyn Store>,
+    _redis: Option<RedisServer>,
+    _cluster: Option<RedisCluster>,
+}
+
+pub(crate) async fn memory() -> Backend {
+    Backend {
+        store: Box::new(MemoryStore::new()),
+        _redis: None,
+        _cluster: None,
+    }
+}
+
+pub(crate) async fn redis() -> Backend {
+    let server = RedisServer::start();
+    let store = RedisStore::new(
+        common::redis_store_config(vec![server.addr()], false),
+        Arc::new(|_, _, _| {}),
+    );
+    Backend {
+        store: Box::new(store),
+        _redis: Some(server),
+        _cluster: None,
+    }
+}
+
+pub(crate) async fn redis_cluster() -> Backend {
+    let cluster = RedisCluster::start(3);
+    let store = RedisStore::new(
+        common::redis_store_config(cluster.addrs(), true),
+        Arc::new(|_, _, _| {}),
+    );
+    store.refresh_topology().await.unwrap();
+    Backend {
+        store: Box::new(store),
+        _redis: None,
+        _cluster: Some(cluster),
+    }
+}

@@ -57,8 +57,11 @@
 //!
 //! **Direction.** Every correction goes the same way: the SLI counts a 429 as
 //! false only when the store's bucket proves it, so it never reports more
-//! false limits than there were (it is a lower bound, up to the sampling
-//! error). What it cannot see: tokens the store had already handed out in
+//! false limits than its definition finds (up to the sampling error). That
+//! definition sees one update of the bucket: for a key far over its limit
+//! shared by many nodes, a drain before that update is missed, and at 400
+//! gateways over 8 agents the SLI read above the accuracy judge's wrongly
+//! limited (README, "False limits"). What it cannot see: tokens the store had already handed out in
 //! leases and pools but nobody spent yet. A grant that drains the store's
 //! bucket for a key under its limit strands its tokens at the nodes; the
 //! store looks drained, and the 429s that follow (another node's hold, a

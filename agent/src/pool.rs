@@ -35,13 +35,11 @@ use meshlimit_core::lease::{Lease, Spend};
 use meshlimit_core::DescriptorKey;
 use tokio::sync::watch;
 
-const SHARDS: usize = 16;
+mod turns;
 
-/// The most lease periods an ask turned away by a hold is sent back after the
-/// hold's end ([`Pools::fill_then_hold`]'s spacing): it bounds how long a
-/// filter keeps a denial once its key's demand has fallen (two periods, 200 ms
-/// at the default `--lease-target-ms`).
-pub const MAX_TURNS: u32 = 2;
+pub use turns::MAX_TURNS;
+
+const SHARDS: usize = 16;
 
 /// Pools for every key this node has leased, bounded in size.
 pub struct Pools {
@@ -494,34 +492,6 @@ impl Pools {
 }
 
 impl Entry {
-    /// A store answer starts a round: the tokens the last one served are how
-    /// many the asks sent back at its end may want (a round that served none
-    /// keeps the figure of the one before); `first`: the tokens the answer
-    /// itself served.
-    fn new_round(&mut self, spacing_ns: u64, first: u32) {
-        if self.served > 0 {
-            self.last_served = self.served;
-        }
-        self.served = first;
-        self.turned = 0;
-        self.spacing_ns = spacing_ns;
-    }
-
-    /// How many spacings after the hold's end an ask wanting `want` tokens,
-    /// turned away now, should come back: behind the tokens the asks turned
-    /// away before it this round want, one spacing per round's worth (what
-    /// the last round served, or this one if it served more: the first round
-    /// has no last), at most [`MAX_TURNS`]; 0 without spacing.
-    fn turn_away(&mut self, want: u32) -> u32 {
-        if self.spacing_ns == 0 {
-            return 0;
-        }
-        let ahead = self.turned;
-        self.turned = self.turned.saturating_add(want);
-        let round = self.last_served.max(self.served).max(1);
-        (ahead / round).min(MAX_TURNS)
-    }
-
     /// Tells the asks waiting on the store call that it ended.
     fn end_call(&mut self) {
         if let Some(tx) = self.call.take() {

@@ -38,6 +38,7 @@ pub use http::{get, post, raw_status, request, try_request, Response};
 pub use load::{count_between, latency_quantile, Load, Sample};
 pub use metrics::{label, sample};
 pub use ports::free_port;
+pub use process::signal;
 pub use redis::{RedisCluster, RedisServer};
 pub use resp::Resp;
 pub use rules_dir::RulesDir;

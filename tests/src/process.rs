@@ -128,3 +128,13 @@ fn open_log(path: &Path) -> File {
         .open(path)
         .unwrap_or_else(|e| panic!("cannot open log {}: {e}", path.display()))
 }
+
+/// Sends `sig` (`-STOP`, `-CONT`, `-KILL`, …) to `pid` with `kill`, as a test
+/// stalls or resumes a process it started.
+pub fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill {sig} {pid}");
+}

@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use meshlimit_tests::{
-    sample, wait_for, AgentOptions, Load, Probe, RedisCluster, Resp, Sample, Stack,
+    sample, signal, wait_for, AgentOptions, Load, Probe, RedisCluster, Resp, Sample, Stack,
 };
 
 const LIMIT: usize = 20;
@@ -49,15 +49,6 @@ fn slot_of(cluster: &RedisCluster, key: &str) -> u16 {
         Resp::Int(slot) => u16::try_from(slot).unwrap(),
         other => panic!("CLUSTER KEYSLOT answered {other:?}"),
     }
-}
-
-fn signal(pid: u32, sig: &str) {
-    let ok = std::process::Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill {sig} {pid}");
 }
 
 fn topology_events(stack: &Stack, event: &str) -> f64 {

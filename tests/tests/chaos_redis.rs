@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use meshlimit_tests::{
-    count_between, eventually, latency_quantile, sample, AgentOptions, Load, RedisServer, Sample,
-    Stack,
+    count_between, eventually, latency_quantile, sample, signal, AgentOptions, Load, RedisServer,
+    Sample, Stack,
 };
 
 const LIMIT: f64 = 40.0;
@@ -29,15 +29,6 @@ rules:
 enum Fault {
     Kill,
     Stall,
-}
-
-fn signal(pid: u32, sig: &str) {
-    let ok = std::process::Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill {sig} {pid}");
 }
 
 fn node(redis: &RedisServer) -> Stack {

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use meshlimit_tests::{eventually, AgentOptions, Stack};
+use meshlimit_tests::{eventually, signal, AgentOptions, Stack};
 
 const RULES: &str = r#"
 version: 1
@@ -15,15 +15,6 @@ rules:
     limit: { requests: 100000, per: 1s }
     on_failure: open
 "#;
-
-fn signal(pid: u32, sig: &str) {
-    let ok = std::process::Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill {sig} {pid}");
-}
 
 fn stat(stack: &Stack, name: &str) -> u64 {
     stack.filter_stat(name).unwrap_or(0)

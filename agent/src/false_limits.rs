@@ -165,9 +165,11 @@ impl FalseLimits {
                     let at_ns = r.at_ms.saturating_mul(NANOS_PER_MS);
                     self.offer(rule, at_ns, || r.key_id.clone());
                 }
+                // A cold start only ever admits.
                 DecisionSource::AgentPool
                 | DecisionSource::AgentLocal
-                | DecisionSource::FailurePolicy => {}
+                | DecisionSource::FailurePolicy
+                | DecisionSource::ColdStart => {}
             }
         }
     }

@@ -163,6 +163,20 @@ impl SlotState {
         self.lease.begin_call(now_ns, call_timeout_ns)
     }
 
+    /// A cold start: when the slot knows nothing of its key (never granted,
+    /// never denied, no call started, no fail-local bucket), marks the key's
+    /// call in flight and returns true; the request that asked is admitted and
+    /// the call's grant pays for it. False, changing nothing, for a key it
+    /// knows.
+    pub fn cold_start(&mut self, now_ns: u64, call_timeout_ns: u64) -> bool {
+        let l = &self.lease;
+        let known = l.granted_at_ns != 0
+            || l.denied_until_ns != 0
+            || l.call_started_ns != 0
+            || self.fallback.is_some();
+        !known && self.lease.begin_call(now_ns, call_timeout_ns)
+    }
+
     /// Records a grant of which `cost` went to the current request (0 for a
     /// refill); the rest joins the lease. Expired leftovers are dropped, never
     /// carried over.

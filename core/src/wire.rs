@@ -164,6 +164,9 @@ pub enum DecisionSource {
     /// The rule's failure policy in the filter (`open`, `closed`, or the
     /// filter's fail-local bucket).
     FailurePolicy,
+    /// A key's first request at an Envoy that held nothing for it, admitted
+    /// while its lease was asked (the rule's `cold_start: admit`).
+    ColdStart,
 }
 
 impl DecisionSource {
@@ -176,6 +179,7 @@ impl DecisionSource {
             DecisionSource::Agent => "agent",
             DecisionSource::AgentLocal => "agent_local",
             DecisionSource::FailurePolicy => "failure_policy",
+            DecisionSource::ColdStart => "cold_start",
         }
     }
 }

@@ -45,6 +45,10 @@ pub struct FilterConfig {
     /// Shared-data slots for per-key state: bounds the filter's memory whatever
     /// the key cardinality.
     pub slots: u32,
+    /// Cold starts (rules with `cold_start: admit`) a worker may make a
+    /// second, as many at once; past it a cold key waits for the agent. 0:
+    /// none.
+    pub cold_starts_per_second: u32,
     /// A path (e.g. `/.well-known/ratelimit`) where the filter answers a GET
     /// itself with the caller's limits and what is left of them, as far as
     /// this Envoy knows; `None`: no such path.
@@ -79,6 +83,7 @@ impl Default for FilterConfig {
             local_safety_factor: 2.0,
             agent_backoff: Duration::from_millis(500),
             slots: 16_384,
+            cold_starts_per_second: 100,
             usage_path: None,
             decision_log: true,
             agent_auth: None,
@@ -250,7 +255,7 @@ mod tests {
             "plugin configuration: field timeout: unknown field `timeout`, expected one of \
              `agent_cluster`, `agent_authority`, `timeout_ms`, `sync_timeout_ms`, \
              `sync_interval_ms`, `trusted_hops`, `response_headers`, `expected_nodes`, \
-             `local_safety_factor`, `agent_backoff_ms`, `slots`, `usage_path`, `decision_log` at line 1 column 10"
+             `local_safety_factor`, `agent_backoff_ms`, `slots`, `cold_starts_per_second`, `usage_path`, `decision_log` at line 1 column 10"
         );
         assert_eq!(
             err(r#"{"timeout_ms": "5ms"}"#).to_string(),

@@ -14,7 +14,9 @@
 //!   worker). Exact rules are not single-flighted: each request's item asks for
 //!   its own cost, as every request of an exact rule is checked at the store.
 //! - **Refill ahead.** A request that crossed its key's refill mark was served;
-//!   the refill it started is queued here like a miss, with nobody waiting.
+//!   the refill it started is queued here like a miss, with nobody waiting. A
+//!   cold start's call is queued the same way, and its grant pays for the
+//!   request admitted before it.
 //! - **No wedge.** Every call ends, by its answer or by the host's timeout, and
 //!   then every request waiting on it is decided or queued again; a request
 //!   that has waited [`MAX_ROUNDS`] calls takes its rules' failure policies.
@@ -48,6 +50,11 @@ pub struct FlightStats {
     pub refills: u64,
     /// Requests that waited on a call already queued or in flight for their key.
     pub waits: u64,
+    /// Requests admitted by a cold start (their key's call queued behind them).
+    pub cold_starts: u64,
+    /// Cold starts no grant paid for: the agent denied the key, or did not
+    /// answer. Each was one request's cost over what the store counted.
+    pub cold_starts_unpaid: u64,
 }
 
 /// The VM's lease calls and the requests waiting on them.
@@ -86,7 +93,11 @@ impl<W: Copy + Eq + Hash> Flights<W> {
         mut eval: Evaluation,
     ) -> Option<Evaluation> {
         for item in eval.take_refills() {
-            self.stats.refills += 1;
+            if item.prepaid > 0 {
+                self.stats.cold_starts += 1;
+            } else {
+                self.stats.refills += 1;
+            }
             self.enqueue(item);
         }
         if !eval.has_misses() {
@@ -143,6 +154,10 @@ impl<W: Copy + Eq + Hash> Flights<W> {
         let mut woken: Vec<W> = Vec::new();
         for item in items {
             let answer = answers.as_mut().and_then(Iterator::next);
+            let paid = matches!(answer, Some(LeaseAnswer::Grant { local: false, .. }));
+            if item.prepaid > 0 && !paid {
+                self.stats.cold_starts_unpaid += 1;
+            }
             let result = apply_answer(host, cfg, &item, answer);
             let fp = item.fingerprint;
             match self.busy.get_mut(&fp) {

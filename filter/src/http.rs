@@ -325,9 +325,16 @@ impl<H: Proxy> HttpContext for Http<H> {
         self.asked = Some(Rc::clone(&asked));
         let host = Rc::clone(&self.host);
         let host = &*host;
-        let ask = eval.local_pass(host, &self.config);
         let queue = self.vm.borrow().call_queue;
-        if backoff::backing_off(host, host.now_ns()) {
+        let backing_off = backoff::backing_off(host, host.now_ns());
+        let ask = {
+            // A cold start's call goes out with the VM's batch; none while the
+            // agent is backed off (the failure policy decides then).
+            let mut vm = self.vm.borrow_mut();
+            let cold = (!backing_off && queue.is_some()).then_some(&mut vm.cold_starts);
+            eval.local_pass_with(host, &self.config, cold)
+        };
+        if backing_off {
             for item in eval.take_refills() {
                 crate::slots::update(host, item.fingerprint, self.config.slots, |s| {
                     s.call_failed()

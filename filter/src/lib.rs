@@ -14,6 +14,7 @@
 //! `unwrap`, `expect` and `panic!` are denied: a panic traps the whole VM.
 
 pub mod backoff;
+pub mod cold;
 pub mod config;
 mod counts;
 pub mod decided;

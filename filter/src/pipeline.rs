@@ -5,7 +5,7 @@
 use std::rc::Rc;
 
 use meshlimit_core::decision::{decide, RuleResult};
-use meshlimit_core::rules::{Accuracy, FailurePolicy, Mode, RequestError, Rule, Scope};
+use meshlimit_core::rules::{Accuracy, ColdStart, FailurePolicy, Mode, RequestError, Rule, Scope};
 use meshlimit_core::slot::LocalCheck;
 use meshlimit_core::wire::{
     AnsweredFrom, DecisionSource, LeaseAnswer, LeaseItem, LeaseRequest, WIRE_VERSION,
@@ -14,6 +14,7 @@ use meshlimit_core::{
     DescriptorKey, Limit, Outcome, RequestInfo, RuleSet, RuleVerdict, Take, Verdict,
 };
 
+use crate::cold::ColdStarts;
 use crate::config::FilterConfig;
 use crate::host::Host;
 use crate::slots;
@@ -36,6 +37,9 @@ pub struct Item {
     /// Every request of the rule is checked at the store: no single flight
     /// (each request's item asks for its own cost), no refill ahead.
     pub exact: bool,
+    /// Tokens a request already spent before the answer (a cold start): the
+    /// grant pays them first.
+    pub prepaid: u32,
 }
 
 /// What an agent answer (or its absence) did for one key.
@@ -122,6 +126,19 @@ impl Evaluation {
     /// the first enforcing denial, so no further tokens are spent on a request that
     /// is rejected anyway. Returns true when the agent must be asked.
     pub fn local_pass<H: Host>(&mut self, host: &H, cfg: &FilterConfig) -> bool {
+        self.local_pass_with(host, cfg, None)
+    }
+
+    /// [`Evaluation::local_pass`], where a rule with `cold_start: admit` may
+    /// admit a key this Envoy knows nothing of from the worker's `cold`
+    /// allowance (`None`: no cold starts, as while the agent is backed off).
+    /// The key's call is queued as a refill that pays for the request.
+    pub fn local_pass_with<H: Host>(
+        &mut self,
+        host: &H,
+        cfg: &FilterConfig,
+        mut cold: Option<&mut ColdStarts>,
+    ) -> bool {
         let now = host.now_ns();
         let mut rejected = false;
         for i in 0..self.checks.len() {
@@ -132,11 +149,21 @@ impl Evaluation {
                 c.state = State::Skipped;
                 continue;
             }
-            let exact = self.rules.rules()[c.rule].accuracy == Accuracy::Exact;
+            let rule = &self.rules.rules()[c.rule];
+            let exact = rule.accuracy == Accuracy::Exact;
             let refill_timeout = (!exact).then(|| crate::config::nanos(cfg.timeout));
+            let may_start_cold = !exact
+                && rule.cold_start == ColdStart::Admit
+                && cold
+                    .as_deref()
+                    .is_some_and(|b| b.available(cfg.cold_starts_per_second, now));
             let mut want = None;
+            let mut started_cold = false;
             let local = slots::update(host, c.fingerprint, cfg.slots, |s| {
                 let check = s.check(now, c.cost, max_wait_ns, refill_timeout);
+                started_cold = may_start_cold
+                    && check == (LocalCheck::Miss { in_flight: false })
+                    && s.cold_start(now, crate::config::nanos(cfg.timeout));
                 // Only a call (a miss, a refill) carries what to ask for.
                 if matches!(
                     check,
@@ -147,6 +174,31 @@ impl Evaluation {
                 check
             });
             c.want = want;
+            if started_cold && local.is_some() {
+                if let Some(b) = cold.as_deref_mut() {
+                    b.take(cfg.cold_starts_per_second, now);
+                }
+                self.refills.push(Item {
+                    fingerprint: c.fingerprint,
+                    lease: LeaseItem {
+                        rule: rule.name.clone(),
+                        key: c.key.clone(),
+                        cost: c.cost,
+                        plan: c.plan.clone(),
+                        want,
+                    },
+                    exact,
+                    prepaid: c.cost,
+                });
+                c.source = DecisionSource::ColdStart;
+                // What is left is the agent's to say: reported as nothing,
+                // as for a request its failure policy admitted.
+                c.state = decided(RuleVerdict::Allow {
+                    remaining: 0,
+                    reset_ns: 0,
+                });
+                continue;
+            }
             c.state = match local.unwrap_or(LocalCheck::Miss { in_flight: false }) {
                 LocalCheck::Denied { retry_after_ns } => {
                     c.source = DecisionSource::DenialCache;
@@ -169,6 +221,7 @@ impl Evaluation {
                             fingerprint: c.fingerprint,
                             lease,
                             exact,
+                            prepaid: 0,
                         });
                     }
                     c.source = DecisionSource::FilterLease;
@@ -223,6 +276,7 @@ impl Evaluation {
                         want: c.want,
                     },
                     exact: self.rule(i).accuracy == Accuracy::Exact,
+                    prepaid: 0,
                 }
             })
             .collect()

@@ -39,8 +39,9 @@ pub struct Root<H> {
     /// Whether the last sync failed: failures are logged once per outage, not
     /// once per tick.
     sync_failing: bool,
-    /// The lease-call counters (calls, refills, waits) and what they showed.
-    call_counters: [Option<u32>; 3],
+    /// The lease-call counters (calls, refills, waits, cold starts, cold
+    /// starts left unpaid) and what they showed.
+    call_counters: [Option<u32>; 5],
     reported: FlightStats,
     /// The call fetching the agent's rules, if one is in flight.
     rules_call: Option<u32>,
@@ -62,6 +63,8 @@ impl<H: Proxy + 'static> Root<H> {
                 host.define_metric(Metric::Counter, "meshlimit.lease_calls"),
                 host.define_metric(Metric::Counter, "meshlimit.lease_refills"),
                 host.define_metric(Metric::Counter, "meshlimit.lease_waits"),
+                host.define_metric(Metric::Counter, "meshlimit.cold_starts"),
+                host.define_metric(Metric::Counter, "meshlimit.cold_starts_unpaid"),
             ],
             reported: FlightStats::default(),
             vm: Shared::default(),
@@ -139,6 +142,9 @@ impl<H: Proxy + 'static> Root<H> {
             .answered(&*self.host, &config, call, answers);
         finish_waiting(&*self.host, &self.vm, &config, decided);
         self.host.act_for(self.context_id);
+        // What the answers showed (cold starts left unpaid) is counted now,
+        // not at the next call, which a denied key may never make.
+        self.report_calls();
     }
 
     fn report_calls(&mut self) {
@@ -147,6 +153,8 @@ impl<H: Proxy + 'static> Root<H> {
             now.calls - self.reported.calls,
             now.refills - self.reported.refills,
             now.waits - self.reported.waits,
+            now.cold_starts - self.reported.cold_starts,
+            now.cold_starts_unpaid - self.reported.cold_starts_unpaid,
         ];
         for (metric, delta) in self.call_counters.iter().zip(deltas) {
             if let (Some(id), true) = (metric, delta > 0) {

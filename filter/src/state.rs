@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use meshlimit_core::headers::Protocol;
 use meshlimit_core::{Limit, RequestInfo, RuleSet};
 
+use crate::cold::ColdStarts;
 use crate::config::FilterConfig;
 use crate::counts::Counts;
 use crate::declog::DecisionLog;
@@ -54,6 +55,8 @@ pub struct VmState {
     pub call_queue: Option<u32>,
     /// A wake-up is already queued.
     pub wake_queued: bool,
+    /// The worker's allowance of cold starts.
+    pub cold_starts: ColdStarts,
 }
 
 /// A request paused for the agent, as the root context finishes it.

@@ -106,6 +106,7 @@ pub(super) fn rule_of(
         expires: None,
         log_sample: None,
         log_key: None,
+        cold_start: None,
         schedule: Vec::new(),
     };
     // What the peer wrote may still be no valid rule (a method `G3T`, a host

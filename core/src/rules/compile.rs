@@ -137,6 +137,29 @@ pub(super) fn compile_rule(
             );
         }
     }
+    let accuracy = rule
+        .accuracy
+        .or(defaults.accuracy)
+        .unwrap_or(Accuracy::Fast);
+    let on_failure = rule
+        .on_failure
+        .or(defaults.on_failure)
+        .unwrap_or(FailurePolicy::Local);
+    let cold_start = rule.cold_start.or(defaults.cold_start).unwrap_or_default();
+    if cold_start == ColdStart::Admit {
+        if accuracy == Accuracy::Exact {
+            err(
+                "cold_start",
+                "`admit` lets a request through before the store counts it; an `accuracy: exact` rule checks every request in the store: use `wait`".into(),
+            );
+        }
+        if on_failure == FailurePolicy::Closed {
+            err(
+                "cold_start",
+                "`admit` lets a request through before the agent answers; an `on_failure: closed` rule refuses what the agent did not answer for: use `wait`".into(),
+            );
+        }
+    }
     let cost = rule.cost.unwrap_or(1);
     if cost == 0 {
         err("cost", "must be at least 1".into());
@@ -166,15 +189,10 @@ pub(super) fn compile_rule(
             limits,
             cost,
             mode: rule.mode.or(defaults.mode).unwrap_or(Mode::Enforce),
-            on_failure: rule
-                .on_failure
-                .or(defaults.on_failure)
-                .unwrap_or(FailurePolicy::Local),
-            accuracy: rule
-                .accuracy
-                .or(defaults.accuracy)
-                .unwrap_or(Accuracy::Fast),
+            on_failure,
+            accuracy,
             scope: rule.scope.or(defaults.scope).unwrap_or(Scope::Region),
+            cold_start,
             log_sample: rule
                 .log_sample
                 .or(defaults.log_sample)

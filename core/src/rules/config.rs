@@ -139,6 +139,8 @@ pub struct DefaultsConfig {
     pub scope: Option<Scope>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub algorithm: Option<Algorithm>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold_start: Option<ColdStart>,
     /// The share of allowed decisions the decision log keeps, 0 to 1
     /// (rejections are always kept); default 0.01.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -185,6 +187,12 @@ pub struct RuleConfig {
     /// `sliding_window` (`requests` per `per`; no `burst`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub algorithm: Option<Algorithm>,
+    /// What a key's first request at an Envoy does while that Envoy holds
+    /// nothing for the key: `wait` (default) for the agent's answer, or
+    /// `admit` at once while its lease is asked in the background (`fast`
+    /// rules that do not fail closed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold_start: Option<ColdStart>,
     /// Who owns the rule (a team, a ticket): shown by `explain` and `check-rules`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "schema", schemars(length(min = 1, max = 128)))]
@@ -431,6 +439,26 @@ pub enum FailurePolicy {
 pub enum Accuracy {
     Fast,
     Exact,
+}
+
+/// A key's first request at an Envoy that holds nothing for it. `wait`
+/// (default): it waits for the agent's answer, like any miss. `admit`: it is
+/// admitted at once and the key's lease is asked in the background; the grant
+/// pays for it, and the key's next requests spend the rest or wait on that one
+/// call. The bound: per Envoy and key, one request's cost is admitted before
+/// the store counted it, each time the Envoy finds nothing for the key (its
+/// first request, or after its slot went to another key), and at most the
+/// filter's `cold_starts_per_second` a worker across all keys. Such a request
+/// is over its limit only when the store then denies the key (counted, with
+/// calls that got no answer, in Envoy's `meshlimit.cold_starts_unpaid`). Only
+/// for `accuracy: fast` rules that do not fail closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ColdStart {
+    #[default]
+    Wait,
+    Admit,
 }
 
 /// `region` (default): one budget per region. `global`: shared across regions.

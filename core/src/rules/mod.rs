@@ -27,8 +27,8 @@ use std::sync::Arc;
 pub use builder::RuleSetBuilder;
 pub use compile::{parse_period, DEFAULT_LOG_SAMPLE, MAX_RULE_NAME, SCHEMA_VERSION};
 pub use config::{
-    Accuracy, ChangesConfig, FailurePolicy, KeyPartConfig as KeyPart, LogKey, Mode, RulesConfig,
-    Scope,
+    Accuracy, ChangesConfig, ColdStart, FailurePolicy, KeyPartConfig as KeyPart, LogKey, Mode,
+    RulesConfig, Scope,
 };
 pub use error::{RuleError, RulesError};
 pub use explain::{Explained, Explanation};
@@ -70,6 +70,7 @@ pub struct Rule {
     pub on_failure: FailurePolicy,
     pub accuracy: Accuracy,
     pub scope: Scope,
+    pub cold_start: ColdStart,
     /// The share of allowed decisions the decision log keeps.
     pub log_sample: f64,
     pub log_key: LogKey,

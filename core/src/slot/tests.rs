@@ -196,3 +196,26 @@ fn one_call_per_key_is_in_flight_until_it_fails_or_its_deadline_passes() {
     assert!(!s.begin_call(500, 1_000));
     assert!(s.begin_call(1_020, 1_000));
 }
+
+#[test]
+fn only_a_key_the_slot_knows_nothing_of_starts_cold() {
+    let mut s = SlotState::empty(42);
+    assert!(s.cold_start(1_000, 50));
+    assert!(s.lease.in_flight(1_000), "its call is marked in flight");
+    assert!(!s.cold_start(1_001, 50), "one cold start per key");
+    let mut granted = SlotState::empty(42);
+    granted.grant(1_000, 5, 1, 100, 7, 1_000);
+    let mut denied = SlotState::empty(42);
+    denied.deny(1_000, 100);
+    let mut failed_local = SlotState::empty(42);
+    let _ = failed_local.fallback_take(&limit(3, 1_000, 3), 1_000, 1);
+    for (known, what) in [
+        (granted, "granted"),
+        (denied, "denied"),
+        (failed_local, "fail-local"),
+    ] {
+        let mut k = known;
+        assert!(!k.cold_start(1_000_000, 50), "{what}");
+        assert_eq!(k, known, "{what}: unchanged");
+    }
+}

@@ -68,7 +68,8 @@ fn requests_for_a_busy_key_wait_on_its_one_call() {
         FlightStats {
             calls: 1,
             refills: 0,
-            waits: 2
+            waits: 2,
+            ..FlightStats::default()
         }
     );
     let decided = f.answered(&host, &cfg, Call::Sent(7), Some(vec![grant(3), grant(1)]));
@@ -237,3 +238,5 @@ fn a_request_that_crosses_the_mark_is_served_and_its_refill_queued() {
     assert!(slot.lease.tokens > 0, "served from what was left");
     assert!(slot.lease.in_flight(host.now_ns()));
 }
+
+mod cold;

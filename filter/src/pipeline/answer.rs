@@ -31,7 +31,7 @@ pub fn apply_answer<H: Host>(
             let reset_ns = reset_ms.saturating_mul(NANOS_PER_MS);
             let ttl_ns = ttl_ms.saturating_mul(NANOS_PER_MS);
             slots::update(host, fp, cfg.slots, |s| {
-                s.grant(now, tokens, 0, ttl_ns, remaining, reset_ns)
+                s.grant(now, tokens, item.prepaid, ttl_ns, remaining, reset_ns)
             });
             KeyResult::Answered(from)
         }

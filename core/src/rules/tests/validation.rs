@@ -129,3 +129,35 @@ fn each_malformed_part_of_a_rule_is_refused_naming_its_field() {
         assert!(compile(rule(extra.clone())).is_ok(), "{extra}");
     }
 }
+
+#[test]
+fn cold_start_admit_is_refused_where_a_request_must_be_checked_first() {
+    for (extra, why) in [
+        (serde_json::json!({"accuracy": "exact"}), "accuracy: exact"),
+        (
+            serde_json::json!({"on_failure": "closed"}),
+            "on_failure: closed",
+        ),
+    ] {
+        let mut rule = serde_json::json!({"name": "r", "key": ["method"],
+            "limit": {"requests": 1, "per": "1s"}, "cold_start": "admit"});
+        for (k, v) in extra.as_object().unwrap() {
+            rule[k] = v.clone();
+        }
+        let err = compile(serde_json::json!({"version": 1, "rules": [rule]}))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cold_start") && err.contains(why), "{err}");
+    }
+    // From the defaults too, and `wait` goes with anything.
+    let set = compile(serde_json::json!({"version": 1,
+    "defaults": {"cold_start": "admit"},
+    "rules": [
+        {"name": "a", "key": ["method"], "limit": {"requests": 1, "per": "1s"}},
+        {"name": "b", "key": ["method"], "limit": {"requests": 1, "per": "1s"},
+         "accuracy": "exact", "cold_start": "wait"},
+    ]}))
+    .unwrap();
+    assert_eq!(set.rule("a").unwrap().cold_start, ColdStart::Admit);
+    assert_eq!(set.rule("b").unwrap().cold_start, ColdStart::Wait);
+}

@@ -1,0 +1,81 @@
+//! `cold_start: admit` through real Envoy: a key's first request is admitted
+//! while its agent call is still out, the grant pays for it, and a key spent
+//! at another Envoy gets exactly one unpaid request at a new one.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use meshlimit_tests::{count, eventually, signal, AgentOptions, Envoy, EnvoyConfig, Stack};
+
+const RULES: &str = r#"
+version: 1
+rules:
+  - name: cold-admit
+    key: [{ header: x-api-key }]
+    limit: { requests: 3, per: 1h }
+    cold_start: admit
+  - name: cold-wait
+    key: [{ header: x-user }]
+    limit: { requests: 3, per: 1h }
+"#;
+
+fn stat(envoy: &Envoy, name: &str) -> u64 {
+    envoy
+        .stat(&format!("wasmcustom.meshlimit.{name}"))
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_cold_key_is_admitted_while_its_call_is_out_and_its_grant_pays_for_it() {
+    let stack = Stack::start_with(AgentOptions::new(RULES), |c| {
+        c.concurrency(1).plugin("timeout_ms", 5000)
+    });
+    let pid = stack.agent.pid().unwrap();
+    // The agent cannot answer: the cold start is answered by Envoy alone.
+    signal(pid, "-STOP");
+    let first = stack.get("/anything", &[("x-api-key", "alice")]);
+    signal(pid, "-CONT");
+    assert_eq!(first.status, 200, "{first:?}");
+    eventually(Duration::from_secs(5), "the cold start counted", || {
+        stat(&stack.envoy, "cold_starts") == 1
+    });
+    // Three an hour, the cold start among them: its grant paid for it.
+    let rest = stack.statuses(4, "/anything", &[("x-api-key", "alice")]);
+    assert_eq!(rest, vec![200, 200, 429, 429]);
+    assert_eq!(stack.decisions("cold-admit", "allowed"), 3);
+    // A rule that waits admits the same, and never starts cold.
+    let waited = stack.statuses(5, "/anything", &[("x-user", "bob")]);
+    assert_eq!(count(&waited, 200), 3, "{waited:?}");
+    eventually(Duration::from_secs(5), "the counters reported", || {
+        stat(&stack.envoy, "lease_calls") > 0
+    });
+    assert_eq!(stat(&stack.envoy, "cold_starts"), 1);
+    assert_eq!(stat(&stack.envoy, "cold_starts_unpaid"), 0);
+}
+
+#[test]
+fn a_key_spent_at_another_envoy_gets_one_unpaid_request_at_a_new_one() {
+    let stack = Stack::start_with(AgentOptions::new(RULES), |c| c.concurrency(1));
+    let spent = stack.statuses(5, "/anything", &[("x-api-key", "carol")]);
+    assert_eq!(spent, vec![200, 200, 200, 429, 429]);
+
+    // A second Envoy on the same agent has never seen carol.
+    let other = Envoy::start_with(EnvoyConfig::new(stack.agent.port()).concurrency(1));
+    eventually(Duration::from_secs(10), "the new Envoy's rules", || {
+        stat(&other, "rules_ready_vms") >= 2
+    });
+    let statuses: Vec<u16> = (0..4)
+        .map(|_| meshlimit_tests::get(&other.url("/anything"), &[("x-api-key", "carol")]).status)
+        .collect();
+    assert_eq!(
+        statuses,
+        vec![200, 429, 429, 429],
+        "one request, then the store's denial"
+    );
+    eventually(
+        Duration::from_secs(5),
+        "the unpaid cold start counted",
+        || stat(&other, "cold_starts_unpaid") == 1,
+    );
+    assert_eq!(stat(&other, "cold_starts"), 1);
+}

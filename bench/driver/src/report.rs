@@ -145,8 +145,9 @@ fn request_path_section(r: &Results) -> String {
                 "meshlimit-loadgen at {rate} req/s (half of the hot key's saturation (c), or of (a)'s when lower) for (h), (h3) and \
                  (a); (k) at {cold} req/s{cold_why}. (h): rule `bench-lease`, limit {adm}/s (4× the rate: \
                  every request admitted, yet leases of about 100 ms of demand are renewed all the time); \
-                 (h3): `bench-lease-3x`, limit {over}/s (a third of the rate); (k): `bench-new`, a new key \
-                 on every request. All three `accuracy: fast` on the agent's store, with a fresh agent for \
+                 (h3): `bench-lease-3x`, limit {over}/s (a third of the rate); (k) and (kl): `bench-new`, a new key \
+                 on every request; (kc): `bench-cold-start`, the same with `cold_start: admit` (each request \
+                 admitted at once, its lease asked behind it), at (kl)'s rate. All `accuracy: fast` on the agent's store, with a fresh agent for \
                  the phase. (a) runs at each rate in the same round, just before the configurations \
                  compared with it; added = this configuration minus that (a) run.\n",
                 rate = fmt_num(p.rate, 0),

@@ -68,7 +68,7 @@ impl Bench<'_> {
         for sc in scenario::request_path() {
             let this_rate = match sc.id {
                 "k" => cold_rate,
-                "kl" => LIGHT_COLD_RATE.min(cold_rate),
+                "kl" | "kc" => LIGHT_COLD_RATE.min(cold_rate),
                 _ => rate,
             };
             if let Some(a) = none {

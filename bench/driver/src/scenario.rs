@@ -231,6 +231,8 @@ pub const LEASE_HEADER: &str = "x-bench-lease";
 pub const LEASE_3X_HEADER: &str = "x-bench-lease-3x";
 /// (k): `bench-new`, an `accuracy: fast` rule and a new key on every request.
 pub const NEW_KEY_HEADER: &str = "x-bench-new";
+/// (kc): `bench-cold-start`, the same with `cold_start: admit`.
+pub const COLD_START_HEADER: &str = "x-bench-cold-start";
 
 /// The request-path configurations (open loop), each run beside (a) at the same
 /// rate in the same round.
@@ -264,6 +266,13 @@ pub fn request_path() -> Vec<Scenario> {
             keys: Keys::Unique(NEW_KEY_HEADER),
             path: ROOT,
         },
+        Scenario {
+            id: "kc",
+            label: "meshlimit, cold keys at a light load, `cold_start: admit`",
+            filter: Filter::Meshlimit,
+            keys: Keys::Unique(COLD_START_HEADER),
+            path: ROOT,
+        },
     ]
 }
 
@@ -273,6 +282,7 @@ pub fn rule_of(id: &str) -> Option<&'static str> {
         "h" => Some("bench-lease"),
         "h3" => Some("bench-lease-3x"),
         "k" | "kl" => Some("bench-new"),
+        "kc" => Some("bench-cold-start"),
         _ => None,
     }
 }
@@ -296,6 +306,11 @@ rules:
     key: [{{ header: {NEW_KEY_HEADER} }}]
     limit: {{ requests: {HIGH_LIMIT}, per: 1s }}
     accuracy: fast
+  - name: bench-cold-start
+    key: [{{ header: {COLD_START_HEADER} }}]
+    limit: {{ requests: {HIGH_LIMIT}, per: 1s }}
+    accuracy: fast
+    cold_start: admit
 "
     )
 }

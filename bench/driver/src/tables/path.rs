@@ -14,7 +14,7 @@ fn latency_targets(id: &str) -> (&'static str, [Option<f64>; 3]) {
             "p99 ≤ 50 µs, p99.9 ≤ 200 µs",
             [None, Some(50.0), Some(200.0)],
         ),
-        "k" | "kl" => (
+        "k" | "kl" | "kc" => (
             "p50 ≤ 200 µs, p99 ≤ 1,000 µs",
             [Some(200.0), Some(1_000.0), None],
         ),
@@ -61,7 +61,7 @@ fn rows(r: &Results) -> Vec<(&'static str, Option<f64>)> {
         .map(|x| ("a", Some(x)))
         .collect();
     rows.extend(
-        ["h", "h3", "k", "kl"]
+        ["h", "h3", "k", "kl", "kc"]
             .into_iter()
             .filter(|id| r.path_runs(id).next().is_some())
             .map(|id| (id, None)),
@@ -165,7 +165,7 @@ pub fn request_path_costs(r: &Results) -> String {
                 "≤ 12 (1.2 × 1 agent ÷ 100 ms leases)",
                 scripts.map(|s| s.median <= 12.0),
             ),
-            "k" | "kl" => ("— (one per new key)", None),
+            "k" | "kl" | "kc" => ("— (one per new key)", None),
             _ => ("", None),
         };
         let dash = |text: String| if id == "a" { "—".to_string() } else { text };

@@ -83,7 +83,7 @@ impl Default for FilterConfig {
             local_safety_factor: 2.0,
             agent_backoff: Duration::from_millis(500),
             slots: 16_384,
-            cold_starts_per_second: 100,
+            cold_starts_per_second: 1_000,
             usage_path: None,
             decision_log: true,
             agent_auth: None,

@@ -62,6 +62,7 @@ pub fn explain(args: &ExplainArgs, out: &mut impl Write, err: &mut impl Write) -
                 "scope": r.scope,
                 "accuracy": r.accuracy,
                 "on_failure": r.on_failure,
+                "cold_start": r.cold_start,
                 "cost": r.cost.get(),
             });
             if !r.schedule.is_empty() {
@@ -223,8 +224,14 @@ fn text_line(row: &Value) -> String {
             Some(window @ ("fixed_window" | "sliding_window")) => window.to_string(),
             _ => format!("burst {}", l["burst"]),
         };
+        // Said only when it is not the default.
+        let cold = if row["cold_start"] == json!("admit") {
+            "  cold_start admit"
+        } else {
+            ""
+        };
         format!(
-            "{head}  applies  key {}  limit {} per {} ({counted}){plan}  mode {}  scope {}  accuracy {}  on_failure {}",
+            "{head}  applies  key {}  limit {} per {} ({counted}){plan}  mode {}  scope {}  accuracy {}  on_failure {}{cold}",
             s("key"),
             l["requests"],
             l["per"].as_str().unwrap_or_default(),

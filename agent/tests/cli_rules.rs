@@ -50,8 +50,13 @@ fn explain_shows_the_rules_a_request_meets_and_why_the_others_do_not_apply() {
         "{out}"
     );
     assert!(
-        lines[2].starts_with("2. per-key  applies  key per-key|k-1  limit 100 per 1s"),
+        lines[2].starts_with("2. per-key  applies  key per-key|k-1  limit 100 per 1s")
+            && lines[2].ends_with("on_failure local  cold_start admit"),
         "{out}"
+    );
+    assert!(
+        !lines[1].contains("cold_start"),
+        "the default is not said: {out}"
     );
     assert_eq!(
         lines[3],
@@ -66,6 +71,13 @@ fn explain_shows_the_rules_a_request_meets_and_why_the_others_do_not_apply() {
     assert_eq!(rows[0]["key"], "login-per-ip|10.0.0.7");
     assert_eq!(rows[0]["limit"]["per_seconds"], 60.0);
     assert_eq!(rows[1]["applies"], true);
+    assert_eq!(
+        (
+            rows[0]["cold_start"].as_str(),
+            rows[1]["cold_start"].as_str()
+        ),
+        (Some("wait"), Some("admit"))
+    );
     assert_eq!(rows[2]["applies"], false);
     assert_eq!(rows[2]["mode"], "shadow");
     assert!(rows[2]["reason"].as_str().unwrap().contains("/v1/search"));

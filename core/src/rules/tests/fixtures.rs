@@ -82,7 +82,7 @@ fn nine_mistakes_are_reported_in_one_run_with_their_lines() {
     // Two rules that cannot be read and seven that do not validate: the first two
     // used to hide the other seven.
     let expected = [
-        "bad-nine.yaml:9: rule search-per-api-key: field limt: unknown field `limt`, expected one of `name`, `match`, `key`, `limit`, `plans`, `cost`, `mode`, `on_failure`, `accuracy`, `scope`, `algorithm`, `owner`, `expires`, `log_sample`, `log_key`, `schedule`",
+        "bad-nine.yaml:9: rule search-per-api-key: field limt: unknown field `limt`, expected one of `name`, `match`, `key`, `limit`, `plans`, `cost`, `mode`, `on_failure`, `accuracy`, `scope`, `algorithm`, `cold_start`, `owner`, `expires`, `log_sample`, `log_key`, `schedule`",
         "bad-nine.yaml:12: rule login-per-ip: field mode: unknown variant `enforcing`, expected `enforce` or `shadow`",
         "bad-nine.yaml:16: rule Checkout: field name: `Checkout` must be 1 to 64 characters of [a-z0-9._-]",
         "bad-nine.yaml:19: rule per-path: field limit.per: `1 minute` is not a period: write a whole number and one of ms, s, m, h, d (e.g. 250ms, 1s, 1m)",

@@ -29,6 +29,10 @@ pub struct Recorded {
     /// that waited on a call already in flight for their key.
     pub refills: u64,
     pub waits: u64,
+    /// Requests admitted by a cold start (`cold_start: admit`), and those no
+    /// grant paid for.
+    pub cold_starts: u64,
+    pub cold_starts_unpaid: u64,
 }
 
 /// Runs the plan's traffic against the stack's agents.
@@ -99,14 +103,18 @@ async fn drive(plan: &Plan, stack: &Stack, show_progress: bool) -> Result<Record
     }
     progress.tick(&rec, epoch.elapsed().as_secs_f64());
     let scripts_per_second = progress.finish();
-    let stats = gateways.iter().map(|g| g.flight_stats());
-    let (refills, waits) = stats.fold((0, 0), |(r, w), s| (r + s.refills, w + s.waits));
+    let stats: Vec<_> = gateways.iter().map(|g| g.flight_stats()).collect();
+    let sum = |f: fn(&meshlimit_filter::flights::FlightStats) -> u64| stats.iter().map(f).sum();
+    let (refills, waits) = (sum(|s| s.refills), sum(|s| s.waits));
+    let (cold_starts, cold_starts_unpaid) = (sum(|s| s.cold_starts), sum(|s| s.cold_starts_unpaid));
     Ok(Recorded {
         log: rec.take(),
         scripts_per_second,
         elapsed: epoch.elapsed().as_secs_f64(),
         refills,
         waits,
+        cold_starts,
+        cold_starts_unpaid,
     })
 }
 

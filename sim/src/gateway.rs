@@ -20,6 +20,7 @@ use meshlimit_core::secret::KeyIds;
 use meshlimit_core::wire::LeaseAnswer;
 use meshlimit_core::{Outcome, RequestInfo, RuleSet, Verdict};
 use meshlimit_filter::backoff;
+use meshlimit_filter::cold::ColdStarts;
 use meshlimit_filter::config::FilterConfig;
 use meshlimit_filter::declog::DecisionLog;
 use meshlimit_filter::flights::{Call, FlightStats, Flights};
@@ -67,6 +68,8 @@ pub struct Gateway {
     records: Rc<RecordSetup>,
     /// Decision batches on their way to the agent.
     posting: Cell<usize>,
+    /// The VM's allowance of cold starts (`cold_start: admit` rules).
+    cold_starts: RefCell<ColdStarts>,
 }
 
 impl Keys {
@@ -121,6 +124,7 @@ impl Gateway {
                 unix_ms_at_zero: 0,
             }),
             posting: Cell::new(0),
+            cold_starts: RefCell::default(),
         }
     }
 
@@ -191,8 +195,14 @@ impl Gateway {
         };
         let now = self.host.now_ns();
         let pending = self.rec.arrive(key, self.id, now);
-        let ask = eval.local_pass(&self.host, &self.cfg);
-        if backoff::backing_off(&self.host, now) {
+        let backing_off = backoff::backing_off(&self.host, now);
+        let ask = {
+            // As the filter's HTTP context: no cold start while backed off.
+            let mut cold = self.cold_starts.borrow_mut();
+            let cold = (!backing_off).then_some(&mut *cold);
+            eval.local_pass_with(&self.host, &self.cfg, cold)
+        };
+        if backing_off {
             for item in eval.take_refills() {
                 slots::update(&self.host, item.fingerprint, self.cfg.slots, |s| {
                     s.call_failed()

@@ -100,6 +100,9 @@ pub struct Figures {
     /// call in flight for their key (from the filter's own counts).
     pub refills: u64,
     pub waits: u64,
+    /// Requests admitted by a cold start, and those no grant paid for.
+    pub cold_starts: u64,
+    pub cold_starts_unpaid: u64,
     pub agent_failures: u64,
     pub script_calls: u64,
     /// The busiest Redis node's script calls per second over the steady part
@@ -142,6 +145,8 @@ pub fn figures(plan: &Plan, rec: &Recorded, script_calls: u64, limits: &[f64]) -
         agent_calls: a.calls,
         refills: rec.refills,
         waits: rec.waits,
+        cold_starts: rec.cold_starts,
+        cold_starts_unpaid: rec.cold_starts_unpaid,
         agent_failures: a.timeouts + a.transport_errors + a.bad_status + a.bad_body,
         script_calls,
         hottest_node_scripts_per_sec: hottest_node(&rec.scripts_per_second, plan),

@@ -68,6 +68,8 @@ fn figures_count_the_steady_part_and_wrong_decisions() {
         elapsed: 4.0,
         refills: 0,
         waits: 0,
+        cold_starts: 0,
+        cold_starts_unpaid: 0,
     };
     let f = figures(&plan(), &recorded, 26, &[2.0]);
     assert_eq!(f.totals.requests, 15);

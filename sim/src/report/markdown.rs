@@ -178,7 +178,11 @@ fn cost_rows(r: &RunReport) -> Vec<Row> {
                 "{} ({:.1} per 1,000 requests; refills ahead of need {:.1}, requests that waited on their key's call {:.1}, per 1,000); failed: {} timeouts, {} transport, {} status, {} body",
                 f.agent_calls, f.per_1000(f.agent_calls), f.per_1000(f.refills), f.per_1000(f.waits),
                 s.failures[0], s.failures[1], s.failures[2], s.failures[3]
-            ),
+            ) + &if f.cold_starts > 0 {
+                format!("; cold starts {} ({} unpaid: denied or unanswered)", f.cold_starts, f.cold_starts_unpaid)
+            } else {
+                String::new()
+            },
         ),
         (
             "harness lag (its own cost)",

@@ -5,14 +5,12 @@
 use std::rc::Rc;
 
 use meshlimit_core::decision::{decide, RuleResult};
-use meshlimit_core::rules::{Accuracy, ColdStart, FailurePolicy, Mode, RequestError, Rule, Scope};
+use meshlimit_core::rules::{Accuracy, ColdStart, Mode, RequestError, Rule, Scope};
 use meshlimit_core::slot::LocalCheck;
 use meshlimit_core::wire::{
     AnsweredFrom, DecisionSource, LeaseAnswer, LeaseItem, LeaseRequest, WIRE_VERSION,
 };
-use meshlimit_core::{
-    DescriptorKey, Limit, Outcome, RequestInfo, RuleSet, RuleVerdict, Take, Verdict,
-};
+use meshlimit_core::{DescriptorKey, Limit, Outcome, RequestInfo, RuleSet, RuleVerdict, Verdict};
 
 use crate::cold::ColdStarts;
 use crate::config::FilterConfig;
@@ -66,6 +64,26 @@ struct Check {
     state: State,
     /// Where the decision was made, once decided.
     source: DecisionSource,
+}
+
+impl Check {
+    /// A lease call item for this check's key: asking for `cost` (the
+    /// request's own, or 1 for a refill ahead), of which `prepaid` a request
+    /// already spent (a cold start), and for its `want`.
+    fn item(&self, rule: &Rule, cost: u32, prepaid: u32) -> Item {
+        Item {
+            fingerprint: self.fingerprint,
+            lease: LeaseItem {
+                rule: rule.name.clone(),
+                key: self.key.clone(),
+                cost,
+                plan: self.plan.clone(),
+                want: self.want,
+            },
+            exact: rule.accuracy == Accuracy::Exact,
+            prepaid,
+        }
+    }
 }
 
 /// One rule's decision as the decision log sees it.
@@ -151,7 +169,8 @@ impl Evaluation {
             }
             let rule = &self.rules.rules()[c.rule];
             let exact = rule.accuracy == Accuracy::Exact;
-            let refill_timeout = (!exact).then(|| crate::config::nanos(cfg.timeout));
+            let call_timeout = crate::config::nanos(cfg.timeout);
+            let refill_timeout = (!exact).then_some(call_timeout);
             let may_start_cold = !exact
                 && rule.cold_start == ColdStart::Admit
                 && cold
@@ -163,7 +182,7 @@ impl Evaluation {
                 let check = s.check(now, c.cost, max_wait_ns, refill_timeout);
                 started_cold = may_start_cold
                     && check == (LocalCheck::Miss { in_flight: false })
-                    && s.cold_start(now, crate::config::nanos(cfg.timeout));
+                    && s.cold_start(now, call_timeout);
                 // Only a call (a miss, a refill) carries what to ask for.
                 if matches!(
                     check,
@@ -178,18 +197,7 @@ impl Evaluation {
                 if let Some(b) = cold.as_deref_mut() {
                     b.take(cfg.cold_starts_per_second, now);
                 }
-                self.refills.push(Item {
-                    fingerprint: c.fingerprint,
-                    lease: LeaseItem {
-                        rule: rule.name.clone(),
-                        key: c.key.clone(),
-                        cost: c.cost,
-                        plan: c.plan.clone(),
-                        want,
-                    },
-                    exact,
-                    prepaid: c.cost,
-                });
+                self.refills.push(c.item(rule, c.cost, c.cost));
                 c.source = DecisionSource::ColdStart;
                 // What is left is the agent's to say: reported as nothing,
                 // as for a request its failure policy admitted.
@@ -210,19 +218,7 @@ impl Evaluation {
                     refill,
                 } => {
                     if refill {
-                        let lease = LeaseItem {
-                            rule: self.rules.rules()[c.rule].name.clone(),
-                            key: c.key.clone(),
-                            cost: 1,
-                            plan: c.plan.clone(),
-                            want: c.want,
-                        };
-                        self.refills.push(Item {
-                            fingerprint: c.fingerprint,
-                            lease,
-                            exact,
-                            prepaid: 0,
-                        });
+                        self.refills.push(c.item(rule, 1, 0));
                     }
                     c.source = DecisionSource::FilterLease;
                     decided(RuleVerdict::Allow {
@@ -266,18 +262,7 @@ impl Evaluation {
         self.misses()
             .map(|i| {
                 let c = &self.checks[i];
-                Item {
-                    fingerprint: c.fingerprint,
-                    lease: LeaseItem {
-                        rule: self.rule(i).name.clone(),
-                        key: c.key.clone(),
-                        cost: c.cost,
-                        plan: c.plan.clone(),
-                        want: c.want,
-                    },
-                    exact: self.rule(i).accuracy == Accuracy::Exact,
-                    prepaid: 0,
-                }
+                c.item(self.rule(i), c.cost, 0)
             })
             .collect()
     }
@@ -383,17 +368,6 @@ impl Evaluation {
         }
     }
 
-    /// The agent could not be asked or did not answer in time: every undecided
-    /// rule takes its failure policy.
-    pub fn fail_misses<H: Host>(&mut self, host: &H, cfg: &FilterConfig) {
-        let now = host.now_ns();
-        let misses: Vec<usize> = self.misses().collect();
-        for i in misses {
-            self.checks[i].state = self.failure_state(host, cfg, i, now);
-            self.checks[i].source = DecisionSource::FailurePolicy;
-        }
-    }
-
     /// The request's verdict; call once nothing is a miss.
     pub fn verdict(&self) -> Verdict<'_> {
         decide(&self.results())
@@ -460,50 +434,6 @@ impl Evaluation {
         self.rules.version()
     }
 
-    fn failure_state<H: Host>(&self, host: &H, cfg: &FilterConfig, i: usize, now: u64) -> State {
-        let c = &self.checks[i];
-        match self.rule(i).on_failure {
-            FailurePolicy::Open => State::Decided {
-                verdict: RuleVerdict::Allow {
-                    remaining: 0,
-                    reset_ns: 0,
-                },
-                failure: Some(Outcome::FailedOpen),
-            },
-            FailurePolicy::Closed => State::Decided {
-                verdict: RuleVerdict::Unavailable,
-                failure: Some(Outcome::FailedClosed),
-            },
-            FailurePolicy::Local => {
-                let local = c.limit.scaled(cfg.local_share());
-                let take = slots::update(host, c.fingerprint, cfg.slots, |s| {
-                    s.fallback_take(&local, now, c.cost)
-                })
-                // No slot for this key (another key's fail-local bucket holds it,
-                // or the write kept losing races): no state to count against, so
-                // no grant; it may retry once one request's worth has refilled.
-                .unwrap_or(Take::Denied {
-                    retry_after_ns: local.max_wait_ns(1.0),
-                });
-                let verdict = match take {
-                    Take::Granted {
-                        remaining,
-                        reset_ns,
-                        ..
-                    } => RuleVerdict::Allow {
-                        remaining,
-                        reset_ns,
-                    },
-                    Take::Denied { retry_after_ns } => RuleVerdict::Deny { retry_after_ns },
-                };
-                State::Decided {
-                    verdict,
-                    failure: Some(Outcome::FailedLocal),
-                }
-            }
-        }
-    }
-
     fn misses(&self) -> impl Iterator<Item = usize> + '_ {
         self.checks
             .iter()
@@ -540,6 +470,7 @@ fn decided(verdict: RuleVerdict) -> State {
 }
 
 mod answer;
+mod failure;
 pub use answer::apply_answer;
 
 #[cfg(test)]

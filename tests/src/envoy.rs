@@ -264,6 +264,12 @@ impl Envoy {
             .find_map(|line| line.strip_prefix(&prefix)?.trim().parse().ok())
     }
 
+    /// One of the filter's own stats, by its name after `meshlimit.`
+    /// (Envoy shows custom Wasm stats under a `wasmcustom.` prefix).
+    pub fn filter_stat(&self, name: &str) -> Option<u64> {
+        self.stat(&format!("wasmcustom.meshlimit.{name}"))
+    }
+
     /// The generated config file.
     pub fn config_path(&self) -> &Path {
         &self.config_path

@@ -44,10 +44,9 @@ impl Stack {
         );
     }
 
-    /// One of the filter's own Envoy stats, by its name after `meshlimit.`
-    /// (Envoy shows custom Wasm stats under a `wasmcustom.` prefix).
+    /// One of the filter's own Envoy stats ([`Envoy::filter_stat`]).
     pub fn filter_stat(&self, name: &str) -> Option<u64> {
-        self.envoy.stat(&format!("wasmcustom.meshlimit.{name}"))
+        self.envoy.filter_stat(name)
     }
 
     /// The filter's count of `outcome` decisions for `rule`.

@@ -20,9 +20,7 @@ rules:
 "#;
 
 fn stat(envoy: &Envoy, name: &str) -> u64 {
-    envoy
-        .stat(&format!("wasmcustom.meshlimit.{name}"))
-        .unwrap_or(0)
+    envoy.filter_stat(name).unwrap_or(0)
 }
 
 #[test]

@@ -65,9 +65,7 @@ impl Secret {
 
     /// The keyed hash that names keys in telemetry and in the store.
     pub fn key_ids(&self) -> KeyIds {
-        KeyIds {
-            key: self.derive(KEY_ID_LABEL),
-        }
+        KeyIds::keyed(self.derive(KEY_ID_LABEL))
     }
 
     /// The keyed hash of the filter's shared-data slots.
@@ -107,23 +105,47 @@ pub fn token_matches(presented: &[u8], expected: &str) -> bool {
 /// Names keys by a keyed hash: HMAC-SHA-256 truncated to 128 bits, so ids are
 /// collision-free in practice (a Redis key name is one bucket: two keys must never
 /// share one) and cannot be mapped back without the secret.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct KeyIds {
     key: [u8; 32],
+    /// HMAC's keyed state, set up once: an id then hashes only the key's
+    /// blocks, not the two of the secret's pads as well.
+    mac: HmacSha256,
 }
+
+impl PartialEq for KeyIds {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+
+impl Eq for KeyIds {}
 
 impl KeyIds {
     /// Ids keyed by a fixed, public key: for tests and tools that have no
     /// secret. They still never show a key in clear, but anyone can compute them.
     pub fn placeholder() -> KeyIds {
-        KeyIds {
-            key: hmac(b"meshlimit placeholder", &[KEY_ID_LABEL]),
-        }
+        KeyIds::keyed(hmac(b"meshlimit placeholder", &[KEY_ID_LABEL]))
+    }
+
+    fn keyed(key: [u8; 32]) -> KeyIds {
+        // HMAC pads a key shorter than SHA-256's 64-byte block with zeros, so
+        // the padded block is the same key, taken without a fallible call.
+        let mut block = [0u8; 64];
+        block[..32].copy_from_slice(&key);
+        let mac = <HmacSha256 as hmac::digest::KeyInit>::new(&block.into());
+        KeyIds { key, mac }
     }
 
     /// The id of `key`.
     pub fn id(&self, key: &DescriptorKey) -> KeyId {
-        let mac = hmac(&self.key, &[key.as_str().as_bytes()]);
+        let mac: [u8; 32] = self
+            .mac
+            .clone()
+            .chain_update(key.as_str().as_bytes())
+            .finalize()
+            .into_bytes()
+            .into();
         KeyId(u128::from_be_bytes(first16(&mac)))
     }
 }
@@ -249,6 +271,20 @@ mod tests {
         assert!(!token_matches(b"", &t));
         // Two differences that would cancel out if combined by XOR.
         assert!(!token_matches(b"ab", "ba"));
+    }
+
+    #[test]
+    fn a_key_id_is_the_truncated_hmac_of_the_key_whatever_its_length() {
+        // Ids name Redis keys: the set-up-once state must give the ids a
+        // whole HMAC gives, or a release would orphan every bucket.
+        let ids = secret("0123456789abcdef0123456789abcdef").key_ids();
+        for len in [0, 1, 55, 56, 64, 200] {
+            let key = DescriptorKey::new("r", ["x".repeat(len)]);
+            let whole = hmac(&ids.key, &[key.as_str().as_bytes()]);
+            assert_eq!(ids.id(&key).to_string(), hex(&whole[..16]), "{len}");
+        }
+        assert_eq!(ids, secret("0123456789abcdef0123456789abcdef").key_ids());
+        assert_ne!(ids, KeyIds::placeholder());
     }
 
     #[test]

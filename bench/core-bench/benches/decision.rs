@@ -5,6 +5,8 @@
 //! * `core/bucket_take`: `Bucket::take` on one bucket, time passed in.
 //! * `core/key_fingerprint`: building a `DescriptorKey` from a header value and
 //!   fingerprinting it (what picks the shared-data slot in the filter).
+//! * `core/key_id`: a key's id (the keyed hash that names it in metrics, logs,
+//!   Redis and the access log; the filter forms one per decided request).
 //! * `keyed/meshlimit` vs `keyed/governor`: a decision for one of 1,000 keys:
 //!   read the clock, find the key's bucket, take a token. governor's
 //!   `RateLimiter::keyed` (its default store and quanta clock) against a std
@@ -34,6 +36,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use governor::{Quota, RateLimiter};
+use meshlimit_core::secret::{KeyIds, Secret};
 use meshlimit_core::{Bucket, DescriptorKey, Limit, RuleSet, Take};
 use meshlimit_core_bench::{keys, request, request_none, rule_set, rule_set_config};
 
@@ -68,6 +71,11 @@ fn core(c: &mut Criterion) {
             black_box(key.fingerprint())
         })
     });
+    let ids = Secret::new(b"0123456789abcdef0123456789abcdef")
+        .map(|s| s.key_ids())
+        .unwrap_or_else(|_| KeyIds::placeholder());
+    let key = DescriptorKey::new("search-per-api-key", ["k-0123456789abcdef"]);
+    g.bench_function("key_id", |b| b.iter(|| black_box(ids.id(black_box(&key)))));
     g.finish();
 }
 

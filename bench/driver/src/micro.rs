@@ -9,9 +9,10 @@ use crate::procs::output;
 use crate::records::Micro;
 
 /// The benchmarks the report shows, as criterion names them (`group/bench`).
-pub const NAMES: [&str; 15] = [
+pub const NAMES: [&str; 16] = [
     "core/bucket_take",
     "core/key_fingerprint",
+    "core/key_id",
     "keyed/meshlimit",
     "keyed/governor",
     "single/meshlimit",

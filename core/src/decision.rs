@@ -40,6 +40,9 @@ pub struct RuleResult<'a> {
     /// How this decision was reached (for counting): `Allowed`/`Limited` when the
     /// limiter answered, `Failed*` when a failure policy decided.
     pub failure: Option<Outcome>,
+    /// Admitted before anything counted it (a cold start, whose lease call
+    /// goes out behind it): what is left of its quota is not known yet.
+    pub quota_unknown: bool,
 }
 
 /// The request's verdict.
@@ -125,9 +128,10 @@ pub fn decide<'a>(results: &[RuleResult<'a>]) -> Verdict<'a> {
     if let Some(r) = enforcing().find(|r| r.verdict == RuleVerdict::Unavailable) {
         return Verdict::Unavailable { rule: r.rule };
     }
-    // A rule decided by a failure policy knows nothing reliable of its quota.
+    // A rule decided by a failure policy, or admitted cold, knows nothing
+    // reliable of its quota: its fields would tell the client it has none.
     let tightest = enforcing()
-        .filter(|r| r.failure.is_none())
+        .filter(|r| r.failure.is_none() && !r.quota_unknown)
         .filter_map(|r| match r.verdict {
             RuleVerdict::Allow {
                 remaining,

@@ -326,38 +326,25 @@ impl<H: Proxy> HttpContext for Http<H> {
         let host = Rc::clone(&self.host);
         let host = &*host;
         let queue = self.vm.borrow().call_queue;
-        let backing_off = backoff::backing_off(host, host.now_ns());
-        let ask = {
-            // A cold start's call goes out with the VM's batch; none while the
-            // agent is backed off (the failure policy decides then).
+        let step = {
+            // A cold start's call goes out with the VM's batch.
             let mut vm = self.vm.borrow_mut();
-            let cold = (!backing_off && queue.is_some()).then_some(&mut vm.cold_starts);
-            eval.local_pass_with(host, &self.config, cold)
+            let cold = queue.is_some().then_some(&mut vm.cold_starts);
+            eval.local_step(host, &self.config, cold)
         };
-        if backing_off {
-            for item in eval.take_refills() {
-                crate::slots::update(host, item.fingerprint, self.config.slots, |s| {
-                    s.call_failed()
-                });
-            }
-            if ask {
-                eval.fail_misses(host, &self.config);
-            }
-        } else if let Some(queue) = queue {
+        if let (false, Some(queue)) = (step.backed_off, queue) {
             return self.join_flights(eval, queue, &asked);
-        } else if ask {
-            {
-                let body = serde_json::to_vec(&eval.lease_request()).unwrap_or_default();
-                let cfg = &self.config;
-                let call =
-                    AgentCall::to_agent(cfg, LEASE_PATH, AgentRequest::Post(&body), cfg.timeout);
-                if host.dispatch(call).is_some() {
-                    self.pending = Some(eval);
-                    return Action::Pause;
-                }
-                backoff::failed(host, self.config.agent_backoff);
-                eval.fail_misses(host, &self.config);
+        }
+        if step.ask {
+            let body = serde_json::to_vec(&eval.lease_request()).unwrap_or_default();
+            let cfg = &self.config;
+            let call = AgentCall::to_agent(cfg, LEASE_PATH, AgentRequest::Post(&body), cfg.timeout);
+            if host.dispatch(call).is_some() {
+                self.pending = Some(eval);
+                return Action::Pause;
             }
+            backoff::failed(host, self.config.agent_backoff);
+            eval.fail_misses(host, &self.config);
         }
         finish(host, &self.vm, &self.config, &self.waiting(&asked), &eval)
     }

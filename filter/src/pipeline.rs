@@ -15,7 +15,7 @@ use meshlimit_core::{DescriptorKey, Limit, Outcome, RequestInfo, RuleSet, RuleVe
 use crate::cold::ColdStarts;
 use crate::config::FilterConfig;
 use crate::host::Host;
-use crate::slots;
+use crate::{backoff, slots};
 
 /// One request's evaluation; it survives the pause while the agent answers.
 pub struct Evaluation {
@@ -38,6 +38,16 @@ pub struct Item {
     /// Tokens a request already spent before the answer (a cold start): the
     /// grant pays them first.
     pub prepaid: u32,
+}
+
+/// What a request's local pass ([`Evaluation::local_step`]) left to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalStep {
+    /// Some rule waits for the agent.
+    pub ask: bool,
+    /// The agent was backed off: every rule is decided and nothing is to be
+    /// sent.
+    pub backed_off: bool,
 }
 
 /// What an agent answer (or its absence) did for one key.
@@ -199,8 +209,8 @@ impl Evaluation {
                 }
                 self.refills.push(c.item(rule, c.cost, c.cost));
                 c.source = DecisionSource::ColdStart;
-                // What is left is the agent's to say: reported as nothing,
-                // as for a request its failure policy admitted.
+                // What is left is the agent's to say: the response shows no
+                // quota for the rule (`RuleResult::quota_unknown`).
                 c.state = decided(RuleVerdict::Allow {
                     remaining: 0,
                     reset_ns: 0,
@@ -245,6 +255,58 @@ impl Evaluation {
             }
         }
         self.checks.iter().any(|c| c.state == State::Miss)
+    }
+
+    /// The local pass as a request runs it, in the filter and in the
+    /// simulator's gateways alike: with the agent backed off
+    /// ([`backoff::backing_off`]) no key starts cold, the refills the pass
+    /// started are dropped (each slot's call marked failed) and every miss
+    /// takes its failure policy, so nothing is left to send. `cold` is the
+    /// worker's allowance where the host can batch calls (`None`: none).
+    ///
+    /// The back-off is a shared-data read, made only when it matters: before
+    /// the pass when some rule may start its key cold, else after it when the
+    /// pass left a miss or a refill. A request its lease decides alone, the
+    /// hot key's common case, never reads it.
+    pub fn local_step<H: Host>(
+        &mut self,
+        host: &H,
+        cfg: &FilterConfig,
+        cold: Option<&mut ColdStarts>,
+    ) -> LocalStep {
+        let backed_off = || backoff::backing_off(host, host.now_ns());
+        let may_start_cold = cold.is_some() && self.may_start_cold();
+        let mut backed_off_now = may_start_cold && backed_off();
+        let cold = cold.filter(|_| may_start_cold && !backed_off_now);
+        let ask = self.local_pass_with(host, cfg, cold);
+        if !may_start_cold && (ask || !self.refills.is_empty()) {
+            backed_off_now = backed_off();
+        }
+        if !backed_off_now {
+            return LocalStep {
+                ask,
+                backed_off: false,
+            };
+        }
+        for item in self.take_refills() {
+            slots::update(host, item.fingerprint, cfg.slots, |s| s.call_failed());
+        }
+        if ask {
+            self.fail_misses(host, cfg);
+        }
+        LocalStep {
+            ask: false,
+            backed_off: true,
+        }
+    }
+
+    /// Whether some rule of this request may admit its key cold
+    /// (`cold_start: admit` on a rule that is not exact).
+    fn may_start_cold(&self) -> bool {
+        (0..self.checks.len()).any(|i| {
+            let rule = self.rule(i);
+            rule.cold_start == ColdStart::Admit && rule.accuracy != Accuracy::Exact
+        })
     }
 
     /// The refills the local pass started, for the VM's next lease call.
@@ -375,47 +437,37 @@ impl Evaluation {
 
     /// Each decided rule's result, for counting.
     pub fn results(&self) -> Vec<RuleResult<'_>> {
-        self.checks
-            .iter()
-            .enumerate()
-            .filter_map(|(i, c)| match c.state {
-                State::Decided { verdict, failure } => {
-                    let rule = self.rule(i);
-                    Some(RuleResult {
-                        rule: &rule.name,
-                        mode: rule.mode,
-                        limit: c.limit,
-                        verdict,
-                        failure,
-                    })
-                }
-                State::Miss | State::Skipped => None,
-            })
-            .collect()
+        self.checks.iter().filter_map(|c| self.result(c)).collect()
     }
 
     /// Each decided rule's decision, its key and where it was made, for the
     /// decision log.
     pub fn logged(&self) -> impl Iterator<Item = Logged<'_>> + '_ {
-        self.checks.iter().filter_map(|c| match c.state {
-            State::Decided { verdict, failure } => {
-                let rule = &self.rules.rules()[c.rule];
-                let result = RuleResult {
-                    rule: &rule.name,
-                    mode: rule.mode,
-                    limit: c.limit,
-                    verdict,
-                    failure,
-                };
-                Some(Logged {
-                    rule,
-                    key: &c.key,
-                    verdict,
-                    outcome: result.outcome(),
-                    source: c.source,
-                })
-            }
-            State::Miss | State::Skipped => None,
+        self.checks.iter().filter_map(|c| {
+            let result = self.result(c)?;
+            Some(Logged {
+                rule: &self.rules.rules()[c.rule],
+                key: &c.key,
+                verdict: result.verdict,
+                outcome: result.outcome(),
+                source: c.source,
+            })
+        })
+    }
+
+    /// A decided check's result (`None`: undecided or skipped).
+    fn result(&self, c: &Check) -> Option<RuleResult<'_>> {
+        let State::Decided { verdict, failure } = c.state else {
+            return None;
+        };
+        let rule = &self.rules.rules()[c.rule];
+        Some(RuleResult {
+            rule: &rule.name,
+            mode: rule.mode,
+            limit: c.limit,
+            verdict,
+            failure,
+            quota_unknown: c.source == DecisionSource::ColdStart,
         })
     }
 

@@ -66,6 +66,7 @@ pub struct Stream {
 pub struct MemoryHost {
     clock: Cell<Clock>,
     data: RefCell<HashMap<String, (Vec<u8>, u32)>>,
+    reads: RefCell<HashMap<String, u32>>,
     interfere: RefCell<Option<Interference>>,
     plugin_configuration: RefCell<Option<Vec<u8>>>,
     env: RefCell<HashMap<String, String>>,
@@ -89,6 +90,7 @@ impl Default for MemoryHost {
         Self {
             clock: Cell::new(Clock::At(0)),
             data: RefCell::default(),
+            reads: RefCell::default(),
             interfere: RefCell::default(),
             plugin_configuration: RefCell::default(),
             env: RefCell::default(),
@@ -140,6 +142,11 @@ impl MemoryHost {
     }
 
     /// Per-key slots in shared data.
+    /// How many times shared data under `key` was read.
+    pub fn shared_reads(&self, key: &str) -> u32 {
+        self.reads.borrow().get(key).copied().unwrap_or(0)
+    }
+
     pub fn slot_count(&self) -> usize {
         let data = self.data.borrow();
         data.keys().filter(|k| k.starts_with(SLOT_PREFIX)).count()
@@ -269,6 +276,7 @@ impl Host for MemoryHost {
     }
 
     fn shared_get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
+        *self.reads.borrow_mut().entry(key.to_string()).or_default() += 1;
         let found = self.data.borrow().get(key).cloned();
         if let Some((k, f)) = self.interfere.borrow_mut().take_if(|(k, _)| k == key) {
             let mut data = self.data.borrow_mut();

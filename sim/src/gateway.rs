@@ -26,7 +26,6 @@ use meshlimit_filter::declog::DecisionLog;
 use meshlimit_filter::flights::{Call, FlightStats, Flights};
 use meshlimit_filter::host::Host;
 use meshlimit_filter::pipeline::Evaluation;
-use meshlimit_filter::slots;
 use meshlimit_filter::testing::MemoryHost;
 
 use crate::arrivals::ArrivalGen;
@@ -195,22 +194,12 @@ impl Gateway {
         };
         let now = self.host.now_ns();
         let pending = self.rec.arrive(key, self.id, now);
-        let backing_off = backoff::backing_off(&self.host, now);
-        let ask = {
-            // As the filter's HTTP context: no cold start while backed off.
+        let step = {
+            // As the filter's HTTP context (one `local_step`).
             let mut cold = self.cold_starts.borrow_mut();
-            let cold = (!backing_off).then_some(&mut *cold);
-            eval.local_pass_with(&self.host, &self.cfg, cold)
+            eval.local_step(&self.host, &self.cfg, Some(&mut *cold))
         };
-        if backing_off {
-            for item in eval.take_refills() {
-                slots::update(&self.host, item.fingerprint, self.cfg.slots, |s| {
-                    s.call_failed()
-                });
-            }
-            if ask {
-                eval.fail_misses(&self.host, &self.cfg);
-            }
+        if step.backed_off {
             return self.finish(pending, &eval, true);
         }
         let id = self.next_id.get();

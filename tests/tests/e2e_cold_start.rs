@@ -34,12 +34,17 @@ fn a_cold_key_is_admitted_while_its_call_is_out_and_its_grant_pays_for_it() {
     let first = stack.get("/anything", &[("x-api-key", "alice")]);
     signal(pid, "-CONT");
     assert_eq!(first.status, 200, "{first:?}");
+    // Nothing has counted it yet: no quota is claimed (not `r=0`).
+    assert_eq!(first.header("ratelimit"), None, "{first:?}");
     eventually(Duration::from_secs(5), "the cold start counted", || {
         stat(&stack.envoy, "cold_starts") == 1
     });
     // Three an hour, the cold start among them: its grant paid for it.
-    let rest = stack.statuses(4, "/anything", &[("x-api-key", "alice")]);
-    assert_eq!(rest, vec![200, 200, 429, 429]);
+    let second = stack.get("/anything", &[("x-api-key", "alice")]);
+    assert_eq!(second.status, 200, "{second:?}");
+    assert!(second.header("ratelimit").is_some(), "{second:?}");
+    let rest = stack.statuses(3, "/anything", &[("x-api-key", "alice")]);
+    assert_eq!(rest, vec![200, 429, 429]);
     assert_eq!(stack.decisions("cold-admit", "allowed"), 3);
     // A rule that waits admits the same, and never starts cold.
     let waited = stack.statuses(5, "/anything", &[("x-user", "bob")]);

@@ -41,6 +41,7 @@ fn result(rule: &str, mode: Mode, verdict: RuleVerdict) -> RuleResult<'_> {
         limit: limit(10, 1_000_000_000, 10),
         verdict,
         failure: None,
+        quota_unknown: false,
     }
 }
 
@@ -116,4 +117,20 @@ fn allowed_responses_show_the_tightest_rule() {
         Verdict::Allow { tightest: Some(q) } => assert_eq!(q.rule, "tight"),
         other => panic!("unexpected {other:?}"),
     }
+}
+
+#[test]
+fn a_rule_admitted_before_anything_counted_it_shows_no_quota() {
+    let allow = |remaining| RuleVerdict::Allow {
+        remaining,
+        reset_ns: 0,
+    };
+    let mut cold = result("cold", Mode::Enforce, allow(0));
+    cold.quota_unknown = true;
+    let roomy = result("roomy", Mode::Enforce, allow(50));
+    match decide(&[cold.clone(), roomy]) {
+        Verdict::Allow { tightest: Some(q) } => assert_eq!(q.rule, "roomy"),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(decide(&[cold]), Verdict::Allow { tightest: None });
 }

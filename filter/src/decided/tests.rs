@@ -18,6 +18,7 @@ fn result(
         limit: Limit::new(n, NonZeroU64::MIN, n),
         verdict,
         failure,
+        quota_unknown: false,
     }
 }
 

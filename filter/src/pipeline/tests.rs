@@ -358,3 +358,45 @@ fn each_decision_names_where_it_was_made_and_the_key_it_counted() {
     );
     assert_eq!(e.key_of("other"), None);
 }
+
+#[test]
+fn a_request_reads_the_agents_back_off_only_when_it_would_call() {
+    let host = MemoryHost::default();
+    let cfg = FilterConfig::default();
+    let rs = two_rules("local");
+    let down = crate::state::AGENT_DOWN_KEY;
+    let eval = || {
+        Evaluation::new(Rc::clone(&rs), &req("k"), &cfg)
+            .unwrap()
+            .unwrap()
+    };
+
+    // A miss calls, so it reads the back-off first.
+    let mut e = eval();
+    let step = e.local_step(&host, &cfg, None);
+    assert_eq!((step.ask, step.backed_off), (true, false));
+    assert_eq!(host.shared_reads(down), 1);
+    e.apply_answers(&host, &cfg, vec![grant(3), grant(100)]);
+
+    // Requests the lease decides alone never read it, and the back-off,
+    // once running, does not stop them spending what they hold.
+    for i in 0..3 {
+        if i == 1 {
+            let until = 10 * NANOS_PER_SEC;
+            crate::host::Host::shared_set(&host, down, &until.to_le_bytes(), None).unwrap();
+        }
+        let mut e = eval();
+        let step = e.local_step(&host, &cfg, None);
+        if i < 2 {
+            assert_eq!((step.ask, step.backed_off), (false, false), "{i}");
+            assert!(matches!(e.verdict(), Verdict::Allow { .. }), "{i}");
+            assert_eq!(host.shared_reads(down), 1, "{i}");
+        } else {
+            // "tight" (3 tokens) is spent: its miss finds the agent backed
+            // off and takes its failure policy, with nothing left to send.
+            assert_eq!((step.ask, step.backed_off), (false, true));
+            assert!(!e.has_misses());
+            assert_eq!(host.shared_reads(down), 2);
+        }
+    }
+}

@@ -63,7 +63,8 @@ fn a_cold_key_is_admitted_at_once_and_its_grant_pays_for_it() {
     let (mut f, mut cold) = (Flights::<u32>::default(), ColdStarts::default());
     let first = eval(&rs, &host, &cfg, &mut cold, "a");
     assert!(!first.has_misses());
-    assert!(matches!(first.verdict(), Verdict::Allow { .. }));
+    // Nothing counted it yet: the response tells no quota (not "0 left").
+    assert!(matches!(first.verdict(), Verdict::Allow { tightest: None }));
     assert_eq!(source(&first), DecisionSource::ColdStart);
     assert!(f.admit(&host, &cfg, 1, first).is_some(), "nothing waits");
     assert_eq!(f.stats.cold_starts, 1);
@@ -84,7 +85,11 @@ fn a_cold_key_is_admitted_at_once_and_its_grant_pays_for_it() {
     // A grant of 10: 2 paid the cold start, 2 the waiting request, 6 are left.
     let decided = f.answered(&host, &cfg, Call::Sent(9), Some(vec![grant(10)]));
     assert_eq!(decided.len(), 1);
-    assert!(matches!(decided[0].1.verdict(), Verdict::Allow { .. }));
+    // The waiting request, decided from the grant, shows the quota again.
+    assert!(matches!(
+        decided[0].1.verdict(),
+        Verdict::Allow { tightest: Some(_) }
+    ));
     assert_eq!(slot(&host, &cfg, &rs, "a").lease.tokens, 6);
     assert_eq!(f.stats.cold_starts_unpaid, 0);
 }

@@ -16,6 +16,11 @@
 //!   one call for more, so the requests behind it do not wait;
 //!   No refill starts while a denial (or a hold the store's answer set) is
 //!   cached: the store said when to ask again;
+//! - a denial that ended within a round trip ([`Lease::denial_just_ended`])
+//!   lets the filter hold the key at it until the call behind it answers
+//!   (`crate::slot::LocalCheck::Held`), so its requests do not wait on that
+//!   call; the agent's pool, whose asks come from filters that cache what it
+//!   says, waits on its store call instead;
 //! - the next ask is sized by the measured demand ([`Lease::want`]): tokens
 //!   asked for per second of wall-clock time, whether they were there or not
 //!   (a decaying count with a time constant of one second). A holder whose
@@ -156,6 +161,23 @@ impl Lease {
         let reserve = f64::from(self.demand) * ahead_ns / 1e9;
         f64::from(self.tokens) < reserve + f64::from(cost)
             || (self.expires_ns.saturating_sub(now_ns) as f64) < ahead_ns
+    }
+
+    /// Whether the key's last answer was a denial that ended less than a
+    /// round trip before `now_ns`, or before the call now in flight began: a
+    /// key over its limit a moment ago, whose next answer (the call behind the
+    /// denial) is still to come. A grant clears the denial, so after one this
+    /// is false.
+    pub fn denial_just_ended(&self, now_ns: u64) -> bool {
+        let since = if self.in_flight(now_ns) {
+            self.call_started_ns
+        } else {
+            now_ns
+        };
+        let rtt_ns = u64::from(self.rtt_or_default()).saturating_mul(1_000);
+        self.denied_until_ns != 0
+            && since >= self.denied_until_ns
+            && since - self.denied_until_ns < rtt_ns
     }
 
     fn rtt_or_default(&self) -> u32 {

@@ -59,6 +59,11 @@ pub enum LocalCheck {
     /// Nothing local to spend: the agent must be asked (`in_flight`: a call for
     /// the key is already on its way, from some worker of this Envoy).
     Miss { in_flight: bool },
+    /// The key's cached denial ended a moment ago ([`Lease::denial_just_ended`])
+    /// and its next answer is not in: the request is denied for the
+    /// `retry_after_ns` that answer may take, rather than wait on it. `refill`:
+    /// this check marked the key's call in flight; the caller starts it.
+    Held { retry_after_ns: u64, refill: bool },
 }
 
 impl SlotState {
@@ -117,13 +122,16 @@ impl SlotState {
     /// is dropped: a clock that stepped back extends neither. A take that
     /// crosses the refill mark marks a call in flight until `refill_timeout_ns`
     /// from now (`None`: no refill ahead); a call marked further ahead than
-    /// [`MAX_LEASE_TTL_NS`] is forgotten.
+    /// [`MAX_LEASE_TTL_NS`] is forgotten. `hold`: a key whose denial just
+    /// ended is held at it until its next answer ([`LocalCheck::Held`]); false
+    /// where its limit may have changed since (a schedule edge).
     pub fn check(
         &mut self,
         now_ns: u64,
         cost: u32,
         max_wait_ns: u64,
         refill_timeout_ns: Option<u64>,
+        hold: bool,
     ) -> LocalCheck {
         let l = &mut self.lease;
         if l.expires_ns > now_ns.saturating_add(MAX_LEASE_TTL_NS) {
@@ -140,7 +148,23 @@ impl SlotState {
                 refill,
             },
             Spend::Denied { retry_after_ns } => LocalCheck::Denied { retry_after_ns },
-            Spend::Empty { in_flight } => LocalCheck::Miss { in_flight },
+            // A key denied a moment ago is still over its limit until its next
+            // answer says otherwise: its requests are not made to wait for it.
+            // Only where the holder refills ahead (never on an exact rule).
+            Spend::Empty { in_flight } => match refill_timeout_ns {
+                Some(timeout) if hold && max_wait_ns > 0 && l.denial_just_ended(now_ns) => {
+                    let refill = !in_flight && l.begin_call(now_ns, timeout);
+                    let retry_after_ns = l
+                        .call_deadline_ns
+                        .saturating_sub(now_ns)
+                        .clamp(1, max_wait_ns);
+                    LocalCheck::Held {
+                        retry_after_ns,
+                        refill,
+                    }
+                }
+                _ => LocalCheck::Miss { in_flight },
+            },
         }
     }
 

@@ -186,17 +186,22 @@ impl Evaluation {
                 && cold
                     .as_deref()
                     .is_some_and(|b| b.available(cfg.cold_starts_per_second, now));
+            // No hold after a denial across a schedule edge: the limit that
+            // denied may be gone (any call takes less than HOLD_EDGE_NS).
+            let hold = rule.until_change_ns(now.saturating_sub(HOLD_EDGE_NS)) > HOLD_EDGE_NS;
             let mut want = None;
             let mut started_cold = false;
             let local = slots::update(host, c.fingerprint, cfg.slots, |s| {
-                let check = s.check(now, c.cost, max_wait_ns, refill_timeout);
+                let check = s.check(now, c.cost, max_wait_ns, refill_timeout, hold);
                 started_cold = may_start_cold
                     && check == (LocalCheck::Miss { in_flight: false })
                     && s.cold_start(now, call_timeout);
                 // Only a call (a miss, a refill) carries what to ask for.
                 if matches!(
                     check,
-                    LocalCheck::Miss { .. } | LocalCheck::Taken { refill: true, .. }
+                    LocalCheck::Miss { .. }
+                        | LocalCheck::Taken { refill: true, .. }
+                        | LocalCheck::Held { refill: true, .. }
                 ) {
                     want = s.lease.next_ask(c.cost);
                 }
@@ -217,19 +222,24 @@ impl Evaluation {
                 });
                 continue;
             }
-            c.state = match local.unwrap_or(LocalCheck::Miss { in_flight: false }) {
-                LocalCheck::Denied { retry_after_ns } => {
+            let local = local.unwrap_or(LocalCheck::Miss { in_flight: false });
+            // A refill ahead, or the call behind a denial that just ended:
+            // out with the VM's next batch, and nobody waits on it.
+            if let LocalCheck::Taken { refill: true, .. } | LocalCheck::Held { refill: true, .. } =
+                local
+            {
+                self.refills.push(c.item(rule, 1, 0));
+            }
+            c.state = match local {
+                LocalCheck::Denied { retry_after_ns } | LocalCheck::Held { retry_after_ns, .. } => {
                     c.source = DecisionSource::DenialCache;
                     decided(RuleVerdict::Deny { retry_after_ns })
                 }
                 LocalCheck::Taken {
                     remaining,
                     reset_ns,
-                    refill,
+                    ..
                 } => {
-                    if refill {
-                        self.refills.push(c.item(rule, 1, 0));
-                    }
                     c.source = DecisionSource::FilterLease;
                     decided(RuleVerdict::Allow {
                         remaining,
@@ -391,9 +401,10 @@ impl Evaluation {
                         s.take_answered(now, c.cost)
                     });
                     match local {
-                        Some(LocalCheck::Denied { retry_after_ns }) => {
-                            decided(RuleVerdict::Deny { retry_after_ns })
-                        }
+                        Some(
+                            LocalCheck::Denied { retry_after_ns }
+                            | LocalCheck::Held { retry_after_ns, .. },
+                        ) => decided(RuleVerdict::Deny { retry_after_ns }),
                         Some(LocalCheck::Taken {
                             remaining,
                             reset_ns,
@@ -499,6 +510,11 @@ impl Evaluation {
         &self.rules.rules()[self.checks[i].rule]
     }
 }
+
+/// A key is not held at a denial that ended ([`LocalCheck::Held`]) when its
+/// rule's limit changed this recently: longer than any lease call's round
+/// trip, so the denial and the call behind it fall within it.
+const HOLD_EDGE_NS: u64 = 2 * meshlimit_core::NANOS_PER_SEC;
 
 /// The longest the rule can make a request wait: a cached denial is never kept
 /// longer, whatever the clock does. A global rule's region may hold as little as

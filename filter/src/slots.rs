@@ -60,7 +60,7 @@ mod tests {
             s.lease.tokens -= 4;
             s.encode()
         });
-        let taken = update(&host, 7, 16, |s| s.check(1, 1, u64::MAX, None));
+        let taken = update(&host, 7, 16, |s| s.check(1, 1, u64::MAX, None, false));
         assert!(taken.is_some());
         let (bytes, _) = host.shared_get(&slot_key(7, 16));
         // 10 - 4 (the other worker) - 1 (ours): neither write was lost.

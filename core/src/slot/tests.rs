@@ -35,21 +35,21 @@ fn lease_tokens_are_spent_then_expire() {
     let mut s = SlotState::empty(1);
     s.grant(0, 3, 1, 100, 10, 50);
     assert!(matches!(
-        s.check(1, 1, u64::MAX, None),
+        s.check(1, 1, u64::MAX, None, false),
         LocalCheck::Taken { remaining: 11, .. }
     ));
     assert!(matches!(
-        s.check(2, 1, u64::MAX, None),
+        s.check(2, 1, u64::MAX, None, false),
         LocalCheck::Taken { remaining: 10, .. }
     ));
     assert_eq!(
-        s.check(3, 1, u64::MAX, None),
+        s.check(3, 1, u64::MAX, None, false),
         LocalCheck::Miss { in_flight: false }
     );
     s.grant(10, 5, 1, 100, 0, 0);
     // Past its expiry the lease is worth nothing.
     assert_eq!(
-        s.check(200, 1, u64::MAX, None),
+        s.check(200, 1, u64::MAX, None, false),
         LocalCheck::Miss { in_flight: false }
     );
 }
@@ -59,11 +59,11 @@ fn denial_cache_rejects_until_its_time() {
     let mut s = SlotState::empty(1);
     s.deny(100, 50);
     assert_eq!(
-        s.check(120, 1, u64::MAX, None),
+        s.check(120, 1, u64::MAX, None, false),
         LocalCheck::Denied { retry_after_ns: 30 }
     );
     assert_eq!(
-        s.check(150, 1, u64::MAX, None),
+        s.check(150, 1, u64::MAX, None, false),
         LocalCheck::Miss { in_flight: false }
     );
 }
@@ -73,18 +73,18 @@ fn a_lease_is_good_until_its_expiry_and_no_later() {
     let mut s = SlotState::empty(1);
     s.grant(0, 5, 1, 100, 0, 0);
     assert!(matches!(
-        s.check(99, 1, u64::MAX, None),
+        s.check(99, 1, u64::MAX, None, false),
         LocalCheck::Taken { .. }
     ));
     assert_eq!(
-        s.check(100, 1, u64::MAX, None),
+        s.check(100, 1, u64::MAX, None, false),
         LocalCheck::Miss { in_flight: false }
     );
     // A lease of the longest TTL is kept in full.
     let mut s = SlotState::empty(1);
     s.grant(0, 5, 1, MAX_LEASE_TTL_NS, 0, 0);
     assert!(matches!(
-        s.check(0, 1, u64::MAX, None),
+        s.check(0, 1, u64::MAX, None, false),
         LocalCheck::Taken { .. }
     ));
 }
@@ -97,16 +97,16 @@ fn granted_tokens_are_spent_before_a_cached_denial() {
     s.grant(0, 3, 1, 1_000, 10, 50);
     s.deny(5, 500);
     assert!(matches!(
-        s.check(10, 1, u64::MAX, None),
+        s.check(10, 1, u64::MAX, None, false),
         LocalCheck::Taken { .. }
     ));
     assert!(matches!(
-        s.check(11, 1, u64::MAX, None),
+        s.check(11, 1, u64::MAX, None, false),
         LocalCheck::Taken { .. }
     ));
     // ...and only then does the cached denial answer.
     assert_eq!(
-        s.check(12, 1, u64::MAX, None),
+        s.check(12, 1, u64::MAX, None, false),
         LocalCheck::Denied {
             retry_after_ns: 493
         }
@@ -140,7 +140,7 @@ fn a_clock_stepped_back_extends_neither_a_denial_nor_a_lease() {
     s.deny(10 * hour, 1_000);
     // The clock steps back an hour: the denial lasts at most max_wait.
     assert_eq!(
-        s.check(9 * hour, 1, 5_000, None),
+        s.check(9 * hour, 1, 5_000, None, false),
         LocalCheck::Denied {
             retry_after_ns: 5_000
         }
@@ -148,7 +148,7 @@ fn a_clock_stepped_back_extends_neither_a_denial_nor_a_lease() {
     let mut s = SlotState::empty(1);
     s.grant(10 * hour, 10, 1, 300_000_000, 0, 0);
     assert_eq!(
-        s.check(9 * hour, 1, u64::MAX, None),
+        s.check(9 * hour, 1, u64::MAX, None, false),
         LocalCheck::Miss { in_flight: false }
     );
     // A lease asked to live a day lives MAX_LEASE_TTL_NS.
@@ -182,13 +182,13 @@ fn one_call_per_key_is_in_flight_until_it_fails_or_its_deadline_passes() {
     // Another worker's miss finds the call in flight and waits on it.
     assert!(!s.begin_call(10, 1_000));
     assert_eq!(
-        s.check(10, 1, u64::MAX, None),
+        s.check(10, 1, u64::MAX, None, false),
         LocalCheck::Miss { in_flight: true }
     );
     // The call failed: the next miss may call again at once.
     s.call_failed();
     assert_eq!(
-        s.check(20, 1, u64::MAX, None),
+        s.check(20, 1, u64::MAX, None, false),
         LocalCheck::Miss { in_flight: false }
     );
     assert!(s.begin_call(20, 1_000));
@@ -218,4 +218,81 @@ fn only_a_key_the_slot_knows_nothing_of_starts_cold() {
         assert!(!k.cold_start(1_000_000, 50), "{what}");
         assert_eq!(k, known, "{what}: unchanged");
     }
+}
+
+#[test]
+fn a_key_denied_a_moment_ago_is_held_until_its_next_answer_not_made_to_wait() {
+    const MS: u64 = 1_000_000;
+    let call = Some(5 * MS);
+    let denied = || {
+        let mut s = SlotState::empty(1);
+        s.deny(0, 100 * MS);
+        s
+    };
+    // The first request at the denial's end starts the key's call and is
+    // denied for as long as the call may take; the next one, the call out,
+    // is denied too and starts nothing.
+    let mut s = denied();
+    assert_eq!(
+        s.check(100 * MS, 1, u64::MAX, call, true),
+        LocalCheck::Held {
+            retry_after_ns: 5 * MS,
+            refill: true
+        }
+    );
+    assert!(s.lease.in_flight(100 * MS));
+    assert_eq!(
+        s.check(102 * MS, 1, u64::MAX, call, true),
+        LocalCheck::Held {
+            retry_after_ns: 3 * MS,
+            refill: false
+        }
+    );
+    // The rule's own wait bounds the hold's retry.
+    assert_eq!(
+        s.check(102 * MS, 1, MS, call, true),
+        LocalCheck::Held {
+            retry_after_ns: MS,
+            refill: false
+        }
+    );
+    // Its answer decides: a grant is spent at once.
+    s.grant(103 * MS, 5, 0, 100 * MS, 4, 0);
+    assert!(matches!(
+        s.check(103 * MS, 1, u64::MAX, call, true),
+        LocalCheck::Taken { .. }
+    ));
+
+    // A lost answer holds nobody past its deadline: the key is asked again,
+    // and its requests wait on that call as any miss's.
+    let mut s = denied();
+    let _ = s.check(100 * MS, 1, u64::MAX, call, true);
+    assert_eq!(
+        s.check(106 * MS, 1, u64::MAX, call, true),
+        LocalCheck::Miss { in_flight: false }
+    );
+
+    // Not held: a denial that ended over a round trip ago (1 ms before one
+    // is measured), where the caller says no (a schedule edge), on a holder
+    // that never refills ahead (an exact rule), or where nobody may wait.
+    for (now, hold, call, max_wait) in [
+        (101 * MS + 1, true, call, u64::MAX),
+        (100 * MS, false, call, u64::MAX),
+        (100 * MS, true, None, u64::MAX),
+        (100 * MS, true, call, 0),
+    ] {
+        let mut s = denied();
+        assert_eq!(
+            s.check(now, 1, max_wait, call, hold),
+            LocalCheck::Miss { in_flight: false },
+            "{now} {hold} {call:?} {max_wait}"
+        );
+    }
+    // Nor a key whose last answer was a grant.
+    let mut s = SlotState::empty(1);
+    s.grant(0, 1, 1, 100 * MS, 0, 0);
+    assert_eq!(
+        s.check(0, 1, u64::MAX, call, true),
+        LocalCheck::Miss { in_flight: false }
+    );
 }

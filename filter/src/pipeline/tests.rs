@@ -39,6 +39,14 @@ fn grant(tokens: u32) -> LeaseAnswer {
     }
 }
 
+fn deny(retry_after_ms: u64) -> LeaseAnswer {
+    LeaseAnswer::Deny {
+        retry_after_ms,
+        local: false,
+        from: None,
+    }
+}
+
 #[test]
 fn a_grant_fills_the_lease_and_later_requests_stay_local() {
     let host = MemoryHost::default();
@@ -73,18 +81,7 @@ fn a_denial_is_cached_and_rejects_without_asking_or_spending() {
         .unwrap()
         .unwrap();
     e.local_pass(&host, &cfg);
-    e.apply_answers(
-        &host,
-        &cfg,
-        vec![
-            LeaseAnswer::Deny {
-                retry_after_ms: 1500,
-                local: false,
-                from: None,
-            },
-            grant(10),
-        ],
-    );
+    e.apply_answers(&host, &cfg, vec![deny(1500), grant(10)]);
     assert!(matches!(
         e.verdict(),
         Verdict::Deny {
@@ -217,22 +214,7 @@ fn a_cached_shadow_denial_does_not_stop_the_enforcing_rules() {
         .unwrap()
         .unwrap();
     assert!(e.local_pass(&host, &cfg));
-    e.apply_answers(
-        &host,
-        &cfg,
-        vec![
-            LeaseAnswer::Deny {
-                retry_after_ms: 1500,
-                local: false,
-                from: None,
-            },
-            LeaseAnswer::Deny {
-                retry_after_ms: 700,
-                local: false,
-                from: None,
-            },
-        ],
-    );
+    e.apply_answers(&host, &cfg, vec![deny(1500), deny(700)]);
     // The shadow denial is only counted; the enforcing one rejects.
     assert!(matches!(
         e.verdict(),
@@ -286,15 +268,7 @@ fn a_cached_denial_ends_at_the_rules_next_schedule_edge() {
     let mut e = at(t0);
     assert!(e.local_pass(&host, &cfg));
     // An answer as long as 2 an hour makes it: half an hour.
-    e.apply_answers(
-        &host,
-        &cfg,
-        vec![LeaseAnswer::Deny {
-            retry_after_ms: 1_800_000,
-            local: false,
-            from: None,
-        }],
-    );
+    e.apply_answers(&host, &cfg, vec![deny(1_800_000)]);
     // A second later the cached denial runs only to the window's opening.
     let mut e = at(t0 + NANOS_PER_SEC);
     assert!(!e.local_pass(&host, &cfg), "the denial cache answers");
@@ -398,5 +372,37 @@ fn a_request_reads_the_agents_back_off_only_when_it_would_call() {
             assert!(!e.has_misses());
             assert_eq!(host.shared_reads(down), 2);
         }
+    }
+}
+
+#[test]
+fn at_a_denials_end_the_keys_call_goes_out_and_nobody_waits_on_it() {
+    let host = MemoryHost::default();
+    let cfg = FilterConfig::default();
+    let rs = rules(serde_json::json!({"version": 1, "rules": [
+        {"name": "tight", "key": [{"header": "x-api-key"}], "limit": {"requests": 2, "per": "1s"}},
+    ]}));
+    let eval = || {
+        Evaluation::new(Rc::clone(&rs), &req("k"), &cfg)
+            .unwrap()
+            .unwrap()
+    };
+    let mut e = eval();
+    assert!(e.local_pass(&host, &cfg));
+    e.apply_answers(&host, &cfg, vec![deny(100)]);
+
+    // The first request at the denial's end is denied and starts the key's
+    // call as a refill; the next, with the call out, is denied and starts
+    // nothing. Neither waits.
+    host.set_now(100_000_000);
+    for refills in [1, 0] {
+        let mut e = eval();
+        assert!(!e.local_pass(&host, &cfg), "nobody waits on the call");
+        assert!(matches!(e.verdict(), Verdict::Deny { rule: "tight", .. }));
+        assert_eq!(e.take_refills().len(), refills);
+        assert_eq!(
+            e.logged().next().unwrap().source,
+            meshlimit_core::wire::DecisionSource::DenialCache
+        );
     }
 }

@@ -240,8 +240,10 @@ pub fn slot_decoder(data: &[u8]) {
         match op % 5 {
             0 => {
                 let (cost, max_wait) = (input.u32(), input.u64());
-                let refill = (input.u8() & 1 == 1).then(|| input.u64());
-                match state.check(now, cost, max_wait, refill) {
+                let flags = input.u8();
+                let refill = (flags & 1 == 1).then(|| input.u64());
+                let hold = flags & 2 == 2;
+                match state.check(now, cost, max_wait, refill, hold) {
                     LocalCheck::Taken {
                         refill: started, ..
                     } => {
@@ -259,6 +261,14 @@ pub fn slot_decoder(data: &[u8]) {
                             retry_after_ns <= max_wait,
                             "denied {retry_after_ns}ns, beyond max_wait {max_wait}"
                         );
+                    }
+                    LocalCheck::Held {
+                        retry_after_ns,
+                        refill: started,
+                    } => {
+                        assert!(retry_after_ns > 0 && retry_after_ns <= max_wait);
+                        assert!(hold && refill.is_some(), "held where it may not be");
+                        assert!(!started || state.lease.call_started_ns > 0);
                     }
                     LocalCheck::Miss { .. } => {}
                 }

@@ -157,7 +157,8 @@ impl SlotState {
                     let retry_after_ns = l
                         .call_deadline_ns
                         .saturating_sub(now_ns)
-                        .clamp(1, max_wait_ns);
+                        .min(max_wait_ns)
+                        .max(1);
                     LocalCheck::Held {
                         retry_after_ns,
                         refill,

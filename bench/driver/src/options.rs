@@ -73,7 +73,7 @@ pub struct Options {
     /// the baseline the others are compared with).
     #[arg(long, env = "BENCH_SCALE_RULES", value_delimiter = ',', default_values_t = [10, 1_000, 20_000])]
     pub scale_rules: Vec<usize>,
-    /// After the throughput rounds, run (c), (e), (f), (e1)–(e3) once more with
+    /// After the throughput rounds, run (c), (e), (f), (e1)–(e4) once more with
     /// Envoy sampled by `perf` (apt: linux-perf), and add where its CPU went to
     /// the report.
     #[arg(long, env = "BENCH_PERF", action = ArgAction::SetTrue, value_parser = BoolishValueParser::new())]

@@ -84,7 +84,7 @@ impl<'a> Bench<'a> {
     pub fn profile(&mut self) -> Result<()> {
         for sc in scenario::throughput_round()
             .into_iter()
-            .filter(|s| ["d", "c", "e", "f", "e1", "e2", "e3"].contains(&s.id))
+            .filter(|s| ["d", "c", "e", "f", "e1", "e2", "e3", "e4"].contains(&s.id))
         {
             self.measure(&sc, 0)?;
             eprintln!("bench: profiled ({})", sc.id);

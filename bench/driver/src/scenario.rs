@@ -143,6 +143,13 @@ pub fn attribution() -> Vec<Scenario> {
             keys: hot,
             path: ROOT,
         },
+        Scenario {
+            id: "e4",
+            label: "floor + three filter-state properties set (the access log's)",
+            filter: Filter::Floor("filter_state"),
+            keys: hot,
+            path: ROOT,
+        },
     ]
 }
 

@@ -7,11 +7,13 @@
 //!   get and one CAS set of a counter keyed by that header's value, then
 //!   `Continue`. The least a Wasm limiter that keeps shared state can do per
 //!   request, so meshlimit's filter is measured against it.
-//! * `all_headers`, `properties`, `response_headers` (attribution runs): the
-//!   floor plus one more thing meshlimit's filter does per request: fetching
-//!   every request header (not one), reading the two stream properties it uses
-//!   (`source.address`, `xds.route_name`), or adding two response headers (the
-//!   RateLimit fields). Each one's cost is its difference from the floor.
+//! * `all_headers`, `properties`, `response_headers`, `filter_state`
+//!   (attribution runs): the floor plus one more thing meshlimit's filter does
+//!   per request: fetching every request header (not one), reading the two
+//!   stream properties it uses (`source.address`, `xds.route_name`), adding
+//!   two response headers (the RateLimit fields), or setting the three
+//!   filter-state properties the access log prints (rule, decision, key id).
+//!   Each one's cost is its difference from the floor.
 //!
 //! Hostcalls are called directly (not through the SDK's trait helpers, which
 //! unwrap): a panic would trap the VM and turn the benchmark into an error test.
@@ -38,6 +40,7 @@ pub enum Mode {
     AllHeaders,
     Properties,
     ResponseHeaders,
+    FilterState,
 }
 
 struct Root {
@@ -121,6 +124,19 @@ impl HttpContext for Http {
                 }
                 floor(one_header(header));
             }
+            Mode::FilterState => {
+                floor(one_header(header));
+                // As meshlimit's filter names a decision: values of the same
+                // lengths (a rule name, an outcome, a 32-hex-digit key id).
+                let state = [
+                    ("meshlimit_rule", "bench-lease"),
+                    ("meshlimit_decision", "allowed"),
+                    ("meshlimit_key_id", "0123456789abcdef0123456789abcdef"),
+                ];
+                for (name, value) in state {
+                    let _ = hostcalls::set_property(vec![name], Some(value.as_bytes()));
+                }
+            }
         }
         Action::Continue
     }
@@ -185,6 +201,8 @@ mod tests {
         assert_eq!(empty.map(|c| c.mode), Ok(Mode::Empty));
         let floor = FloorConfig::parse(Some(br#"{"mode": "floor", "header": "x-k"}"#));
         assert_eq!(floor.map(|c| c.header), Ok("x-k".to_string()));
+        let state = FloorConfig::parse(Some(br#"{"mode": "filter_state"}"#));
+        assert_eq!(state.map(|c| c.mode), Ok(Mode::FilterState));
         assert!(FloorConfig::parse(Some(br#"{"mode": "fast"}"#)).is_err());
     }
 }

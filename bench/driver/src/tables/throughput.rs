@@ -216,7 +216,7 @@ pub fn attribution(r: &Results) -> String {
     let mut out = String::from(
         "| configuration | admitted req/s | added CPU µs/request vs (e): 1/(req/s) | same, from /proc |\n|---|---|---|---|\n",
     );
-    for id in ["e1", "e2", "e3", "c"] {
+    for id in ["e1", "e2", "e3", "e4", "c"] {
         if r.runs(id).next().is_none() {
             continue;
         }

@@ -332,7 +332,7 @@ impl<H: Proxy> HttpContext for Http<H> {
             let cold = queue.is_some().then_some(&mut vm.cold_starts);
             eval.local_step(host, &self.config, cold)
         };
-        if let (false, Some(queue)) = (step.backed_off, queue) {
+        if let Some(queue) = queue.filter(|_| !step.backed_off) {
             return self.join_flights(eval, queue, &asked);
         }
         if step.ask {

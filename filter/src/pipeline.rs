@@ -5,17 +5,16 @@
 use std::rc::Rc;
 
 use meshlimit_core::decision::{decide, RuleResult};
-use meshlimit_core::rules::{Accuracy, ColdStart, Mode, RequestError, Rule, Scope};
+use meshlimit_core::rules::{Accuracy, RequestError, Rule};
 use meshlimit_core::slot::LocalCheck;
 use meshlimit_core::wire::{
     AnsweredFrom, DecisionSource, LeaseAnswer, LeaseItem, LeaseRequest, WIRE_VERSION,
 };
 use meshlimit_core::{DescriptorKey, Limit, Outcome, RequestInfo, RuleSet, RuleVerdict, Verdict};
 
-use crate::cold::ColdStarts;
 use crate::config::FilterConfig;
 use crate::host::Host;
-use crate::{backoff, slots};
+use crate::slots;
 
 /// One request's evaluation; it survives the pause while the agent answers.
 pub struct Evaluation {
@@ -38,16 +37,6 @@ pub struct Item {
     /// Tokens a request already spent before the answer (a cold start): the
     /// grant pays them first.
     pub prepaid: u32,
-}
-
-/// What a request's local pass ([`Evaluation::local_step`]) left to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LocalStep {
-    /// Some rule waits for the agent.
-    pub ask: bool,
-    /// The agent was backed off: every rule is decided and nothing is to be
-    /// sent.
-    pub backed_off: bool,
 }
 
 /// What an agent answer (or its absence) did for one key.
@@ -148,175 +137,6 @@ impl Evaluation {
             refills: Vec::new(),
             rounds: 0,
         }))
-    }
-
-    /// Decides what local state can: the denial cache, then the lease. Stops at
-    /// the first enforcing denial, so no further tokens are spent on a request that
-    /// is rejected anyway. Returns true when the agent must be asked.
-    pub fn local_pass<H: Host>(&mut self, host: &H, cfg: &FilterConfig) -> bool {
-        self.local_pass_with(host, cfg, None)
-    }
-
-    /// [`Evaluation::local_pass`], where a rule with `cold_start: admit` may
-    /// admit a key this Envoy knows nothing of from the worker's `cold`
-    /// allowance (`None`: no cold starts, as while the agent is backed off).
-    /// The key's call is queued as a refill that pays for the request.
-    pub fn local_pass_with<H: Host>(
-        &mut self,
-        host: &H,
-        cfg: &FilterConfig,
-        mut cold: Option<&mut ColdStarts>,
-    ) -> bool {
-        let now = host.now_ns();
-        let mut rejected = false;
-        for i in 0..self.checks.len() {
-            let enforcing = self.rule(i).mode == Mode::Enforce;
-            let max_wait_ns = max_wait_ns(self.rule(i), &self.checks[i].limit, now);
-            let c = &mut self.checks[i];
-            if rejected {
-                c.state = State::Skipped;
-                continue;
-            }
-            let rule = &self.rules.rules()[c.rule];
-            let exact = rule.accuracy == Accuracy::Exact;
-            let call_timeout = crate::config::nanos(cfg.timeout);
-            let refill_timeout = (!exact).then_some(call_timeout);
-            let may_start_cold = !exact
-                && rule.cold_start == ColdStart::Admit
-                && cold
-                    .as_deref()
-                    .is_some_and(|b| b.available(cfg.cold_starts_per_second, now));
-            // No hold after a denial across a schedule edge: the limit that
-            // denied may be gone (any call takes less than HOLD_EDGE_NS).
-            let hold = rule.until_change_ns(now.saturating_sub(HOLD_EDGE_NS)) > HOLD_EDGE_NS;
-            let mut want = None;
-            let mut started_cold = false;
-            let local = slots::update(host, c.fingerprint, cfg.slots, |s| {
-                let check = s.check(now, c.cost, max_wait_ns, refill_timeout, hold);
-                started_cold = may_start_cold
-                    && check == (LocalCheck::Miss { in_flight: false })
-                    && s.cold_start(now, call_timeout);
-                // Only a call (a miss, a refill) carries what to ask for.
-                if matches!(
-                    check,
-                    LocalCheck::Miss { .. }
-                        | LocalCheck::Taken { refill: true, .. }
-                        | LocalCheck::Held { refill: true, .. }
-                ) {
-                    want = s.lease.next_ask(c.cost);
-                }
-                check
-            });
-            c.want = want;
-            if started_cold && local.is_some() {
-                if let Some(b) = cold.as_deref_mut() {
-                    b.take(cfg.cold_starts_per_second, now);
-                }
-                self.refills.push(c.item(rule, c.cost, c.cost));
-                c.source = DecisionSource::ColdStart;
-                // What is left is the agent's to say: the response shows no
-                // quota for the rule (`RuleResult::quota_unknown`).
-                c.state = decided(RuleVerdict::Allow {
-                    remaining: 0,
-                    reset_ns: 0,
-                });
-                continue;
-            }
-            let local = local.unwrap_or(LocalCheck::Miss { in_flight: false });
-            // A refill ahead, or the call behind a denial that just ended:
-            // out with the VM's next batch, and nobody waits on it.
-            if let LocalCheck::Taken { refill: true, .. } | LocalCheck::Held { refill: true, .. } =
-                local
-            {
-                self.refills.push(c.item(rule, 1, 0));
-            }
-            c.state = match local {
-                LocalCheck::Denied { retry_after_ns } | LocalCheck::Held { retry_after_ns, .. } => {
-                    c.source = DecisionSource::DenialCache;
-                    decided(RuleVerdict::Deny { retry_after_ns })
-                }
-                LocalCheck::Taken {
-                    remaining,
-                    reset_ns,
-                    ..
-                } => {
-                    c.source = DecisionSource::FilterLease;
-                    decided(RuleVerdict::Allow {
-                        remaining,
-                        reset_ns,
-                    })
-                }
-                LocalCheck::Miss { .. } => State::Miss,
-            };
-            rejected = enforcing
-                && matches!(
-                    c.state,
-                    State::Decided {
-                        verdict: RuleVerdict::Deny { .. },
-                        ..
-                    }
-                );
-        }
-        if rejected {
-            for c in &mut self.checks {
-                if c.state == State::Miss {
-                    c.state = State::Skipped;
-                }
-            }
-        }
-        self.checks.iter().any(|c| c.state == State::Miss)
-    }
-
-    /// The local pass as a request runs it, in the filter and in the
-    /// simulator's gateways alike: with the agent backed off
-    /// ([`backoff::backing_off`]) no key starts cold, the refills the pass
-    /// started are dropped (each slot's call marked failed) and every miss
-    /// takes its failure policy, so nothing is left to send. `cold` is the
-    /// worker's allowance where the host can batch calls (`None`: none).
-    ///
-    /// The back-off is a shared-data read, made only when it matters: before
-    /// the pass when some rule may start its key cold, else after it when the
-    /// pass left a miss or a refill. A request its lease decides alone, the
-    /// hot key's common case, never reads it.
-    pub fn local_step<H: Host>(
-        &mut self,
-        host: &H,
-        cfg: &FilterConfig,
-        cold: Option<&mut ColdStarts>,
-    ) -> LocalStep {
-        let backed_off = || backoff::backing_off(host, host.now_ns());
-        let may_start_cold = cold.is_some() && self.may_start_cold();
-        let mut backed_off_now = may_start_cold && backed_off();
-        let cold = cold.filter(|_| may_start_cold && !backed_off_now);
-        let ask = self.local_pass_with(host, cfg, cold);
-        if !may_start_cold && (ask || !self.refills.is_empty()) {
-            backed_off_now = backed_off();
-        }
-        if !backed_off_now {
-            return LocalStep {
-                ask,
-                backed_off: false,
-            };
-        }
-        for item in self.take_refills() {
-            slots::update(host, item.fingerprint, cfg.slots, |s| s.call_failed());
-        }
-        if ask {
-            self.fail_misses(host, cfg);
-        }
-        LocalStep {
-            ask: false,
-            backed_off: true,
-        }
-    }
-
-    /// Whether some rule of this request may admit its key cold
-    /// (`cold_start: admit` on a rule that is not exact).
-    fn may_start_cold(&self) -> bool {
-        (0..self.checks.len()).any(|i| {
-            let rule = self.rule(i);
-            rule.cold_start == ColdStart::Admit && rule.accuracy != Accuracy::Exact
-        })
     }
 
     /// The refills the local pass started, for the VM's next lease call.
@@ -511,25 +331,6 @@ impl Evaluation {
     }
 }
 
-/// A key is not held at a denial that ended ([`LocalCheck::Held`]) when its
-/// rule's limit changed this recently: longer than any lease call's round
-/// trip, so the denial and the call behind it fall within it.
-const HOLD_EDGE_NS: u64 = 2 * meshlimit_core::NANOS_PER_SEC;
-
-/// The longest the rule can make a request wait: a cached denial is never kept
-/// longer, whatever the clock does. A global rule's region may hold as little as
-/// its floor share (10%), which stretches its waits tenfold. Nor is a denial
-/// kept past the rule's next schedule edge, where its limit may change.
-fn max_wait_ns(rule: &Rule, limit: &Limit, now_ns: u64) -> u64 {
-    let min_share = match rule.scope {
-        Scope::Global => 0.1,
-        Scope::Region => 1.0,
-    };
-    limit
-        .max_wait_ns(min_share)
-        .min(rule.until_change_ns(now_ns))
-}
-
 fn decided(verdict: RuleVerdict) -> State {
     State::Decided {
         verdict,
@@ -539,7 +340,9 @@ fn decided(verdict: RuleVerdict) -> State {
 
 mod answer;
 mod failure;
+mod local;
 pub use answer::apply_answer;
+pub use local::LocalStep;
 
 #[cfg(test)]
 mod tests;

@@ -66,7 +66,8 @@ pub struct Stream {
 pub struct MemoryHost {
     clock: Cell<Clock>,
     data: RefCell<HashMap<String, (Vec<u8>, u32)>>,
-    reads: RefCell<HashMap<String, u32>>,
+    /// The shared-data key whose reads are counted, and the count.
+    reads: RefCell<Option<(String, u32)>>,
     interfere: RefCell<Option<Interference>>,
     plugin_configuration: RefCell<Option<Vec<u8>>>,
     env: RefCell<HashMap<String, String>>,
@@ -141,12 +142,18 @@ impl MemoryHost {
         *self.interfere.borrow_mut() = Some((key, Box::new(f)));
     }
 
-    /// Per-key slots in shared data.
-    /// How many times shared data under `key` was read.
-    pub fn shared_reads(&self, key: &str) -> u32 {
-        self.reads.borrow().get(key).copied().unwrap_or(0)
+    /// Counts the reads of shared data under `key` from now on (one key at a
+    /// time: the simulator's gateways run on this host and count nothing).
+    pub fn count_reads(&self, key: &str) {
+        *self.reads.borrow_mut() = Some((key.to_string(), 0));
     }
 
+    /// The reads counted since [`MemoryHost::count_reads`].
+    pub fn reads_counted(&self) -> u32 {
+        self.reads.borrow().as_ref().map_or(0, |(_, n)| *n)
+    }
+
+    /// Per-key slots in shared data.
     pub fn slot_count(&self) -> usize {
         let data = self.data.borrow();
         data.keys().filter(|k| k.starts_with(SLOT_PREFIX)).count()
@@ -276,7 +283,11 @@ impl Host for MemoryHost {
     }
 
     fn shared_get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {
-        *self.reads.borrow_mut().entry(key.to_string()).or_default() += 1;
+        if let Some((watched, n)) = self.reads.borrow_mut().as_mut() {
+            if watched == key {
+                *n += 1;
+            }
+        }
         let found = self.data.borrow().get(key).cloned();
         if let Some((k, f)) = self.interfere.borrow_mut().take_if(|(k, _)| k == key) {
             let mut data = self.data.borrow_mut();

@@ -339,6 +339,7 @@ fn a_request_reads_the_agents_back_off_only_when_it_would_call() {
     let cfg = FilterConfig::default();
     let rs = two_rules("local");
     let down = crate::state::AGENT_DOWN_KEY;
+    host.count_reads(down);
     let eval = || {
         Evaluation::new(Rc::clone(&rs), &req("k"), &cfg)
             .unwrap()
@@ -349,7 +350,7 @@ fn a_request_reads_the_agents_back_off_only_when_it_would_call() {
     let mut e = eval();
     let step = e.local_step(&host, &cfg, None);
     assert_eq!((step.ask, step.backed_off), (true, false));
-    assert_eq!(host.shared_reads(down), 1);
+    assert_eq!(host.reads_counted(), 1);
     e.apply_answers(&host, &cfg, vec![grant(3), grant(100)]);
 
     // Requests the lease decides alone never read it, and the back-off,
@@ -364,13 +365,13 @@ fn a_request_reads_the_agents_back_off_only_when_it_would_call() {
         if i < 2 {
             assert_eq!((step.ask, step.backed_off), (false, false), "{i}");
             assert!(matches!(e.verdict(), Verdict::Allow { .. }), "{i}");
-            assert_eq!(host.shared_reads(down), 1, "{i}");
+            assert_eq!(host.reads_counted(), 1, "{i}");
         } else {
             // "tight" (3 tokens) is spent: its miss finds the agent backed
             // off and takes its failure policy, with nothing left to send.
             assert_eq!((step.ask, step.backed_off), (false, true));
             assert!(!e.has_misses());
-            assert_eq!(host.shared_reads(down), 2);
+            assert_eq!(host.reads_counted(), 2);
         }
     }
 }

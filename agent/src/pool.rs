@@ -36,8 +36,10 @@ use meshlimit_core::DescriptorKey;
 use tokio::sync::watch;
 
 mod turns;
+mod view;
 
 pub use turns::MAX_TURNS;
+pub use view::PoolView;
 
 const SHARDS: usize = 16;
 
@@ -139,21 +141,6 @@ struct Entry {
     /// How far apart the turned-away asks are sent back (0: all at the
     /// hold's end). See [`Pools::fill_then_hold`].
     spacing_ns: u64,
-}
-
-/// What the node pool holds for one key.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct PoolView {
-    /// Tokens the pool holds for the node's filters.
-    pub tokens: u32,
-    /// Until they expire.
-    pub expires_in_ms: u64,
-    /// The pool's hold (a denial, or the wait after a drained grant).
-    pub denied_for_ms: u64,
-    /// A store call for the key is out.
-    pub call_in_flight: bool,
-    /// The node's demand for the key, tokens a second.
-    pub demand_per_sec: f64,
 }
 
 impl Default for Pools {
@@ -433,33 +420,6 @@ impl Pools {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    /// What the pool holds for the keys `matches` picks (an operator's view,
-    /// `GET /v1/explain`; scans every shard).
-    pub fn view(&self, now_ns: u64, matches: impl Fn(&DescriptorKey) -> bool) -> Vec<PoolView> {
-        let mut out = Vec::new();
-        for shard in &self.shards {
-            let Ok(map) = shard.lock() else { continue };
-            out.extend(map.iter().filter(|(k, _)| matches(k)).map(|(_, e)| {
-                PoolView {
-                    tokens: e.lease.usable(now_ns),
-                    expires_in_ms: e
-                        .lease
-                        .expires_ns
-                        .saturating_sub(now_ns)
-                        .div_ceil(1_000_000),
-                    denied_for_ms: e
-                        .lease
-                        .denied_until_ns
-                        .saturating_sub(now_ns)
-                        .div_ceil(1_000_000),
-                    call_in_flight: e.lease.in_flight(now_ns),
-                    demand_per_sec: e.lease.demand_per_sec(now_ns),
-                }
-            }));
-        }
-        out
     }
 
     /// Reads `key`'s entry, if it has one, without creating it.

@@ -9,6 +9,7 @@ pub mod authority;
 pub mod bucket;
 pub mod client_ip;
 pub mod counter;
+pub mod decimal;
 pub mod decision;
 pub mod fingerprint;
 pub mod headers;

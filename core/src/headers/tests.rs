@@ -52,6 +52,37 @@ fn structured_fields_keep_the_rfcs_rules() {
     assert_eq!(structured("r", [("Q", 1), ("t", 2)]), "\"r\";t=2");
 }
 
+/// The RFC's writer, as the `sfv` crate implements it: what `structured`
+/// must write, byte for byte.
+fn sfv_item(name: &str, params: &[(&str, u64)]) -> String {
+    let name = sfv::StringRef::from_str(name).unwrap_or(sfv::StringRef::EMPTY);
+    let mut item = sfv::ItemSerializer::new().bare_item(name);
+    for (key, value) in params {
+        let value = sfv::Integer::try_from(*value).unwrap_or(sfv::Integer::MAX);
+        if let Ok(key) = sfv::KeyRef::from_str(key) {
+            item = item.parameter(key, value);
+        }
+    }
+    item.finish()
+}
+
+proptest::proptest! {
+    #[test]
+    fn structured_fields_are_the_rfc_writers_byte_for_byte(
+        name in "[a-z0-9._\\-\"\\\\ \\x00-\\x1f\\x7f\u{e9}A-Z]{0,12}",
+        keys in proptest::collection::vec("[a-zA-Z*0-9_.-]{0,3}", 2),
+        values in proptest::collection::vec(proptest::prelude::any::<u64>(), 2),
+    ) {
+        let (k0, k1) = (keys[0].as_str(), keys[1].as_str());
+        // Keys are `'static` in the writer: leak the few this case uses.
+        let (k0, k1): (&'static str, &'static str) =
+            (Box::leak(k0.into()), Box::leak(k1.into()));
+        let ours = structured(&name, [(k0, values[0]), (k1, values[1] % 2_000_000_000_000_000)]);
+        let theirs = sfv_item(&name, &[(k0, values[0]), (k1, values[1] % 2_000_000_000_000_000)]);
+        proptest::prop_assert_eq!(ours, theirs);
+    }
+}
+
 #[test]
 fn grpc_is_told_apart_by_its_content_type() {
     let p = |v: &str| Protocol::of_content_type(Some(v.as_bytes()));

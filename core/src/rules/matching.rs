@@ -86,11 +86,33 @@ impl RequestInfo {
         method: &str,
         headers: Vec<(String, V)>,
     ) -> Self {
+        let headers = headers.into_iter().map(|(n, v)| (n, v.into())).collect();
+        Self::build(path.as_ref(), method, headers)
+    }
+
+    /// Builds the info from a request's headers as the proxy hands them over,
+    /// `:path` and `:method` among them: read where they are, not copied out
+    /// first (the filter does this on every request).
+    pub fn from_headers(headers: Vec<(String, Vec<u8>)>) -> Self {
+        let pseudo = |name: &str| {
+            headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or(&[][..], |(_, v)| v.as_slice())
+        };
+        let (path, method) = (pseudo(":path"), pseudo(":method"));
+        let method = std::str::from_utf8(method).unwrap_or_default();
+        let mut info = Self::build(path, method, Vec::new());
+        info.headers = headers;
+        info
+    }
+
+    fn build(path: &[u8], method: &str, headers: Vec<(String, Vec<u8>)>) -> Self {
         Self {
-            path: path::normalize(path.as_ref()),
-            query: query::of_path(path.as_ref()).to_vec(),
+            path: path::normalize(path),
+            query: query::of_path(path).to_vec(),
             method: method.to_ascii_uppercase(),
-            headers: headers.into_iter().map(|(n, v)| (n, v.into())).collect(),
+            headers,
             client_ip: None,
             route: None,
             cluster: None,

@@ -193,3 +193,31 @@ fn raw_bytes_and_their_escaped_text_are_two_keys() {
     };
     assert_ne!(keys(&s, &req(b"\xc3")), keys(&s, &req(b"%C3")));
 }
+
+proptest::proptest! {
+    /// The filter builds a request from Envoy's header list, `:path` and
+    /// `:method` in it; every other caller from the three apart. Both must
+    /// see one request.
+    #[test]
+    fn a_request_from_its_header_list_is_the_one_built_from_its_parts(
+        path in "[/a-zA-Z0-9%.;?=&_-]{0,24}",
+        method in "[a-zA-Z]{0,7}",
+        extra in proptest::collection::vec(("[a-z-]{1,8}", "[ -~]{0,8}"), 0..4),
+    ) {
+        let mut headers: Vec<(String, Vec<u8>)> = vec![
+            (":path".into(), path.clone().into_bytes()),
+            (":method".into(), method.clone().into_bytes()),
+        ];
+        headers.extend(extra.into_iter().map(|(n, v)| (n, v.into_bytes())));
+        let listed = RequestInfo::from_headers(headers.clone());
+        let parts = RequestInfo::new(&path, &method, headers);
+        proptest::prop_assert_eq!(format!("{listed:?}"), format!("{parts:?}"));
+    }
+}
+
+#[test]
+fn a_header_list_without_a_path_or_method_is_the_empty_ones() {
+    let info = RequestInfo::from_headers(vec![("x-api-key".into(), b"k".to_vec())]);
+    let parts = RequestInfo::new("", "", vec![("x-api-key".to_string(), b"k".to_vec())]);
+    assert_eq!(format!("{info:?}"), format!("{parts:?}"));
+}

@@ -13,15 +13,30 @@ use crate::host::{Metric, Proxy};
 /// Counts kept by one VM.
 #[derive(Default)]
 pub struct Counts {
-    metric_ids: HashMap<(String, Outcome), Option<u32>>,
-    unreported: HashMap<(String, Outcome), u64>,
+    /// By rule name, each outcome seen.
+    rules: HashMap<String, Vec<Tally>>,
+}
+
+/// One rule's outcome: its Envoy counter and what the agent has not heard of.
+struct Tally {
+    outcome: Outcome,
+    /// The Envoy counter, once defined (`Some(None)`: the host refused it).
+    metric: Option<Option<u32>>,
+    unreported: u64,
 }
 
 impl Counts {
-    /// Counts one decision of `rule`.
+    /// Counts one decision of `rule`. Once the rule was counted, its entry is
+    /// found by the name the request holds: nothing is allocated.
     pub fn record<P: Proxy>(&mut self, host: &P, rule: &str, outcome: Outcome) {
-        let key = (rule.to_string(), outcome);
-        let id = *self.metric_ids.entry(key.clone()).or_insert_with(|| {
+        if !self.rules.contains_key(rule) {
+            self.rules.insert(rule.to_string(), Vec::new());
+        }
+        let Some(tallies) = self.rules.get_mut(rule) else {
+            return;
+        };
+        let tally = tally(tallies, outcome);
+        let id = *tally.metric.get_or_insert_with(|| {
             host.define_metric(
                 Metric::Counter,
                 &format!("meshlimit.rule.{rule}.{}", outcome.as_str()),
@@ -30,27 +45,47 @@ impl Counts {
         if let Some(id) = id {
             host.increment(id, 1);
         }
-        *self.unreported.entry(key).or_default() += 1;
+        tally.unreported += 1;
     }
 
     /// Takes the counts not yet reported, for a sync request.
     pub fn take_unreported(&mut self) -> Vec<DecisionCount> {
-        self.unreported
-            .drain()
-            .map(|((rule, outcome), count)| DecisionCount {
-                rule,
-                outcome,
-                count,
-            })
-            .collect()
+        let mut out = Vec::new();
+        for (rule, tallies) in &mut self.rules {
+            for t in tallies.iter_mut().filter(|t| t.unreported > 0) {
+                out.push(DecisionCount {
+                    rule: rule.clone(),
+                    outcome: t.outcome,
+                    count: std::mem::take(&mut t.unreported),
+                });
+            }
+        }
+        out
     }
 
     /// Puts back counts whose sync failed, so the agent still hears of them.
     pub fn restore(&mut self, counts: Vec<DecisionCount>) {
         for c in counts {
-            *self.unreported.entry((c.rule, c.outcome)).or_default() += c.count;
+            let tallies = self.rules.entry(c.rule).or_default();
+            tally(tallies, c.outcome).unreported += c.count;
         }
     }
+}
+
+/// The tally of `outcome` among a rule's, added if new.
+fn tally(tallies: &mut Vec<Tally>, outcome: Outcome) -> &mut Tally {
+    let at = match tallies.iter().position(|t| t.outcome == outcome) {
+        Some(at) => at,
+        None => {
+            tallies.push(Tally {
+                outcome,
+                metric: None,
+                unreported: 0,
+            });
+            tallies.len() - 1
+        }
+    };
+    &mut tallies[at]
 }
 
 #[cfg(test)]

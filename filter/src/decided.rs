@@ -2,7 +2,7 @@
 //! how, and the id of the key it counted (never the key in clear).
 
 use meshlimit_core::decision::RuleResult;
-use meshlimit_core::secret::KeyIds;
+use meshlimit_core::secret::{KeyId, KeyIdText, KeyIds};
 use meshlimit_core::{DescriptorKey, Outcome, Verdict};
 
 /// The filter-state names the decision is set under (Envoy shows them to an
@@ -18,25 +18,26 @@ pub struct Decided<'e> {
     pub rule: &'e str,
     pub outcome: Outcome,
     key: Option<&'e DescriptorKey>,
-    key_id: Option<String>,
+    key_id: Option<KeyIdText>,
 }
 
 impl<'e> Decided<'e> {
     /// The request's decision ([`deciding`]); `key_of` gives the key the
-    /// evaluation formed for a rule. `None` when no rule was decided.
+    /// evaluation formed for a rule and its fingerprint, `id` its id. `None`
+    /// when no rule was decided.
     pub fn of(
-        key_ids: &KeyIds,
         verdict: &Verdict<'e>,
         results: &[RuleResult<'e>],
-        key_of: impl FnOnce(&str) -> Option<&'e DescriptorKey>,
+        key_of: impl FnOnce(&str) -> Option<(&'e DescriptorKey, u64)>,
+        id: impl FnOnce(&DescriptorKey, u64) -> KeyId,
     ) -> Option<Self> {
         let (rule, outcome) = deciding(verdict, results)?;
-        let key = key_of(rule);
+        let keyed = key_of(rule);
         Some(Decided {
             rule,
             outcome,
-            key,
-            key_id: key.map(|k| key_ids.id(k).to_string()),
+            key: keyed.map(|(k, _)| k),
+            key_id: keyed.map(|(k, fingerprint)| id(k, fingerprint).text()),
         })
     }
 
@@ -44,22 +45,59 @@ impl<'e> Decided<'e> {
     /// (the same key the evaluation holds, compared by address).
     pub fn id_of(&self, key: &DescriptorKey) -> Option<&str> {
         match (self.key, &self.key_id) {
-            (Some(k), Some(id)) if std::ptr::eq(k, key) => Some(id),
+            (Some(k), Some(id)) if std::ptr::eq(k, key) => Some(id.as_str()),
             _ => None,
         }
     }
 
     /// The request's properties for the access log: the deciding rule, its
     /// outcome and its key's id (the keyed hash metrics name keys by).
-    pub fn properties(&self) -> Vec<(&'static str, String)> {
-        let mut out = vec![
-            (RULE, self.rule.to_string()),
-            (DECISION, self.outcome.as_str().to_string()),
-        ];
-        if let Some(id) = &self.key_id {
-            out.push((KEY_ID, id.clone()));
+    pub fn properties(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        [
+            (RULE, Some(self.rule)),
+            (DECISION, Some(self.outcome.as_str())),
+            (KEY_ID, self.key_id.as_ref().map(KeyIdText::as_str)),
+        ]
+        .into_iter()
+        .filter_map(|(name, value)| Some((name, value?)))
+    }
+}
+
+/// Entries of [`IdCache`]: 8 KiB a VM.
+const CACHED_IDS: usize = 256;
+
+/// The ids of the keys a VM decided lately, by their slot fingerprint. An id
+/// is an HMAC-SHA-256 of the key: in the Wasm module that was half of a
+/// request's own work when its lease decided it, and a hot key asks for the
+/// same id on every request. Direct-mapped (a key's entry is its fingerprint
+/// modulo the size; a newer key there takes it over), so its memory is fixed.
+/// Two keys are told apart by their 64-bit keyed fingerprint alone, the same
+/// identity a shared-data slot trusts to tell its owner.
+pub struct IdCache {
+    entries: Box<[Option<(u64, KeyId)>]>,
+}
+
+impl Default for IdCache {
+    fn default() -> Self {
+        IdCache {
+            entries: vec![None; CACHED_IDS].into_boxed_slice(),
         }
-        out
+    }
+}
+
+impl IdCache {
+    /// The id of `key`, whose fingerprint is `fingerprint`, by `ids`.
+    pub fn id(&mut self, ids: &KeyIds, fingerprint: u64, key: &DescriptorKey) -> KeyId {
+        let at = usize::try_from(fingerprint % CACHED_IDS as u64).unwrap_or(0);
+        match self.entries.get_mut(at) {
+            Some(Some((cached, id))) if *cached == fingerprint => *id,
+            Some(entry) => {
+                let id = ids.id(key);
+                *entry = Some((fingerprint, id));
+                id
+            }
+            None => ids.id(key),
+        }
     }
 }
 

@@ -14,10 +14,11 @@ use proxy_wasm::types::Action;
 
 use crate::backoff;
 use crate::config::FilterConfig;
+use crate::decided::Decided;
 use crate::host::{AgentCall, AgentRequest, Proxy};
 use crate::pipeline::Evaluation;
 use crate::state::{Asked, QuotaCell, Shared, Waiting};
-use crate::{decided, declog, usage};
+use crate::{declog, usage};
 
 pub struct Http<H> {
     host: Rc<H>,
@@ -67,12 +68,6 @@ impl<H: Proxy> Http<H> {
                 .and_then(|(_, v)| std::str::from_utf8(v).ok())
                 .map(str::to_string)
         };
-        let path = headers
-            .iter()
-            .find(|(n, _)| n == ":path")
-            .map(|(_, v)| v.clone())
-            .unwrap_or_default();
-        let method = find(":method").unwrap_or_default();
         let xff = find("x-forwarded-for");
         let protocol = Protocol::of_content_type(
             headers
@@ -80,7 +75,7 @@ impl<H: Proxy> Http<H> {
                 .find(|(n, _)| n == "content-type")
                 .map(|(_, v)| v.as_slice()),
         );
-        let mut info = RequestInfo::new(path, &method, headers);
+        let mut info = RequestInfo::from_headers(headers);
         // The host's clock (Unix time): which schedule window is in force.
         info.now_ns = self.host.now_ns();
         if needs.client_ip {
@@ -191,11 +186,15 @@ pub(crate) fn finish<H: Proxy>(
     let results = eval.results();
     let asked = &request.asked;
     let verdict = eval.verdict();
-    let decided = decided::Decided::of(&config.key_ids, &verdict, &results, |rule| {
-        eval.key_of(rule)
-    });
-    {
+    let decided = {
         let mut vm = vm.borrow_mut();
+        let vm = &mut *vm;
+        let decided = Decided::of(
+            &verdict,
+            &results,
+            |rule| eval.key_of(rule),
+            |key, fingerprint| vm.key_ids.id(&config.key_ids, fingerprint, key),
+        );
         for r in &results {
             vm.counts.record(host, r.rule, r.outcome());
         }
@@ -209,9 +208,10 @@ pub(crate) fn finish<H: Proxy>(
                 host.now_ns(),
             );
         }
-    }
-    for (name, value) in decided.iter().flat_map(|d| d.properties()) {
-        host.set_property(name, &value);
+        decided
+    };
+    for (name, value) in decided.iter().flat_map(Decided::properties) {
+        host.set_property(name, value);
     }
     let (protocol, quota) = (request.protocol, &request.quota);
     let style = config.response_headers;
@@ -350,8 +350,8 @@ impl<H: Proxy> HttpContext for Http<H> {
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        let quota = self.quota.borrow().clone();
-        if let Some((rule, limit, remaining, reset_ns)) = &quota {
+        let quota = self.quota.borrow();
+        if let Some((rule, limit, remaining, reset_ns)) = quota.as_ref() {
             if self.config.response_headers != HeaderStyle::Off {
                 let quota = Quota {
                     rule,

@@ -303,13 +303,13 @@ impl Evaluation {
     }
 
     /// The key this evaluation formed for the decided rule named `rule`.
-    pub fn key_of(&self, rule: &str) -> Option<&DescriptorKey> {
+    pub fn key_of(&self, rule: &str) -> Option<(&DescriptorKey, u64)> {
         self.checks
             .iter()
             .find(|c| {
                 matches!(c.state, State::Decided { .. }) && self.rules.rules()[c.rule].name == rule
             })
-            .map(|c| &c.key)
+            .map(|c| (&c.key, c.fingerprint))
     }
 
     /// The rules version this evaluation decides by.

@@ -97,7 +97,7 @@ impl<H: Proxy + 'static> Root<H> {
                 expected_nodes: nodes,
                 ..(*current).clone()
             };
-            self.vm.borrow_mut().config = Rc::new(config);
+            self.vm.borrow_mut().set_config(config);
         }
     }
 
@@ -363,7 +363,7 @@ impl<H: Proxy + 'static> RootContext for Root<H> {
             Some(Err(e)) => warn!("meshlimit: {SECRET_ENV}: {e}; the agent will refuse this filter"),
             None => warn!("meshlimit: no {SECRET_ENV} in the VM's environment; the agent will refuse this filter"),
         }
-        self.vm.borrow_mut().config = Rc::new(config);
+        self.vm.borrow_mut().set_config(config);
         let node = self
             .host
             .property(&["node", "id"])

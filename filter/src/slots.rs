@@ -2,6 +2,9 @@
 //! Envoy runs one VM per worker thread and they share the data, so a write that
 //! lost the race reads again and reapplies its change.
 
+use std::ops::Deref;
+
+use meshlimit_core::decimal::Decimal;
 use meshlimit_core::slot::SlotState;
 
 use crate::host::{Host, SharedError};
@@ -14,8 +17,40 @@ const CAS_ATTEMPTS: usize = 8;
 pub const SLOT_PREFIX: &str = "meshlimit.slot.";
 
 /// The shared-data key of the slot for `fingerprint`.
-pub fn slot_key(fingerprint: u64, slots: u32) -> String {
-    format!("{SLOT_PREFIX}{}", fingerprint % u64::from(slots.max(1)))
+pub fn slot_key(fingerprint: u64, slots: u32) -> SlotKey {
+    let n = Decimal::of(fingerprint % u64::from(slots.max(1)));
+    let mut key = SlotKey {
+        bytes: [0; SLOT_KEY_MAX],
+        len: 0,
+    };
+    for part in [SLOT_PREFIX, n.as_str()] {
+        let end = key.len + part.len();
+        if let Some(to) = key.bytes.get_mut(key.len..end) {
+            to.copy_from_slice(part.as_bytes());
+            key.len = end;
+        }
+    }
+    key
+}
+
+const SLOT_KEY_MAX: usize = SLOT_PREFIX.len() + 20;
+
+/// A slot's shared-data key, on the stack: every request forms one per key.
+pub struct SlotKey {
+    bytes: [u8; SLOT_KEY_MAX],
+    len: usize,
+}
+
+impl Deref for SlotKey {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        // The prefix and ASCII digits.
+        self.bytes
+            .get(..self.len)
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .unwrap_or(SLOT_PREFIX)
+    }
 }
 
 /// Applies `change` to the key's state and stores it. Returns what `change`
@@ -55,7 +90,7 @@ mod tests {
         let host = MemoryHost::default();
         update(&host, 7, 16, |s| s.grant(0, 10, 0, 1_000_000, 0, 0));
         // Another worker writes between our read and our write, once.
-        host.interfere_once(slot_key(7, 16), |bytes| {
+        host.interfere_once(slot_key(7, 16).to_string(), |bytes| {
             let mut s = SlotState::claim(Some(bytes), 7, 0).unwrap();
             s.lease.tokens -= 4;
             s.encode()
@@ -64,6 +99,12 @@ mod tests {
         assert!(taken.is_some());
         let (bytes, _) = host.shared_get(&slot_key(7, 16));
         // 10 - 4 (the other worker) - 1 (ours): neither write was lost.
+        assert_eq!(&*slot_key(7, 16), "meshlimit.slot.7");
+        let widest = u64::MAX % u64::from(u32::MAX - 1);
+        assert_eq!(
+            &*slot_key(u64::MAX, u32::MAX - 1),
+            format!("meshlimit.slot.{widest}")
+        );
         assert_eq!(
             SlotState::claim(bytes.as_deref(), 7, 0)
                 .unwrap()

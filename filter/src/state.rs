@@ -13,6 +13,7 @@ use meshlimit_core::{Limit, RequestInfo, RuleSet};
 use crate::cold::ColdStarts;
 use crate::config::FilterConfig;
 use crate::counts::Counts;
+use crate::decided::IdCache;
 use crate::declog::DecisionLog;
 use crate::flights::Flights;
 
@@ -57,6 +58,16 @@ pub struct VmState {
     pub wake_queued: bool,
     /// The worker's allowance of cold starts.
     pub cold_starts: ColdStarts,
+    /// The ids of keys decided lately (by `config.key_ids`).
+    pub key_ids: IdCache,
+}
+
+impl VmState {
+    /// Puts `config` in force (ids cached by the one before are dropped).
+    pub fn set_config(&mut self, config: FilterConfig) {
+        self.config = Rc::new(config);
+        self.key_ids = IdCache::default();
+    }
 }
 
 /// A request paused for the agent, as the root context finishes it.

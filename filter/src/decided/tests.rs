@@ -74,17 +74,20 @@ fn the_key_is_named_by_its_id_never_in_clear() {
     )];
     let ids = KeyIds::placeholder();
     let verdict = decide(&rs);
-    let decided = Decided::of(&ids, &verdict, &rs, |rule| {
-        (rule == "per-key").then_some(&key)
-    })
+    let decided = Decided::of(
+        &verdict,
+        &rs,
+        |rule| (rule == "per-key").then_some((&key, 7)),
+        |k, _| ids.id(k),
+    )
     .unwrap();
     let id = ids.id(&key).to_string();
     assert_eq!(
-        decided.properties(),
+        decided.properties().collect::<Vec<_>>(),
         [
-            (RULE, "per-key".to_string()),
-            (DECISION, "limited".to_string()),
-            (KEY_ID, id.clone())
+            (RULE, "per-key"),
+            (DECISION, "limited"),
+            (KEY_ID, id.as_str())
         ]
     );
     assert!(!id.contains("secret-customer"));
@@ -92,7 +95,7 @@ fn the_key_is_named_by_its_id_never_in_clear() {
     assert_eq!(decided.id_of(&key), Some(id.as_str()));
     assert_eq!(decided.id_of(&other), None);
     let none = decide(&[]);
-    assert!(Decided::of(&ids, &none, &[], |_| None).is_none());
+    assert!(Decided::of(&none, &[], |_| None, |k, _| ids.id(k)).is_none());
 }
 
 #[test]
@@ -116,4 +119,23 @@ fn without_a_quota_a_policy_or_shadow_decision_is_named() {
     let rs = [result("s", Mode::Shadow, allow(3), None)];
     assert_eq!(named(&rs), Some(("s".into(), Outcome::Allowed)));
     assert_eq!(named(&[]), None);
+}
+
+#[test]
+fn a_cached_id_is_the_keys_own_and_a_newer_key_in_its_entry_takes_it_over() {
+    use meshlimit_core::DescriptorKey;
+    let ids = KeyIds::placeholder();
+    let (a, b) = (
+        DescriptorKey::new("per-key", ["a"]),
+        DescriptorKey::new("per-key", ["b"]),
+    );
+    let mut cache = IdCache::default();
+    assert_eq!(cache.id(&ids, 3, &a), ids.id(&a));
+    // Found by fingerprint: a hit does not look at the key again.
+    assert_eq!(cache.id(&ids, 3, &b), ids.id(&a));
+    // Another fingerprint in the same entry (256 apart) replaces it.
+    assert_eq!(cache.id(&ids, 3 + 256, &b), ids.id(&b));
+    assert_eq!(cache.id(&ids, 3, &a), ids.id(&a));
+    // Other entries are other keys'.
+    assert_eq!(cache.id(&ids, 4, &b), ids.id(&b));
 }

@@ -97,7 +97,7 @@ tools-apt:
 
 build:
 	$(CARGO) build --release -p meshlimit-agent
-	$(CARGO) build --release --target $(WASM_TARGET) -p meshlimit-filter
+	$(CARGO) build --release --target $(WASM_TARGET) -p meshlimit-filter -p meshlimit-bench-floor
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -134,15 +134,23 @@ clean-run:
 ## Settings: BENCH_ROUNDS, BENCH_SECONDS, BENCH_STORE=auto|memory|redis, … (see
 ## `target/release/meshlimit-bench --help`).
 
-.PHONY: bench bench-smoke bench-build
+.PHONY: bench bench-smoke bench-build wasm-cost
 
 bench-build:
-	$(CARGO) build --release -p meshlimit-bench -p meshlimit-loadgen
+	$(CARGO) build --release -p meshlimit-bench -p meshlimit-loadgen -p meshlimit-wasm-cost
 	$(CARGO) build --release --target $(WASM_TARGET) -p meshlimit-bench-floor
 	$(CARGO) bench -p meshlimit-core-bench --no-run
 
 bench: tools build bench-build
 	target/release/meshlimit-bench
+	$(MAKE) --no-print-directory wasm-cost
+
+# The filter's Wasm instructions per request beside the floor's: counted, not
+# timed (bench/wasm-cost), so a few seconds on any machine.
+wasm-cost: build bench-build
+	target/release/meshlimit-wasm-cost > bench/results/wasm-cost.md.tmp
+	mv bench/results/wasm-cost.md.tmp bench/results/wasm-cost.md
+	@cat bench/results/wasm-cost.md
 
 bench-smoke: tools build bench-build
 	BENCH_SMOKE=1 target/release/meshlimit-bench

@@ -1,0 +1,364 @@
+//! `meshlimit-wasm-cost`: the filter's own Wasm work per request, counted in
+//! instructions executed (the wasmi interpreter's fuel: about one a Wasm
+//! instruction), beside the floor filter's, on one VM driven as Envoy drives
+//! it. Deterministic: a module gives the same count on any machine, so a
+//! change to the filter's code is priced exactly, where Envoy's CPU time on a
+//! shared 2-core machine moves by more than such a change. What it leaves out
+//! is Envoy's side of each host call (it counts them) and how V8's compiled
+//! code weighs instructions: a `malloc` is about 2,000 interpreted
+//! instructions and much less in V8, so the count says where the module's
+//! work is and whether a change cut it, not how many microseconds that is.
+//! `make bench` writes its table to `bench/results/wasm-cost.md`.
+
+mod host;
+mod vm;
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use meshlimit_core::secret::SECRET_ENV;
+use meshlimit_core::RuleSet;
+use wasmi::Error;
+
+use crate::vm::{Agent, Burned, Vm};
+
+/// The modules `make build` and `make bench-build` leave, from the workspace root.
+const FILTER: &str = "target/wasm32-wasip1/release/meshlimit_filter.wasm";
+const FLOOR: &str = "target/wasm32-wasip1/release/meshlimit_bench_floor.wasm";
+/// The benchmark's key header (`bench/driver`'s `KEY_HEADER`).
+const KEY_HEADER: &str = "x-bench-key";
+
+const USAGE: &str =
+    "usage: meshlimit-wasm-cost [--filter F.wasm] [--floor F.wasm] [--requests N] [--checkpoints]
+
+Runs N requests (20,000 by default, after as many to warm up) through each
+module and prints a Markdown table of the Wasm instructions per request.
+--checkpoints also prints the last meshlimit request's instructions up to
+each `cp:<label>` the filter logged at critical level (add such logs to find
+where the work is; never commit them).";
+
+struct Options {
+    filter: String,
+    floor: String,
+    requests: usize,
+    checkpoints: bool,
+}
+
+fn options(args: &[String]) -> Result<Options, String> {
+    let mut o = Options {
+        filter: FILTER.into(),
+        floor: FLOOR.into(),
+        requests: 20_000,
+        checkpoints: false,
+    };
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().cloned().ok_or(format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--filter" => o.filter = value()?,
+            "--floor" => o.floor = value()?,
+            "--requests" => {
+                o.requests = value()?.parse().map_err(|e| format!("--requests: {e}"))?
+            }
+            "--checkpoints" => o.checkpoints = true,
+            "-h" | "--help" => return Err(USAGE.into()),
+            other => return Err(format!("unknown argument {other}\n\n{USAGE}")),
+        }
+    }
+    Ok(o)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let opts = match options(&args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&opts) {
+        Ok(report) => {
+            print!("{report}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("meshlimit-wasm-cost: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The headers of a benchmark request as Envoy hands them to a filter.
+fn headers(key: &str) -> Vec<(String, String)> {
+    [
+        (":authority", "127.0.0.1:10000"),
+        (":path", "/"),
+        (":method", "GET"),
+        (":scheme", "http"),
+        ("user-agent", "meshlimit-loadgen"),
+        (KEY_HEADER, key),
+        ("x-forwarded-proto", "http"),
+        ("x-request-id", "2b5e8c1a-4f0e-4a51-9d0c-7c6a1f3e9b21"),
+    ]
+    .iter()
+    .map(|(n, v)| (n.to_string(), v.to_string()))
+    .collect()
+}
+
+/// One module's requests.
+struct Row {
+    label: &'static str,
+    burned: Vec<Burned>,
+    /// Host calls over all the measured requests, by name.
+    calls: Vec<(String, u64)>,
+}
+
+/// meshlimit's filter as `make bench` runs its hot key ((c)): one rule keyed
+/// on the key header, a limit far above the rate, so the key's lease decides.
+fn meshlimit(filter: &[u8]) -> Result<Vm, Error> {
+    let rules = serde_json::json!({"version": 1, "rules": [
+        {"name": "bench-hot", "key": [{"header": KEY_HEADER}],
+         "limit": {"requests": 10_000_000, "per": "1s"}},
+    ]});
+    let rules = serde_json::from_value(rules).map_err(|e| Error::new(e.to_string()))?;
+    let rules = RuleSet::compile(&rules).map_err(|e| Error::new(e.to_string()))?;
+    let env = vec![(
+        SECRET_ENV.to_string(),
+        "a deployment secret of at least thirty-two bytes".to_string(),
+    )];
+    let agent = Agent {
+        rules: Some(rules),
+        grant: 1_000_000,
+        ttl_ms: 60_000,
+    };
+    Vm::start(filter, "{}", env, agent)
+}
+
+fn run(o: &Options) -> Result<String, Error> {
+    let read = |p: &str| {
+        std::fs::read(p).map_err(|e| Error::new(format!("{p}: {e} (make build bench-build)")))
+    };
+    let (filter, floor) = (read(&o.filter)?, read(&o.floor)?);
+    let agentless = || Agent {
+        rules: None,
+        grant: 0,
+        ttl_ms: 0,
+    };
+    let mut rows = Vec::new();
+    let mut empty = Vm::start(&floor, r#"{"mode":"empty"}"#, vec![], agentless())?;
+    rows.push(measure("empty Wasm filter", &mut empty, o.requests)?);
+    let mut base = Vm::start(&floor, r#"{"mode":"floor"}"#, vec![], agentless())?;
+    rows.push(measure(
+        "floor: one header, one shared-data read and write",
+        &mut base,
+        o.requests,
+    )?);
+    let mut vm = meshlimit(&filter)?;
+    rows.push(measure(
+        "meshlimit, hot key decided by its lease",
+        &mut vm,
+        o.requests,
+    )?);
+    let mut out = report(&rows);
+    if o.checkpoints {
+        out.push_str("\nThe last meshlimit request, up to each checkpoint:\n\n");
+        for (label, n) in vm.checkpoints() {
+            let _ = writeln!(out, "- {label}: {n}");
+        }
+    }
+    Ok(out)
+}
+
+/// `n` requests at 10,000 a second, after as many to warm up; the root ticks
+/// once a simulated second, as Envoy's timer would.
+fn measure(label: &'static str, vm: &mut Vm, n: usize) -> Result<Row, Error> {
+    let headers = headers("hot");
+    let headers: Vec<(&str, &str)> = headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    let mut row = Row {
+        label,
+        burned: Vec::with_capacity(n),
+        calls: Vec::new(),
+    };
+    for i in 0..2 * n {
+        vm.advance(100_000);
+        if i % 10_000 == 0 {
+            vm.tick()?;
+        }
+        let burned = vm.request(&headers)?;
+        if let Some(status) = burned.replied {
+            return Err(Error::new(format!(
+                "{label}: request {i} answered {status}"
+            )));
+        }
+        if i < n {
+            continue;
+        }
+        row.burned.push(burned);
+        for (name, count) in vm.tally() {
+            match row.calls.iter_mut().find(|(n, _)| n == name) {
+                Some((_, c)) => *c += count,
+                None => row.calls.push((name.clone(), *count)),
+            }
+        }
+    }
+    if let Some(w) = vm.warnings().first() {
+        return Err(Error::new(format!("{label}: the module warned: {w}")));
+    }
+    Ok(row)
+}
+
+fn median(mut v: Vec<u64>) -> u64 {
+    v.sort_unstable();
+    v.get(v.len() / 2).copied().unwrap_or(0)
+}
+
+fn report(rows: &[Row]) -> String {
+    let floor = rows
+        .get(1)
+        .map(|r| median(r.burned.iter().map(Burned::total).collect()));
+    let mut out = String::from(
+        "# The filter's Wasm work per request, counted\n\n\
+Written by `make wasm-cost` (and `make bench`): `meshlimit-wasm-cost` runs each module in the wasmi \
+interpreter as one Envoy worker's VM and counts the Wasm instructions it executes (wasmi's fuel) \
+per request, after as many requests to warm up. Deterministic: the same module gives the same \
+counts on any machine. Envoy's side of each host call is not in the count; the calls are listed. \
+A `malloc` costs about 2,000 interpreted instructions, far more than in V8's compiled code, \
+so the count shows where the module's work is and whether a change cut it, not microseconds \
+(bench/README.md, \"Wasm work, counted\").\n\n\
+| filter | Wasm instructions per request (median) | ÷ floor | request headers | response headers | log, done, delete | host calls per request | agent calls per 1,000 requests |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    for row in rows {
+        let n = row.burned.len().max(1) as f64;
+        let med = |f: fn(&Burned) -> u64| median(row.burned.iter().map(f).collect());
+        let host: u64 = row.burned.iter().map(|b| b.host_calls).sum();
+        let agent: u64 = row.burned.iter().map(|b| b.agent_calls).sum();
+        let total = med(Burned::total);
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.2} | {} | {} | {} | {:.1} | {:.2} |",
+            row.label,
+            total,
+            floor.map_or(0.0, |f| total as f64 / f.max(1) as f64),
+            med(|b| b.request),
+            med(|b| b.response),
+            med(|b| b.end),
+            host as f64 / n,
+            agent as f64 * 1000.0 / n,
+        );
+    }
+    out.push_str("\nHost calls per request:\n\n");
+    for row in rows.iter().filter(|r| !r.calls.is_empty()) {
+        let n = row.burned.len().max(1) as f64;
+        let calls: Vec<String> = row
+            .calls
+            .iter()
+            .filter(|(_, c)| *c as f64 / n >= 0.005)
+            .map(|(name, c)| format!("`{name}` {:.2}", *c as f64 / n))
+            .collect();
+        let _ = writeln!(out, "- {}: {}", row.label, calls.join(", "));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The modules as `make build` and `make bench-build` left them (the
+    /// tests run from the crate's directory).
+    fn module(path: &str) -> Vec<u8> {
+        let at = format!("{}/../../{path}", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read(&at).unwrap_or_else(|e| panic!("{at}: {e}: run `make build bench-build`"))
+    }
+
+    #[test]
+    fn the_hot_key_is_decided_by_its_lease_and_costs_more_than_the_floor() {
+        let mut vm = meshlimit(&module(FILTER)).unwrap();
+        let row = measure("meshlimit", &mut vm, 200).unwrap();
+        // One lease call at most warmed the key; the measured requests were
+        // decided in the filter, each setting its three access-log properties
+        // and its two RateLimit fields.
+        assert_eq!(row.burned.iter().map(|b| b.agent_calls).sum::<u64>(), 0);
+        let per = |name: &str| {
+            row.calls
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or(0, |(_, c)| *c)
+                / 200
+        };
+        assert_eq!(per("proxy_set_property"), 3);
+        assert_eq!(per("proxy_add_header_map_value"), 2);
+        assert_eq!(per("proxy_http_call"), 0);
+        // The count is deterministic: a second VM burns exactly the same.
+        let again = measure("meshlimit", &mut meshlimit(&module(FILTER)).unwrap(), 200).unwrap();
+        assert_eq!(row.burned, again.burned);
+        let first = median(row.burned.iter().map(Burned::total).collect());
+        let mut floor = Vm::start(
+            &module(FLOOR),
+            r#"{"mode":"floor"}"#,
+            vec![],
+            Agent {
+                rules: None,
+                grant: 0,
+                ttl_ms: 0,
+            },
+        )
+        .unwrap();
+        let floor = measure("floor", &mut floor, 200).unwrap();
+        assert!(median(floor.burned.iter().map(Burned::total).collect()) < first);
+    }
+
+    /// `(func (param i32) (result i32) (local i32) (loop ... (br_if 0
+    /// (local.get 0))) (local.get 1))`: a loop of ten instructions (two locals
+    /// read, an add, a store, ... a branch), run `n` times.
+    const TEN_INSTRUCTION_LOOP: &[u8] = &[
+        0, 97, 115, 109, 1, 0, 0, 0, 1, 6, 1, 96, 1, 127, 1, 127, 3, 2, 1, 0, 7, 5, 1, 1, 102, 0,
+        0, 10, 29, 1, 27, 1, 1, 127, 3, 64, 32, 1, 32, 0, 106, 33, 1, 32, 0, 65, 1, 107, 33, 0, 32,
+        0, 13, 0, 11, 32, 1, 11,
+    ];
+
+    #[test]
+    fn fuel_is_about_one_a_wasm_instruction() {
+        let mut config = wasmi::Config::default();
+        config.consume_fuel(true);
+        let engine = wasmi::Engine::new(&config);
+        let module = wasmi::Module::new(&engine, TEN_INSTRUCTION_LOOP).unwrap();
+        let mut store = wasmi::Store::new(&engine, ());
+        store.set_fuel(1 << 40).unwrap();
+        let instance = wasmi::Linker::new(&engine)
+            .instantiate_and_start(&mut store, &module)
+            .unwrap();
+        let f = instance.get_typed_func::<i32, i32>(&store, "f").unwrap();
+        let mut burn = |n| {
+            let before = store.get_fuel().unwrap();
+            f.call(&mut store, n).unwrap();
+            before - store.get_fuel().unwrap()
+        };
+        burn(1);
+        let per_loop = (burn(2_000) - burn(1_000)) as f64 / 1_000.0;
+        assert!(
+            (9.0..=13.0).contains(&per_loop),
+            "{per_loop} fuel a loop of ten"
+        );
+    }
+
+    #[test]
+    fn an_allocation_is_about_two_thousand_instructions() {
+        let mut vm = meshlimit(&module(FILTER)).unwrap();
+        vm.allocation(24).unwrap();
+        let fuel = vm.allocation(24).unwrap();
+        assert!((1_000..=3_000).contains(&fuel), "{fuel}");
+    }
+
+    #[test]
+    fn bad_arguments_are_refused_with_the_usage() {
+        let args = |a: &[&str]| options(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert!(args(&["--nope"]).err().unwrap().contains("usage:"));
+        assert!(args(&["--requests", "x"]).is_err());
+        assert_eq!(args(&["--requests", "5"]).unwrap().requests, 5);
+    }
+}

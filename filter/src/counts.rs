@@ -29,23 +29,13 @@ impl Counts {
     /// Counts one decision of `rule`. Once the rule was counted, its entry is
     /// found by the name the request holds: nothing is allocated.
     pub fn record<P: Proxy>(&mut self, host: &P, rule: &str, outcome: Outcome) {
-        if !self.rules.contains_key(rule) {
-            self.rules.insert(rule.to_string(), Vec::new());
-        }
-        let Some(tallies) = self.rules.get_mut(rule) else {
+        if let Some(tallies) = self.rules.get_mut(rule) {
+            count(host, rule, tallies, outcome);
             return;
-        };
-        let tally = tally(tallies, outcome);
-        let id = *tally.metric.get_or_insert_with(|| {
-            host.define_metric(
-                Metric::Counter,
-                &format!("meshlimit.rule.{rule}.{}", outcome.as_str()),
-            )
-        });
-        if let Some(id) = id {
-            host.increment(id, 1);
         }
-        tally.unreported += 1;
+        let mut tallies = Vec::new();
+        count(host, rule, &mut tallies, outcome);
+        self.rules.insert(rule.to_string(), tallies);
     }
 
     /// Takes the counts not yet reported, for a sync request.
@@ -70,6 +60,22 @@ impl Counts {
             tally(tallies, c.outcome).unreported += c.count;
         }
     }
+}
+
+/// Counts one decision of `rule` among its `tallies`: in Envoy (its counter
+/// defined on the outcome's first decision) and for the agent.
+fn count<P: Proxy>(host: &P, rule: &str, tallies: &mut Vec<Tally>, outcome: Outcome) {
+    let tally = tally(tallies, outcome);
+    let id = *tally.metric.get_or_insert_with(|| {
+        host.define_metric(
+            Metric::Counter,
+            &format!("meshlimit.rule.{rule}.{}", outcome.as_str()),
+        )
+    });
+    if let Some(id) = id {
+        host.increment(id, 1);
+    }
+    tally.unreported += 1;
 }
 
 /// The tally of `outcome` among a rule's, added if new.

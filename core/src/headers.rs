@@ -64,7 +64,8 @@ pub fn rejection_fields(
         remaining: 0,
         reset_ns: retry * NANOS_PER_SEC,
     };
-    let mut fields = vec![("retry-after", retry.to_string())];
+    let mut fields = Vec::with_capacity(8);
+    fields.push(("retry-after", Decimal::of(retry).as_str().to_string()));
     fields.extend(quota_fields(style, &quota));
     fields.push(("x-envoy-ratelimited", "true".to_string()));
     fields.push(("x-meshlimit-rule", rule.to_string()));
@@ -72,20 +73,44 @@ pub fn rejection_fields(
     fields
 }
 
-/// The JSON body of a 429.
+/// The JSON body of a 429, `{"error":"rate_limited","rule":…,"retry_after_seconds":…}`.
+/// Written by hand rather than by serde: every rejection writes one. The
+/// rule's name is escaped as JSON strings are (a test compares the bytes with
+/// serde_json's for any name).
 pub fn rejection_body(rule: &str, retry_after_ns: u64) -> String {
-    #[derive(Serialize)]
-    struct Body<'a> {
-        error: &'static str,
-        rule: &'a str,
-        retry_after_seconds: u64,
+    let retry = Decimal::of(retry_after_secs(retry_after_ns));
+    let mut body = String::with_capacity(64 + rule.len());
+    body.push_str(r#"{"error":"rate_limited","rule":"#);
+    push_json_string(&mut body, rule);
+    body.push_str(r#","retry_after_seconds":"#);
+    body.push_str(retry.as_str());
+    body.push('}');
+    body
+}
+
+/// `s` as a JSON string, escaped as serde_json escapes it.
+fn push_json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if u32::from(c) < 0x20 => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                let n = u32::from(c) as usize;
+                out.push_str("\\u00");
+                out.push(char::from(HEX[n >> 4]));
+                out.push(char::from(HEX[n & 0xf]));
+            }
+            c => out.push(c),
+        }
     }
-    let body = Body {
-        error: "rate_limited",
-        rule,
-        retry_after_seconds: retry_after_secs(retry_after_ns),
-    };
-    serde_json::to_string(&body).unwrap_or_default()
+    out.push('"');
 }
 
 /// The fields and JSON body of a 503 from a fail-closed rule.

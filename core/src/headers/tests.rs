@@ -83,6 +83,28 @@ proptest::proptest! {
     }
 }
 
+proptest::proptest! {
+    #[test]
+    fn a_rejection_body_is_serde_jsons_byte_for_byte(
+        rule in "[a-z0-9._\\-\"\\\\ \\x00-\\x1f\\x7f\u{e9}\u{2028}\u{1f600}A-Z]{0,12}",
+        retry_ns in proptest::prelude::any::<u64>(),
+    ) {
+        #[derive(serde::Serialize)]
+        struct Body<'a> {
+            error: &'static str,
+            rule: &'a str,
+            retry_after_seconds: u64,
+        }
+        let theirs = serde_json::to_string(&Body {
+            error: "rate_limited",
+            rule: &rule,
+            retry_after_seconds: retry_after_secs(retry_ns),
+        })
+        .unwrap();
+        proptest::prop_assert_eq!(rejection_body(&rule, retry_ns), theirs);
+    }
+}
+
 #[test]
 fn grpc_is_told_apart_by_its_content_type() {
     let p = |v: &str| Protocol::of_content_type(Some(v.as_bytes()));

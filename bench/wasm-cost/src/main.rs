@@ -115,8 +115,10 @@ struct Row {
 }
 
 /// meshlimit's filter as `make bench` runs its hot key ((c)): one rule keyed
-/// on the key header, a limit far above the rate, so the key's lease decides.
-fn meshlimit(filter: &[u8]) -> Result<Vm, Error> {
+/// on the key header, a limit far above the rate, so the key's lease decides;
+/// with `deny`, an agent that denies every key for a minute, so the key's
+/// cached denial decides.
+fn meshlimit(filter: &[u8], deny: bool) -> Result<Vm, Error> {
     let rules = serde_json::json!({"version": 1, "rules": [
         {"name": "bench-hot", "key": [{"header": KEY_HEADER}],
          "limit": {"requests": 10_000_000, "per": "1s"}},
@@ -131,9 +133,24 @@ fn meshlimit(filter: &[u8]) -> Result<Vm, Error> {
         rules: Some(rules),
         grant: 1_000_000,
         ttl_ms: 60_000,
+        deny,
     };
     Vm::start(filter, "{}", env, agent)
 }
+
+/// What a scenario sends and what each measured request must get.
+#[derive(Debug, Clone, Copy)]
+struct Traffic {
+    /// A new key on every request (each a miss: one agent call), else one key.
+    new_keys: bool,
+    /// The local reply every request gets (`None`: admitted).
+    answer: Option<i32>,
+}
+
+const HOT: Traffic = Traffic {
+    new_keys: false,
+    answer: None,
+};
 
 fn run(o: &Options) -> Result<String, Error> {
     let read = |p: &str| {
@@ -144,26 +161,53 @@ fn run(o: &Options) -> Result<String, Error> {
         rules: None,
         grant: 0,
         ttl_ms: 0,
+        deny: false,
     };
+    let n = o.requests;
     let mut rows = Vec::new();
     let mut empty = Vm::start(&floor, r#"{"mode":"empty"}"#, vec![], agentless())?;
-    rows.push(measure("empty Wasm filter", &mut empty, o.requests)?);
+    rows.push(measure("empty Wasm filter", &mut empty, n, HOT)?);
     let mut base = Vm::start(&floor, r#"{"mode":"floor"}"#, vec![], agentless())?;
     rows.push(measure(
         "floor: one header, one shared-data read and write",
         &mut base,
-        o.requests,
+        n,
+        HOT,
     )?);
-    let mut vm = meshlimit(&filter)?;
+    let mut vm = meshlimit(&filter, false)?;
     rows.push(measure(
         "meshlimit, hot key decided by its lease",
         &mut vm,
-        o.requests,
+        n,
+        HOT,
+    )?);
+    let checkpoints = vm.checkpoints();
+    let mut denied = meshlimit(&filter, true)?;
+    let limited = Traffic {
+        new_keys: false,
+        answer: Some(429),
+    };
+    rows.push(measure(
+        "meshlimit, hot key over its limit: 429 from its cached denial",
+        &mut denied,
+        n,
+        limited,
+    )?);
+    let mut cold = meshlimit(&filter, false)?;
+    let new_keys = Traffic {
+        new_keys: true,
+        answer: None,
+    };
+    rows.push(measure(
+        "meshlimit, a new key every request: one agent call each",
+        &mut cold,
+        n,
+        new_keys,
     )?);
     let mut out = report(&rows);
     if o.checkpoints {
-        out.push_str("\nThe last meshlimit request, up to each checkpoint:\n\n");
-        for (label, n) in vm.checkpoints() {
+        out.push_str("\nThe last hot-key request, up to each checkpoint:\n\n");
+        for (label, n) in checkpoints {
             let _ = writeln!(out, "- {label}: {n}");
         }
     }
@@ -171,31 +215,41 @@ fn run(o: &Options) -> Result<String, Error> {
 }
 
 /// `n` requests at 10,000 a second, after as many to warm up; the root ticks
-/// once a simulated second, as Envoy's timer would.
-fn measure(label: &'static str, vm: &mut Vm, n: usize) -> Result<Row, Error> {
-    let headers = headers("hot");
-    let headers: Vec<(&str, &str)> = headers
-        .iter()
-        .map(|(n, v)| (n.as_str(), v.as_str()))
-        .collect();
+/// once a simulated second, as Envoy's timer would. Every measured request
+/// must get `traffic.answer`.
+fn measure(label: &'static str, vm: &mut Vm, n: usize, traffic: Traffic) -> Result<Row, Error> {
     let mut row = Row {
         label,
         burned: Vec::with_capacity(n),
         calls: Vec::new(),
     };
+    let hot = headers("hot");
     for i in 0..2 * n {
+        let fresh;
+        let headers = match traffic.new_keys {
+            true => {
+                fresh = headers(&format!("key-{i}"));
+                &fresh
+            }
+            false => &hot,
+        };
+        let headers: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
         vm.advance(100_000);
         if i % 10_000 == 0 {
             vm.tick()?;
         }
         let burned = vm.request(&headers)?;
-        if let Some(status) = burned.replied {
-            return Err(Error::new(format!(
-                "{label}: request {i} answered {status}"
-            )));
-        }
         if i < n {
             continue;
+        }
+        if burned.replied != traffic.answer {
+            return Err(Error::new(format!(
+                "{label}: request {i} got {:?}, not {:?}",
+                burned.replied, traffic.answer
+            )));
         }
         row.burned.push(burned);
         for (name, count) in vm.tally() {
@@ -229,7 +283,7 @@ counts on any machine. Envoy's side of each host call is not in the count; the c
 A `malloc` costs about 2,000 interpreted instructions, far more than in V8's compiled code, \
 so the count shows where the module's work is and whether a change cut it, not microseconds \
 (bench/README.md, \"Wasm work, counted\").\n\n\
-| filter | Wasm instructions per request (median) | ÷ floor | request headers | response headers | log, done, delete | host calls per request | agent calls per 1,000 requests |\n|---|---|---|---|---|---|---|---|\n",
+| filter | Wasm instructions per request (median) | ÷ floor | request headers | response headers | log, done, delete | host calls per request | lease calls per 1,000 requests |\n|---|---|---|---|---|---|---|---|\n",
     );
     for row in rows {
         let n = row.burned.len().max(1) as f64;
@@ -277,8 +331,8 @@ mod tests {
 
     #[test]
     fn the_hot_key_is_decided_by_its_lease_and_costs_more_than_the_floor() {
-        let mut vm = meshlimit(&module(FILTER)).unwrap();
-        let row = measure("meshlimit", &mut vm, 200).unwrap();
+        let mut vm = meshlimit(&module(FILTER), false).unwrap();
+        let row = measure("meshlimit", &mut vm, 60, HOT).unwrap();
         // One lease call at most warmed the key; the measured requests were
         // decided in the filter, each setting its three access-log properties
         // and its two RateLimit fields.
@@ -288,13 +342,19 @@ mod tests {
                 .iter()
                 .find(|(n, _)| n == name)
                 .map_or(0, |(_, c)| *c)
-                / 200
+                / 60
         };
         assert_eq!(per("proxy_set_property"), 3);
         assert_eq!(per("proxy_add_header_map_value"), 2);
         assert_eq!(per("proxy_http_call"), 0);
         // The count is deterministic: a second VM burns exactly the same.
-        let again = measure("meshlimit", &mut meshlimit(&module(FILTER)).unwrap(), 200).unwrap();
+        let again = measure(
+            "meshlimit",
+            &mut meshlimit(&module(FILTER), false).unwrap(),
+            60,
+            HOT,
+        )
+        .unwrap();
         assert_eq!(row.burned, again.burned);
         let first = median(row.burned.iter().map(Burned::total).collect());
         let mut floor = Vm::start(
@@ -305,10 +365,11 @@ mod tests {
                 rules: None,
                 grant: 0,
                 ttl_ms: 0,
+                deny: false,
             },
         )
         .unwrap();
-        let floor = measure("floor", &mut floor, 200).unwrap();
+        let floor = measure("floor", &mut floor, 60, HOT).unwrap();
         assert!(median(floor.burned.iter().map(Burned::total).collect()) < first);
     }
 
@@ -347,8 +408,26 @@ mod tests {
     }
 
     #[test]
+    fn a_denied_key_is_answered_429_locally_and_new_keys_call_the_agent_each() {
+        let mut vm = meshlimit(&module(FILTER), true).unwrap();
+        let limited = Traffic {
+            new_keys: false,
+            answer: Some(429),
+        };
+        let row = measure("denied", &mut vm, 60, limited).unwrap();
+        assert_eq!(row.burned.iter().map(|b| b.agent_calls).sum::<u64>(), 0);
+        let mut vm = meshlimit(&module(FILTER), false).unwrap();
+        let new_keys = Traffic {
+            new_keys: true,
+            answer: None,
+        };
+        let row = measure("new keys", &mut vm, 60, new_keys).unwrap();
+        assert!(row.burned.iter().all(|b| b.agent_calls == 1));
+    }
+
+    #[test]
     fn an_allocation_is_about_two_thousand_instructions() {
-        let mut vm = meshlimit(&module(FILTER)).unwrap();
+        let mut vm = meshlimit(&module(FILTER), false).unwrap();
         vm.allocation(24).unwrap();
         let fuel = vm.allocation(24).unwrap();
         assert!((1_000..=3_000).contains(&fuel), "{fuel}");

@@ -22,6 +22,8 @@ pub struct Agent {
     /// Tokens per grant.
     pub grant: u32,
     pub ttl_ms: u64,
+    /// Deny every key for a minute instead.
+    pub deny: bool,
 }
 
 /// What one request burned, by the callback that burned it.
@@ -35,7 +37,8 @@ pub struct Burned {
     pub end: u64,
     /// Host calls made.
     pub host_calls: u64,
-    /// Calls to the agent it started.
+    /// Lease calls to the agent it started (decision-log batches are not
+    /// counted here: they are in `host_calls`).
     pub agent_calls: u64,
     /// A local reply's status (429), if it got one.
     pub replied: Option<i32>,
@@ -148,7 +151,7 @@ impl Vm {
     }
 
     /// Turns the worker's loop until nothing is left to do: woken queues
-    /// delivered, dispatched calls answered. The calls answered.
+    /// delivered, dispatched calls answered. The lease calls answered.
     fn settle(&mut self) -> Result<u64, Error> {
         let mut answered = 0;
         loop {
@@ -163,7 +166,7 @@ impl Vm {
             }
             for call in calls {
                 self.answer(&call)?;
-                answered += 1;
+                answered += u64::from(call.header(":path") == Some(LEASE_PATH));
             }
         }
     }
@@ -195,13 +198,20 @@ impl Vm {
                 let items = asked
                     .items
                     .iter()
-                    .map(|item| LeaseAnswer::Grant {
-                        tokens: self.agent.grant.max(item.cost),
-                        ttl_ms: self.agent.ttl_ms,
-                        remaining: self.agent.grant,
-                        reset_ms: 1_000,
-                        local: false,
-                        from: None,
+                    .map(|item| match self.agent.deny {
+                        true => LeaseAnswer::Deny {
+                            retry_after_ms: 60_000,
+                            local: false,
+                            from: None,
+                        },
+                        false => LeaseAnswer::Grant {
+                            tokens: self.agent.grant.max(item.cost),
+                            ttl_ms: self.agent.ttl_ms,
+                            remaining: self.agent.grant,
+                            reset_ms: 1_000,
+                            local: false,
+                            from: None,
+                        },
                     })
                     .collect();
                 serde_json::to_vec(&LeaseResponse {

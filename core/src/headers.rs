@@ -4,8 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::decimal::Decimal;
 use crate::decision::Quota;
+use crate::digits::{Decimal, HEX_LOWER};
 use crate::limit::Limit;
 use crate::NANOS_PER_SEC;
 
@@ -65,7 +65,7 @@ pub fn rejection_fields(
         reset_ns: retry * NANOS_PER_SEC,
     };
     let mut fields = Vec::with_capacity(8);
-    fields.push(("retry-after", Decimal::of(retry).as_str().to_string()));
+    fields.push(("retry-after", retry.to_string()));
     fields.extend(quota_fields(style, &quota));
     fields.push(("x-envoy-ratelimited", "true".to_string()));
     fields.push(("x-meshlimit-rule", rule.to_string()));
@@ -101,11 +101,10 @@ fn push_json_string(out: &mut String, s: &str) {
             '\u{8}' => out.push_str("\\b"),
             '\u{c}' => out.push_str("\\f"),
             c if u32::from(c) < 0x20 => {
-                const HEX: &[u8; 16] = b"0123456789abcdef";
                 let n = u32::from(c) as usize;
                 out.push_str("\\u00");
-                out.push(char::from(HEX[n >> 4]));
-                out.push(char::from(HEX[n & 0xf]));
+                out.push(char::from(HEX_LOWER[n >> 4]));
+                out.push(char::from(HEX_LOWER[n & 0xf]));
             }
             c => out.push(c),
         }

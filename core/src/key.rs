@@ -81,23 +81,16 @@ fn push_part(key: &mut String, part: &[u8]) {
                 // `%85` a lone invalid byte 0x85 gives.
                 let mut buf = [0u8; 4];
                 for b in c.encode_utf8(&mut buf).bytes() {
-                    push_escaped(key, u32::from(b));
+                    crate::digits::push_percent(key, b);
                 }
             } else {
                 key.push(c);
             }
         }
         for b in chunk.invalid() {
-            push_escaped(key, u32::from(*b));
+            crate::digits::push_percent(key, *b);
         }
     }
-}
-
-fn push_escaped(key: &mut String, byte: u32) {
-    const DIGITS: &[u8; 16] = b"0123456789ABCDEF";
-    key.push('%');
-    key.push(char::from(DIGITS[(byte >> 4 & 0xf) as usize]));
-    key.push(char::from(DIGITS[(byte & 0xf) as usize]));
 }
 
 #[cfg(test)]

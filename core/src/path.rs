@@ -71,7 +71,7 @@ fn decode(raw: &[u8]) -> String {
             // Reserved and sub-delimiter characters keep their meaning when sent
             // as they are, and stay escaped when sent escaped.
             b if !was_escaped && b != b'%' && b.is_ascii_graphic() => out.push(char::from(b)),
-            b => push_escape(&mut out, b),
+            b => crate::digits::push_percent(&mut out, b),
         }
     }
     out
@@ -88,13 +88,6 @@ pub(crate) fn hex_value(b: u8) -> Option<u8> {
         b'A'..=b'F' => Some(b - b'A' + 10),
         _ => None,
     }
-}
-
-fn push_escape(out: &mut String, b: u8) {
-    const DIGITS: &[u8; 16] = b"0123456789ABCDEF";
-    out.push('%');
-    out.push(char::from(DIGITS[usize::from(b >> 4)]));
-    out.push(char::from(DIGITS[usize::from(b & 0xf)]));
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use siphasher::sip::SipHasher13;
 
+use crate::digits::HEX_LOWER;
 use crate::key::DescriptorKey;
 
 /// The shortest secret accepted, in bytes (`openssl rand -hex 32` gives 64).
@@ -164,11 +165,10 @@ impl KeyId {
     /// The id's text, on the stack: the filter names a key by it on every
     /// request it decides, where formatting a `u128` costs more than the rest.
     pub fn text(&self) -> KeyIdText {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut out = [b'0'; 32];
         for (i, c) in out.iter_mut().enumerate() {
             let nibble = (self.0 >> (124 - 4 * i)) & 0xf;
-            *c = HEX[nibble as usize];
+            *c = HEX_LOWER[nibble as usize];
         }
         KeyIdText(out)
     }
@@ -240,11 +240,10 @@ fn first16(b: &[u8]) -> [u8; 16] {
 
 /// Lowercase hex.
 pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
     for b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+        out.push(char::from(HEX_LOWER[usize::from(b >> 4)]));
+        out.push(char::from(HEX_LOWER[usize::from(b & 0xf)]));
     }
     out
 }

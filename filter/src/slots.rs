@@ -4,7 +4,7 @@
 
 use std::ops::Deref;
 
-use meshlimit_core::decimal::Decimal;
+use meshlimit_core::digits::Decimal;
 use meshlimit_core::slot::SlotState;
 
 use crate::host::{Host, SharedError};

@@ -1,7 +1,18 @@
-//! An unsigned integer's decimal digits, written on the stack: for the strings
-//! the filter forms on every request (a slot's shared-data key, the RateLimit
-//! fields), where the formatting machinery and an allocation would cost more
-//! than the rest of the string.
+//! Digits written without the formatting machinery: an unsigned integer's
+//! decimal digits on the stack (for the strings the filter forms on every
+//! request: a slot's shared-data key, the RateLimit fields), and the hex
+//! digits of key ids, `\u` escapes and percent-escapes.
+
+/// Lowercase hex digits, by value.
+pub(crate) const HEX_LOWER: &[u8; 16] = b"0123456789abcdef";
+
+/// `byte` percent-escaped (`%2F`: uppercase, as RFC 3986 recommends).
+pub(crate) fn push_percent(out: &mut String, byte: u8) {
+    const HEX_UPPER: &[u8; 16] = b"0123456789ABCDEF";
+    out.push('%');
+    out.push(char::from(HEX_UPPER[usize::from(byte >> 4)]));
+    out.push(char::from(HEX_UPPER[usize::from(byte & 0xf)]));
+}
 
 /// The decimal digits of a `u64` (at most 20).
 #[derive(Debug, Clone, Copy)]

@@ -45,29 +45,42 @@ impl Call {
 pub struct State {
     /// Unix time, ns; moved by the driver, not by looking.
     pub now_ns: u64,
-    pub env: Vec<(String, String)>,
-    pub plugin_configuration: Vec<u8>,
-    pub shared: HashMap<String, (Vec<u8>, u32)>,
-    pub queues: Vec<(String, VecDeque<Vec<u8>>)>,
+    env: Vec<(String, String)>,
+    plugin_configuration: Vec<u8>,
+    shared: HashMap<String, (Vec<u8>, u32)>,
+    queues: Vec<(String, VecDeque<Vec<u8>>)>,
     /// Queues enqueued to since the driver last looked.
     pub woken: Vec<u32>,
     pub request_headers: Vec<(String, String)>,
     pub response_headers: Vec<(String, String)>,
-    pub properties: HashMap<String, Vec<u8>>,
     /// Calls dispatched and not yet taken by the driver.
     pub calls: Vec<Call>,
-    pub next_token: u32,
+    next_token: u32,
     /// The answer the module reads for the call being answered.
     pub call_response: (Vec<(String, String)>, Vec<u8>),
     /// The status of the last local reply.
     pub local_reply: Option<i32>,
-    pub continued: u32,
-    pub metrics: Vec<i64>,
+    /// Metrics the module defined (their values are not kept).
+    metrics: usize,
     /// Host calls made, by name.
     pub tally: BTreeMap<String, u64>,
+    /// The fuel left at each `cp:<label>` the module logged.
     pub checkpoints: Vec<(String, u64)>,
     /// What the module logged at warning or above (a misconfigured run shows here).
     pub warnings: Vec<String>,
+}
+
+impl State {
+    /// A VM whose clock reads `now_ns`, with `env` in its environment and
+    /// `plugin_configuration` as the plugin's.
+    pub fn new(now_ns: u64, env: Vec<(String, String)>, plugin_configuration: &str) -> State {
+        State {
+            now_ns,
+            env,
+            plugin_configuration: plugin_configuration.as_bytes().to_vec(),
+            ..State::default()
+        }
+    }
 }
 
 /// A linker defining every import of a proxy-wasm module built for
@@ -297,16 +310,8 @@ fn call(caller: &mut Caller<'_, State>, name: &str, a: &[Val]) -> Result<i32, Er
             }
             Ok(OK)
         }
-        "proxy_get_property" => {
-            let path = read_str(caller, u_at(a, 0), u_at(a, 1))?;
-            match caller.data().properties.get(&path).cloned() {
-                Some(v) => {
-                    give(caller, &v, u_at(a, 2), u_at(a, 3))?;
-                    Ok(OK)
-                }
-                None => Ok(NOT_FOUND),
-            }
-        }
+        // No property is set (the filter reads `node.id` at start-up).
+        "proxy_get_property" => Ok(NOT_FOUND),
         "proxy_get_shared_data" => {
             let key = read_str(caller, u_at(a, 0), u_at(a, 1))?;
             match caller.data().shared.get(&key).cloned() {
@@ -374,20 +379,9 @@ fn call(caller: &mut Caller<'_, State>, name: &str, a: &[Val]) -> Result<i32, Er
             }
         }
         "proxy_define_metric" => {
-            let metrics = &mut caller.data_mut().metrics;
-            metrics.push(0);
-            let id = metrics.len() - 1;
+            let id = caller.data().metrics;
+            caller.data_mut().metrics += 1;
             write_u32(caller, u_at(a, 3), id)?;
-            Ok(OK)
-        }
-        "proxy_increment_metric" => {
-            let by = match a.get(1) {
-                Some(Val::I64(v)) => *v,
-                _ => 0,
-            };
-            if let Some(m) = caller.data_mut().metrics.get_mut(u_at(a, 0)) {
-                *m = m.saturating_add(by);
-            }
             Ok(OK)
         }
         "proxy_http_call" => {
@@ -406,10 +400,6 @@ fn call(caller: &mut Caller<'_, State>, name: &str, a: &[Val]) -> Result<i32, Er
         }
         "proxy_send_local_response" => {
             caller.data_mut().local_reply = Some(i32_at(a, 0));
-            Ok(OK)
-        }
-        "proxy_continue_stream" => {
-            caller.data_mut().continued += 1;
             Ok(OK)
         }
         // WASI: the environment (the deployment secret), entropy, stderr.
@@ -453,8 +443,8 @@ fn call(caller: &mut Caller<'_, State>, name: &str, a: &[Val]) -> Result<i32, Er
             Ok(0)
         }
         "proc_exit" => Err(Error::new("the module exited")),
-        // Effective context, timers, gRPC, foreign functions: nothing the
-        // request path needs an answer from.
+        // Effective context, resuming a stream, timers, gRPC, foreign
+        // functions: nothing the request path needs an answer from.
         _ => Ok(OK),
     }
 }

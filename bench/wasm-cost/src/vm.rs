@@ -73,13 +73,8 @@ impl Vm {
         config.compilation_mode(wasmi::CompilationMode::Eager);
         let engine = Engine::new(&config);
         let module = Module::new(&engine, wasm)?;
-        let state = State {
-            // 2026-01-01, so schedule windows read a plausible date.
-            now_ns: 1_767_225_600 * 1_000_000_000,
-            env,
-            plugin_configuration: plugin_configuration.as_bytes().to_vec(),
-            ..State::default()
-        };
+        // 2026-01-01, so schedule windows read a plausible date.
+        let state = State::new(1_767_225_600 * 1_000_000_000, env, plugin_configuration);
         let mut store = Store::new(&engine, state);
         store.set_fuel(TANK)?;
         let linker = host::linker(&engine, &module)?;

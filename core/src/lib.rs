@@ -12,6 +12,7 @@ pub mod counter;
 pub mod decision;
 pub mod digits;
 pub mod fingerprint;
+pub mod header_list;
 pub mod headers;
 pub mod key;
 pub mod lease;

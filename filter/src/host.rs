@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use meshlimit_core::header_list::{HeaderList, MalformedHeaders};
 use meshlimit_core::headers::{self, Answer};
 use proxy_wasm::types::GrpcStatusCode;
 
@@ -125,8 +126,9 @@ pub trait Proxy: Host {
     fn call_response(&self, body_size: usize) -> (Option<u32>, Vec<u8>);
 
     /// The current request's headers. Values are bytes: Envoy lets non-UTF-8
-    /// bytes through in header values.
-    fn request_headers(&self) -> Vec<(String, Vec<u8>)>;
+    /// bytes through in header values. An error: the host's list could not
+    /// be read (the request is refused, never decided without its headers).
+    fn request_headers(&self) -> Result<HeaderList, MalformedHeaders>;
     fn add_response_header(&self, name: &str, value: &str);
     /// Answers the current request locally.
     fn send_answer(&self, answer: Answer);

@@ -5,8 +5,9 @@ use std::rc::Rc;
 
 use log::debug;
 use meshlimit_core::decision::Quota;
+use meshlimit_core::header_list::MalformedHeaders;
 use meshlimit_core::headers::{self, HeaderStyle, Protocol};
-use meshlimit_core::rules::Needs;
+use meshlimit_core::rules::{Needs, RequestError};
 use meshlimit_core::wire::{LeaseResponse, LEASE_PATH, WIRE_VERSION};
 use meshlimit_core::{client_ip, metadata, RequestInfo, RuleSet, Verdict};
 use proxy_wasm::traits::{Context, HttpContext};
@@ -57,24 +58,18 @@ impl<H: Proxy> Http<H> {
     /// The request as the rules see it, and the protocol it speaks. Stream
     /// properties are host calls, so they are fetched only when some rule keys
     /// on them.
-    fn request_info(&self, rules: Option<&RuleSet>) -> (RequestInfo, Protocol) {
+    fn request_info(
+        &self,
+        rules: Option<&RuleSet>,
+    ) -> Result<(RequestInfo, Protocol), MalformedHeaders> {
         let none = Needs::default();
         let needs = rules.map_or(&none, RuleSet::needs);
-        let headers = self.host.request_headers();
-        let find = |name: &str| {
-            headers
-                .iter()
-                .find(|(n, _)| n == name)
-                .and_then(|(_, v)| std::str::from_utf8(v).ok())
-                .map(str::to_string)
-        };
-        let xff = find("x-forwarded-for");
-        let protocol = Protocol::of_content_type(
-            headers
-                .iter()
-                .find(|(n, _)| n == "content-type")
-                .map(|(_, v)| v.as_slice()),
-        );
+        let headers = self.host.request_headers()?;
+        let xff = headers
+            .get("x-forwarded-for")
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .map(str::to_string);
+        let protocol = Protocol::of_content_type(headers.get("content-type"));
         let mut info = RequestInfo::from_headers(headers);
         // The host's clock (Unix time): which schedule window is in force.
         info.now_ns = self.host.now_ns();
@@ -109,7 +104,7 @@ impl<H: Proxy> Http<H> {
                     .collect();
             }
         }
-        (info, protocol)
+        Ok((info, protocol))
     }
 
     /// Takes the request's evaluation to the VM's lease calls: it waits there
@@ -298,7 +293,15 @@ impl<H: Proxy> HttpContext for Http<H> {
         if rules.is_none() && self.config.usage_path.is_none() {
             return Action::Continue;
         }
-        let (info, protocol) = self.request_info(rules.as_deref());
+        let (info, protocol) = match self.request_info(rules.as_deref()) {
+            Ok(read) => read,
+            Err(e) => {
+                let e = RequestError::from(e);
+                self.host
+                    .send_answer(headers::bad_request(self.protocol, &e));
+                return Action::Pause;
+            }
+        };
         self.protocol = protocol;
         if usage::is_usage(&self.config, &info) {
             self.host.send_answer(usage::answer(

@@ -10,6 +10,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::time::Instant;
 
+use meshlimit_core::header_list::{HeaderList, MalformedHeaders};
 use meshlimit_core::headers::Answer;
 
 use crate::host::{AgentCall, AgentRequest, Host, Metric, Proxy, SharedError};
@@ -416,12 +417,12 @@ impl Proxy for MemoryHost {
         (status, body.into_iter().take(body_size).collect())
     }
 
-    fn request_headers(&self) -> Vec<(String, Vec<u8>)> {
+    fn request_headers(&self) -> Result<HeaderList, MalformedHeaders> {
         let streams = self.streams.borrow();
-        streams
+        Ok(streams
             .get(&self.context.get())
-            .map(|s| s.request_headers.clone())
-            .unwrap_or_default()
+            .map(|s| HeaderList::from_pairs(s.request_headers.iter().map(|(n, v)| (n, v))))
+            .unwrap_or_default())
     }
 
     fn add_response_header(&self, name: &str, value: &str) {

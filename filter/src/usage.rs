@@ -101,7 +101,8 @@ fn named(caller: &RequestInfo) -> Result<Option<RequestInfo>, RequestError> {
         return Ok(None);
     };
     let method = method.unwrap_or_else(|| "GET".to_string());
-    let mut req = RequestInfo::new(path.as_bytes(), &method, caller.headers.clone());
+    let mut req = RequestInfo::new(path.as_bytes(), &method, Vec::<(String, Vec<u8>)>::new());
+    req.headers.clone_from(&caller.headers);
     req.client_ip.clone_from(&caller.client_ip);
     req.route.clone_from(&caller.route);
     req.now_ns = caller.now_ns;

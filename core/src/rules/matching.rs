@@ -12,6 +12,7 @@
 use std::borrow::Cow;
 
 use super::{HeaderMatch, KeyPart, Matcher, PathMatch, Rule, RuleSet};
+use crate::header_list::HeaderList;
 use crate::key::DescriptorKey;
 use crate::limit::Limit;
 use crate::metadata::MetadataPath;
@@ -28,8 +29,9 @@ pub struct RequestInfo {
     pub query: Vec<u8>,
     pub method: String,
     /// Header names as the host gives them (lowercase from Envoy); values as
-    /// bytes, since clients may send bytes that are not UTF-8.
-    pub headers: Vec<(String, Vec<u8>)>,
+    /// bytes, since clients may send bytes that are not UTF-8. In the host's
+    /// own serialized form, read in place (see [`crate::header_list`]).
+    pub headers: HeaderList,
     pub client_ip: Option<String>,
     pub route: Option<String>,
     /// The upstream cluster's name (`xds.cluster_name`), read only for rules
@@ -64,6 +66,10 @@ pub enum RequestError {
     /// that is not followed by two hex digits: backends decode it differently.
     #[error("the query has a malformed escape where a rule reads parameter `{0}`")]
     MalformedQuery(String),
+    /// The proxy's header list did not hold together, so no rule could read
+    /// it (a proxy bug, never a client's doing: refused, not guessed at).
+    #[error("{0}")]
+    MalformedHeaders(#[from] crate::header_list::MalformedHeaders),
 }
 
 /// A rule that applies to a request: the key it counts and the limit in force.
@@ -86,28 +92,23 @@ impl RequestInfo {
         method: &str,
         headers: Vec<(String, V)>,
     ) -> Self {
-        let headers = headers.into_iter().map(|(n, v)| (n, v.into())).collect();
+        let headers = HeaderList::from_pairs(headers.into_iter().map(|(n, v)| (n, v.into())));
         Self::build(path.as_ref(), method, headers)
     }
 
     /// Builds the info from a request's headers as the proxy hands them over,
     /// `:path` and `:method` among them: read where they are, not copied out
     /// first (the filter does this on every request).
-    pub fn from_headers(headers: Vec<(String, Vec<u8>)>) -> Self {
-        let pseudo = |name: &str| {
-            headers
-                .iter()
-                .find(|(n, _)| n == name)
-                .map_or(&[][..], |(_, v)| v.as_slice())
-        };
-        let (path, method) = (pseudo(":path"), pseudo(":method"));
+    pub fn from_headers(headers: HeaderList) -> Self {
+        let path = headers.get(":path").unwrap_or_default();
+        let method = headers.get(":method").unwrap_or_default();
         let method = std::str::from_utf8(method).unwrap_or_default();
-        let mut info = Self::build(path, method, Vec::new());
+        let mut info = Self::build(path, method, HeaderList::default());
         info.headers = headers;
         info
     }
 
-    fn build(path: &[u8], method: &str, headers: Vec<(String, Vec<u8>)>) -> Self {
+    fn build(path: &[u8], method: &str, headers: HeaderList) -> Self {
         Self {
             path: path::normalize(path),
             query: query::of_path(path).to_vec(),
@@ -132,7 +133,7 @@ impl RequestInfo {
         self.headers
             .iter()
             .filter(move |(n, _)| same_header(n, name))
-            .map(|(_, v)| v.as_slice())
+            .map(|(_, v)| v)
     }
 
     /// The one value of a header a rule keys on: `Ok(None)` when absent, an error

@@ -5,11 +5,27 @@
 
 use std::time::{Duration, UNIX_EPOCH};
 
+use meshlimit_core::header_list::{HeaderList, MalformedHeaders};
 use meshlimit_core::headers::Answer;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{BufferType, MapType, MetricType, Status};
 
 use super::{grpc_code, AgentCall, AgentRequest, Host, Metric, Proxy, SharedError};
+
+/// The one hostcall the SDK's wrapper is not used for (see
+/// `ProxyHost::request_headers`), declared as the SDK declares it.
+mod raw {
+    use proxy_wasm::types::{MapType, Status};
+
+    #[link(wasm_import_module = "env")]
+    extern "C" {
+        pub(super) fn proxy_get_header_map_pairs(
+            map_type: MapType,
+            return_map_data: *mut *mut u8,
+            return_map_size: *mut usize,
+        ) -> Status;
+    }
+}
 
 /// The real host: proxy-wasm hostcalls.
 pub struct ProxyHost;
@@ -111,10 +127,29 @@ impl Proxy for ProxyHost {
         (status, body)
     }
 
-    /// Read as bytes: the SDK's string variant unwraps the conversion, so one
-    /// hostile header would trap the VM. Names are tokens (ASCII) by then.
-    fn request_headers(&self) -> Vec<(String, Vec<u8>)> {
-        hostcalls::get_map_bytes(MapType::HttpRequestHeaders).unwrap_or_default()
+    /// The host's one buffer, kept and read in place. The SDK's
+    /// `get_map_bytes` would copy every name and value into allocations of
+    /// their own (two a header, on every request), and it panics on a status
+    /// it does not expect or a name that is not UTF-8; here either is a
+    /// refused request.
+    fn request_headers(&self) -> Result<HeaderList, MalformedHeaders> {
+        let mut data: *mut u8 = std::ptr::null_mut();
+        let mut size: usize = 0;
+        // SAFETY: on `Ok` the host has written the map into memory it took
+        // from this module's `proxy_on_memory_allocate` (the SDK's: a boxed
+        // slice of exactly `size` bytes, leaked), so taking it back as a Vec
+        // of that length and capacity frees it as it was made. The SDK's own
+        // `get_map_bytes` does the same.
+        #[allow(unsafe_code)]
+        let buf = unsafe {
+            match raw::proxy_get_header_map_pairs(MapType::HttpRequestHeaders, &mut data, &mut size)
+            {
+                Status::Ok if data.is_null() => Vec::new(),
+                Status::Ok => Vec::from_raw_parts(data, size, size),
+                _ => return Err(MalformedHeaders),
+            }
+        };
+        HeaderList::from_serialized(buf)
     }
 
     fn add_response_header(&self, name: &str, value: &str) {

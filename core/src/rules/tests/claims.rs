@@ -2,6 +2,7 @@
 //! and the destination conditions `match.cluster` and `match.route`.
 
 use super::*;
+use crate::header_list::HeaderList;
 use crate::metadata::{Field, StructBuilder, JWT_AUTHN};
 
 /// A request whose verified JWT carries `claims` (as jwt_authn hands them over
@@ -78,7 +79,7 @@ fn a_claim_names_the_plan() {
     // An unknown plan, or a plan header sent by the client, is the default plan.
     let forged = {
         let mut r = with_claims(&[("sub", Field::String("alice".into()))]);
-        r.headers.push(("plan".into(), b"pro".to_vec()));
+        r.headers = HeaderList::from_pairs([("plan", "pro")]);
         r
     };
     assert_eq!(

@@ -1,6 +1,7 @@
 //! Every spelling of a path, header, query parameter and host is one condition and one key.
 
 use super::*;
+use crate::header_list::HeaderList;
 
 fn login_set() -> RuleSet {
     compile(serde_json::json!({
@@ -209,7 +210,7 @@ proptest::proptest! {
             (":method".into(), method.clone().into_bytes()),
         ];
         headers.extend(extra.into_iter().map(|(n, v)| (n, v.into_bytes())));
-        let listed = RequestInfo::from_headers(headers.clone());
+        let listed = RequestInfo::from_headers(HeaderList::from_pairs(headers.clone()));
         let parts = RequestInfo::new(&path, &method, headers);
         proptest::prop_assert_eq!(format!("{listed:?}"), format!("{parts:?}"));
     }
@@ -217,7 +218,7 @@ proptest::proptest! {
 
 #[test]
 fn a_header_list_without_a_path_or_method_is_the_empty_ones() {
-    let info = RequestInfo::from_headers(vec![("x-api-key".into(), b"k".to_vec())]);
+    let info = RequestInfo::from_headers(HeaderList::from_pairs([("x-api-key", "k")]));
     let parts = RequestInfo::new("", "", vec![("x-api-key".to_string(), b"k".to_vec())]);
     assert_eq!(format!("{info:?}"), format!("{parts:?}"));
 }

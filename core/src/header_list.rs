@@ -1,0 +1,175 @@
+//! A request's headers as one buffer, in the form proxy-wasm hands them over:
+//! a little-endian `u32` count, then each pair's name and value lengths (two
+//! `u32`s a pair), then each name and value, every one followed by a NUL byte.
+//!
+//! The filter reads a request's headers with one host call. Copied into a
+//! list of owned pairs (what the proxy-wasm SDK returns), each header costs
+//! two allocations, and their frees, on every request; kept as the host's one
+//! buffer and read in place, the whole list costs the host's one. Its layout
+//! is checked once, when the list is made ([`HeaderList::from_serialized`]),
+//! so reading it never fails. Other callers (the agent's `explain`, tests)
+//! build the same form from pairs ([`HeaderList::from_pairs`]).
+
+use std::fmt;
+
+/// Headers in proxy-wasm's serialized form, checked: every length in bounds,
+/// every name UTF-8.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct HeaderList {
+    /// Empty, or the whole serialized map.
+    buf: Vec<u8>,
+}
+
+/// A serialized header map whose layout does not hold together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the proxy's header map is malformed")]
+pub struct MalformedHeaders;
+
+/// Reads the little-endian `u32` at `at`, if the buffer holds it.
+fn u32_at(buf: &[u8], at: usize) -> Option<usize> {
+    let bytes = buf.get(at..at.checked_add(4)?)?;
+    let mut word = [0u8; 4];
+    word.copy_from_slice(bytes);
+    usize::try_from(u32::from_le_bytes(word)).ok()
+}
+
+impl HeaderList {
+    /// Takes a serialized map as the host returned it (empty: no headers),
+    /// after checking its layout: the count and lengths fit the buffer, each
+    /// name and value is followed by its NUL, and each name is UTF-8.
+    pub fn from_serialized(buf: Vec<u8>) -> Result<Self, MalformedHeaders> {
+        if buf.is_empty() {
+            return Ok(Self { buf });
+        }
+        let count = u32_at(&buf, 0).ok_or(MalformedHeaders)?;
+        let mut data = count
+            .checked_mul(8)
+            .and_then(|n| n.checked_add(4))
+            .filter(|&n| n <= buf.len())
+            .ok_or(MalformedHeaders)?;
+        for i in 0..count {
+            // `count * 8 + 4` fits the buffer, so these offsets do too.
+            for (j, len_at) in [4 + i * 8, 8 + i * 8].into_iter().enumerate() {
+                let len = u32_at(&buf, len_at).ok_or(MalformedHeaders)?;
+                let end = data.checked_add(len).ok_or(MalformedHeaders)?;
+                let field = buf.get(data..end).ok_or(MalformedHeaders)?;
+                if j == 0 && std::str::from_utf8(field).is_err() {
+                    return Err(MalformedHeaders);
+                }
+                if buf.get(end) != Some(&0) {
+                    return Err(MalformedHeaders);
+                }
+                data = end + 1;
+            }
+        }
+        Ok(Self { buf })
+    }
+
+    /// The list of these pairs, in this order.
+    pub fn from_pairs<N, V>(pairs: impl IntoIterator<Item = (N, V)>) -> Self
+    where
+        N: AsRef<str>,
+        V: AsRef<[u8]>,
+    {
+        let pairs: Vec<(N, V)> = pairs.into_iter().collect();
+        if pairs.is_empty() {
+            return Self::default();
+        }
+        let mut lens = Vec::with_capacity(4 + pairs.len() * 8);
+        let mut data = Vec::new();
+        lens.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
+        for (name, value) in &pairs {
+            let (name, value) = (name.as_ref().as_bytes(), value.as_ref());
+            lens.extend_from_slice(&(name.len() as u32).to_le_bytes());
+            lens.extend_from_slice(&(value.len() as u32).to_le_bytes());
+            data.extend_from_slice(name);
+            data.push(0);
+            data.extend_from_slice(value);
+            data.push(0);
+        }
+        lens.extend_from_slice(&data);
+        Self { buf: lens }
+    }
+
+    /// The headers, in the order the proxy gave them.
+    pub fn iter(&self) -> Iter<'_> {
+        Iter {
+            buf: &self.buf,
+            next: 0,
+            count: u32_at(&self.buf, 0).unwrap_or(0),
+            data: u32_at(&self.buf, 0)
+                .unwrap_or(0)
+                .saturating_mul(8)
+                .saturating_add(4),
+        }
+    }
+
+    /// The first value of the header spelled exactly `name`.
+    pub fn get(&self, name: &str) -> Option<&[u8]> {
+        self.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
+    }
+
+    /// How many headers there are.
+    pub fn len(&self) -> usize {
+        u32_at(&self.buf, 0).unwrap_or(0)
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The headers of a [`HeaderList`], read in place.
+#[derive(Debug, Clone)]
+pub struct Iter<'a> {
+    buf: &'a [u8],
+    next: usize,
+    count: usize,
+    /// Where the next pair's name starts.
+    data: usize,
+}
+
+impl<'a> Iterator for Iter<'a> {
+    type Item = (&'a str, &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.next >= self.count {
+            return None;
+        }
+        // The layout was checked when the list was made: these reads hold.
+        let name_len = u32_at(self.buf, 4 + self.next * 8)?;
+        let value_len = u32_at(self.buf, 8 + self.next * 8)?;
+        let name = self.buf.get(self.data..self.data.checked_add(name_len)?)?;
+        let value_at = self.data + name_len + 1;
+        let value = self.buf.get(value_at..value_at.checked_add(value_len)?)?;
+        self.data = value_at + value_len + 1;
+        self.next += 1;
+        Some((std::str::from_utf8(name).ok()?, value))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.count - self.next.min(self.count);
+        (left, Some(left))
+    }
+}
+
+impl<'a> IntoIterator for &'a HeaderList {
+    type Item = (&'a str, &'a [u8]);
+    type IntoIter = Iter<'a>;
+
+    fn into_iter(self) -> Iter<'a> {
+        self.iter()
+    }
+}
+
+impl fmt::Debug for HeaderList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.iter().map(|(n, v)| (n, String::from_utf8_lossy(v))))
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -12,8 +12,9 @@ use proxy_wasm::types::{BufferType, MapType, MetricType, Status};
 
 use super::{grpc_code, AgentCall, AgentRequest, Host, Metric, Proxy, SharedError};
 
-/// The one hostcall the SDK's wrapper is not used for (see
-/// `ProxyHost::request_headers`), declared as the SDK declares it.
+/// The hostcalls whose SDK wrappers are not used on the request path (see
+/// `ProxyHost::request_headers` and `ProxyHost::set_property`), declared as
+/// the SDK declares them.
 mod raw {
     use proxy_wasm::types::{MapType, Status};
 
@@ -23,6 +24,13 @@ mod raw {
             map_type: MapType,
             return_map_data: *mut *mut u8,
             return_map_size: *mut usize,
+        ) -> Status;
+
+        pub(super) fn proxy_set_property(
+            path_data: *const u8,
+            path_size: usize,
+            value_data: *const u8,
+            value_size: usize,
         ) -> Status;
     }
 }
@@ -66,8 +74,17 @@ impl Proxy for ProxyHost {
         hostcalls::get_property(path.to_vec()).ok().flatten()
     }
 
+    /// A one-part path is the name itself (the SDK's serialized path joins
+    /// parts with NULs), so nothing is allocated; called directly because the
+    /// SDK's `set_property` allocates the path twice and panics on any status
+    /// but `Ok` (Envoy answers `NotFound` where no stream is in effect).
     fn set_property(&self, name: &str, value: &str) {
-        let _ = hostcalls::set_property(vec![name], Some(value.as_bytes()));
+        // SAFETY: both pointers and lengths describe slices borrowed for the
+        // whole call; the host copies what it keeps.
+        #[allow(unsafe_code)]
+        let _ = unsafe {
+            raw::proxy_set_property(name.as_ptr(), name.len(), value.as_ptr(), value.len())
+        };
     }
 
     fn set_tick_period(&self, ms: u64) {

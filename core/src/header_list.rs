@@ -92,7 +92,15 @@ impl HeaderList {
     }
 
     /// The headers, in the order the proxy gave them.
-    pub fn iter(&self) -> Iter<'_> {
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &[u8])> + '_ {
+        // Names were checked to be UTF-8 when the list was made.
+        self.raw()
+            .map(|(n, v)| (std::str::from_utf8(n).unwrap_or_default(), v))
+    }
+
+    /// The headers with their names as bytes: what matching compares, without
+    /// checking each name's UTF-8 again on every lookup.
+    pub fn raw(&self) -> Iter<'_> {
         Iter {
             buf: &self.buf,
             next: 0,
@@ -106,7 +114,9 @@ impl HeaderList {
 
     /// The first value of the header spelled exactly `name`.
     pub fn get(&self, name: &str) -> Option<&[u8]> {
-        self.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
+        self.raw()
+            .find(|(n, _)| *n == name.as_bytes())
+            .map(|(_, v)| v)
     }
 
     /// How many headers there are.
@@ -120,7 +130,7 @@ impl HeaderList {
     }
 }
 
-/// The headers of a [`HeaderList`], read in place.
+/// The headers of a [`HeaderList`], read in place, names as bytes.
 #[derive(Debug, Clone)]
 pub struct Iter<'a> {
     buf: &'a [u8],
@@ -131,7 +141,7 @@ pub struct Iter<'a> {
 }
 
 impl<'a> Iterator for Iter<'a> {
-    type Item = (&'a str, &'a [u8]);
+    type Item = (&'a [u8], &'a [u8]);
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.next >= self.count {
@@ -145,21 +155,12 @@ impl<'a> Iterator for Iter<'a> {
         let value = self.buf.get(value_at..value_at.checked_add(value_len)?)?;
         self.data = value_at + value_len + 1;
         self.next += 1;
-        Some((std::str::from_utf8(name).ok()?, value))
+        Some((name, value))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
         let left = self.count - self.next.min(self.count);
         (left, Some(left))
-    }
-}
-
-impl<'a> IntoIterator for &'a HeaderList {
-    type Item = (&'a str, &'a [u8]);
-    type IntoIter = Iter<'a>;
-
-    fn into_iter(self) -> Iter<'a> {
-        self.iter()
     }
 }
 

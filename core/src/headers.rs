@@ -29,24 +29,47 @@ pub fn retry_after_secs(ns: u64) -> u64 {
 
 /// The quota fields for `quota` in `style`.
 pub fn quota_fields(style: HeaderStyle, quota: &Quota<'_>) -> Vec<(&'static str, String)> {
+    let mut fields = Vec::with_capacity(3);
+    write_quota_fields(style, quota, |name, value| {
+        fields.push((name, value.to_string()))
+    });
+    fields
+}
+
+/// Hands each quota field for `quota` in `style` to `emit`, in order, each
+/// value written into one buffer the next reuses: an allowed response's
+/// fields cost one allocation (none for the legacy style), where a list of
+/// owned fields costs one each and one more for the list.
+pub fn write_quota_fields(
+    style: HeaderStyle,
+    quota: &Quota<'_>,
+    mut emit: impl FnMut(&'static str, &str),
+) {
     let reset = quota.reset_ns.div_ceil(NANOS_PER_SEC);
     match style {
-        HeaderStyle::Ietf => vec![
-            ("ratelimit-policy", policy(quota.rule, &quota.limit)),
-            (
-                "ratelimit",
-                structured(
-                    quota.rule,
-                    [("r", u64::from(quota.remaining)), ("t", reset)],
-                ),
-            ),
-        ],
-        HeaderStyle::Legacy => vec![
-            ("x-ratelimit-limit", quota.limit.requests().to_string()),
-            ("x-ratelimit-remaining", quota.remaining.to_string()),
-            ("x-ratelimit-reset", reset.to_string()),
-        ],
-        HeaderStyle::Off => Vec::new(),
+        HeaderStyle::Ietf => {
+            let (q, w) = quota.limit.window_quota();
+            let mut buf = String::with_capacity(quota.rule.len() + 2 + 2 * 18);
+            write_structured(&mut buf, quota.rule, [("q", q), ("w", w)]);
+            emit("ratelimit-policy", &buf);
+            buf.clear();
+            write_structured(
+                &mut buf,
+                quota.rule,
+                [("r", u64::from(quota.remaining)), ("t", reset)],
+            );
+            emit("ratelimit", &buf);
+        }
+        HeaderStyle::Legacy => {
+            let limit = u64::from(quota.limit.requests());
+            emit("x-ratelimit-limit", Decimal::of(limit).as_str());
+            emit(
+                "x-ratelimit-remaining",
+                Decimal::of(u64::from(quota.remaining)).as_str(),
+            );
+            emit("x-ratelimit-reset", Decimal::of(reset).as_str());
+        }
+        HeaderStyle::Off => {}
     }
 }
 
@@ -308,12 +331,15 @@ pub fn bad_request(protocol: Protocol, error: &crate::rules::RequestError) -> An
     )
 }
 
-fn policy(rule: &str, limit: &Limit) -> String {
-    let (q, w) = limit.window_quota();
-    structured(rule, [("q", q), ("w", w)])
+/// [`write_structured`]'s member as a string of its own, for the tests.
+#[cfg(test)]
+fn structured<const N: usize>(name: &str, params: [(&'static str, u64); N]) -> String {
+    let mut out = String::new();
+    write_structured(&mut out, name, params);
+    out
 }
 
-/// One member of a structured-field List (RFC 9651; a one-member List is written
+/// Appends one member of a structured-field List (RFC 9651; a one-member List is written
 /// as its Item): the rule's name as an sf-string with integer parameters, e.g.
 /// `"search";r=0;t=30`. Written here by hand, not by a structured-field
 /// library: it runs for every allowed response, and the library's builder cost
@@ -322,8 +348,11 @@ fn policy(rule: &str, limit: &Limit) -> String {
 /// character outside visible ASCII and space is written empty (none is: rule
 /// names are `[a-z0-9._-]`); a key outside the key syntax is left out; a value
 /// above the largest sf-integer (999,999,999,999,999) is written as that.
-fn structured<const N: usize>(name: &str, params: [(&'static str, u64); N]) -> String {
-    let mut out = String::with_capacity(name.len() + 2 + N * 18);
+fn write_structured<const N: usize>(
+    out: &mut String,
+    name: &str,
+    params: [(&'static str, u64); N],
+) {
     out.push('"');
     if name.bytes().all(|b| (0x20..=0x7e).contains(&b)) {
         for c in name.chars() {
@@ -342,7 +371,6 @@ fn structured<const N: usize>(name: &str, params: [(&'static str, u64); N]) -> S
             out.push_str(Decimal::of(value.min(SF_INTEGER_MAX)).as_str());
         }
     }
-    out
 }
 
 /// The largest sf-integer (15 decimal digits).

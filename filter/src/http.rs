@@ -362,9 +362,10 @@ impl<H: Proxy> HttpContext for Http<H> {
                     remaining: *remaining,
                     reset_ns: *reset_ns,
                 };
-                for (name, value) in headers::quota_fields(self.config.response_headers, &quota) {
-                    self.host.add_response_header(name, &value);
-                }
+                let host = &self.host;
+                headers::write_quota_fields(self.config.response_headers, &quota, |name, value| {
+                    host.add_response_header(name, value);
+                });
             }
         }
         Action::Continue

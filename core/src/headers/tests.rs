@@ -254,8 +254,12 @@ fn legacy_and_off_styles() {
         reset_ns: 1,
     };
     assert_eq!(
-        quota_fields(HeaderStyle::Legacy, &q)[0],
-        ("x-ratelimit-limit", "5".into())
+        quota_fields(HeaderStyle::Legacy, &q),
+        vec![
+            ("x-ratelimit-limit", "5".to_string()),
+            ("x-ratelimit-remaining", "3".to_string()),
+            ("x-ratelimit-reset", "1".to_string()),
+        ]
     );
     assert!(quota_fields(HeaderStyle::Off, &q).is_empty());
 }

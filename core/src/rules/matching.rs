@@ -131,7 +131,7 @@ impl RequestInfo {
     /// Every value of a header, under any spelling of its name.
     fn values<'a, 'n>(&'a self, name: &'n str) -> impl Iterator<Item = &'a [u8]> + use<'a, 'n> {
         self.headers
-            .iter()
+            .raw()
             .filter(move |(n, _)| same_header(n, name))
             .map(|(_, v)| v)
     }
@@ -171,19 +171,19 @@ impl RequestInfo {
 
 /// Whether header name `sent` is a spelling of `wanted` (a lowercase name from a
 /// rule): ASCII case and `_`/`-` are not told apart, and `host` is `:authority`.
-fn same_header(sent: &str, wanted: &str) -> bool {
+fn same_header(sent: &[u8], wanted: &str) -> bool {
     let wanted = if wanted == "host" {
         ":authority"
     } else {
         wanted
     };
-    let sent = if sent.eq_ignore_ascii_case("host") {
-        ":authority"
+    let sent = if sent.eq_ignore_ascii_case(b"host") {
+        b":authority"
     } else {
         sent
     };
     sent.len() == wanted.len()
-        && sent.bytes().zip(wanted.bytes()).all(|(a, b)| {
+        && sent.iter().zip(wanted.bytes()).all(|(&a, b)| {
             let fold = |c: u8| {
                 if c == b'_' {
                     b'-'

@@ -71,24 +71,59 @@ impl HeaderList {
         N: AsRef<str>,
         V: AsRef<[u8]>,
     {
-        let pairs: Vec<(N, V)> = pairs.into_iter().collect();
-        if pairs.is_empty() {
-            return Self::default();
+        let mut list = Self::default();
+        for (name, value) in pairs {
+            list.push(name.as_ref(), value.as_ref());
         }
-        let mut lens = Vec::with_capacity(4 + pairs.len() * 8);
-        let mut data = Vec::new();
-        lens.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
-        for (name, value) in &pairs {
-            let (name, value) = (name.as_ref().as_bytes(), value.as_ref());
-            lens.extend_from_slice(&(name.len() as u32).to_le_bytes());
-            lens.extend_from_slice(&(value.len() as u32).to_le_bytes());
-            data.extend_from_slice(name);
-            data.push(0);
-            data.extend_from_slice(value);
-            data.push(0);
+        list
+    }
+
+    /// An empty list with room for `bytes` of serialized fields (each is 10
+    /// bytes more than its name and value), so the pushes that fill it
+    /// allocate once.
+    pub fn with_capacity(bytes: usize) -> Self {
+        Self {
+            buf: Vec::with_capacity(4 + bytes),
         }
-        lens.extend_from_slice(&data);
-        Self { buf: lens }
+    }
+
+    /// Adds a header at the end. Its two lengths go in before the names and
+    /// values already there, which move up by 8 bytes (a list is a few
+    /// headers long).
+    pub fn push(&mut self, name: &str, value: impl AsRef<[u8]>) {
+        let value = value.as_ref();
+        if self.buf.is_empty() {
+            self.buf.extend_from_slice(&0u32.to_le_bytes());
+        }
+        let count = self.len();
+        let lens_end = 4 + count * 8;
+        let data_end = self.buf.len();
+        self.buf.extend_from_slice(&[0; 8]);
+        if lens_end <= data_end {
+            self.buf.copy_within(lens_end..data_end, lens_end + 8);
+        }
+        let lens = [name.len(), value.len()].map(|n| (n as u32).to_le_bytes());
+        if let Some(slot) = self.buf.get_mut(lens_end..lens_end + 8) {
+            slot[..4].copy_from_slice(&lens[0]);
+            slot[4..].copy_from_slice(&lens[1]);
+        }
+        self.buf.extend_from_slice(name.as_bytes());
+        self.buf.push(0);
+        self.buf.extend_from_slice(value);
+        self.buf.push(0);
+        if let Some(c) = self.buf.get_mut(..4) {
+            c.copy_from_slice(&((count + 1) as u32).to_le_bytes());
+        }
+    }
+
+    /// The list as the proxy reads one (`proxy_send_local_response`'s
+    /// headers): a zero count when empty.
+    pub fn serialized(&self) -> &[u8] {
+        if self.buf.is_empty() {
+            &[0; 4]
+        } else {
+            &self.buf
+        }
     }
 
     /// The headers, in the order the proxy gave them.

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::decision::Quota;
 use crate::digits::{Decimal, HEX_LOWER};
+use crate::header_list::HeaderList;
 use crate::limit::Limit;
 use crate::NANOS_PER_SEC;
 
@@ -27,7 +28,9 @@ pub fn retry_after_secs(ns: u64) -> u64 {
     ns.div_ceil(NANOS_PER_SEC).max(1)
 }
 
-/// The quota fields for `quota` in `style`.
+/// The quota fields for `quota` in `style`, as a list of their own (the
+/// tests read them so).
+#[cfg(test)]
 pub fn quota_fields(style: HeaderStyle, quota: &Quota<'_>) -> Vec<(&'static str, String)> {
     let mut fields = Vec::with_capacity(3);
     write_quota_fields(style, quota, |name, value| {
@@ -73,13 +76,15 @@ pub fn write_quota_fields(
     }
 }
 
-/// The fields of a 429 for `rule`.
+/// The fields of a 429 for `rule`, written straight into the list the proxy
+/// is handed (one allocation, two for the IETF style's reused value buffer):
+/// every rejection writes them.
 pub fn rejection_fields(
     style: HeaderStyle,
     rule: &str,
     limit: &Limit,
     retry_after_ns: u64,
-) -> Vec<(&'static str, String)> {
+) -> HeaderList {
     let retry = retry_after_secs(retry_after_ns);
     let quota = Quota {
         rule,
@@ -87,12 +92,14 @@ pub fn rejection_fields(
         remaining: 0,
         reset_ns: retry * NANOS_PER_SEC,
     };
-    let mut fields = Vec::with_capacity(8);
-    fields.push(("retry-after", retry.to_string()));
-    fields.extend(quota_fields(style, &quota));
-    fields.push(("x-envoy-ratelimited", "true".to_string()));
-    fields.push(("x-meshlimit-rule", rule.to_string()));
-    fields.push(("content-type", "application/json".to_string()));
+    // Seven fields of about 10 bytes' framing each, the rule's name three
+    // times, the numbers and the constant values.
+    let mut fields = HeaderList::with_capacity(250 + 3 * rule.len());
+    fields.push("retry-after", Decimal::of(retry).as_str());
+    write_quota_fields(style, &quota, |name, value| fields.push(name, value));
+    fields.push("x-envoy-ratelimited", "true");
+    fields.push("x-meshlimit-rule", rule);
+    fields.push("content-type", "application/json");
     fields
 }
 
@@ -136,26 +143,24 @@ fn push_json_string(out: &mut String, s: &str) {
 }
 
 /// The fields and JSON body of a 503 from a fail-closed rule.
-pub fn unavailable_response(rule: &str) -> (Vec<(&'static str, String)>, String) {
-    let fields = vec![
-        ("retry-after", "1".to_string()),
+pub fn unavailable_response(rule: &str) -> (HeaderList, String) {
+    let fields = HeaderList::from_pairs([
+        ("retry-after", "1"),
         // A caller's Envoy (an Istio sidecar retries 503s by default) does not
         // retry a response carrying this, so a fail-closed rule is not retried
         // into the outage.
-        ("x-envoy-ratelimited", "true".to_string()),
-        ("x-meshlimit-rule", rule.to_string()),
-        ("content-type", "application/json".to_string()),
-    ];
+        ("x-envoy-ratelimited", "true"),
+        ("x-meshlimit-rule", rule),
+        ("content-type", "application/json"),
+    ]);
     let body = serde_json::json!({"error": "limiter_unavailable", "rule": rule}).to_string();
     (fields, body)
 }
 
 /// The 400 a request gets when the rules cannot be applied to it as sent (a
 /// header a rule keys on, sent twice).
-pub fn bad_request_response(
-    error: &crate::rules::RequestError,
-) -> (Vec<(&'static str, String)>, String) {
-    let fields = vec![("content-type", "application/json".to_string())];
+pub fn bad_request_response(error: &crate::rules::RequestError) -> (HeaderList, String) {
+    let fields = HeaderList::from_pairs([("content-type", "application/json")]);
     let body =
         serde_json::json!({"error": "ambiguous_request", "detail": error.to_string()}).to_string();
     (fields, body)
@@ -202,7 +207,7 @@ pub enum Answer {
     /// An HTTP response.
     Http {
         status: u32,
-        fields: Vec<(&'static str, String)>,
+        fields: HeaderList,
         body: String,
     },
     /// A trailers-only gRPC response: HTTP 200, `content-type: application/grpc`,
@@ -212,30 +217,36 @@ pub enum Answer {
     Grpc {
         status: u32,
         message: String,
-        fields: Vec<(&'static str, String)>,
+        fields: HeaderList,
     },
 }
 
 impl Answer {
     /// The HTTP status, header fields and body on the wire.
-    pub fn wire(&self) -> (u32, Vec<(&'static str, String)>, String) {
+    pub fn wire(&self) -> (u32, Vec<(String, String)>, String) {
+        let owned = |fields: &HeaderList| -> Vec<(String, String)> {
+            fields
+                .iter()
+                .map(|(n, v)| (n.to_string(), String::from_utf8_lossy(v).into_owned()))
+                .collect()
+        };
         match self {
             Answer::Http {
                 status,
                 fields,
                 body,
-            } => (*status, fields.clone(), body.clone()),
+            } => (*status, owned(fields), body.clone()),
             Answer::Grpc {
                 status,
                 message,
                 fields,
             } => {
                 let mut wire = vec![
-                    ("content-type", "application/grpc".to_string()),
-                    ("grpc-status", status.to_string()),
-                    ("grpc-message", percent_encode(message)),
+                    ("content-type".to_string(), "application/grpc".to_string()),
+                    ("grpc-status".to_string(), status.to_string()),
+                    ("grpc-message".to_string(), percent_encode(message)),
                 ];
-                wire.extend(fields.iter().cloned());
+                wire.extend(owned(fields));
                 (200, wire, String::new())
             }
         }
@@ -261,7 +272,7 @@ fn percent_encode(message: &str) -> String {
 fn answer(
     protocol: Protocol,
     (status, grpc): (u32, u32),
-    mut fields: Vec<(&'static str, String)>,
+    fields: HeaderList,
     body: impl FnOnce() -> String,
     message: impl FnOnce() -> String,
 ) -> Answer {
@@ -272,7 +283,8 @@ fn answer(
             body: body(),
         },
         Protocol::Grpc => {
-            fields.retain(|(name, _)| *name != "content-type");
+            let fields =
+                HeaderList::from_pairs(fields.iter().filter(|(name, _)| *name != "content-type"));
             Answer::Grpc {
                 status: grpc,
                 message: message(),

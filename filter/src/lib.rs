@@ -34,7 +34,9 @@ mod tests;
 pub mod usage;
 
 // The SDK's entry point exports `_initialize` (`#[no_mangle]`) and calls the
-// WASI constructors in an `unsafe` block; that is the only unsafe code here.
+// WASI constructors in an `unsafe` block. The only other unsafe code is in
+// `host/proxy.rs`: three hostcalls made directly rather than through SDK
+// wrappers that allocate and panic (each block says why it is sound).
 #[allow(unsafe_code)]
 mod entry {
     use proxy_wasm::traits::RootContext;

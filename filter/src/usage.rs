@@ -4,6 +4,7 @@
 //! Envoy knows (the store's count at the last grant, plus the tokens it holds):
 //! a key it holds no state for reports the rule's full limit.
 
+use meshlimit_core::header_list::HeaderList;
 use meshlimit_core::headers::{self, Answer, Protocol};
 use meshlimit_core::rules::{Applicable, Mode, RequestError};
 use meshlimit_core::slot::SlotState;
@@ -76,10 +77,10 @@ pub fn answer<H: Host>(
     match usage(host, cfg, rules, caller) {
         Ok(u) => Answer::Http {
             status: 200,
-            fields: vec![
-                ("content-type", "application/json".to_string()),
-                ("cache-control", "no-store".to_string()),
-            ],
+            fields: HeaderList::from_pairs([
+                ("content-type", "application/json"),
+                ("cache-control", "no-store"),
+            ]),
             body: serde_json::to_string(&u).unwrap_or_default(),
         },
         Err(e) => headers::bad_request(protocol, &e),

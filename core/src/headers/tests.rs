@@ -1,11 +1,19 @@
 use super::*;
 use crate::limit::limit;
 
+/// A list's fields as owned pairs, as [`Answer::wire`] shows them.
+fn owned(fields: &HeaderList) -> Vec<(String, String)> {
+    fields
+        .iter()
+        .map(|(n, v)| (n.to_string(), String::from_utf8_lossy(v).into_owned()))
+        .collect()
+}
+
 #[test]
 fn a_rejection_reads_as_the_contract_shows() {
     let l = limit(100, NANOS_PER_SEC, 100);
     let f = rejection_fields(HeaderStyle::Ietf, "search-per-api-key", &l, 300_000_000);
-    let get = |n: &str| f.iter().find(|(k, _)| *k == n).map(|(_, v)| v.as_str());
+    let get = |n: &str| f.get(n).and_then(|v| std::str::from_utf8(v).ok());
     assert_eq!(get("retry-after"), Some("1"));
     assert_eq!(
         get("ratelimit-policy"),
@@ -14,6 +22,18 @@ fn a_rejection_reads_as_the_contract_shows() {
     assert_eq!(get("ratelimit"), Some("\"search-per-api-key\";r=0;t=1"));
     assert_eq!(get("x-envoy-ratelimited"), Some("true"));
     assert_eq!(get("x-meshlimit-rule"), Some("search-per-api-key"));
+    let names: Vec<&str> = f.iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        names,
+        [
+            "retry-after",
+            "ratelimit-policy",
+            "ratelimit",
+            "x-envoy-ratelimited",
+            "x-meshlimit-rule",
+            "content-type"
+        ]
+    );
     assert_eq!(
         rejection_body("search-per-api-key", 300_000_000),
         r#"{"error":"rate_limited","rule":"search-per-api-key","retry_after_seconds":1}"#
@@ -24,11 +44,11 @@ fn a_rejection_reads_as_the_contract_shows() {
 fn a_sub_second_policy_advertises_the_rate_it_enforces() {
     let l = limit(5, 250_000_000, 5);
     let f = rejection_fields(HeaderStyle::Ietf, "r", &l, 1);
-    let get = |n: &str| f.iter().find(|(k, _)| *k == n).map(|(_, v)| v.as_str());
+    let get = |n: &str| f.get(n).and_then(|v| std::str::from_utf8(v).ok());
     assert_eq!(get("ratelimit-policy"), Some("\"r\";q=20;w=1"));
     let l = limit(5, 1_500_000_000, 5);
     let f = rejection_fields(HeaderStyle::Ietf, "r", &l, 1);
-    let get = |n: &str| f.iter().find(|(k, _)| *k == n).map(|(_, v)| v.as_str());
+    let get = |n: &str| f.get(n).and_then(|v| std::str::from_utf8(v).ok());
     assert_eq!(get("ratelimit-policy"), Some("\"r\";q=6;w=2"));
 }
 
@@ -135,7 +155,7 @@ fn retry_after_rounds_up_to_whole_seconds() {
     assert_eq!(retry_after_secs(359_200_000_000), 360);
     let l = limit(10, 3_600 * NANOS_PER_SEC, 10);
     let f = rejection_fields(HeaderStyle::Ietf, "r", &l, 359_200_000_000);
-    let get = |n: &str| f.iter().find(|(k, _)| *k == n).map(|(_, v)| v.as_str());
+    let get = |n: &str| f.get(n).and_then(|v| std::str::from_utf8(v).ok());
     assert_eq!(get("retry-after"), Some("360"));
     assert_eq!(get("ratelimit"), Some("\"r\";r=0;t=360"));
     assert_eq!(
@@ -152,14 +172,20 @@ fn an_http_answer_is_the_429_503_and_400_as_before() {
     assert_eq!(status, 429);
     assert_eq!(
         fields,
-        rejection_fields(HeaderStyle::Ietf, "r", &l, 300_000_000)
+        owned(&rejection_fields(HeaderStyle::Ietf, "r", &l, 300_000_000))
     );
     assert_eq!(body, rejection_body("r", 300_000_000));
     let (fields, body) = unavailable_response("r");
-    assert_eq!(unavailable(Protocol::Http, "r").wire(), (503, fields, body));
+    assert_eq!(
+        unavailable(Protocol::Http, "r").wire(),
+        (503, owned(&fields), body)
+    );
     let e = crate::rules::RequestError::RepeatedHeader("x-api-key".into());
     let (fields, body) = bad_request_response(&e);
-    assert_eq!(bad_request(Protocol::Http, &e).wire(), (400, fields, body));
+    assert_eq!(
+        bad_request(Protocol::Http, &e).wire(),
+        (400, owned(&fields), body)
+    );
 }
 
 #[test]
@@ -175,8 +201,10 @@ fn a_grpc_rejection_is_resource_exhausted_with_the_same_fields() {
     .wire();
     assert_eq!(status, 200);
     assert_eq!(body, "");
-    fn expect(v: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
-        v.iter().map(|(k, v)| (*k, (*v).to_string())).collect()
+    fn expect(v: &[(&str, &str)]) -> Vec<(String, String)> {
+        v.iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect()
     }
     assert_eq!(
         fields,
@@ -201,17 +229,20 @@ fn the_503_and_400_bodies_read_as_the_contract_shows() {
     let (fields, body) = unavailable_response("r");
     assert_eq!(
         fields,
-        [
-            ("retry-after", "1".to_string()),
-            ("x-envoy-ratelimited", "true".to_string()),
-            ("x-meshlimit-rule", "r".to_string()),
-            ("content-type", "application/json".to_string()),
-        ]
+        HeaderList::from_pairs([
+            ("retry-after", "1"),
+            ("x-envoy-ratelimited", "true"),
+            ("x-meshlimit-rule", "r"),
+            ("content-type", "application/json"),
+        ])
     );
     assert_eq!(body, r#"{"error":"limiter_unavailable","rule":"r"}"#);
     let e = crate::rules::RequestError::RepeatedHeader("x-api-key".into());
     let (fields, body) = bad_request_response(&e);
-    assert_eq!(fields, [("content-type", "application/json".to_string())]);
+    assert_eq!(
+        fields,
+        HeaderList::from_pairs([("content-type", "application/json")])
+    );
     assert_eq!(
         body,
         r#"{"detail":"header `x-api-key` is sent more than once; a rule keys on it","error":"ambiguous_request"}"#
@@ -273,10 +304,9 @@ fn a_windows_fields_say_when_its_window_lets_requests_through() {
     use crate::limit::Algorithm;
     use crate::window::Window;
     use crate::Take;
-    let get = |f: &[(&'static str, String)], n: &str| {
-        f.iter()
-            .find(|(k, _)| *k == n)
-            .map(|(_, v)| v.clone())
+    let get = |f: &HeaderList, n: &str| {
+        f.get(n)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
             .unwrap_or_default()
     };
     let minute = 60 * NANOS_PER_SEC;
@@ -293,7 +323,7 @@ fn a_windows_fields_say_when_its_window_lets_requests_through() {
         remaining: 0,
         reset_ns,
     };
-    let f = quota_fields(HeaderStyle::Ietf, &quota);
+    let f = HeaderList::from_pairs(quota_fields(HeaderStyle::Ietf, &quota));
     assert_eq!(get(&f, "ratelimit-policy"), "\"per-minute\";q=100;w=60");
     assert_eq!(get(&f, "ratelimit"), "\"per-minute\";r=0;t=15");
     let Take::Denied { retry_after_ns } = w.take(&fixed, now + 1, 1, 1) else {
@@ -323,7 +353,7 @@ fn a_windows_fields_say_when_its_window_lets_requests_through() {
         remaining,
         reset_ns,
     };
-    let f = quota_fields(HeaderStyle::Ietf, &quota);
+    let f = HeaderList::from_pairs(quota_fields(HeaderStyle::Ietf, &quota));
     assert_eq!(get(&f, "ratelimit-policy"), "\"sliding\";q=10;w=60");
     assert_eq!(get(&f, "ratelimit"), "\"sliding\";r=0;t=90");
     // One more fits when the last minute's 10 weigh 4: 36 s in, 6 s from now.

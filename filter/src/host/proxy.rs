@@ -13,8 +13,8 @@ use proxy_wasm::types::{BufferType, MapType, MetricType, Status};
 use super::{grpc_code, AgentCall, AgentRequest, Host, Metric, Proxy, SharedError};
 
 /// The hostcalls whose SDK wrappers are not used on the request path (see
-/// `ProxyHost::request_headers` and `ProxyHost::set_property`), declared as
-/// the SDK declares them.
+/// `ProxyHost::request_headers`, `ProxyHost::set_property` and an HTTP
+/// answer in `ProxyHost::send_answer`), declared as the SDK declares them.
 mod raw {
     use proxy_wasm::types::{MapType, Status};
 
@@ -24,6 +24,18 @@ mod raw {
             map_type: MapType,
             return_map_data: *mut *mut u8,
             return_map_size: *mut usize,
+        ) -> Status;
+
+        #[allow(clippy::too_many_arguments)]
+        pub(super) fn proxy_send_local_response(
+            status_code: u32,
+            status_code_details_data: *const u8,
+            status_code_details_size: usize,
+            body_data: *const u8,
+            body_size: usize,
+            headers_data: *const u8,
+            headers_size: usize,
+            grpc_status: i32,
         ) -> Status;
 
         pub(super) fn proxy_set_property(
@@ -185,17 +197,34 @@ impl Proxy for ProxyHost {
                 fields,
                 body,
             } => {
-                let headers: Vec<(&str, &str)> =
-                    fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
-                let _ = hostcalls::send_http_response(status, headers, Some(body.as_bytes()));
+                // The fields are already in the form the host reads: handed
+                // over as they are, with no copy, and no SDK panic on a
+                // status but `Ok`.
+                let headers = fields.serialized();
+                // SAFETY: the body and the header list are borrowed for the
+                // whole call, pointers and lengths taken from the same
+                // slices; the host copies them. No details string (null, 0)
+                // and no gRPC status (-1), as the SDK's own wrapper sends.
+                #[allow(unsafe_code)]
+                let _ = unsafe {
+                    raw::proxy_send_local_response(
+                        status,
+                        std::ptr::null(),
+                        0,
+                        body.as_ptr(),
+                        body.len(),
+                        headers.as_ptr(),
+                        headers.len(),
+                        -1,
+                    )
+                };
             }
             Answer::Grpc {
                 status,
                 message,
                 fields,
             } => {
-                let metadata: Vec<(&str, &[u8])> =
-                    fields.iter().map(|(k, v)| (*k, v.as_bytes())).collect();
+                let metadata: Vec<(&str, &[u8])> = fields.iter().collect();
                 let _ = hostcalls::send_grpc_response(grpc_code(status), Some(&message), metadata);
             }
         }

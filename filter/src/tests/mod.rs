@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use meshlimit_core::header_list::HeaderList;
 use meshlimit_core::headers::Answer;
 use meshlimit_core::rules::lines::{self, RULES_LINES_TYPE};
 use meshlimit_core::secret::{Secret, SECRET_ENV};
@@ -242,9 +243,6 @@ fn per_key(on_failure: &str) -> serde_json::Value {
     ]})
 }
 
-fn field<'a>(fields: &'a [(&'static str, String)], name: &str) -> Option<&'a str> {
-    fields
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, v)| v.as_str())
+fn field<'a>(fields: &'a HeaderList, name: &str) -> Option<&'a str> {
+    fields.get(name).and_then(|v| std::str::from_utf8(v).ok())
 }

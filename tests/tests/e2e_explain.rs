@@ -67,7 +67,12 @@ const USAGE: &str = "/.well-known/ratelimit";
 
 #[test]
 fn the_usage_path_answers_from_local_state_and_spends_nothing() {
-    let stack = Stack::start(USAGE_RULES);
+    // The exact counts below are the store's: a lease call past envoy.yaml's
+    // 5 ms deadline (a busy machine, the whole suite running) would be
+    // admitted by the rule's `local` failure policy and count one more.
+    let stack = Stack::start_with(AgentOptions::new(USAGE_RULES), |c| {
+        c.plugin("timeout_ms", 1000)
+    });
     let bob = [("x-api-key", "bob")];
     let usage = |query: &str| {
         let r = stack.get(&format!("{USAGE}{query}"), &bob);

@@ -33,7 +33,7 @@ const USAGE: &str =
 
 Runs N requests (20,000 by default, after as many to warm up) through each
 module and prints a Markdown table of the Wasm instructions per request.
---checkpoints also prints the last meshlimit request's instructions up to
+--checkpoints also prints the last hot-key, 429 and new-key request's instructions up to
 each `cp:<label>` the filter logged at critical level (add such logs to find
 where the work is; never commit them).";
 
@@ -181,7 +181,7 @@ fn run(o: &Options) -> Result<String, Error> {
         n,
         HOT,
     )?);
-    let checkpoints = vm.checkpoints();
+    let mut checkpoints = vec![("hot-key", vm.checkpoints())];
     let mut denied = meshlimit(&filter, true)?;
     let limited = Traffic {
         new_keys: false,
@@ -193,6 +193,7 @@ fn run(o: &Options) -> Result<String, Error> {
         n,
         limited,
     )?);
+    checkpoints.push(("429", denied.checkpoints()));
     let mut cold = meshlimit(&filter, false)?;
     let new_keys = Traffic {
         new_keys: true,
@@ -204,11 +205,14 @@ fn run(o: &Options) -> Result<String, Error> {
         n,
         new_keys,
     )?);
+    checkpoints.push(("new-key", cold.checkpoints()));
     let mut out = report(&rows);
     if o.checkpoints {
-        out.push_str("\nThe last hot-key request, up to each checkpoint:\n\n");
-        for (label, n) in checkpoints {
-            let _ = writeln!(out, "- {label}: {n}");
+        for (row, marks) in checkpoints {
+            let _ = writeln!(out, "\nThe last {row} request, up to each checkpoint:\n");
+            for (label, n) in marks {
+                let _ = writeln!(out, "- {label}: {n}");
+            }
         }
     }
     Ok(out)

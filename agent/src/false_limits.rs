@@ -4,7 +4,8 @@
 //! **Definition.** A 429 of rule R to key K is *false* when the region's bucket
 //! for (R, K) in the store held at least the request's cost (the rule's `cost`)
 //! at the moment of the rejection, and had not been drained (left with less
-//! than a node's largest lease: a tenth of the burst, or the cost) within one
+//! than a tenth of the burst, or the cost: the largest lease of a node near
+//! its share) within one
 //! period of the rule before it. The second half is what
 //! "under its limit over the rule's window" adds to "a token was there": a
 //! node's hold after a drained grant turns a key away while the store's
@@ -373,8 +374,10 @@ pub fn is_false(stored: Option<&Stored>, limits: &[Limit], cost: u32, delay_ns: 
 
 /// Whether the bucket's last update, at or before the rejection and within
 /// one period of `limit` before it, left it drained: with less than the
-/// largest lease a node takes (a tenth of the burst, or the cost if more),
-/// the mark below which a node holds the key until a lease's worth refills.
+/// largest lease a node near its share takes (a tenth of the burst, or the
+/// cost if more), the mark below which a node holds the key until a lease's
+/// worth refills (a node far over its share may lease more, and is held
+/// below its own lease: its 429s are the limit working either way).
 /// The key then spent (nearly) its limit over the window ending at the
 /// rejection, so the tokens the bucket held at that moment were the refill
 /// since, which a key at its limit is owed no sooner than its next turn.

@@ -33,7 +33,8 @@ impl LeaseService {
     ) {
         let demand = self.pools.demand(key, self.now_ns());
         let enforced = limit.scaled(share.min(1.0));
-        let lease = self.settings.lease_size(rule, &enforced, 1, demand);
+        let parts = self.burst_parts(&enforced, demand);
+        let lease = self.settings.lease_size(rule, &enforced, 1, demand, parts);
         if !self.may_prefetch(key, &enforced, demand, lease) {
             // Nearly empty: no tokens ahead of an ask. The call the pool
             // marked ends unmade (nobody waits on a refill).

@@ -4,7 +4,8 @@
 //! `--exact-below-rps`, gets leases of exactly the request's cost, so every request
 //! is checked in the store. Any other rule goes through the node pool
 //! ([`crate::pool`]) and, on a pool miss, takes from the store
-//! `max(cost, min(ceil(demand × lease_target), max(1, burst / 10)))` tokens, where
+//! `max(cost, min(ceil(demand × lease_target), max(1, burst / 10)))` tokens (the
+//! burst ÷ live nodes for a node twice over its share, if more), where
 //! `demand` is this node's recent demand for the key (tokens per second): about
 //! `lease_target` (100 ms) of what the node spends, so a hot key costs the store
 //! about ten calls per second per node whatever its request rate; never more than
@@ -23,6 +24,14 @@ use meshlimit_core::rules::{Accuracy, Rule};
 use meshlimit_core::Limit;
 
 use crate::config::defaults;
+
+/// A lease is at most this part of the burst (a tenth), so what nodes that
+/// spend slowly hold stays a small part of the limit. A node far over its
+/// share spends what it holds at once; its lease may be its share of the
+/// burst (the burst ÷ live nodes, if that is more): with a burst of a tenth
+/// of a second's rate, a tenth of it is 10 ms of the limit, and one node
+/// far over it called the store 50 times a second instead of ten.
+pub const BURST_PARTS: u32 = 10;
 
 /// `--max-keys`' default: the per-key tables' cap (see `crate::store::memory` for
 /// the memory it bounds). Defined in `config::defaults`.
@@ -53,13 +62,22 @@ impl LeaseSettings {
     }
 
     /// The store lease for `cost` under `rule`'s `limit`, given this node's demand
-    /// for the key in tokens per second (see the module docs).
-    pub fn lease_size(&self, rule: &Rule, limit: &Limit, cost: u32, demand_per_sec: f64) -> u32 {
+    /// for the key in tokens per second (see the module docs), and `parts`:
+    /// the lease is at most the burst divided by it (10 for a tenth, fewer
+    /// for a node far over its share: [`BURST_PARTS`]).
+    pub fn lease_size(
+        &self,
+        rule: &Rule,
+        limit: &Limit,
+        cost: u32,
+        demand_per_sec: f64,
+        parts: u32,
+    ) -> u32 {
         if self.is_exact(rule, limit) {
             return cost;
         }
         let by_rate = (demand_per_sec * self.target.as_secs_f64()).ceil();
-        let by_burst = (limit.burst() / 10).max(1);
+        let by_burst = (limit.burst() / parts.max(1)).max(1);
         // `by_rate` is finite and positive; the cap keeps the cast in range.
         let lease = by_rate.min(f64::from(by_burst)).max(1.0) as u32;
         lease.max(cost)

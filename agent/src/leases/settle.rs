@@ -6,6 +6,7 @@ use meshlimit_core::{Algorithm, DescriptorKey, Limit, Take};
 use crate::pool::StoreGrant;
 use crate::store::Acquire;
 
+use super::settings::BURST_PARTS;
 use super::LeaseService;
 
 /// How far over its share of a limit a node's demand must be before the node
@@ -130,6 +131,17 @@ impl LeaseService {
         demand >= FAR_OVER_SHARE * share
     }
 
+    /// How many parts of the burst a lease for a node demanding `demand`
+    /// tokens a second may be (`LeaseSettings::lease_size`): a tenth, or the
+    /// node's share of the burst when it is far over its share of the rate.
+    pub(super) fn burst_parts(&self, enforced: &Limit, demand: f64) -> u32 {
+        if self.far_over_share(enforced, demand) {
+            self.live_nodes().min(BURST_PARTS)
+        } else {
+            BURST_PARTS
+        }
+    }
+
     /// Whether this node may take tokens for its pool beyond what the asking
     /// filter wants (and refill it ahead of need): when the store's bucket
     /// held two `lease`s for every live node at its last answer here (what
@@ -157,7 +169,8 @@ impl LeaseService {
     /// at about the limit's rate) is held until a lease's worth has refilled,
     /// and for one lease period at least, when the node is `far_over` its
     /// share: it then calls the store once a lease period, however many nodes
-    /// share the key. It is not held at all otherwise (the next ask goes to the
+    /// share the key (never longer than the whole burst takes to refill,
+    /// `full_ns`). It is not held at all otherwise (the next ask goes to the
     /// store, whose denial says when a token is back).
     pub(super) fn hold_ns(
         &self,
@@ -172,7 +185,8 @@ impl LeaseService {
             (Algorithm::FixedWindow, true) => reset_ns,
             _ if far_over => self
                 .refill_ns(lease - remaining, acquire)
-                .max(self.period_ns()),
+                .max(self.period_ns())
+                .min(self.full_ns(acquire)),
             _ => 0,
         }
     }
@@ -194,6 +208,17 @@ impl LeaseService {
         retry_after_ns
             .saturating_add(self.refill_ns(lease.saturating_sub(acquire.min), acquire))
             .max(self.period_ns())
+            .min(self.full_ns(acquire).max(retry_after_ns))
+    }
+
+    /// The time an empty bucket takes to refill its whole burst. A hold never
+    /// runs past it: what refills after the bucket is full is lost, so a
+    /// longer hold admits less than the limit when the burst is under one
+    /// lease period of the rate (a burst of 50 at 1,000 a second, held
+    /// 100 ms, would lose half of each refill). Such a key then costs the
+    /// store one call per burst's refill, more than one a lease period.
+    fn full_ns(&self, acquire: &Acquire) -> u64 {
+        self.refill_ns(acquire.enforced_limit().burst(), acquire)
     }
 
     /// The lease period (`--lease-target-ms`).

@@ -133,18 +133,7 @@ async fn a_node_far_over_its_share_calls_the_store_once_a_lease_period() {
     // only for that, it called the store 26 times a second. It is held a
     // whole lease period (100 ms) after each drained grant or denial instead,
     // and gets as much.
-    use crate::store::memory::MemoryStore;
-    let rules = Arc::new(CurrentRules::empty());
-    rules.install(Arc::new(parse_rules("t", RULES).unwrap()));
-    let metrics = Arc::new(Metrics::new("test").unwrap());
-    let store = Arc::new(MemoryStore::new());
-    let svc = LeaseService::new(
-        rules,
-        store.clone(),
-        metrics.clone(),
-        LeaseSettings::default(),
-    );
-    svc.live_nodes_handle().store(10, Ordering::Relaxed);
+    let (svc, metrics, store) = on_memory_store(RULES, 10);
     let rule = svc.rules.get().unwrap();
     let limit = rule.rule("fast").unwrap().limit_in_force(None, 0).limit;
     let take = move |max| Acquire {
@@ -164,10 +153,7 @@ async fn a_node_far_over_its_share_calls_the_store_once_a_lease_period() {
             }
         })
     };
-    let calls = || {
-        let text = metrics.render().unwrap();
-        sample(&text, "meshlimit_store_requests_total", &[("result", "ok")]).unwrap_or(0.0)
-    };
+    let calls = || store_calls(&metrics);
     let mut admitted = 0;
     for round in 0..2 {
         let before = calls();
@@ -190,4 +176,78 @@ async fn a_node_far_over_its_share_calls_the_store_once_a_lease_period() {
         (280..=400).contains(&admitted),
         "{admitted} of 500 asks granted, against about 340 left by the others"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lone_node_far_over_a_short_burst_takes_it_whole_and_admits_the_limit() {
+    // The only node asks 5,000 times a second for a key of 1,000 a second on
+    // the memory store (a real bucket, on the paused clock). A tenth of a
+    // burst of 100 is 10 ms of the limit: leases that small cost the store
+    // 50 calls a second. Far over its share, the node takes its share of the
+    // burst (all of it), holds a lease period, and calls ten times a second.
+    // A burst of 50 is full after 50 ms: held a whole lease period, half of
+    // the limit would refill into a full bucket and be lost, so the hold
+    // ends when the bucket is full (twenty calls a second).
+    for (burst, calls_per_second) in [(100, 8.0..=12.0), (50, 16.0..=24.0)] {
+        let text = format!(
+            "version: 1\nrules:\n  - {{name: short, key: [method], limit: {{requests: 1000, per: 1s, burst: {burst}}}}}\n"
+        );
+        let (svc, metrics, _) = on_memory_store(&text, 1);
+        let calls = || store_calls(&metrics);
+        let mut admitted = 0;
+        for round in 0..2 {
+            let before = calls();
+            // Five asks a millisecond (the paused clock moves by whole ms).
+            for ask in 0..5_000 {
+                let answer = &svc.lease(&request(&["short"])).await.items[0];
+                if let (1, LeaseAnswer::Grant { tokens, .. }) = (round, answer) {
+                    admitted += tokens;
+                }
+                if ask % 5 == 4 {
+                    tokio::time::sleep(MS).await;
+                }
+            }
+            if round == 1 {
+                let per_second = calls() - before;
+                assert!(
+                    calls_per_second.contains(&per_second),
+                    "burst {burst}: {per_second} store calls in a second"
+                );
+            }
+        }
+        assert!(
+            (950..=1_050).contains(&admitted),
+            "burst {burst}: {admitted} tokens granted in a second, against 1,000"
+        );
+    }
+}
+
+/// A lease service for `rules` on the memory store (a real bucket, on the
+/// test's clock), as one of `live` nodes.
+fn on_memory_store(
+    rules: &str,
+    live: u32,
+) -> (
+    Arc<LeaseService>,
+    Arc<Metrics>,
+    Arc<crate::store::memory::MemoryStore>,
+) {
+    let current = Arc::new(CurrentRules::empty());
+    current.install(Arc::new(parse_rules("t", rules).unwrap()));
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let store = Arc::new(crate::store::memory::MemoryStore::new());
+    let svc = LeaseService::new(
+        current,
+        store.clone(),
+        metrics.clone(),
+        LeaseSettings::default(),
+    );
+    svc.live_nodes_handle().store(live, Ordering::Relaxed);
+    (svc, metrics, store)
+}
+
+/// The store calls the service made that were answered.
+fn store_calls(metrics: &Metrics) -> f64 {
+    let text = metrics.render().unwrap();
+    sample(&text, "meshlimit_store_requests_total", &[("result", "ok")]).unwrap_or(0.0)
 }

@@ -1,13 +1,14 @@
 //! How big a store lease is, and how many tokens a store call takes for the pool (`store_max`).
 
 use super::*;
+use crate::leases::settings::BURST_PARTS;
 
 /// The store lease for one ask of `cost`, when the node spends 1,000 tokens/s.
 fn size(settings: &LeaseSettings, rule: &str, cost: u32) -> u32 {
     let set = parse_rules("t", RULES).unwrap();
     let rule = set.rule(rule).unwrap();
     let limit = rule.limit_in_force(None, 0).limit;
-    settings.lease_size(rule, &limit, cost, 1_000.0)
+    settings.lease_size(rule, &limit, cost, 1_000.0, BURST_PARTS)
 }
 
 #[test]

@@ -132,10 +132,10 @@ impl LeaseService {
                 }
             }
             let enforced = limit.scaled(share.min(1.0));
-            let parts = self.burst_parts(&enforced, demand);
-            let mut lease = self
-                .settings
-                .lease_size(rule, &enforced, item.cost, demand, parts);
+            let far_over_of = self.far_over_of(&enforced, demand);
+            let mut lease =
+                self.settings
+                    .lease_size(rule, &enforced, item.cost, demand, far_over_of);
             if pooled {
                 // Asks that waited on the last call and found it too small are
                 // covered by this one (at most a tenth of the burst, as any lease).

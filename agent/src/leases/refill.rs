@@ -33,8 +33,10 @@ impl LeaseService {
     ) {
         let demand = self.pools.demand(key, self.now_ns());
         let enforced = limit.scaled(share.min(1.0));
-        let parts = self.burst_parts(&enforced, demand);
-        let lease = self.settings.lease_size(rule, &enforced, 1, demand, parts);
+        let far_over_of = self.far_over_of(&enforced, demand);
+        let lease = self
+            .settings
+            .lease_size(rule, &enforced, 1, demand, far_over_of);
         if !self.may_prefetch(key, &enforced, demand, lease) {
             // Nearly empty: no tokens ahead of an ask. The call the pool
             // marked ends unmade (nobody waits on a refill).

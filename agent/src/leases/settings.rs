@@ -4,8 +4,9 @@
 //! `--exact-below-rps`, gets leases of exactly the request's cost, so every request
 //! is checked in the store. Any other rule goes through the node pool
 //! ([`crate::pool`]) and, on a pool miss, takes from the store
-//! `max(cost, min(ceil(demand × lease_target), max(1, burst / 10)))` tokens (the
-//! burst ÷ live nodes for a node twice over its share, if more), where
+//! `max(cost, min(ceil(demand × lease_target), max(1, burst / 10)))` tokens (for
+//! a node twice over its share, its part of a lease period of the rate and of
+//! the burst, if more), where
 //! `demand` is this node's recent demand for the key (tokens per second): about
 //! `lease_target` (100 ms) of what the node spends, so a hot key costs the store
 //! about ten calls per second per node whatever its request rate; never more than
@@ -27,10 +28,14 @@ use crate::config::defaults;
 
 /// A lease is at most this part of the burst (a tenth), so what nodes that
 /// spend slowly hold stays a small part of the limit. A node far over its
-/// share spends what it holds at once; its lease may be its share of the
-/// burst (the burst ÷ live nodes, if that is more): with a burst of a tenth
-/// of a second's rate, a tenth of it is 10 ms of the limit, and one node
-/// far over it called the store 50 times a second instead of ten.
+/// share spends what it holds at once; its lease may be its part of one lease
+/// period of the rate (and of the burst), if that is more: with a burst of a
+/// tenth of a second's rate, a tenth of it is 10 ms of the limit, and one
+/// node far over it called the store 50 times a second instead of ten. Not
+/// more than a lease period of the rate: the node is held until its lease
+/// has refilled, and a lease of its whole share's burst held a region with a
+/// small share for a second at a time (three regions admitted 76–90% of their
+/// one limit).
 pub const BURST_PARTS: u32 = 10;
 
 /// `--max-keys`' default: the per-key tables' cap (see `crate::store::memory` for
@@ -62,22 +67,31 @@ impl LeaseSettings {
     }
 
     /// The store lease for `cost` under `rule`'s `limit`, given this node's demand
-    /// for the key in tokens per second (see the module docs), and `parts`:
-    /// the lease is at most the burst divided by it (10 for a tenth, fewer
-    /// for a node far over its share: [`BURST_PARTS`]).
+    /// for the key in tokens per second (see the module docs). At most a
+    /// tenth of the burst; for a node far over its share (`far_over_of`: the
+    /// live nodes), at most its part of one lease period of the limit's rate
+    /// (and of the burst), if that is more ([`BURST_PARTS`]).
     pub fn lease_size(
         &self,
         rule: &Rule,
         limit: &Limit,
         cost: u32,
         demand_per_sec: f64,
-        parts: u32,
+        far_over_of: Option<u32>,
     ) -> u32 {
         if self.is_exact(rule, limit) {
             return cost;
         }
         let by_rate = (demand_per_sec * self.target.as_secs_f64()).ceil();
-        let by_burst = (limit.burst() / parts.max(1)).max(1);
+        let tenth = (limit.burst() / BURST_PARTS).max(1);
+        let by_burst = match far_over_of {
+            Some(nodes) => {
+                // Finite and non-negative; the cast saturates.
+                let period = (limit.rate_per_sec() * self.target.as_secs_f64()).floor() as u32;
+                tenth.max(limit.burst().min(period) / nodes.max(1))
+            }
+            None => tenth,
+        };
         // `by_rate` is finite and positive; the cap keeps the cast in range.
         let lease = by_rate.min(f64::from(by_burst)).max(1.0) as u32;
         lease.max(cost)

@@ -6,7 +6,6 @@ use meshlimit_core::{Algorithm, DescriptorKey, Limit, Take};
 use crate::pool::StoreGrant;
 use crate::store::Acquire;
 
-use super::settings::BURST_PARTS;
 use super::LeaseService;
 
 /// How far over its share of a limit a node's demand must be before the node
@@ -131,15 +130,11 @@ impl LeaseService {
         demand >= FAR_OVER_SHARE * share
     }
 
-    /// How many parts of the burst a lease for a node demanding `demand`
-    /// tokens a second may be (`LeaseSettings::lease_size`): a tenth, or the
-    /// node's share of the burst when it is far over its share of the rate.
-    pub(super) fn burst_parts(&self, enforced: &Limit, demand: f64) -> u32 {
-        if self.far_over_share(enforced, demand) {
-            self.live_nodes().min(BURST_PARTS)
-        } else {
-            BURST_PARTS
-        }
+    /// The live nodes when a node demanding `demand` tokens a second is far
+    /// over its share of the rate, for `LeaseSettings::lease_size`.
+    pub(super) fn far_over_of(&self, enforced: &Limit, demand: f64) -> Option<u32> {
+        self.far_over_share(enforced, demand)
+            .then(|| self.live_nodes())
     }
 
     /// Whether this node may take tokens for its pool beyond what the asking

@@ -183,8 +183,9 @@ async fn a_lone_node_far_over_a_short_burst_takes_it_whole_and_admits_the_limit(
     // The only node asks 5,000 times a second for a key of 1,000 a second on
     // the memory store (a real bucket, on the paused clock). A tenth of a
     // burst of 100 is 10 ms of the limit: leases that small cost the store
-    // 50 calls a second. Far over its share, the node takes its share of the
-    // burst (all of it), holds a lease period, and calls ten times a second.
+    // 50 calls a second. Far over its share, the node leases a lease period
+    // of the rate (here the whole burst), is held a lease period, and calls
+    // ten times a second.
     // A burst of 50 is full after 50 ms: held a whole lease period, half of
     // the limit would refill into a full bucket and be lost, so the hold
     // ends when the bucket is full (twenty calls a second).

@@ -1,14 +1,39 @@
 //! How big a store lease is, and how many tokens a store call takes for the pool (`store_max`).
 
 use super::*;
-use crate::leases::settings::BURST_PARTS;
 
 /// The store lease for one ask of `cost`, when the node spends 1,000 tokens/s.
 fn size(settings: &LeaseSettings, rule: &str, cost: u32) -> u32 {
     let set = parse_rules("t", RULES).unwrap();
     let rule = set.rule(rule).unwrap();
     let limit = rule.limit_in_force(None, 0).limit;
-    settings.lease_size(rule, &limit, cost, 1_000.0, BURST_PARTS)
+    settings.lease_size(rule, &limit, cost, 1_000.0, None)
+}
+
+#[test]
+fn a_node_far_over_its_share_leases_its_part_of_a_lease_period_of_the_rate() {
+    let s = LeaseSettings::default();
+    let set = parse_rules("t", RULES).unwrap();
+    let rule = set.rule("tiny-burst").unwrap();
+    let limit = rule.limit_in_force(None, 0).limit;
+    // 1,000 a second, burst 50: a tenth of the burst is 5; far over its share,
+    // the only node may take 100 ms of the rate, held to the burst (50); one
+    // of four nodes its part, 12; one of twenty never below the tenth.
+    let lease = |of| s.lease_size(rule, &limit, 1, 10_000.0, of);
+    assert_eq!(lease(None), 5);
+    assert_eq!(lease(Some(1)), 50);
+    assert_eq!(lease(Some(4)), 12);
+    assert_eq!(lease(Some(20)), 5);
+    // A region's third of the limit (333 a second, burst 333): a lease
+    // period of its rate (33), not its whole burst, which would hold the
+    // node for a second at a time.
+    let n = |v: u32| std::num::NonZeroU32::new(v).unwrap();
+    let third = meshlimit_core::Limit::new(
+        n(333),
+        std::num::NonZeroU64::new(1_000_000_000).unwrap(),
+        n(333),
+    );
+    assert_eq!(s.lease_size(rule, &third, 1, 10_000.0, Some(1)), 33);
 }
 
 #[test]

@@ -136,15 +136,21 @@ impl HeaderList {
     /// The headers with their names as bytes: what matching compares, without
     /// checking each name's UTF-8 again on every lookup.
     pub fn raw(&self) -> Iter<'_> {
+        let count = self.len();
         Iter {
             buf: &self.buf,
             next: 0,
-            count: u32_at(&self.buf, 0).unwrap_or(0),
-            data: u32_at(&self.buf, 0)
-                .unwrap_or(0)
-                .saturating_mul(8)
-                .saturating_add(4),
+            count,
+            data: count.saturating_mul(8).saturating_add(4),
         }
+    }
+
+    /// The headers as owned strings (values read lossily as UTF-8), as a
+    /// response shows them.
+    pub fn to_strings(&self) -> Vec<(String, String)> {
+        self.iter()
+            .map(|(n, v)| (n.to_string(), String::from_utf8_lossy(v).into_owned()))
+            .collect()
     }
 
     /// The first value of the header spelled exactly `name`.

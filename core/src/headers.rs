@@ -224,18 +224,12 @@ pub enum Answer {
 impl Answer {
     /// The HTTP status, header fields and body on the wire.
     pub fn wire(&self) -> (u32, Vec<(String, String)>, String) {
-        let owned = |fields: &HeaderList| -> Vec<(String, String)> {
-            fields
-                .iter()
-                .map(|(n, v)| (n.to_string(), String::from_utf8_lossy(v).into_owned()))
-                .collect()
-        };
         match self {
             Answer::Http {
                 status,
                 fields,
                 body,
-            } => (*status, owned(fields), body.clone()),
+            } => (*status, fields.to_strings(), body.clone()),
             Answer::Grpc {
                 status,
                 message,
@@ -246,7 +240,7 @@ impl Answer {
                     ("grpc-status".to_string(), status.to_string()),
                     ("grpc-message".to_string(), percent_encode(message)),
                 ];
-                wire.extend(owned(fields));
+                wire.extend(fields.to_strings());
                 (200, wire, String::new())
             }
         }

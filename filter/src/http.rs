@@ -65,21 +65,21 @@ impl<H: Proxy> Http<H> {
         let none = Needs::default();
         let needs = rules.map_or(&none, RuleSet::needs);
         let headers = self.host.request_headers()?;
-        let xff = headers
-            .get("x-forwarded-for")
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .map(str::to_string);
         let protocol = Protocol::of_content_type(headers.get("content-type"));
         let mut info = RequestInfo::from_headers(headers);
         // The host's clock (Unix time): which schedule window is in force.
         info.now_ns = self.host.now_ns();
         if needs.client_ip {
             let downstream = self.host.property(&["source", "address"]);
-            info.client_ip = client_ip::resolve(
-                downstream.as_deref(),
-                xff.as_deref(),
-                self.config.trusted_hops,
-            );
+            // Read where the header list holds it, and only when a rule keys
+            // on the client's address.
+            let xff = info
+                .headers
+                .get("x-forwarded-for")
+                .and_then(|v| std::str::from_utf8(v).ok());
+            let client_ip =
+                client_ip::resolve(downstream.as_deref(), xff, self.config.trusted_hops);
+            info.client_ip = client_ip;
         }
         if needs.route {
             info.route = self

@@ -12,6 +12,7 @@ use crate::fail_local::FailLocal;
 use crate::pool::PoolTake;
 use crate::store::{Acquire, Acquired, StoreError};
 
+use super::settings::BURST_PARTS;
 use super::LeaseService;
 
 /// An item that goes to the store: its place in the answer and its rule's name.
@@ -140,7 +141,7 @@ impl LeaseService {
                 // Asks that waited on the last call and found it too small are
                 // covered by this one (at most a tenth of the burst, as any lease).
                 let cover = item.cost.saturating_mul(waited.saturating_add(1));
-                lease = lease.max(cover.min((enforced.burst() / 10).max(item.cost)));
+                lease = lease.max(cover.min((enforced.burst() / BURST_PARTS).max(item.cost)));
             }
             // A pooled key takes up to two leases, as much as this node will
             // spend before they expire (`LeaseSettings::store_max`), unless its

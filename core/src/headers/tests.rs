@@ -1,14 +1,6 @@
 use super::*;
 use crate::limit::limit;
 
-/// A list's fields as owned pairs, as [`Answer::wire`] shows them.
-fn owned(fields: &HeaderList) -> Vec<(String, String)> {
-    fields
-        .iter()
-        .map(|(n, v)| (n.to_string(), String::from_utf8_lossy(v).into_owned()))
-        .collect()
-}
-
 #[test]
 fn a_rejection_reads_as_the_contract_shows() {
     let l = limit(100, NANOS_PER_SEC, 100);
@@ -172,19 +164,19 @@ fn an_http_answer_is_the_429_503_and_400_as_before() {
     assert_eq!(status, 429);
     assert_eq!(
         fields,
-        owned(&rejection_fields(HeaderStyle::Ietf, "r", &l, 300_000_000))
+        rejection_fields(HeaderStyle::Ietf, "r", &l, 300_000_000).to_strings()
     );
     assert_eq!(body, rejection_body("r", 300_000_000));
     let (fields, body) = unavailable_response("r");
     assert_eq!(
         unavailable(Protocol::Http, "r").wire(),
-        (503, owned(&fields), body)
+        (503, fields.to_strings(), body)
     );
     let e = crate::rules::RequestError::RepeatedHeader("x-api-key".into());
     let (fields, body) = bad_request_response(&e);
     assert_eq!(
         bad_request(Protocol::Http, &e).wire(),
-        (400, owned(&fields), body)
+        (400, fields.to_strings(), body)
     );
 }
 

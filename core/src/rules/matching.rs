@@ -87,13 +87,12 @@ pub struct Applicable<'r> {
 
 impl RequestInfo {
     /// Builds the info from a raw `:path` (normalised here) and the headers.
-    pub fn new<V: Into<Vec<u8>>>(
+    pub fn new<V: AsRef<[u8]>>(
         path: impl AsRef<[u8]>,
         method: &str,
         headers: Vec<(String, V)>,
     ) -> Self {
-        let headers = HeaderList::from_pairs(headers.into_iter().map(|(n, v)| (n, v.into())));
-        Self::build(path.as_ref(), method, headers)
+        Self::build(path.as_ref(), method, HeaderList::from_pairs(headers))
     }
 
     /// Builds the info from a request's headers as the proxy hands them over,

@@ -23,7 +23,8 @@ pub use line::{LogLine, TIME_FORMAT};
 pub use recent::{HotKey, HOT_KEYS, HOT_SHOWN, RECENT_RECORDS, RECENT_SHOWN};
 
 use crate::metrics::Metrics;
-use recent::Recent;
+use line::LineRef;
+use recent::{Kept, Recent};
 
 /// Lines waiting for the writer at most; past it new lines are dropped.
 pub const QUEUE_LINES: usize = 8_192;
@@ -95,10 +96,15 @@ impl DecisionLog {
         if batch.dropped > 0 {
             self.metrics.decision_log_dropped("filter", batch.dropped);
         }
+        let filter: Arc<str> = Arc::from(batch.filter_id);
         let mut recent = lock(&self.recent);
         for record in batch.records {
-            let line = LogLine::new(record, &self.node, &batch.filter_id);
             if let Some(tx) = &self.tx {
+                let line = LineRef {
+                    node: &self.node,
+                    filter: &filter,
+                    record: &record,
+                };
                 let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
                 bytes.push(b'\n');
                 match tx.try_send(bytes) {
@@ -108,14 +114,17 @@ impl DecisionLog {
                     }
                 }
             }
-            recent.push(line);
+            recent.push(Kept {
+                filter: filter.clone(),
+                record,
+            });
         }
     }
 
     /// The recent records of `key_id` under `rule`, newest first (at most
     /// [`RECENT_SHOWN`]).
     pub(crate) fn recent(&self, rule: &str, key_id: &str) -> Vec<LogLine> {
-        lock(&self.recent).of_key(rule, key_id)
+        lock(&self.recent).of_key(&self.node, rule, key_id)
     }
 
     /// `rule`'s hottest keys (at most [`HOT_SHOWN`]).

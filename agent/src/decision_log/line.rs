@@ -3,14 +3,18 @@
 //! record ([`DecisionRecord`]) with the time written out, the node and the
 //! filter VM that decided.
 
+use std::fmt;
+
 use meshlimit_core::wire::DecisionRecord;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 
 /// How `time` is written: RFC 3339, UTC, milliseconds.
 pub const TIME_FORMAT: &str = "2026-12-01T14:02:03.123Z";
 
-/// One decision as the log writes it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One decision as the log writes it, owned (what `GET /v1/explain` shows and
+/// `meshlimit-agent replay` reads back). Written through [`LineRef`], the one
+/// place the line's shape is made.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct LogLine {
     /// When the filter decided ([`TIME_FORMAT`]; `at_ms` is the same instant).
     pub time: String,
@@ -33,19 +37,76 @@ impl LogLine {
     }
 }
 
+impl Serialize for LogLine {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        LineRef {
+            node: &self.node,
+            filter: &self.filter,
+            record: &self.record,
+        }
+        .serialize(s)
+    }
+}
+
+/// One line as written, borrowed from the record it tells: the agent writes
+/// every rejection of its node (thousands a second under overload), so a line
+/// costs no allocation but its bytes. `time` is rendered from `at_ms`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LineRef<'a> {
+    pub(crate) node: &'a str,
+    pub(crate) filter: &'a str,
+    pub(crate) record: &'a DecisionRecord,
+}
+
+impl Serialize for LineRef<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Wire<'a> {
+            #[serde(serialize_with = "collect")]
+            time: UtcMillis,
+            node: &'a str,
+            filter: &'a str,
+            #[serde(flatten)]
+            record: &'a DecisionRecord,
+        }
+        fn collect<S: Serializer>(t: &UtcMillis, s: S) -> Result<S::Ok, S::Error> {
+            s.collect_str(t)
+        }
+        Wire {
+            time: UtcMillis(self.record.at_ms),
+            node: self.node,
+            filter: self.filter,
+            record: self.record,
+        }
+        .serialize(s)
+    }
+}
+
+/// Milliseconds since the Unix epoch, displayed as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct UtcMillis(pub(crate) u64);
+
+impl fmt::Display for UtcMillis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = self.0;
+        let secs = ms / 1000;
+        let days = i64::try_from(secs / 86_400).unwrap_or(0);
+        let rem = secs % 86_400;
+        let (y, m, d) = civil_from_days(days);
+        write!(
+            f,
+            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+            rem / 3600,
+            rem % 3600 / 60,
+            rem % 60,
+            ms % 1000
+        )
+    }
+}
+
 /// Milliseconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
 pub(crate) fn utc_millis(ms: u64) -> String {
-    let secs = ms / 1000;
-    let days = i64::try_from(secs / 86_400).unwrap_or(0);
-    let rem = secs % 86_400;
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        ms % 1000
-    )
+    UtcMillis(ms).to_string()
 }
 
 /// The date of a day count since 1970-01-01 (H. Hinnant's `civil_from_days`).

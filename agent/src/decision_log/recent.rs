@@ -5,10 +5,13 @@
 //! upper bounds).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
+use meshlimit_core::wire::DecisionRecord;
 use meshlimit_core::Outcome;
 use serde::Serialize;
 
+use super::line::utc_millis;
 use super::LogLine;
 
 /// Records the ring keeps (about 400 bytes each).
@@ -40,83 +43,116 @@ pub(super) struct Counter {
     decisions: f64,
     rejections: u64,
     tokens: Option<u32>,
-    last: String,
+    /// When the key's last record was decided (ms since the Unix epoch).
+    last_ms: u64,
 }
 
+/// A record as the ring keeps it: the filter's record and the VM that sent it
+/// (shared by its batch); the line's time and node are added when shown.
+#[derive(Debug)]
+pub(super) struct Kept {
+    pub(super) filter: Arc<str>,
+    pub(super) record: DecisionRecord,
+}
+
+/// The ring and the hot keys. A record costs no allocation here once its key
+/// is counted: the hot keys are looked up by rule and key id as borrowed.
 #[derive(Debug, Default)]
 pub(super) struct Recent {
-    pub(super) ring: VecDeque<LogLine>,
-    pub(super) hot: HashMap<(String, String), Counter>,
+    pub(super) ring: VecDeque<Kept>,
+    /// Per rule, per key id.
+    pub(super) hot: HashMap<String, HashMap<String, Counter>>,
+    /// Keys counted over every rule (at most [`HOT_KEYS`]).
+    pub(super) hot_keys: usize,
 }
 
 impl Recent {
-    pub(super) fn push(&mut self, line: LogLine) {
-        self.count(&line);
+    pub(super) fn push(&mut self, kept: Kept) {
+        self.count(&kept.record);
         if self.ring.len() >= RECENT_RECORDS {
             self.ring.pop_front();
         }
-        self.ring.push_back(line);
+        self.ring.push_back(kept);
     }
 
-    fn count(&mut self, line: &LogLine) {
-        let time = &line.time;
-        let line = &line.record;
+    fn count(&mut self, record: &DecisionRecord) {
         let rejected = !matches!(
-            line.decision,
+            record.decision,
             Outcome::Allowed | Outcome::FailedOpen | Outcome::FailedLocal
-        ) || line.retry_after_ms.is_some();
-        let weight = if line.sample_rate > 0.0 {
-            1.0 / line.sample_rate
+        ) || record.retry_after_ms.is_some();
+        let weight = if record.sample_rate > 0.0 {
+            1.0 / record.sample_rate
         } else {
             1.0
         };
-        let id = (line.rule.clone(), line.key_id.clone());
-        if !self.hot.contains_key(&id) && self.hot.len() >= HOT_KEYS {
+        let c = match self.counter(&record.rule, &record.key_id) {
+            Some(c) => c,
+            None => self.insert(&record.rule, &record.key_id),
+        };
+        c.decisions += weight;
+        c.rejections += u64::from(rejected);
+        c.tokens = record.tokens;
+        c.last_ms = record.at_ms;
+    }
+
+    fn counter(&mut self, rule: &str, key_id: &str) -> Option<&mut Counter> {
+        self.hot.get_mut(rule)?.get_mut(key_id)
+    }
+
+    /// Counts a new key: when [`HOT_KEYS`] are counted, it takes the place
+    /// (and the counts) of the key with the fewest decisions.
+    fn insert(&mut self, rule: &str, key_id: &str) -> &mut Counter {
+        let mut inherited = Counter::default();
+        if self.hot_keys >= HOT_KEYS {
             let smallest = self
                 .hot
                 .iter()
-                .min_by(|a, b| a.1.decisions.total_cmp(&b.1.decisions))
-                .map(|(k, c)| (k.clone(), c.decisions, c.rejections));
-            if let Some((evicted, decisions, rejections)) = smallest {
-                self.hot.remove(&evicted);
-                self.hot.insert(
-                    id.clone(),
-                    Counter {
-                        decisions,
-                        rejections,
-                        ..Counter::default()
-                    },
-                );
+                .flat_map(|(r, keys)| keys.iter().map(move |(k, c)| (r, k, c)))
+                .min_by(|a, b| a.2.decisions.total_cmp(&b.2.decisions))
+                .map(|(r, k, _)| (r.clone(), k.clone()));
+            if let Some((r, k)) = smallest {
+                if let Some(keys) = self.hot.get_mut(&r) {
+                    if let Some(c) = keys.remove(&k) {
+                        inherited.decisions = c.decisions;
+                        inherited.rejections = c.rejections;
+                    }
+                    if keys.is_empty() {
+                        self.hot.remove(&r);
+                    }
+                }
+                self.hot_keys -= 1;
             }
         }
-        let c = self.hot.entry(id).or_default();
-        c.decisions += weight;
-        c.rejections += u64::from(rejected);
-        c.tokens = line.tokens;
-        c.last.clone_from(time);
+        self.hot_keys += 1;
+        self.hot
+            .entry(rule.to_string())
+            .or_default()
+            .entry(key_id.to_string())
+            .or_insert(inherited)
     }
 
-    pub(super) fn of_key(&self, rule: &str, key_id: &str) -> Vec<LogLine> {
+    pub(super) fn of_key(&self, node: &str, rule: &str, key_id: &str) -> Vec<LogLine> {
         self.ring
             .iter()
             .rev()
-            .filter(|l| l.record.rule == rule && l.record.key_id == key_id)
+            .filter(|k| k.record.rule == rule && k.record.key_id == key_id)
             .take(RECENT_SHOWN)
-            .cloned()
+            .map(|k| LogLine::new(k.record.clone(), node, &k.filter))
             .collect()
     }
 
     pub(super) fn hot(&self, rule: &str) -> Vec<HotKey> {
         let mut keys: Vec<HotKey> = self
             .hot
-            .iter()
-            .filter(|((r, _), _)| r == rule)
-            .map(|((_, id), c)| HotKey {
+            .get(rule)
+            .into_iter()
+            .flatten()
+            .map(|(id, c)| HotKey {
                 key_id: id.clone(),
                 decisions: c.decisions.round() as u64,
                 rejections: c.rejections,
                 tokens: c.tokens,
-                last: c.last.clone(),
+                last: utc_millis(c.last_ms),
             })
             .collect();
         keys.sort_by(|a, b| {

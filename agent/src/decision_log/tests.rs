@@ -1,3 +1,4 @@
+use std::collections::HashMap;
 use std::time::Duration;
 
 use meshlimit_core::wire::{DecisionRecord, DecisionSource, WIRE_VERSION};
@@ -150,7 +151,9 @@ fn recent_records_and_hot_keys_are_bounded() {
     assert!(log.recent("per-key", "k0").is_empty());
     let r = lock(&log.recent);
     assert_eq!(r.ring.len(), RECENT_RECORDS);
-    assert!(r.hot.len() <= HOT_KEYS);
+    let counted: usize = r.hot.values().map(HashMap::len).sum();
+    assert_eq!(counted, r.hot_keys);
+    assert!(r.hot_keys <= HOT_KEYS, "{} keys counted", r.hot_keys);
     drop(r);
     let hot = log.hot("per-key");
     assert_eq!(hot[0].key_id, "hot");
@@ -196,4 +199,25 @@ fn a_record_claiming_no_sample_rate_counts_once() {
     log.accept(batch(vec![record("k", Outcome::Allowed, 0.0)]));
     let hot = log.hot("per-key");
     assert_eq!((hot[0].decisions, hot[0].rejections), (1, 0));
+}
+
+#[test]
+fn a_written_line_reads_back_as_the_same_line() {
+    let record = DecisionRecord {
+        key: Some("clear \"key\"".into()),
+        ..record("ab", Outcome::Limited, 1.0)
+    };
+    let written = serde_json::to_string(&LineRef {
+        node: "n",
+        filter: "f",
+        record: &record,
+    })
+    .unwrap();
+    let line: LogLine = serde_json::from_str(&written).unwrap();
+    assert_eq!(line, LogLine::new(record, "n", "f"));
+    assert_eq!(serde_json::to_string(&line).unwrap(), written);
+    assert!(
+        written.starts_with(r#"{"time":"2026-12-01T14:02:03.123Z","node":"n","filter":"f","#),
+        "{written}"
+    );
 }

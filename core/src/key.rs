@@ -27,13 +27,11 @@ impl DescriptorKey {
     /// need not be UTF-8), in rule order. The encoding is injective: two different
     /// lists of parts never give the same key.
     pub fn new<P: AsRef<[u8]>>(rule: &str, parts: impl IntoIterator<Item = P>) -> Self {
-        let mut key = String::with_capacity(rule.len() + 32);
-        key.push_str(rule);
+        let mut key = KeyBuilder::new(rule);
         for part in parts {
-            key.push(SEPARATOR);
-            push_part(&mut key, part.as_ref());
+            key.push(part.as_ref());
         }
-        Self(key)
+        key.finish()
     }
 
     /// Wraps a key received over the wire. Its length was bounded by the request
@@ -60,6 +58,28 @@ impl DescriptorKey {
 impl fmt::Display for DescriptorKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+/// A descriptor key built one part at a time, as a rule reads its parts from
+/// the request (no list of the parts is collected first: this is on every
+/// request's path).
+pub(crate) struct KeyBuilder(String);
+
+impl KeyBuilder {
+    pub(crate) fn new(rule: &str) -> KeyBuilder {
+        let mut key = String::with_capacity(rule.len() + 32);
+        key.push_str(rule);
+        KeyBuilder(key)
+    }
+
+    pub(crate) fn push(&mut self, part: &[u8]) {
+        self.0.push(SEPARATOR);
+        push_part(&mut self.0, part);
+    }
+
+    pub(crate) fn finish(self) -> DescriptorKey {
+        DescriptorKey(self.0)
     }
 }
 

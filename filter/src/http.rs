@@ -4,7 +4,7 @@
 use std::rc::Rc;
 
 use log::debug;
-use meshlimit_core::decision::Quota;
+use meshlimit_core::decision::{decide, Quota};
 use meshlimit_core::header_list::MalformedHeaders;
 use meshlimit_core::headers::{self, HeaderStyle, Protocol};
 use meshlimit_core::rules::{Needs, RequestError};
@@ -180,7 +180,7 @@ pub(crate) fn finish<H: Proxy>(
 ) -> Action {
     let results = eval.results();
     let asked = &request.asked;
-    let verdict = eval.verdict();
+    let verdict = decide(&results);
     let decided = {
         let mut vm = vm.borrow_mut();
         let vm = &mut *vm;

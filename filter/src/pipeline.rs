@@ -115,10 +115,9 @@ impl Evaluation {
         req: &RequestInfo,
         cfg: &FilterConfig,
     ) -> Result<Option<Self>, RequestError> {
-        let checks: Vec<Check> = rules
-            .applicable(req)?
-            .into_iter()
-            .map(|a| Check {
+        let mut checks: Vec<Check> = Vec::new();
+        rules.each_applicable(req, |a| {
+            checks.push(Check {
                 // The rule's position, not a search of the set by address.
                 rule: a.index,
                 fingerprint: cfg.slot_hasher.fingerprint(&a.key),
@@ -130,7 +129,7 @@ impl Evaluation {
                 state: State::Miss,
                 source: DecisionSource::FailurePolicy,
             })
-            .collect();
+        })?;
         Ok((!checks.is_empty()).then_some(Self {
             rules,
             checks,
@@ -261,7 +260,8 @@ impl Evaluation {
         }
     }
 
-    /// The request's verdict; call once nothing is a miss.
+    /// The request's verdict; call once nothing is a miss. (The filter's
+    /// `finish` decides from the results it counts, computed once.)
     pub fn verdict(&self) -> Verdict<'_> {
         decide(&self.results())
     }

@@ -40,13 +40,13 @@ impl RuleSet {
         for (index, rule) in self.rules.iter().enumerate() {
             let verdict = match rule.matcher.mismatch(req) {
                 Some(m) => Explained::Skipped(describe(rule, m, req)),
-                None => match rule.key_parts(req)? {
+                None => match rule.key(req)? {
                     Err(part) => Explained::Skipped(format!(
                         "the request has no {} to key on",
                         part_name(part)
                     )),
-                    Ok(parts) => {
-                        let a = rule.applicable_with(index, req, parts);
+                    Ok(key) => {
+                        let a = rule.applicable_with(index, req, key);
                         Explained::Applies {
                             key: a.key,
                             limit: a.limit,

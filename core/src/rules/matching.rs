@@ -13,7 +13,7 @@ use std::borrow::Cow;
 
 use super::{HeaderMatch, KeyPart, Matcher, PathMatch, Rule, RuleSet};
 use crate::header_list::HeaderList;
-use crate::key::DescriptorKey;
+use crate::key::{DescriptorKey, KeyBuilder};
 use crate::limit::Limit;
 use crate::metadata::MetadataPath;
 use crate::{authority, path, query};
@@ -46,10 +46,6 @@ pub struct RequestInfo {
     /// agent's `explain` the instant asked about, `replay` the logged start time.
     pub now_ns: u64,
 }
-
-/// A rule's key parts as read from a request: borrowed, or decoded (a query
-/// parameter, the normalised host).
-pub(super) type KeyValues<'q> = Vec<Cow<'q, [u8]>>;
 
 /// A request the rules cannot be applied to as sent.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -206,13 +202,24 @@ impl RuleSet {
         &'r self,
         req: &RequestInfo,
     ) -> Result<Vec<Applicable<'r>>, RequestError> {
+        let mut out = Vec::new();
+        self.each_applicable(req, |a| out.push(a))?;
+        Ok(out)
+    }
+
+    /// [`RuleSet::applicable`]'s rules handed to `each` in turn, collected
+    /// nowhere (the filter builds its own list from them on every request).
+    pub fn each_applicable<'r>(
+        &'r self,
+        req: &RequestInfo,
+        mut each: impl FnMut(Applicable<'r>),
+    ) -> Result<(), RequestError> {
         let mut by_path = Vec::new();
         self.index.by_path(&req.path, &mut by_path);
         by_path.sort_unstable();
         // Merge the two ascending lists of positions (each rule is in one).
         let pathless = self.index.pathless();
         let (mut i, mut j) = (0, 0);
-        let mut out = Vec::new();
         loop {
             let next = match (by_path.get(i), pathless.get(j)) {
                 (Some(a), Some(b)) if a < b => {
@@ -230,10 +237,10 @@ impl RuleSet {
                 (None, None) => break,
             };
             if let Some(a) = self.check(next, req)? {
-                out.push(a);
+                each(a);
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The same answer as [`RuleSet::applicable`], by testing every rule in turn:
@@ -275,8 +282,8 @@ impl RuleSet {
             if per_request || rule.matcher.mismatch_where(req, false).is_some() {
                 continue;
             }
-            if let Ok(parts) = rule.key_parts(req)? {
-                out.push(rule.applicable_with(index, req, parts));
+            if let Ok(key) = rule.key(req)? {
+                out.push(rule.applicable_with(index, req, key));
             }
         }
         Ok(out)
@@ -303,19 +310,20 @@ impl Rule {
         if self.matcher.mismatch(req).is_some() {
             return Ok(None);
         }
-        let Ok(parts) = self.key_parts(req)? else {
+        let Ok(key) = self.key(req)? else {
             return Ok(None);
         };
-        Ok(Some(self.applicable_with(index, req, parts)))
+        Ok(Some(self.applicable_with(index, req, key)))
     }
 
-    /// The request's value of each key part, in order; `Err(part)` names the
-    /// first part the request does not have (the rule then does not apply).
-    pub(super) fn key_parts<'q>(
+    /// The request's key under this rule, its parts in order; `Err(part)`
+    /// names the first part the request does not have (the rule then does
+    /// not apply).
+    pub(super) fn key(
         &self,
-        req: &'q RequestInfo,
-    ) -> Result<Result<KeyValues<'q>, &KeyPart>, RequestError> {
-        let mut parts: Vec<Cow<'q, [u8]>> = Vec::with_capacity(self.key.len());
+        req: &RequestInfo,
+    ) -> Result<Result<DescriptorKey, &KeyPart>, RequestError> {
+        let mut key = KeyBuilder::new(&self.name);
         for part in &self.key {
             let value = match part {
                 KeyPart::Header(name) => req.single(name)?.map(Cow::Borrowed),
@@ -333,17 +341,17 @@ impl Rule {
             let Some(value) = value else {
                 return Ok(Err(part));
             };
-            parts.push(value);
+            key.push(&value);
         }
-        Ok(Ok(parts))
+        Ok(Ok(key.finish()))
     }
 
-    /// The rule applied to `req` with these key parts: its key, limit and plan.
+    /// The rule applied to `req` under `key`: its key, limit and plan.
     pub(super) fn applicable_with<'r>(
         &'r self,
         index: usize,
         req: &RequestInfo,
-        parts: Vec<Cow<'_, [u8]>>,
+        key: DescriptorKey,
     ) -> Applicable<'r> {
         let named: Option<Cow<'_, str>> = match &self.limits {
             super::Limits::Plans {
@@ -363,7 +371,7 @@ impl Rule {
         Applicable {
             rule: self,
             index,
-            key: DescriptorKey::new(&self.name, parts),
+            key,
             limit: in_force.limit,
             plan: in_force.plan,
             window: in_force.window,

@@ -92,7 +92,7 @@ impl DecisionLog {
 
     /// Takes a filter's batch: each record to the writer's queue (dropped and
     /// counted when it is full), the ring and the hot keys.
-    pub(crate) fn accept(&self, batch: DecisionsRequest) {
+    pub fn accept(&self, batch: DecisionsRequest) {
         if batch.dropped > 0 {
             self.metrics.decision_log_dropped("filter", batch.dropped);
         }

@@ -283,6 +283,27 @@ pub(crate) fn temp_dir(prefix: &str) -> tempfile::TempDir {
     dir
 }
 
+/// A body of `POST /v1/decisions` as a filter VM sends it under overload: the
+/// most records one carries, each a rejection of one hot key from its cached
+/// denial with Envoy's generated request id; `batch` numbers the ids.
+pub fn decision_batch_body(batch: usize) -> Vec<u8> {
+    use meshlimit_core::wire::MAX_DECISION_RECORDS;
+    let records: Vec<String> = (0..MAX_DECISION_RECORDS)
+        .map(|i| {
+            format!(
+                r#"{{"at_ms":{},"rule":"per-key","rules_version":"3f2a9c1d","decision":"limited","key_id":"0123456789abcdef0123456789abcdef","source":"denial_cache","retry_after_ms":120,"sample_rate":1.0,"request_id":"6b1e2d3c-4f5a-4b6c-8d7e-{:012}"}}"#,
+                1_796_133_723_123u64 + i as u64,
+                batch * MAX_DECISION_RECORDS + i
+            )
+        })
+        .collect();
+    format!(
+        r#"{{"v":1,"filter_id":"envoy-1/vm1","records":[{}]}}"#,
+        records.join(",")
+    )
+    .into_bytes()
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, SystemTime};

@@ -21,7 +21,7 @@
 //!   then every request waiting on it is decided or queued again; a request
 //!   that has waited [`MAX_ROUNDS`] calls takes its rules' failure policies.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 
 use meshlimit_core::wire::{LeaseAnswer, LeaseRequest, WIRE_VERSION};
@@ -64,7 +64,7 @@ pub struct Flights<W> {
     /// Items queued or in flight per key (leased rules: at most one).
     busy: HashMap<u64, u32>,
     parked: HashMap<W, Evaluation>,
-    waiters: HashMap<u64, Vec<W>>,
+    waiters: HashMap<u64, Waiting<W>>,
     pub stats: FlightStats,
 }
 
@@ -152,6 +152,7 @@ impl<W: Copy + Eq + Hash> Flights<W> {
         };
         let mut answers = answers.map(Vec::into_iter);
         let mut woken: Vec<W> = Vec::new();
+        let mut seen: HashSet<W> = HashSet::new();
         for item in items {
             let answer = answers.as_mut().and_then(Iterator::next);
             let paid = matches!(answer, Some(LeaseAnswer::Grant { local: false, .. }));
@@ -168,20 +169,20 @@ impl<W: Copy + Eq + Hash> Flights<W> {
             }
             // An exact rule's item answers one request; the others of its key
             // keep waiting for their own items.
-            let waiting = self.waiters.remove(&fp).unwrap_or_default();
-            let (now, later) = if item.exact {
+            let waiting = self.waiters.remove(&fp).unwrap_or_default().order;
+            let (now, later): (Vec<W>, Waiting<W>) = if item.exact {
                 let mut w = waiting.into_iter();
                 (w.next().into_iter().collect(), w.collect())
             } else {
-                (waiting, Vec::new())
+                (waiting, Waiting::default())
             };
-            if !later.is_empty() {
+            if !later.order.is_empty() {
                 self.waiters.insert(fp, later);
             }
             for id in now {
                 if let Some(eval) = self.parked.get_mut(&id) {
                     eval.resolve(host, cfg, fp, result);
-                    if !woken.contains(&id) {
+                    if seen.insert(id) {
                         woken.push(id);
                     }
                 }
@@ -245,12 +246,50 @@ impl<W: Copy + Eq + Hash> Flights<W> {
                 slots::update(host, fp, cfg.slots, |s| s.begin_call(now, timeout));
                 self.enqueue(item);
             }
-            let waiting = self.waiters.entry(fp).or_default();
-            if !waiting.contains(&id) {
-                waiting.push(id);
-            }
+            self.waiters.entry(fp).or_default().push(id);
         }
         self.parked.insert(id, eval);
+    }
+}
+
+/// The requests waiting on one key's call, in the order they came, with a set
+/// for membership: while the agent is slow thousands may wait on a hot key,
+/// and a search of the list for each of them cost the VM their square (the
+/// simulator's gateways spent their time there, seconds behind their load).
+struct Waiting<W> {
+    order: Vec<W>,
+    members: HashSet<W>,
+}
+
+impl<W> Default for Waiting<W> {
+    fn default() -> Self {
+        Waiting {
+            order: Vec::new(),
+            members: HashSet::new(),
+        }
+    }
+}
+
+impl<W: Copy + Eq + Hash> Waiting<W> {
+    /// Adds `id` unless it already waits here.
+    fn push(&mut self, id: W) {
+        if self.members.insert(id) {
+            self.order.push(id);
+        }
+    }
+
+    fn contains(&self, id: &W) -> bool {
+        self.members.contains(id)
+    }
+}
+
+impl<W: Copy + Eq + Hash> FromIterator<W> for Waiting<W> {
+    fn from_iter<I: IntoIterator<Item = W>>(ids: I) -> Self {
+        let mut w = Waiting::default();
+        for id in ids {
+            w.push(id);
+        }
+        w
     }
 }
 

@@ -4,13 +4,13 @@
 
 use std::rc::Rc;
 
-use meshlimit_core::decision::{decide, RuleResult};
+use meshlimit_core::decision::RuleResult;
 use meshlimit_core::rules::{Accuracy, RequestError, Rule};
 use meshlimit_core::slot::LocalCheck;
 use meshlimit_core::wire::{
     AnsweredFrom, DecisionSource, LeaseAnswer, LeaseItem, LeaseRequest, WIRE_VERSION,
 };
-use meshlimit_core::{DescriptorKey, Limit, Outcome, RequestInfo, RuleSet, RuleVerdict, Verdict};
+use meshlimit_core::{DescriptorKey, Limit, Outcome, RequestInfo, RuleSet, RuleVerdict};
 
 use crate::config::FilterConfig;
 use crate::host::Host;
@@ -260,10 +260,11 @@ impl Evaluation {
         }
     }
 
-    /// The request's verdict; call once nothing is a miss. (The filter's
-    /// `finish` decides from the results it counts, computed once.)
-    pub fn verdict(&self) -> Verdict<'_> {
-        decide(&self.results())
+    /// The request's verdict, for the tests (the filter and the simulator
+    /// decide from the results they count, computed once).
+    #[cfg(test)]
+    pub fn verdict(&self) -> meshlimit_core::Verdict<'_> {
+        meshlimit_core::decision::decide(&self.results())
     }
 
     /// Each decided rule's result, for counting.

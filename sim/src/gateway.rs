@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
+use meshlimit_core::decision::decide;
 use meshlimit_core::secret::KeyIds;
 use meshlimit_core::wire::LeaseAnswer;
 use meshlimit_core::{Outcome, RequestInfo, RuleSet, Verdict};
@@ -291,11 +292,11 @@ impl Gateway {
 
 /// The request's fate as the client sees it, and whether a failure policy chose it.
 fn decision_of(eval: &Evaluation) -> Decision {
-    let by_failure = eval
-        .results()
+    let results = eval.results();
+    let by_failure = results
         .iter()
         .any(|r| matches!(r.failure, Some(Outcome::FailedOpen | Outcome::FailedLocal)));
-    match (eval.verdict(), by_failure) {
+    match (decide(&results), by_failure) {
         (Verdict::Allow { .. }, false) => Decision::Allowed,
         (Verdict::Allow { .. }, true) => Decision::FailAllowed,
         (Verdict::Deny { .. }, false) => Decision::Limited,

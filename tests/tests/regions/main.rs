@@ -217,17 +217,26 @@ fn a_region_with_no_demand_keeps_its_floor_and_a_new_key_starts_at_it() {
 #[test]
 fn region_rules_never_read_or_write_other_regions() {
     let _serial = serial();
-    let mesh = Mesh::start(&[1, 1, 1]);
+    let mesh = Mesh::start_patient(&[1, 1, 1]);
     let monitors: Vec<Child> = mesh.redis.iter().map(|r| monitor(r.port())).collect();
     // The exact region rule allows 10 an hour, all of it in each region (a
     // global rule's region would hold a tenth): a leases `local|a`, b `local|b`.
+    // Only the store's grants count: a fail-local one (`local: true`) was not
+    // the region's store deciding.
     for r in 0..2 {
         let key = format!("local|{}", mesh.names[r]);
-        let granted = (0..15)
+        let answers: Vec<serde_json::Value> = (0..15)
             .filter_map(|_| lease(mesh.agent(r), &key, 1))
-            .filter(|a| a["result"] == "grant")
-            .count();
-        assert_eq!(granted, 10, "region {}", mesh.names[r]);
+            .collect();
+        let from_store = |result: &str| {
+            answers
+                .iter()
+                .filter(|a| a["result"] == result && a.get("local").is_none())
+                .count()
+        };
+        let region = &mesh.names[r];
+        assert_eq!(from_store("grant"), 10, "region {region}: {answers:?}");
+        assert_eq!(from_store("deny"), 5, "region {region}: {answers:?}");
     }
     // Global demand in a, for contrast: it does reach a's exchange keys.
     let a = Offer::start(mesh.agent(0), KEY, L);

@@ -66,15 +66,27 @@ pub struct Mesh {
 impl Mesh {
     /// Regions `a`, `b`, `c`, … with this many agents each.
     pub fn start(agents_per_region: &[usize]) -> Mesh {
-        Mesh::start_with(agents_per_region, None)
+        Mesh::start_with(agents_per_region, None, &[])
+    }
+
+    /// Like [`Mesh::start`], every agent waiting up to 250 ms for its store
+    /// rather than 3 ms. For tests that count grants exactly: on a loaded
+    /// machine a store call can miss 3 ms, and the rule's fail-local bucket then
+    /// answers, so the count would measure the machine, not the regions.
+    pub fn start_patient(agents_per_region: &[usize]) -> Mesh {
+        Mesh::start_with(agents_per_region, None, &["--store-deadline-ms", "250"])
     }
 
     /// Like [`Mesh::start`], region `a` on a Redis Cluster of `masters` nodes.
     pub fn start_clustered(agents_per_region: &[usize], masters: usize) -> Mesh {
-        Mesh::start_with(agents_per_region, Some(RedisCluster::start(masters)))
+        Mesh::start_with(agents_per_region, Some(RedisCluster::start(masters)), &[])
     }
 
-    fn start_with(agents_per_region: &[usize], cluster: Option<RedisCluster>) -> Mesh {
+    fn start_with(
+        agents_per_region: &[usize],
+        cluster: Option<RedisCluster>,
+        args: &[&str],
+    ) -> Mesh {
         let names: Vec<String> = (0..agents_per_region.len())
             .map(|i| char::from(b'a' + i as u8).to_string())
             .collect();
@@ -88,7 +100,11 @@ impl Mesh {
         let agents = agents_per_region
             .iter()
             .enumerate()
-            .map(|(r, n)| (0..*n).map(|_| start_agent(&names, &urls, r)).collect())
+            .map(|(r, n)| {
+                (0..*n)
+                    .map(|_| start_agent(&names, &urls, r, args))
+                    .collect()
+            })
             .collect();
         let redis_pids = redis.iter().map(pid).collect();
         Mesh {
@@ -145,12 +161,15 @@ fn pid(redis: &RedisServer) -> String {
         .to_string()
 }
 
-fn start_agent(names: &[String], urls: &[String], r: usize) -> Agent {
+fn start_agent(names: &[String], urls: &[String], r: usize, args: &[&str]) -> Agent {
     let mut opts = AgentOptions::new(RULES)
         .store(&urls[r])
         .region(&names[r])
         .arg("--log")
         .arg("info,meshlimit_agent=debug");
+    for arg in args {
+        opts = opts.arg(*arg);
+    }
     if let Ok(bin) = std::env::var("MESHLIMIT_AGENT_BIN") {
         opts = opts.binary(bin);
     }

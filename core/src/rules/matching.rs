@@ -27,7 +27,8 @@ pub struct RequestInfo {
     /// The raw query (after the first `?` of `:path`, before a `#`), read only
     /// for rules keyed on a query parameter.
     pub query: Vec<u8>,
-    pub method: String,
+    /// Upper case; one of HTTP's methods is borrowed, not allocated.
+    pub method: Cow<'static, str>,
     /// Header names as the host gives them (lowercase from Envoy); values as
     /// bytes, since clients may send bytes that are not UTF-8. In the host's
     /// own serialized form, read in place (see [`crate::header_list`]).
@@ -81,6 +82,18 @@ pub struct Applicable<'r> {
     pub window: Option<usize>,
 }
 
+/// The method in upper case, as rules name it; HTTP's own methods (nearly
+/// every request) without an allocation.
+fn upper_case_method(method: &str) -> Cow<'static, str> {
+    const KNOWN: [&str; 9] = [
+        "GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "CONNECT", "TRACE",
+    ];
+    match KNOWN.iter().find(|m| m.eq_ignore_ascii_case(method)) {
+        Some(known) => Cow::Borrowed(known),
+        None => Cow::Owned(method.to_ascii_uppercase()),
+    }
+}
+
 impl RequestInfo {
     /// Builds the info from a raw `:path` (normalised here) and the headers.
     pub fn new<V: AsRef<[u8]>>(
@@ -107,7 +120,7 @@ impl RequestInfo {
         Self {
             path: path::normalize(path),
             query: query::of_path(path).to_vec(),
-            method: method.to_ascii_uppercase(),
+            method: upper_case_method(method),
             headers,
             client_ip: None,
             route: None,
@@ -440,7 +453,7 @@ impl Matcher {
             && !self
                 .methods
                 .as_ref()
-                .is_none_or(|ms| ms.contains(&req.method))
+                .is_none_or(|ms| ms.iter().any(|m| *m == req.method))
         {
             return Some(Mismatch::Method);
         }

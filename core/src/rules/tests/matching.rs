@@ -134,3 +134,34 @@ fn the_caller_keys_rules_whatever_path_and_method_it_asks() {
     let twice = request("/", "GET", &[("x-customer", "a"), ("x-customer", "b")]);
     assert!(s.keyed_by_caller(&twice).is_err());
 }
+
+#[test]
+fn a_method_in_any_case_is_matched_and_keyed_in_upper_case() {
+    let s = set();
+    for (sent, keyed) in [
+        ("get", "GET"),
+        ("GeT", "GET"),
+        ("GET", "GET"),
+        ("purge", "PURGE"),
+    ] {
+        let req = request(
+            "/v1/search",
+            sent,
+            &[("x-env", "prod"), ("x-api-key", "k1")],
+        );
+        assert_eq!(req.method, keyed, "{sent}");
+        let keys: Vec<String> = s
+            .applicable(&req)
+            .unwrap()
+            .iter()
+            .map(|a| a.key.to_string())
+            .collect();
+        // `per-key` matches GET only.
+        let expected = if keyed == "GET" {
+            vec!["per-key|k1".to_string(), format!("loose|{keyed}")]
+        } else {
+            vec![format!("loose|{keyed}")]
+        };
+        assert_eq!(keys, expected, "{sent}");
+    }
+}

@@ -70,6 +70,48 @@ pub struct Quota<'a> {
     pub reset_ns: u64,
 }
 
+/// The longest rule name a [`HeldQuota`] holds: a rule's, or its trial copy's.
+const HELD_NAME: usize = crate::rules::MAX_RULE_NAME + crate::rules::trial::TRIAL_SUFFIX.len();
+
+/// A [`Quota`] kept past the rules it was read from (from the request's
+/// decision to its response's headers) without an allocation: a rule's name is
+/// validated to at most [`HELD_NAME`] bytes, so it is held inline.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HeldQuota {
+    name: [u8; HELD_NAME],
+    name_len: u8,
+    limit: Limit,
+    remaining: u32,
+    reset_ns: u64,
+}
+
+impl HeldQuota {
+    /// `None` for a name longer than a valid rule's (never, for compiled rules).
+    pub fn keep(quota: &Quota<'_>) -> Option<HeldQuota> {
+        let bytes = quota.rule.as_bytes();
+        let mut name = [0; HELD_NAME];
+        name.get_mut(..bytes.len())?.copy_from_slice(bytes);
+        Some(HeldQuota {
+            name,
+            name_len: u8::try_from(bytes.len()).ok()?,
+            limit: quota.limit,
+            remaining: quota.remaining,
+            reset_ns: quota.reset_ns,
+        })
+    }
+
+    pub fn quota(&self) -> Quota<'_> {
+        let name = self.name.get(..usize::from(self.name_len)).unwrap_or(&[]);
+        Quota {
+            // Copied whole from a `&str`, so always UTF-8.
+            rule: core::str::from_utf8(name).unwrap_or_default(),
+            limit: self.limit,
+            remaining: self.remaining,
+            reset_ns: self.reset_ns,
+        }
+    }
+}
+
 impl Outcome {
     pub const ALL: [Outcome; 6] = [
         Outcome::Allowed,

@@ -40,9 +40,9 @@ pub fn quota_fields(style: HeaderStyle, quota: &Quota<'_>) -> Vec<(&'static str,
 }
 
 /// Hands each quota field for `quota` in `style` to `emit`, in order, each
-/// value written into one buffer the next reuses: an allowed response's
-/// fields cost one allocation (none for the legacy style), where a list of
-/// owned fields costs one each and one more for the list.
+/// value written on the stack: an allowed response's fields cost no
+/// allocation, where a list of owned fields costs one each and one more for
+/// the list.
 pub fn write_quota_fields(
     style: HeaderStyle,
     quota: &Quota<'_>,
@@ -52,16 +52,13 @@ pub fn write_quota_fields(
     match style {
         HeaderStyle::Ietf => {
             let (q, w) = quota.limit.window_quota();
-            let mut buf = String::with_capacity(quota.rule.len() + 2 + 2 * 18);
-            write_structured(&mut buf, quota.rule, [("q", q), ("w", w)]);
-            emit("ratelimit-policy", &buf);
-            buf.clear();
-            write_structured(
-                &mut buf,
-                quota.rule,
-                [("r", u64::from(quota.remaining)), ("t", reset)],
-            );
-            emit("ratelimit", &buf);
+            with_structured(quota.rule, [("q", q), ("w", w)], |v| {
+                emit("ratelimit-policy", v)
+            });
+            let r = u64::from(quota.remaining);
+            with_structured(quota.rule, [("r", r), ("t", reset)], |v| {
+                emit("ratelimit", v)
+            });
         }
         HeaderStyle::Legacy => {
             let limit = u64::from(quota.limit.requests());
@@ -73,6 +70,79 @@ pub fn write_quota_fields(
             emit("x-ratelimit-reset", Decimal::of(reset).as_str());
         }
         HeaderStyle::Off => {}
+    }
+}
+
+/// Hands [`write_structured`]'s member to `emit`, written on the stack when it
+/// fits (every valid rule's does: a name of at most 70 bytes, escaped to at
+/// most twice that, and two parameters of at most 18 bytes each), on the heap
+/// when it does not.
+fn with_structured<const N: usize>(
+    name: &str,
+    params: [(&'static str, u64); N],
+    emit: impl FnOnce(&str),
+) {
+    let mut field = StackField::default();
+    write_structured(&mut field, name, params);
+    match field.as_str() {
+        Some(value) => emit(value),
+        None => {
+            let mut value = String::new();
+            write_structured(&mut value, name, params);
+            emit(&value);
+        }
+    }
+}
+
+/// Where [`write_structured`] writes.
+trait FieldSink {
+    fn push_str(&mut self, s: &str);
+}
+
+impl FieldSink for String {
+    fn push_str(&mut self, s: &str) {
+        String::push_str(self, s);
+    }
+}
+
+/// A field value on the stack; one that would not fit is marked, not cut.
+struct StackField {
+    bytes: [u8; 256],
+    len: usize,
+    overflowed: bool,
+}
+
+impl Default for StackField {
+    fn default() -> Self {
+        StackField {
+            bytes: [0; 256],
+            len: 0,
+            overflowed: false,
+        }
+    }
+}
+
+impl FieldSink for StackField {
+    fn push_str(&mut self, s: &str) {
+        let end = self.len + s.len();
+        match self.bytes.get_mut(self.len..end) {
+            Some(to) if !self.overflowed => {
+                to.copy_from_slice(s.as_bytes());
+                self.len = end;
+            }
+            _ => self.overflowed = true,
+        }
+    }
+}
+
+impl StackField {
+    /// The value, or `None` if it did not fit.
+    fn as_str(&self) -> Option<&str> {
+        if self.overflowed {
+            return None;
+        }
+        // Whole `&str`s were copied in, so the bytes are UTF-8.
+        std::str::from_utf8(self.bytes.get(..self.len)?).ok()
     }
 }
 
@@ -355,25 +425,29 @@ fn structured<const N: usize>(name: &str, params: [(&'static str, u64); N]) -> S
 /// names are `[a-z0-9._-]`); a key outside the key syntax is left out; a value
 /// above the largest sf-integer (999,999,999,999,999) is written as that.
 fn write_structured<const N: usize>(
-    out: &mut String,
+    out: &mut impl FieldSink,
     name: &str,
     params: [(&'static str, u64); N],
 ) {
-    out.push('"');
+    out.push_str("\"");
     if name.bytes().all(|b| (0x20..=0x7e).contains(&b)) {
-        for c in name.chars() {
-            if c == '"' || c == '\\' {
-                out.push('\\');
-            }
-            out.push(c);
+        let mut rest = name;
+        while let Some(at) = rest.find(['"', '\\']) {
+            let (plain, escaped) = rest.split_at(at);
+            let (one, after) = escaped.split_at(1);
+            out.push_str(plain);
+            out.push_str("\\");
+            out.push_str(one);
+            rest = after;
         }
+        out.push_str(rest);
     }
-    out.push('"');
+    out.push_str("\"");
     for (key, value) in params {
         if is_sf_key(key) {
-            out.push(';');
+            out.push_str(";");
             out.push_str(key);
-            out.push('=');
+            out.push_str("=");
             out.push_str(Decimal::of(value.min(SF_INTEGER_MAX)).as_str());
         }
     }

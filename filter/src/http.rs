@@ -4,7 +4,7 @@
 use std::rc::Rc;
 
 use log::debug;
-use meshlimit_core::decision::{decide, Quota};
+use meshlimit_core::decision::{decide, HeldQuota};
 use meshlimit_core::header_list::MalformedHeaders;
 use meshlimit_core::headers::{self, HeaderStyle, Protocol};
 use meshlimit_core::rules::{Needs, RequestError};
@@ -212,8 +212,7 @@ pub(crate) fn finish<H: Proxy>(
     let style = config.response_headers;
     match verdict {
         Verdict::Allow { tightest } => {
-            *quota.borrow_mut() =
-                tightest.map(|q| (q.rule.to_string(), q.limit, q.remaining, q.reset_ns));
+            *quota.borrow_mut() = tightest.as_ref().and_then(HeldQuota::keep);
             Action::Continue
         }
         Verdict::Deny {
@@ -354,14 +353,9 @@ impl<H: Proxy> HttpContext for Http<H> {
 
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
         let quota = self.quota.borrow();
-        if let Some((rule, limit, remaining, reset_ns)) = quota.as_ref() {
+        if let Some(held) = quota.as_ref() {
             if self.config.response_headers != HeaderStyle::Off {
-                let quota = Quota {
-                    rule,
-                    limit: *limit,
-                    remaining: *remaining,
-                    reset_ns: *reset_ns,
-                };
+                let quota = held.quota();
                 let host = &self.host;
                 headers::write_quota_fields(self.config.response_headers, &quota, |name, value| {
                     host.add_response_header(name, value);

@@ -7,8 +7,9 @@ use std::rc::Rc;
 
 use std::collections::HashMap;
 
+use meshlimit_core::decision::HeldQuota;
 use meshlimit_core::headers::Protocol;
-use meshlimit_core::{Limit, RequestInfo, RuleSet};
+use meshlimit_core::{RequestInfo, RuleSet};
 
 use crate::cold::ColdStarts;
 use crate::config::FilterConfig;
@@ -36,8 +37,8 @@ pub const AGENT_ALIVE_NS: u64 = 200_000_000;
 /// Shared-data key: a counter giving each VM a distinct number.
 pub const VM_SEQ_KEY: &str = "meshlimit.vm_seq";
 
-/// The quota an allowed response reports: rule, limit, remaining, reset.
-pub type QuotaCell = Rc<RefCell<Option<(String, Limit, u32, u64)>>>;
+/// The quota an allowed response reports (held without an allocation).
+pub type QuotaCell = Rc<RefCell<Option<HeldQuota>>>;
 
 #[derive(Default)]
 pub struct VmState {

@@ -134,3 +134,26 @@ fn a_rule_admitted_before_anything_counted_it_shows_no_quota() {
     }
     assert_eq!(decide(&[cold]), Verdict::Allow { tightest: None });
 }
+
+#[test]
+fn a_held_quota_gives_back_the_quota_it_kept_for_every_valid_name_length() {
+    let longest = "a".repeat(crate::rules::MAX_RULE_NAME) + crate::rules::trial::TRIAL_SUFFIX;
+    for name in ["r", "search-per-api-key", longest.as_str()] {
+        let quota = Quota {
+            rule: name,
+            limit: limit(100, 1_000_000_000, 100),
+            remaining: 7,
+            reset_ns: 250_000_000,
+        };
+        let held = HeldQuota::keep(&quota).expect("a valid name fits");
+        assert_eq!(held.quota(), quota);
+    }
+    let too_long = longest + "x";
+    let quota = Quota {
+        rule: &too_long,
+        limit: limit(100, 1_000_000_000, 100),
+        remaining: 7,
+        reset_ns: 1,
+    };
+    assert_eq!(HeldQuota::keep(&quota), None);
+}

@@ -64,6 +64,27 @@ fn structured_fields_keep_the_rfcs_rules() {
     assert_eq!(structured("r", [("Q", 1), ("t", 2)]), "\"r\";t=2");
 }
 
+#[test]
+fn a_quota_field_too_long_for_the_stack_is_written_whole() {
+    // The longest valid name, all of it escaped, fits the stack; a longer one
+    // (no compiled rule has one) goes to the heap, still whole.
+    for name in ["\"".repeat(70), "x".repeat(300), "a\\b".repeat(100)] {
+        let q = Quota {
+            rule: &name,
+            limit: limit(u32::MAX, 1_000_000_000, u32::MAX),
+            remaining: u32::MAX,
+            reset_ns: u64::MAX,
+        };
+        let fields = quota_fields(HeaderStyle::Ietf, &q);
+        let (q_, w) = q.limit.window_quota();
+        assert_eq!(fields[0].1, structured(&name, [("q", q_), ("w", w)]));
+        let reset = u64::MAX.div_ceil(NANOS_PER_SEC);
+        let expected = structured(&name, [("r", u64::from(u32::MAX)), ("t", reset)]);
+        assert_eq!(fields[1].1, expected);
+        assert!(fields[1].1.starts_with('"') && fields[1].1.len() > name.len());
+    }
+}
+
 /// The RFC's writer, as the `sfv` crate implements it: what `structured`
 /// must write, byte for byte.
 fn sfv_item(name: &str, params: &[(&str, u64)]) -> String {

@@ -243,7 +243,7 @@ impl<W: Copy + Eq + Hash> Flights<W> {
             } else {
                 // Marks the slot too: the call's round trip is measured, and
                 // other workers do not start a refill meanwhile.
-                slots::update(host, fp, cfg.slots, |s| s.begin_call(now, timeout));
+                slots::update(host, now, fp, cfg.slots, |s| s.begin_call(now, timeout));
                 self.enqueue(item);
             }
             self.waiters.entry(fp).or_default().push(id);

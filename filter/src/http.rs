@@ -200,7 +200,7 @@ pub(crate) fn finish<H: Proxy>(
                 eval,
                 decided.as_ref(),
                 request_id,
-                host.now_ns(),
+                eval.decided_at_ns,
             );
         }
         decided

@@ -24,6 +24,9 @@ pub struct Evaluation {
     refills: Vec<Item>,
     /// Agent calls this request has waited on so far.
     pub(crate) rounds: u8,
+    /// When its rules were last decided (the host's clock, read once a
+    /// step): the decision log's time, without a clock call of its own.
+    pub(crate) decided_at_ns: u64,
 }
 
 /// One item of a lease call, with the slot it fills.
@@ -135,6 +138,7 @@ impl Evaluation {
             checks,
             refills: Vec::new(),
             rounds: 0,
+            decided_at_ns: req.now_ns,
         }))
     }
 
@@ -202,6 +206,7 @@ impl Evaluation {
         result: KeyResult,
     ) {
         let now = host.now_ns();
+        self.decided_at_ns = now;
         let misses: Vec<usize> = self
             .misses()
             .filter(|i| self.checks[*i].fingerprint == fingerprint)
@@ -216,7 +221,7 @@ impl Evaluation {
                         None => DecisionSource::Agent,
                     };
                     let c = &self.checks[i];
-                    let local = slots::update(host, c.fingerprint, cfg.slots, |s| {
+                    let local = slots::update(host, now, c.fingerprint, cfg.slots, |s| {
                         s.take_answered(now, c.cost)
                     });
                     match local {

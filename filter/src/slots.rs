@@ -58,6 +58,7 @@ impl Deref for SlotKey {
 /// another key holds the slot (see `SlotState::claim`): nothing was changed.
 pub fn update<H: Host, R>(
     host: &H,
+    now_ns: u64,
     fingerprint: u64,
     slots: u32,
     mut change: impl FnMut(&mut SlotState) -> R,
@@ -65,7 +66,7 @@ pub fn update<H: Host, R>(
     let key = slot_key(fingerprint, slots);
     for _ in 0..CAS_ATTEMPTS {
         let (bytes, cas) = host.shared_get(&key);
-        let mut state = SlotState::claim(bytes.as_deref(), fingerprint, host.now_ns())?;
+        let mut state = SlotState::claim(bytes.as_deref(), fingerprint, now_ns)?;
         let before = state;
         let out = change(&mut state);
         if state == before {
@@ -88,14 +89,18 @@ mod tests {
     #[test]
     fn a_lost_race_is_retried_on_fresh_state() {
         let host = MemoryHost::default();
-        update(&host, 7, 16, |s| s.grant(0, 10, 0, 1_000_000, 0, 0));
+        update(&host, host.now_ns(), 7, 16, |s| {
+            s.grant(0, 10, 0, 1_000_000, 0, 0)
+        });
         // Another worker writes between our read and our write, once.
         host.interfere_once(slot_key(7, 16).to_string(), |bytes| {
             let mut s = SlotState::claim(Some(bytes), 7, 0).unwrap();
             s.lease.tokens -= 4;
             s.encode()
         });
-        let taken = update(&host, 7, 16, |s| s.check(1, 1, u64::MAX, None, false));
+        let taken = update(&host, host.now_ns(), 7, 16, |s| {
+            s.check(1, 1, u64::MAX, None, false)
+        });
         assert!(taken.is_some());
         let (bytes, _) = host.shared_get(&slot_key(7, 16));
         // 10 - 4 (the other worker) - 1 (ours): neither write was lost.

@@ -30,7 +30,7 @@ pub fn apply_answer<H: Host>(
         }) => {
             let reset_ns = reset_ms.saturating_mul(NANOS_PER_MS);
             let ttl_ns = ttl_ms.saturating_mul(NANOS_PER_MS);
-            slots::update(host, fp, cfg.slots, |s| {
+            slots::update(host, now, fp, cfg.slots, |s| {
                 s.grant(now, tokens, item.prepaid, ttl_ns, remaining, reset_ns)
             });
             KeyResult::Answered(from)
@@ -41,11 +41,11 @@ pub fn apply_answer<H: Host>(
             from,
         }) => {
             let retry_after_ns = retry_after_ms.saturating_mul(NANOS_PER_MS);
-            slots::update(host, fp, cfg.slots, |s| s.deny(now, retry_after_ns));
+            slots::update(host, now, fp, cfg.slots, |s| s.deny(now, retry_after_ns));
             KeyResult::Answered(from)
         }
         other => {
-            slots::update(host, fp, cfg.slots, |s| s.call_failed());
+            slots::update(host, now, fp, cfg.slots, |s| s.call_failed());
             match other {
                 // The agent's own fail-local bucket denied (its store is down).
                 Some(LeaseAnswer::Deny { retry_after_ms, .. }) => KeyResult::AgentLocalDeny {

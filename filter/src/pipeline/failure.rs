@@ -15,6 +15,7 @@ impl Evaluation {
     /// rule takes its failure policy.
     pub fn fail_misses<H: Host>(&mut self, host: &H, cfg: &FilterConfig) {
         let now = host.now_ns();
+        self.decided_at_ns = now;
         let misses: Vec<usize> = self.misses().collect();
         for i in misses {
             self.checks[i].state = self.failure_state(host, cfg, i, now);
@@ -45,7 +46,7 @@ impl Evaluation {
             },
             FailurePolicy::Local => {
                 let local = c.limit.scaled(cfg.local_share());
-                let take = slots::update(host, c.fingerprint, cfg.slots, |s| {
+                let take = slots::update(host, now, c.fingerprint, cfg.slots, |s| {
                     s.fallback_take(&local, now, c.cost)
                 })
                 // No slot for this key (another key's fail-local bucket holds it,

@@ -42,6 +42,7 @@ impl Evaluation {
         mut cold: Option<&mut ColdStarts>,
     ) -> bool {
         let now = host.now_ns();
+        self.decided_at_ns = now;
         let mut rejected = false;
         for i in 0..self.checks.len() {
             let enforcing = self.rule(i).mode == Mode::Enforce;
@@ -65,7 +66,7 @@ impl Evaluation {
             let hold = rule.until_change_ns(now.saturating_sub(HOLD_EDGE_NS)) > HOLD_EDGE_NS;
             let mut want = None;
             let mut started_cold = false;
-            let local = slots::update(host, c.fingerprint, cfg.slots, |s| {
+            let local = slots::update(host, now, c.fingerprint, cfg.slots, |s| {
                 let check = s.check(now, c.cost, max_wait_ns, refill_timeout, hold);
                 started_cold = may_start_cold
                     && check == (LocalCheck::Miss { in_flight: false })
@@ -172,8 +173,9 @@ impl Evaluation {
                 backed_off: false,
             };
         }
+        let now = host.now_ns();
         for item in self.take_refills() {
-            slots::update(host, item.fingerprint, cfg.slots, |s| s.call_failed());
+            slots::update(host, now, item.fingerprint, cfg.slots, |s| s.call_failed());
         }
         if ask {
             self.fail_misses(host, cfg);

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::limit::Limit;
 use crate::rules::Mode;
+use crate::stack_text::StackText;
 
 /// How one rule's decision is counted (the `outcome` label of
 /// `meshlimit_decisions_total`).
@@ -78,8 +79,7 @@ const HELD_NAME: usize = crate::rules::MAX_RULE_NAME + crate::rules::trial::TRIA
 /// validated to at most [`HELD_NAME`] bytes, so it is held inline.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HeldQuota {
-    name: [u8; HELD_NAME],
-    name_len: u8,
+    name: StackText<HELD_NAME>,
     limit: Limit,
     remaining: u32,
     reset_ns: u64,
@@ -88,12 +88,8 @@ pub struct HeldQuota {
 impl HeldQuota {
     /// `None` for a name longer than a valid rule's (never, for compiled rules).
     pub fn keep(quota: &Quota<'_>) -> Option<HeldQuota> {
-        let bytes = quota.rule.as_bytes();
-        let mut name = [0; HELD_NAME];
-        name.get_mut(..bytes.len())?.copy_from_slice(bytes);
         Some(HeldQuota {
-            name,
-            name_len: u8::try_from(bytes.len()).ok()?,
+            name: StackText::of(quota.rule)?,
             limit: quota.limit,
             remaining: quota.remaining,
             reset_ns: quota.reset_ns,
@@ -101,10 +97,9 @@ impl HeldQuota {
     }
 
     pub fn quota(&self) -> Quota<'_> {
-        let name = self.name.get(..usize::from(self.name_len)).unwrap_or(&[]);
         Quota {
-            // Copied whole from a `&str`, so always UTF-8.
-            rule: core::str::from_utf8(name).unwrap_or_default(),
+            // Kept only when it fitted, so always whole.
+            rule: self.name.as_str().unwrap_or_default(),
             limit: self.limit,
             remaining: self.remaining,
             reset_ns: self.reset_ns,

@@ -8,6 +8,7 @@ use crate::decision::Quota;
 use crate::digits::{Decimal, HEX_LOWER};
 use crate::header_list::HeaderList;
 use crate::limit::Limit;
+use crate::stack_text::StackText;
 use crate::NANOS_PER_SEC;
 
 /// Which quota fields responses carry.
@@ -82,7 +83,7 @@ fn with_structured<const N: usize>(
     params: [(&'static str, u64); N],
     emit: impl FnOnce(&str),
 ) {
-    let mut field = StackField::default();
+    let mut field = StackText::<256>::default();
     write_structured(&mut field, name, params);
     match field.as_str() {
         Some(value) => emit(value),
@@ -105,44 +106,9 @@ impl FieldSink for String {
     }
 }
 
-/// A field value on the stack; one that would not fit is marked, not cut.
-struct StackField {
-    bytes: [u8; 256],
-    len: usize,
-    overflowed: bool,
-}
-
-impl Default for StackField {
-    fn default() -> Self {
-        StackField {
-            bytes: [0; 256],
-            len: 0,
-            overflowed: false,
-        }
-    }
-}
-
-impl FieldSink for StackField {
+impl<const N: usize> FieldSink for StackText<N> {
     fn push_str(&mut self, s: &str) {
-        let end = self.len + s.len();
-        match self.bytes.get_mut(self.len..end) {
-            Some(to) if !self.overflowed => {
-                to.copy_from_slice(s.as_bytes());
-                self.len = end;
-            }
-            _ => self.overflowed = true,
-        }
-    }
-}
-
-impl StackField {
-    /// The value, or `None` if it did not fit.
-    fn as_str(&self) -> Option<&str> {
-        if self.overflowed {
-            return None;
-        }
-        // Whole `&str`s were copied in, so the bytes are UTF-8.
-        std::str::from_utf8(self.bytes.get(..self.len)?).ok()
+        StackText::push_str(self, s);
     }
 }
 

@@ -23,6 +23,7 @@ pub mod query;
 pub mod rules;
 pub mod secret;
 pub mod slot;
+pub mod stack_text;
 pub mod window;
 pub mod wire;
 

@@ -6,6 +6,7 @@ use std::ops::Deref;
 
 use meshlimit_core::digits::Decimal;
 use meshlimit_core::slot::SlotState;
+use meshlimit_core::stack_text::StackText;
 
 use crate::host::{Host, SharedError};
 
@@ -19,37 +20,23 @@ pub const SLOT_PREFIX: &str = "meshlimit.slot.";
 /// The shared-data key of the slot for `fingerprint`.
 pub fn slot_key(fingerprint: u64, slots: u32) -> SlotKey {
     let n = Decimal::of(fingerprint % u64::from(slots.max(1)));
-    let mut key = SlotKey {
-        bytes: [0; SLOT_KEY_MAX],
-        len: 0,
-    };
-    for part in [SLOT_PREFIX, n.as_str()] {
-        let end = key.len + part.len();
-        if let Some(to) = key.bytes.get_mut(key.len..end) {
-            to.copy_from_slice(part.as_bytes());
-            key.len = end;
-        }
-    }
-    key
+    let mut key = StackText::default();
+    key.push_str(SLOT_PREFIX);
+    key.push_str(n.as_str());
+    SlotKey(key)
 }
 
 const SLOT_KEY_MAX: usize = SLOT_PREFIX.len() + 20;
 
 /// A slot's shared-data key, on the stack: every request forms one per key.
-pub struct SlotKey {
-    bytes: [u8; SLOT_KEY_MAX],
-    len: usize,
-}
+pub struct SlotKey(StackText<SLOT_KEY_MAX>);
 
 impl Deref for SlotKey {
     type Target = str;
 
     fn deref(&self) -> &str {
-        // The prefix and ASCII digits.
-        self.bytes
-            .get(..self.len)
-            .and_then(|b| std::str::from_utf8(b).ok())
-            .unwrap_or(SLOT_PREFIX)
+        // The prefix and at most 20 digits: always fits.
+        self.0.as_str().unwrap_or(SLOT_PREFIX)
     }
 }
 

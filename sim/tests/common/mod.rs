@@ -6,6 +6,10 @@ use std::sync::Mutex;
 use meshlimit_sim::report::markdown;
 use meshlimit_sim::{Overrides, RunOptions, RunReport, Scenario};
 
+/// |SLI − wrongly limited|, as a share of the 429s, at most: the stranded
+/// tokens' share (under 0.8% measured) with room for a run's spread.
+pub const SLI_MARGIN: f64 = 0.015;
+
 /// The runs go one at a time, so one run's load does not disturb another's.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -30,4 +34,52 @@ pub fn run_short(name: &str, out: &str) -> RunReport {
     let report = meshlimit_sim::run(&plan, &opts).unwrap_or_else(|e| panic!("{e}"));
     eprintln!("{}", markdown::scenario(&report));
     report
+}
+
+/// The judge's wrongly limited, as a share of the run's 429s.
+fn wrongly_limited_share(r: &RunReport) -> f64 {
+    let t = &r.figures.totals;
+    t.wrongly_limited as f64 / t.limited.max(1) as f64
+}
+
+/// The agents' false-limit SLI agrees with the judge's wrongly limited within
+/// [`SLI_MARGIN`] (both shares of the run's 429s), and it is a ratio over
+/// every 429 (the checks weigh for the suspects skipped for the budget), not
+/// over the few checked.
+///
+/// The SLI counts a 429 false only when the store's bucket proves it, and the
+/// store cannot see tokens it handed out in leases and pools that nobody
+/// spent: the judge's wrong 429s all come while a grant had drained the
+/// store's bucket for a key under its limit (measured 0.08% to 0.79% of the
+/// 429s over these scenarios, with every suspect checked; README, "False
+/// limits"). So the SLI is never above the truth by more than its sampling
+/// error.
+pub fn assert_sli_agrees(r: &RunReport) {
+    let (sli, truth) = (r.setup.false_limits.ratio(), wrongly_limited_share(r));
+    let report = markdown::scenario(r);
+    assert!(
+        (sli - truth).abs() <= SLI_MARGIN,
+        "{}: SLI {:.4}% against wrongly limited {:.4}% of the 429s, margin {:.1} points\n{report}",
+        r.name,
+        sli * 100.0,
+        truth * 100.0,
+        SLI_MARGIN * 100.0
+    );
+    let (weighed, limited) = (
+        r.setup.false_limits.weighed as f64,
+        r.figures.totals.limited as f64,
+    );
+    assert!(
+        (weighed - limited).abs() <= 0.1 * limited,
+        "{}: the SLI weighs {weighed} 429s, the run had {limited}\n{report}",
+        r.name
+    );
+}
+
+/// Where the judge finds no wrong 429, the SLI finds none either.
+pub fn assert_sli_zero(r: &RunReport) {
+    assert_eq!(r.figures.totals.wrongly_limited, 0);
+    let sli = &r.setup.false_limits;
+    assert_eq!(sli.weighed_false, 0, "{}", markdown::scenario(r));
+    assert_eq!(sli.false_limits, 0, "{}", markdown::scenario(r));
 }

@@ -106,7 +106,7 @@ lint:
 
 test-wasm: tools-rust
 	CARGO_TARGET_WASM32_WASIP1_RUNNER='$(WASI_RUNNER)' \
-		$(CARGO) test --target $(WASM_TARGET) -p meshlimit-core
+		$(CARGO) test --profile wasm-test --target $(WASM_TARGET) -p meshlimit-core
 
 test: tools build lint
 	$(CARGO) test --workspace --no-fail-fast

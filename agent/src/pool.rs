@@ -38,7 +38,7 @@ use tokio::sync::watch;
 mod turns;
 mod view;
 
-pub use turns::MAX_TURNS;
+pub use turns::{MAX_QUEUE_NS, MAX_TURNS};
 pub use view::PoolView;
 
 const SHARDS: usize = 16;
@@ -47,6 +47,9 @@ const SHARDS: usize = 16;
 pub struct Pools {
     shards: Vec<Mutex<HashMap<DescriptorKey, Entry>>>,
     max_per_shard: usize,
+    /// Whether a node far over its share gives its filters turns
+    /// (`--pool-turns`, see `pool::turns`).
+    turns: bool,
 }
 
 /// What the pool can do for one ask.
@@ -60,6 +63,9 @@ pub enum PoolTake {
         remaining: u32,
         reset_ns: u64,
         refill: bool,
+        /// The filter's next turn, for a node far over its share (see
+        /// [`Pools::fill_then_hold`]): it asks again no sooner.
+        next_ask_ns: Option<u64>,
     },
     /// The node knows the key is over its limit until `retry_after_ns` from now.
     Denied { retry_after_ns: u64 },
@@ -88,14 +94,16 @@ impl PartialEq for PoolTake {
                     remaining: b,
                     reset_ns: c,
                     refill: d,
+                    next_ask_ns: i,
                 },
                 Served {
                     tokens: e,
                     remaining: f,
                     reset_ns: g,
                     refill: h,
+                    next_ask_ns: j,
                 },
-            ) => (a, b, c, d) == (e, f, g, h),
+            ) => (a, b, c, d, i) == (e, f, g, h, j),
             (Denied { retry_after_ns: a }, Denied { retry_after_ns: b }) => a == b,
             (
                 Miss {
@@ -141,6 +149,18 @@ struct Entry {
     /// How far apart the turned-away asks are sent back (0: all at the
     /// hold's end). See [`Pools::fill_then_hold`].
     spacing_ns: u64,
+    /// The node's queue of turns while it is far over its share: the time by
+    /// which the tokens of the turns booked will have come from the store,
+    /// one every `ns_per_token` (0: no queue). See `pool::turns`.
+    queue_end_ns: u64,
+    ns_per_token: u64,
+    /// How often a filter asks while it is served (half a lease's life: it
+    /// asks for that much of its demand).
+    ask_period_ns: u64,
+    /// Tokens the store gave this node, a count decaying with a time
+    /// constant of one second (tokens a second).
+    intake: f64,
+    intake_at_ns: u64,
 }
 
 impl Default for Pools {
@@ -156,7 +176,14 @@ impl Pools {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             max_per_shard: max_keys.div_ceil(SHARDS).max(1),
+            turns: false,
         }
+    }
+
+    /// These pools, giving turns when `turns` (see `pool::turns`).
+    pub fn with_turns(mut self, turns: bool) -> Self {
+        self.turns = turns;
+        self
     }
 
     /// Serves an ask of `cost` tokens from the pool if it can. A store call it
@@ -194,6 +221,7 @@ impl Pools {
         call_timeout_ns: u64,
         count: bool,
     ) -> PoolTake {
+        let turns = self.turns;
         self.with(key, now_ns, |e| {
             // Pooled tokens first: a hold set at the last grant starts once they
             // are spent. A filter gets what it says it will spend (`want`), at
@@ -215,14 +243,27 @@ impl Pools {
                     if refill {
                         e.call = Some(watch::channel(()).0);
                     }
+                    let next_ask_ns = turns.then(|| e.book(now_ns, ask)).flatten();
+                    if count {
+                        e.count_skipped(now_ns, asked, next_ask_ns);
+                    }
                     PoolTake::Served {
                         tokens: ask,
                         remaining: e.remaining.saturating_add(left),
                         reset_ns: e.reset_at_ns.saturating_sub(now_ns),
                         refill,
+                        next_ask_ns,
                     }
                 }
                 Spend::Denied { retry_after_ns } => {
+                    if let Some(turn) = turns.then(|| e.book(now_ns, asked)).flatten() {
+                        if count {
+                            e.count_skipped(now_ns, asked, Some(turn));
+                        }
+                        return PoolTake::Denied {
+                            retry_after_ns: turn,
+                        };
+                    }
                     let turns = e.turn_away(asked);
                     // The asks this filter would have made meanwhile, one a
                     // round, count as they would have: the node's demand,
@@ -281,6 +322,7 @@ impl Pools {
         ttl_ns: u64,
     ) -> u32 {
         self.fill_then_hold(key, now_ns, grant, cost, None, ttl_ns, 0, 0)
+            .0
     }
 
     /// [`Pools::fill`], and once the pooled tokens are spent, asks are denied at the
@@ -289,14 +331,16 @@ impl Pools {
     /// `cost` 0 is a refill: every token joins the pool. Ends the call in flight.
     ///
     /// `spacing_ns` (non-zero for a node far over its share, one lease period)
-    /// spaces the asks the hold turns away: asks wanting as many tokens as
-    /// the last round served come back at its end, the next as many one
-    /// spacing later, and so on, up to [`MAX_TURNS`] spacings. Without it
-    /// every turned-away filter asks again at the hold's end, and all but the
-    /// few the next round serves are turned away again: a call each per round
-    /// for nothing. Counting tokens, not asks, keeps a filter that wants many
-    /// (one gateway taking most of a node's traffic) from waiting behind many
-    /// that want few.
+    /// gives the node's filters turns while the hold lasts (`pool::turns`):
+    /// each grant says when its filter may ask again, each ask turned away
+    /// when to come back, behind the tokens booked before it, at the pace the
+    /// store's tokens come. An ask wanting more than a period's tokens is
+    /// spaced by rounds instead: asks wanting as many tokens as the last
+    /// round served come back at its end, the next as many one spacing
+    /// later, and so on, up to [`MAX_TURNS`] spacings. Without either, every
+    /// turned-away filter asks again at the hold's end, and all but the few
+    /// the next round serves are turned away again: a call each per round
+    /// for nothing. Returns the filter's tokens and its turn.
     // Each argument is a distinct quantity of one grant; a struct would only
     // rename them.
     #[allow(clippy::too_many_arguments)]
@@ -310,7 +354,7 @@ impl Pools {
         ttl_ns: u64,
         hold_ns: u64,
         spacing_ns: u64,
-    ) -> u32 {
+    ) -> (u32, Option<u64>) {
         let StoreGrant {
             tokens: granted,
             remaining,
@@ -321,6 +365,7 @@ impl Pools {
         } else {
             want.unwrap_or(cost).max(cost).min(granted)
         };
+        let turns = self.turns;
         self.with(key, now_ns, |e| {
             // Tokens already pooled are added to, never overwritten (that would
             // lose granted tokens).
@@ -329,9 +374,18 @@ impl Pools {
             e.reset_at_ns = now_ns.saturating_add(reset_ns);
             e.lease.denied_until_ns = now_ns.saturating_add(hold_ns);
             e.new_round(spacing_ns, filter);
+            e.ask_period_ns = ttl_ns / 2;
+            e.pace(now_ns, hold_ns, granted);
             e.end_call();
-        });
-        filter
+            let asked = want.unwrap_or(cost).max(cost);
+            if filter == 0 {
+                return (0, None);
+            }
+            let next = turns.then(|| e.book(now_ns, filter)).flatten();
+            e.count_skipped(now_ns, asked, next);
+            (filter, next)
+        })
+        .map_or((filter, None), |t| t)
     }
 
     /// Records a store denial: asks for the key are denied at the node until
@@ -343,6 +397,7 @@ impl Pools {
             // A denial answering a concurrent ask must not strand tokens that
             // another ask's grant just pooled: they are served first.
             e.lease.deny(now_ns, retry_after_ns);
+            e.pace(now_ns, retry_after_ns, 0);
             // The store held less than an ask.
             e.remaining = 0;
             e.end_call();

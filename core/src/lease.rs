@@ -228,6 +228,14 @@ impl Lease {
         self.granted_at_ns = now_ns;
     }
 
+    /// Denies the key from when the unspent tokens are gone until `wait_ns`
+    /// from now (a grant that carries the holder's next turn): tokens are
+    /// spent before a cached denial, and no refill starts while it holds.
+    /// Keeps the call state, unlike [`Lease::deny`], which answers a call.
+    pub fn deny_after_tokens(&mut self, now_ns: u64, wait_ns: u64) {
+        self.denied_until_ns = now_ns.saturating_add(wait_ns);
+    }
+
     /// Records a denial: requests are denied until `retry_after_ns` from now,
     /// once the unexpired tokens are spent. Ends the call in flight.
     pub fn deny(&mut self, now_ns: u64, retry_after_ns: u64) {

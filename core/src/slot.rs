@@ -225,6 +225,12 @@ impl SlotState {
         self.fallback_full_ns = 0;
     }
 
+    /// After a grant: once its tokens are spent, the key is rejected locally
+    /// until `wait_ns` from now (the agent's turn for this filter).
+    pub fn deny_after_tokens(&mut self, now_ns: u64, wait_ns: u64) {
+        self.lease.deny_after_tokens(now_ns, wait_ns);
+    }
+
     /// Records a denial: the key is rejected locally until `retry_after_ns` from now.
     pub fn deny(&mut self, now_ns: u64, retry_after_ns: u64) {
         self.lease.deny(now_ns, retry_after_ns);

@@ -92,6 +92,13 @@ pub enum LeaseAnswer {
         /// from agents of earlier releases.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         from: Option<AnsweredFrom>,
+        /// The filter's next turn at a node far over its share of the limit:
+        /// once these tokens are spent, the key is denied until this many
+        /// milliseconds from now, when the node will hold tokens for it again
+        /// (without it, a filter asks again as soon as it has spent them, and
+        /// the node would turn it away).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        next_ask_ms: Option<u64>,
     },
     /// Over the limit; enough tokens exist again after `retry_after_ms`.
     Deny {
@@ -300,6 +307,16 @@ mod tests {
                     reset_ms: 10,
                     local: false,
                     from: None,
+                    next_ask_ms: None,
+                },
+                LeaseAnswer::Grant {
+                    tokens: 9,
+                    ttl_ms: 300,
+                    remaining: 0,
+                    reset_ms: 900,
+                    local: false,
+                    from: Some(AnsweredFrom::Pool),
+                    next_ask_ms: Some(240),
                 },
                 LeaseAnswer::Deny {
                     retry_after_ms: 250,
@@ -315,6 +332,8 @@ mod tests {
         assert!(text.contains(r#""result":"deny""#), "{text}");
         // `local` is written only when set, and read as false when absent.
         assert_eq!(text.matches("local").count(), 1, "{text}");
+        // So is a grant's turn (an agent of an earlier release sends none).
+        assert_eq!(text.matches("next_ask_ms").count(), 1, "{text}");
         assert_eq!(
             serde_json::from_str::<LeaseResponse>(&text).ok(),
             Some(resp)

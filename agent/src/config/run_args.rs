@@ -52,7 +52,7 @@ impl RunArgs {
     }
 
     /// Lease sizing and handling, from `--lease-ttl-ms`, `--lease-target-ms`,
-    /// `--exact-below-rps`, `--max-inflight` and `--max-keys`.
+    /// `--exact-below-rps`, `--max-inflight`, `--max-keys` and `--pool-turns`.
     pub(crate) fn lease_settings(&self) -> LeaseSettings {
         LeaseSettings {
             ttl: self.lease_ttl(),
@@ -61,6 +61,7 @@ impl RunArgs {
             max_inflight: usize::try_from(self.max_inflight).unwrap_or(usize::MAX),
             max_keys: self.max_keys(),
             store_deadline: self.store_deadline(),
+            turns: self.pool_turns,
         }
     }
 

@@ -88,10 +88,16 @@ impl LeaseService {
                         remaining,
                         reset_ns,
                         refill,
+                        next_ask_ns,
                     } => {
-                        answers[index] = Some(from_pool(
-                            self.grant(&rule.name, tokens, remaining, reset_ns),
-                        ));
+                        let next_ask_ns = next_ask_ns.map(|n| n.min(rule.until_change_ns(utc_ns)));
+                        answers[index] = Some(from_pool(self.grant(
+                            &rule.name,
+                            tokens,
+                            remaining,
+                            reset_ns,
+                            next_ask_ns,
+                        )));
                         if refill {
                             self.refill(rule, &limit, share, &item.key);
                         }
@@ -220,14 +226,14 @@ impl LeaseService {
                 self.metrics.store_results("ok", 1);
                 self.fail_local.forget(&acquire.key);
                 if !p.pooled {
-                    return self.grant(p.rule, tokens, remaining, reset_ns);
+                    return self.grant(p.rule, tokens, remaining, reset_ns, None);
                 }
                 let take = Take::Granted {
                     tokens,
                     remaining,
                     reset_ns,
                 };
-                let filter = match self.settle_pooled(
+                let (settled, next_ask_ns) = self.settle_pooled(
                     p.rule,
                     p.lease,
                     acquire,
@@ -235,7 +241,8 @@ impl LeaseService {
                     take,
                     (acquire.min, p.want),
                     p.until_change_ns,
-                ) {
+                );
+                let filter = match settled {
                     Take::Granted { tokens, .. } => tokens,
                     Take::Denied { .. } => 0,
                 };
@@ -244,6 +251,7 @@ impl LeaseService {
                     filter,
                     remaining.saturating_add(tokens - filter),
                     reset_ns,
+                    next_ask_ns,
                 )
             }
             Ok(Take::Denied { retry_after_ns }) => {
@@ -291,6 +299,7 @@ impl LeaseService {
                         reset_ms: 0,
                         local: true,
                         from: None,
+                        next_ask_ms: None,
                     },
                     Take::Denied { retry_after_ns } => LeaseAnswer::Deny {
                         retry_after_ms: retry_after_ns.div_ceil(NANOS_PER_MS),
@@ -308,6 +317,7 @@ impl LeaseService {
         tokens: u32,
         remaining: u32,
         reset_ns: u64,
+        next_ask_ns: Option<u64>,
     ) -> LeaseAnswer {
         self.metrics.lease_granted(rule, tokens);
         LeaseAnswer::Grant {
@@ -317,6 +327,7 @@ impl LeaseService {
             reset_ms: reset_ns.div_ceil(NANOS_PER_MS),
             local: false,
             from: Some(AnsweredFrom::Store),
+            next_ask_ms: next_ask_ns.map(|n| n.div_ceil(NANOS_PER_MS)),
         }
     }
 
@@ -346,6 +357,7 @@ fn from_pool(answer: LeaseAnswer) -> LeaseAnswer {
             remaining,
             reset_ms,
             local,
+            next_ask_ms,
             ..
         } => LeaseAnswer::Grant {
             tokens,
@@ -354,6 +366,7 @@ fn from_pool(answer: LeaseAnswer) -> LeaseAnswer {
             reset_ms,
             local,
             from: Some(AnsweredFrom::Pool),
+            next_ask_ms,
         },
         LeaseAnswer::Deny {
             retry_after_ms,

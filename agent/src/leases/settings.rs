@@ -58,6 +58,8 @@ pub struct LeaseSettings {
     /// The store's deadline: how long an ask waits on another ask's store call
     /// for its key, and how long a call is marked in flight at most.
     pub store_deadline: Duration,
+    /// A node far over its share gives its filters turns (`pool::turns`).
+    pub turns: bool,
 }
 
 impl LeaseSettings {
@@ -125,6 +127,7 @@ impl Default for LeaseSettings {
             max_inflight: usize::try_from(defaults::MAX_INFLIGHT).unwrap_or(usize::MAX),
             max_keys: defaults::max_keys(),
             store_deadline: Duration::from_millis(defaults::STORE_DEADLINE_MS),
+            turns: false,
         }
     }
 }

@@ -34,7 +34,7 @@ impl LeaseService {
         take: Take,
         (cost, want): (u32, Option<u32>),
         until_change_ns: u64,
-    ) -> Take {
+    ) -> (Take, Option<u64>) {
         let far_over = self.far_over(acquire, now);
         // A node far over its share spaces the asks its hold turns away by a
         // lease period (`Pools::fill_then_hold`); a fixed window's hold ends
@@ -44,6 +44,7 @@ impl LeaseService {
         } else {
             0
         };
+        let mut next_ask = None;
         let (settled, hold) = match take {
             Take::Granted {
                 tokens,
@@ -57,7 +58,7 @@ impl LeaseService {
                     remaining,
                     reset_ns,
                 };
-                let filter = self.pools.fill_then_hold(
+                let (filter, next) = self.pools.fill_then_hold(
                     &acquire.key,
                     now,
                     grant,
@@ -67,6 +68,7 @@ impl LeaseService {
                     hold,
                     spacing,
                 );
+                next_ask = next.map(|n| n.min(until_change_ns));
                 let settled = Take::Granted {
                     tokens: filter,
                     remaining,
@@ -90,7 +92,7 @@ impl LeaseService {
         if hold > 0 {
             self.refill_after(rule, acquire.limit, acquire.share, &acquire.key, hold);
         }
-        settled
+        (settled, next_ask)
     }
 
     /// [`LeaseService::settle_pooled`] for an answer no filter waits to
@@ -105,6 +107,7 @@ impl LeaseService {
         take: Take,
     ) -> Take {
         self.settle_pooled(rule, lease, acquire, now, take, (0, None), until_change_ns)
+            .0
     }
 
     /// Whether this node alone asks for `acquire`'s key at [`FAR_OVER_SHARE`]

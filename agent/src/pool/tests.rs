@@ -31,6 +31,7 @@ fn a_grant_is_split_by_what_the_filter_will_spend() {
             remaining: 55,
             reset_ns: 0,
             refill: false,
+            next_ask_ns: None,
         }
     );
     assert_eq!(
@@ -40,6 +41,7 @@ fn a_grant_is_split_by_what_the_filter_will_spend() {
             remaining: 50,
             reset_ns: 0,
             refill: false,
+            next_ask_ns: None,
         }
     );
     assert!(matches!(
@@ -49,7 +51,7 @@ fn a_grant_is_split_by_what_the_filter_will_spend() {
     // A grant smaller than the want goes whole to the filter.
     assert_eq!(
         p.fill_then_hold(&key(), 3 * MS, grant(7, 0, 0), 1, Some(9), 100 * MS, 0, 0),
-        7
+        (7, None)
     );
 }
 

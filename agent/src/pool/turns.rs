@@ -1,6 +1,25 @@
-//! The turns of the asks a node's hold turns away: how many tokens a round
-//! serves, and how many lease periods after the hold each ask comes back
-//! (see [`Pools::fill_then_hold`](super::Pools::fill_then_hold)).
+//! The turns of a node far over its share of a key's limit: when each of its
+//! filters asks again (see [`Pools::fill_then_hold`](super::Pools::fill_then_hold)).
+//! The queue below is used only with `--pool-turns` (off by default: it
+//! costs the store calls, see docs/measurements.md); the rounds of
+//! [`Entry::turn_away`] always.
+//!
+//! Such a node calls the store once a lease period, and each call brings about
+//! the node's share of a period's tokens, fewer than its filters want. It gives
+//! its filters turns: each grant it makes, and each ask it turns away, books
+//! the ask's tokens in a queue that moves at the rate the store's tokens come
+//! (a little faster, [`PACE_AHEAD`]), and tells the filter when its turn
+//! comes, at the start of the lease period it falls in (when the node calls
+//! the store): a grant carries it (the filter spends its tokens, then rejects
+//! locally until then, and asks no sooner), a denial waits until it. Without
+//! turns a filter asked as soon as it had spent its grant, was turned away by
+//! the node's hold, and asked again at the hold's end with every other: at 3×
+//! a limit over 50 gateways, 1.5 denials for every grant.
+//!
+//! An ask wanting more than a period's tokens (one gateway taking most of a
+//! node's traffic) is not booked: its turn would push every other back by more
+//! than a period. The node's hold spaces it instead, by rounds
+//! ([`Entry::turn_away`]).
 
 use super::Entry;
 
@@ -10,6 +29,20 @@ use super::Entry;
 /// long a filter keeps a denial once its key's demand has fallen (two
 /// periods, 200 ms at the default `--lease-target-ms`).
 pub const MAX_TURNS: u32 = 2;
+
+/// The furthest ahead a node books a filter's turn: it bounds how long a
+/// filter keeps rejecting once its key's demand has fallen.
+pub const MAX_QUEUE_NS: u64 = 1_000_000_000;
+
+/// Turns are booked this much faster than the store's tokens come. A queue
+/// that runs slower than the tokens leaves them to expire in the pool while
+/// the filters wait for their turns (at the rate itself, one full run of
+/// one-gateway-40 admitted 0.970 of its limit, at 1.15 0.987); one that runs
+/// faster turns some filters away at their turn, a call each.
+const PACE_AHEAD: f64 = 1.15;
+
+/// The time constant of the node's intake count.
+const INTAKE_TAU_NS: f64 = 1e9;
 
 impl Entry {
     /// A store answer starts a round: the tokens the last one served are how
@@ -38,5 +71,68 @@ impl Entry {
         self.turned = self.turned.saturating_add(want);
         let round = self.last_served.max(self.served).max(1);
         (ahead / round).min(MAX_TURNS)
+    }
+
+    /// Counts a store answer's `granted` tokens (0 for a denial) in the
+    /// node's intake and sets the pace of its queue of turns: none unless
+    /// the answer set a hold (`hold_ns`) and the node spaces its asks (it is
+    /// far over its share). The intake is a count decaying with a time
+    /// constant of one second (tokens a second), started at the first
+    /// answer's tokens over its hold when that answer set one.
+    pub(super) fn pace(&mut self, now_ns: u64, hold_ns: u64, granted: u32) {
+        if self.intake_at_ns == 0 && hold_ns > 0 {
+            self.intake = f64::from(granted) * 1e9 / hold_ns as f64;
+        } else {
+            let age = now_ns.saturating_sub(self.intake_at_ns) as f64;
+            self.intake = self.intake * (-age / INTAKE_TAU_NS).exp() + f64::from(granted);
+        }
+        self.intake_at_ns = now_ns.max(1);
+        if self.spacing_ns == 0 || hold_ns == 0 || self.intake < 1.0 {
+            self.ns_per_token = 0;
+            self.queue_end_ns = 0;
+        } else {
+            self.ns_per_token = (1e9 / (self.intake * PACE_AHEAD)) as u64;
+        }
+    }
+
+    /// Books `tokens` for an ask at `now_ns` in the node's queue of turns and
+    /// returns when, from now, its turn comes: behind every turn booked
+    /// before it, and not before the hold ends (at most [`MAX_QUEUE_NS`]).
+    /// `None` when the node keeps no queue (it is not far over its share, or
+    /// its hold is over) or the ask wants more than a period's tokens.
+    pub(super) fn book(&mut self, now_ns: u64, tokens: u32) -> Option<u64> {
+        let hold_end = self.lease.denied_until_ns;
+        if self.ns_per_token == 0 || hold_end <= now_ns {
+            return None;
+        }
+        if u64::from(tokens).saturating_mul(self.ns_per_token) > self.spacing_ns {
+            return None;
+        }
+        let start = self
+            .queue_end_ns
+            .max(hold_end)
+            .min(now_ns.saturating_add(MAX_QUEUE_NS));
+        self.queue_end_ns =
+            start.saturating_add(u64::from(tokens).saturating_mul(self.ns_per_token));
+        // Turns come at the rounds' starts, when the node calls the store.
+        let rounds = (start - hold_end).div_ceil(self.spacing_ns.max(1));
+        let start = hold_end
+            .saturating_add(rounds.saturating_mul(self.spacing_ns))
+            .min(now_ns.saturating_add(MAX_QUEUE_NS));
+        Some(start - now_ns)
+    }
+
+    /// Counts in the node's demand the asks a filter sent to its turn
+    /// `next_ns` from now skips (one of `asked` tokens each half a lease's
+    /// life), as it would have made them: the node's demand, which sizes its
+    /// leases and tells whether it is far over its share, does not fall
+    /// because fewer ask.
+    pub(super) fn count_skipped(&mut self, now_ns: u64, asked: u32, next_ns: Option<u64>) {
+        let (Some(next), true) = (next_ns, self.ask_period_ns > 0) else {
+            return;
+        };
+        let skipped = (u128::from(asked) * u128::from(next) / u128::from(self.ask_period_ns))
+            .min(u128::from(u32::MAX)) as u32;
+        self.lease.add_demand(now_ns, skipped);
     }
 }

@@ -73,6 +73,7 @@ fn offered_demand_counts_grants_in_tokens_and_other_answers_in_cost() {
             reset_ms: 0,
             local: false,
             from: None,
+            next_ask_ms: None,
         }),
         Some(LeaseAnswer::Deny {
             retry_after_ms: 5,

@@ -206,6 +206,7 @@ impl Vm {
                             reset_ms: 1_000,
                             local: false,
                             from: None,
+                            next_ask_ms: None,
                         },
                     })
                     .collect();

@@ -77,6 +77,40 @@ fn no_refill_starts_while_a_denial_holds() {
 }
 
 #[test]
+fn a_grant_carrying_a_turn_is_spent_then_denied_until_the_turn() {
+    let mut l = Lease {
+        demand: 1_000.0,
+        rtt_us: 1_000,
+        ..Lease::default()
+    };
+    assert!(l.begin_call(0, MS));
+    l.grant(0, 3, 0, 300 * MS);
+    l.deny_after_tokens(0, 50 * MS);
+    // The tokens first, with no refill ahead (the turn says when to ask)...
+    for left in (0..3).rev() {
+        assert_eq!(
+            l.take(MS, 1, Some(MS)),
+            Spend::Taken {
+                left,
+                refill: false
+            }
+        );
+    }
+    // ...then rejected until the turn, without a call...
+    assert_eq!(
+        l.take(2 * MS, 1, Some(MS)),
+        Spend::Denied {
+            retry_after_ns: 48 * MS
+        }
+    );
+    // ...and at the turn, a call.
+    assert_eq!(
+        l.take(50 * MS, 1, Some(MS)),
+        Spend::Empty { in_flight: false }
+    );
+}
+
+#[test]
 fn a_thin_holder_asks_for_its_cost_and_never_refills_ahead() {
     // 10/s over a 300 ms lease: 3 tokens a life, below the mark of 4.
     let mut l = Lease {
@@ -249,6 +283,8 @@ enum Op {
     Deny(u64),
     Fail,
     Wait(u64),
+    /// A grant that carries the holder's turn.
+    GrantTurn(u32, u64, u64),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -258,6 +294,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (1u64..200).prop_map(|w| Op::Deny(w * MS)),
         1 => Just(Op::Fail),
         2 => (0u64..100).prop_map(|w| Op::Wait(w * MS)),
+        1 => (0u32..20, 1u64..400, 1u64..400)
+            .prop_map(|(t, ttl, turn)| Op::GrantTurn(t, ttl * MS, turn * MS)),
     ]
 }
 
@@ -298,6 +336,12 @@ proptest! {
                 }
                 Op::Grant(tokens, ttl) => {
                     l.grant(now, tokens, 0, ttl);
+                    granted += u64::from(tokens);
+                    in_flight_until = None;
+                }
+                Op::GrantTurn(tokens, ttl, turn) => {
+                    l.grant(now, tokens, 0, ttl);
+                    l.deny_after_tokens(now, turn);
                     granted += u64::from(tokens);
                     in_flight_until = None;
                 }

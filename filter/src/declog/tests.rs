@@ -112,6 +112,7 @@ fn allowed_decisions_are_kept_at_the_rules_sample_rate() {
         reset_ms: 0,
         local: false,
         from: Some(AnsweredFrom::Pool),
+        next_ask_ms: None,
     };
     let first = answered(&rs, &host, grant.clone());
     let mut log = DecisionLog::default();
@@ -203,6 +204,7 @@ fn a_failed_open_decision_carries_no_tokens_and_an_allowed_one_its_remaining() {
             reset_ms: 100,
             local: false,
             from: Some(AnsweredFrom::Store),
+            next_ask_ms: None,
         },
     );
     let mut log = DecisionLog::default();

@@ -40,6 +40,7 @@ fn grant(tokens: u32) -> LeaseAnswer {
         reset_ms: 10,
         local: false,
         from: None,
+        next_ask_ms: None,
     }
 }
 

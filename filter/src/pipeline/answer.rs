@@ -27,11 +27,15 @@ pub fn apply_answer<H: Host>(
             reset_ms,
             local: false,
             from,
+            next_ask_ms,
         }) => {
             let reset_ns = reset_ms.saturating_mul(NANOS_PER_MS);
             let ttl_ns = ttl_ms.saturating_mul(NANOS_PER_MS);
             slots::update(host, now, fp, cfg.slots, |s| {
-                s.grant(now, tokens, item.prepaid, ttl_ns, remaining, reset_ns)
+                s.grant(now, tokens, item.prepaid, ttl_ns, remaining, reset_ns);
+                if let Some(ms) = next_ask_ms {
+                    s.deny_after_tokens(now, ms.saturating_mul(NANOS_PER_MS));
+                }
             });
             KeyResult::Answered(from)
         }

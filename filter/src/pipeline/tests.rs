@@ -2,7 +2,7 @@ use std::rc::Rc;
 
 use meshlimit_core::rules::RulesConfig;
 use meshlimit_core::wire::LeaseAnswer;
-use meshlimit_core::{RequestInfo, RuleSet, Verdict, NANOS_PER_SEC};
+use meshlimit_core::{RequestInfo, RuleSet, Verdict, NANOS_PER_MS, NANOS_PER_SEC};
 
 use super::Evaluation;
 use crate::config::FilterConfig;
@@ -36,6 +36,7 @@ fn grant(tokens: u32) -> LeaseAnswer {
         reset_ms: 10,
         local: false,
         from: None,
+        next_ask_ms: None,
     }
 }
 
@@ -70,6 +71,55 @@ fn a_grant_fills_the_lease_and_later_requests_stay_local() {
     let mut e = Evaluation::new(rs, &req("k"), &cfg).unwrap().unwrap();
     assert!(e.local_pass(&host, &cfg));
     assert_eq!(e.lease_request().items.len(), 1);
+}
+
+#[test]
+fn a_grant_that_carries_a_turn_is_spent_then_rejects_until_it_without_asking() {
+    let host = MemoryHost::default();
+    let cfg = FilterConfig::default();
+    let rs = two_rules("local");
+    let mut e = Evaluation::new(Rc::clone(&rs), &req("k"), &cfg)
+        .unwrap()
+        .unwrap();
+    assert!(e.local_pass(&host, &cfg));
+    let turn = LeaseAnswer::Grant {
+        tokens: 2,
+        ttl_ms: 100,
+        remaining: 50,
+        reset_ms: 10,
+        local: false,
+        from: None,
+        next_ask_ms: Some(50),
+    };
+    e.apply_answers(&host, &cfg, vec![turn, grant(10)]);
+    assert!(matches!(e.verdict(), Verdict::Allow { .. }));
+    // The grant's second token...
+    let mut e = Evaluation::new(Rc::clone(&rs), &req("k"), &cfg)
+        .unwrap()
+        .unwrap();
+    assert!(!e.local_pass(&host, &cfg));
+    assert!(matches!(e.verdict(), Verdict::Allow { .. }));
+    // ...then a local rejection until the turn, 50 ms after the grant...
+    host.set_now(10 * NANOS_PER_MS);
+    let mut e = Evaluation::new(Rc::clone(&rs), &req("k"), &cfg)
+        .unwrap()
+        .unwrap();
+    assert!(!e.local_pass(&host, &cfg), "no call before the turn");
+    assert!(matches!(
+        e.verdict(),
+        Verdict::Deny {
+            rule: "tight",
+            retry_after_ns: 40_000_000,
+            ..
+        }
+    ));
+    assert!(e.take_refills().is_empty());
+    // ...and at the turn, the key's call goes out (nobody waits on it, as at
+    // any denial's end).
+    host.set_now(50 * NANOS_PER_MS);
+    let mut e = Evaluation::new(rs, &req("k"), &cfg).unwrap().unwrap();
+    assert!(!e.local_pass(&host, &cfg));
+    assert_eq!(e.take_refills().len(), 1);
 }
 
 #[test]
@@ -180,6 +230,7 @@ fn the_agents_fail_local_answers_count_as_the_policy_and_keep_no_lease() {
         reset_ms: 0,
         local: true,
         from: None,
+        next_ask_ms: None,
     };
     e.apply_answers(
         &host,
@@ -311,6 +362,7 @@ fn each_decision_names_where_it_was_made_and_the_key_it_counted() {
                 reset_ms: 10,
                 local: false,
                 from: Some(AnsweredFrom::Store),
+                next_ask_ms: None,
             },
         ],
     );

@@ -233,6 +233,7 @@ fn grant(tokens: u32, remaining: u32, reset_ms: u64) -> LeaseAnswer {
         reset_ms,
         local: false,
         from: None,
+        next_ask_ms: None,
     }
 }
 

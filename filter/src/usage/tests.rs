@@ -59,6 +59,7 @@ fn spend(host: &MemoryHost, cfg: &FilterConfig, path: &str, tokens: u32, store_r
                 reset_ms: 3_500,
                 local: false,
                 from: None,
+                next_ask_ms: None,
             })
             .collect();
         e.apply_answers(host, cfg, answers);

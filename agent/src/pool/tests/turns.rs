@@ -1,17 +1,26 @@
-//! A hold's turned-away asks, spaced by what a round serves, and the demand
-//! they still count.
+//! A far-over node's turns: the queue its grants and denials book, the rounds
+//! that space asks too large for it, and the demand the skipped asks still
+//! count.
 
 use super::*;
 
+// The pace of [`held`]'s queue: its first answer brought 10 tokens for a
+// hold of 100 ms (100 a second), and turns are booked 1.15 times as fast,
+// 8.7 ms a token: an ask of 5 books 43 ms.
+
 /// A pool that served two asks of 5 (the fill's and one from the pool) and is
-/// held until 100 ms, its turned-away asks spaced by `spacing_ns`.
-fn held(spacing_ns: u64) -> Pools {
-    let p = Pools::default();
+/// held until 100 ms, spacing its asks by `spacing_ns` (0: a node near its
+/// share, which keeps no queue). Returns the pool and the two asks' turns.
+fn held(spacing_ns: u64) -> (Pools, [Option<u64>; 2]) {
+    held_by(Pools::default().with_turns(true), spacing_ns)
+}
+
+fn held_by(p: Pools, spacing_ns: u64) -> (Pools, [Option<u64>; 2]) {
     assert!(matches!(
         p.take(&key(), 0, 1, Some(5), MS),
         PoolTake::Miss { .. }
     ));
-    let filter = p.fill_then_hold(
+    let (filter, first) = p.fill_then_hold(
         &key(),
         0,
         grant(10, 0, 0),
@@ -22,63 +31,126 @@ fn held(spacing_ns: u64) -> Pools {
         spacing_ns,
     );
     assert_eq!(filter, 5);
-    assert!(matches!(
-        p.take(&key(), MS, 1, Some(5), MS),
-        PoolTake::Served { tokens: 5, .. }
-    ));
-    p
+    let PoolTake::Served {
+        tokens: 5,
+        next_ask_ns: second,
+        ..
+    } = p.take(&key(), MS, 1, Some(5), MS)
+    else {
+        panic!("not served");
+    };
+    (p, [first, second])
 }
 
-/// The retry each of seven asks of 5 at 10 ms is told, in ms.
-fn retries(p: &Pools) -> Vec<u64> {
-    (0..7)
-        .map(|_| match p.take(&key(), 10 * MS, 1, Some(5), MS) {
-            PoolTake::Denied { retry_after_ns } => retry_after_ns / MS,
+/// The retry each of `n` asks of `want` at 10 ms is told, in ns.
+fn retries(p: &Pools, n: usize, want: u32) -> Vec<u64> {
+    (0..n)
+        .map(|_| match p.take(&key(), 10 * MS, 1, Some(want), MS) {
+            PoolTake::Denied { retry_after_ns } => retry_after_ns,
             other => panic!("not denied: {other:?}"),
         })
         .collect()
 }
 
 #[test]
-fn asks_a_hold_turns_away_come_back_a_round_s_worth_at_a_time() {
-    // The round served 10 tokens: the first two asks of 5 come back at the
-    // hold's end, the next two a spacing later, the rest two spacings later
-    // (the most, `MAX_TURNS`).
+fn a_far_over_node_s_grants_carry_each_filter_s_turn() {
+    // The first grant's filter comes back at the hold's end; the second
+    // behind it (its 5 tokens come at the store's pace, 43 ms), at the start
+    // of the round they fall in: the next period.
+    let (_, turns) = held(100 * MS);
+    assert_eq!(turns, [Some(100 * MS), Some(199 * MS)]);
+}
+
+#[test]
+fn asks_turned_away_are_booked_one_behind_the_other_at_the_store_s_pace() {
+    let (p, _) = held(100 * MS);
+    let ms: Vec<u64> = retries(&p, 12, 5).iter().map(|r| r / MS).collect();
+    // Behind the two grants' 10 tokens, 5 tokens' time (43 ms) apart, each
+    // at the start of its round (the hold's end and every 100 ms after): two
+    // or three a round, as 100 ms holds 2.3 asks' tokens.
+    assert_eq!(
+        ms,
+        [190, 290, 290, 390, 390, 490, 490, 490, 590, 590, 690, 690]
+    );
+}
+
+#[test]
+fn turns_are_off_unless_asked_for() {
+    // `--pool-turns` is off by default: no turn in a grant, and asks turned
+    // away are spaced by rounds.
+    let (p, turns) = held_by(Pools::default(), 100 * MS);
+    assert_eq!(turns, [None, None]);
+    let ms: Vec<u64> = retries(&p, 4, 5).iter().map(|r| r / MS).collect();
+    assert_eq!(ms, [90, 90, 190, 190]);
+}
+
+#[test]
+fn no_turn_is_booked_further_than_max_queue() {
+    let (p, _) = held(100 * MS);
+    let r = retries(&p, 40, 5);
+    assert_eq!(*r.iter().max().unwrap(), MAX_QUEUE_NS);
+    assert!(r.ends_with(&[MAX_QUEUE_NS, MAX_QUEUE_NS]));
+}
+
+#[test]
+fn an_ask_wanting_more_than_a_period_s_tokens_is_spaced_by_rounds() {
+    // 20 tokens take 174 ms at the queue's pace, more than the 100 ms
+    // period: the round (10 tokens served) spaces such asks, the first at
+    // the hold's end, the rest two spacings later (the most, `MAX_TURNS`).
     assert_eq!(MAX_TURNS, 2);
-    let p = held(100 * MS);
-    assert_eq!(retries(&p), [90, 90, 190, 190, 290, 290, 290]);
-    // Without spacing (a node near its share) every ask comes back at the
-    // hold's end.
-    assert_eq!(retries(&held(0)), [90; 7]);
+    let (p, _) = held(100 * MS);
+    let ms: Vec<u64> = retries(&p, 3, 20).iter().map(|r| r / MS).collect();
+    assert_eq!(ms, [90, 290, 290]);
 }
 
 #[test]
-fn a_store_answer_starts_a_new_round_of_turns() {
-    let p = held(100 * MS);
-    assert_eq!(retries(&p)[6], 290);
-    // A denial answers the refill: its hold turns asks away from the first
-    // again, a round's worth (the 10 tokens the last round served) at a time.
-    p.deny(&key(), 20 * MS, 100 * MS, 100 * MS);
-    let again: Vec<u64> = (0..3)
-        .map(|_| match p.take(&key(), 20 * MS, 1, Some(5), MS) {
-            PoolTake::Denied { retry_after_ns } => retry_after_ns / MS,
-            other => panic!("not denied: {other:?}"),
-        })
-        .collect();
-    assert_eq!(again, [100, 100, 200]);
+fn a_node_near_its_share_keeps_no_queue() {
+    // No spacing: grants carry no turn, and every ask turned away comes
+    // back at the hold's end.
+    let (p, turns) = held(0);
+    assert_eq!(turns, [None, None]);
+    assert_eq!(retries(&p, 7, 5), [90 * MS; 7]);
+    // A node that was far over drops its queue at its first answer as one
+    // near its share.
+    let (p, _) = held(100 * MS);
+    let (_, turn) = p.fill_then_hold(
+        &key(),
+        20 * MS,
+        grant(10, 0, 0),
+        1,
+        Some(5),
+        1_000 * MS,
+        100 * MS,
+        0,
+    );
+    assert_eq!(turn, None);
+    assert!(matches!(
+        p.take(&key(), 21 * MS, 1, Some(5), MS),
+        PoolTake::Served {
+            next_ask_ns: None,
+            ..
+        }
+    ));
 }
 
 #[test]
-fn a_turned_away_ask_counts_the_asks_it_will_not_make() {
-    // The seven asks above wait 0, 0, 1, 1, 2, 2 and 2 spacings: 8 rounds
-    // they would have asked in, at 5 tokens each, count as demand now.
-    let spaced = held(100 * MS);
-    let plain = held(0);
-    retries(&spaced);
-    retries(&plain);
+fn a_booked_ask_counts_the_asks_it_will_not_make() {
+    // A filter asks for half a lease's life of its demand (500 ms here):
+    // each ask sent to its turn counts, in the node's demand, the asks of 5
+    // it would have made until then.
+    let (spaced, _) = held(100 * MS);
+    let (plain, _) = held(0);
+    let waits = retries(&spaced, 7, 5);
+    retries(&plain, 7, 5);
     let extra = spaced.demand(&key(), 10 * MS) - plain.demand(&key(), 10 * MS);
-    let expected = 40.0 * per_token();
-    // The demand is kept as an f32.
+    let skipped = |w: u64| (5 * w / (500 * MS)) as f64;
+    // The held pools' own grants differ too: their turns were booked at 0
+    // and 1 ms, and the demand decays with a time constant of a second.
+    let [first, second] = [100 * MS, 199 * MS];
+    let expected = per_token()
+        * (waits.iter().map(|&w| skipped(w)).sum::<f64>()
+            + skipped(first) * (-0.010f64).exp()
+            + skipped(second) * (-0.009f64).exp());
     assert!(
         (extra - expected).abs() < expected * 1e-4,
         "{extra} ≠ {expected}"

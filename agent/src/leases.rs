@@ -78,7 +78,11 @@ impl LeaseService {
             // `Semaphore::new` panics above MAX_PERMITS; clamp rather than trust the caller.
             inflight: Semaphore::new(settings.max_inflight.clamp(1, Semaphore::MAX_PERMITS)),
             settings,
-            pools: Pools::new(settings.max_keys).with_turns(settings.turns),
+            pools: Pools::new(settings.max_keys).with_turns(
+                settings
+                    .turns
+                    .then(|| u64::try_from(settings.ttl.as_nanos() / 2).unwrap_or(u64::MAX)),
+            ),
             epoch: Instant::now(),
             shares: Shares::default(),
             fail_local: FailLocal::new(settings.max_keys),

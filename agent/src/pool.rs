@@ -21,7 +21,7 @@
 //!
 //! Bounded: at most `max_keys` keys (`--max-keys`; its default in
 //! `config::defaults`; enforced per lock shard), about 1.2 KiB each at worst (a key of at most 1 KiB and its
-//! ~64-byte entry; see `crate::store::memory` for the sum). `run` sweeps it every
+//! 144-byte entry; see `crate::store::memory` for the sum). `run` sweeps it every
 //! second ([`Pools::sweep`]). Dropping an entry, by the sweep or at the cap, only
 //! loses unspent pooled tokens (they expire with their lease anyway), a denial
 //! cache (the next ask goes to the store) and a demand estimate (the next lease
@@ -35,9 +35,11 @@ use meshlimit_core::lease::{Lease, Spend};
 use meshlimit_core::DescriptorKey;
 use tokio::sync::watch;
 
+mod take;
 mod turns;
 mod view;
 
+pub use take::PoolTake;
 pub use turns::{MAX_QUEUE_NS, MAX_TURNS};
 pub use view::PoolView;
 
@@ -47,79 +49,10 @@ const SHARDS: usize = 16;
 pub struct Pools {
     shards: Vec<Mutex<HashMap<DescriptorKey, Entry>>>,
     max_per_shard: usize,
-    /// Whether a node far over its share gives its filters turns
-    /// (`--pool-turns`, see `pool::turns`).
-    turns: bool,
-}
-
-/// What the pool can do for one ask.
-#[derive(Debug)]
-pub enum PoolTake {
-    /// Served from the pool: `tokens` for the filter. `refill`: the pool fell
-    /// below its refill mark and has a store call marked in flight; the caller
-    /// starts it (in the background) and reports its end.
-    Served {
-        tokens: u32,
-        remaining: u32,
-        reset_ns: u64,
-        refill: bool,
-        /// The filter's next turn, for a node far over its share (see
-        /// [`Pools::fill_then_hold`]): it asks again no sooner.
-        next_ask_ns: Option<u64>,
-    },
-    /// The node knows the key is over its limit until `retry_after_ns` from now.
-    Denied { retry_after_ns: u64 },
-    /// A store call for the key is in flight: wait for its end (the receiver
-    /// changes then), then take again.
-    Wait(watch::Receiver<()>),
-    /// Ask the store (the call is marked in flight: report its end);
-    /// `demand_per_sec` is this node's recent demand for the key; `dropped`
-    /// pooled tokens expired unspent; `waited`: asks that waited on the last
-    /// call and may still want tokens (the lease should cover them too).
-    Miss {
-        demand_per_sec: f64,
-        dropped: u32,
-        waited: u32,
-    },
-}
-
-impl PartialEq for PoolTake {
-    /// Equal answers; two waits are never equal (their calls differ).
-    fn eq(&self, other: &Self) -> bool {
-        use PoolTake::*;
-        match (self, other) {
-            (
-                Served {
-                    tokens: a,
-                    remaining: b,
-                    reset_ns: c,
-                    refill: d,
-                    next_ask_ns: i,
-                },
-                Served {
-                    tokens: e,
-                    remaining: f,
-                    reset_ns: g,
-                    refill: h,
-                    next_ask_ns: j,
-                },
-            ) => (a, b, c, d, i) == (e, f, g, h, j),
-            (Denied { retry_after_ns: a }, Denied { retry_after_ns: b }) => a == b,
-            (
-                Miss {
-                    demand_per_sec: a,
-                    dropped: b,
-                    waited: c,
-                },
-                Miss {
-                    demand_per_sec: d,
-                    dropped: e,
-                    waited: f,
-                },
-            ) => (a, b, c) == (d, e, f),
-            _ => false,
-        }
-    }
+    /// With `--pool-turns` (see `pool::turns`): how often a served filter
+    /// asks (half a lease's life: it asks for that much of its demand).
+    /// `None`: no turns.
+    turns: Option<u64>,
 }
 
 /// What the store granted: tokens, what it kept, and when its bucket is full.
@@ -154,9 +87,6 @@ struct Entry {
     /// one every `ns_per_token` (0: no queue). See `pool::turns`.
     queue_end_ns: u64,
     ns_per_token: u64,
-    /// How often a filter asks while it is served (half a lease's life: it
-    /// asks for that much of its demand).
-    ask_period_ns: u64,
     /// Tokens the store gave this node, a count decaying with a time
     /// constant of one second (tokens a second).
     intake: f64,
@@ -176,13 +106,15 @@ impl Pools {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             max_per_shard: max_keys.div_ceil(SHARDS).max(1),
-            turns: false,
+            turns: None,
         }
     }
 
-    /// These pools, giving turns when `turns` (see `pool::turns`).
-    pub fn with_turns(mut self, turns: bool) -> Self {
-        self.turns = turns;
+    /// These pools, giving turns to filters that ask every `ask_period_ns`
+    /// (half a lease's life) while they are served; `None`: no turns (see
+    /// `pool::turns`).
+    pub fn with_turns(mut self, ask_period_ns: Option<u64>) -> Self {
+        self.turns = ask_period_ns;
         self
     }
 
@@ -243,10 +175,13 @@ impl Pools {
                     if refill {
                         e.call = Some(watch::channel(()).0);
                     }
-                    let next_ask_ns = turns.then(|| e.book(now_ns, ask)).flatten();
-                    if count {
-                        e.count_skipped(now_ns, asked, next_ask_ns);
-                    }
+                    let next_ask_ns = turns.and_then(|period| {
+                        let next = e.book(now_ns, ask)?;
+                        if count {
+                            e.count_skipped(now_ns, asked, next, period);
+                        }
+                        Some(next)
+                    });
                     PoolTake::Served {
                         tokens: ask,
                         remaining: e.remaining.saturating_add(left),
@@ -256,9 +191,11 @@ impl Pools {
                     }
                 }
                 Spend::Denied { retry_after_ns } => {
-                    if let Some(turn) = turns.then(|| e.book(now_ns, asked)).flatten() {
+                    if let Some((turn, period)) =
+                        turns.and_then(|period| Some((e.book(now_ns, asked)?, period)))
+                    {
                         if count {
-                            e.count_skipped(now_ns, asked, Some(turn));
+                            e.count_skipped(now_ns, asked, turn, period);
                         }
                         return PoolTake::Denied {
                             retry_after_ns: turn,
@@ -366,26 +303,27 @@ impl Pools {
             want.unwrap_or(cost).max(cost).min(granted)
         };
         let turns = self.turns;
-        self.with(key, now_ns, |e| {
-            // Tokens already pooled are added to, never overwritten (that would
-            // lose granted tokens).
-            e.lease.grant(now_ns, granted, filter, ttl_ns);
-            e.remaining = remaining;
-            e.reset_at_ns = now_ns.saturating_add(reset_ns);
-            e.lease.denied_until_ns = now_ns.saturating_add(hold_ns);
-            e.new_round(spacing_ns, filter);
-            e.ask_period_ns = ttl_ns / 2;
-            e.pace(now_ns, hold_ns, granted);
-            e.end_call();
-            let asked = want.unwrap_or(cost).max(cost);
-            if filter == 0 {
-                return (0, None);
-            }
-            let next = turns.then(|| e.book(now_ns, filter)).flatten();
-            e.count_skipped(now_ns, asked, next);
-            (filter, next)
-        })
-        .map_or((filter, None), |t| t)
+        let next = self
+            .with(key, now_ns, |e| {
+                // Tokens already pooled are added to, never overwritten (that would
+                // lose granted tokens).
+                e.lease.grant(now_ns, granted, filter, ttl_ns);
+                e.remaining = remaining;
+                e.reset_at_ns = now_ns.saturating_add(reset_ns);
+                e.lease.denied_until_ns = now_ns.saturating_add(hold_ns);
+                e.new_round(spacing_ns, filter);
+                e.end_call();
+                let period = turns?;
+                e.pace(now_ns, hold_ns, granted);
+                if filter == 0 {
+                    return None;
+                }
+                let next = e.book(now_ns, filter)?;
+                e.count_skipped(now_ns, want.unwrap_or(cost).max(cost), next, period);
+                Some(next)
+            })
+            .flatten();
+        (filter, next)
     }
 
     /// Records a store denial: asks for the key are denied at the node until
@@ -397,7 +335,9 @@ impl Pools {
             // A denial answering a concurrent ask must not strand tokens that
             // another ask's grant just pooled: they are served first.
             e.lease.deny(now_ns, retry_after_ns);
-            e.pace(now_ns, retry_after_ns, 0);
+            if self.turns.is_some() {
+                e.pace(now_ns, retry_after_ns, 0);
+            }
             // The store held less than an ask.
             e.remaining = 0;
             e.end_call();

@@ -123,15 +123,12 @@ impl Entry {
     }
 
     /// Counts in the node's demand the asks a filter sent to its turn
-    /// `next_ns` from now skips (one of `asked` tokens each half a lease's
-    /// life), as it would have made them: the node's demand, which sizes its
-    /// leases and tells whether it is far over its share, does not fall
-    /// because fewer ask.
-    pub(super) fn count_skipped(&mut self, now_ns: u64, asked: u32, next_ns: Option<u64>) {
-        let (Some(next), true) = (next_ns, self.ask_period_ns > 0) else {
-            return;
-        };
-        let skipped = (u128::from(asked) * u128::from(next) / u128::from(self.ask_period_ns))
+    /// `next_ns` from now skips (one of `asked` tokens each `period_ns`, half
+    /// a lease's life), as it would have made them: the node's demand, which
+    /// sizes its leases and tells whether it is far over its share, does not
+    /// fall because fewer ask.
+    pub(super) fn count_skipped(&mut self, now_ns: u64, asked: u32, next_ns: u64, period_ns: u64) {
+        let skipped = (u128::from(asked) * u128::from(next_ns) / u128::from(period_ns.max(1)))
             .min(u128::from(u32::MAX)) as u32;
         self.lease.add_demand(now_ns, skipped);
     }

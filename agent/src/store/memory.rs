@@ -19,7 +19,7 @@
 //! Bytes per key, at worst: the key (at most `wire::MAX_KEY_BYTES` = 1 KiB, plus
 //! ~16 B of allocator header) and its map slot (`DescriptorKey` 24 B, `Entry`
 //! ~56 B and 1 control byte, up to twice over while the table has just grown).
-//! Measured: 1,135 B a key in this store, 1,150 B in the node pool and 1,093 B in
+//! Measured: 1,168 B a key in this store, 1,261 B in the node pool and 1,093 B in
 //! the fail-local buckets, for 25,000 keys of 1 KiB (`cargo test -p
 //! meshlimit-agent --test memory_bounds -- --nocapture`, which holds each table
 //! under 1,300 B a key). So the three per-key tables hold at most about

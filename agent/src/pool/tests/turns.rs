@@ -12,7 +12,8 @@ use super::*;
 /// held until 100 ms, spacing its asks by `spacing_ns` (0: a node near its
 /// share, which keeps no queue). Returns the pool and the two asks' turns.
 fn held(spacing_ns: u64) -> (Pools, [Option<u64>; 2]) {
-    held_by(Pools::default().with_turns(true), spacing_ns)
+    // Filters ask every 500 ms while served (half the 1 s lease below).
+    held_by(Pools::default().with_turns(Some(500 * MS)), spacing_ns)
 }
 
 fn held_by(p: Pools, spacing_ns: u64) -> (Pools, [Option<u64>; 2]) {

@@ -245,12 +245,12 @@ impl Gateway {
             tokio::task::spawn_local(async move {
                 let answers = match gw.client.lease(&request).await {
                     Ok(resp) => {
-                        gw.rec.answers(&resp.items);
+                        gw.rec.answers(&resp.items, gw.host.now_ns());
                         backoff::answered(&gw.host);
                         Some(resp.items)
                     }
                     Err(why) => {
-                        gw.rec.failed(why);
+                        gw.rec.failed(why, gw.host.now_ns());
                         backoff::failed(&gw.host, gw.cfg.agent_backoff);
                         None
                     }

@@ -64,8 +64,9 @@ pub struct Steady {
     /// The worst whole second above and below the allowance, as a fraction of it.
     pub max_over: f64,
     pub max_under: f64,
-    /// Requests, and wrong decisions, of the steady part.
+    /// Requests, agent calls ended, and wrong decisions, of the steady part.
     pub requests: u64,
+    pub agent_calls: u64,
     pub wrongly_limited: u64,
     /// Of them, rejected from the gateway's cached denial.
     pub wrongly_limited_cached: u64,
@@ -120,6 +121,17 @@ impl Figures {
         }
     }
 
+    /// Agent calls per 1,000 requests over the steady part (after the
+    /// warmup): a key's cost once the nodes know its demand, without the
+    /// cold start, where every gateway asks for each request.
+    pub fn steady_calls_per_1000(&self) -> f64 {
+        if self.steady.requests == 0 {
+            0.0
+        } else {
+            self.steady.agent_calls as f64 * 1000.0 / self.steady.requests as f64
+        }
+    }
+
     pub fn fraction(&self, n: u64) -> f64 {
         if self.totals.requests == 0 {
             0.0
@@ -135,7 +147,13 @@ pub fn figures(plan: &Plan, rec: &Recorded, script_calls: u64, limits: &[f64]) -
     let a = &rec.log.agent;
     let warmup_ns = plan.scenario.warmup.ns();
     let seconds = seconds(events, limits, &rec.scripts_per_second);
-    let steady = steady(events, &seconds, warmup_ns, plan.scenario.duration.0);
+    let steady = steady(
+        events,
+        &a.call_ns,
+        &seconds,
+        warmup_ns,
+        plan.scenario.duration.0,
+    );
     Figures {
         totals: totals(events),
         steady,
@@ -181,7 +199,13 @@ fn totals(events: &[Event]) -> Totals {
     t
 }
 
-fn steady(events: &[Event], seconds: &[Second], warmup_ns: u64, duration: f64) -> Steady {
+fn steady(
+    events: &[Event],
+    call_ns: &[u64],
+    seconds: &[Second],
+    warmup_ns: u64,
+    duration: f64,
+) -> Steady {
     let steady: Vec<&Event> = events
         .iter()
         .filter(|e| e.arrived_ns >= warmup_ns)
@@ -219,6 +243,7 @@ fn steady(events: &[Event], seconds: &[Second], warmup_ns: u64, duration: f64) -
         max_over,
         max_under,
         requests: steady.len() as u64,
+        agent_calls: call_ns.iter().filter(|&&t| t >= warmup_ns).count() as u64,
         wrongly_limited: wrong(false),
         wrongly_limited_cached: steady
             .iter()

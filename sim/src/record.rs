@@ -65,6 +65,8 @@ pub struct AgentCounts {
     pub lease_tokens: Vec<u32>,
     /// The retry time of each denial (ms): how long the gateway caches it.
     pub deny_ms: Vec<u64>,
+    /// When each call ended (answered or failed), on the gateways' clock.
+    pub call_ns: Vec<u64>,
 }
 
 /// Everything recorded during a run.
@@ -155,11 +157,12 @@ impl Recorder {
         self.log.borrow_mut().unmatched += 1;
     }
 
-    /// The agent answered a call.
-    pub fn answers(&self, answers: &[LeaseAnswer]) {
+    /// The agent answered a call, at `now_ns`.
+    pub fn answers(&self, answers: &[LeaseAnswer], now_ns: u64) {
         let mut log = self.log.borrow_mut();
         let a = &mut log.agent;
         a.calls += 1;
+        a.call_ns.push(now_ns);
         for answer in answers {
             match answer {
                 LeaseAnswer::Grant { tokens, .. } => {
@@ -175,11 +178,12 @@ impl Recorder {
         }
     }
 
-    /// An agent call failed.
-    pub fn failed(&self, why: CallFailure) {
+    /// An agent call failed, at `now_ns`.
+    pub fn failed(&self, why: CallFailure, now_ns: u64) {
         let mut log = self.log.borrow_mut();
         let a = &mut log.agent;
         a.calls += 1;
+        a.call_ns.push(now_ns);
         match why {
             CallFailure::Timeout => a.timeouts += 1,
             CallFailure::Transport => a.transport_errors += 1,

@@ -155,7 +155,8 @@ impl LeaseService {
             let max = if pooled {
                 let filter = item.want.unwrap_or(item.cost).max(item.cost);
                 if self.may_prefetch(&item.key, &enforced, demand, lease) {
-                    self.settings.store_max(lease, filter, demand)
+                    let paced = self.settings.paced(far_over_of);
+                    self.settings.store_max(lease, filter, demand, paced)
                 } else {
                     filter
                 }

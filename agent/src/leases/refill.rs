@@ -47,7 +47,9 @@ impl LeaseService {
             key: key.clone(),
             limit: *limit,
             min: 1,
-            max: self.settings.store_max(lease, 0, demand),
+            max: self
+                .settings
+                .store_max(lease, 0, demand, self.settings.paced(far_over_of)),
             share,
         };
         let utc_ns = crate::regions::clock::now_ns();

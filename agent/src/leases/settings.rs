@@ -11,7 +11,8 @@
 //! `lease_target` (100 ms) of what the node spends, so a hot key costs the store
 //! about ten calls per second per node whatever its request rate; never more than
 //! a tenth of the burst per node, so what idle nodes hold stays a small part of
-//! the limit; and a cold key starts at one token (every request checked) until its
+//! the limit (with `--pool-turns`, a node twice over its share takes exactly its
+//! part of a lease period, see [`LeaseSettings::paced`]); and a cold key starts at one token (every request checked) until its
 //! demand shows. A node at least twice over its share of the limit caches a
 //! store denial until a whole lease's worth of tokens is back, and for one
 //! lease period (`target`) at least, so a key well over its limit costs the
@@ -63,6 +64,25 @@ pub struct LeaseSettings {
 }
 
 impl LeaseSettings {
+    /// Whether a node far over its share of a key (`far_over_of`, see
+    /// [`LeaseSettings::lease_size`]) is paced: with turns, it takes its part
+    /// of each lease period from the store, one call a period, and no more.
+    ///
+    /// Why exactly its part: the nodes of a key call the store at phases of
+    /// their own, and a call takes what the bucket gathered since the last
+    /// one, up to its lease. With leases of twice a node's part (or a tenth of
+    /// the burst), the first node after a long gap took three periods' worth
+    /// and the next one a crumb (a full run of `leased-hot-key-3x`: grants of
+    /// 0–84 tokens; the crumbs left the filters given turns nothing, a denial
+    /// each). At its part, a node that finds more in the bucket than it takes
+    /// was called after a long gap, and calls the sooner next time
+    /// (`LeaseService::settle_pooled`), so the calls spread out and every call
+    /// brings the part (the same run: 1,364 of 1,364 store grants of 25
+    /// tokens).
+    pub fn paced(&self, far_over_of: Option<u32>) -> bool {
+        self.turns && far_over_of.is_some()
+    }
+
     /// True when every request of `rule` must be checked in the store.
     pub fn is_exact(&self, rule: &Rule, limit: &Limit) -> bool {
         rule.accuracy == Accuracy::Exact || limit.rate_per_sec() < self.exact_below_rps
@@ -72,7 +92,8 @@ impl LeaseSettings {
     /// for the key in tokens per second (see the module docs). At most a
     /// tenth of the burst; for a node far over its share (`far_over_of`: the
     /// live nodes), at most its part of one lease period of the limit's rate
-    /// (and of the burst), if that is more ([`BURST_PARTS`]).
+    /// (and of the burst), if that is more ([`BURST_PARTS`]); with turns
+    /// ([`LeaseSettings::paced`]), exactly that part.
     pub fn lease_size(
         &self,
         rule: &Rule,
@@ -90,7 +111,13 @@ impl LeaseSettings {
             Some(nodes) => {
                 // Finite and non-negative; the cast saturates.
                 let period = (limit.rate_per_sec() * self.target.as_secs_f64()).floor() as u32;
-                tenth.max(limit.burst().min(period) / nodes.max(1))
+                let whole = limit.burst().min(period);
+                if self.turns {
+                    // Rounded up: the parts add up to the whole period at least.
+                    whole.div_ceil(nodes.max(1))
+                } else {
+                    tenth.max(whole / nodes.max(1))
+                }
             }
             None => tenth,
         };
@@ -107,7 +134,12 @@ impl LeaseSettings {
     /// mostly expire unspent, and while it sits in this pool the key's other
     /// nodes find the store's bucket that much emptier: a key under its limit
     /// is rejected elsewhere for tokens nobody spends. Never below the lease.
-    pub fn store_max(&self, lease: u32, filter: u32, demand_per_sec: f64) -> u32 {
+    /// A `paced` node ([`LeaseSettings::paced`]) takes one lease (the
+    /// filter's ask, if more): its part of the period, no more.
+    pub fn store_max(&self, lease: u32, filter: u32, demand_per_sec: f64, paced: bool) -> u32 {
+        if paced {
+            return lease.max(filter);
+        }
         let spend = (demand_per_sec.max(0.0) * self.ttl.as_secs_f64() / 2.0).floor();
         // Finite and non-negative; the cap keeps the cast in range.
         let spare = spend.min(f64::from(u32::MAX)) as u32;

@@ -170,6 +170,13 @@ impl LeaseService {
     /// share the key (never longer than the whole burst takes to refill,
     /// `full_ns`). It is not held at all otherwise (the next ask goes to the
     /// store, whose denial says when a token is back).
+    ///
+    /// With turns (`--pool-turns`), such a node calls again sooner by the
+    /// time the bucket took to gather what the grant left in it (`remaining`;
+    /// down to half a period): it was called after a long gap since the key's
+    /// last call from any node, and the node after it gets a short one. So
+    /// the nodes' calls spread out over the period, and each brings its part
+    /// (see `LeaseSettings::paced`).
     pub(super) fn hold_ns(
         &self,
         lease: u32,
@@ -181,10 +188,19 @@ impl LeaseService {
         match (acquire.limit.algorithm(), remaining < lease) {
             (_, false) => 0,
             (Algorithm::FixedWindow, true) => reset_ns,
-            _ if far_over => self
-                .refill_ns(lease - remaining, acquire)
-                .max(self.period_ns())
-                .min(self.full_ns(acquire)),
+            _ if far_over => {
+                let hold = self
+                    .refill_ns(lease - remaining, acquire)
+                    .max(self.period_ns())
+                    .min(self.full_ns(acquire));
+                if self.settings.turns && remaining > 0 {
+                    hold.saturating_sub(self.refill_ns(remaining, acquire))
+                        .max(self.period_ns() / 2)
+                        .min(hold)
+                } else {
+                    hold
+                }
+            }
             _ => 0,
         }
     }

@@ -59,6 +59,9 @@ fn figures_count_the_steady_part_and_wrong_decisions() {
             events,
             agent: AgentCounts {
                 lease_tokens: vec![1, 2, 3, 10],
+                // Three calls in the warmup (second 0), two after it.
+                calls: 5,
+                call_ns: vec![1, 2, SEC - 1, SEC, 3 * SEC],
                 ..AgentCounts::default()
             },
             unmatched: 0,
@@ -87,6 +90,9 @@ fn figures_count_the_steady_part_and_wrong_decisions() {
     assert_eq!(f.steady.max_over, 0.0);
     assert!((f.steady.max_under - 0.25).abs() < 1e-12);
     assert_eq!(f.leases.max, 10);
+    // Calls: 5 over 15 requests, 2 over the steady part's 12.
+    assert_eq!((f.agent_calls, f.steady.agent_calls), (5, 2));
+    assert!((f.steady_calls_per_1000() - 2_000.0 / 12.0).abs() < 1e-9);
     assert_eq!(f.hottest_node_scripts_per_sec, 7.0);
     let all: Vec<&Second> = f.seconds.iter().filter(|s| s.key.is_none()).collect();
     assert_eq!(all.len(), 4);

@@ -175,8 +175,8 @@ fn cost_rows(r: &RunReport) -> Vec<Row> {
         (
             "agent calls",
             format!(
-                "{} ({:.1} per 1,000 requests; refills ahead of need {:.1}, requests that waited on their key's call {:.1}, per 1,000); failed: {} timeouts, {} transport, {} status, {} body",
-                f.agent_calls, f.per_1000(f.agent_calls), f.per_1000(f.refills), f.per_1000(f.waits),
+                "{} ({:.1} per 1,000 requests, {:.1} in the steady part; refills ahead of need {:.1}, requests that waited on their key's call {:.1}, per 1,000); failed: {} timeouts, {} transport, {} status, {} body",
+                f.agent_calls, f.per_1000(f.agent_calls), f.steady_calls_per_1000(), f.per_1000(f.refills), f.per_1000(f.waits),
                 s.failures[0], s.failures[1], s.failures[2], s.failures[3]
             ) + &if f.cold_starts > 0 {
                 format!("; cold starts {} ({} unpaid: denied or unanswered)", f.cold_starts, f.cold_starts_unpaid)
@@ -227,7 +227,7 @@ fn cost_rows(r: &RunReport) -> Vec<Row> {
 /// The table of every scenario run.
 pub fn table(reports: &[RunReport]) -> String {
     let mut out = String::from(
-        "| scenario | admitted/limit | wrongly limited | wrongly allowed | held back | Redis calls / 1,000 req | busiest Redis node, scripts/s | agent calls / 1,000 req | lease p50 / max | targets |\n|---|---|---|---|---|---|---|---|---|---|\n",
+        "| scenario | admitted/limit | wrongly limited | wrongly allowed | held back | Redis calls / 1,000 req | busiest Redis node, scripts/s | agent calls / 1,000 req (steady part) | lease p50 / max | targets |\n|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in reports {
         let f = &r.figures;
@@ -235,7 +235,7 @@ pub fn table(reports: &[RunReport]) -> String {
         let rejected = (t.limited + t.unavailable + t.failed_limited).max(1);
         let targets = if r.passed() { "pass" } else { "**MISS**" };
         out.push_str(&format!(
-            "| {} | {:.4} | {} | {} | {:.1}% | {:.2} | {:.0} | {:.1} | {} / {} | {} |\n",
+            "| {} | {:.4} | {} | {} | {:.1}% | {:.2} | {:.0} | {:.1} ({:.1}) | {} / {} | {} |\n",
             r.name,
             f.steady.ratio,
             percent(f.fraction(t.wrongly_limited)),
@@ -244,6 +244,7 @@ pub fn table(reports: &[RunReport]) -> String {
             f.per_1000(f.script_calls),
             f.hottest_node_scripts_per_sec,
             f.per_1000(f.agent_calls),
+            f.steady_calls_per_1000(),
             f.leases.p50,
             f.leases.max,
             targets

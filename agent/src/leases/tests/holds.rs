@@ -123,6 +123,39 @@ async fn a_fixed_window_holds_a_drained_key_until_the_window_ends_and_no_longer(
 }
 
 #[tokio::test(start_paused = true)]
+async fn with_turns_a_node_that_found_the_bucket_fuller_than_its_lease_calls_sooner() {
+    let settings = LeaseSettings {
+        turns: true,
+        max_inflight: 8,
+        ..LeaseSettings::default()
+    };
+    let (svc, _, _) = service_with_settings(RULES, Mode::Drained, settings);
+    // 10 a second, burst 100; a lease period is 100 ms.
+    let bucket = Acquire {
+        key: DescriptorKey::new("w", ["a"]),
+        limit: meshlimit_core::Limit::new(
+            std::num::NonZeroU32::new(100).unwrap(),
+            std::num::NonZeroU64::new(10_000_000_000).unwrap(),
+            std::num::NonZeroU32::new(100).unwrap(),
+        ),
+        min: 1,
+        max: 20,
+        share: 1.0,
+    };
+    // A grant that drained the bucket: held until a lease (10) has
+    // refilled, as without turns.
+    assert_eq!(svc.hold_ns(10, 0, 0, &bucket, true), 1_000_000_000);
+    // One that left 2: held until the 8 missing refill (800 ms), less the
+    // 200 ms the bucket took to gather the 2 it left.
+    assert_eq!(svc.hold_ns(10, 2, 0, &bucket, true), 600_000_000);
+    // One that left 9: the period (100 ms), less 900 ms, but half a period
+    // at least.
+    assert_eq!(svc.hold_ns(10, 9, 0, &bucket, true), 50_000_000);
+    // Nearer its share: no hold, turns or not.
+    assert_eq!(svc.hold_ns(10, 2, 0, &bucket, false), 0);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_node_far_over_its_share_calls_the_store_once_a_lease_period() {
     // One of ten nodes asks for `fast` (1,000 a second) 500 times a second,
     // five times its share of 100, on the memory store (a real bucket, on

@@ -168,6 +168,18 @@ fn service_with_rules(
     mode: Mode,
     max_inflight: usize,
 ) -> (Arc<LeaseService>, Arc<Metrics>, Arc<FakeStore>) {
+    let settings = LeaseSettings {
+        max_inflight,
+        ..LeaseSettings::default()
+    };
+    service_with_settings(text, mode, settings)
+}
+
+fn service_with_settings(
+    text: &str,
+    mode: Mode,
+    settings: LeaseSettings,
+) -> (Arc<LeaseService>, Arc<Metrics>, Arc<FakeStore>) {
     let rules = Arc::new(CurrentRules::empty());
     rules.install(Arc::new(parse_rules("t", text).unwrap()));
     let metrics = Arc::new(Metrics::new("test").unwrap());
@@ -178,10 +190,6 @@ fn service_with_rules(
         limits: std::sync::Mutex::default(),
         maxes: std::sync::Mutex::default(),
     });
-    let settings = LeaseSettings {
-        max_inflight,
-        ..LeaseSettings::default()
-    };
     let service = LeaseService::new(rules, store.clone(), metrics.clone(), settings);
     (service, metrics, store)
 }

@@ -37,6 +37,40 @@ fn a_node_far_over_its_share_leases_its_part_of_a_lease_period_of_the_rate() {
 }
 
 #[test]
+fn a_paced_node_leases_exactly_its_part_of_a_lease_period() {
+    let s = LeaseSettings {
+        turns: true,
+        ..LeaseSettings::default()
+    };
+    let set = parse_rules("t", RULES).unwrap();
+    let fast = set.rule("fast").unwrap();
+    let limit = fast.limit_in_force(None, 0).limit;
+    let lease = |of| s.lease_size(fast, &limit, 1, 10_000.0, of);
+    // 1,000 a second: a lease period is 100 tokens; one of four nodes far
+    // over its share takes 25, one of eight 13 (rounded up, so the parts
+    // cover the period), one of twenty 5 (not the tenth of the burst, 100).
+    assert_eq!(lease(Some(4)), 25);
+    assert_eq!(lease(Some(8)), 13);
+    assert_eq!(lease(Some(20)), 5);
+    // Not far over its share: sized as without turns.
+    assert_eq!(lease(None), 100);
+    assert!(s.paced(Some(4)));
+    assert!(!s.paced(None));
+    assert!(
+        !LeaseSettings::default().paced(Some(4)),
+        "no turns, no pacing"
+    );
+    // A paced store call takes one lease (the filter's ask, if more).
+    assert_eq!(s.store_max(25, 10, 1_000.0, true), 25);
+    assert_eq!(s.store_max(25, 30, 1_000.0, true), 30);
+    assert_eq!(
+        s.store_max(25, 0, 1_000.0, false),
+        50,
+        "unpaced: two leases"
+    );
+}
+
+#[test]
 fn sizing() {
     let s = LeaseSettings::default();
     assert_eq!(size(&s, "exact", 1), 1);
@@ -83,7 +117,7 @@ fn a_pool_takes_no_more_than_its_node_spends_before_the_tokens_expire() {
         (100, 0, 1_000.0, 150, "a refill: no filter's share"),
         (8, 1, 0.0, 8, "never below the lease"),
     ] {
-        assert_eq!(s.store_max(lease, filter, demand), max, "{why}");
+        assert_eq!(s.store_max(lease, filter, demand, false), max, "{why}");
     }
 }
 

@@ -103,13 +103,15 @@ pub struct RunArgs {
     #[arg(long, env = "MESHLIMIT_LEASE_TARGET_MS", default_value_t = defaults::LEASE_TARGET_MS,
           value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub(crate) lease_target_ms: u64,
-    /// Off by default. A node far over its share of a key's limit gives its
-    /// filters turns: each grant says when the filter may ask again, and the
-    /// filter rejects locally until then once it has spent its tokens. At 3×
-    /// a limit it cut the filters' agent calls by about 40%, but it doubled
-    /// the store's lease scripts where one gateway takes most of the traffic
-    /// (see docs/measurements.md), so it is not the default.
-    #[arg(long, env = "MESHLIMIT_POOL_TURNS")]
+    /// A node far over its share of a key's limit takes its part of each
+    /// lease period from the store and gives its filters turns: each grant
+    /// says when the filter may ask again, and the filter rejects locally
+    /// until then once it has spent its tokens. At 3× a limit over 50
+    /// gateways it cuts the filters' agent calls by about two thirds, at the
+    /// same store calls (see docs/measurements.md). `--pool-turns false`:
+    /// off (every filter asks again once it has spent its tokens).
+    #[arg(long, env = "MESHLIMIT_POOL_TURNS", default_value_t = defaults::POOL_TURNS,
+          action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub(crate) pool_turns: bool,
     /// Rules slower than this many requests per second get leases of one request.
     #[arg(long, env = "MESHLIMIT_EXACT_BELOW_RPS", default_value_t = defaults::EXACT_BELOW_RPS, value_parser = parse_rate)]

@@ -384,6 +384,13 @@ impl Pools {
         self.read(key, |e| e.lease.usable(now_ns)).unwrap_or(0)
     }
 
+    /// The tokens the store gave this node for `key` over about the last
+    /// second (counted with turns only; 0 without, and for a key without an
+    /// entry).
+    pub fn intake(&self, key: &DescriptorKey, now_ns: u64) -> f64 {
+        self.read(key, |e| e.intake_at(now_ns)).unwrap_or(0.0)
+    }
+
     /// This node's recent demand for `key`, tokens per second (0 for a key
     /// without an entry).
     pub fn demand(&self, key: &DescriptorKey, now_ns: u64) -> f64 {

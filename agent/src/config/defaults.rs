@@ -16,6 +16,8 @@ pub(crate) const REGION: &str = "local";
 pub(crate) const LEASE_TTL_MS: u64 = 300;
 /// `--lease-target-ms`.
 pub(crate) const LEASE_TARGET_MS: u64 = 100;
+/// `--pool-turns`: on.
+pub(crate) const POOL_TURNS: bool = true;
 /// `--exact-below-rps`: no rule is made exact by its rate alone.
 pub(crate) const EXACT_BELOW_RPS: f64 = 0.0;
 /// `--rules-poll-ms`.

@@ -140,9 +140,14 @@ impl LeaseService {
             }
             let enforced = limit.scaled(share.min(1.0));
             let far_over_of = self.far_over_of(&enforced, demand);
-            let mut lease =
-                self.settings
-                    .lease_size(rule, &enforced, item.cost, demand, far_over_of);
+            let mut lease = self.settings.lease_size(
+                rule,
+                &enforced,
+                item.cost,
+                demand,
+                far_over_of,
+                self.pools.intake(&item.key, now),
+            );
             if pooled {
                 // Asks that waited on the last call and found it too small are
                 // covered by this one (at most a tenth of the burst, as any lease).

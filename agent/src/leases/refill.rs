@@ -34,9 +34,14 @@ impl LeaseService {
         let demand = self.pools.demand(key, self.now_ns());
         let enforced = limit.scaled(share.min(1.0));
         let far_over_of = self.far_over_of(&enforced, demand);
-        let lease = self
-            .settings
-            .lease_size(rule, &enforced, 1, demand, far_over_of);
+        let lease = self.settings.lease_size(
+            rule,
+            &enforced,
+            1,
+            demand,
+            far_over_of,
+            self.pools.intake(key, self.now_ns()),
+        );
         if !self.may_prefetch(key, &enforced, demand, lease) {
             // Nearly empty: no tokens ahead of an ask. The call the pool
             // marked ends unmade (nobody waits on a refill).

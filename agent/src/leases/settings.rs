@@ -68,7 +68,7 @@ impl LeaseSettings {
     /// [`LeaseSettings::lease_size`]) is paced: with turns, it takes its part
     /// of each lease period from the store, one call a period, and no more.
     ///
-    /// Why exactly its part: the nodes of a key call the store at phases of
+    /// Why its part: the nodes of a key call the store at phases of
     /// their own, and a call takes what the bucket gathered since the last
     /// one, up to its lease. With leases of twice a node's part (or a tenth of
     /// the burst), the first node after a long gap took three periods' worth
@@ -78,7 +78,10 @@ impl LeaseSettings {
     /// was called after a long gap, and calls the sooner next time
     /// (`LeaseService::settle_pooled`), so the calls spread out and every call
     /// brings the part (the same run: 1,364 of 1,364 store grants of 25
-    /// tokens).
+    /// tokens). Why its intake if more: a node far over its share whose peers
+    /// take less than theirs (the only node with traffic for the key) would
+    /// otherwise take its part a call, and call the store as often as its
+    /// part goes into what it gets.
     pub fn paced(&self, far_over_of: Option<u32>) -> bool {
         self.turns && far_over_of.is_some()
     }
@@ -93,7 +96,9 @@ impl LeaseSettings {
     /// tenth of the burst; for a node far over its share (`far_over_of`: the
     /// live nodes), at most its part of one lease period of the limit's rate
     /// (and of the burst), if that is more ([`BURST_PARTS`]); with turns
-    /// ([`LeaseSettings::paced`]), exactly that part.
+    /// ([`LeaseSettings::paced`]), that part, or a lease period of `intake`
+    /// (the tokens a second the store gave this node for the key lately) if
+    /// more, up to what it would be without turns.
     pub fn lease_size(
         &self,
         rule: &Rule,
@@ -101,6 +106,7 @@ impl LeaseSettings {
         cost: u32,
         demand_per_sec: f64,
         far_over_of: Option<u32>,
+        intake: f64,
     ) -> u32 {
         if self.is_exact(rule, limit) {
             return cost;
@@ -112,11 +118,15 @@ impl LeaseSettings {
                 // Finite and non-negative; the cast saturates.
                 let period = (limit.rate_per_sec() * self.target.as_secs_f64()).floor() as u32;
                 let whole = limit.burst().min(period);
+                let unpaced = tenth.max(whole / nodes.max(1));
                 if self.turns {
                     // Rounded up: the parts add up to the whole period at least.
-                    whole.div_ceil(nodes.max(1))
+                    let part = whole.div_ceil(nodes.max(1));
+                    // Finite and non-negative; the cast saturates.
+                    let got = (intake * self.target.as_secs_f64()).ceil() as u32;
+                    part.max(got).min(unpaced.max(part))
                 } else {
-                    tenth.max(whole / nodes.max(1))
+                    unpaced
                 }
             }
             None => tenth,
@@ -159,7 +169,7 @@ impl Default for LeaseSettings {
             max_inflight: usize::try_from(defaults::MAX_INFLIGHT).unwrap_or(usize::MAX),
             max_keys: defaults::max_keys(),
             store_deadline: Duration::from_millis(defaults::STORE_DEADLINE_MS),
-            turns: false,
+            turns: defaults::POOL_TURNS,
         }
     }
 }

@@ -87,8 +87,7 @@ impl Entry {
         if self.intake_at_ns == 0 && hold_ns > 0 {
             self.intake = f64::from(granted) * 1e9 / hold_ns as f64;
         } else {
-            let age = now_ns.saturating_sub(self.intake_at_ns) as f64;
-            self.intake = self.intake * (-age / INTAKE_TAU_NS).exp() + f64::from(granted);
+            self.intake = self.intake_at(now_ns) + f64::from(granted);
         }
         self.intake_at_ns = now_ns.max(1);
         if self.spacing_ns == 0 || hold_ns == 0 || self.intake < 1.0 {
@@ -97,6 +96,12 @@ impl Entry {
         } else {
             self.ns_per_token = (1e9 / (self.intake * PACE_AHEAD)) as u64;
         }
+    }
+
+    /// The node's intake at `now_ns` (tokens a second).
+    pub(super) fn intake_at(&self, now_ns: u64) -> f64 {
+        let age = now_ns.saturating_sub(self.intake_at_ns) as f64;
+        self.intake * (-age / INTAKE_TAU_NS).exp()
     }
 
     /// Books `tokens` for an ask at `now_ns` in the node's queue of turns and

@@ -72,7 +72,13 @@ async fn a_denial_is_held_and_answered_no_longer_than_the_next_schedule_edge() {
 #[tokio::test(start_paused = true)]
 async fn a_fixed_window_holds_a_drained_key_until_the_window_ends_and_no_longer() {
     use meshlimit_core::Algorithm;
-    let (svc, _, _) = service_and_store(Mode::Drained, 8);
+    // Without turns (with them, see the next test).
+    let settings = LeaseSettings {
+        turns: false,
+        max_inflight: 8,
+        ..LeaseSettings::default()
+    };
+    let (svc, _, _) = service_with_settings(RULES, Mode::Drained, settings);
     let acquire = |algorithm| Acquire {
         key: DescriptorKey::new("w", ["a"]),
         limit: meshlimit_core::Limit::new(

@@ -7,19 +7,22 @@ fn size(settings: &LeaseSettings, rule: &str, cost: u32) -> u32 {
     let set = parse_rules("t", RULES).unwrap();
     let rule = set.rule(rule).unwrap();
     let limit = rule.limit_in_force(None, 0).limit;
-    settings.lease_size(rule, &limit, cost, 1_000.0, None)
+    settings.lease_size(rule, &limit, cost, 1_000.0, None, 0.0)
 }
 
 #[test]
 fn a_node_far_over_its_share_leases_its_part_of_a_lease_period_of_the_rate() {
-    let s = LeaseSettings::default();
+    let s = LeaseSettings {
+        turns: false,
+        ..LeaseSettings::default()
+    };
     let set = parse_rules("t", RULES).unwrap();
     let rule = set.rule("tiny-burst").unwrap();
     let limit = rule.limit_in_force(None, 0).limit;
     // 1,000 a second, burst 50: a tenth of the burst is 5; far over its share,
     // the only node may take 100 ms of the rate, held to the burst (50); one
     // of four nodes its part, 12; one of twenty never below the tenth.
-    let lease = |of| s.lease_size(rule, &limit, 1, 10_000.0, of);
+    let lease = |of| s.lease_size(rule, &limit, 1, 10_000.0, of, 0.0);
     assert_eq!(lease(None), 5);
     assert_eq!(lease(Some(1)), 50);
     assert_eq!(lease(Some(4)), 12);
@@ -33,11 +36,11 @@ fn a_node_far_over_its_share_leases_its_part_of_a_lease_period_of_the_rate() {
         std::num::NonZeroU64::new(1_000_000_000).unwrap(),
         n(333),
     );
-    assert_eq!(s.lease_size(rule, &third, 1, 10_000.0, Some(1)), 33);
+    assert_eq!(s.lease_size(rule, &third, 1, 10_000.0, Some(1), 0.0), 33);
 }
 
 #[test]
-fn a_paced_node_leases_exactly_its_part_of_a_lease_period() {
+fn a_paced_node_leases_its_part_of_a_lease_period_or_what_it_got_if_more() {
     let s = LeaseSettings {
         turns: true,
         ..LeaseSettings::default()
@@ -45,7 +48,7 @@ fn a_paced_node_leases_exactly_its_part_of_a_lease_period() {
     let set = parse_rules("t", RULES).unwrap();
     let fast = set.rule("fast").unwrap();
     let limit = fast.limit_in_force(None, 0).limit;
-    let lease = |of| s.lease_size(fast, &limit, 1, 10_000.0, of);
+    let lease = |of| s.lease_size(fast, &limit, 1, 10_000.0, of, 0.0);
     // 1,000 a second: a lease period is 100 tokens; one of four nodes far
     // over its share takes 25, one of eight 13 (rounded up, so the parts
     // cover the period), one of twenty 5 (not the tenth of the burst, 100).
@@ -54,12 +57,16 @@ fn a_paced_node_leases_exactly_its_part_of_a_lease_period() {
     assert_eq!(lease(Some(20)), 5);
     // Not far over its share: sized as without turns.
     assert_eq!(lease(None), 100);
+    // A lease period of what the store gave it lately, if more than its
+    // part, up to the lease without turns (a tenth of the burst, 100).
+    let got = |intake| s.lease_size(fast, &limit, 1, 10_000.0, Some(4), intake);
+    assert_eq!(got(200.0), 25);
+    assert_eq!(got(333.0), 34);
+    assert_eq!(got(5_000.0), 100);
     assert!(s.paced(Some(4)));
     assert!(!s.paced(None));
-    assert!(
-        !LeaseSettings::default().paced(Some(4)),
-        "no turns, no pacing"
-    );
+    let off = LeaseSettings { turns: false, ..s };
+    assert!(!off.paced(Some(4)), "no turns, no pacing");
     // A paced store call takes one lease (the filter's ask, if more).
     assert_eq!(s.store_max(25, 10, 1_000.0, true), 25);
     assert_eq!(s.store_max(25, 30, 1_000.0, true), 30);

@@ -2,14 +2,22 @@
 //! against it, started in that order and ready only once every worker's filter
 //! holds the agent's rules.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::{eventually, get, Agent, AgentOptions, Envoy, EnvoyConfig, Response};
+use crate::{
+    eventually, get, label, sample, within_by, Agent, AgentOptions, Envoy, EnvoyConfig, Response,
+    FLEET_WITHIN,
+};
+
+/// How often a filter VM syncs with the agent (the plugin's `sync_interval_ms`).
+pub const FILTER_SYNC: Duration = Duration::from_secs(1);
 
 /// An agent plus an Envoy with the filter.
 pub struct Stack {
     pub agent: Agent,
     pub envoy: Envoy,
+    /// Filter VMs in the Envoy: one per worker thread, plus the main thread's.
+    pub vms: u64,
 }
 
 impl Stack {
@@ -28,7 +36,7 @@ impl Stack {
         // One VM per worker thread, plus one on the main thread.
         let vms = u64::from(config.concurrency) + 1;
         let envoy = Envoy::start_with(config);
-        let stack = Stack { agent, envoy };
+        let stack = Stack { agent, envoy, vms };
         stack.wait_filter_rules(vms);
         stack
     }
@@ -42,6 +50,28 @@ impl Stack {
             "every filter VM to hold the agent's rules",
             || self.filter_stat("rules_ready_vms").unwrap_or(0) >= vms,
         );
+    }
+
+    /// Waits until every filter VM runs the rules version the agent serves now
+    /// and answers how long after `since` that was. Each worker's VM loads a new
+    /// version at its own sync, so one request decided by the new rules says
+    /// nothing of the next, which another worker may decide. The bound is the
+    /// fleet's ([`FLEET_WITHIN`]) plus two syncs: the one that takes the version
+    /// and the one that reports it.
+    pub fn wait_filters_on_served_rules(&self, since: Instant, what: &str) -> Duration {
+        let bound = FLEET_WITHIN + 2 * FILTER_SYNC;
+        within_by(bound, since, what, || {
+            let metrics = self.agent.metrics();
+            let Some(served) = label(&metrics, "meshlimit_rules_version_info", "version") else {
+                return false;
+            };
+            let on = sample(
+                &metrics,
+                "meshlimit_filters_on_version",
+                &[("version", &served)],
+            );
+            on == Some(self.vms as f64)
+        })
     }
 
     /// One of the filter's own Envoy stats ([`Envoy::filter_stat`]).

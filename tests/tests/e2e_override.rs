@@ -50,6 +50,9 @@ fn one_switch_puts_every_agent_in_shadow_and_clearing_it_restores_the_429s() {
     let passing = within(set, "the 429s to pass through Envoy", || {
         stack.get("/", &key).status == 200
     });
+    // That request's worker runs the shadowed set; each other worker takes it at
+    // its own sync (one more second at most) and reports it at the next.
+    let every_vm = stack.wait_filters_on_served_rules(set, "every filter VM on the shadowed set");
     // Still over its limit, counted as shadow_limited, never refused.
     let statuses = stack.statuses(5, "/", &key);
     assert_eq!(statuses, [200; 5]);
@@ -65,10 +68,14 @@ fn one_switch_puts_every_agent_in_shadow_and_clearing_it_restores_the_429s() {
     let refusing = within(cleared, "the 429s to come back through Envoy", || {
         stack.get("/", &key).status == 429
     });
+    let every_vm_off =
+        stack.wait_filters_on_served_rules(cleared, "every filter VM on the file's set");
+    assert_eq!(stack.statuses(5, "/", &key), [429; 5]);
     assert!(stack.agent.stderr().contains("fleet override cleared"));
     eprintln!(
-        "override on: agents {agents_on:?}, Envoy passing {passing:?}; \
-         cleared: agents {agents_off:?}, Envoy refusing {refusing:?}"
+        "override on: agents {agents_on:?}, Envoy passing {passing:?}, every VM on it \
+         {every_vm:?}; cleared: agents {agents_off:?}, Envoy refusing {refusing:?}, every VM \
+         off {every_vm_off:?}"
     );
 }
 

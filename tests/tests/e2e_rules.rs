@@ -2,7 +2,7 @@
 //! swap), and a broken change is refused without losing the limit in force.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use meshlimit_tests::{count, eventually, sample, Stack};
 
@@ -31,6 +31,7 @@ fn an_edited_rules_file_applies_without_restart_and_a_broken_one_is_refused() {
     let statuses = stack.statuses(6, "/", &[("x-api-key", "first")]);
     assert_eq!(count(&statuses, 200), 3, "{statuses:?}");
 
+    let updated = Instant::now();
     stack.agent.update_rules(&rules(6));
     // Within 3 s the filters announce the new limit (a fresh key each probe).
     let mut probe = 0;
@@ -43,6 +44,8 @@ fn an_edited_rules_file_applies_without_restart_and_a_broken_one_is_refused() {
             r.header("ratelimit-policy") == Some("\"per-key\";q=6;w=3600")
         },
     );
+    // That probe's worker runs the new set; so must every other before the count.
+    stack.wait_filters_on_served_rules(updated, "every filter VM on the new limit");
     let statuses = stack.statuses(10, "/", &[("x-api-key", "second")]);
     assert_eq!(count(&statuses, 200), 6, "{statuses:?}");
 

@@ -65,8 +65,10 @@ fn unix_now() -> f64 {
 }
 
 /// Waits (bounded) until the filters run the trial's set: a request on a
-/// fresh key is counted for `rule`.
+/// fresh key is counted for `rule`, and every VM reports the version the agent
+/// serves (each worker's VM takes it at its own sync).
 fn wait_filters_on(stack: &Stack, rule: &str, path: &str) {
+    let since = Instant::now();
     let mut probe = 0;
     eventually(
         Duration::from_secs(5),
@@ -78,6 +80,7 @@ fn wait_filters_on(stack: &Stack, rule: &str, path: &str) {
             stack.decisions(rule, "allowed") + stack.decisions(rule, "shadow_limited") > 0
         },
     );
+    stack.wait_filters_on_served_rules(since, "every filter VM on the trial's set");
 }
 
 #[test]

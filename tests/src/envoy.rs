@@ -46,6 +46,14 @@ impl EnvoyPorts {
     }
 }
 
+/// The filter's lease deadline in the harness (`timeout_ms`), unless a test
+/// sets its own. `envoy.yaml` ships 5 ms, which a loaded 2-core CI machine
+/// misses now and then; a missed call is decided by the rule's failure policy,
+/// and a test that counts admissions exactly takes that for a wrong limit (CI
+/// saw it twice). Tests of deadlines and failures set theirs, or take the
+/// shipped one with [`EnvoyConfig::shipped_deadline`].
+pub const TEST_TIMEOUT_MS: u64 = 1_000;
+
 /// How to start an Envoy. `EnvoyConfig::new(agent.port()).plugin("timeout_ms", 50)`.
 #[derive(Debug, Clone)]
 pub struct EnvoyConfig {
@@ -81,10 +89,14 @@ pub struct EnvoyConfig {
 }
 
 impl EnvoyConfig {
+    /// The bootstrap's plugin configuration with the harness's lease deadline
+    /// ([`TEST_TIMEOUT_MS`]).
     pub fn new(agent_port: u16) -> EnvoyConfig {
+        let mut plugin = Map::new();
+        plugin.insert("timeout_ms".to_string(), TEST_TIMEOUT_MS.into());
         EnvoyConfig {
             agent_port,
-            plugin: Map::new(),
+            plugin,
             plugin_raw: None,
             wasm: None,
             filter: true,
@@ -128,6 +140,13 @@ impl EnvoyConfig {
     /// Another secret, or none, in the filter's environment.
     pub fn secret(mut self, secret: Option<&str>) -> Self {
         self.secret = secret.map(str::to_string);
+        self
+    }
+
+    /// The lease deadline the bootstrap ships (`envoy.yaml`: 5 ms), not the
+    /// harness's: for tests of what a slow agent or store costs a request.
+    pub fn shipped_deadline(mut self) -> Self {
+        self.plugin.remove("timeout_ms");
         self
     }
 

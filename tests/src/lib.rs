@@ -30,7 +30,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 pub use agent::{Agent, AgentOptions};
-pub use envoy::{render_envoy_config, Envoy, EnvoyConfig, EnvoyPorts};
+pub use envoy::{render_envoy_config, Envoy, EnvoyConfig, EnvoyPorts, TEST_TIMEOUT_MS};
 pub use fleet::{
     fleet_override_gauge, run_override, within, within_by, FILTERS_WITHIN, FLEET_WITHIN,
 };

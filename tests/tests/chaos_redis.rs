@@ -32,7 +32,10 @@ enum Fault {
 }
 
 fn node(redis: &RedisServer) -> Stack {
-    Stack::start_with(AgentOptions::new(RULES).store(redis.url()), |c| c)
+    // The shipped lease deadline: what a stalled store costs a request is measured.
+    Stack::start_with(AgentOptions::new(RULES).store(redis.url()), |c| {
+        c.shipped_deadline()
+    })
 }
 
 fn ratio(stack: &Stack) -> f64 {

@@ -21,13 +21,8 @@ rules:
 
 #[test]
 fn an_edited_rules_file_applies_without_restart_and_a_broken_one_is_refused() {
-    // Lease calls get 5 s, not the default 5 ms: the test counts admissions
-    // exactly, and a call that misses its deadline is decided by the rule's
-    // failure policy (`local`, which may admit). CI on a loaded 2-core
-    // machine once admitted 4 of a limit of 3 that way.
-    let mut stack = Stack::start_with(meshlimit_tests::AgentOptions::new(&rules(3)), |c| {
-        c.plugin("timeout_ms", 5000)
-    });
+    // The harness's patient lease deadline: admissions are counted exactly.
+    let mut stack = Stack::start(&rules(3));
     let statuses = stack.statuses(6, "/", &[("x-api-key", "first")]);
     assert_eq!(count(&statuses, 200), 3, "{statuses:?}");
 

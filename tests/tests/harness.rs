@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use meshlimit_tests::{
     agent_bin, envoy_bin, filter_wasm, free_port, get, render_envoy_config, repo_root, sample,
     try_request, Agent, AgentOptions, Envoy, EnvoyConfig, EnvoyPorts, RedisCluster, RedisServer,
-    Resp,
+    Resp, TEST_TIMEOUT_MS,
 };
 
 fn ok() -> Resp {
@@ -123,6 +123,19 @@ fn envoy_config_is_rendered_from_envoy_yaml() {
         plugin["vm_config"]["code"]["local"]["filename"],
         "/x/filter.wasm"
     );
+
+    // The harness's patient lease deadline unless a test sets one; the
+    // bootstrap's own on request.
+    let timeout = |config: &EnvoyConfig| {
+        let doc: serde_json::Value =
+            serde_saphyr::from_str(&render_envoy_config(&base, &ports, config).unwrap()).unwrap();
+        let plugin = find_key(&doc, "root_id").unwrap();
+        let json: serde_json::Value =
+            serde_json::from_str(plugin["configuration"]["value"].as_str().unwrap()).unwrap();
+        json["timeout_ms"].clone()
+    };
+    assert_eq!(timeout(&EnvoyConfig::new(1)), TEST_TIMEOUT_MS);
+    assert_eq!(timeout(&EnvoyConfig::new(1).shipped_deadline()), 5);
 
     let plain = render_envoy_config(&base, &ports, &EnvoyConfig::new(1).without_filter()).unwrap();
     assert!(!plain.contains("envoy.filters.http.wasm"));

@@ -105,7 +105,7 @@ fn sizing() {
 
 #[test]
 fn a_pool_takes_no_more_than_its_node_spends_before_the_tokens_expire() {
-    // Leases live 300 ms: the pool keeps at most 150 ms of the node's demand.
+    // Leases live 300 ms: with n asks expected in 300 ms, (n - 1) / 2 spare.
     // (lease, the filter's tokens, the node's demand per second, the most taken)
     let s = LeaseSettings::default();
     for (lease, filter, demand, max, why) in [
@@ -113,15 +113,16 @@ fn a_pool_takes_no_more_than_its_node_spends_before_the_tokens_expire() {
         (
             1,
             1,
-            6.0,
+            7.0,
             1,
-            "0.9 tokens in 150 ms: a spare would mostly expire",
+            "2.1 asks in a lease's life: a spare would expire unspent one time in eight",
         ),
-        (2, 1, 14.0, 3, "one filter's token and 2 spare"),
-        (10, 1, 100.0, 16, "the cost and 15 spare"),
-        (100, 1, 1_000.0, 151, "the cost and 150 spare"),
+        (1, 1, 14.0, 2, "4.2 asks: one spare"),
+        (4, 1, 24.0, 4, "7.2 asks: the cost and 3 spare"),
+        (10, 1, 100.0, 15, "30 asks: the cost and 14 spare"),
+        (100, 1, 1_000.0, 150, "the cost and 149 spare"),
         (100, 100, 1_000.0, 200, "two leases at most"),
-        (100, 0, 1_000.0, 150, "a refill: no filter's share"),
+        (100, 0, 1_000.0, 149, "a refill: no filter's share"),
         (8, 1, 0.0, 8, "never below the lease"),
     ] {
         assert_eq!(s.store_max(lease, filter, demand, false), max, "{why}");

@@ -7,8 +7,24 @@ use meshlimit_sim::report::markdown;
 use meshlimit_sim::{Overrides, RunOptions, RunReport, Scenario};
 
 /// |SLI − wrongly limited|, as a share of the 429s, at most: the stranded
-/// tokens' share (under 0.8% measured) with room for a run's spread.
+/// tokens' share (under 0.8% measured) with room for a run's spread, plus
+/// twice the SLI's sampling error ([`sli_sampling_error`]).
 pub const SLI_MARGIN: f64 = 0.015;
+
+/// The SLI's sampling error: it counts k checks found false, each weighing
+/// for the suspects skipped before it, so it moves by about SLI ÷ √k from
+/// run to run. Under a full check budget (a key's onset) one check stands for
+/// a hundred 429s and more: a CI run's short leased-hot-key-3x read 2.09%
+/// from 3 false checks (weighing 464 of 22,253 429s) against the judge's
+/// 0.17%. So with four false checks or fewer, an SLI above the judge is
+/// within its error and passes; the SLIs this guards against (the drained
+/// test removed: 5.2–40.5%) find dozens of false checks and more.
+fn sli_sampling_error(f: &meshlimit_sim::FalseLimitSli) -> f64 {
+    if f.false_limits == 0 {
+        return 0.0;
+    }
+    f.ratio() / (f.false_limits as f64).sqrt()
+}
 
 /// The runs go one at a time, so one run's load does not disturb another's.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -43,7 +59,8 @@ fn wrongly_limited_share(r: &RunReport) -> f64 {
 }
 
 /// The agents' false-limit SLI agrees with the judge's wrongly limited within
-/// [`SLI_MARGIN`] (both shares of the run's 429s), and it is a ratio over
+/// [`SLI_MARGIN`] plus twice its sampling error (both shares of the run's
+/// 429s), and it is a ratio over
 /// every 429 (the checks weigh for the suspects skipped for the budget), not
 /// over the few checked.
 ///
@@ -56,14 +73,15 @@ fn wrongly_limited_share(r: &RunReport) -> f64 {
 /// error.
 pub fn assert_sli_agrees(r: &RunReport) {
     let (sli, truth) = (r.setup.false_limits.ratio(), wrongly_limited_share(r));
+    let margin = SLI_MARGIN + 2.0 * sli_sampling_error(&r.setup.false_limits);
     let report = markdown::scenario(r);
     assert!(
-        (sli - truth).abs() <= SLI_MARGIN,
-        "{}: SLI {:.4}% against wrongly limited {:.4}% of the 429s, margin {:.1} points\n{report}",
+        (sli - truth).abs() <= margin,
+        "{}: SLI {:.4}% against wrongly limited {:.4}% of the 429s, margin {:.2} points\n{report}",
         r.name,
         sli * 100.0,
         truth * 100.0,
-        SLI_MARGIN * 100.0
+        margin * 100.0
     );
     let (weighed, limited) = (
         r.setup.false_limits.weighed as f64,

@@ -29,8 +29,12 @@ pub fn run_override(args: &[&str], store: &str) -> String {
     stdout
 }
 
-/// The filters' bound: the agents' and one sync of the filters (1 s).
-pub const FILTERS_WITHIN: Duration = Duration::from_secs(3);
+/// How often a filter VM syncs with the agent (the plugin's `sync_interval_ms`
+/// in `envoy.yaml`).
+pub const FILTER_SYNC: Duration = Duration::from_secs(1);
+
+/// The filters' bound: the agents' and one sync of the filters.
+pub const FILTERS_WITHIN: Duration = FLEET_WITHIN.saturating_add(FILTER_SYNC);
 
 /// Polls `done` until it holds, up to [`FLEET_WITHIN`] after `since`; answers
 /// how long it took.

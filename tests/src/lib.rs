@@ -32,7 +32,8 @@ use std::sync::OnceLock;
 pub use agent::{Agent, AgentOptions};
 pub use envoy::{render_envoy_config, Envoy, EnvoyConfig, EnvoyPorts, TEST_TIMEOUT_MS};
 pub use fleet::{
-    fleet_override_gauge, run_override, within, within_by, FILTERS_WITHIN, FLEET_WITHIN,
+    fleet_override_gauge, run_override, within, within_by, FILTERS_WITHIN, FILTER_SYNC,
+    FLEET_WITHIN,
 };
 pub use http::{get, post, raw_status, request, try_request, Response};
 pub use load::{count_between, latency_quantile, Load, Sample};

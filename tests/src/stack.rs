@@ -6,11 +6,8 @@ use std::time::{Duration, Instant};
 
 use crate::{
     eventually, get, label, sample, within_by, Agent, AgentOptions, Envoy, EnvoyConfig, Response,
-    FLEET_WITHIN,
+    FILTERS_WITHIN, FILTER_SYNC,
 };
-
-/// How often a filter VM syncs with the agent (the plugin's `sync_interval_ms`).
-pub const FILTER_SYNC: Duration = Duration::from_secs(1);
 
 /// An agent plus an Envoy with the filter.
 pub struct Stack {
@@ -37,18 +34,18 @@ impl Stack {
         let vms = u64::from(config.concurrency) + 1;
         let envoy = Envoy::start_with(config);
         let stack = Stack { agent, envoy, vms };
-        stack.wait_filter_rules(vms);
+        stack.wait_filter_rules();
         stack
     }
 
-    /// Waits until `vms` filter VMs hold rules (Envoy is ready before its filters
+    /// Waits until every filter VM holds rules (Envoy is ready before its filters
     /// have synced with the agent, and a worker whose VM has no rules yet lets
     /// every request through).
-    pub fn wait_filter_rules(&self, vms: u64) {
+    pub fn wait_filter_rules(&self) {
         eventually(
             Duration::from_secs(10),
             "every filter VM to hold the agent's rules",
-            || self.filter_stat("rules_ready_vms").unwrap_or(0) >= vms,
+            || self.filter_stat("rules_ready_vms").unwrap_or(0) >= self.vms,
         );
     }
 
@@ -56,10 +53,10 @@ impl Stack {
     /// and answers how long after `since` that was. Each worker's VM loads a new
     /// version at its own sync, so one request decided by the new rules says
     /// nothing of the next, which another worker may decide. The bound is the
-    /// fleet's ([`FLEET_WITHIN`]) plus two syncs: the one that takes the version
-    /// and the one that reports it.
+    /// filters' ([`FILTERS_WITHIN`]: the agents' and the sync that takes the
+    /// version) plus the sync that reports it.
     pub fn wait_filters_on_served_rules(&self, since: Instant, what: &str) -> Duration {
-        let bound = FLEET_WITHIN + 2 * FILTER_SYNC;
+        let bound = FILTERS_WITHIN + FILTER_SYNC;
         within_by(bound, since, what, || {
             let metrics = self.agent.metrics();
             let Some(served) = label(&metrics, "meshlimit_rules_version_info", "version") else {

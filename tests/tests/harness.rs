@@ -111,8 +111,7 @@ fn envoy_config_is_rendered_from_envoy_yaml() {
     }
     let doc: serde_json::Value = serde_saphyr::from_str(&yaml).unwrap();
     let plugin = find_key(&doc, "root_id").unwrap();
-    let json: serde_json::Value =
-        serde_json::from_str(plugin["configuration"]["value"].as_str().unwrap()).unwrap();
+    let json = plugin_configuration(&yaml);
     assert_eq!(json["agent_authority"], "127.0.0.1:21003");
     assert_eq!(json["timeout_ms"], 50);
     assert_eq!(
@@ -127,12 +126,8 @@ fn envoy_config_is_rendered_from_envoy_yaml() {
     // The harness's patient lease deadline unless a test sets one; the
     // bootstrap's own on request.
     let timeout = |config: &EnvoyConfig| {
-        let doc: serde_json::Value =
-            serde_saphyr::from_str(&render_envoy_config(&base, &ports, config).unwrap()).unwrap();
-        let plugin = find_key(&doc, "root_id").unwrap();
-        let json: serde_json::Value =
-            serde_json::from_str(plugin["configuration"]["value"].as_str().unwrap()).unwrap();
-        json["timeout_ms"].clone()
+        plugin_configuration(&render_envoy_config(&base, &ports, config).unwrap())["timeout_ms"]
+            .clone()
     };
     assert_eq!(timeout(&EnvoyConfig::new(1)), TEST_TIMEOUT_MS);
     assert_eq!(timeout(&EnvoyConfig::new(1).shipped_deadline()), 5);
@@ -140,6 +135,13 @@ fn envoy_config_is_rendered_from_envoy_yaml() {
     let plain = render_envoy_config(&base, &ports, &EnvoyConfig::new(1).without_filter()).unwrap();
     assert!(!plain.contains("envoy.filters.http.wasm"));
     assert!(render_envoy_config("admin: {}", &ports, &config).is_err());
+}
+
+/// The wasm plugin's configuration JSON in a rendered bootstrap.
+fn plugin_configuration(yaml: &str) -> serde_json::Value {
+    let doc: serde_json::Value = serde_saphyr::from_str(yaml).unwrap();
+    let plugin = find_key(&doc, "root_id").unwrap();
+    serde_json::from_str(plugin["configuration"]["value"].as_str().unwrap()).unwrap()
 }
 
 /// The first mapping (depth first) that has `key`.

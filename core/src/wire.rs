@@ -8,6 +8,8 @@ use crate::decision::Outcome;
 use crate::key::DescriptorKey;
 use crate::rules::RulesConfig;
 
+mod answer;
+
 /// The protocol version this build speaks.
 pub const WIRE_VERSION: u32 = 1;
 /// The largest request body the agent reads.
@@ -73,8 +75,9 @@ pub struct LeaseResponse {
     pub items: Vec<LeaseAnswer>,
 }
 
-/// The answer for one key.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The answer for one key. Read by hand ([`answer`]): the derived reader of
+/// an internally tagged enum buffers the whole object first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "result", rename_all = "snake_case")]
 pub enum LeaseAnswer {
     /// `tokens` granted (the request's cost included), usable for `ttl_ms`;
@@ -260,7 +263,7 @@ pub struct ErrorBody {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -281,6 +284,38 @@ mod tests {
         }
     }
 
+    /// One answer of each kind, a grant with and without its optional fields.
+    pub(crate) fn answers() -> Vec<LeaseAnswer> {
+        vec![
+            LeaseAnswer::Grant {
+                tokens: 5,
+                ttl_ms: 100,
+                remaining: 3,
+                reset_ms: 10,
+                local: false,
+                from: None,
+                next_ask_ms: None,
+            },
+            LeaseAnswer::Grant {
+                tokens: 9,
+                ttl_ms: 300,
+                remaining: 0,
+                reset_ms: 900,
+                local: false,
+                from: Some(AnsweredFrom::Pool),
+                next_ask_ms: Some(240),
+            },
+            LeaseAnswer::Deny {
+                retry_after_ms: 250,
+                local: true,
+                from: None,
+            },
+            LeaseAnswer::Unavailable {
+                reason: "store".into(),
+            },
+        ]
+    }
+
     #[test]
     fn lease_round_trip_keeps_the_version() {
         let req = LeaseRequest {
@@ -299,34 +334,7 @@ mod tests {
 
         let resp = LeaseResponse {
             v: WIRE_VERSION,
-            items: vec![
-                LeaseAnswer::Grant {
-                    tokens: 5,
-                    ttl_ms: 100,
-                    remaining: 3,
-                    reset_ms: 10,
-                    local: false,
-                    from: None,
-                    next_ask_ms: None,
-                },
-                LeaseAnswer::Grant {
-                    tokens: 9,
-                    ttl_ms: 300,
-                    remaining: 0,
-                    reset_ms: 900,
-                    local: false,
-                    from: Some(AnsweredFrom::Pool),
-                    next_ask_ms: Some(240),
-                },
-                LeaseAnswer::Deny {
-                    retry_after_ms: 250,
-                    local: true,
-                    from: None,
-                },
-                LeaseAnswer::Unavailable {
-                    reason: "store".into(),
-                },
-            ],
+            items: answers(),
         };
         let text = serde_json::to_string(&resp).unwrap_or_default();
         assert!(text.contains(r#""result":"deny""#), "{text}");

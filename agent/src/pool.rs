@@ -305,6 +305,7 @@ impl Pools {
         let turns = self.turns;
         let next = self
             .with(key, now_ns, |e| {
+                let unclaimed = e.lease.usable(now_ns);
                 // Tokens already pooled are added to, never overwritten (that would
                 // lose granted tokens).
                 e.lease.grant(now_ns, granted, filter, ttl_ns);
@@ -315,6 +316,7 @@ impl Pools {
                 e.end_call();
                 let period = turns?;
                 e.pace(now_ns, hold_ns, granted);
+                e.restart_queue_if_unclaimed(unclaimed);
                 if filter == 0 {
                     return None;
                 }

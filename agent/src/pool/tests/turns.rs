@@ -188,3 +188,37 @@ fn per_token() -> f64 {
     let _ = one.take(&key(), 10 * MS, 1, None, MS);
     one.demand(&key(), 10 * MS)
 }
+
+#[test]
+fn a_store_answer_that_finds_tokens_unclaimed_starts_the_queue_afresh() {
+    // Twelve asks turned away at 10 ms book turns up to 790 ms (above). A
+    // refill at 200 ms pools 10 tokens, held until 300 ms; an ask at 210 ms
+    // served from them is booked behind the twelve (800 ms).
+    let (p, _) = held(100 * MS);
+    let _ = retries(&p, 12, 5);
+    let refill = |at_ns: u64| {
+        let (filter, turn) = p.fill_then_hold(
+            &key(),
+            at_ns,
+            grant(10, 0, 0),
+            0,
+            None,
+            1_000 * MS,
+            100 * MS,
+            100 * MS,
+        );
+        assert_eq!((filter, turn), (0, None));
+    };
+    let served_turn = |at_ns: u64| match p.take(&key(), at_ns, 1, Some(5), MS) {
+        PoolTake::Served { next_ask_ns, .. } => next_ask_ns,
+        other => panic!("not served: {other:?}"),
+    };
+    refill(200 * MS);
+    let behind = served_turn(210 * MS);
+    // The next refill, at 400 ms, finds 5 of its tokens still pooled: the
+    // filters no longer come for what the node takes. The next ask's turn
+    // is the new hold's end (500 ms), not the old queue's.
+    refill(400 * MS);
+    let afresh = served_turn(410 * MS);
+    assert_eq!((behind, afresh), (Some(590 * MS), Some(90 * MS)));
+}

@@ -16,7 +16,7 @@ use proxy_wasm::types::ContextType;
 
 use crate::backoff;
 use crate::config::{nanos, FilterConfig};
-use crate::flights::{Call, FlightStats};
+use crate::flights::{self, Call, FlightStats};
 use crate::host::{AgentCall, AgentRequest, Metric, Proxy};
 use crate::http::{finish, Http};
 use crate::pipeline::Evaluation;
@@ -105,15 +105,16 @@ impl<H: Proxy + 'static> Root<H> {
     /// refuses to send is answered as a failed call.
     fn send_queued(&mut self) {
         loop {
-            let (config, version) = {
-                let vm = self.vm.borrow();
-                let version = vm.rules.as_ref().map(|r| r.version().to_string());
-                (Rc::clone(&vm.config), version.unwrap_or_default())
+            let (config, body, items) = {
+                let mut vm = self.vm.borrow_mut();
+                let vm = &mut *vm;
+                let Some(items) = vm.flights.take_items() else {
+                    break;
+                };
+                let version = vm.rules.as_ref().map_or("", |r| r.version());
+                let body = flights::lease_body(version, &items);
+                (Rc::clone(&vm.config), body, items)
             };
-            let Some((request, items)) = self.vm.borrow_mut().flights.take_batch(&version) else {
-                break;
-            };
-            let body = serde_json::to_vec(&request).unwrap_or_default();
             let call = AgentCall::to_agent(
                 &config,
                 LEASE_PATH,
@@ -453,8 +454,8 @@ pub(crate) fn fail_queued<H: Proxy>(host: &H, vm: &Shared) {
     loop {
         // Each borrow ends before the next: a `while let` would hold the
         // first for the whole loop body, and the second would panic.
-        let batch = vm.borrow_mut().flights.take_batch("");
-        let Some((_, items)) = batch else {
+        let batch = vm.borrow_mut().flights.take_items();
+        let Some(items) = batch else {
             break;
         };
         let answered = vm

@@ -241,3 +241,41 @@ fn a_request_that_crosses_the_mark_is_served_and_its_refill_queued() {
 }
 
 mod cold;
+
+#[test]
+fn a_lease_call_s_body_is_its_request_s_json() {
+    let item = |rule: &str, key: &str, plan: Option<&str>, want: Option<u32>| Item {
+        fingerprint: 1,
+        lease: meshlimit_core::wire::LeaseItem {
+            rule: rule.into(),
+            key: meshlimit_core::DescriptorKey::new(rule, [key]),
+            cost: 2,
+            plan: plan.map(str::to_string),
+            want,
+        },
+        exact: false,
+        prepaid: 0,
+    };
+    let items = vec![
+        item("search", "k1", None, None),
+        item("per-plan", "a \"quoted\" \\ key", Some("gold"), Some(17)),
+    ];
+    let request = LeaseRequest {
+        v: WIRE_VERSION,
+        rules_version: "v\"1".into(),
+        items: items.iter().map(|i| i.lease.clone()).collect(),
+    };
+    assert_eq!(
+        String::from_utf8(lease_body("v\"1", &items)).unwrap(),
+        serde_json::to_string(&request).unwrap()
+    );
+    assert_eq!(
+        lease_body("", &[]),
+        serde_json::to_vec(&LeaseRequest {
+            v: WIRE_VERSION,
+            rules_version: String::new(),
+            items: Vec::new()
+        })
+        .unwrap()
+    );
+}

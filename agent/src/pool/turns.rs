@@ -106,7 +106,7 @@ impl Entry {
     /// key was back under its limit rejecting for most of a second after
     /// the burst (the short `burst` scenario: an agent still gave 800 ms
     /// turns half a second after its end, and the second after it admitted
-    /// less than 0.99 of the ideal in 2 of 19 runs, 0 of 30 with this). A
+    /// less than 0.99 of the ideal in 2 of 19 runs, 1 of 50 with this). A
     /// node far over its share claims
     /// every token it takes, so this does not happen to it once it has
     /// settled (`leased-hot-key-3x`: no store answer found tokens pooled

@@ -315,8 +315,7 @@ impl Pools {
                 e.new_round(spacing_ns, filter);
                 e.end_call();
                 let period = turns?;
-                e.pace(now_ns, hold_ns, granted);
-                e.restart_queue_if_unclaimed(unclaimed);
+                e.pace(now_ns, hold_ns, granted, unclaimed);
                 if filter == 0 {
                     return None;
                 }
@@ -338,7 +337,7 @@ impl Pools {
             // another ask's grant just pooled: they are served first.
             e.lease.deny(now_ns, retry_after_ns);
             if self.turns.is_some() {
-                e.pace(now_ns, retry_after_ns, 0);
+                e.pace(now_ns, retry_after_ns, 0, 0);
             }
             // The store held less than an ask.
             e.remaining = 0;

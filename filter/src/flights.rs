@@ -25,7 +25,6 @@ use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 
 use meshlimit_core::wire::{LeaseAnswer, LeaseRequest, WIRE_VERSION};
-use serde::ser::{Serialize, SerializeStruct, Serializer};
 
 use crate::config::FilterConfig;
 use crate::host::Host;
@@ -114,7 +113,7 @@ impl<W: Copy + Eq + Hash> Flights<W> {
     }
 
     /// The queued items, handed to the caller, which sends them (the call's
-    /// body: [`lease_body`]) and reports [`Flights::sent`] or
+    /// body: `meshlimit_core::wire::lease_request_json`) and reports [`Flights::sent`] or
     /// [`Flights::answered`] with `None`.
     pub fn take_items(&mut self) -> Option<Vec<Item>> {
         (!self.queued.is_empty()).then(|| std::mem::take(&mut self.queued))
@@ -305,44 +304,6 @@ pub enum Call {
     /// These items: a batch that could not be sent, or one whose caller kept
     /// it instead of reporting it sent (the simulator).
     Unsent(Vec<Item>),
-}
-
-/// The JSON body of a lease call for `items` under `rules_version`: what a
-/// [`LeaseRequest`] of them serializes to, written from the items where they
-/// are. Building the request first copied each item's rule, key and plan,
-/// and the version: allocations on every call, which is every new key's
-/// request.
-pub fn lease_body(rules_version: &str, items: &[Item]) -> Vec<u8> {
-    serde_json::to_vec(&BodyOf {
-        rules_version,
-        items,
-    })
-    .unwrap_or_default()
-}
-
-/// A [`LeaseRequest`] of borrowed parts, written as one.
-struct BodyOf<'a> {
-    rules_version: &'a str,
-    items: &'a [Item],
-}
-
-impl Serialize for BodyOf<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut body = s.serialize_struct("LeaseRequest", 3)?;
-        body.serialize_field("v", &WIRE_VERSION)?;
-        body.serialize_field("rules_version", self.rules_version)?;
-        body.serialize_field("items", &ItemsOf(self.items))?;
-        body.end()
-    }
-}
-
-/// The lease items of queued items, written as a list.
-struct ItemsOf<'a>(&'a [Item]);
-
-impl Serialize for ItemsOf<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(self.0.iter().map(|i| &i.lease))
-    }
 }
 
 #[cfg(test)]

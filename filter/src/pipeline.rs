@@ -42,6 +42,13 @@ pub struct Item {
     pub prepaid: u32,
 }
 
+/// The lease item a call carries (`meshlimit_core::wire::lease_request_json`).
+impl AsRef<LeaseItem> for Item {
+    fn as_ref(&self) -> &LeaseItem {
+        &self.lease
+    }
+}
+
 /// What an agent answer (or its absence) did for one key.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum KeyResult {

@@ -8,15 +8,15 @@ use log::{debug, info, warn};
 use meshlimit_core::rules::lines::RulesLoad;
 use meshlimit_core::secret::{Secret, SECRET_ENV};
 use meshlimit_core::wire::{
-    LeaseAnswer, LeaseResponse, SyncRequest, SyncResponse, DECISIONS_PATH, LEASE_PATH, SYNC_PATH,
-    WIRE_VERSION,
+    lease_request_json, LeaseAnswer, LeaseResponse, SyncRequest, SyncResponse, DECISIONS_PATH,
+    LEASE_PATH, SYNC_PATH, WIRE_VERSION,
 };
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::ContextType;
 
 use crate::backoff;
 use crate::config::{nanos, FilterConfig};
-use crate::flights::{self, Call, FlightStats};
+use crate::flights::{Call, FlightStats};
 use crate::host::{AgentCall, AgentRequest, Metric, Proxy};
 use crate::http::{finish, Http};
 use crate::pipeline::Evaluation;
@@ -112,7 +112,7 @@ impl<H: Proxy + 'static> Root<H> {
                     break;
                 };
                 let version = vm.rules.as_ref().map_or("", |r| r.version());
-                let body = flights::lease_body(version, &items);
+                let body = lease_request_json(version, &items);
                 (Rc::clone(&vm.config), body, items)
             };
             let call = AgentCall::to_agent(

@@ -83,7 +83,20 @@ impl Entry {
     /// far over its share). The intake is a count decaying with a time
     /// constant of one second (tokens a second), started at the first
     /// answer's tokens over its hold when that answer set one.
-    pub(super) fn pace(&mut self, now_ns: u64, hold_ns: u64, granted: u32) {
+    ///
+    /// An answer that finds tokens still pooled (`unclaimed`) starts the
+    /// queue afresh: the node's filters no longer come for what it takes,
+    /// so its key's demand has fallen (a burst has ended), and the turns
+    /// booked meanwhile are for asks that will not come. New turns booked
+    /// behind them, up to [`MAX_QUEUE_NS`] ahead, kept filters whose key was
+    /// back under its limit rejecting for most of a second after the burst
+    /// (the short `burst` scenario: an agent still gave 800 ms turns half a
+    /// second after its end, and the second after it admitted less than
+    /// 0.99 of the ideal in 2 of 19 runs; 1 of 50 with the restart). A node
+    /// far over its share claims every token it takes, so this does not
+    /// happen to it once it has settled (`leased-hot-key-3x`: no store
+    /// answer found tokens pooled after its tenth second).
+    pub(super) fn pace(&mut self, now_ns: u64, hold_ns: u64, granted: u32, unclaimed: u32) {
         if self.intake_at_ns == 0 && hold_ns > 0 {
             self.intake = f64::from(granted) * 1e9 / hold_ns as f64;
         } else {
@@ -95,25 +108,9 @@ impl Entry {
             self.queue_end_ns = 0;
         } else {
             self.ns_per_token = (1e9 / (self.intake * PACE_AHEAD)) as u64;
-        }
-    }
-
-    /// Starts the queue of turns afresh when a store answer finds tokens
-    /// still pooled (`unclaimed`): the node's filters no longer come for what
-    /// it takes, so its key's demand has fallen (a burst has ended). The
-    /// turns booked meanwhile are for asks that will not come; new turns
-    /// booked behind them, up to [`MAX_QUEUE_NS`] ahead, kept filters whose
-    /// key was back under its limit rejecting for most of a second after
-    /// the burst (the short `burst` scenario: an agent still gave 800 ms
-    /// turns half a second after its end, and the second after it admitted
-    /// less than 0.99 of the ideal in 2 of 19 runs, 1 of 50 with this). A
-    /// node far over its share claims
-    /// every token it takes, so this does not happen to it once it has
-    /// settled (`leased-hot-key-3x`: no store answer found tokens pooled
-    /// after its tenth second).
-    pub(super) fn restart_queue_if_unclaimed(&mut self, unclaimed: u32) {
-        if unclaimed > 0 {
-            self.queue_end_ns = 0;
+            if unclaimed > 0 {
+                self.queue_end_ns = 0;
+            }
         }
     }
 

@@ -266,11 +266,11 @@ fn a_lease_call_s_body_is_its_request_s_json() {
         items: items.iter().map(|i| i.lease.clone()).collect(),
     };
     assert_eq!(
-        String::from_utf8(lease_body("v\"1", &items)).unwrap(),
+        String::from_utf8(meshlimit_core::wire::lease_request_json("v\"1", &items)).unwrap(),
         serde_json::to_string(&request).unwrap()
     );
     assert_eq!(
-        lease_body("", &[]),
+        meshlimit_core::wire::lease_request_json::<Item>("", &[]),
         serde_json::to_vec(&LeaseRequest {
             v: WIRE_VERSION,
             rules_version: String::new(),

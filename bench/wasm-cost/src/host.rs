@@ -64,7 +64,8 @@ pub struct State {
     metrics: usize,
     /// Host calls made, by name.
     pub tally: BTreeMap<String, u64>,
-    /// The fuel left at each `cp:<label>` the module logged.
+    /// The fuel left at each `cp:<label>` the module logged, and at each host
+    /// call (labelled `→ name`).
     pub checkpoints: Vec<(String, u64)>,
     /// What the module logged at warning or above (a misconfigured run shows here).
     pub warnings: Vec<String>,
@@ -98,6 +99,15 @@ pub fn linker(engine: &Engine, module: &wasmi::Module) -> Result<Linker<State>, 
         let module_name = import.module().to_string();
         let f = move |mut caller: Caller<'_, State>, args: &[Val], out: &mut [Val]| {
             *caller.data_mut().tally.entry(name.clone()).or_insert(0) += 1;
+            if name != "proxy_log" {
+                // A host call is a checkpoint too: `--checkpoints` lists the
+                // request's calls in order, each with the work before it.
+                let fuel = caller.get_fuel().unwrap_or(0);
+                caller
+                    .data_mut()
+                    .checkpoints
+                    .push((format!("→ {name}"), fuel));
+            }
             let status = call(&mut caller, &name, args)?;
             if let Some(slot) = out.first_mut() {
                 *slot = match slot {

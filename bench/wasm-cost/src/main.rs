@@ -34,8 +34,8 @@ const USAGE: &str =
 Runs N requests (20,000 by default, after as many to warm up) through each
 module and prints a Markdown table of the Wasm instructions per request.
 --checkpoints also prints the last hot-key, 429 and new-key request's instructions up to
-each `cp:<label>` the filter logged at critical level (add such logs to find
-where the work is; never commit them).";
+each host call (in order, `→ name`) and each `cp:<label>` the filter logged at
+critical level (add such logs to find where the work is; never commit them).";
 
 struct Options {
     filter: String,

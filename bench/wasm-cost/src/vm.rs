@@ -249,19 +249,18 @@ impl Vm {
         self.call("proxy_on_request_headers", &[ctx, n, 1])?;
         let agent_calls = self.settle()?;
         let after_request = self.fuel()?;
+        self.mark("(rest of the request headers)", after_request);
         let replied = self.store.data().local_reply;
         if replied.is_none() {
             self.call("proxy_on_response_headers", &[ctx, 1, 0])?;
         }
         let after_response = self.fuel()?;
+        self.mark("response headers", after_response);
         self.call("proxy_on_log", &[ctx])?;
         self.call("proxy_on_done", &[ctx])?;
         self.call("proxy_on_delete", &[ctx])?;
         let end = self.fuel()?;
-        let marks = &mut self.store.data_mut().checkpoints;
-        marks.push(("(rest of the request headers)".into(), after_request));
-        marks.push(("response headers".into(), after_response));
-        marks.push(("log, done, delete".into(), end));
+        self.mark("log, done, delete", end);
         Ok(Burned {
             request: start - after_request,
             response: after_request - after_response,
@@ -270,6 +269,14 @@ impl Vm {
             agent_calls,
             replied,
         })
+    }
+
+    /// Marks the end of one of a request's callbacks among its checkpoints.
+    fn mark(&mut self, label: &str, fuel: u64) {
+        self.store
+            .data_mut()
+            .checkpoints
+            .push((label.to_string(), fuel));
     }
 
     /// The last request's instructions up to each checkpoint the module

@@ -148,7 +148,9 @@ fn request_path_section(r: &Results) -> String {
                  (h3): `bench-lease-3x`, limit {over}/s (a third of the rate); (k) and (kl): `bench-new`, a new key \
                  on every request; (kc): `bench-cold-start`, the same with `cold_start: admit` (each request \
                  admitted at once, its lease asked behind it), at (kl)'s rate. All `accuracy: fast` on the agent's store, with a fresh agent for \
-                 the phase. (a) runs at each rate in the same round, just before the configurations \
+                 the phase. (kf), at (kl)'s rate, is no limiter: the floor filter (e) that also makes one HTTP call a request \
+                 to the agent's `GET /healthz` and holds the request until it is answered, the least any filter pays to wait on a \
+                 local service; (kl) minus (kf) is what meshlimit adds to that wait (its Wasm work, the agent's lease and the store's round trip). (a) runs at each rate in the same round, just before the configurations \
                  compared with it; added = this configuration minus that (a) run.\n",
                 rate = fmt_num(p.rate, 0),
                 cold = fmt_num(p.cold_rate, 0),

@@ -1,7 +1,8 @@
 //! The request-path phase: a hot key on the lease path, all admitted (h) and at
 //! 3× its limit (h3), and cold keys of an `accuracy: fast` rule at half their
-//! saturation (k) and at a light load (kl), each open loop beside (a) at the
-//! same rate in the same round. Around every run it reads
+//! saturation (k) and at a light load (kl), and the floor of a cold key's wait
+//! (kf: one HTTP call a request to the agent, which does nothing), each open
+//! loop beside (a) at the same rate in the same round. Around every run it reads
 //! Envoy's CPU, Redis's script calls, the agent's lease items and the filter's
 //! lease-call counters.
 
@@ -34,7 +35,7 @@ struct Reading {
 }
 
 impl Bench<'_> {
-    /// (a) (h) (h3) [(a) again] (k) [(a) again] (kl), `latency_rounds` times, on an agent of its
+    /// (a) (h) (h3) [(a) again] (k) [(a) again] (kl) (kc) (kf), `latency_rounds` times, on an agent of its
     /// own whose rules are sized from the throughput phase.
     pub fn request_path(&mut self) -> Result<()> {
         // Half of what meshlimit's filter sustains on a hot key ((c)), or of
@@ -68,7 +69,7 @@ impl Bench<'_> {
         for sc in scenario::request_path() {
             let this_rate = match sc.id {
                 "k" => cold_rate,
-                "kl" | "kc" => LIGHT_COLD_RATE.min(cold_rate),
+                "kl" | "kc" | "kf" => LIGHT_COLD_RATE.min(cold_rate),
                 _ => rate,
             };
             if let Some(a) = none {

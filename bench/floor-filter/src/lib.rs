@@ -1,5 +1,5 @@
-//! Two reference filters for `make bench`, in one module chosen by the plugin
-//! configuration (`{"mode": "empty"}` or `{"mode": "floor", "header": "x-bench-key"}`):
+//! The reference filters for `make bench`, in one module chosen by the plugin
+//! configuration (`{"mode": "empty"}`, `{"mode": "floor", "header": "x-bench-key"}`, …):
 //!
 //! * `empty` (configuration (f)): every callback returns `Continue`. What any
 //!   proxy-wasm filter costs Envoy before it does anything.
@@ -14,9 +14,16 @@
 //!   two response headers (the RateLimit fields), or setting the three
 //!   filter-state properties the access log prints (rule, decision, key id).
 //!   Each one's cost is its difference from the floor.
+//! * `callout` (configuration (kf)): the floor, then one HTTP call a request to
+//!   `cluster` (`GET path`, by default the agent's `/healthz`), the request
+//!   paused until the answer comes. What any filter that waits on a local
+//!   service pays in Envoy and on the loopback before it does any work of its
+//!   own: the floor of a cold key's wait.
 //!
 //! Hostcalls are called directly (not through the SDK's trait helpers, which
 //! unwrap): a panic would trap the VM and turn the benchmark into an error test.
+
+use std::time::Duration;
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
@@ -30,6 +37,10 @@ pub struct FloorConfig {
     pub mode: Mode,
     /// The request header the `floor` mode reads.
     pub header: String,
+    /// The cluster the `callout` mode calls.
+    pub cluster: String,
+    /// The path it asks for (`GET`).
+    pub path: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -41,6 +52,7 @@ pub enum Mode {
     Properties,
     ResponseHeaders,
     FilterState,
+    Callout,
 }
 
 struct Root {
@@ -59,6 +71,8 @@ impl Default for FloorConfig {
         Self {
             mode: Mode::Floor,
             header: "x-bench-key".into(),
+            cluster: "meshlimit_agent".into(),
+            path: "/healthz".into(),
         }
     }
 }
@@ -105,7 +119,22 @@ impl RootContext for Root {
     }
 }
 
-impl Context for Http {}
+/// The `callout` mode's deadline: far above a loopback round trip, so a
+/// request is never let go early.
+const CALLOUT_TIMEOUT: Duration = Duration::from_secs(1);
+
+impl Context for Http {
+    /// The `callout` mode's answer (or its timeout): the request goes on.
+    fn on_http_call_response(
+        &mut self,
+        _token: u32,
+        _headers: usize,
+        _body: usize,
+        _trailers: usize,
+    ) {
+        let _ = hostcalls::resume_http_request();
+    }
+}
 
 impl HttpContext for Http {
     fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
@@ -123,6 +152,25 @@ impl HttpContext for Http {
                     let _ = hostcalls::get_property(path);
                 }
                 floor(one_header(header));
+            }
+            Mode::Callout => {
+                floor(one_header(header));
+                let headers = vec![
+                    (":method", "GET"),
+                    (":path", self.config.path.as_str()),
+                    (":authority", "meshlimit-agent"),
+                ];
+                let sent = hostcalls::dispatch_http_call(
+                    &self.config.cluster,
+                    headers,
+                    None,
+                    Vec::new(),
+                    CALLOUT_TIMEOUT,
+                );
+                // A call Envoy refused lets the request go on, unwaited.
+                if sent.is_ok() {
+                    return Action::Pause;
+                }
             }
             Mode::FilterState => {
                 floor(one_header(header));
@@ -203,6 +251,11 @@ mod tests {
         assert_eq!(floor.map(|c| c.header), Ok("x-k".to_string()));
         let state = FloorConfig::parse(Some(br#"{"mode": "filter_state"}"#));
         assert_eq!(state.map(|c| c.mode), Ok(Mode::FilterState));
+        let callout = FloorConfig::parse(Some(br#"{"mode": "callout"}"#));
+        assert_eq!(
+            callout.map(|c| (c.mode, c.cluster, c.path)),
+            Ok((Mode::Callout, "meshlimit_agent".into(), "/healthz".into()))
+        );
         assert!(FloorConfig::parse(Some(br#"{"mode": "fast"}"#)).is_err());
     }
 }

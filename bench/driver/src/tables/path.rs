@@ -61,7 +61,7 @@ fn rows(r: &Results) -> Vec<(&'static str, Option<f64>)> {
         .map(|x| ("a", Some(x)))
         .collect();
     rows.extend(
-        ["h", "h3", "k", "kl", "kc"]
+        ["h", "h3", "k", "kl", "kc", "kf"]
             .into_iter()
             .filter(|id| r.path_runs(id).next().is_some())
             .map(|id| (id, None)),

@@ -23,6 +23,7 @@
 //! Hostcalls are called directly (not through the SDK's trait helpers, which
 //! unwrap): a panic would trap the VM and turn the benchmark into an error test.
 
+use std::rc::Rc;
 use std::time::Duration;
 
 use proxy_wasm::hostcalls;
@@ -56,11 +57,15 @@ pub enum Mode {
 }
 
 struct Root {
-    config: FloorConfig,
+    config: Rc<FloorConfig>,
 }
 
 struct Http {
-    config: FloorConfig,
+    /// The header's name, copied for each request: the one allocation a
+    /// request the floor has made since its first run, kept so its counts
+    /// stay comparable with the results measured against it.
+    header: String,
+    config: Rc<FloorConfig>,
 }
 
 /// Shared-data keys are this prefix plus the header's value.
@@ -98,7 +103,7 @@ impl RootContext for Root {
             .flatten();
         match FloorConfig::parse(bytes.as_deref()) {
             Ok(config) => {
-                self.config = config;
+                self.config = Rc::new(config);
                 true
             }
             Err(e) => {
@@ -110,7 +115,8 @@ impl RootContext for Root {
 
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
         Some(Box::new(Http {
-            config: self.config.clone(),
+            header: self.config.header.clone(),
+            config: Rc::clone(&self.config),
         }))
     }
 
@@ -138,7 +144,7 @@ impl Context for Http {
 
 impl HttpContext for Http {
     fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        let header = self.config.header.as_str();
+        let header = self.header.as_str();
         match self.config.mode {
             Mode::Empty => {}
             Mode::Floor | Mode::ResponseHeaders => floor(one_header(header)),
@@ -233,7 +239,9 @@ mod entry {
     proxy_wasm::main! {{
         proxy_wasm::set_log_level(LogLevel::Warn);
         proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> {
-            Box::new(crate::Root { config: crate::FloorConfig::default() })
+            Box::new(crate::Root {
+                config: std::rc::Rc::new(crate::FloorConfig::default()),
+            })
         });
     }}
 }

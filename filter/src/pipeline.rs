@@ -26,6 +26,8 @@ pub struct Evaluation {
     pub(crate) rounds: u8,
     /// When its rules were last decided (the host's clock, read once a
     /// step): the decision log's time, without a clock call of its own.
+    /// First the request's own read (`RequestInfo::now_ns`), which the local
+    /// pass runs on.
     pub(crate) decided_at_ns: u64,
 }
 

@@ -188,12 +188,14 @@ impl Gateway {
 
     /// One request for `key`, now.
     pub fn arrive(self: &Rc<Self>, key: u32) {
-        let info = self.keys.request(key);
+        let now = self.host.now_ns();
+        let mut info = self.keys.request(key);
+        // As the filter's HTTP context: the request's one clock read.
+        info.now_ns = now;
         let Ok(Some(mut eval)) = Evaluation::new(Rc::clone(&self.rules), &info, &self.cfg) else {
             self.rec.unmatched();
             return;
         };
-        let now = self.host.now_ns();
         let pending = self.rec.arrive(key, self.id, now);
         let step = {
             // As the filter's HTTP context (one `local_step`).

@@ -27,22 +27,25 @@ impl Evaluation {
     /// Decides what local state can: the denial cache, then the lease. Stops at
     /// the first enforcing denial, so no further tokens are spent on a request that
     /// is rejected anyway. Returns true when the agent must be asked.
+    /// Reads the clock first (a request runs the pass in
+    /// [`Evaluation::local_step`], on the clock its headers were read with).
     pub fn local_pass<H: Host>(&mut self, host: &H, cfg: &FilterConfig) -> bool {
+        self.decided_at_ns = host.now_ns();
         self.local_pass_with(host, cfg, None)
     }
 
     /// [`Evaluation::local_pass`], where a rule with `cold_start: admit` may
     /// admit a key this Envoy knows nothing of from the worker's `cold`
     /// allowance (`None`: no cold starts, as while the agent is backed off).
-    /// The key's call is queued as a refill that pays for the request.
+    /// The key's call is queued as a refill that pays for the request. On
+    /// the evaluation's clock (`decided_at_ns`, the request's own read).
     pub fn local_pass_with<H: Host>(
         &mut self,
         host: &H,
         cfg: &FilterConfig,
         mut cold: Option<&mut ColdStarts>,
     ) -> bool {
-        let now = host.now_ns();
-        self.decided_at_ns = now;
+        let now = self.decided_at_ns;
         let mut rejected = false;
         for i in 0..self.checks.len() {
             let enforcing = self.rule(i).mode == Mode::Enforce;
@@ -159,7 +162,9 @@ impl Evaluation {
         cfg: &FilterConfig,
         cold: Option<&mut ColdStarts>,
     ) -> LocalStep {
-        let backed_off = || backoff::backing_off(host, host.now_ns());
+        // The request's own clock read (`RequestInfo::now_ns`): one a request.
+        let now = self.decided_at_ns;
+        let backed_off = || backoff::backing_off(host, now);
         let may_start_cold = cold.is_some() && self.may_start_cold();
         let mut backed_off_now = may_start_cold && backed_off();
         let cold = cold.filter(|_| may_start_cold && !backed_off_now);
@@ -173,7 +178,6 @@ impl Evaluation {
                 backed_off: false,
             };
         }
-        let now = host.now_ns();
         for item in self.take_refills() {
             slots::update(host, now, item.fingerprint, cfg.slots, |s| s.call_failed());
         }

@@ -30,7 +30,9 @@ fn eval(
     cold: &mut ColdStarts,
     key: &str,
 ) -> Evaluation {
-    let req = RequestInfo::new("/", "GET", vec![("x-k".to_string(), key.to_string())]);
+    let mut req = RequestInfo::new("/", "GET", vec![("x-k".to_string(), key.to_string())]);
+    // As the HTTP context reads it, with the request's headers.
+    req.now_ns = host.now_ns();
     let mut e = Evaluation::new(Rc::clone(rs), &req, cfg).unwrap().unwrap();
     e.local_pass_with(host, cfg, Some(cold));
     e

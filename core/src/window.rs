@@ -20,11 +20,15 @@
 //!
 //! Leases (`accuracy: fast`). A grant of more than the cost is a lease: the
 //! counts are taken from the window now and spent by the holder for up to the
-//! lease's life. Error bound: counts leased near a window's end may be spent in
-//! the next window, so each holder of a store lease (a node's pool: at most two
-//! of its lease sizes, a lease at most a tenth of `requests` or the cost) may
-//! push a window at most one such grant over `requests`; counts leased and never
-//! spent are counted and not admitted (under the limit, never over). An exact
+//! lease's life; a fixed window's lease ends with its window (the grant's
+//! `reset_ns`, which the agent makes the lease's life when shorter). Error
+//! bound: a fixed window's counts are spent past its end only by the time the
+//! grant took to reach its holder; a sliding window's leased near its end may
+//! be spent in the next window, so each holder of a store lease (a node's
+//! pool: at most two of its lease sizes, a lease at most a tenth of `requests`
+//! or the cost) may push a window at most one such grant over `requests`;
+//! counts leased and never spent are counted and not admitted (under the
+//! limit, never over). An exact
 //! rule asks for its cost on every request and is never over.
 
 use serde::{Deserialize, Serialize};

@@ -6,7 +6,7 @@ use tokio::time::Instant;
 
 use meshlimit_core::rules::FailurePolicy;
 use meshlimit_core::wire::{AnsweredFrom, LeaseAnswer, LeaseRequest};
-use meshlimit_core::{DescriptorKey, Limit, Take, NANOS_PER_MS};
+use meshlimit_core::{Algorithm, DescriptorKey, Limit, Take, NANOS_PER_MS};
 
 use crate::fail_local::FailLocal;
 use crate::pool::PoolTake;
@@ -93,6 +93,7 @@ impl LeaseService {
                         let next_ask_ns = next_ask_ns.map(|n| n.min(rule.until_change_ns(utc_ns)));
                         answers[index] = Some(from_pool(self.grant(
                             &rule.name,
+                            limit.algorithm(),
                             tokens,
                             remaining,
                             reset_ns,
@@ -232,7 +233,14 @@ impl LeaseService {
                 self.metrics.store_results("ok", 1);
                 self.fail_local.forget(&acquire.key);
                 if !p.pooled {
-                    return self.grant(p.rule, tokens, remaining, reset_ns, None);
+                    return self.grant(
+                        p.rule,
+                        acquire.limit.algorithm(),
+                        tokens,
+                        remaining,
+                        reset_ns,
+                        None,
+                    );
                 }
                 let take = Take::Granted {
                     tokens,
@@ -254,6 +262,7 @@ impl LeaseService {
                 };
                 self.grant(
                     p.rule,
+                    acquire.limit.algorithm(),
                     filter,
                     remaining.saturating_add(tokens - filter),
                     reset_ns,
@@ -317,9 +326,13 @@ impl LeaseService {
         }
     }
 
+    /// A grant of `tokens` to a filter, good for the lease's life (a fixed
+    /// window's only to its window's end, `reset_ns`: see
+    /// [`LeaseSettings::lease_life_ns`](super::LeaseSettings::lease_life_ns)).
     pub(super) fn grant(
         &self,
         rule: &str,
+        algorithm: Algorithm,
         tokens: u32,
         remaining: u32,
         reset_ns: u64,
@@ -328,7 +341,13 @@ impl LeaseService {
         self.metrics.lease_granted(rule, tokens);
         LeaseAnswer::Grant {
             tokens,
-            ttl_ms: u64::try_from(self.settings.ttl.as_millis()).unwrap_or(u64::MAX),
+            // At least a millisecond: the requests waiting on the grant take
+            // their cost from it when the filter has written it down.
+            ttl_ms: self
+                .settings
+                .lease_life_ns(algorithm, reset_ns)
+                .div_ceil(NANOS_PER_MS)
+                .max(1),
             remaining,
             reset_ms: reset_ns.div_ceil(NANOS_PER_MS),
             local: false,

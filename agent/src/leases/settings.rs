@@ -23,7 +23,7 @@
 use std::time::Duration;
 
 use meshlimit_core::rules::{Accuracy, Rule};
-use meshlimit_core::Limit;
+use meshlimit_core::{Algorithm, Limit};
 
 use crate::config::defaults;
 
@@ -64,6 +64,24 @@ pub struct LeaseSettings {
 }
 
 impl LeaseSettings {
+    /// How long a grant's tokens may be spent, from the store's answer: the
+    /// lease's life (`ttl`), but a fixed window's counts only until their
+    /// window ends (`reset_ns`, the store's time to it), in the node's pool
+    /// and at the filter alike. Counts of one window spent in the next would
+    /// be admitted there on top of that window's own `requests`; cut at the
+    /// edge, what is left of a lease is counted and never admitted (under
+    /// the limit, never over). The edge is the store's, so a filter's lease
+    /// may outlast it by the answer's way back and the millisecond the
+    /// filter reads it in (rounded up). A token bucket or sliding window
+    /// keeps the whole life: its tokens do not belong to one window.
+    pub fn lease_life_ns(&self, algorithm: Algorithm, reset_ns: u64) -> u64 {
+        let ttl = u64::try_from(self.ttl.as_nanos()).unwrap_or(u64::MAX);
+        match algorithm {
+            Algorithm::FixedWindow => ttl.min(reset_ns),
+            Algorithm::TokenBucket | Algorithm::SlidingWindow => ttl,
+        }
+    }
+
     /// Whether a node far over its share of a key (`far_over_of`, see
     /// [`LeaseSettings::lease_size`]) is paced: with turns, it takes its part
     /// of each lease period from the store, one call a period, and no more.

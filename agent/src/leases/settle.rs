@@ -51,7 +51,9 @@ impl LeaseService {
                 remaining,
                 reset_ns,
             } => {
-                let ttl = u64::try_from(self.settings.ttl.as_nanos()).unwrap_or(u64::MAX);
+                let ttl = self
+                    .settings
+                    .lease_life_ns(acquire.limit.algorithm(), reset_ns);
                 let hold = self.hold_ns(lease, remaining, reset_ns, acquire, far_over);
                 let grant = StoreGrant {
                     tokens,

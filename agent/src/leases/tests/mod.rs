@@ -51,6 +51,9 @@ enum Mode {
     Delayed(Duration),
     /// Denies every ask for half an hour.
     Denied,
+    /// Grants every ask its whole lease, plenty left, the store's window (or
+    /// bucket's refill) ending this long after.
+    EndsIn(Duration),
 }
 
 #[async_trait]
@@ -94,6 +97,16 @@ impl Store for FakeStore {
                 });
                 items.len()
             ],
+            Mode::EndsIn(reset) => items
+                .iter()
+                .map(|a| {
+                    Ok(Take::Granted {
+                        tokens: a.max,
+                        remaining: 900,
+                        reset_ns: u64::try_from(reset.as_nanos()).unwrap(),
+                    })
+                })
+                .collect(),
             Mode::Drained => items
                 .iter()
                 .map(|a| {

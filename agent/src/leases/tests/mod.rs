@@ -56,6 +56,21 @@ enum Mode {
     EndsIn(Duration),
 }
 
+/// Every item granted its whole lease (`max`), leaving `remaining`, the
+/// store's bucket or window full again `reset_ns` later.
+fn whole_leases(items: &[Acquire], remaining: u32, reset_ns: u64) -> Vec<Acquired> {
+    items
+        .iter()
+        .map(|a| {
+            Ok(Take::Granted {
+                tokens: a.max,
+                remaining,
+                reset_ns,
+            })
+        })
+        .collect()
+}
+
 #[async_trait]
 impl Store for FakeStore {
     async fn acquire(&self, items: &[Acquire]) -> Vec<Acquired> {
@@ -80,16 +95,7 @@ impl Store for FakeStore {
                 if self.failing.load(Ordering::SeqCst) {
                     return vec![Err(StoreError::Unavailable("refused".into())); items.len()];
                 }
-                items
-                    .iter()
-                    .map(|a| {
-                        Ok(Take::Granted {
-                            tokens: a.max,
-                            remaining: 900,
-                            reset_ns: NANOS_PER_SEC,
-                        })
-                    })
-                    .collect()
+                whole_leases(items, 900, NANOS_PER_SEC)
             }
             Mode::Denied => vec![
                 Ok(Take::Denied {
@@ -97,26 +103,10 @@ impl Store for FakeStore {
                 });
                 items.len()
             ],
-            Mode::EndsIn(reset) => items
-                .iter()
-                .map(|a| {
-                    Ok(Take::Granted {
-                        tokens: a.max,
-                        remaining: 900,
-                        reset_ns: u64::try_from(reset.as_nanos()).unwrap(),
-                    })
-                })
-                .collect(),
-            Mode::Drained => items
-                .iter()
-                .map(|a| {
-                    Ok(Take::Granted {
-                        tokens: a.max,
-                        remaining: 0,
-                        reset_ns: 60 * NANOS_PER_SEC,
-                    })
-                })
-                .collect(),
+            Mode::EndsIn(reset) => {
+                whole_leases(items, 900, u64::try_from(reset.as_nanos()).unwrap())
+            }
+            Mode::Drained => whole_leases(items, 0, 60 * NANOS_PER_SEC),
         }
     }
 

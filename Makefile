@@ -14,8 +14,11 @@ WASM_TARGET := wasm32-wasip1
 ENVOY_VERSION := 1.40.0
 VENV := $(CURDIR)/.venv
 ENVOY := $(VENV)/bin/envoy
-# grpcio runs the real gRPC client of the end-to-end tests (tests/grpc/call.py).
+# grpcio runs the real gRPC client of the end-to-end tests (tests/grpc/call.py);
+# h2 (with its hpack and hyperframe) opens many HTTP/2 streams in one write
+# (tests/http2/streams.py).
 GRPCIO_VERSION := 1.85.1
+H2_PACKAGES := h2==4.4.1 hpack==4.2.0 hyperframe==6.1.0
 APT_PACKAGES := redis-server wrk libfaketime
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -36,7 +39,7 @@ HAVE_DEPLOY_CHECK := $(shell grep -qsE '^deploy-check[[:space:]]*::?([^=]|$$)' d
 .PHONY: tools tools-rust tools-envoy tools-grpc tools-apt build lint test test-wasm demo clean-run help
 
 help:
-	@echo "make tools      install pinned tools (wasm target, Envoy $(ENVOY_VERSION) and grpcio $(GRPCIO_VERSION) in .venv, redis-server, wrk)"
+	@echo "make tools      install pinned tools (wasm target, Envoy $(ENVOY_VERSION), grpcio $(GRPCIO_VERSION) and h2 in .venv, redis-server, wrk)"
 	@echo "make build      release agent + wasm filter"
 	@echo "make lint       rustfmt check, clippy (host and $(WASM_TARGET)) with -D warnings"
 	@echo "make test       tools, build, lint, all tests (host, wasm, deploy check): what CI runs"
@@ -73,12 +76,12 @@ tools-envoy:
 
 tools-grpc:
 	@if [ -x '$(VENV)/bin/python' ] && '$(VENV)/bin/python' -c \
-		'import sys, grpc; sys.exit(grpc.__version__ != "$(GRPCIO_VERSION)")' 2>/dev/null; then \
+		'import sys, grpc, h2; sys.exit(grpc.__version__ != "$(GRPCIO_VERSION)" or "h2=="+h2.__version__ not in "$(H2_PACKAGES)")' 2>/dev/null; then \
 		exit 0; \
 	fi; \
-	echo "tools: installing grpcio==$(GRPCIO_VERSION) into $(VENV)"; \
+	echo "tools: installing grpcio==$(GRPCIO_VERSION) $(H2_PACKAGES) into $(VENV)"; \
 	[ -x '$(VENV)/bin/pip' ] || $(PYTHON) -m venv '$(VENV)'; \
-	'$(VENV)/bin/pip' install --disable-pip-version-check --quiet 'grpcio==$(GRPCIO_VERSION)'
+	'$(VENV)/bin/pip' install --disable-pip-version-check --quiet 'grpcio==$(GRPCIO_VERSION)' $(H2_PACKAGES)
 
 # Debian's packages; their versions are pinned by the distribution release
 # (Debian 12: Redis 7.0, wrk 4.1). apt-get update runs only when something is missing.

@@ -92,8 +92,14 @@ async fn a_lease_costs_what_its_rule_says() {
         &lease_request(vec![item("customer", "victim", 100)]),
     )
     .await;
-    assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.body);
-    assert!(reply.body.contains("costs 1"), "{}", reply.body);
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    let refused: LeaseResponse = serde_json::from_str(&reply.body).unwrap();
+    assert_eq!(
+        refused.items,
+        [LeaseAnswer::Unavailable {
+            reason: "invalid_cost".into()
+        }]
+    );
     let answers = lease(&app, vec![item("customer", "victim", 1)]).await;
     assert!(
         matches!(answers[..], [LeaseAnswer::Grant { remaining: 99, .. }]),

@@ -10,7 +10,6 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::StatusCode;
 use meshlimit_agent::metrics::sample;
 use meshlimit_agent::store::MemoryStore;
 use meshlimit_agent::{App, CurrentRules, LeaseSettings, Metrics};
@@ -56,15 +55,15 @@ fn wire_item(key: String) -> LeaseItem {
 async fn keys_longer_than_the_cap_are_refused_before_anything_is_stored() {
     let (app, store) = bounded_app(100_000);
     // The finding: 1,000 lease requests of 62 KB keys took the agent from 30 to
-    // 154 MB. Each is now a 400, and nothing is kept.
+    // 154 MB. Each item is now refused alone, and nothing is kept.
     for i in 0..1_000 {
         let key = format!("per-ip|{i}-{}", "x".repeat(62_000));
-        let reply = post(&app, LEASE_PATH, &lease_request(vec![wire_item(key)])).await;
-        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.body);
-        assert!(
-            reply.body.contains("invalid_field") && reply.body.contains("at most 1024"),
-            "{}",
-            reply.body
+        let answers = lease(&app, vec![wire_item(key)]).await;
+        assert_eq!(
+            answers,
+            [LeaseAnswer::Unavailable {
+                reason: "key_too_long".into()
+            }]
         );
     }
     assert_eq!(store.len(), 0);
@@ -73,8 +72,8 @@ async fn keys_longer_than_the_cap_are_refused_before_anything_is_stored() {
     assert_eq!(
         sample(
             &text,
-            "meshlimit_bad_requests_total",
-            &[("reason", "invalid_field")]
+            "meshlimit_lease_unavailable_total",
+            &[("reason", "key_too_long")]
         ),
         Some(1_000.0)
     );

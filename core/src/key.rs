@@ -15,6 +15,18 @@ use crate::fingerprint::fingerprint;
 /// distinct: finding two values with one fingerprint costs about 2^64 hashes.
 pub const MAX_PART_LEN: usize = 128;
 
+/// The longest descriptor key the agent accepts in a lease item, in bytes; a longer
+/// item is refused (that item only) before anything is stored, so keys bound the
+/// agent's per-key memory. Why 1 KiB: a key is the rule name (at most
+/// `MAX_RULE_NAME` = 64 bytes) and, per key part, a separator and the part, which
+/// `DescriptorKey::new` keeps verbatim up to `MAX_PART_LEN` = 128 bytes and
+/// otherwise replaces by a 17-byte fingerprint: 64 + 7 × (1 + 128) = 967 bytes
+/// holds seven full-length parts. Escaping (`%XX` for `%`, `|`, `#` and control
+/// characters) can triple a part, so a key whose parts would pass this length is
+/// fingerprinted whole by `DescriptorKey::new`: no request builds a key the agent
+/// refuses.
+pub const MAX_KEY_BYTES: usize = 1024;
+
 const SEPARATOR: char = '|';
 
 /// A descriptor key, e.g. `search-per-api-key|k-123|GET`.
@@ -64,22 +76,46 @@ impl fmt::Display for DescriptorKey {
 /// A descriptor key built one part at a time, as a rule reads its parts from
 /// the request (no list of the parts is collected first: this is on every
 /// request's path).
-pub(crate) struct KeyBuilder(String);
+pub(crate) struct KeyBuilder {
+    key: String,
+    rule_len: usize,
+}
+
+/// The marker of a key whose parts were replaced whole by their fingerprint:
+/// `rule|##<32 hex>`. No key of parts can start its parts so (a part's own
+/// `#` is escaped, and a long part's fingerprint is `#` then hex).
+const WHOLE_MARKER: &str = "##";
 
 impl KeyBuilder {
     pub(crate) fn new(rule: &str) -> KeyBuilder {
         let mut key = String::with_capacity(rule.len() + 32);
         key.push_str(rule);
-        KeyBuilder(key)
+        KeyBuilder {
+            key,
+            rule_len: rule.len(),
+        }
     }
 
     pub(crate) fn push(&mut self, part: &[u8]) {
-        self.0.push(SEPARATOR);
-        push_part(&mut self.0, part);
+        self.key.push(SEPARATOR);
+        push_part(&mut self.key, part);
     }
 
-    pub(crate) fn finish(self) -> DescriptorKey {
-        DescriptorKey(self.0)
+    /// The key, never longer than the agent accepts
+    /// ([`MAX_KEY_BYTES`]): a key whose escaped parts would make
+    /// it longer keeps its rule name and replaces all its parts by one
+    /// 128-bit SHA-256 fingerprint of them, so a client cannot make its
+    /// request's key one the agent refuses (and its rule's failure policy
+    /// decide it), and two such keys stay distinct.
+    pub(crate) fn finish(mut self) -> DescriptorKey {
+        if self.key.len() > MAX_KEY_BYTES {
+            let digest = Sha256::digest(&self.key.as_bytes()[self.rule_len..]);
+            self.key.truncate(self.rule_len);
+            self.key.push(SEPARATOR);
+            self.key.push_str(WHOLE_MARKER);
+            self.key.push_str(&crate::secret::hex(&digest[..16]));
+        }
+        DescriptorKey(self.key)
     }
 }
 
@@ -155,6 +191,33 @@ mod tests {
         // A short value cannot pose as a hashed long one.
         let forged = DescriptorKey::new("r", [&a.as_str()[2..]]);
         assert_ne!(forged, a);
+    }
+
+    #[test]
+    fn a_key_of_many_escaped_parts_is_fingerprinted_whole_within_the_wire_limit() {
+        // Seven parts of 128 `%` each escape to 384 bytes apiece: 2.7 KB of key.
+        let part = "%".repeat(MAX_PART_LEN);
+        let parts = vec![part.as_str(); 7];
+        let key = DescriptorKey::new("r", &parts);
+        assert!(key.as_str().len() <= MAX_KEY_BYTES, "{key}");
+        assert_eq!(key.rule(), "r");
+        assert!(key.as_str().starts_with("r|##"), "{key}");
+        // Another such key stays another key.
+        let mut other = parts.clone();
+        other[6] = "%%";
+        assert_ne!(DescriptorKey::new("r", &other), key);
+        // Keys up to the limit stay as they are.
+        let fits = DescriptorKey::new("r", [part.as_str(), "a"]);
+        assert!(fits.as_str().ends_with("|a"), "{fits}");
+    }
+
+    #[test]
+    fn no_value_poses_as_a_whole_fingerprint() {
+        let part = "%".repeat(MAX_PART_LEN);
+        let long = DescriptorKey::new("r", vec![part.as_str(); 7]);
+        let parts_text = &long.as_str()[2..];
+        assert_ne!(DescriptorKey::new("r", [parts_text]), long);
+        assert_ne!(DescriptorKey::new("r", ["", &parts_text[1..]]), long);
     }
 
     #[test]

@@ -14,20 +14,11 @@ mod answer;
 pub const WIRE_VERSION: u32 = 1;
 /// The largest request body the agent reads.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
-/// The most items in one lease request (one per applicable rule).
+/// The most items in one lease request; a filter splits its batches here and
+/// at [`MAX_BODY_BYTES`].
 pub const MAX_LEASE_ITEMS: usize = 64;
-/// The longest descriptor key the agent accepts in a lease item, in bytes; a longer
-/// one is refused (400) before anything is stored, so keys bound the agent's per-key
-/// memory. Why 1 KiB: a key is the rule name (at most `MAX_RULE_NAME` = 64 bytes)
-/// and, per key part, a separator and the part, which `DescriptorKey::new` keeps
-/// verbatim up to `MAX_PART_LEN` = 128 bytes and otherwise replaces by a 17-byte
-/// fingerprint. Rules key on a handful of parts (method, path, route, client IP, a
-/// header or two): 64 + 7 × (1 + 128) = 967 bytes holds seven full-length parts.
-/// Escaping (`%XX` for `%`, `|`, `#` and control characters) can triple a part
-/// built of only those characters, so a rule of three or more parts keyed on
-/// headers a client sets could in theory build a longer key; such a lease is
-/// refused and the filter applies the rule's failure policy.
-pub const MAX_KEY_BYTES: usize = 1024;
+/// The longest descriptor key the agent accepts (defined with the keys).
+pub use crate::key::MAX_KEY_BYTES;
 /// The longest `rules_version` a sync report may carry into a metric label; the
 /// agent's own versions are content hashes far shorter. Longer ones are shown as
 /// `invalid`.
@@ -62,6 +53,45 @@ pub fn lease_request_json<T: AsRef<LeaseItem>>(rules_version: &str, items: &[T])
         items,
     })
     .unwrap_or_default()
+}
+
+/// How many of `items`, from the first, one lease request under
+/// `rules_version` carries: at most [`MAX_LEASE_ITEMS`], and no more than keep
+/// its JSON within [`MAX_BODY_BYTES`] (counted as the most bytes each string
+/// can take escaped, without writing it). At least one when there is any: an
+/// item's key is at most [`MAX_KEY_BYTES`], far inside the body's limit. A
+/// filter sends its queued items in such batches, so the agent never refuses a
+/// call for its size and no item fails for its neighbours.
+pub fn lease_batch_len<T: AsRef<LeaseItem>>(rules_version: &str, items: &[T]) -> usize {
+    // `{"v":4294967295,"rules_version":"…","items":[` … `]}`
+    let mut bytes = 48 + json_str_bound(rules_version);
+    let mut n = 0;
+    for item in items.iter().take(MAX_LEASE_ITEMS) {
+        let item = item.as_ref();
+        // `{"rule":"…","key":"…","cost":N,"plan":"…","want":N},`
+        let size = 72
+            + json_str_bound(&item.rule)
+            + json_str_bound(item.key.as_str())
+            + item.plan.as_deref().map_or(0, json_str_bound);
+        if n > 0 && bytes + size > MAX_BODY_BYTES {
+            break;
+        }
+        bytes += size;
+        n += 1;
+    }
+    n
+}
+
+/// The most bytes `s` takes as a JSON string's contents: a quote or backslash
+/// doubles, a control character takes six (`\u00XX`).
+fn json_str_bound(s: &str) -> usize {
+    s.bytes()
+        .map(|b| match b {
+            b'"' | b'\\' => 2,
+            0..=0x1f => 6,
+            _ => 1,
+        })
+        .sum()
 }
 
 /// A [`LeaseRequest`] of borrowed parts, written as one.
@@ -105,6 +135,12 @@ pub struct LeaseItem {
     /// rate): the agent sizes the filter's share of a lease by it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub want: Option<u32>,
+}
+
+impl AsRef<LeaseItem> for LeaseItem {
+    fn as_ref(&self) -> &LeaseItem {
+        self
+    }
 }
 
 /// The answers, in the order of the request's items.
@@ -320,6 +356,55 @@ pub(crate) mod tests {
                 serde_json::to_value(source).unwrap(),
                 serde_json::Value::from(source.as_str())
             );
+        }
+    }
+
+    fn item(key: DescriptorKey) -> LeaseItem {
+        LeaseItem {
+            rule: key.rule().to_string(),
+            key,
+            cost: u32::MAX,
+            plan: Some("p".repeat(64)),
+            want: Some(u32::MAX),
+        }
+    }
+
+    #[test]
+    fn a_batch_of_short_keys_is_cut_at_the_item_limit() {
+        let items: Vec<LeaseItem> = (0..200)
+            .map(|i| item(DescriptorKey::new("r", [format!("k{i}")])))
+            .collect();
+        assert_eq!(lease_batch_len("v1", &items), MAX_LEASE_ITEMS);
+        assert_eq!(lease_batch_len("v1", &items[..3]), 3);
+        assert_eq!(lease_batch_len::<LeaseItem>("v1", &[]), 0);
+    }
+
+    #[test]
+    fn a_batch_of_the_longest_keys_fits_the_body_limit() {
+        // Keys at the agent's limit, of the characters JSON escapes most.
+        let worst = ["\"", "\\"];
+        for ch in worst {
+            let name = "r".repeat(crate::rules::MAX_RULE_NAME);
+            let part = ch.repeat(crate::key::MAX_PART_LEN);
+            let items: Vec<LeaseItem> = (0..MAX_LEASE_ITEMS)
+                .map(|i| {
+                    let mut parts = vec![part.clone(); 7];
+                    parts.push(format!("{i}"));
+                    item(DescriptorKey::new(&name, &parts))
+                })
+                .collect();
+            assert!(items[0].key.as_str().len() <= MAX_KEY_BYTES);
+            let mut rest = &items[..];
+            let mut batches = 0;
+            while !rest.is_empty() {
+                let n = lease_batch_len("v".repeat(64).as_str(), rest);
+                assert!(n >= 1);
+                let body = lease_request_json(&"v".repeat(64), &rest[..n]);
+                assert!(body.len() <= MAX_BODY_BYTES, "{} bytes", body.len());
+                rest = &rest[n..];
+                batches += 1;
+            }
+            assert!(batches > 1, "keys of {ch}: the body limit cut no batch");
         }
     }
 

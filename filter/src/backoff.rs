@@ -46,6 +46,15 @@ pub fn failed<H: Host>(host: &H, backoff: Duration) {
     let _ = host.shared_set(AGENT_DOWN_KEY, &until.to_le_bytes(), None);
 }
 
+/// Whether a lease call that brought no answers was the agent's failure (no
+/// answer at all, or a 5xx), which counts toward the back-off. A 4xx is the
+/// agent refusing what this filter sent: the call's items take their failure
+/// policies, but an agent that answers is not down, and backing off would put
+/// every other key of this Envoy on its failure policy too.
+pub fn agent_failed(status: Option<u32>) -> bool {
+    !matches!(status, Some(400..=499))
+}
+
 /// A successful agent call ends a run of failures.
 pub fn answered<H: Host>(host: &H) {
     let now = host.now_ns();
@@ -73,6 +82,16 @@ mod tests {
 
     const MS: u64 = 1_000_000;
     const BACKOFF: Duration = Duration::from_millis(500);
+
+    #[test]
+    fn only_no_answer_or_a_server_error_is_the_agents_failure() {
+        assert!(agent_failed(None));
+        assert!(agent_failed(Some(500)));
+        assert!(agent_failed(Some(503)));
+        assert!(agent_failed(Some(200)), "a 200 with no readable answers");
+        assert!(!agent_failed(Some(400)));
+        assert!(!agent_failed(Some(413)));
+    }
 
     #[test]
     fn three_failures_in_a_row_back_off_for_the_configured_time() {

@@ -4,7 +4,9 @@
 //! request number in the simulator), so both run this same code.
 //!
 //! - **Batched.** Items queue until the VM's root context sends them: every miss
-//!   and refill of one turn of the worker's event loop goes out in one call.
+//!   and refill of one turn of the worker's event loop goes out together, in
+//!   as few calls as the agent's limits allow (64 items, 64 KiB a call; see
+//!   `meshlimit_core::wire::lease_batch_len`).
 //! - **Single flight.** A key of a leased rule has at most one item queued or in
 //!   flight from this VM; a request that finds its key busy waits for that call
 //!   instead of making its own (counted in [`FlightStats::waits`]). Across the
@@ -24,7 +26,7 @@
 use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 
-use meshlimit_core::wire::{LeaseAnswer, LeaseRequest, WIRE_VERSION};
+use meshlimit_core::wire::{lease_batch_len, LeaseAnswer, LeaseRequest, WIRE_VERSION};
 
 use crate::config::FilterConfig;
 use crate::host::Host;
@@ -112,18 +114,25 @@ impl<W: Copy + Eq + Hash> Flights<W> {
         !self.queued.is_empty()
     }
 
-    /// The queued items, handed to the caller, which sends them (the call's
-    /// body: `meshlimit_core::wire::lease_request_json`) and reports [`Flights::sent`] or
-    /// [`Flights::answered`] with `None`.
-    pub fn take_items(&mut self) -> Option<Vec<Item>> {
-        (!self.queued.is_empty()).then(|| std::mem::take(&mut self.queued))
+    /// The next batch of queued items, handed to the caller, which sends them
+    /// (the call's body: `meshlimit_core::wire::lease_request_json`) and
+    /// reports [`Flights::sent`] or [`Flights::answered`] with `None`. A batch
+    /// stops at the agent's limits ([`lease_batch_len`]): a turn of many new
+    /// keys goes out as several calls, never as one the agent refuses whole.
+    pub fn take_items(&mut self, rules_version: &str) -> Option<Vec<Item>> {
+        let n = lease_batch_len(rules_version, &self.queued);
+        match n {
+            0 => None,
+            n if n == self.queued.len() => Some(std::mem::take(&mut self.queued)),
+            n => Some(self.queued.drain(..n).collect()),
+        }
     }
 
     /// [`Flights::take_items`] with the items as one lease request (for
     /// `rules_version`), for a caller that sends the request as a value (the
     /// simulator's client).
     pub fn take_batch(&mut self, rules_version: &str) -> Option<(LeaseRequest, Vec<Item>)> {
-        let items = self.take_items()?;
+        let items = self.take_items(rules_version)?;
         let request = LeaseRequest {
             v: WIRE_VERSION,
             rules_version: rules_version.to_string(),

@@ -272,7 +272,9 @@ impl<H: Proxy> Context for Http<H> {
                 debug!("meshlimit: lease call failed (status {status:?})");
                 // A 4xx means we sent something the agent refuses: a bug, not an
                 // outage, but the request must not wait either way.
-                backoff::failed(&*self.host, self.config.agent_backoff);
+                if backoff::agent_failed(status) {
+                    backoff::failed(&*self.host, self.config.agent_backoff);
+                }
                 eval.fail_misses(&*self.host, &self.config);
             }
         }

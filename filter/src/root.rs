@@ -108,10 +108,10 @@ impl<H: Proxy + 'static> Root<H> {
             let (config, body, items) = {
                 let mut vm = self.vm.borrow_mut();
                 let vm = &mut *vm;
-                let Some(items) = vm.flights.take_items() else {
+                let version = vm.rules.as_ref().map_or("", |r| r.version());
+                let Some(items) = vm.flights.take_items(version) else {
                     break;
                 };
-                let version = vm.rules.as_ref().map_or("", |r| r.version());
                 let body = lease_request_json(version, &items);
                 (Rc::clone(&vm.config), body, items)
             };
@@ -307,10 +307,12 @@ impl<H: Proxy + 'static> Context for Root<H> {
                 .map(|r| r.items);
             if answers.is_some() {
                 backoff::answered(&*self.host);
-            } else {
+            } else if backoff::agent_failed(status) {
                 debug!("meshlimit: lease call failed (status {status:?})");
                 let backoff = self.vm.borrow().config.agent_backoff;
                 backoff::failed(&*self.host, backoff);
+            } else {
+                warn!("meshlimit: the agent refused a lease call (status {status:?})");
             }
             self.answered(Call::Sent(token_id), answers);
             // Requests a lost race left undecided wait on new calls.
@@ -454,7 +456,7 @@ pub(crate) fn fail_queued<H: Proxy>(host: &H, vm: &Shared) {
     loop {
         // Each borrow ends before the next: a `while let` would hold the
         // first for the whole loop body, and the second would panic.
-        let batch = vm.borrow_mut().flights.take_items();
+        let batch = vm.borrow_mut().flights.take_items("");
         let Some(items) = batch else {
             break;
         };

@@ -261,7 +261,8 @@ pub fn envoy_bin() -> PathBuf {
     }
 }
 
-/// The Python with `grpcio` that runs tests/grpc/call.py: `MESHLIMIT_PYTHON`, or
+/// The Python with `grpcio` and `h2` that runs tests/grpc/call.py and
+/// tests/http2/streams.py: `MESHLIMIT_PYTHON`, or
 /// `<repo>/.venv/bin/python` (`make tools`).
 pub fn python_bin() -> PathBuf {
     match std::env::var_os("MESHLIMIT_PYTHON") {

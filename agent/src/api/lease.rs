@@ -1,67 +1,78 @@
 //! `POST /v1/lease`: validates the request, then hands it to the lease service.
+//!
+//! The request's shape (its version, its item count) is checked whole: a
+//! filter never sends more than [`MAX_LEASE_ITEMS`] items. Each item is then
+//! checked on its own, and an item the protocol does not allow is answered
+//! `unavailable` (its rule's failure policy) while the others of the call are
+//! leased as usual: one client's odd key never decides another client's
+//! request.
 
 use hyper::StatusCode;
-use meshlimit_core::wire::{LeaseRequest, MAX_KEY_BYTES, MAX_LEASE_ITEMS};
+use meshlimit_core::wire::{LeaseAnswer, LeaseItem, LeaseRequest, MAX_KEY_BYTES, MAX_LEASE_ITEMS};
 use meshlimit_core::RuleSet;
 
 use super::{check_version, json, ApiError, ApiResponse, App};
 
 pub(super) async fn handle(app: &App, req: LeaseRequest) -> Result<ApiResponse, ApiError> {
     check_version(req.v)?;
-    validate(&req)?;
-    if let Some(rules) = app.inner.rules.get() {
-        validate_costs(&req, &rules)?;
-    }
-    let resp = app.inner.leases.lease(&req).await;
-    json(StatusCode::OK, &resp)
-}
-
-/// What serde cannot check: the item count, a zero cost, a key's length (bounded
-/// so that no caller can grow the agent's per-key tables by more than
-/// `MAX_KEY_BYTES` a key), and that each key belongs
-/// to the rule it is leased under (else a caller could drain one rule's buckets
-/// under another rule's limit).
-fn validate(req: &LeaseRequest) -> Result<(), ApiError> {
     if req.items.len() > MAX_LEASE_ITEMS {
         return Err(ApiError::TooManyItems(req.items.len()));
     }
-    for (i, item) in req.items.iter().enumerate() {
-        if item.cost == 0 {
-            return Err(ApiError::InvalidField(format!(
-                "items[{i}].cost: must be at least 1"
-            )));
-        }
-        let len = item.key.as_str().len();
-        if len > MAX_KEY_BYTES {
-            return Err(ApiError::InvalidField(format!(
-                "items[{i}].key: {len} bytes; at most {MAX_KEY_BYTES}"
-            )));
-        }
-        if item.key.rule() != item.rule {
-            return Err(ApiError::InvalidField(format!(
-                "items[{i}].key: not a key of rule `{}`",
-                item.rule
-            )));
-        }
+    let rules = app.inner.rules.get();
+    let refused: Vec<Option<&'static str>> = req
+        .items
+        .iter()
+        .map(|item| refusal(item, rules.as_deref()))
+        .collect();
+    if refused.iter().all(Option::is_none) {
+        let resp = app.inner.leases.lease(&req).await;
+        return json(StatusCode::OK, &resp);
     }
-    Ok(())
+    let valid = LeaseRequest {
+        v: req.v,
+        rules_version: req.rules_version,
+        items: req
+            .items
+            .into_iter()
+            .zip(&refused)
+            .filter(|(_, r)| r.is_none())
+            .map(|(item, _)| item)
+            .collect(),
+    };
+    let mut resp = app.inner.leases.lease(&valid).await;
+    let mut leased = std::mem::take(&mut resp.items).into_iter();
+    resp.items = refused
+        .into_iter()
+        .map(|r| match r {
+            Some(reason) => app.inner.leases.refused(reason),
+            None => leased.next().unwrap_or_else(|| LeaseAnswer::Unavailable {
+                reason: "internal".into(),
+            }),
+        })
+        .collect();
+    json(StatusCode::OK, &resp)
 }
 
-/// A request costs what its rule says, nothing else: a caller cannot spend a
-/// victim's burst at once, nor book inflated demand for its region. (A filter
-/// on an older rules version may send a rule's former cost; it is refused like
-/// any other mismatch and that request takes its failure policy, for the one
-/// second until its rules sync.)
-fn validate_costs(req: &LeaseRequest, rules: &RuleSet) -> Result<(), ApiError> {
-    for (i, item) in req.items.iter().enumerate() {
-        if let Some(rule) = rules.rule(&item.rule) {
-            if item.cost != rule.cost.get() {
-                return Err(ApiError::InvalidField(format!(
-                    "items[{i}].cost: rule `{}` costs {}",
-                    item.rule, rule.cost
-                )));
-            }
-        }
+/// Why `item` may not be leased, as the `reason` its answer and
+/// `meshlimit_lease_unavailable_total` carry; `None` when it may. What serde
+/// cannot check: a zero cost, a key's length (bounded so that no caller can
+/// grow the agent's per-key tables by more than `MAX_KEY_BYTES` a key), that
+/// the key belongs to the rule it is leased under (else a caller could drain
+/// one rule's buckets under another rule's limit), and that a request costs
+/// what its rule says (a caller cannot spend a victim's burst at once, nor
+/// book inflated demand for its region; a filter on an older rules version
+/// may send a rule's former cost, and that item takes its failure policy for
+/// the second until its rules sync).
+fn refusal(item: &LeaseItem, rules: Option<&RuleSet>) -> Option<&'static str> {
+    if item.cost == 0 {
+        return Some("invalid_cost");
     }
-    Ok(())
+    if item.key.as_str().len() > MAX_KEY_BYTES {
+        return Some("key_too_long");
+    }
+    if item.key.rule() != item.rule {
+        return Some("key_of_another_rule");
+    }
+    let rule = rules.and_then(|set| set.rule(&item.rule))?;
+    (item.cost != rule.cost.get()).then_some("invalid_cost")
 }

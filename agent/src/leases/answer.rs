@@ -365,6 +365,12 @@ impl LeaseService {
         }
     }
 
+    /// The answer to an item the API refused (`reason`, a fixed word), counted
+    /// with the other items answered `unavailable`.
+    pub(crate) fn refused(&self, reason: &str) -> LeaseAnswer {
+        self.unavailable(reason)
+    }
+
     pub(super) fn unavailable(&self, reason: &str) -> LeaseAnswer {
         self.metrics.lease_unavailable(reason);
         LeaseAnswer::Unavailable {

@@ -53,6 +53,10 @@ pub struct FilterConfig {
     /// itself with the caller's limits and what is left of them, as far as
     /// this Envoy knows; `None`: no such path.
     pub usage_path: Option<String>,
+    /// Usage answers a worker gives a second, as many at once; past it the
+    /// usage path answers 429. Each answer reads shared data once per limit
+    /// it lists, so this bounds what callers can make the filter do there.
+    pub usage_per_second: u32,
     /// Whether this filter hands decision records to the agent's decision log
     /// (default true; false: none are kept, whatever the rules' `log_sample`).
     pub decision_log: bool,
@@ -85,6 +89,7 @@ impl Default for FilterConfig {
             slots: 16_384,
             cold_starts_per_second: 1_000,
             usage_path: None,
+            usage_per_second: 20,
             decision_log: true,
             agent_auth: None,
             slot_hasher: SlotHasher::UNKEYED,
@@ -255,7 +260,7 @@ mod tests {
             "plugin configuration: field timeout: unknown field `timeout`, expected one of \
              `agent_cluster`, `agent_authority`, `timeout_ms`, `sync_timeout_ms`, \
              `sync_interval_ms`, `trusted_hops`, `response_headers`, `expected_nodes`, \
-             `local_safety_factor`, `agent_backoff_ms`, `slots`, `cold_starts_per_second`, `usage_path`, `decision_log` at line 1 column 10"
+             `local_safety_factor`, `agent_backoff_ms`, `slots`, `cold_starts_per_second`, `usage_path`, `usage_per_second`, `decision_log` at line 1 column 10"
         );
         assert_eq!(
             err(r#"{"timeout_ms": "5ms"}"#).to_string(),

@@ -305,13 +305,18 @@ impl<H: Proxy> HttpContext for Http<H> {
         };
         self.protocol = protocol;
         if usage::is_usage(&self.config, &info) {
-            self.host.send_answer(usage::answer(
-                &*self.host,
-                &self.config,
-                rules.as_deref(),
-                &info,
-                protocol,
-            ));
+            let now = self.host.now_ns();
+            let per_second = self.config.usage_per_second;
+            let admitted = self
+                .vm
+                .borrow_mut()
+                .usage
+                .admit(&*self.host, per_second, now);
+            self.host.send_answer(if admitted {
+                usage::answer(&*self.host, &self.config, rules.as_deref(), &info, protocol)
+            } else {
+                usage::limited()
+            });
             return Action::Pause;
         }
         let Some(rules) = rules else {

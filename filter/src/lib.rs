@@ -13,8 +13,8 @@
 //! over `testing::MemoryHost` (feature `test-util`, also used by the simulator).
 //! `unwrap`, `expect` and `panic!` are denied: a panic traps the whole VM.
 
+pub mod allowance;
 pub mod backoff;
-pub mod cold;
 pub mod config;
 mod counts;
 pub mod decided;

@@ -11,12 +11,13 @@ use meshlimit_core::decision::HeldQuota;
 use meshlimit_core::headers::Protocol;
 use meshlimit_core::{RequestInfo, RuleSet};
 
-use crate::cold::ColdStarts;
+use crate::allowance::Allowance;
 use crate::config::FilterConfig;
 use crate::counts::Counts;
 use crate::decided::IdCache;
 use crate::declog::DecisionLog;
 use crate::flights::Flights;
+use crate::usage::UsageAnswers;
 
 pub type Shared = Rc<RefCell<VmState>>;
 
@@ -58,7 +59,9 @@ pub struct VmState {
     /// A wake-up is already queued.
     pub wake_queued: bool,
     /// The worker's allowance of cold starts.
-    pub cold_starts: ColdStarts,
+    pub cold_starts: Allowance,
+    /// The worker's usage answers, bounded and counted.
+    pub usage: UsageAnswers,
     /// The ids of keys decided lately (by `config.key_ids`).
     pub key_ids: IdCache,
 }

@@ -3,6 +3,15 @@
 //! request or spending a token. `remaining` and `reset_seconds` are what this
 //! Envoy knows (the store's count at the last grant, plus the tokens it holds):
 //! a key it holds no state for reports the rule's full limit.
+//!
+//! What a caller can make it do is bounded: it lists only the rules that apply
+//! to the request it names (or to itself, as sent), through the compiled
+//! rules' index like any request, so it never scans the rule set nor shows
+//! rules scoped to other paths, hosts, routes or clusters; at most
+//! [`MAX_USAGE_LIMITS`] of them (one shared-data read each); and a worker
+//! answers at most the filter's `usage_per_second` (past it, a 429), each
+//! answer counted in Envoy's `meshlimit.usage.answered` or
+//! `meshlimit.usage.limited`.
 
 use meshlimit_core::header_list::HeaderList;
 use meshlimit_core::headers::{self, Answer, Protocol};
@@ -11,14 +20,23 @@ use meshlimit_core::slot::SlotState;
 use meshlimit_core::{query, RequestInfo, RuleSet, NANOS_PER_SEC};
 use serde::Serialize;
 
+use crate::allowance::Allowance;
 use crate::config::FilterConfig;
-use crate::host::Host;
+use crate::host::{Host, Metric, Proxy};
 use crate::slots;
+
+/// The most limits one answer lists: a request that many rules apply to is
+/// rare, and each costs a shared-data read and about 100 bytes of answer.
+pub const MAX_USAGE_LIMITS: usize = 32;
 
 /// The answer's body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Usage {
     pub limits: Vec<UsageLimit>,
+    /// More enforcing rules apply than [`MAX_USAGE_LIMITS`]; the first are
+    /// listed, in the rules' order.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
 }
 
 /// One enforcing rule that counts the caller.
@@ -39,10 +57,10 @@ pub fn is_usage(cfg: &FilterConfig, req: &RequestInfo) -> bool {
 }
 
 /// The caller's usage: for the request it names (`?method=…&path=…`, method
-/// GET when left out, with the caller's own headers, client IP and route), the
-/// enforcing rules that would count it; naming none, every enforcing rule
-/// whose key the caller's own headers, host and client IP form. Reads the keys'
-/// slots, changes nothing.
+/// GET when left out, with the caller's own headers, host, client IP, route
+/// and cluster), or naming none, for the usage request itself as sent: the
+/// enforcing rules that would count it. Reads the keys' slots, changes
+/// nothing.
 pub fn usage<H: Host>(
     host: &H,
     cfg: &FilterConfig,
@@ -50,19 +68,69 @@ pub fn usage<H: Host>(
     caller: &RequestInfo,
 ) -> Result<Usage, RequestError> {
     let Some(rules) = rules else {
-        return Ok(Usage { limits: Vec::new() });
+        return Ok(Usage {
+            limits: Vec::new(),
+            truncated: false,
+        });
     };
     let applicable = match named(caller)? {
         Some(req) => rules.applicable(&req)?,
-        None => rules.keyed_by_caller(caller)?,
+        None => rules.applicable(caller)?,
     };
     let now = host.now_ns();
-    let limits = applicable
+    let mut enforcing = applicable
         .into_iter()
-        .filter(|a| a.rule.mode == Mode::Enforce)
+        .filter(|a| a.rule.mode == Mode::Enforce);
+    let limits = enforcing
+        .by_ref()
+        .take(MAX_USAGE_LIMITS)
         .map(|a| line(host, cfg, &a, now))
         .collect();
-    Ok(Usage { limits })
+    Ok(Usage {
+        limits,
+        truncated: enforcing.next().is_some(),
+    })
+}
+
+/// A worker's usage answers: the allowance that bounds them and the Envoy
+/// counters that count them.
+#[derive(Debug, Default)]
+pub struct UsageAnswers {
+    allowance: Allowance,
+    /// `meshlimit.usage.answered` and `meshlimit.usage.limited`, once defined
+    /// (`Some(None)`: the host refused it).
+    answered: Option<Option<u32>>,
+    limited: Option<Option<u32>>,
+}
+
+impl UsageAnswers {
+    /// Takes one answer from the worker's allowance at `now`: false past it
+    /// (the caller gets [`limited`]). Counted either way.
+    pub fn admit<H: Proxy>(&mut self, host: &H, per_second: u32, now: u64) -> bool {
+        let admitted = self.allowance.available(per_second, now);
+        let (cell, name) = if admitted {
+            self.allowance.take(per_second, now);
+            (&mut self.answered, "meshlimit.usage.answered")
+        } else {
+            (&mut self.limited, "meshlimit.usage.limited")
+        };
+        if let Some(id) = *cell.get_or_insert_with(|| host.define_metric(Metric::Counter, name)) {
+            host.increment(id, 1);
+        }
+        admitted
+    }
+}
+
+/// The answer past the worker's usage allowance: a 429 to retry in a second.
+pub fn limited() -> Answer {
+    Answer::Http {
+        status: 429,
+        fields: HeaderList::from_pairs([
+            ("content-type", "application/json"),
+            ("retry-after", "1"),
+        ]),
+        body: r#"{"error":"usage_limited"}"#.to_string(),
+    }
 }
 
 /// The local answer to a usage request: 200 with the JSON [`Usage`], or 400
@@ -106,6 +174,7 @@ fn named(caller: &RequestInfo) -> Result<Option<RequestInfo>, RequestError> {
     req.headers.clone_from(&caller.headers);
     req.client_ip.clone_from(&caller.client_ip);
     req.route.clone_from(&caller.route);
+    req.cluster.clone_from(&caller.cluster);
     req.now_ns = caller.now_ns;
     req.metadata.clone_from(&caller.metadata);
     Ok(Some(req))

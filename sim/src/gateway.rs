@@ -20,8 +20,8 @@ use meshlimit_core::decision::decide;
 use meshlimit_core::secret::KeyIds;
 use meshlimit_core::wire::LeaseAnswer;
 use meshlimit_core::{Outcome, RequestInfo, RuleSet, Verdict};
+use meshlimit_filter::allowance::Allowance;
 use meshlimit_filter::backoff;
-use meshlimit_filter::cold::ColdStarts;
 use meshlimit_filter::config::FilterConfig;
 use meshlimit_filter::declog::DecisionLog;
 use meshlimit_filter::flights::{Call, FlightStats, Flights};
@@ -69,7 +69,7 @@ pub struct Gateway {
     /// Decision batches on their way to the agent.
     posting: Cell<usize>,
     /// The VM's allowance of cold starts (`cold_start: admit` rules).
-    cold_starts: RefCell<ColdStarts>,
+    cold_starts: RefCell<Allowance>,
 }
 
 impl Keys {

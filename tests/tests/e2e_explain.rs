@@ -3,9 +3,11 @@
 //! the usage path tells a caller its limits without spending a token.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use meshlimit_tests::{eventually, key_id, AgentOptions, EnvoyConfig, Stack, EXACT_TWO_PER_HOUR};
+use meshlimit_tests::{
+    count, eventually, key_id, AgentOptions, EnvoyConfig, Stack, EXACT_TWO_PER_HOUR,
+};
 
 /// Envoy writes its access log every 10 s by default; 50 ms here.
 fn flush_often(config: EnvoyConfig) -> EnvoyConfig {
@@ -82,14 +84,19 @@ fn the_usage_path_answers_from_local_state_and_spends_nothing() {
         serde_json::json!({"rule": rule, "requests": if rule == "search" {50} else {5},
             "per_seconds": 3600, "remaining": remaining, "reset_seconds": 0})
     };
-    // Nothing spent: full limits. Naming no request lists every rule keyed on
-    // the caller's headers; naming one, the rules that would count it.
+    // Nothing spent: full limits. Naming no request lists the rules that
+    // apply to the usage request as sent (not `search`, scoped to another
+    // path); naming one, the rules that would count it.
     for _ in 0..3 {
         assert_eq!(
             usage(""),
-            serde_json::json!({"limits": [limit("per-key", 5), limit("search", 50)]})
+            serde_json::json!({"limits": [limit("per-key", 5)]})
         );
     }
+    assert_eq!(
+        usage("?path=/search/x"),
+        serde_json::json!({"limits": [limit("per-key", 5), limit("search", 50)]})
+    );
     assert_eq!(
         usage("?method=GET&path=/anything"),
         serde_json::json!({"limits": [limit("per-key", 5)]})
@@ -114,4 +121,27 @@ fn the_usage_path_answers_from_local_state_and_spends_nothing() {
     // Only a GET is answered; an ambiguous question is refused.
     let twice = stack.get(&format!("{USAGE}?path=/a&path=/b"), &bob);
     assert_eq!(twice.status, 400, "{twice:?}");
+}
+
+/// Finding 3 of the second trust pass: the usage path was answered without
+/// bound. A worker now answers `usage_per_second` (20) a second and a 429
+/// past it, each answer counted in Envoy's stats.
+#[test]
+fn the_usage_path_is_limited_and_counted() {
+    let stack = Stack::start(USAGE_RULES);
+    let started = Instant::now();
+    let statuses = stack.statuses(200, USAGE, &[("x-api-key", "bob")]);
+    let secs = started.elapsed().as_secs_f64();
+    let answered = count(&statuses, 200);
+    let limited = count(&statuses, 429);
+    eprintln!("200 usage requests in {secs:.2} s: {answered} answered, {limited} limited");
+    assert_eq!(answered + limited, 200, "{statuses:?}");
+    // Each of the two workers answers 20 at once and 20 a second after.
+    let bound = (2.0 * (20.0 + 20.0 * secs)).ceil() as usize;
+    assert!((20..=bound).contains(&answered), "{answered} > {bound}");
+    assert!(limited > 0, "{statuses:?}");
+    eventually(Duration::from_secs(10), "the usage counters", || {
+        stack.filter_stat("usage.answered") == Some(answered as u64)
+            && stack.filter_stat("usage.limited") == Some(limited as u64)
+    });
 }

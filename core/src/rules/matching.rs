@@ -278,30 +278,6 @@ impl RuleSet {
         self.check(self.position(name)?, req).ok().flatten()
     }
 
-    /// The rules that count a caller under the same key whatever it requests:
-    /// every rule whose conditions other than path and method hold for `req`
-    /// and whose key is made of headers, the host and the client IP only (a key
-    /// on the path, method, query or route depends on the request). Strictest
-    /// first, as [`RuleSet::applicable`].
-    pub fn keyed_by_caller(&self, req: &RequestInfo) -> Result<Vec<Applicable<'_>>, RequestError> {
-        let mut out = Vec::new();
-        for (index, rule) in self.rules.iter().enumerate() {
-            let per_request = rule.key.iter().any(|p| {
-                matches!(
-                    p,
-                    KeyPart::Path | KeyPart::Method | KeyPart::Query(_) | KeyPart::Route
-                )
-            });
-            if per_request || rule.matcher.mismatch_where(req, false).is_some() {
-                continue;
-            }
-            if let Ok(key) = rule.key(req)? {
-                out.push(rule.applicable_with(index, req, key));
-            }
-        }
-        Ok(out)
-    }
-
     fn check<'r>(
         &'r self,
         index: usize,
@@ -406,26 +382,18 @@ pub(super) enum Mismatch<'m> {
 impl Matcher {
     /// `None` when every condition holds, else the first that does not.
     pub(super) fn mismatch(&self, req: &RequestInfo) -> Option<Mismatch<'_>> {
-        self.mismatch_where(req, true)
-    }
-
-    /// As [`Matcher::mismatch`]; without `path_and_method`, the conditions on
-    /// what is requested (path, method, cluster, route) are not looked at.
-    fn mismatch_where(&self, req: &RequestInfo, path_and_method: bool) -> Option<Mismatch<'_>> {
-        let path_ok = !path_and_method
-            || match &self.path {
-                PathMatch::Any => true,
-                PathMatch::Exact(p) => req.path == *p,
-                PathMatch::Prefix(p) => req.path.starts_with(p.as_str()),
-                // A prefix written with a trailing slash (`/v1/`) covers its directory,
-                // `/v1` included (the normal form drops trailing slashes), not `/v1x`.
-                PathMatch::Directory(d) => {
-                    req.path == *d
-                        || (req.path.starts_with(d.as_str())
-                            && (d.ends_with('/')
-                                || req.path.as_bytes().get(d.len()) == Some(&b'/')))
-                }
-            };
+        let path_ok = match &self.path {
+            PathMatch::Any => true,
+            PathMatch::Exact(p) => req.path == *p,
+            PathMatch::Prefix(p) => req.path.starts_with(p.as_str()),
+            // A prefix written with a trailing slash (`/v1/`) covers its directory,
+            // `/v1` included (the normal form drops trailing slashes), not `/v1x`.
+            PathMatch::Directory(d) => {
+                req.path == *d
+                    || (req.path.starts_with(d.as_str())
+                        && (d.ends_with('/') || req.path.as_bytes().get(d.len()) == Some(&b'/')))
+            }
+        };
         if !path_ok {
             return Some(Mismatch::Path);
         }
@@ -442,18 +410,16 @@ impl Matcher {
             want.as_ref()
                 .is_none_or(|w| have.as_deref().is_some_and(|h| w.matches(h)))
         };
-        // The destination, like the path, is the request's, not the caller's.
-        if path_and_method && !name_ok(&self.cluster, &req.cluster) {
+        if !name_ok(&self.cluster, &req.cluster) {
             return Some(Mismatch::Cluster);
         }
-        if path_and_method && !name_ok(&self.route, &req.route) {
+        if !name_ok(&self.route, &req.route) {
             return Some(Mismatch::Route);
         }
-        if path_and_method
-            && !self
-                .methods
-                .as_ref()
-                .is_none_or(|ms| ms.iter().any(|m| *m == req.method))
+        if !self
+            .methods
+            .as_ref()
+            .is_none_or(|ms| ms.iter().any(|m| *m == req.method))
         {
             return Some(Mismatch::Method);
         }

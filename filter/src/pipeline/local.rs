@@ -8,7 +8,7 @@ use meshlimit_core::wire::DecisionSource;
 use meshlimit_core::{Limit, RuleVerdict};
 
 use super::{decided, Evaluation, State};
-use crate::cold::ColdStarts;
+use crate::allowance::Allowance;
 use crate::config::FilterConfig;
 use crate::host::Host;
 use crate::{backoff, slots};
@@ -43,7 +43,7 @@ impl Evaluation {
         &mut self,
         host: &H,
         cfg: &FilterConfig,
-        mut cold: Option<&mut ColdStarts>,
+        mut cold: Option<&mut Allowance>,
     ) -> bool {
         let now = self.decided_at_ns;
         let mut rejected = false;
@@ -160,7 +160,7 @@ impl Evaluation {
         &mut self,
         host: &H,
         cfg: &FilterConfig,
-        cold: Option<&mut ColdStarts>,
+        cold: Option<&mut Allowance>,
     ) -> LocalStep {
         // The request's own clock read (`RequestInfo::now_ns`): one a request.
         let now = self.decided_at_ns;

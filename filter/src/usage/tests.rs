@@ -70,11 +70,11 @@ fn spend(host: &MemoryHost, cfg: &FilterConfig, path: &str, tokens: u32, store_r
 fn keys_without_local_state_report_the_full_limit() {
     let host = MemoryHost::default();
     let cfg = FilterConfig::default();
-    // Naming no request: the rules keyed on the caller's own headers, path and
-    // method conditions aside; not the method-keyed rule, not the shadow rule.
+    // Naming no request: the rules that apply to the usage request as sent
+    // (not `search`, scoped to another path; not the shadow rule).
     assert_eq!(
         limits(&host, &cfg, "/.well-known/ratelimit"),
-        [line("per-key", 10, 0), line("search", 8, 0)]
+        [line("per-key", 10, 0), line("by-method", 100, 0)]
     );
     // Naming one: the rules that would count it.
     assert_eq!(
@@ -116,10 +116,16 @@ fn spent_tokens_show_and_asking_spends_none() {
     // Asking again changes nothing: the same answer, no token taken.
     assert_eq!(limits(&host, &cfg, "/u?path=/search"), before);
     spend(&host, &cfg, "/search", 4, 5);
-    assert_eq!(limits(&host, &cfg, "/u")[1], line("search", 7, 4));
+    assert_eq!(
+        limits(&host, &cfg, "/u?path=/search")[1],
+        line("search", 7, 4)
+    );
     // Past the store's reset, with the lease expired, the bucket is full again.
     host.set_now(6 * NANOS_PER_SEC);
-    assert_eq!(limits(&host, &cfg, "/u")[1], line("search", 8, 0));
+    assert_eq!(
+        limits(&host, &cfg, "/u?path=/search")[1],
+        line("search", 8, 0)
+    );
 }
 
 #[test]
@@ -167,4 +173,89 @@ fn only_a_get_to_the_configured_path_asks_usage() {
         &FilterConfig::default(),
         &caller("/.well-known/ratelimit")
     ));
+}
+
+/// Rules scoped to `n` paths, one each, and as many scoped to every path.
+fn many_rules(n: usize) -> Rc<RuleSet> {
+    let rules: Vec<serde_json::Value> = (0..n)
+        .flat_map(|i| {
+            [
+                serde_json::json!({"name": format!("path-{i}"), "match": {"path": format!("/p{i}")},
+                    "key": [{"header": "x-api-key"}], "limit": {"requests": 10, "per": "1m"}}),
+                serde_json::json!({"name": format!("all-{i}"),
+                    "key": [{"header": "x-api-key"}], "limit": {"requests": 10, "per": "1m"}}),
+            ]
+        })
+        .collect();
+    let config: RulesConfig =
+        serde_json::from_value(serde_json::json!({"version": 1, "rules": rules})).unwrap();
+    Rc::new(RuleSet::compile(&config).unwrap())
+}
+
+/// Finding 3 of the second trust pass: one usage request over 20,000 rules
+/// listed every rule keyed on the caller (scopes aside), about 1.6 MB and a
+/// shared-data read per rule.
+#[test]
+fn an_answer_lists_only_rules_of_the_request_and_at_most_its_bound() {
+    let host = MemoryHost::default();
+    let cfg = FilterConfig::default();
+    let set = many_rules(1_000);
+    let u = usage(&host, &cfg, Some(&set), &caller("/u?path=/p7")).unwrap();
+    assert_eq!(u.limits.len(), MAX_USAGE_LIMITS);
+    assert!(u.truncated);
+    assert!(
+        u.limits
+            .iter()
+            .all(|l| !l.rule.starts_with("path-") || l.rule == "path-7"),
+        "another path's rule listed"
+    );
+    let body = serde_json::to_string(&u).unwrap();
+    assert!(body.len() < 8 * 1024, "{} bytes", body.len());
+    assert!(body.contains(r#""truncated":true"#));
+    // A few rules: all listed, no `truncated` field.
+    let few = usage(&host, &cfg, Some(&many_rules(3)), &caller("/u?path=/p1")).unwrap();
+    let names: Vec<&str> = few.limits.iter().map(|l| l.rule.as_str()).collect();
+    assert_eq!(names, ["all-0", "path-1", "all-1", "all-2"]);
+    assert!(!serde_json::to_string(&few).unwrap().contains("truncated"));
+}
+
+#[test]
+fn a_rule_scoped_to_another_cluster_or_route_is_not_listed() {
+    let config: RulesConfig = serde_json::from_value(serde_json::json!({"version": 1, "rules": [
+        {"name": "reviews", "match": {"cluster": "reviews"}, "key": [{"header": "x-api-key"}],
+         "limit": {"requests": 10, "per": "1m"}},
+    ]}))
+    .unwrap();
+    let set = RuleSet::compile(&config).unwrap();
+    let host = MemoryHost::default();
+    let cfg = FilterConfig::default();
+    let mut other = caller("/u?path=/x");
+    other.cluster = Some("ratings".into());
+    assert_eq!(usage(&host, &cfg, Some(&set), &other).unwrap().limits, []);
+    let mut reviews = caller("/u?path=/x");
+    reviews.cluster = Some("reviews".into());
+    assert_eq!(
+        usage(&host, &cfg, Some(&set), &reviews)
+            .unwrap()
+            .limits
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn a_worker_answers_at_most_its_allowance_and_counts_each_answer() {
+    let host = MemoryHost::default();
+    let mut answers = UsageAnswers::default();
+    let admitted = (0..25).filter(|_| answers.admit(&host, 20, 0)).count();
+    assert_eq!(admitted, 20);
+    assert_eq!(host.metric("meshlimit.usage.answered"), Some(20));
+    assert_eq!(host.metric("meshlimit.usage.limited"), Some(5));
+    assert!(
+        answers.admit(&host, 20, NANOS_PER_SEC / 10),
+        "two back after 0.1 s"
+    );
+    let (status, fields, _) = limited().wire();
+    assert_eq!(status, 429);
+    assert!(fields.iter().any(|(n, v)| n == "retry-after" && v == "1"));
 }

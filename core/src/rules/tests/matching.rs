@@ -108,34 +108,6 @@ fn one_rule_is_applied_by_name() {
 }
 
 #[test]
-fn the_caller_keys_rules_whatever_path_and_method_it_asks() {
-    let s = set();
-    // Asked on another path and method: `per-key`'s path and method conditions
-    // are set aside, its header condition is not; `loose` keys on the method,
-    // which depends on the request, so it is not listed.
-    let caller = request(
-        "/.well-known/ratelimit",
-        "POST",
-        &[("x-env", "prod"), ("x-api-key", "k1"), ("x-customer", "c1")],
-    );
-    let names: Vec<(String, String)> = s
-        .keyed_by_caller(&caller)
-        .unwrap()
-        .into_iter()
-        .map(|a| (a.rule.name.clone(), a.key.as_str().to_string()))
-        .collect();
-    let expect: Vec<(String, String)> = [("plans", ["c1"]), ("per-key", ["k1"])]
-        .into_iter()
-        .map(|(r, k)| (r.to_string(), DescriptorKey::new(r, k).as_str().to_string()))
-        .collect();
-    assert_eq!(names, expect);
-    let staging = request("/", "GET", &[("x-env", "staging"), ("x-api-key", "k1")]);
-    assert!(s.keyed_by_caller(&staging).unwrap().is_empty());
-    let twice = request("/", "GET", &[("x-customer", "a"), ("x-customer", "b")]);
-    assert!(s.keyed_by_caller(&twice).is_err());
-}
-
-#[test]
 fn a_method_in_any_case_is_matched_and_keyed_in_upper_case() {
     let s = set();
     for (sent, keyed) in [

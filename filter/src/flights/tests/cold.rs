@@ -11,7 +11,7 @@ use meshlimit_core::{RequestInfo, RuleSet, Verdict};
 
 use super::super::*;
 use super::grant;
-use crate::cold::ColdStarts;
+use crate::allowance::Allowance;
 use crate::testing::MemoryHost;
 
 fn rules(cold_start: &str) -> Rc<RuleSet> {
@@ -27,7 +27,7 @@ fn eval(
     rs: &Rc<RuleSet>,
     host: &MemoryHost,
     cfg: &FilterConfig,
-    cold: &mut ColdStarts,
+    cold: &mut Allowance,
     key: &str,
 ) -> Evaluation {
     let mut req = RequestInfo::new("/", "GET", vec![("x-k".to_string(), key.to_string())]);
@@ -62,7 +62,7 @@ fn source(e: &Evaluation) -> DecisionSource {
 #[test]
 fn a_cold_key_is_admitted_at_once_and_its_grant_pays_for_it() {
     let (host, cfg, rs) = (host(), FilterConfig::default(), rules("admit"));
-    let (mut f, mut cold) = (Flights::<u32>::default(), ColdStarts::default());
+    let (mut f, mut cold) = (Flights::<u32>::default(), Allowance::default());
     let first = eval(&rs, &host, &cfg, &mut cold, "a");
     assert!(!first.has_misses());
     // Nothing counted it yet: the response tells no quota (not "0 left").
@@ -99,7 +99,7 @@ fn a_cold_key_is_admitted_at_once_and_its_grant_pays_for_it() {
 #[test]
 fn a_denied_or_unanswered_cold_start_is_counted_unpaid() {
     let (host, cfg, rs) = (host(), FilterConfig::default(), rules("admit"));
-    let (mut f, mut cold) = (Flights::<u32>::default(), ColdStarts::default());
+    let (mut f, mut cold) = (Flights::<u32>::default(), Allowance::default());
     for (id, key) in [(1, "a"), (2, "b")] {
         let e = eval(&rs, &host, &cfg, &mut cold, key);
         assert_eq!(source(&e), DecisionSource::ColdStart);
@@ -130,7 +130,7 @@ fn a_known_key_or_a_spent_allowance_waits_for_the_agent() {
         cold_starts_per_second: 1,
         ..FilterConfig::default()
     };
-    let (mut f, mut cold) = (Flights::<u32>::default(), ColdStarts::default());
+    let (mut f, mut cold) = (Flights::<u32>::default(), Allowance::default());
     let e = eval(&rs, &host, &cfg, &mut cold, "a");
     assert!(f.admit(&host, &cfg, 1, e).is_some());
     // The allowance (one a second) is spent: another cold key waits.
@@ -154,7 +154,7 @@ fn a_known_key_or_a_spent_allowance_waits_for_the_agent() {
 #[test]
 fn a_rule_that_waits_never_starts_cold() {
     let (host, cfg, rs) = (host(), FilterConfig::default(), rules("wait"));
-    let mut cold = ColdStarts::default();
+    let mut cold = Allowance::default();
     let e = eval(&rs, &host, &cfg, &mut cold, "a");
     assert!(e.has_misses());
     let mut e = Evaluation::new(

@@ -1,9 +1,14 @@
-//! A worker's allowance of cold starts: requests admitted at once, before the
-//! agent answers, because their rule says `cold_start: admit` and this Envoy
-//! held nothing for their key. The allowance bounds what such requests can
-//! cost a limit, whatever the key churn: at most the filter's
-//! `cold_starts_per_second` a worker (a bucket that size, full to begin
-//! with). Past it, a cold key's request waits for the agent like any miss.
+//! A worker's allowance of something a second: a bucket of `per_second`
+//! tokens, full to begin with, in the VM's own memory. Two use it:
+//!
+//! - **Cold starts**: requests admitted at once, before the agent answers,
+//!   because their rule says `cold_start: admit` and this Envoy held nothing
+//!   for their key. The allowance bounds what such requests can cost a limit,
+//!   whatever the key churn: at most the filter's `cold_starts_per_second` a
+//!   worker. Past it, a cold key's request waits for the agent like any miss.
+//! - **Usage answers**: the usage path reads shared data for each limit it
+//!   lists; at most `usage_per_second` answers a worker bound what callers
+//!   can make the filter do there (past it, a 429).
 
 use std::num::{NonZeroU32, NonZeroU64};
 
@@ -11,13 +16,13 @@ use meshlimit_core::bucket::{Bucket, Take};
 use meshlimit_core::{Limit, NANOS_PER_SEC};
 
 #[derive(Debug, Default)]
-pub struct ColdStarts {
-    /// Created on the first cold start; `None` reads as full.
+pub struct Allowance {
+    /// Created on the first take; `None` reads as full.
     bucket: Option<Bucket>,
 }
 
-impl ColdStarts {
-    /// Whether one more cold start is allowed at `now_ns` (taking nothing).
+impl Allowance {
+    /// Whether one more is allowed at `now_ns` (taking nothing).
     pub fn available(&self, per_second: u32, now_ns: u64) -> bool {
         match (allowance(per_second), &self.bucket) {
             (None, _) => false,
@@ -26,7 +31,7 @@ impl ColdStarts {
         }
     }
 
-    /// Counts one cold start.
+    /// Counts one.
     pub fn take(&mut self, per_second: u32, now_ns: u64) {
         let Some(limit) = allowance(per_second) else {
             return;
@@ -38,7 +43,7 @@ impl ColdStarts {
     }
 }
 
-/// `per_second` cold starts a second, as many at once; `None` for 0 (off).
+/// `per_second` a second, as many at once; `None` for 0 (off).
 fn allowance(per_second: u32) -> Option<Limit> {
     let n = NonZeroU32::new(per_second)?;
     let per = NonZeroU64::new(NANOS_PER_SEC)?;
@@ -51,7 +56,7 @@ mod tests {
 
     #[test]
     fn the_allowance_is_a_bucket_of_that_many_a_second() {
-        let mut c = ColdStarts::default();
+        let mut c = Allowance::default();
         for _ in 0..3 {
             assert!(c.available(3, 0));
             c.take(3, 0);
@@ -66,7 +71,7 @@ mod tests {
 
     #[test]
     fn zero_turns_cold_starts_off() {
-        let c = ColdStarts::default();
+        let c = Allowance::default();
         assert!(!c.available(0, 0));
     }
 }

@@ -223,9 +223,11 @@ pub fn override_command(args: &OverrideArgs, out: &mut dyn Write, err: &mut dyn 
 async fn act(args: &OverrideArgs, store: &dyn Store) -> Result<String, String> {
     let on = &args.store;
     let now = crate::regions::clock::now_secs();
+    let by = args.by();
+    let by = by.as_str();
     let set = |state: Option<Override>| async move {
         store
-            .set_fleet_override(state)
+            .set_fleet_override(state, by)
             .await
             .map_err(|e| format!("cannot set the fleet override on {on}: {e}"))
     };
@@ -260,7 +262,7 @@ async fn act(args: &OverrideArgs, store: &dyn Store) -> Result<String, String> {
                 OverrideAction::HoldTrial => (TrialAction::Hold, "held until end-trial"),
                 _ => (TrialAction::End, "ended: its rules enforce as written"),
             };
-            match store.control_trial(action).await {
+            match store.control_trial(action, by).await {
                 Ok(Some(version)) => Ok(format!(
                     "trial of rules version {version} {done}, on every agent within their poll"
                 )),

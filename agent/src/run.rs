@@ -2,7 +2,7 @@
 //! and the server together, then waits for SIGTERM or SIGINT and shuts down in
 //! order (stop accepting, drain connections, stop the background tasks).
 
-use meshlimit_core::secret::KeyIds;
+use meshlimit_core::secret::Secret;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -94,7 +94,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     metrics.set_key_ids(secret.key_ids());
     let region_setup = regions::regions_config(&args, &agent_id(&args), &secret.key_ids())?;
     check_tls_flags(&args, region_setup.as_ref())?;
-    let store = start_store(&args, &metrics, &secret.key_ids(), &mut tasks, &shutdown)?;
+    let store = start_store(&args, &metrics, &secret, &mut tasks, &shutdown)?;
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|source| RunError::Bind {
@@ -174,7 +174,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
 fn start_store(
     args: &RunArgs,
     metrics: &Arc<Metrics>,
-    key_ids: &KeyIds,
+    secret: &Secret,
     tasks: &mut JoinSet<()>,
     shutdown: &Shutdown,
 ) -> Result<Arc<dyn Store>, ConfigError> {
@@ -188,7 +188,8 @@ fn start_store(
         cluster: target.cluster,
         connect: args.redis_connect()?,
         batch: args.batch(),
-        key_ids: key_ids.clone(),
+        key_ids: secret.key_ids(),
+        control: secret.control_mac(),
     };
     let observer = metrics.clone();
     let events = metrics.clone();
@@ -202,6 +203,7 @@ fn start_store(
             StoreEvent::NodeDown => events.store_topology("node_down", None),
             StoreEvent::NodeUp(d) => events.store_topology("node_up", Some(d)),
             StoreEvent::NodeReplaced(d) => events.store_topology("node_replaced", Some(d)),
+            StoreEvent::ControlRefused(record, why) => events.control_refused(record, why),
         })),
     ))
 }

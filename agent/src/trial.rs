@@ -10,7 +10,6 @@ use meshlimit_core::rules::trial::TrialPlan;
 
 use crate::metrics::Metrics;
 use crate::rules_watch::CurrentRules;
-use crate::store::StoreError;
 
 /// A trial's clock as the store keeps it (milliseconds of the store's clock).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,41 +73,6 @@ pub enum TrialAction {
 /// How long the store keeps a trial's record after its planned end (a
 /// restarted agent finding it over enforces the version as written).
 pub(crate) const KEEP_AFTER_MS: u64 = 86_400_000;
-
-/// A trial from the trial script's reply (the store's time, then `start_ms`,
-/// `period_ms`, `ended_ms`, `held`, `plan`); `None` when none is recorded.
-pub(crate) fn from_reply(
-    key: &str,
-    reply: &[Option<String>],
-) -> Result<Option<StoredTrial>, StoreError> {
-    let bad = |what: &str| StoreError::Failed(format!("{key}: {what}"));
-    let field = |i: usize| reply.get(i).cloned().flatten();
-    let number = |i: usize, what: &str| -> Result<Option<u64>, StoreError> {
-        field(i)
-            .map(|v| {
-                v.parse::<u64>()
-                    .map_err(|_| bad(&format!("{what} is not a number")))
-            })
-            .transpose()
-    };
-    let now_ms = number(0, "the time")?.ok_or_else(|| bad("no time"))?;
-    let Some(start_ms) = number(1, "start_ms")? else {
-        return Ok(None);
-    };
-    let plan = field(5)
-        .map(|p| serde_json::from_str(&p).map_err(|e| bad(&format!("plan: {e}"))))
-        .transpose()?;
-    Ok(Some(StoredTrial {
-        plan,
-        clock: TrialClock {
-            start_ms,
-            period_ms: number(2, "period_ms")?.unwrap_or(0),
-            ended_ms: number(3, "ended_ms")?,
-            held: field(4).is_some(),
-        },
-        now_ms,
-    }))
-}
 
 /// Shows the trial running on `rules` (or that none runs) in `metrics`.
 pub(crate) fn publish(rules: &CurrentRules, metrics: &Metrics) {

@@ -128,6 +128,9 @@ fn store(t: &TlsRedis, ca: &str, client_cert: bool) -> RedisStore {
     .unwrap();
     let cfg = RedisConfig {
         key_ids: meshlimit_core::secret::KeyIds::placeholder(),
+        control: meshlimit_core::secret::Secret::new(b"meshlimit-agent-tests-secret-0123456789")
+            .unwrap()
+            .control_mac(),
         nodes: vec![format!("127.0.0.1:{}", t.tls_port)],
         cluster: false,
         connect: Connect {

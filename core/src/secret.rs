@@ -10,7 +10,10 @@
 //!   key by a keyed hash, never in clear; an operator holding the secret can map a
 //!   known key to its id (`meshlimit-agent key-id`), nobody else can invert one;
 //! - the filter's shared-data slot hash ([`Secret::slot_hasher`]): a client cannot
-//!   search offline for a value whose slot or fingerprint equals another key's.
+//!   search offline for a value whose slot or fingerprint equals another key's;
+//! - the MAC of control state in the store ([`Secret::control_mac`]): the fleet
+//!   override, trials, the versions served and their audit history, so that
+//!   write access to Redis alone cannot change the rules every agent serves.
 
 use std::fmt;
 
@@ -34,6 +37,7 @@ pub const AUTH_HEADER: &str = "authorization";
 const TOKEN_LABEL: &[u8] = b"meshlimit/v1/agent-token";
 const KEY_ID_LABEL: &[u8] = b"meshlimit/v1/key-id";
 const SLOT_LABEL: &[u8] = b"meshlimit/v1/slot-hash";
+const CONTROL_LABEL: &[u8] = b"meshlimit/v1/control-mac";
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -78,6 +82,13 @@ impl Secret {
         }
     }
 
+    /// The MAC of control state in the store.
+    pub fn control_mac(&self) -> ControlMac {
+        ControlMac {
+            key: self.derive(CONTROL_LABEL),
+        }
+    }
+
     fn derive(&self, label: &[u8]) -> [u8; 32] {
         hmac(&self.0, &[label])
     }
@@ -101,6 +112,40 @@ pub fn token_matches(presented: &[u8], expected: &str) -> bool {
         .zip(expected)
         .fold(0u8, |acc, (a, b)| acc | (a ^ b))
         == 0
+}
+
+/// Authenticates a record of control state: HMAC-SHA-256 over its parts, each
+/// prefixed by its length (so no two lists of parts share a MAC), in hex.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ControlMac {
+    key: [u8; 32],
+}
+
+impl ControlMac {
+    /// The MAC of `parts`, 64 lowercase hex characters.
+    pub fn sign(&self, parts: &[&[u8]]) -> String {
+        let lengths: Vec<[u8; 8]> = parts
+            .iter()
+            .map(|p| (p.len() as u64).to_be_bytes())
+            .collect();
+        let mut all: Vec<&[u8]> = Vec::with_capacity(parts.len() * 2);
+        for (len, part) in lengths.iter().zip(parts) {
+            all.push(len);
+            all.push(part);
+        }
+        hex(&hmac(&self.key, &all))
+    }
+
+    /// Whether `mac` is the MAC of `parts` (compared in constant time).
+    pub fn verifies(&self, parts: &[&[u8]], mac: &str) -> bool {
+        token_matches(mac.as_bytes(), &self.sign(parts))
+    }
+}
+
+impl fmt::Debug for ControlMac {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ControlMac(<redacted>)")
+    }
 }
 
 /// Names keys by a keyed hash: HMAC-SHA-256 truncated to 128 bits, so ids are
@@ -282,6 +327,28 @@ mod tests {
         let id = a.key_ids().id(&key).to_string();
         assert_eq!(id.len(), 32);
         assert!(!id.contains("customer"));
+    }
+
+    #[test]
+    fn a_control_mac_binds_its_key_and_every_part_with_its_boundaries() {
+        let a = secret(&"a".repeat(32)).control_mac();
+        let mac = a.sign(&[b"override", b"x y"]);
+        assert_eq!(mac.len(), 64);
+        assert!(a.verifies(&[b"override", b"x y"], &mac));
+        // Another secret, another part, or the same bytes split elsewhere.
+        assert!(!secret(&"b".repeat(32))
+            .control_mac()
+            .verifies(&[b"override", b"x y"], &mac));
+        assert!(!a.verifies(&[b"override", b"x z"], &mac));
+        assert!(!a.verifies(&[b"overridex", b" y"], &mac));
+        assert!(!a.verifies(&[b"override", b"x y"], &mac[..63]));
+        // Not the key-id key nor the token: a derivation of its own.
+        assert_ne!(hex(&a.key), a_token_of(&"a".repeat(32)));
+        assert_eq!(format!("{a:?}"), "ControlMac(<redacted>)");
+    }
+
+    fn a_token_of(s: &str) -> String {
+        secret(s).agent_token()
     }
 
     #[test]

@@ -213,6 +213,9 @@ pub struct OverrideArgs {
     /// process's arguments).
     #[arg(long, env = "MESHLIMIT_REDIS_PASSWORD", hide_env_values = true, value_parser = Password::parse)]
     pub(crate) redis_password: Option<Password>,
+    /// The deployment's secret: agents obey only control state signed with it.
+    #[command(flatten)]
+    pub secret: SecretArgs,
 }
 
 /// What `override` does.
@@ -237,14 +240,18 @@ impl OverrideArgs {
     pub(crate) fn state(&self, mode: OverrideMode, version: Option<String>, now: u64) -> Override {
         Override {
             mode,
-            set_by: self
-                .reason
-                .clone()
-                .or_else(|| std::env::var("USER").ok())
-                .unwrap_or_else(|| "unknown".into()),
+            set_by: self.by(),
             at: now,
             version,
         }
+    }
+
+    /// Who acts, as declared: `--reason`, else `$USER`.
+    pub(crate) fn by(&self) -> String {
+        self.reason
+            .clone()
+            .or_else(|| std::env::var("USER").ok())
+            .unwrap_or_else(|| "unknown".into())
     }
 
     /// The store `--store` names. The embedded store is each agent's own: no
@@ -271,6 +278,7 @@ impl OverrideArgs {
                 deadline: std::time::Duration::from_millis(super::defaults::STORE_DEADLINE_MS),
             },
             key_ids: KeyIds::placeholder(),
+            control: self.secret.load()?.control_mac(),
         };
         Ok(Box::new(RedisStore::new(config, Arc::new(|_, _, _| {}))))
     }

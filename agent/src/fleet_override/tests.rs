@@ -170,8 +170,12 @@ impl Store for FlakyStore {
         }
         self.inner.fleet_override().await
     }
-    async fn set_fleet_override(&self, state: Option<Override>) -> Result<(), StoreError> {
-        self.inner.set_fleet_override(state).await
+    async fn set_fleet_override(
+        &self,
+        state: Option<Override>,
+        by: &str,
+    ) -> Result<(), StoreError> {
+        self.inner.set_fleet_override(state, by).await
     }
     async fn trial(
         &self,
@@ -181,8 +185,12 @@ impl Store for FlakyStore {
     ) -> Result<Option<StoredTrial>, StoreError> {
         self.inner.trial(version, start, with_plan).await
     }
-    async fn control_trial(&self, action: TrialAction) -> Result<Option<String>, StoreError> {
-        self.inner.control_trial(action).await
+    async fn control_trial(
+        &self,
+        action: TrialAction,
+        by: &str,
+    ) -> Result<Option<String>, StoreError> {
+        self.inner.control_trial(action, by).await
     }
     async fn record_versions(&self, current: &str, previous: &str) -> Result<(), StoreError> {
         self.inner.record_versions(current, previous).await
@@ -209,13 +217,13 @@ async fn the_poller_follows_the_store_and_a_store_error_keeps_the_last_state() {
     ));
     let shadowed_now = |r: &CurrentRules| modes(&r.get().unwrap()) == [Mode::Shadow; 3];
 
-    store.set_fleet_override(on("ops")).await.unwrap();
+    store.set_fleet_override(on("ops"), "ops").await.unwrap();
     wait_until("the override applied", || shadowed_now(&rules)).await;
     wait_until("the metric at 1", || override_gauge(&metrics) == Some(1.0)).await;
 
     // The store fails, then answers "cleared": while it fails the override stays.
     store.failing.store(true, Ordering::SeqCst);
-    store.set_fleet_override(None).await.unwrap();
+    store.set_fleet_override(None, "ops").await.unwrap();
     wait_until("failed reads counted", || override_errors(&metrics) >= 3.0).await;
     assert!(shadowed_now(&rules), "a store error cleared the override");
     assert_eq!(override_gauge(&metrics), Some(1.0));

@@ -21,6 +21,7 @@ pub(super) struct RulesMetrics {
     fleet_override: IntGaugeVec,
     fleet_override_errors: IntCounter,
     pin_missing: IntGauge,
+    control_refused: IntCounterVec,
     /// The (rule, plan) pairs currently set on `meshlimit_rule_limit`.
     shown_limits: Mutex<HashSet<(String, String)>>,
 }
@@ -61,6 +62,14 @@ impl RulesMetrics {
                 "meshlimit_fleet_pin_missing",
                 "1 while the fleet override pins a rules version this agent does not \
                  have (restarted since): it serves every rule in shadow instead.",
+            )?,
+            control_refused: f.counters(
+                "meshlimit_control_refused_total",
+                "Control records read back from the store and ignored (the fleet \
+                 override, a trial, the versions served, the audit history), by \
+                 record and reason: mac (missing or does not verify under the \
+                 deployment secret), size (over its cap), parse.",
+                &["record", "reason"],
             )?,
             fleet_override_errors: f.counter(
                 "meshlimit_fleet_override_errors_total",
@@ -165,6 +174,19 @@ impl Metrics {
     /// serves every rule in shadow).
     pub(crate) fn pin_missing(&self, missing: bool) {
         self.rules.pin_missing.set(i64::from(missing));
+    }
+
+    /// A control record read back was ignored.
+    pub(crate) fn control_refused(
+        &self,
+        record: crate::store::control::Record,
+        why: crate::store::control::Refusal,
+    ) {
+        inc(
+            &self.rules.control_refused,
+            &[record.as_str(), why.as_str()],
+            1,
+        );
     }
 
     /// A read of the fleet override failed.

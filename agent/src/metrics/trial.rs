@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use prometheus::{GaugeVec, IntGaugeVec};
+use prometheus::{GaugeVec, IntGauge, IntGaugeVec};
 
 use super::top_keys::TopKeys;
 use super::{lock, Factory, Metrics, MetricsError};
@@ -18,6 +18,7 @@ pub(crate) const MAX_TRIAL_RULES: usize = 20;
 
 pub(super) struct TrialMetrics {
     on: IntGaugeVec,
+    held: IntGauge,
     end: GaugeVec,
     top: IntGaugeVec,
     state: std::sync::Mutex<TrialState>,
@@ -38,6 +39,11 @@ impl TrialMetrics {
                 "1 while a rules version is on trial (its new and tightened rules in \
                  shadow, changes.shadow_first).",
                 &["version"],
+            )?,
+            held: f.gauge(
+                "meshlimit_rules_trial_held",
+                "1 while an operator holds the trial running (override hold-trial): \
+                 its new and tightened rules stay in shadow until it is ended.",
             )?,
             end: f.ratios(
                 "meshlimit_rules_trial_end_seconds",
@@ -78,6 +84,7 @@ impl Metrics {
                 .unwrap_or_default();
             state.version = version;
         }
+        m.held.set(i64::from(trial.is_some_and(|t| t.clock.held)));
         let Some(t) = trial else { return };
         if let Ok(g) = m.on.get_metric_with_label_values(&[&t.version]) {
             g.set(1);

@@ -37,7 +37,8 @@ use meshlimit_core::secret::KeyIds;
 use meshlimit_core::{Counter, DescriptorKey, Limit};
 use tokio::time::Instant;
 
-use super::{Acquire, Acquired, Peeked, Store, StoreError};
+use super::control::{self, AuditEntry, AUDIT_KEEP};
+use super::{Acquire, Acquired, Audited, Peeked, Store, StoreError};
 use crate::fleet_override::Override;
 use crate::shutdown::Shutdown;
 use crate::trial::{StoredTrial, TrialAction, TrialClock};
@@ -60,8 +61,9 @@ pub struct MemoryStore {
     max_per_shard: usize,
     /// The fleet override: this agent's alone, with no store shared.
     fleet_override: Mutex<Option<Override>>,
-    /// Trials and the versions served, likewise this agent's alone (lost with
-    /// it: a restarted agent's first rules apply at once).
+    /// Trials, the versions served and the audit history, likewise this
+    /// agent's alone (lost with it: a restarted agent's first rules apply at
+    /// once). Nothing outside this process writes them, so they carry no MAC.
     fleet: Mutex<Fleet>,
 }
 
@@ -71,6 +73,18 @@ struct Fleet {
     trials: HashMap<String, (TrialPlan, TrialClock)>,
     last_trial: Option<String>,
     versions: Option<(String, String)>,
+    /// The audit history, newest first, at most `AUDIT_KEEP` entries.
+    audit: std::collections::VecDeque<AuditEntry>,
+}
+
+impl Fleet {
+    /// Keeps and logs one change.
+    fn audit(&mut self, by: &str, what: String) {
+        let entry = AuditEntry::now(by, what);
+        entry.log("memory");
+        self.audit.push_front(entry);
+        self.audit.truncate(AUDIT_KEEP);
+    }
 }
 
 #[derive(Debug)]
@@ -202,7 +216,12 @@ impl Store for MemoryStore {
         Ok(lock(&self.fleet_override).clone())
     }
 
-    async fn set_fleet_override(&self, state: Option<Override>) -> Result<(), StoreError> {
+    async fn set_fleet_override(
+        &self,
+        state: Option<Override>,
+        by: &str,
+    ) -> Result<(), StoreError> {
+        lock(&self.fleet).audit(by, control::override_change(state.as_ref()));
         *lock(&self.fleet_override) = state;
         Ok(())
     }
@@ -249,6 +268,7 @@ impl Store for MemoryStore {
                     .trials
                     .insert(version.to_string(), (plan.clone(), clock));
                 fleet.last_trial = Some(version.to_string());
+                fleet.audit("agent", control::trial_started(version, plan, period_ms));
             }
         }
         Ok(fleet.trials.get(version).map(|(plan, clock)| StoredTrial {
@@ -258,7 +278,11 @@ impl Store for MemoryStore {
         }))
     }
 
-    async fn control_trial(&self, action: TrialAction) -> Result<Option<String>, StoreError> {
+    async fn control_trial(
+        &self,
+        action: TrialAction,
+        by: &str,
+    ) -> Result<Option<String>, StoreError> {
         let mut fleet = lock(&self.fleet);
         let Some(version) = fleet.last_trial.clone() else {
             return Ok(None);
@@ -273,16 +297,27 @@ impl Store for MemoryStore {
             }
             TrialAction::Hold => clock.held = true,
         }
+        fleet.audit(by, control::trial_controlled(&version, action));
         Ok(Some(version))
     }
 
     async fn record_versions(&self, current: &str, previous: &str) -> Result<(), StoreError> {
-        lock(&self.fleet).versions = Some((current.to_string(), previous.to_string()));
+        let versions = Some((current.to_string(), previous.to_string()));
+        let mut fleet = lock(&self.fleet);
+        if fleet.versions != versions {
+            fleet.versions = versions;
+            fleet.audit("agent", control::versions_recorded(current, previous));
+        }
         Ok(())
     }
 
     async fn previous_version(&self) -> Result<Option<String>, StoreError> {
         Ok(lock(&self.fleet).versions.as_ref().map(|v| v.1.clone()))
+    }
+
+    async fn control_history(&self, n: usize) -> Result<Vec<Audited>, StoreError> {
+        let fleet = lock(&self.fleet);
+        Ok(fleet.audit.iter().take(n).cloned().map(Ok).collect())
     }
 }
 

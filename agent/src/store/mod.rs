@@ -4,6 +4,7 @@
 //! backends answer a whole lease request with one pipeline: asking per item would
 //! cost a round trip per rule.
 
+pub mod control;
 pub(crate) mod memory;
 pub mod redis;
 
@@ -16,6 +17,7 @@ use serde::Serialize;
 
 use crate::fleet_override::Override;
 use crate::trial::{StoredTrial, TrialAction};
+pub use control::{AuditEntry, Refusal};
 use meshlimit_core::rules::trial::TrialPlan;
 
 pub use memory::MemoryStore;
@@ -181,8 +183,10 @@ pub trait Store: Send + Sync + 'static {
     /// modes apply). Read with the store's deadline, never retried.
     async fn fleet_override(&self) -> Result<Option<Override>, StoreError>;
 
-    /// Sets (`Some`) or clears (`None`) the fleet override.
-    async fn set_fleet_override(&self, state: Option<Override>) -> Result<(), StoreError>;
+    /// Sets (`Some`) or clears (`None`) the fleet override, `by` an operator
+    /// (their declared name), with its entry in the audit history.
+    async fn set_fleet_override(&self, state: Option<Override>, by: &str)
+        -> Result<(), StoreError>;
 
     /// The bucket of the key `key_id` (its id under `ids`) of `rule`, read
     /// without changing it, refilled under `limit` up to the store's now;
@@ -212,9 +216,13 @@ pub trait Store: Send + Sync + 'static {
         with_plan: bool,
     ) -> Result<Option<StoredTrial>, StoreError>;
 
-    /// Ends or holds the trial started last; answers its version (`None`: no
-    /// trial recorded).
-    async fn control_trial(&self, action: TrialAction) -> Result<Option<String>, StoreError>;
+    /// Ends or holds the trial started last, `by` an operator, with its entry
+    /// in the audit history; answers its version (`None`: no trial recorded).
+    async fn control_trial(
+        &self,
+        action: TrialAction,
+        by: &str,
+    ) -> Result<Option<String>, StoreError>;
 
     /// Records that the region's agents serve rules `current`, having served
     /// `previous` before it (what `override pin` goes back to).
@@ -222,7 +230,19 @@ pub trait Store: Send + Sync + 'static {
 
     /// The version served before the current one, as last recorded.
     async fn previous_version(&self) -> Result<Option<String>, StoreError>;
+
+    /// The newest `n` changes to control state, newest first; an entry the
+    /// store holds but that does not verify is its [`Refusal`].
+    async fn control_history(&self, _n: usize) -> Result<Vec<Audited>, StoreError> {
+        Err(StoreError::Failed(format!(
+            "the {} store keeps no history",
+            self.name()
+        )))
+    }
 }
+
+/// An audit entry read back, or why it was refused.
+pub type Audited = Result<AuditEntry, Refusal>;
 
 impl StoreError {
     /// The `result` label of `meshlimit_store_requests_total`.

@@ -211,10 +211,16 @@ pub fn redis_store_config(
         cluster,
         connect: Default::default(),
         key_ids: meshlimit_core::secret::KeyIds::placeholder(),
+        control: test_secret().control_mac(),
         batch: meshlimit_agent::store::redis::BatchConfig {
             window: std::time::Duration::ZERO,
             max_batch: 16,
             deadline: std::time::Duration::from_secs(2),
         },
     }
+}
+
+/// The deployment secret the tests' stores sign control state with.
+pub fn test_secret() -> meshlimit_core::secret::Secret {
+    meshlimit_core::secret::Secret::new(b"meshlimit-agent-tests-secret-0123456789").unwrap()
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use meshlimit_agent::store::redis::RedisStore;
 use meshlimit_agent::store::{MemoryStore, Store};
-use meshlimit_tests::{RedisCluster, RedisServer};
+use meshlimit_tests::{RedisCluster, RedisServer, Resp};
 
 use super::common;
 
@@ -13,6 +13,21 @@ pub(crate) struct Backend {
     pub(crate) store: Box<dyn Store>,
     _redis: Option<RedisServer>,
     _cluster: Option<RedisCluster>,
+}
+
+impl Backend {
+    /// Runs a command on the Redis node holding the `{fleet}` keys, as
+    /// someone with write access to Redis but not the deployment secret
+    /// would; `None` for the memory store, which nothing outside writes.
+    pub(crate) fn raw(&self, args: &[&str]) -> Option<Resp> {
+        if let Some(server) = &self._redis {
+            return Some(server.cmd(args));
+        }
+        let cluster = self._cluster.as_ref()?;
+        (0..cluster.ports().len())
+            .map(|node| cluster.cmd(node, args))
+            .find(|r| !matches!(r, Resp::Error(e) if e.starts_with("MOVED")))
+    }
 }
 
 pub(crate) async fn memory() -> Backend {

@@ -17,14 +17,20 @@ pub(crate) async fn the_fleet_override_reads_back_as_set(store: &dyn Store) {
         at: 1_700_000_000,
         version: None,
     };
-    store.set_fleet_override(Some(on("ops"))).await.unwrap();
+    store
+        .set_fleet_override(Some(on("ops")), "ops")
+        .await
+        .unwrap();
     assert_eq!(store.fleet_override().await.unwrap(), Some(on("ops")));
-    store.set_fleet_override(Some(on("oncall"))).await.unwrap();
+    store
+        .set_fleet_override(Some(on("oncall")), "oncall")
+        .await
+        .unwrap();
     assert_eq!(store.fleet_override().await.unwrap(), Some(on("oncall")));
-    store.set_fleet_override(None).await.unwrap();
+    store.set_fleet_override(None, "ops").await.unwrap();
     assert_eq!(store.fleet_override().await.unwrap(), None);
     // Clearing what is off is no error.
-    store.set_fleet_override(None).await.unwrap();
+    store.set_fleet_override(None, "ops").await.unwrap();
 }
 
 fn plan(version: &str, shadowed: &str) -> TrialPlan {
@@ -41,7 +47,10 @@ fn plan(version: &str, shadowed: &str) -> TrialPlan {
 /// nothing; the plan is answered only when asked for.
 pub(crate) async fn the_first_trial_start_of_a_version_stays(store: &dyn Store) {
     assert_eq!(store.trial("v1", None, true).await.unwrap(), None);
-    assert_eq!(store.control_trial(TrialAction::End).await.unwrap(), None);
+    assert_eq!(
+        store.control_trial(TrialAction::End, "ops").await.unwrap(),
+        None
+    );
     let first = store
         .trial("v1", Some((&plan("v1", "a"), 60_000)), true)
         .await
@@ -79,7 +88,7 @@ pub(crate) async fn a_trial_is_held_then_ended(store: &dyn Store) {
         .unwrap();
     assert_eq!(
         store
-            .control_trial(TrialAction::Hold)
+            .control_trial(TrialAction::Hold, "ops")
             .await
             .unwrap()
             .as_deref(),
@@ -90,7 +99,7 @@ pub(crate) async fn a_trial_is_held_then_ended(store: &dyn Store) {
     assert_eq!(held.left_ms(), Some(u64::MAX));
     assert_eq!(
         store
-            .control_trial(TrialAction::End)
+            .control_trial(TrialAction::End, "ops")
             .await
             .unwrap()
             .as_deref(),

@@ -4,7 +4,7 @@
 //! `conformance!` line (and its start in `backends.rs`).
 //!
 //! Each behaviour is a function over `&dyn Store`, in a module per concept
-//! (`buckets`, `asks`, `windows`, `fleet`, `peek`); the macro at the end makes a
+//! (`buckets`, `asks`, `windows`, `fleet`, `control`, `peek`); the macro at the end makes a
 //! test of it per backend (`memory::…`, `redis::…`, `redis_cluster::…`), each
 //! with its own fresh store. Time passes on the store's own clock (tokio's for
 //! the memory store, the Redis server's `TIME` for Redis), so bounds on waits
@@ -24,6 +24,7 @@ mod common;
 mod asks;
 mod backends;
 mod buckets;
+mod control;
 mod fleet;
 mod peek;
 mod windows;
@@ -114,6 +115,7 @@ macro_rules! conformance {
                 fleet::the_first_trial_start_of_a_version_stays,
                 fleet::a_trial_is_held_then_ended,
                 fleet::the_previous_rules_version_reads_back,
+                control::every_change_is_audited_and_a_clear_keeps_the_history,
                 peek::a_peek_judges_a_rejection_at_its_moment_without_spending,
             );
         }
@@ -129,6 +131,38 @@ macro_rules! conformance {
     };
 }
 
+/// What someone with write access to the store but not the deployment secret
+/// can do, against each backend others can write (the memory store is the
+/// agent's own).
+macro_rules! tampering {
+    ($backend:ident, $make:expr) => {
+        mod $backend {
+            tampering!(@each $make;
+                a_write_over_the_cap_is_refused,
+                a_forged_override_is_ignored,
+                a_forged_trial_is_ignored,
+                a_forged_hold_or_end_is_ignored,
+                forged_versions_are_ignored,
+                a_forged_audit_entry_shows_as_refused,
+            );
+        }
+    };
+    (@each $make:expr; $($behaviour:ident,)*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $behaviour() {
+                let backend = $make.await;
+                super::super::control::$behaviour(&backend).await;
+            }
+        )*
+    };
+}
+
 conformance!(memory, super::backends::memory());
 conformance!(redis, super::backends::redis());
 conformance!(redis_cluster, super::backends::redis_cluster());
+
+mod tampered {
+    tampering!(redis, super::super::backends::redis());
+    tampering!(redis_cluster, super::super::backends::redis_cluster());
+}

@@ -125,6 +125,7 @@ impl Store for FakeStore {
     async fn set_fleet_override(
         &self,
         _: Option<crate::fleet_override::Override>,
+        _: &str,
     ) -> Result<(), StoreError> {
         Ok(())
     }
@@ -141,6 +142,7 @@ impl Store for FakeStore {
     async fn control_trial(
         &self,
         _: crate::trial::TrialAction,
+        _: &str,
     ) -> Result<Option<String>, StoreError> {
         Ok(None)
     }

@@ -4,14 +4,21 @@
 //! script or atomic pipeline touches one hash slot of a Redis Cluster. No key holds a
 //! customer key in clear: keys are named by their key id (`core::secret`).
 //!
+//! The `ml:{fleet}:…` keys are control state (`super::super::control`): every
+//! value carries a MAC under the deployment secret and is read back only
+//! within a size cap. Agents write the trial start and the versions; only
+//! operators' tools (`meshlimit-agent override`) write the override and a
+//! trial's end or hold. Redis ACLs that keep the two apart: docs/redis-acl.md.
+//!
 //! | key | type | written by |
 //! |---|---|---|
 //! | `ml:{<key id>}:<rule>` | hash `t` (tokens), `u` (µs of the server's `TIME`); a window rule's `w` (window index), `c` (count), `p` (previous window's count) | the lease script |
 //! | `ml:{agents}` | sorted set, agent id → ms of its last heartbeat | the heartbeat script |
-//! | `ml:{fleet}:override` | string, JSON `{"mode":"shadow"\|"pin","set_by":…,"at":…}` (`"version"` too for pin); absent when off | `meshlimit-agent override` (SET, DEL) |
-//! | `ml:{fleet}:trial:<version>` | hash `start_ms` (the server's `TIME`), `period_ms`, `plan` (JSON), `ended_ms`, `held` | the trial script (the first agent to install the version: HSETNX), `override end-trial\|hold-trial` |
-//! | `ml:{fleet}:trial` | string: the version whose trial started last | the trial script; read by `override end-trial\|hold-trial` |
-//! | `ml:{fleet}:rules` | hash `current`, `previous`: the rules versions served now and before | every agent installing a version over another (HSET); read by `override pin` |
+//! | `ml:{fleet}:override` | string, sealed (`<MAC> <JSON>`): JSON `{"mode":"shadow"\|"pin","set_by":…,"at":…}` (`"version"` too for pin); absent when off | `meshlimit-agent override` (the override script) |
+//! | `ml:{fleet}:trial:<version>` | hash `start_ms` (the server's `TIME`), `period_ms`, `plan` (JSON), `plan_mac`, `mac`; `ended_ms`, `held`, `control_mac` | the trial script (the first agent to install the version: HSETNX), `override end-trial\|hold-trial` (the trial control script) |
+//! | `ml:{fleet}:trial` | string, sealed: the version whose trial started last | the trial script; read by `override end-trial\|hold-trial` |
+//! | `ml:{fleet}:rules` | hash `current`, `previous`: the rules versions served now and before; `mac` | every agent installing a version over another (the versions script); read by `override pin` |
+//! | `ml:{fleet}:audit` | list, newest first, of sealed JSON `{"at_ms":…,"by":…,"what":…}`: the last 1,000 changes to the keys above | every script that changes one of them; read by `override history` |
 //! | `ml:rg:…` | the region exchange | see [`region`] |
 //!
 //! The test harness (`tests/src/lib.rs`, `redis_bucket_key`, `exchange_key`)
@@ -49,6 +56,10 @@ pub(crate) const LAST_TRIAL: &str = "ml:{fleet}:trial";
 
 /// The rules versions the region's agents serve now and served before.
 pub(crate) const RULES_VERSIONS: &str = "ml:{fleet}:rules";
+
+/// The audit history of the keys above (the last [`crate::store::control::AUDIT_KEEP`]
+/// changes), newest first.
+pub(crate) const AUDIT: &str = "ml:{fleet}:audit";
 
 /// The trial of rules `version` (a content hash, 16 hex digits: no customer
 /// data), in the fleet's hash slot.
@@ -148,6 +159,7 @@ mod tests {
         let slot = hash_slot(FLEET_OVERRIDE);
         assert_eq!(hash_slot(LAST_TRIAL), slot);
         assert_eq!(hash_slot(RULES_VERSIONS), slot);
+        assert_eq!(hash_slot(AUDIT), slot);
         assert_eq!(hash_slot(&trial("0123456789abcdef")), slot);
         assert_eq!(
             trial("0123456789abcdef"),

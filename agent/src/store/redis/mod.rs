@@ -5,6 +5,7 @@
 
 mod batcher;
 pub mod client;
+mod control;
 mod health;
 pub mod keys;
 mod nodes;
@@ -28,7 +29,8 @@ use nodes::{connection_config, Shared};
 use tasks::{cluster_slots, prewarm, probe, refresher};
 use topology::{hash_slot, HashSlotMap};
 
-use super::{Acquire, Acquired, Peeked, Store, StoreError};
+use super::control::{Record, Refusal};
+use super::{Acquire, Acquired, Audited, Peeked, Store, StoreError};
 use crate::fleet_override::Override;
 use crate::trial::{StoredTrial, TrialAction};
 use meshlimit_core::rules::trial::TrialPlan;
@@ -57,6 +59,8 @@ pub struct RedisConfig {
     pub batch: BatchConfig,
     /// Names buckets by the keyed hash of their key (from the deployment secret).
     pub key_ids: meshlimit_core::secret::KeyIds,
+    /// Signs and checks control state (from the deployment secret).
+    pub control: meshlimit_core::secret::ControlMac,
 }
 
 /// A change in the store's view of the cluster, for metrics.
@@ -70,6 +74,8 @@ pub(crate) enum StoreEvent {
     NodeUp(Duration),
     /// A down node left the hash slot map (a replica took its hash slots), after this long.
     NodeReplaced(Duration),
+    /// A control record read back was ignored.
+    ControlRefused(Record, Refusal),
 }
 
 /// Observes [`StoreEvent`]s.
@@ -78,6 +84,9 @@ pub(crate) type EventObserver = Arc<dyn Fn(StoreEvent) + Send + Sync>;
 /// A Redis or Redis Cluster bucket store.
 pub struct RedisStore {
     shared: Arc<Shared>,
+    /// The control records refused at their last read, so that a refusal is
+    /// logged when it starts, not at every poll.
+    refusing: Mutex<std::collections::HashSet<&'static str>>,
 }
 
 impl RedisStore {
@@ -99,6 +108,7 @@ impl RedisStore {
                 wake: Notify::new(),
                 refresher: AtomicBool::new(false),
             }),
+            refusing: Mutex::default(),
         }
     }
 
@@ -190,31 +200,15 @@ impl Store for RedisStore {
     }
 
     async fn fleet_override(&self) -> Result<Option<Override>, StoreError> {
-        let get = redis::cmd("GET").arg(keys::FLEET_OVERRIDE).clone();
-        let text: Option<String> = self.control(keys::FLEET_OVERRIDE, get).await?;
-        text.map(|t| {
-            serde_json::from_str(&t).map_err(|e| {
-                StoreError::Failed(format!("{} holds no override: {e}", keys::FLEET_OVERRIDE))
-            })
-        })
-        .transpose()
+        self.read_override().await
     }
 
-    async fn set_fleet_override(&self, state: Option<Override>) -> Result<(), StoreError> {
-        let cmd = match state {
-            Some(o) => {
-                let json =
-                    serde_json::to_string(&o).map_err(|e| StoreError::Failed(e.to_string()))?;
-                redis::cmd("SET")
-                    .arg(keys::FLEET_OVERRIDE)
-                    .arg(json)
-                    .clone()
-            }
-            None => redis::cmd("DEL").arg(keys::FLEET_OVERRIDE).clone(),
-        };
-        self.control::<redis::Value>(keys::FLEET_OVERRIDE, cmd)
-            .await
-            .map(|_| ())
+    async fn set_fleet_override(
+        &self,
+        state: Option<Override>,
+        by: &str,
+    ) -> Result<(), StoreError> {
+        self.write_override(state, by).await
     }
 
     async fn peek(
@@ -267,71 +261,27 @@ impl Store for RedisStore {
         start: Option<(&TrialPlan, u64)>,
         with_plan: bool,
     ) -> Result<Option<StoredTrial>, StoreError> {
-        let (plan, period) = match start {
-            Some((plan, period)) => (
-                serde_json::to_string(plan).map_err(|e| StoreError::Failed(e.to_string()))?,
-                period,
-            ),
-            None => (String::new(), 0),
-        };
-        let key = keys::trial(version);
-        let call = redis::cmd("EVAL")
-            .arg(script::TRIAL_SCRIPT)
-            .arg(2)
-            .arg(&key)
-            .arg(keys::LAST_TRIAL)
-            .arg(plan)
-            .arg(period)
-            .arg(version)
-            .arg(crate::trial::KEEP_AFTER_MS)
-            .arg(if with_plan { "1" } else { "0" })
-            .clone();
-        let reply: Vec<Option<String>> = self.control(&key, call).await?;
-        crate::trial::from_reply(&key, &reply)
+        self.read_trial(version, start, with_plan).await
     }
 
-    async fn control_trial(&self, action: TrialAction) -> Result<Option<String>, StoreError> {
-        let get = redis::cmd("GET").arg(keys::LAST_TRIAL).clone();
-        let Some(version) = self
-            .control::<Option<String>>(keys::LAST_TRIAL, get)
-            .await?
-        else {
-            return Ok(None);
-        };
-        let key = keys::trial(&version);
-        let call = redis::cmd("EVAL")
-            .arg(script::TRIAL_CONTROL_SCRIPT)
-            .arg(1)
-            .arg(&key)
-            .arg(match action {
-                TrialAction::End => "end",
-                TrialAction::Hold => "hold",
-            })
-            .arg(crate::trial::KEEP_AFTER_MS)
-            .clone();
-        let found: i64 = self.control(&key, call).await?;
-        Ok((found == 1).then_some(version))
+    async fn control_trial(
+        &self,
+        action: TrialAction,
+        by: &str,
+    ) -> Result<Option<String>, StoreError> {
+        self.write_trial_control(action, by).await
     }
 
     async fn record_versions(&self, current: &str, previous: &str) -> Result<(), StoreError> {
-        let set = redis::cmd("HSET")
-            .arg(keys::RULES_VERSIONS)
-            .arg("current")
-            .arg(current)
-            .arg("previous")
-            .arg(previous)
-            .clone();
-        self.control::<redis::Value>(keys::RULES_VERSIONS, set)
-            .await
-            .map(|_| ())
+        self.write_versions(current, previous).await
     }
 
     async fn previous_version(&self) -> Result<Option<String>, StoreError> {
-        let get = redis::cmd("HGET")
-            .arg(keys::RULES_VERSIONS)
-            .arg("previous")
-            .clone();
-        self.control(keys::RULES_VERSIONS, get).await
+        self.read_previous_version().await
+    }
+
+    async fn control_history(&self, n: usize) -> Result<Vec<Audited>, StoreError> {
+        self.read_history(n).await
     }
 
     fn name(&self) -> &'static str {

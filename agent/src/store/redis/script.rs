@@ -7,7 +7,11 @@
 //! - [`HEARTBEAT_SCRIPT`]: an agent says it is alive and learns how many are;
 //! - [`FLUSH_SCRIPT`], [`SEAL_SCRIPT`]: the region exchange's demand;
 //! - [`ELECT_SCRIPT`], [`RELEASE_SCRIPT`]: the election of a region's rebalancer;
-//! - [`TRIAL_SCRIPT`], [`TRIAL_CONTROL_SCRIPT`]: a rules change's trial in shadow.
+//! - [`TRIAL_SCRIPT`], [`TRIAL_CONTROL_SCRIPT`]: a rules change's trial in shadow;
+//! - [`CONTROL_GET_SCRIPT`], [`CONTROL_HGET_SCRIPT`], [`OVERRIDE_SET_SCRIPT`],
+//!   [`VERSIONS_SCRIPT`], [`AUDIT_READ_SCRIPT`]: the rest of the control state
+//!   (`super::super::control`): values read only within their size cap, each
+//!   change written with its audit entry in one step.
 //!
 //! Every script touches the keys of one hash slot (each call's keys share a hash
 //! tag), so each runs on a Redis Cluster as on a single Redis. Rate, burst and
@@ -288,40 +292,111 @@ local t = redis.call('TIME')
 return {s[1] or '', s[2] or '', t[1], t[2], s[3] or '', s[4] or '', s[5] or ''}
 ";
 
-/// Starts (unless started) and reads the trial of a rules version, on the
-/// server's clock. KEYS: the trial's hash, the last-trial pointer. ARGV: the
-/// plan's JSON (`""`: read only), the period (ms), the version, how long to
-/// keep the record after the period (ms), `1` to answer the plan. Starting is
-/// `HSETNX start_ms`: the first agent's start and plan stay. Reply: the
-/// server's time (ms), then `start_ms`, `period_ms`, `ended_ms`, `held`, `plan`
-/// (nil where absent).
+/// Starts (unless started) and reads the trial of a rules version, every field
+/// size-checked before it is sent. KEYS: the trial's hash, the last-trial
+/// pointer, the audit history. ARGV: `1` to answer the plan, the cap of a
+/// field and of the plan (bytes); then, to start one (`ARGV[4]` not empty):
+/// `start_ms` (the server's time, as a read answered it), `period_ms`, the
+/// plan's JSON, its MAC, the record's MAC, the sealed pointer, the record's
+/// life (ms), the sealed audit entry, the audit entries kept. Starting is
+/// `HSETNX start_ms`: the first agent's start and plan stay, and only it
+/// appends to the history. Reply: the server's time (ms), `ok` (or `big`: a
+/// field over its cap, nothing more), then `start_ms`, `period_ms`,
+/// `ended_ms`, `held`, `plan_mac`, `mac`, `control_mac`, `plan` (nil where
+/// absent or not asked for).
 pub(crate) const TRIAL_SCRIPT: &str = r"
 local t = redis.call('TIME')
 local now = string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-if ARGV[1] ~= '' and redis.call('HSETNX', KEYS[1], 'start_ms', now) == 1 then
-  redis.call('HSET', KEYS[1], 'period_ms', ARGV[2], 'plan', ARGV[1])
-  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) + tonumber(ARGV[4]))
-  redis.call('SET', KEYS[2], ARGV[3])
+if ARGV[4] ~= '' and redis.call('HSETNX', KEYS[1], 'start_ms', ARGV[4]) == 1 then
+  redis.call('HSET', KEYS[1], 'period_ms', ARGV[5], 'plan', ARGV[6], 'plan_mac', ARGV[7], 'mac', ARGV[8])
+  redis.call('PEXPIRE', KEYS[1], ARGV[10])
+  redis.call('SET', KEYS[2], ARGV[9])
+  redis.call('LPUSH', KEYS[3], ARGV[11])
+  redis.call('LTRIM', KEYS[3], 0, tonumber(ARGV[12]) - 1)
 end
-local v = redis.call('HMGET', KEYS[1], 'start_ms', 'period_ms', 'ended_ms', 'held', 'plan')
-if ARGV[5] ~= '1' then v[5] = false end
-return {now, v[1], v[2], v[3], v[4], v[5]}
+local fields = {'start_ms', 'period_ms', 'ended_ms', 'held', 'plan_mac', 'mac', 'control_mac'}
+for _, f in ipairs(fields) do
+  if redis.call('HSTRLEN', KEYS[1], f) > tonumber(ARGV[2]) then return {now, 'big'} end
+end
+local v = redis.call('HMGET', KEYS[1], unpack(fields))
+local plan = false
+if ARGV[1] == '1' then
+  if redis.call('HSTRLEN', KEYS[1], 'plan') > tonumber(ARGV[3]) then return {now, 'big'} end
+  plan = redis.call('HGET', KEYS[1], 'plan')
+end
+return {now, 'ok', v[1], v[2], v[3], v[4], v[5], v[6], v[7], plan}
 ";
 
-/// Ends or holds a trial. KEYS: the trial's hash. ARGV: `end` or `hold`, how
-/// long to keep an ended record (ms). `end` stamps `ended_ms` with the server's
-/// time and drops a hold; `hold` sets `held` and keeps the record until ended.
-/// Reply: 1, or 0 when there is no such trial.
+/// Ends or holds a trial: sets its control fields as given, with their MAC,
+/// if the trial is still the one read (its `start_ms`), and appends to the
+/// audit history. KEYS: the trial's hash, the audit history. ARGV: the
+/// `start_ms` read, `ended_ms` and `held` (`""`: none), their MAC, `end` or
+/// `hold`, how long to keep an ended record (ms), the sealed audit entry, the
+/// audit entries kept. `end` keeps the record that long; `hold` keeps it until
+/// ended. Reply: 1, or 0 when there is no such trial.
 pub(crate) const TRIAL_CONTROL_SCRIPT: &str = r"
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-if ARGV[1] == 'end' then
-  local t = redis.call('TIME')
-  redis.call('HSET', KEYS[1], 'ended_ms', string.format('%d', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)))
-  redis.call('HDEL', KEYS[1], 'held')
-  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
-else
-  redis.call('HSET', KEYS[1], 'held', '1')
-  redis.call('PERSIST', KEYS[1])
-end
+if redis.call('HGET', KEYS[1], 'start_ms') ~= ARGV[1] then return 0 end
+if ARGV[2] == '' then redis.call('HDEL', KEYS[1], 'ended_ms') else redis.call('HSET', KEYS[1], 'ended_ms', ARGV[2]) end
+if ARGV[3] == '' then redis.call('HDEL', KEYS[1], 'held') else redis.call('HSET', KEYS[1], 'held', ARGV[3]) end
+redis.call('HSET', KEYS[1], 'control_mac', ARGV[4])
+if ARGV[5] == 'end' then redis.call('PEXPIRE', KEYS[1], ARGV[6]) else redis.call('PERSIST', KEYS[1]) end
+redis.call('LPUSH', KEYS[2], ARGV[7])
+redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[8]) - 1)
 return 1
+";
+
+/// A control string (the fleet override, the last-trial pointer) read only
+/// when within its cap. KEYS: the string. ARGV: the cap (bytes). Reply: `{}`
+/// when absent (or empty), `{'big'}` over the cap, else `{'ok', value}`.
+pub(crate) const CONTROL_GET_SCRIPT: &str = r"
+local n = redis.call('STRLEN', KEYS[1])
+if n == 0 then return {} end
+if n > tonumber(ARGV[1]) then return {'big'} end
+return {'ok', redis.call('GET', KEYS[1])}
+";
+
+/// Fields of a control hash (the versions served) read only when each is
+/// within the cap. KEYS: the hash. ARGV: the cap (bytes), then the fields.
+/// Reply: `{'big'}` when one is over the cap, else `{'ok', values…}` (nil
+/// where absent).
+pub(crate) const CONTROL_HGET_SCRIPT: &str = r"
+for i = 2, #ARGV do
+  if redis.call('HSTRLEN', KEYS[1], ARGV[i]) > tonumber(ARGV[1]) then return {'big'} end
+end
+local v = redis.call('HMGET', KEYS[1], unpack(ARGV, 2))
+return {'ok', unpack(v)}
+";
+
+/// Sets (or, given `""`, deletes) the fleet override and appends to the audit
+/// history, in one step. KEYS: the override, the audit history. ARGV: the
+/// sealed override, the sealed audit entry, the audit entries kept. Reply: 1.
+pub(crate) const OVERRIDE_SET_SCRIPT: &str = r"
+if ARGV[1] == '' then redis.call('DEL', KEYS[1]) else redis.call('SET', KEYS[1], ARGV[1]) end
+redis.call('LPUSH', KEYS[2], ARGV[2])
+redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[3]) - 1)
+return 1
+";
+
+/// Records the versions served, and appends to the audit history, unless the
+/// same are recorded already (every agent of the region records them at a
+/// rollout: one entry, not one per agent). KEYS: the versions' hash, the audit
+/// history. ARGV: `current`, `previous`, their MAC, the sealed audit entry,
+/// the audit entries kept. Reply: 1 when recorded, 0 when already there.
+pub(crate) const VERSIONS_SCRIPT: &str = r"
+local v = redis.call('HMGET', KEYS[1], 'current', 'previous', 'mac')
+if v[1] == ARGV[1] and v[2] == ARGV[2] and v[3] == ARGV[3] then return 0 end
+redis.call('HSET', KEYS[1], 'current', ARGV[1], 'previous', ARGV[2], 'mac', ARGV[3])
+redis.call('LPUSH', KEYS[2], ARGV[4])
+redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[5]) - 1)
+return 1
+";
+
+/// The newest audit entries. KEYS: the audit history. ARGV: how many, the cap
+/// of one (bytes). Reply: the entries, newest first, one over the cap as `""`.
+pub(crate) const AUDIT_READ_SCRIPT: &str = r"
+local out = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+for i, e in ipairs(out) do
+  if #e > tonumber(ARGV[2]) then out[i] = '' end
+end
+return out
 ";

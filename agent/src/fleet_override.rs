@@ -9,7 +9,7 @@
 //! agent that does not have it (restarted since), every rule in shadow.
 //! `meshlimit-agent override shadow|pin|clear` sets it; `end-trial|hold-trial`
 //! act on a rules change's trial in shadow ([`crate::trial`]), read by the same
-//! poll.
+//! poll; `history` prints who changed which (`crate::store::control`).
 
 use std::io::Write;
 use std::sync::Arc;
@@ -257,6 +257,11 @@ async fn act(args: &OverrideArgs, store: &dyn Store) -> Result<String, String> {
             .await?;
             Ok(format!("fleet override set on {on}: every agent serves rules version {version} within their poll (an agent without it: every rule in shadow)"))
         }
+        OverrideAction::History => store
+            .control_history(HISTORY_SHOWN)
+            .await
+            .map(|entries| history_text(&entries))
+            .map_err(|e| format!("cannot read the history on {on}: {e}")),
         OverrideAction::EndTrial | OverrideAction::HoldTrial => {
             let (action, done) = match args.action {
                 OverrideAction::HoldTrial => (TrialAction::Hold, "held until end-trial"),
@@ -271,6 +276,25 @@ async fn act(args: &OverrideArgs, store: &dyn Store) -> Result<String, String> {
             }
         }
     }
+}
+
+/// Changes `override history` prints.
+const HISTORY_SHOWN: usize = 20;
+
+/// One line a change, newest first: `<Unix ms> <who>: <what>`, or why an
+/// entry the store holds was refused.
+fn history_text(entries: &[crate::store::Audited]) -> String {
+    if entries.is_empty() {
+        return "no changes recorded".into();
+    }
+    entries
+        .iter()
+        .map(|e| match e {
+            Ok(e) => format!("{} {}: {}", e.at_ms, e.by, e.what),
+            Err(why) => format!("(an entry that does not verify, refused: {})", why.as_str()),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[cfg(test)]

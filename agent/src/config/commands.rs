@@ -233,6 +233,9 @@ pub enum OverrideAction {
     EndTrial,
     /// Keep the running trial on past its period, until `end-trial`.
     HoldTrial,
+    /// Print the last changes to the override, trials and versions served,
+    /// newest first, with who made each.
+    History,
 }
 
 impl OverrideArgs {

@@ -47,6 +47,10 @@ fn a_trial_shows_its_end_and_the_keys_its_rules_would_reject_most() {
         },
         rules: vec!["r".into()],
     };
+    assert_eq!(
+        value(&m.render().unwrap(), "meshlimit_rules_trial_held", &[]),
+        0.0
+    );
     m.trial(Some(&trial));
     let key = DescriptorKey::new("r", ["customer-a"]);
     m.lease_denied("r", &key);
@@ -88,10 +92,13 @@ fn a_trial_shows_its_end_and_the_keys_its_rules_would_reject_most() {
         ),
         f64::INFINITY
     );
+    // The held gauge (what the held-trial alert reads) exists from the start.
+    assert_eq!(value(&text, "meshlimit_rules_trial_held", &[]), 1.0);
     // Over: its series go.
     m.trial(None);
     m.refresh_top_keys();
     let text = m.render().unwrap();
+    assert_eq!(value(&text, "meshlimit_rules_trial_held", &[]), 0.0);
     assert_eq!(sample(&text, "meshlimit_rules_trial", &[]), None);
     assert_eq!(sample(&text, "meshlimit_trial_top_keys", &[]), None);
 }

@@ -508,3 +508,59 @@ fn raw_trial(key: &str, reply: &[Option<String>]) -> Result<RawTrial, StoreError
     };
     Ok(RawTrial { now_ms, fields })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use meshlimit_core::secret::{KeyIds, Secret};
+    use meshlimit_tests::RedisServer;
+
+    use super::*;
+    use crate::metrics::{sample, Metrics};
+    use crate::store::redis::{BatchConfig, RedisConfig};
+
+    fn store(redis: &RedisServer, metrics: Arc<Metrics>) -> RedisStore {
+        let secret = Secret::new(&[7; 32]).unwrap();
+        let cfg = RedisConfig {
+            nodes: vec![redis.addr()],
+            cluster: false,
+            connect: Default::default(),
+            batch: BatchConfig {
+                window: std::time::Duration::ZERO,
+                max_batch: 1,
+                deadline: std::time::Duration::from_secs(2),
+            },
+            key_ids: KeyIds::placeholder(),
+            control: secret.control_mac(),
+        };
+        RedisStore::new(cfg, Arc::new(|_, _, _| {})).with_events(Arc::new(move |e| {
+            if let StoreEvent::ControlRefused(record, why) = e {
+                metrics.control_refused(record, why);
+            }
+        }))
+    }
+
+    fn refused(metrics: &Metrics, record: &str, reason: &str) -> f64 {
+        let text = metrics.render().unwrap();
+        let labels = [("record", record), ("reason", reason)];
+        sample(&text, "meshlimit_control_refused_total", &labels).unwrap_or(0.0)
+    }
+
+    #[tokio::test]
+    async fn every_refused_read_is_counted_by_record_and_reason() {
+        let redis = RedisServer::start();
+        let metrics = Arc::new(Metrics::new("test").unwrap());
+        let store = store(&redis, metrics.clone());
+        let forged = r#"{"mode":"shadow","set_by":"mallory","at":1}"#;
+        redis.cmd(&["SET", keys::FLEET_OVERRIDE, forged]);
+        for _ in 0..2 {
+            assert_eq!(store.read_override().await.unwrap(), None);
+        }
+        assert_eq!(refused(&metrics, "override", "mac"), 2.0);
+        let big = "x".repeat(MAX_VALUE_BYTES + 1);
+        redis.cmd(&["HSET", keys::RULES_VERSIONS, "previous", &big]);
+        assert_eq!(store.read_previous_version().await.unwrap(), None);
+        assert_eq!(refused(&metrics, "versions", "size"), 1.0);
+    }
+}

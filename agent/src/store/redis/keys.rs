@@ -168,6 +168,21 @@ mod tests {
     }
 
     #[test]
+    fn the_redis_acls_name_the_keys_built_here() {
+        let doc = include_str!("../../../../docs/redis-acl.md");
+        let acl = doc.split("```").nth(1).unwrap();
+        for key in [FLEET_OVERRIDE, LAST_TRIAL, RULES_VERSIONS, AUDIT, AGENTS] {
+            assert!(
+                acl.contains(&format!("~{key} ")) || acl.contains(&format!("~{key}\n")),
+                "{key}"
+            );
+        }
+        assert!(acl.contains(&format!("~{}", trial("*"))));
+        assert!(acl.contains(&format!("~{}", bucket_of_id(&"[0-9a-f]".repeat(32), "*"))));
+        assert!(region::demand(0, 1).starts_with("ml:rg:") && acl.contains("~ml:rg:*"));
+    }
+
+    #[test]
     fn an_exchange_key_is_the_rule_and_the_key_id() {
         let ids = KeyIds::placeholder();
         let key = DescriptorKey::new("g", ["alice"]);

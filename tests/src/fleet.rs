@@ -17,6 +17,7 @@ pub fn run_override(args: &[&str], store: &str) -> String {
         .arg("override")
         .args(args)
         .args(["--store", store])
+        .env("MESHLIMIT_SECRET", crate::TEST_SECRET)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();

@@ -85,6 +85,7 @@ fn the_command_says_why_it_failed_when_the_store_cannot_be_reached() {
     let out = Command::new(agent_bin())
         .args(["override", "shadow", "--store"])
         .arg(format!("redis://127.0.0.1:{port}"))
+        .env("MESHLIMIT_SECRET", meshlimit_tests::TEST_SECRET)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));

@@ -77,6 +77,12 @@ impl RulesMetrics {
                  known state stays).",
             )?,
         };
+        // At 0 from the start, so the alert on it (and deploy-metrics) find it.
+        for record in crate::store::control::Record::ALL {
+            for why in crate::store::control::Refusal::ALL {
+                inc(&m.control_refused, &[record.as_str(), why.as_str()], 0);
+            }
+        }
         // Off until an agent reads otherwise: the series exist from the start.
         for mode in OverrideMode::ALL {
             if let Ok(g) = m

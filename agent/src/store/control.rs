@@ -82,6 +82,16 @@ pub enum Record {
 }
 
 impl Record {
+    /// Every kind, for the metric's series.
+    pub const ALL: [Record; 6] = [
+        Record::Override,
+        Record::Trial,
+        Record::TrialControl,
+        Record::LastTrial,
+        Record::Versions,
+        Record::Audit,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Record::Override => "override",
@@ -106,6 +116,9 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// Every reason, for the metric's series.
+    pub const ALL: [Refusal; 3] = [Refusal::Mac, Refusal::Size, Refusal::Parse];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Refusal::Mac => "mac",

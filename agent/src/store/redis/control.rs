@@ -552,6 +552,13 @@ mod tests {
         let redis = RedisServer::start();
         let metrics = Arc::new(Metrics::new("test").unwrap());
         let store = store(&redis, metrics.clone());
+        // Every series is there at 0 before any refusal (the alert reads it).
+        let text = metrics.render().unwrap();
+        let labels = [("record", "audit"), ("reason", "parse")];
+        assert_eq!(
+            sample(&text, "meshlimit_control_refused_total", &labels),
+            Some(0.0)
+        );
         let forged = r#"{"mode":"shadow","set_by":"mallory","at":1}"#;
         redis.cmd(&["SET", keys::FLEET_OVERRIDE, forged]);
         for _ in 0..2 {

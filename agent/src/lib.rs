@@ -19,6 +19,7 @@ pub mod import;
 pub mod leases;
 pub mod metrics;
 pub mod pool;
+pub(crate) mod printable;
 pub mod regions;
 pub mod replay;
 pub mod rules_watch;

@@ -12,6 +12,12 @@
 //! entry and the field; what can only be said approximately is listed, as
 //! comments at the head of the output and on stderr. The output is compiled
 //! before it is written, so it always passes `check-rules`.
+//!
+//! The peer's text is data, never YAML: a comment or message carries it with
+//! every character that does not print escaped ([`crate::printable`]), a value
+//! holding such a character is refused, and the written text is read back by
+//! the agent's own parser and must give exactly the rules compiled, or
+//! nothing is written.
 
 mod envoy;
 mod limitador;
@@ -23,9 +29,10 @@ use std::fmt;
 use std::io::Write;
 
 use meshlimit_core::rules::config::{LimitConfig, RuleConfig, RulesConfig};
-use meshlimit_core::rules::{check_yaml_text, RuleSet, SCHEMA_VERSION};
+use meshlimit_core::rules::{check_yaml_text, parse_rules, RuleSet, RulesError, SCHEMA_VERSION};
 
 use crate::config::{ImportArgs, ImportFormat};
+use crate::printable::{hidden, one_line};
 pub(crate) use mapping::{Condition, Mapping, Target};
 use rule::rule_of;
 
@@ -105,21 +112,24 @@ impl<'f> Report<'f> {
         }
     }
 
-    /// Records a refusal; the same one twice (a parent entry of two limits) once.
+    /// Records a refusal, escaped to one printable line; the same one twice
+    /// (a parent entry of two limits) once.
     pub(crate) fn refuse(&mut self, at: &str, field: &str, message: impl Into<String>) {
         let e = ImportError {
-            file: self.file.to_string(),
-            at: at.to_string(),
-            field: field.to_string(),
-            message: message.into(),
+            file: one_line(self.file).into_owned(),
+            at: one_line(at).into_owned(),
+            field: one_line(field).into_owned(),
+            message: one_line(&message.into()).into_owned(),
         };
         if !self.errors.contains(&e) {
             self.errors.push(e);
         }
     }
 
+    /// Records an approximation, escaped to one printable line: it is written
+    /// as a comment of the rules file.
     pub(crate) fn note(&mut self, text: impl Into<String>) {
-        self.notes.insert(text.into());
+        self.notes.insert(one_line(&text.into()).into_owned());
     }
 }
 
@@ -174,8 +184,24 @@ pub(crate) fn period(seconds: u64) -> String {
     }
 }
 
+/// Why converted rules are not written: each is a bug of the importer, caught
+/// before the file exists.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RenderError {
+    #[error("the converted rules do not compile: {0}")]
+    Compile(RulesError),
+    #[error("the converted rules cannot be written as YAML: {0}")]
+    Yaml(#[from] serde_saphyr::ser::Error),
+    #[error("the written rules do not read back: {0}")]
+    Reread(RulesError),
+    #[error("the written rules read back as other rules than those converted")]
+    Differs,
+    #[error("the written rules hold a character that does not print (U+{0:04X})")]
+    Hidden(u32),
+}
+
 /// The rules file text: the approximations as comments, then the rules.
-pub(crate) fn render(imported: &Imported, from: &str) -> Result<String, String> {
+pub(crate) fn render(imported: &Imported, from: &str) -> Result<String, RenderError> {
     let config = RulesConfig {
         version: SCHEMA_VERSION,
         defaults: Default::default(),
@@ -183,19 +209,37 @@ pub(crate) fn render(imported: &Imported, from: &str) -> Result<String, String> 
         changes: Default::default(),
     };
     // The output must be a valid rules file: compiled here, as the agent will.
-    RuleSet::compile(&config).map_err(|e| e.to_string())?;
-    let yaml = serde_saphyr::to_string(&config).map_err(|e| e.to_string())?;
-    let mut out = format!("# Imported by `meshlimit-agent import` from {from}.\n");
+    let compiled = RuleSet::compile(&config).map_err(RenderError::Compile)?;
+    let yaml = serde_saphyr::to_string(&config)?;
+    let mut out = format!(
+        "# Imported by `meshlimit-agent import` from {}.\n",
+        one_line(from)
+    );
     if imported.notes.is_empty() {
         out.push_str("# No approximations.\n");
     } else {
         out.push_str("# Approximations (read each before enforcing these rules):\n");
         for note in &imported.notes {
+            // Escaped when noted (`Report::note`).
             out.push_str(&format!("# - {note}\n"));
         }
     }
     out.push_str(&yaml.replace("defaults: {}\n", ""));
+    reread(&out, &compiled)?;
     Ok(out)
+}
+
+/// Reads `text` back as the agent reads a rules file: it must hold no hidden
+/// character and give exactly the rules of `compiled`.
+fn reread(text: &str, compiled: &RuleSet) -> Result<(), RenderError> {
+    if let Some(c) = text.chars().find(|c| *c != '\n' && hidden(*c)) {
+        return Err(RenderError::Hidden(u32::from(c)));
+    }
+    let read = parse_rules("imported rules", text).map_err(RenderError::Reread)?;
+    match (read.config(), compiled.config()) {
+        (Some(read), Some(compiled)) if read == compiled => Ok(()),
+        _ => Err(RenderError::Differs),
+    }
 }
 
 /// The command: 0 written, 1 refused (every reason on `err`), 64 a bad `--map`.
@@ -207,7 +251,10 @@ pub fn import(args: &ImportArgs, out: &mut impl Write, err: &mut impl Write) -> 
             return crate::config::EXIT_USAGE;
         }
     };
-    let file = args.file.display().to_string();
+    // The path as given for the importer (which escapes what it reports), and
+    // as shown in this command's own messages.
+    let path = args.file.display().to_string();
+    let file = one_line(&path).into_owned();
     let text = match crate::rules_watch::read_rules_file(&args.file) {
         Ok(t) => t,
         Err(e) => {
@@ -215,7 +262,7 @@ pub fn import(args: &ImportArgs, out: &mut impl Write, err: &mut impl Write) -> 
             return 1;
         }
     };
-    let imported = convert(args.from, &file, &text, &mapping);
+    let imported = convert(args.from, &path, &text, &mapping);
     if !imported.errors.is_empty() {
         for e in &imported.errors {
             let _ = writeln!(err, "{e}");
@@ -228,14 +275,11 @@ pub fn import(args: &ImportArgs, out: &mut impl Write, err: &mut impl Write) -> 
         let _ = writeln!(err, "{file}: no limit to import");
         return 1;
     }
-    let from = format!("{} `{}`", args.from.as_str(), file);
+    let from = format!("{} `{}`", args.from.as_str(), path);
     let text = match render(&imported, &from) {
         Ok(t) => t,
         Err(e) => {
-            let _ = writeln!(
-                err,
-                "{file}: the converted rules do not compile (a bug): {e}"
-            );
+            let _ = writeln!(err, "{file}: nothing written, a bug of the importer: {e}");
             return 1;
         }
     };

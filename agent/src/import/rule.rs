@@ -9,6 +9,7 @@ use meshlimit_core::rules::config::{
 use meshlimit_core::rules::{RuleSet, MAX_RULE_NAME, SCHEMA_VERSION};
 
 use super::{Condition, Draft, Entry, Mapping, Report, Target};
+use crate::printable::hidden;
 
 /// What a rule is being built from: its conditions and key so far.
 #[derive(Default)]
@@ -30,6 +31,22 @@ pub(super) fn rule_of(
     let mut b = Builder::default();
     for e in &d.entries {
         let value_field = e.field.replace("key", "value");
+        if let Some(c) = e
+            .value
+            .as_deref()
+            .and_then(|v| v.chars().find(|c| hidden(*c)))
+        {
+            report.refuse(
+                &e.at,
+                &value_field,
+                format!(
+                    "holds U+{:04X}, a character that does not print: a rules file does not \
+                     carry it, and no request's header, method, path or host has it",
+                    u32::from(c)
+                ),
+            );
+            continue;
+        }
         let by_value = e
             .value
             .as_ref()

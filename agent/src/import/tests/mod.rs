@@ -10,6 +10,7 @@ mod committed_files;
 mod envoy_descriptors;
 mod limitador_limits;
 mod mappings;
+mod peer_text;
 mod rule_text;
 
 fn mapping(options: &[&str]) -> Mapping {

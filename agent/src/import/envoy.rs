@@ -4,6 +4,8 @@
 //! `unlimited`) and nested `descriptors`. A limit applies to a descriptor whose
 //! entries are the path from the root to it.
 
+use std::collections::HashMap;
+
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -88,6 +90,18 @@ pub(super) fn read(text: &str, report: &mut Report<'_>) -> Vec<Draft> {
         report.refuse("", "descriptors", "no descriptors: nothing to import");
         return Vec::new();
     }
+    let count = counted(&config.descriptors);
+    if count > super::MAX_LIMITS {
+        report.refuse(
+            "",
+            "descriptors",
+            format!(
+                "{count} descriptors, more than the {} one import reads: split the file",
+                super::MAX_LIMITS
+            ),
+        );
+        return Vec::new();
+    }
     report.note(format!(
         "domain `{}` is dropped: the rules apply to every request the filter sees, whichever \
          domain its Envoy would have named",
@@ -110,6 +124,31 @@ pub(super) fn read(text: &str, report: &mut Report<'_>) -> Vec<Draft> {
     drafts
 }
 
+/// The descriptors of `list` at every depth.
+fn counted(list: &[Descriptor]) -> usize {
+    list.iter().map(|d| 1 + counted(&d.descriptors)).sum()
+}
+
+/// The rate (requests, seconds) of a value-less descriptor's limit: the limit
+/// of every value of its key.
+type Generic = Option<(u64, u64)>;
+
+/// Each key of `list` and the rate of its first value-less descriptor, if it
+/// has a limit: looked up once per sibling, not by a scan of the list.
+fn generic_limits(list: &[Descriptor]) -> HashMap<&str, Generic> {
+    let mut by_key = HashMap::new();
+    for s in list.iter().filter(|s| s.value.is_none()) {
+        super::step();
+        by_key.entry(s.key.as_str()).or_insert_with(|| {
+            s.rate_limit
+                .as_ref()
+                .filter(|g| !g.unlimited)
+                .and_then(|g| Some((g.requests_per_unit?, unit_seconds(g.unit.as_deref()?)?)))
+        });
+    }
+    by_key
+}
+
 /// A descriptor's value as text: the peer reads scalars as strings.
 fn scalar(v: &Value) -> Option<String> {
     match v {
@@ -128,6 +167,7 @@ fn walk(
     report: &mut Report<'_>,
     drafts: &mut Vec<Draft>,
 ) {
+    let generic = generic_limits(list);
     for (i, d) in list.iter().enumerate() {
         let at = format!("{prefix}[{i}]");
         let value = match &d.value {
@@ -176,7 +216,8 @@ fn walk(
         };
         let rule_name = format!("{name}.{step}");
         if let Some(rl) = &d.rate_limit {
-            if let Some(draft) = limit_of(d, rl, list, &at, &here, &rule_name, report) {
+            let generic = generic.get(d.key.as_str()).copied().flatten();
+            if let Some(draft) = limit_of(d, rl, generic, &at, &here, &rule_name, report) {
                 drafts.push(draft);
             }
         } else if d.shadow_mode {
@@ -201,7 +242,7 @@ fn walk(
 fn limit_of(
     d: &Descriptor,
     rl: &RateLimit,
-    siblings: &[Descriptor],
+    generic: Generic,
     at: &str,
     entries: &[Entry],
     rule_name: &str,
@@ -220,13 +261,8 @@ fn limit_of(
     if !rl.replaces.is_empty() || d.quota_mode {
         return None;
     }
-    // The value-less sibling of the same key: its limit covers this value too.
-    let generic = siblings
-        .iter()
-        .find(|s| s.key == d.key && s.value.is_none())
-        .and_then(|s| s.rate_limit.as_ref())
-        .filter(|g| !g.unlimited)
-        .and_then(|g| Some((g.requests_per_unit?, unit_seconds(g.unit.as_deref()?)?)));
+    // `generic`: the value-less sibling of the same key, whose limit covers
+    // this value too.
     let is_value = entries.last().is_some_and(|e| e.value.is_some());
     if rl.unlimited {
         if rl.unit.is_some() || rl.requests_per_unit.is_some() {

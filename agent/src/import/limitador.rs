@@ -46,6 +46,18 @@ pub(super) fn read(text: &str, report: &mut Report<'_>) -> Vec<Draft> {
         report.refuse("", "", "no limits: nothing to import");
         return Vec::new();
     }
+    if limits.len() > super::MAX_LIMITS {
+        report.refuse(
+            "",
+            "",
+            format!(
+                "{} limits, more than the {} one import reads: split the file",
+                limits.len(),
+                super::MAX_LIMITS
+            ),
+        );
+        return Vec::new();
+    }
     let namespaces: std::collections::BTreeSet<&str> =
         limits.iter().map(|l| l.namespace.as_str()).collect();
     report.note(format!(

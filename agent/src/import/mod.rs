@@ -24,7 +24,7 @@ mod limitador;
 mod mapping;
 mod rule;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::fmt;
 use std::io::Write;
 
@@ -34,7 +34,25 @@ use meshlimit_core::rules::{check_yaml_text, parse_rules, RuleSet, RulesError, S
 use crate::config::{ImportArgs, ImportFormat};
 use crate::printable::{hidden, one_line};
 pub(crate) use mapping::{Condition, Mapping, Target};
-use rule::rule_of;
+use rule::{rule_of, Names};
+
+/// The most limits read from one peer's file: envoyproxy/ratelimit's
+/// descriptors at every depth, or Limitador's limits. Far above the largest
+/// configurations seen (hundreds), and its rules file far below the rules
+/// file cap (about 150 bytes a rule). The file itself is at most
+/// [`meshlimit_core::rules::MAX_RULES_FILE_BYTES`], and its YAML nests at most
+/// 64 deep (the reader's budget).
+pub const MAX_LIMITS: usize = 10_000;
+
+/// A unit of the importer's work over siblings, names and refusals: counted
+/// in tests, which hold it linear in the input.
+#[cfg(test)]
+fn step() {
+    tests::STEPS.with(|s| s.set(s.get() + 1));
+}
+
+#[cfg(not(test))]
+fn step() {}
 
 /// One entry a peer's limit requires of a request's descriptor.
 #[derive(Debug, Clone)]
@@ -65,7 +83,7 @@ pub(crate) struct Draft {
 }
 
 /// A refusal: which file, which entry, which field, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct ImportError {
     pub(crate) file: String,
     pub(crate) at: String,
@@ -100,6 +118,8 @@ pub(crate) struct Imported {
 pub(crate) struct Report<'f> {
     pub(crate) file: &'f str,
     pub(crate) errors: Vec<ImportError>,
+    /// The errors recorded, to refuse each once without a scan of `errors`.
+    seen: HashSet<ImportError>,
     pub(crate) notes: BTreeSet<String>,
 }
 
@@ -108,6 +128,7 @@ impl<'f> Report<'f> {
         Self {
             file,
             errors: Vec::new(),
+            seen: HashSet::new(),
             notes: BTreeSet::new(),
         }
     }
@@ -121,7 +142,7 @@ impl<'f> Report<'f> {
             field: one_line(field).into_owned(),
             message: one_line(&message.into()).into_owned(),
         };
-        if !self.errors.contains(&e) {
+        if self.seen.insert(e.clone()) {
             self.errors.push(e);
         }
     }
@@ -158,7 +179,7 @@ pub(crate) fn convert(format: ImportFormat, file: &str, text: &str, mapping: &Ma
              minute), so a window may end sooner than Limitador's would",
         );
     }
-    let mut names = BTreeSet::new();
+    let mut names = Names::default();
     let rules = drafts
         .iter()
         .filter_map(|d| rule_of(d, mapping, &mut names, &mut report))

@@ -1,7 +1,7 @@
 //! One meshlimit rule from a peer's limit: its conditions, its key and a
 //! unique name, or the reasons it cannot be said in meshlimit's rules.
 
-use std::collections::BTreeSet;
+use std::collections::{HashMap, HashSet};
 
 use meshlimit_core::rules::config::{
     Algorithm, HeaderMatchConfig, KeyPartConfig, MatchConfig, Mode, RuleConfig, RulesConfig,
@@ -24,7 +24,7 @@ struct Builder {
 pub(super) fn rule_of(
     d: &Draft,
     mapping: &Mapping,
-    names: &mut BTreeSet<String>,
+    names: &mut Names,
     report: &mut Report<'_>,
 ) -> Option<RuleConfig> {
     let before = report.errors.len();
@@ -105,7 +105,7 @@ pub(super) fn rule_of(
     if report.errors.len() != before {
         return None;
     }
-    let name = unique_name(&d.name, names);
+    let name = names.unique(&d.name);
     let rule = RuleConfig {
         name,
         matches: (b.matches != MatchConfig::default()).then_some(b.matches),
@@ -328,33 +328,67 @@ impl Builder {
     }
 }
 
-/// A rule name from a peer's: lower case, `[a-z0-9._-]`, at most 64
-/// characters, unique in the file (`-2`, `-3`… when taken).
-pub(super) fn unique_name(hint: &str, taken: &mut BTreeSet<String>) -> String {
-    let mut base: String = hint
-        .chars()
-        .map(|c| match c.to_ascii_lowercase() {
+/// The rule names given so far: each name taken, and per stem and suffix
+/// width the next number to try, so that a name is never tried twice and
+/// naming N rules takes O(N) tries however many share a stem.
+#[derive(Default)]
+pub(super) struct Names {
+    taken: HashSet<String>,
+    /// `(stem, digits)`: the next `n` of `stem-n` with `n` of that many digits.
+    next: HashMap<(String, u32), u64>,
+}
+
+impl Names {
+    /// A rule name from a peer's: lower case, `[a-z0-9._-]`, at most 64
+    /// characters, unique in the file (`-2`, `-3`… when taken; the stem is cut
+    /// to leave room for the suffix).
+    pub(super) fn unique(&mut self, hint: &str) -> String {
+        let base = sanitised(hint);
+        let fit = |room: usize| base.chars().take(room).collect::<String>();
+        let first = fit(MAX_RULE_NAME);
+        super::step();
+        if self.taken.insert(first.clone()) {
+            return first;
+        }
+        let mut digits = 1u32;
+        loop {
+            let low = if digits == 1 {
+                2
+            } else {
+                10u64.pow(digits - 1)
+            };
+            let high = 10u64.saturating_pow(digits) - 1;
+            let room = MAX_RULE_NAME.saturating_sub(1 + digits as usize);
+            let stem = fit(room);
+            let next = self.next.entry((stem.clone(), digits)).or_insert(low);
+            while *next <= high {
+                let name = format!("{stem}-{next}");
+                *next += 1;
+                super::step();
+                if self.taken.insert(name.clone()) {
+                    return name;
+                }
+            }
+            digits += 1;
+        }
+    }
+}
+
+/// A peer's name in `[a-z0-9._-]`, no `--`, no `-` at either end; `rule` when
+/// nothing is left.
+fn sanitised(hint: &str) -> String {
+    let mut base = String::with_capacity(hint.len());
+    for c in hint.chars() {
+        let c = match c.to_ascii_lowercase() {
             c @ ('a'..='z' | '0'..='9' | '.' | '_' | '-') => c,
             _ => '-',
-        })
-        .collect();
-    while base.contains("--") {
-        base = base.replace("--", "-");
+        };
+        if !(c == '-' && base.ends_with('-')) {
+            base.push(c);
+        }
     }
-    let base = base.trim_matches('-').to_string();
-    let base = if base.is_empty() {
-        "rule".to_string()
-    } else {
-        base
-    };
-    let fit = |s: &str, room: usize| s.chars().take(room).collect::<String>();
-    let mut name = fit(&base, MAX_RULE_NAME);
-    let mut n = 2;
-    while taken.contains(&name) {
-        let suffix = format!("-{n}");
-        name = format!("{}{suffix}", fit(&base, MAX_RULE_NAME - suffix.len()));
-        n += 1;
+    match base.trim_matches('-') {
+        "" => "rule".to_string(),
+        trimmed => trimmed.to_string(),
     }
-    taken.insert(name.clone());
-    name
 }

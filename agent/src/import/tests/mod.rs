@@ -3,7 +3,6 @@
 use meshlimit_core::rules::config::KeyPartConfig;
 use meshlimit_core::rules::MAX_RULE_NAME;
 
-use super::rule::unique_name;
 use super::*;
 
 mod committed_files;
@@ -12,6 +11,12 @@ mod limitador_limits;
 mod mappings;
 mod peer_text;
 mod rule_text;
+mod work;
+
+thread_local! {
+    /// The importer's steps on this test's thread (`super::step`).
+    pub(super) static STEPS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
 
 fn mapping(options: &[&str]) -> Mapping {
     let options: Vec<String> = options.iter().map(|s| s.to_string()).collect();

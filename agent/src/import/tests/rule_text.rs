@@ -4,22 +4,16 @@ use super::*;
 
 #[test]
 fn names_are_valid_and_unique() {
-    let mut taken = BTreeSet::new();
-    assert_eq!(
-        unique_name("Edge.Path_/files/*", &mut taken),
-        "edge.path_-files"
-    );
-    assert_eq!(
-        unique_name("edge.path_-files", &mut taken),
-        "edge.path_-files-2"
-    );
+    let mut taken = rule::Names::default();
+    assert_eq!(taken.unique("Edge.Path_/files/*"), "edge.path_-files");
+    assert_eq!(taken.unique("edge.path_-files"), "edge.path_-files-2");
     let long = "x".repeat(100);
-    let a = unique_name(&long, &mut taken);
-    let b = unique_name(&long, &mut taken);
+    let a = taken.unique(&long);
+    let b = taken.unique(&long);
     assert_eq!(a.len(), MAX_RULE_NAME);
     assert_eq!(b.len(), MAX_RULE_NAME);
     assert!(b.ends_with("-2"));
-    assert_eq!(unique_name("***", &mut taken), "rule");
+    assert_eq!(taken.unique("***"), "rule");
 }
 
 #[test]

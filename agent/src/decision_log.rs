@@ -4,6 +4,10 @@
 //! online explain (`GET /v1/explain`: a key's recent decisions) and the
 //! operator's view of a rule's hottest keys (`GET /v1/hot`).
 //!
+//! A line is one line of printable text whatever the filter sent: every
+//! character that does not print (a line separator, a bidi control) is a
+//! JSON `\uXXXX` escape ([`crate::printable`]).
+//!
 //! Memory is bounded everywhere: the writer's queue holds at most
 //! [`QUEUE_LINES`] lines (past it a line is dropped and counted in
 //! `meshlimit_decision_log_dropped_total{at="agent"}`), the recent ring
@@ -105,7 +109,8 @@ impl DecisionLog {
                     filter: &filter,
                     record: &record,
                 };
-                let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
+                let mut bytes =
+                    crate::printable::json_escaped(serde_json::to_vec(&line).unwrap_or_default());
                 bytes.push(b'\n');
                 match tx.try_send(bytes) {
                     Ok(()) => {}

@@ -47,6 +47,32 @@ pub(crate) fn one_line(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// A JSON text with each hidden character in its strings written as a
+/// `\uXXXX` escape (a UTF-16 pair above U+FFFF): the same JSON value, every
+/// byte of it printable ASCII or a printing character. `serde_json` escapes
+/// only what JSON requires (below U+0020, `"` and `\`). A text of ASCII
+/// without DEL is returned as it is, allocating nothing.
+pub(crate) fn json_escaped(json: Vec<u8>) -> Vec<u8> {
+    if !json.iter().any(|b| *b >= 0x7F) {
+        return json;
+    }
+    // serde_json writes UTF-8; a lossy reading only guards the type.
+    let text = String::from_utf8(json)
+        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if hidden(c) {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out.into_bytes()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,5 +89,23 @@ mod tests {
         );
         assert_eq!(one_line("a\\u{000a}"), "a\\\\u{000a}");
         assert!(matches!(one_line("café `x` 日本"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn json_keeps_its_value_and_loses_its_hidden_characters() {
+        let value = serde_json::json!({"k": "x\u{2028}y\u{202e}z\u{7f}\u{e0041}é"});
+        let escaped = json_escaped(serde_json::to_vec(&value).unwrap());
+        let text = String::from_utf8(escaped).unwrap();
+        assert!(!text.chars().any(hidden), "{text}");
+        assert!(
+            text.contains("\\u2028") && text.contains("\\udb40\\udc41"),
+            "{text}"
+        );
+        let back: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, value);
+        let plain = br#"{"k":"v"}"#.to_vec();
+        let ptr = plain.as_ptr();
+        let same = json_escaped(plain);
+        assert_eq!(same.as_ptr(), ptr);
     }
 }

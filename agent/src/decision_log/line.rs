@@ -68,6 +68,8 @@ impl Serialize for LineRef<'_> {
             filter: &'a str,
             #[serde(flatten)]
             record: &'a DecisionRecord,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            request_id_from: Option<&'static str>,
         }
         fn collect<S: Serializer>(t: &UtcMillis, s: S) -> Result<S::Ok, S::Error> {
             s.collect_str(t)
@@ -77,10 +79,18 @@ impl Serialize for LineRef<'_> {
             node: self.node,
             filter: self.filter,
             record: self.record,
+            request_id_from: self.record.request_id.as_ref().map(|_| REQUEST_ID_FROM),
         }
         .serialize(s)
     }
 }
+
+/// Where a line's `request_id` comes from (`request_id_from`): the request's
+/// `x-request-id` header as the filter read it. Envoy sets it on a request from
+/// outside (`use_remote_address`), but keeps the one a client inside the mesh
+/// sent, so it is the client's word, not the proxy's: it finds a request a
+/// client quotes, and proves nothing about who sent it.
+pub const REQUEST_ID_FROM: &str = "client";
 
 /// Milliseconds since the Unix epoch, displayed as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
 #[derive(Debug, Clone, Copy)]

@@ -221,3 +221,177 @@ fn a_written_line_reads_back_as_the_same_line() {
         "{written}"
     );
 }
+
+/// A fresh directory for one test's log files.
+fn log_dir() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+fn files(path: &std::path::Path, max_bytes: u64, files: u32) -> Target {
+    Target::Files {
+        path: path.to_path_buf(),
+        max_bytes,
+        files,
+    }
+}
+
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+#[test]
+fn log_files_are_their_owners_only_whatever_the_umask() {
+    let dir = log_dir();
+    let path = dir.path().join("decisions.log");
+    let m = metrics();
+    let log = DecisionLog::start(Some(files(&path, 4_096, 3)), "n", m.clone()).unwrap();
+    assert_eq!(mode(&path), 0o600);
+    for i in 0..100 {
+        log.accept(batch(vec![record(
+            &format!("{i:032x}"),
+            Outcome::Limited,
+            1.0,
+        )]));
+    }
+    written(&m, 100.0);
+    for name in ["decisions.log", "decisions.log.1", "decisions.log.2"] {
+        assert_eq!(mode(&dir.path().join(name)), 0o600, "{name}");
+    }
+    // A file an earlier run left readable by others is restricted on open.
+    let old = dir.path().join("old.log");
+    std::fs::write(&old, "{}\n").unwrap();
+    std::fs::set_permissions(&old, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    DecisionLog::start(Some(files(&old, 4_096, 3)), "n", metrics()).unwrap();
+    assert_eq!(mode(&old), 0o600);
+}
+
+#[test]
+fn a_link_at_the_log_path_is_refused_never_followed() {
+    let dir = log_dir();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let path = dir.path().join("decisions.log");
+    std::os::unix::fs::symlink(&victim, &path).unwrap();
+    let e = DecisionLog::start(Some(files(&path, 4_096, 3)), "n", metrics())
+        .err()
+        .unwrap();
+    assert!(
+        e.to_string()
+            .ends_with("decisions.log: a symbolic link; the decision log does not follow links"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    // A link to nothing is not created through either.
+    let dangling = dir.path().join("dangling.log");
+    let nowhere = dir.path().join("nowhere");
+    std::os::unix::fs::symlink(&nowhere, &dangling).unwrap();
+    assert!(DecisionLog::start(Some(files(&dangling, 4_096, 3)), "n", metrics()).is_err());
+    assert!(!nowhere.exists());
+}
+
+#[test]
+fn a_link_at_a_rotated_name_or_planted_at_the_path_is_refused_and_the_lines_counted() {
+    // (files kept, the name linked, linked after the log is open).
+    for (kept, name, later) in [
+        (3, "decisions.log.1", false),
+        (3, "decisions.log.2", false),
+        (3, "decisions.log", true),
+        // One file: rotation starts it again in place, where a truncating
+        // open through a link would empty the file it points at.
+        (1, "decisions.log", true),
+    ] {
+        let dir = log_dir();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious\n").unwrap();
+        let link = dir.path().join(name);
+        let path = dir.path().join("decisions.log");
+        if !later {
+            std::os::unix::fs::symlink(&victim, &link).unwrap();
+        }
+        let m = metrics();
+        let log = DecisionLog::start(Some(files(&path, 4_096, kept)), "n", m.clone()).unwrap();
+        if later {
+            std::fs::remove_file(&link).unwrap();
+            std::os::unix::fs::symlink(&victim, &link).unwrap();
+        }
+        for i in 0..100 {
+            log.accept(batch(vec![record(
+                &format!("{i:032x}"),
+                Outcome::Limited,
+                1.0,
+            )]));
+        }
+        // The lines that fit before the first rotation are written; every
+        // later one is dropped and counted, the link left as it was.
+        let mut dropped = None;
+        for _ in 0..500 {
+            let t = m.render().unwrap();
+            let w = sample(&t, "meshlimit_decision_log_records_total", &[]).unwrap_or(0.0);
+            dropped = sample(
+                &t,
+                "meshlimit_decision_log_dropped_total",
+                &[("at", "agent")],
+            );
+            if w + dropped.unwrap_or(0.0) >= 100.0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(dropped.unwrap_or(0.0) > 50.0, "{name}: {dropped:?}");
+        assert_eq!(
+            std::fs::read_to_string(&victim).unwrap(),
+            "precious\n",
+            "{name}"
+        );
+        let kept_link = std::fs::symlink_metadata(&link).unwrap();
+        assert!(kept_link.file_type().is_symlink(), "{name}");
+    }
+}
+
+#[test]
+fn a_line_holds_no_character_that_does_not_print() {
+    let dir = log_dir();
+    let path = dir.path().join("decisions.log");
+    let m = metrics();
+    let log = DecisionLog::start(Some(files(&path, 1 << 20, 2)), "n", m.clone()).unwrap();
+    let sent = DecisionRecord {
+        key: Some("k\u{2028}{\"forged\":1}\u{202e}x\u{85}".into()),
+        request_id: Some("r\u{2029}\u{2066}\u{7f}".into()),
+        ..record("ab", Outcome::Limited, 1.0)
+    };
+    log.accept(batch(vec![sent.clone()]));
+    written(&m, 1.0);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(
+        !text
+            .trim_end_matches('\n')
+            .chars()
+            .any(crate::printable::hidden),
+        "{text}"
+    );
+    let line: LogLine = serde_json::from_str(text.trim_end()).unwrap();
+    assert_eq!(line.record, sent);
+}
+
+#[test]
+fn a_request_id_is_marked_as_the_clients_word() {
+    let with = LogLine::new(record("ab", Outcome::Limited, 1.0), "n", "f");
+    let v: serde_json::Value = serde_json::to_value(&with).unwrap();
+    assert_eq!(v["request_id_from"], "client");
+    let without = LogLine::new(
+        DecisionRecord {
+            request_id: None,
+            ..record("ab", Outcome::Limited, 1.0)
+        },
+        "n",
+        "f",
+    );
+    let v: serde_json::Value = serde_json::to_value(&without).unwrap();
+    assert!(v.get("request_id_from").is_none(), "{v}");
+}

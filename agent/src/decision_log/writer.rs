@@ -1,14 +1,46 @@
 //! The writer thread: lines from the queue to stdout, or to a file rotated by
 //! size (`path` → `path.1` → … → `path.<files-1>`, the oldest deleted), so the
 //! log never takes more than `max_bytes × files` of disk.
+//!
+//! The files may hold keys in clear (`log_key: clear`): each is its owner's
+//! alone ([`FILE_MODE`], an existing one restricted on open), and no symbolic
+//! link is followed. A link at the log path or at a rotated name is refused,
+//! at start (an error) and at rotation (the lines are dropped and counted),
+//! so a link planted there never sends the log, or a truncation, elsewhere.
+//! A file is created with `O_EXCL` (which does not follow a link), and an
+//! existing one is opened without creating and checked to be the same file
+//! its path names.
 
-use std::fs::{File, OpenOptions};
+use std::fs::{File, OpenOptions, Permissions};
 use std::io::{self, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Receiver;
 
 use super::Target;
 use crate::metrics::Metrics;
+
+/// A decision log file's mode: read and written by its owner only.
+pub(super) const FILE_MODE: u32 = 0o600;
+
+/// Why a decision log file is not opened.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Refused {
+    #[error("{0}: a symbolic link; the decision log does not follow links")]
+    Link(PathBuf),
+    #[error("{0}: not a regular file")]
+    NotAFile(PathBuf),
+    #[error("{0}: replaced while it was opened")]
+    Replaced(PathBuf),
+    #[error("{0}: something is there already (a file or a link put there since it was looked at)")]
+    Appeared(PathBuf),
+}
+
+impl From<Refused> for io::Error {
+    fn from(r: Refused) -> io::Error {
+        io::Error::other(r)
+    }
+}
 
 pub(super) enum Out {
     Stdout(io::Stdout),
@@ -32,7 +64,7 @@ impl Out {
                 max_bytes,
                 files,
             } => {
-                let file = OpenOptions::new().create(true).append(true).open(path)?;
+                let file = open_current(path)?;
                 let size = file.metadata()?.len();
                 Out::Files(Rotating {
                     path: path.clone(),
@@ -71,29 +103,81 @@ impl Rotating {
         Ok(())
     }
 
+    /// Renames `path.n` to `path.n+1` (the oldest is replaced) and `path` to
+    /// `path.1`, then creates `path` anew. Renaming moves a link, never what
+    /// it points at; a link at any of the names is refused all the same.
     fn rotate(&mut self) -> io::Result<()> {
         self.file.flush()?;
+        for i in 0..self.files {
+            no_link(&numbered(&self.path, i))?;
+        }
         if self.files > 1 {
             for i in (1..self.files - 1).rev() {
                 let from = numbered(&self.path, i);
-                if from.exists() {
+                if no_link(&from)? {
                     std::fs::rename(&from, numbered(&self.path, i + 1))?;
                 }
             }
             std::fs::rename(&self.path, numbered(&self.path, 1))?;
+        } else {
+            std::fs::remove_file(&self.path)?;
         }
-        self.file = OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(true)
-            .open(&self.path)?;
+        self.file = create_new(&self.path)?;
         self.size = 0;
         Ok(())
     }
 }
 
-/// `path.n`.
+/// Whether `path` exists, refusing a link there: `false` when nothing is.
+fn no_link(path: &Path) -> io::Result<bool> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => Err(Refused::Link(path.to_path_buf()).into()),
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// The log file at `path`, for appending: created when there is none, else
+/// the regular file there, which must still be the one the path names once
+/// open (a link put in its place since is caught, and was not created
+/// through: the open does not create).
+fn open_current(path: &Path) -> io::Result<File> {
+    let before = match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return create_new(path),
+        Err(e) => return Err(e),
+        Ok(m) if m.file_type().is_symlink() => return Err(Refused::Link(path.into()).into()),
+        Ok(m) if !m.is_file() => return Err(Refused::NotAFile(path.into()).into()),
+        Ok(m) => m,
+    };
+    let file = OpenOptions::new().append(true).open(path)?;
+    let opened = file.metadata()?;
+    if (opened.dev(), opened.ino()) != (before.dev(), before.ino()) {
+        return Err(Refused::Replaced(path.into()).into());
+    }
+    file.set_permissions(Permissions::from_mode(FILE_MODE))?;
+    Ok(file)
+}
+
+/// A new log file at `path`, its owner's only; whatever is at `path`
+/// already, a link included, is refused (`O_EXCL`).
+fn create_new(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .append(true)
+        .create_new(true)
+        .mode(FILE_MODE)
+        .open(path)
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::AlreadyExists => Refused::Appeared(path.into()).into(),
+            _ => e,
+        })
+}
+
+/// `path.n`; `path` itself for 0.
 fn numbered(path: &Path, n: u32) -> PathBuf {
+    if n == 0 {
+        return path.to_path_buf();
+    }
     let mut name = path.as_os_str().to_os_string();
     name.push(format!(".{n}"));
     PathBuf::from(name)

@@ -117,6 +117,17 @@ fn replay_command(args: &meshlimit_agent::config::ReplayArgs) -> u8 {
             }
         }
     };
+    let result = match result {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "meshlimit-agent: {}: {e}",
+                args.log.display()
+            );
+            return 1;
+        }
+    };
     let ids = args.secret.load().map_or_else(
         |_| meshlimit_core::secret::KeyIds::placeholder(),
         |s| s.key_ids(),

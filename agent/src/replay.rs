@@ -27,9 +27,13 @@
 //! key's bucket, as the store would. So it answers "would this change reject
 //! more of real traffic, and whose", and for rules checked exactly it gives the
 //! live run's rejections; not the last request of a lease race.
+//!
+//! Bounded input: a line is at most [`MAX_LINE_BYTES`] and a log at most
+//! [`MAX_LINES`] lines; past either the replay stops with an error naming the
+//! line, and no line is held longer than the cap while it is read.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, Write};
+use std::io::{self, BufRead, Read, Write};
 
 use meshlimit_core::rules::{Mode, RequestInfo, Rule, RuleSet};
 use meshlimit_core::secret::KeyIds;
@@ -75,16 +79,82 @@ pub struct Replay {
     pub baseline: Option<Outcome>,
 }
 
+/// The longest line read, in bytes: an access log line with its headers or a
+/// decision log line is a few KiB.
+pub const MAX_LINE_BYTES: usize = 64 * 1024;
+
+/// The most lines read from one log. The replay keeps a bucket for each key it
+/// meets (a few hundred bytes), so this bounds its memory to a few GiB on a
+/// log of distinct keys; a longer stretch of traffic is replayed in parts.
+pub const MAX_LINES: u64 = 10_000_000;
+
+/// Why a replay stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("line {line}: longer than {MAX_LINE_BYTES} bytes, the longest line replay reads")]
+    LineTooLong { line: u64 },
+    #[error("more than {max} lines, the most replay reads: replay the log in parts")]
+    TooManyLines { max: u64 },
+    #[error("line {line}: cannot read: {source}")]
+    Read { line: u64, source: io::Error },
+}
+
+/// The next line of `log` into `buf`, without its line end (`\n` or
+/// `\r\n`): `false` at the end. At most [`MAX_LINE_BYTES`] and a line end
+/// are read into `buf`.
+fn next_line(log: &mut impl BufRead, buf: &mut Vec<u8>, line: u64) -> Result<bool, ReplayError> {
+    buf.clear();
+    let cap = u64::try_from(MAX_LINE_BYTES).unwrap_or(u64::MAX) + 2;
+    let n = log
+        .take(cap)
+        .read_until(b'\n', buf)
+        .map_err(|source| ReplayError::Read { line, source })?;
+    if n == 0 {
+        return Ok(false);
+    }
+    if buf.last() == Some(&b'\n') {
+        buf.pop();
+        if buf.last() == Some(&b'\r') {
+            buf.pop();
+        }
+    }
+    if buf.len() > MAX_LINE_BYTES {
+        return Err(ReplayError::LineTooLong { line });
+    }
+    Ok(true)
+}
+
 /// Replays every line of `log` through `new` (and `baseline`).
-pub fn replay(log: impl BufRead, new: &RuleSet, baseline: Option<&RuleSet>) -> Replay {
+pub fn replay(
+    log: impl BufRead,
+    new: &RuleSet,
+    baseline: Option<&RuleSet>,
+) -> Result<Replay, ReplayError> {
+    replay_at_most(log, MAX_LINES, new, baseline)
+}
+
+/// [`replay`] of at most `max_lines` lines.
+fn replay_at_most(
+    mut log: impl BufRead,
+    max_lines: u64,
+    new: &RuleSet,
+    baseline: Option<&RuleSet>,
+) -> Result<Replay, ReplayError> {
     let mut r = Replay {
         baseline: baseline.map(|_| Outcome::default()),
         ..Replay::default()
     };
     let mut keys_new = HashMap::new();
     let mut keys_old = HashMap::new();
-    for line in log.lines() {
-        let Some((now, entry, sampled)) = line.ok().as_deref().and_then(entry) else {
+    let mut buf = Vec::new();
+    let mut number = 0u64;
+    while next_line(&mut log, &mut buf, number + 1)? {
+        number += 1;
+        if number > max_lines {
+            return Err(ReplayError::TooManyLines { max: max_lines });
+        }
+        let line = std::str::from_utf8(&buf).ok();
+        let Some((now, entry, sampled)) = line.and_then(entry) else {
             r.skipped += 1;
             continue;
         };
@@ -110,7 +180,7 @@ pub fn replay(log: impl BufRead, new: &RuleSet, baseline: Option<&RuleSet>) -> R
             }
         }
     }
-    r
+    Ok(r)
 }
 
 /// A line of either format: its time (ns since the epoch), what it says, and

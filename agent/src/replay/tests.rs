@@ -44,7 +44,7 @@ rules:
         .map(|i| line(i, "/search", "k"))
         .chain([line(5, "/other", "k")])
         .collect();
-    let r = replay(log.join("\n").as_bytes(), &set, None);
+    let r = replay(log.join("\n").as_bytes(), &set, None).unwrap();
     assert_eq!(r.requests, 5);
     assert_eq!(r.new.by_rule.get("search"), Some(&(4, 2)));
     assert_eq!(r.new.by_rule.get("any"), Some(&(5, 0)));
@@ -71,7 +71,7 @@ rules:
         .into_iter()
         .map(|ms| line(ms, "/", "k"))
         .collect();
-    let r = replay(log.join("\n").as_bytes(), &set, None);
+    let r = replay(log.join("\n").as_bytes(), &set, None).unwrap();
     assert_eq!(r.new.by_rule.get("fixed"), Some(&(7, 2)));
 }
 
@@ -94,7 +94,7 @@ fn a_decision_log_replays_each_keys_decisions_under_its_rule() {
     let loose = rules(
         "version: 1\nrules:\n  - name: per-key\n    key: [{ header: x-api-key }]\n    limit: { requests: 3, per: 1h }\n",
     );
-    let r = replay(log.join("\n").as_bytes(), &set, Some(&loose));
+    let r = replay(log.join("\n").as_bytes(), &set, Some(&loose)).unwrap();
     assert_eq!((r.requests, r.skipped, r.sampled), (4, 2, 0));
     assert_eq!(r.new.by_rule.get("per-key"), Some(&(4, 1)));
     let aa = KeyName::Id {
@@ -122,7 +122,7 @@ fn sampled_decision_log_lines_are_counted_and_said() {
         )
     };
     let log = [record(1, 0.5), record(2, 1.0), record(3, 0.25)];
-    let r = replay(log.join("\n").as_bytes(), &set, None);
+    let r = replay(log.join("\n").as_bytes(), &set, None).unwrap();
     assert_eq!((r.requests, r.sampled), (3, 2));
     let mut text = Vec::new();
     report(&r, &set, &KeyIds::placeholder(), false, &mut text);
@@ -143,7 +143,7 @@ fn a_key_rejected_as_often_under_the_baseline_is_not_newly_limited() {
             )
         })
         .collect();
-    let r = replay(log.join("\n").as_bytes(), &set, Some(&set));
+    let r = replay(log.join("\n").as_bytes(), &set, Some(&set)).unwrap();
     assert_eq!(r.new.by_rule.get("per-key"), Some(&(3, 1)));
     let mut text = Vec::new();
     report(&r, &set, &KeyIds::placeholder(), false, &mut text);
@@ -157,7 +157,7 @@ fn a_request_sending_its_key_twice_is_counted_ambiguous() {
         "version: 1\nrules:\n  - name: q\n    key: [{ query: k }]\n    limit: { requests: 2, per: 1h }\n",
     );
     let log = [line(0, "/?k=a&k=b", "x"), line(1, "/?k=a", "x")];
-    let r = replay(log.join("\n").as_bytes(), &set, None);
+    let r = replay(log.join("\n").as_bytes(), &set, None).unwrap();
     assert_eq!((r.requests, r.new.ambiguous), (2, 1));
     assert_eq!(r.new.by_rule.get("q"), Some(&(1, 0)));
 }
@@ -186,7 +186,47 @@ rules:
     // opening, the bucket refills at 100/s: all pass), five after (what
     // the key held is cut to the burst of 2: 2 pass).
     let log: Vec<String> = (1..6).chain(12..17).chain(25..30).map(at).collect();
-    let r = replay(log.join("\n").as_bytes(), &set, None);
+    let r = replay(log.join("\n").as_bytes(), &set, None).unwrap();
     assert_eq!(r.requests, 15);
     assert_eq!(r.new.by_rule.get("sched"), Some(&(15, 6)));
+}
+
+#[test]
+fn a_line_past_the_cap_stops_the_replay_naming_it() {
+    let set = rules("version: 1\nrules:\n  - name: any\n    key: [client_ip]\n    limit: { requests: 1, per: 1s }\n");
+    let fits = "x".repeat(MAX_LINE_BYTES);
+    let log = format!("{}\n{fits}\r\n{fits}", line(0, "/", "k"));
+    let r = replay(log.as_bytes(), &set, None).unwrap();
+    assert_eq!((r.requests, r.skipped), (1, 2));
+    let long = format!(
+        "{}\n{fits}\n{fits}x\n{}",
+        line(0, "/", "k"),
+        line(1, "/", "k")
+    );
+    let e = replay(long.as_bytes(), &set, None).unwrap_err();
+    assert!(matches!(e, ReplayError::LineTooLong { line: 3 }), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "line 3: longer than 65536 bytes, the longest line replay reads"
+    );
+    // Read no further than the cap: an endless line is refused, not held.
+    let endless = std::io::BufReader::new(std::io::repeat(b'x'));
+    let e = replay(endless, &set, None).unwrap_err();
+    assert!(matches!(e, ReplayError::LineTooLong { line: 1 }), "{e}");
+}
+
+#[test]
+fn a_log_past_the_line_cap_stops_the_replay() {
+    let set = rules("version: 1\nrules:\n  - name: any\n    key: [client_ip]\n    limit: { requests: 1, per: 1s }\n");
+    let log: Vec<String> = (0..4).map(|i| line(i, "/", "k")).collect();
+    let text = log.join("\n");
+    assert_eq!(
+        replay_at_most(text.as_bytes(), 4, &set, None)
+            .unwrap()
+            .requests,
+        4
+    );
+    let e = replay_at_most(text.as_bytes(), 3, &set, None).unwrap_err();
+    assert!(matches!(e, ReplayError::TooManyLines { max: 3 }), "{e}");
+    assert_eq!(MAX_LINES, 10_000_000);
 }

@@ -208,7 +208,7 @@ pub(crate) fn period(seconds: u64) -> String {
 /// Why converted rules are not written: each is a bug of the importer, caught
 /// before the file exists.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum RenderError {
+pub enum RenderError {
     #[error("the converted rules do not compile: {0}")]
     Compile(RulesError),
     #[error("the converted rules cannot be written as YAML: {0}")]
@@ -223,12 +223,7 @@ pub(crate) enum RenderError {
 
 /// The rules file text: the approximations as comments, then the rules.
 pub(crate) fn render(imported: &Imported, from: &str) -> Result<String, RenderError> {
-    let config = RulesConfig {
-        version: SCHEMA_VERSION,
-        defaults: Default::default(),
-        rules: imported.rules.clone(),
-        changes: Default::default(),
-    };
+    let config = rules_config(imported.rules.clone());
     // The output must be a valid rules file: compiled here, as the agent will.
     let compiled = RuleSet::compile(&config).map_err(RenderError::Compile)?;
     let yaml = serde_saphyr::to_string(&config)?;
@@ -260,6 +255,45 @@ fn reread(text: &str, compiled: &RuleSet) -> Result<(), RenderError> {
     match (read.config(), compiled.config()) {
         (Some(read), Some(compiled)) if read == compiled => Ok(()),
         _ => Err(RenderError::Differs),
+    }
+}
+
+/// A rules file as `import` writes it, and the configuration it was
+/// compiled from.
+#[derive(Debug)]
+pub struct Written {
+    pub text: String,
+    pub config: RulesConfig,
+}
+
+/// What `import` writes for a peer's `text` with these `--map`s, without
+/// files: `None` where it writes nothing (a bad `--map`, a refusal, no
+/// limit), an error where the converted rules fail to be written (a bug).
+/// The fuzz targets (`fuzz/`) call it.
+pub fn written(
+    format: ImportFormat,
+    text: &str,
+    maps: &[String],
+) -> Result<Option<Written>, RenderError> {
+    let Ok(mapping) = Mapping::from_options(maps) else {
+        return Ok(None);
+    };
+    let imported = convert(format, "peer.yaml", text, &mapping);
+    if !imported.errors.is_empty() || imported.rules.is_empty() {
+        return Ok(None);
+    }
+    let text = render(&imported, &format!("{} `peer.yaml`", format.as_str()))?;
+    let config = rules_config(imported.rules);
+    Ok(Some(Written { text, config }))
+}
+
+/// A rules file of `rules` alone: this build's version, no defaults.
+fn rules_config(rules: Vec<RuleConfig>) -> RulesConfig {
+    RulesConfig {
+        version: SCHEMA_VERSION,
+        defaults: Default::default(),
+        rules,
+        changes: Default::default(),
     }
 }
 

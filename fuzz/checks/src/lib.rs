@@ -1,6 +1,7 @@
 //! The bodies of meshlimit's fuzz targets: one `pub fn` per target, taking the
-//! fuzzer's bytes, calling `meshlimit-core` on them as an attacker would, and
-//! checking the invariants the security review relies on. cargo-fuzz (`fuzz/`,
+//! fuzzer's bytes, calling `meshlimit-core` (or the agent's importers) on them
+//! as an attacker would, and checking the invariants the security review
+//! relies on. cargo-fuzz (`fuzz/`,
 //! nightly) calls them from `fuzz/fuzz_targets/<name>.rs`; `tests/replay.rs`
 //! feeds them every committed corpus file on stable, in `cargo test`.
 //!
@@ -15,6 +16,7 @@
 
 use std::fmt::Debug;
 
+use meshlimit_agent::config::ImportFormat;
 use meshlimit_core::bucket::{Bucket, Take};
 use meshlimit_core::key::MAX_PART_LEN;
 use meshlimit_core::rules::{parse_rules, RuleSet, RulesConfig};
@@ -36,6 +38,8 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("descriptor_key", descriptor_key),
     ("client_ip", client_ip),
     ("path_normalize", path_normalize),
+    ("import_envoy_ratelimit", import_envoy_ratelimit),
+    ("import_limitador", import_limitador),
 ];
 
 /// The check function of target `name`.
@@ -469,4 +473,90 @@ pub fn path_normalize(data: &[u8]) {
     assert!(!once.contains(['?', '#', ';', '\\']), "{once:?}");
     assert!(once.bytes().all(|b| b.is_ascii_graphic()), "{once:?}");
     assert!(once.len() <= 3 * data.len() + 1, "{once:?}");
+}
+
+// ---- import_envoy_ratelimit, import_limitador
+
+/// The `--map`s an import input may give: bit `i` of its first two bytes
+/// gives `MAPS[i]`.
+const MAPS: [&str; 14] = [
+    "user=header:x-user",
+    "path=path",
+    "method=method",
+    "host=authority",
+    "tier=header:x-tier",
+    "k=query:k",
+    "sub=claim:sub",
+    "route=route",
+    "cluster=cluster",
+    "remote_address=client_ip",
+    "generic_key:reports=path_prefix:/reports/",
+    "generic_key:any=any",
+    "tier:gold=header:x-gold=1",
+    "m:get=method:GET",
+];
+
+/// Whether `c` may not appear raw in a written rules file (a line end aside).
+fn hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061C}'
+                | '\u{200B}'..='\u{200F}'
+                | '\u{2028}'..='\u{202E}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{FEFF}'
+        )
+}
+
+/// Two bytes of `--map` choices, then arbitrary UTF-8 as the peer's file.
+/// Import never panics, and a file it writes holds only comments, `version`
+/// and `rules` at its top level, no hidden character, and reads back (as the
+/// agent reads a rules file) as exactly the rules it compiled.
+fn import(format: ImportFormat, data: &[u8]) {
+    let mut input = Input::new(data);
+    let chosen = input.u16();
+    let maps: Vec<String> = MAPS
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| chosen & (1 << i) != 0)
+        .map(|(_, m)| m.to_string())
+        .collect();
+    let Ok(text) = std::str::from_utf8(input.rest()) else {
+        return;
+    };
+    let written = meshlimit_agent::import::written(format, text, &maps)
+        .unwrap_or_else(|e| panic!("converted rules not written: {e}\n{text}"));
+    let Some(written) = written else {
+        return;
+    };
+    let out = &written.text;
+    if let Some(c) = out.chars().find(|c| *c != '\n' && hidden(*c)) {
+        panic!("U+{:04X} written raw\n{out}", u32::from(c));
+    }
+    for line in out.lines() {
+        assert!(
+            line.starts_with(['#', ' ', '-']) || line == "version: 1" || line == "rules:",
+            "a top-level line that is no rule: {line}\n{out}"
+        );
+    }
+    let read = parse_rules("imported.yaml", out)
+        .unwrap_or_else(|e| panic!("written rules do not parse: {e}\n{out}"));
+    let compiled = RuleSet::compile(&written.config)
+        .unwrap_or_else(|e| panic!("imported rules do not compile: {e}\n{out}"));
+    assert_eq!(
+        read.config(),
+        compiled.config(),
+        "read back otherwise\n{out}"
+    );
+    assert_eq!(read.version(), compiled.version(), "{out}");
+}
+
+pub fn import_envoy_ratelimit(data: &[u8]) {
+    import(ImportFormat::EnvoyRatelimit, data);
+}
+
+pub fn import_limitador(data: &[u8]) {
+    import(ImportFormat::Limitador, data);
 }

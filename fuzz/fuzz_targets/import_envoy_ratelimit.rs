@@ -1,0 +1,2 @@
+#![no_main]
+libfuzzer_sys::fuzz_target!(|data: &[u8]| meshlimit_fuzz_checks::import_envoy_ratelimit(data));

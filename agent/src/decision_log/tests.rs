@@ -395,3 +395,23 @@ fn a_request_id_is_marked_as_the_clients_word() {
     let v: serde_json::Value = serde_json::to_value(&without).unwrap();
     assert!(v.get("request_id_from").is_none(), "{v}");
 }
+
+#[test]
+fn a_log_file_removed_by_hand_is_started_again_at_rotation() {
+    for kept in [1, 3] {
+        let dir = log_dir();
+        let path = dir.path().join("decisions.log");
+        let m = metrics();
+        let log = DecisionLog::start(Some(files(&path, 4_096, kept)), "n", m.clone()).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        for i in 0..100 {
+            log.accept(batch(vec![record(
+                &format!("{i:032x}"),
+                Outcome::Limited,
+                1.0,
+            )]));
+        }
+        written(&m, 100.0);
+        assert_eq!(mode(&path), 0o600, "{kept} files");
+    }
+}

@@ -118,8 +118,11 @@ impl Rotating {
                     std::fs::rename(&from, numbered(&self.path, i + 1))?;
                 }
             }
-            std::fs::rename(&self.path, numbered(&self.path, 1))?;
-        } else {
+            // A log removed by hand since is simply started again.
+            if no_link(&self.path)? {
+                std::fs::rename(&self.path, numbered(&self.path, 1))?;
+            }
+        } else if no_link(&self.path)? {
             std::fs::remove_file(&self.path)?;
         }
         self.file = create_new(&self.path)?;

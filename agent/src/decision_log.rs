@@ -8,23 +8,29 @@
 //! character that does not print (a line separator, a bidi control) is a
 //! JSON `\uXXXX` escape ([`crate::printable`]).
 //!
-//! Memory is bounded everywhere: the writer's queue holds at most
-//! [`QUEUE_LINES`] lines (past it a line is dropped and counted in
+//! Memory is bounded everywhere, in bytes as well as in records: the API
+//! refuses a record past its field bounds (`api::decisions`: at most
+//! `MAX_RECORD_TEXT` bytes of text a record, 128 records a call); the writer's
+//! queue holds at most [`QUEUE_LINES`] lines and [`QUEUE_BYTES`] bytes of them
+//! (past either a line is dropped and counted in
 //! `meshlimit_decision_log_dropped_total{at="agent"}`), the recent ring
-//! [`RECENT_RECORDS`] records, the hot keys [`HOT_KEYS`] counters.
+//! [`RECENT_RECORDS`] records and [`RECENT_BYTES`] bytes (the oldest go
+//! first), the hot keys [`HOT_KEYS`] counters. A flood of maximal records
+//! therefore holds at most about 5 MiB here, whoever sends it.
 
 mod line;
 mod recent;
 mod writer;
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use meshlimit_core::wire::DecisionsRequest;
 
 pub use line::{LogLine, TIME_FORMAT};
-pub use recent::{HotKey, HOT_KEYS, HOT_SHOWN, RECENT_RECORDS, RECENT_SHOWN};
+pub use recent::{HotKey, HOT_KEYS, HOT_SHOWN, RECENT_BYTES, RECENT_RECORDS, RECENT_SHOWN};
 
 use crate::metrics::Metrics;
 use line::LineRef;
@@ -32,6 +38,18 @@ use recent::{Kept, Recent};
 
 /// Lines waiting for the writer at most; past it new lines are dropped.
 pub const QUEUE_LINES: usize = 8_192;
+/// Bytes of lines waiting for the writer at most (a second of a busy node's
+/// rejections at ~400 bytes a line is ~4 MB); past it new lines are dropped.
+pub const QUEUE_BYTES: usize = 4 << 20;
+
+/// What the log holds in memory now, in bytes (see the module's bounds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldBytes {
+    /// Lines waiting for the writer (at most [`QUEUE_BYTES`]).
+    pub queued: usize,
+    /// The recent ring (at most [`RECENT_BYTES`]).
+    pub recent: usize,
+}
 
 /// Where the log goes (`--decision-log`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +71,8 @@ pub struct DecisionLog {
     /// The writer's queue; `None` when the log is written nowhere (the ring
     /// and the hot keys are kept all the same).
     tx: Option<SyncSender<Vec<u8>>>,
+    /// Bytes of the lines in the writer's queue (the writer takes off what it wrote).
+    queued: Arc<AtomicUsize>,
     recent: Mutex<Recent>,
     metrics: Arc<Metrics>,
 }
@@ -64,14 +84,15 @@ impl DecisionLog {
         node: &str,
         metrics: Arc<Metrics>,
     ) -> std::io::Result<Arc<DecisionLog>> {
+        let queued = Arc::new(AtomicUsize::new(0));
         let tx = match target {
             Some(target) => {
                 let out = writer::Out::open(&target)?;
                 let (tx, rx) = sync_channel(QUEUE_LINES);
-                let m = metrics.clone();
+                let (m, q) = (metrics.clone(), queued.clone());
                 std::thread::Builder::new()
                     .name("decision-log".into())
-                    .spawn(move || writer::run(out, rx, &m))?;
+                    .spawn(move || writer::run(out, rx, &q, &m))?;
                 Some(tx)
             }
             None => None,
@@ -79,6 +100,7 @@ impl DecisionLog {
         Ok(Arc::new(DecisionLog {
             node: node.to_string(),
             tx,
+            queued,
             recent: Mutex::new(Recent::default()),
             metrics,
         }))
@@ -89,13 +111,15 @@ impl DecisionLog {
         Arc::new(DecisionLog {
             node: String::new(),
             tx: None,
+            queued: Arc::new(AtomicUsize::new(0)),
             recent: Mutex::new(Recent::default()),
             metrics,
         })
     }
 
-    /// Takes a filter's batch: each record to the writer's queue (dropped and
-    /// counted when it is full), the ring and the hot keys.
+    /// Takes a filter's batch (validated by the API): each record to the
+    /// writer's queue (dropped and counted when it is full), the ring and the
+    /// hot keys.
     pub fn accept(&self, batch: DecisionsRequest) {
         if batch.dropped > 0 {
             self.metrics.decision_log_dropped("filter", batch.dropped);
@@ -112,17 +136,42 @@ impl DecisionLog {
                 let mut bytes =
                     crate::printable::json_escaped(serde_json::to_vec(&line).unwrap_or_default());
                 bytes.push(b'\n');
-                match tx.try_send(bytes) {
-                    Ok(()) => {}
-                    Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                        self.metrics.decision_log_dropped("agent", 1);
-                    }
-                }
+                self.enqueue(tx, bytes);
             }
             recent.push(Kept {
                 filter: filter.clone(),
                 record,
             });
+        }
+    }
+
+    /// Hands `line` to the writer, unless the queue is full in lines or bytes.
+    fn enqueue(&self, tx: &SyncSender<Vec<u8>>, line: Vec<u8>) {
+        let len = line.len();
+        let room = self
+            .queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |q| {
+                (q + len <= QUEUE_BYTES).then_some(q + len)
+            })
+            .is_ok();
+        let sent = room
+            && match tx.try_send(line) {
+                Ok(()) => true,
+                Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                    self.queued.fetch_sub(len, Ordering::AcqRel);
+                    false
+                }
+            };
+        if !sent {
+            self.metrics.decision_log_dropped("agent", 1);
+        }
+    }
+
+    /// What the log holds in memory now.
+    pub fn held_bytes(&self) -> HeldBytes {
+        HeldBytes {
+            queued: self.queued.load(Ordering::Acquire),
+            recent: lock(&self.recent).bytes,
         }
     }
 

@@ -16,6 +16,9 @@ use super::LogLine;
 
 /// Records the ring keeps (about 400 bytes each).
 pub const RECENT_RECORDS: usize = 1_024;
+/// Bytes the ring keeps at most ([`Kept::bytes`]): 1,024 ordinary records fit;
+/// records near the API's field bounds (~1.5 KiB) push the oldest out sooner.
+pub const RECENT_BYTES: usize = 1 << 20;
 /// A key's recent records shown by `GET /v1/explain`, at most.
 pub const RECENT_SHOWN: usize = 20;
 /// Keys counted for `GET /v1/hot`, over every rule.
@@ -55,11 +58,31 @@ pub(super) struct Kept {
     pub(super) record: DecisionRecord,
 }
 
+impl Kept {
+    /// What it holds: itself and its strings (the batch's filter id counted
+    /// whole in each of its records, an upper bound).
+    pub(super) fn bytes(&self) -> usize {
+        let r = &self.record;
+        let text = [
+            Some(&r.rule),
+            Some(&r.rules_version),
+            Some(&r.key_id),
+            r.key.as_ref(),
+            r.request_id.as_ref(),
+        ];
+        std::mem::size_of::<Kept>()
+            + self.filter.len()
+            + text.iter().flatten().map(|s| s.capacity()).sum::<usize>()
+    }
+}
+
 /// The ring and the hot keys. A record costs no allocation here once its key
 /// is counted: the hot keys are looked up by rule and key id as borrowed.
 #[derive(Debug, Default)]
 pub(super) struct Recent {
     pub(super) ring: VecDeque<Kept>,
+    /// What the ring's records hold ([`Kept::bytes`]), at most [`RECENT_BYTES`].
+    pub(super) bytes: usize,
     /// Per rule, per key id.
     pub(super) hot: HashMap<String, HashMap<String, Counter>>,
     /// Keys counted over every rule (at most [`HOT_KEYS`]).
@@ -69,9 +92,15 @@ pub(super) struct Recent {
 impl Recent {
     pub(super) fn push(&mut self, kept: Kept) {
         self.count(&kept.record);
-        if self.ring.len() >= RECENT_RECORDS {
-            self.ring.pop_front();
+        let size = kept.bytes();
+        while self.ring.len() >= RECENT_RECORDS
+            || (!self.ring.is_empty() && self.bytes + size > RECENT_BYTES)
+        {
+            if let Some(old) = self.ring.pop_front() {
+                self.bytes -= old.bytes();
+            }
         }
+        self.bytes += size;
         self.ring.push_back(kept);
     }
 

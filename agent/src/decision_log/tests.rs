@@ -122,12 +122,7 @@ fn the_queue_is_bounded_and_drops_are_counted() {
     let m = metrics();
     // A writer that cannot keep up: nothing reads the queue.
     let (tx, _rx) = std::sync::mpsc::sync_channel(QUEUE_LINES);
-    let log = DecisionLog {
-        node: "n".into(),
-        tx: Some(tx),
-        recent: Mutex::new(Recent::default()),
-        metrics: m.clone(),
-    };
+    let log = stalled(tx, m.clone());
     let mut b = batch(vec![record("k", Outcome::Limited, 1.0); QUEUE_LINES + 5]);
     b.dropped = 7;
     log.accept(b);
@@ -135,6 +130,51 @@ fn the_queue_is_bounded_and_drops_are_counted() {
     let dropped = |at| sample(&text, "meshlimit_decision_log_dropped_total", &[("at", at)]);
     assert_eq!(dropped("agent"), Some(5.0));
     assert_eq!(dropped("filter"), Some(7.0));
+}
+
+/// A log whose writer never takes a line off `tx`'s queue.
+fn stalled(tx: std::sync::mpsc::SyncSender<Vec<u8>>, metrics: Arc<Metrics>) -> DecisionLog {
+    DecisionLog {
+        node: "n".into(),
+        tx: Some(tx),
+        queued: Arc::new(AtomicUsize::new(0)),
+        recent: Mutex::new(Recent::default()),
+        metrics,
+    }
+}
+
+#[test]
+fn a_flood_of_maximal_records_holds_no_more_than_the_byte_bounds() {
+    let m = metrics();
+    let (tx, _rx) = std::sync::mpsc::sync_channel(QUEUE_LINES);
+    let log = stalled(tx, m.clone());
+    // Every field at the API's bound (a key of 1 KiB, a request id of 128
+    // bytes, a filter id of 256): about 1.7 KiB a line, 1.5 KiB a kept record.
+    let maximal = DecisionRecord {
+        rule: "r".repeat(70),
+        rules_version: "v".repeat(64),
+        key: Some("k".repeat(1_024)),
+        request_id: Some("q".repeat(128)),
+        ..record(&"a".repeat(32), Outcome::Limited, 1.0)
+    };
+    for _ in 0..100 {
+        log.accept(DecisionsRequest {
+            filter_id: "f".repeat(256),
+            ..batch(vec![maximal.clone(); 128])
+        });
+    }
+    let held = log.held_bytes();
+    assert!(held.queued <= QUEUE_BYTES, "{held:?}");
+    assert!(held.queued > QUEUE_BYTES - 4_096, "{held:?}");
+    assert!(held.recent <= RECENT_BYTES, "{held:?}");
+    assert!(held.recent > RECENT_BYTES - 4_096, "{held:?}");
+    let text = m.render().unwrap();
+    let dropped = sample(
+        &text,
+        "meshlimit_decision_log_dropped_total",
+        &[("at", "agent")],
+    );
+    assert!(dropped.is_some_and(|d| d > 10_000.0), "{dropped:?}");
 }
 
 #[test]

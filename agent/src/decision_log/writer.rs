@@ -15,6 +15,7 @@ use std::fs::{File, OpenOptions, Permissions};
 use std::io::{self, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::Receiver;
 
 use super::Target;
@@ -188,14 +189,17 @@ fn numbered(path: &Path, n: u32) -> PathBuf {
 
 /// Writes what the queue brings until every sender is gone; flushes whenever
 /// the queue is empty. A failed write loses that line (counted) and goes on.
-pub(super) fn run(mut out: Out, rx: Receiver<Vec<u8>>, metrics: &Metrics) {
+/// Each line's bytes come off `queued` once it is written (or lost).
+pub(super) fn run(mut out: Out, rx: Receiver<Vec<u8>>, queued: &AtomicUsize, metrics: &Metrics) {
     let mut failing = false;
     while let Ok(line) = rx.recv() {
         let mut batch = vec![line];
         batch.extend(rx.try_iter().take(1_024));
         let mut written = 0;
         for line in &batch {
-            match out.write(line) {
+            let result = out.write(line);
+            queued.fetch_sub(line.len(), Ordering::AcqRel);
+            match result {
                 Ok(()) => written += 1,
                 Err(e) => {
                     metrics.decision_log_dropped("agent", 1);

@@ -18,7 +18,7 @@ mod store;
 
 pub use commands::{
     CheckFormat, CheckRulesArgs, ExplainArgs, ImportArgs, ImportFormat, KeyIdArgs, OverrideAction,
-    OverrideArgs, ReplayArgs, SecretArgs, TokenArgs,
+    OverrideArgs, ReplayArgs, SecretArgs,
 };
 pub use store::{Password, RedisTarget, StoreSpec};
 
@@ -44,10 +44,6 @@ pub enum Command {
     /// Print the id that metrics, logs and Redis key names use for a key (a keyed
     /// hash: only holders of the deployment's secret can map a key to its id).
     KeyId(KeyIdArgs),
-    /// Print the filter API's bearer token (derived from the deployment's
-    /// secret), for an operator's calls to the node's agent: `GET /v1/explain`
-    /// and `GET /v1/hot`.
-    Token(TokenArgs),
     /// Replay recorded traffic (JSON lines: Envoy's access log, or the agent's decision log)
     /// through NEW (and OLD) offline: per rule what each would reject, and the
     /// keys NEW would newly limit.
@@ -196,6 +192,18 @@ pub struct RunArgs {
     pub log_format: LogFormat,
     #[command(flatten)]
     pub secret: SecretArgs,
+    /// The operator token: `GET /v1/explain` and `GET /v1/hot` take it as
+    /// `authorization: Bearer <token>` (and refuse the filters' token). A
+    /// random value of its own, at least 32 bytes, from a Secret only the
+    /// agent's namespace holds (never the deployment's secret, which every
+    /// meshed namespace holds). Without it those routes refuse everyone.
+    #[arg(
+        long,
+        env = "MESHLIMIT_OPERATOR_TOKEN",
+        hide_env_values = true,
+        hide = true
+    )]
+    pub(crate) operator_token: Option<String>,
     /// Another region sharing the `global` rules, and its Redis: NAME=redis://HOST:PORT
     /// or NAME=redis+cluster://HOST:PORT,…; repeatable (`;` between them in the
     /// variable). Reached only by background tasks.
@@ -286,6 +294,8 @@ pub enum ConfigError {
     Redis(String),
     #[error("--decision-log: {0}")]
     DecisionLog(String),
+    #[error("--operator-token: {0}")]
+    OperatorToken(#[from] crate::api::OperatorTokenError),
 }
 
 impl Cli {

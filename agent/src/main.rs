@@ -61,7 +61,6 @@ fn main() -> ExitCode {
             let key = DescriptorKey::new(&args.rule, &args.parts);
             secret.key_ids().id(&key).to_string()
         }),
-        Command::Token(args) => print_with_secret(&args.secret, |s| s.agent_token()),
         Command::Run(args) => match serve(*args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

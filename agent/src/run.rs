@@ -90,6 +90,10 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let mut tasks = JoinSet::new();
     // Configuration problems first, before anything binds or logs.
     let secret = args.secret.load()?;
+    let auth = match &args.operator_token {
+        Some(token) => Auth::with_operator(&secret, token).map_err(ConfigError::from)?,
+        None => Auth::new(&secret),
+    };
     let metrics = Arc::new(Metrics::new(&args.region)?);
     metrics.set_key_ids(secret.key_ids());
     let region_setup = regions::regions_config(&args, &agent_id(&args), &secret.key_ids())?;
@@ -134,7 +138,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         store.clone(),
         metrics.clone(),
         args.lease_settings(),
-        Auth::new(&secret),
+        auth,
         declog,
     );
     app.set_false_limit_checks(args.false_limit_checks);
@@ -149,6 +153,9 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         metrics.clone(),
         shutdown.clone(),
     ));
+    if args.operator_token.is_none() {
+        tracing::info!("no --operator-token: /v1/explain and /v1/hot refuse every caller");
+    }
     tracing::info!(
         listen = %args.listen,
         store = %args.store,

@@ -34,6 +34,13 @@ pub(crate) enum ApiError {
     Unauthorized,
     #[error("wrong credentials for the filter API")]
     Forbidden,
+    /// An operator view asked with another credential (the filters' token too).
+    #[error("this route is for operators: it takes the operator token, not the filters'")]
+    OperatorOnly,
+    #[error(
+        "this route is for operators, and this agent has no operator token (--operator-token)"
+    )]
+    NoOperatorToken,
     #[error("no valid rules loaded")]
     NoRules,
     #[error("{0}")]
@@ -52,7 +59,9 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden => StatusCode::FORBIDDEN,
+            ApiError::Forbidden | ApiError::OperatorOnly | ApiError::NoOperatorToken => {
+                StatusCode::FORBIDDEN
+            }
             ApiError::NoRules => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -70,7 +79,7 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::NotFound(_) => "not_found",
             ApiError::Unauthorized => "unauthorized",
-            ApiError::Forbidden => "forbidden",
+            ApiError::Forbidden | ApiError::OperatorOnly | ApiError::NoOperatorToken => "forbidden",
             ApiError::NoRules => "no_rules",
             ApiError::Internal(_) => "internal",
         }

@@ -1,6 +1,6 @@
-//! The decision log's routes, behind the filter API's credentials:
+//! The operator views of the decision log, behind the operator token (the
+//! filters' `POST /v1/decisions` is in `decisions`):
 //!
-//! - `POST /v1/decisions`: a filter VM's batch of decision records;
 //! - `GET /v1/explain?rule=R&key_id=ID`: one key now: its bucket in the store
 //!   (read without changing it, one call with its deadline, never retried), what
 //!   the node pool holds for it, and its recent decisions on this node;
@@ -9,24 +9,10 @@
 use hyper::http::request::Parts;
 use hyper::StatusCode;
 use meshlimit_core::rules::{Limits, Rule};
-use meshlimit_core::wire::{DecisionsRequest, MAX_DECISION_RECORDS};
 use meshlimit_core::Limit;
 use serde_json::json;
 
-use super::{check_version, json, ApiError, ApiResponse, App};
-
-pub(super) fn decisions(app: &App, req: DecisionsRequest) -> Result<ApiResponse, ApiError> {
-    check_version(req.v)?;
-    if req.records.len() > MAX_DECISION_RECORDS {
-        return Err(ApiError::InvalidField(format!(
-            "{} records; at most {MAX_DECISION_RECORDS} per request",
-            req.records.len()
-        )));
-    }
-    app.inner.false_limits.observe(&req.records);
-    app.inner.declog.accept(req);
-    json(StatusCode::OK, &json!({}))
-}
+use super::{json, ApiError, ApiResponse, App};
 
 pub(super) async fn explain(app: &App, parts: &Parts) -> Result<ApiResponse, ApiError> {
     let query = Query::parse(parts, &["rule", "key_id"])?;

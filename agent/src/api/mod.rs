@@ -3,12 +3,14 @@
 //! feeds it connections).
 //!
 //! Routes: `POST /v1/lease`, `POST /v1/sync`, `GET /v1/rules`,
-//! `POST /v1/decisions`, `GET /v1/explain`, `GET /v1/hot` (all behind the filter
-//! API's credentials), `GET /metrics`, `GET /healthz`, `GET /readyz`. Every refusal is an [`ApiError`] with its status,
+//! `POST /v1/decisions` (behind the filters' token), `GET /v1/explain`,
+//! `GET /v1/hot` (behind the operator token; see [`Auth`]), `GET /metrics`,
+//! `GET /healthz`, `GET /readyz`. Every refusal is an [`ApiError`] with its status,
 //! an `ErrorBody`, and (for the caller's mistakes) a count in
 //! `meshlimit_bad_requests_total{reason}`.
 
 mod auth;
+mod decisions;
 mod error;
 mod explain;
 mod lease;
@@ -29,7 +31,8 @@ use meshlimit_core::wire::{self, MAX_BODY_BYTES, WIRE_VERSION};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-pub use auth::Auth;
+pub use auth::{Auth, OperatorTokenError};
+pub use decisions::{MAX_FILTER_ID_BYTES, MAX_RECORD_TEXT, MAX_REQUEST_ID_BYTES};
 pub(crate) use error::ApiError;
 
 use crate::decision_log::DecisionLog;
@@ -182,16 +185,16 @@ impl App {
             wire::DECISIONS_PATH => {
                 allow(&parts, &[Method::POST])?;
                 self.inner.auth.check(&parts)?;
-                explain::decisions(self, decode(&read_body(&parts, body).await?)?)
+                decisions::decisions(self, decode(&read_body(&parts, body).await?)?)
             }
             EXPLAIN_PATH => {
                 allow(&parts, &[Method::GET])?;
-                self.inner.auth.check(&parts)?;
+                self.inner.auth.check_operator(&parts)?;
                 explain::explain(self, &parts).await
             }
             HOT_PATH => {
                 allow(&parts, &[Method::GET])?;
-                self.inner.auth.check(&parts)?;
+                self.inner.auth.check_operator(&parts)?;
                 explain::hot(self, &parts)
             }
             "/metrics" => {

@@ -185,12 +185,6 @@ pub struct KeyIdArgs {
 }
 
 #[derive(Debug, Clone, Args)]
-pub struct TokenArgs {
-    #[command(flatten)]
-    pub secret: SecretArgs,
-}
-
-#[derive(Debug, Clone, Args)]
 pub struct OverrideArgs {
     /// What to do on every agent of the store (see the actions).
     #[arg(value_enum)]

@@ -18,7 +18,7 @@ impl DecisionLogMetrics {
             )?,
             dropped: f.counters(
                 "meshlimit_decision_log_dropped_total",
-                "Decision log records lost, by where: `filter` (a VM's buffer full, or its batch refused), `agent` (the writer's queue full, or a write failed).",
+                "Decision log records lost, by where: `filter` (a VM's buffer full, or its batch refused), `agent` (the writer's queue full, or a write failed), `refused` (a record of a rule not in force).",
                 &["at"],
             )?,
         })

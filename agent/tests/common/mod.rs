@@ -49,6 +49,15 @@ pub fn agent_command(args: &[&str]) -> std::process::Command {
     cmd
 }
 
+/// The operator token of these tests: a value of its own, not derived from
+/// the secret.
+pub const OPERATOR_TOKEN: &str = "operator-token-of-the-agent-api-tests-0123456789";
+
+/// The `authorization` value an operator of this deployment sends.
+pub fn operator_bearer() -> String {
+    format!("Bearer {OPERATOR_TOKEN}")
+}
+
 /// The `authorization` value a filter of this deployment sends.
 pub fn bearer() -> String {
     format!("Bearer {}", secret().agent_token())

@@ -47,10 +47,15 @@ PLUGIN_KEYS = {"agent_cluster", "agent_authority", "timeout_ms", "sync_timeout_m
                "local_safety_factor", "agent_backoff_ms", "slots", "decision_log"}
 AGENT = "meshlimit-agent"
 # The agent's settings that carry credentials: never literal in a manifest.
-SECRET_ENV = {"MESHLIMIT_STORE", "MESHLIMIT_REDIS_USERNAME", "MESHLIMIT_REDIS_PASSWORD", "MESHLIMIT_SECRET"}
+SECRET_ENV = {"MESHLIMIT_STORE", "MESHLIMIT_REDIS_USERNAME", "MESHLIMIT_REDIS_PASSWORD", "MESHLIMIT_SECRET",
+              "MESHLIMIT_OPERATOR_TOKEN"}
 # The per-deployment secret every agent and every filter reads (the operator
 # creates the Secret; deploy/README.md, "Security").
 SECRET = ("MESHLIMIT_SECRET", "meshlimit-secret", "secret")
+# The operator token (GET /v1/explain, /v1/hot): the agent's alone. Every
+# meshed namespace holds meshlimit-secret, so no filter, sidecar or fleet may
+# be handed this one (deploy/README.md, "The operator token").
+OPERATOR = ("MESHLIMIT_OPERATOR_TOKEN", "meshlimit-operator", "token")
 HCM_TYPE = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 WASM_TYPE_SUFFIX = "filters.http.wasm.v3.Wasm"
 
@@ -408,9 +413,29 @@ def _plugin_configs(node):
             yield from _plugin_configs(v)
 
 
+def lint_operator_token(docs):
+    """The agent takes MESHLIMIT_OPERATOR_TOKEN from the Secret
+    meshlimit-operator; nothing else names that Secret or that variable."""
+    errors = []
+    name, secret, key = OPERATOR
+    for doc in docs:
+        if doc.get("kind") == "DaemonSet" and doc["metadata"].get("name") == AGENT:
+            c = doc["spec"]["template"]["spec"]["containers"][0]
+            env = next((e for e in c.get("env", []) if e["name"] == name), None)
+            ref = (env or {}).get("valueFrom", {}).get("secretKeyRef", {})
+            if (ref.get("name"), ref.get("key")) != (secret, key):
+                errors.append(f"{name_of(doc)}: {name} must come from secretKeyRef {secret}/{key}")
+            continue
+        text = yaml.safe_dump(doc)
+        if secret in text or name in text:
+            errors.append(f"{name_of(doc)}: names {secret} or {name}: the operator token is the agent's "
+                          "alone (a filter's namespace must not hold it)")
+    return errors
+
+
 def lint(docs, rules_text):
     return (lint_pods(docs) + lint_agent(docs, rules_text) + lint_network_policy(docs)
-            + lint_istio(docs) + lint_envoy(docs))
+            + lint_istio(docs) + lint_envoy(docs) + lint_operator_token(docs))
 
 
 def check_bootstraps(paths):

@@ -97,6 +97,10 @@ def fleet(change):
     return apply
 
 
+def operator_env(docs):
+    return next(e for e in agent_container(docs)["env"] if e["name"] == "MESHLIMIT_OPERATOR_TOKEN")
+
+
 def fleet_container(docs):
     return manifests.find(docs, "Deployment", "edge-envoy")[0]["spec"]["template"]["spec"]["containers"][0]
 
@@ -110,6 +114,10 @@ TRUST_BREAKAGES = {
         "agent secret from another Secret": lambda d: agent_env(d)["valueFrom"]["secretKeyRef"].update(
             name="other"),
         "agent secret optional": lambda d: agent_env(d)["valueFrom"]["secretKeyRef"].update(optional=True),
+        "agent operator token literal": lambda d: operator_env(d).update(value="x" * 64) or
+        operator_env(d).pop("valueFrom"),
+        "operator token handed to the sidecars": lambda d: wasm_plugin(d)["vmConfig"]["env"].append(
+            {"name": "MESHLIMIT_OPERATOR_TOKEN", "valueFrom": "HOST"}),
         "agent on hostNetwork": lambda d: manifests.find(d, "DaemonSet", "meshlimit-agent")[0]["spec"][
             "template"]["spec"].update(hostNetwork=True),
         "agent hostPort": lambda d: agent_container(d)["ports"][0].update(hostPort=8081),
@@ -153,6 +161,9 @@ TRUST_BREAKAGES = {
         "fleet escaped slashes unset": fleet(lambda h, w: h.pop("path_with_escaped_slashes_action")),
         "fleet underscores unset": fleet(lambda h, w: h.pop("common_http_protocol_options")),
         "fleet Envoy without the secret": lambda d: fleet_container(d).pop("env"),
+        "fleet Envoy given the operator token": lambda d: fleet_container(d)["env"].append(
+            {"name": "MESHLIMIT_OPERATOR_TOKEN",
+             "valueFrom": {"secretKeyRef": {"name": "meshlimit-operator", "key": "token"}}}),
         "fleet Envoy secret literal": lambda d: fleet_container(d)["env"][0].update(value="x") or
         fleet_container(d)["env"][0].pop("valueFrom"),
         "agent without MESHLIMIT_SECRET": lambda d: agent_container(d)["env"].remove(agent_env(d)),

@@ -27,8 +27,8 @@ use std::sync::Arc;
 pub use builder::RuleSetBuilder;
 pub use compile::{parse_period, DEFAULT_LOG_SAMPLE, MAX_RULE_NAME, SCHEMA_VERSION};
 pub use config::{
-    Accuracy, ChangesConfig, ColdStart, FailurePolicy, KeyPartConfig as KeyPart, LogKey, Mode,
-    RulesConfig, Scope,
+    Accuracy, ApprovalConfig, ChangesConfig, ColdStart, FailurePolicy, KeyPartConfig as KeyPart,
+    LogKey, Mode, RulesConfig, Scope,
 };
 pub use error::{RuleError, RulesError};
 pub use explain::{Explained, Explanation};

@@ -4,8 +4,13 @@
 //! running value is refused unless the new file approves that rule against the
 //! running version: a limit set ten times too low is the most common way a rate
 //! limiter takes an API down, so it takes a second pair of eyes.
+//!
+//! The maximum is the running rules' (the guard in force before the change),
+//! never the new file's: a change that loosens its own guard is held to the
+//! old one, and the looser guard applies from the next change on. Only the
+//! approval comes with the change, pinned to the running version it replaces.
 
-use super::config::Mode;
+use super::config::{ApprovalConfig, Mode};
 use super::{HeaderMatch, Limits, Matcher, NamePattern, PathMatch, Rule, RuleSet};
 use crate::authority::HostPattern;
 use crate::limit::Limit;
@@ -58,18 +63,41 @@ pub enum Change {
     MatchChanged,
 }
 
+/// What one rule's change is held to: the tightening maximum in force, and the
+/// approvals that came with the change.
+#[derive(Debug, Clone, Copy)]
+pub struct Guard<'a> {
+    pub max_tightening: f64,
+    pub approve: &'a [ApprovalConfig],
+}
+
 /// The rule-by-rule difference from `old` (the running set) to `new`, in `new`'s
-/// evaluation order, then the removed rules.
+/// evaluation order, then the removed rules; held to `old`'s maximum and
+/// `new`'s approvals.
 pub fn review(old: &RuleSet, new: &RuleSet) -> Vec<RuleChange> {
-    let max = new.changes.max_tightening;
-    let approved = |rule: &str| {
-        new.changes
-            .approve
+    let guard = Guard {
+        max_tightening: old.changes.max_tightening,
+        approve: &new.changes.approve,
+    };
+    review_guarded(old, new, |_| guard)
+}
+
+/// [`review`], each rule held to `guard(rule name)`: a rules directory holds
+/// each rule to the guard of the file that owns it.
+pub fn review_guarded<'g>(
+    old: &RuleSet,
+    new: &RuleSet,
+    guard: impl Fn(&str) -> Guard<'g>,
+) -> Vec<RuleChange> {
+    let approved = |g: &Guard<'_>, rule: &str| {
+        g.approve
             .iter()
             .any(|a| a.rule == rule && a.against == old.version())
     };
     let mut out = Vec::new();
     for rule in new.rules() {
+        let g = guard(&rule.name);
+        let max = g.max_tightening;
         let Some(was) = old.rule(&rule.name) else {
             out.push(change(rule, Change::Added { mode: rule.mode }, false));
             continue;
@@ -80,7 +108,7 @@ pub fn review(old: &RuleSet, new: &RuleSet) -> Vec<RuleChange> {
                 continue;
             }
             let factor = ratio(&after, &before);
-            let refused = enforced_both && factor < max && !approved(&rule.name);
+            let refused = enforced_both && factor < max && !approved(&g, &rule.name);
             out.push(change(
                 rule,
                 Change::Limit {
@@ -96,7 +124,7 @@ pub fn review(old: &RuleSet, new: &RuleSet) -> Vec<RuleChange> {
             let c = schedule_change(was, rule);
             let refused = enforced_both
                 && matches!(c, Change::Schedule { factor, .. } if factor < max)
-                && !approved(&rule.name);
+                && !approved(&g, &rule.name);
             out.push(change(rule, c, refused));
         }
         if was.mode != rule.mode {

@@ -45,10 +45,29 @@ fn a_tenfold_cut_is_refused_unless_approved_against_the_running_version() {
     assert!(review(&old, &set(shadow, None)).iter().all(|c| !c.refused));
     let loose = serde_json::json!([rule("api", 1000, serde_json::json!({}))]);
     assert!(!review(&old, &set(loose, None))[0].refused);
-    // A stricter maximum in the new file applies to its own change.
+    // The running maximum guards the change: a stricter one running refuses
+    // a cut the default allows.
     let strict = serde_json::json!({"max_tightening": 0.9});
     let ninety = serde_json::json!([rule("api", 80, serde_json::json!({}))]);
-    assert!(review(&old, &set(ninety, Some(strict)))[0].refused);
+    let old_strict = set(
+        serde_json::json!([rule("api", 100, serde_json::json!({}))]),
+        Some(strict.clone()),
+    );
+    assert!(review(&old_strict, &set(ninety.clone(), None))[0].refused);
+    // A stricter maximum in the new file guards the next change, not its own.
+    assert!(!review(&old, &set(ninety, Some(strict)))[0].refused);
+}
+
+#[test]
+fn a_change_that_loosens_its_own_guard_is_held_to_the_running_one() {
+    let old = set(
+        serde_json::json!([rule("api", 100, serde_json::json!({}))]),
+        None,
+    );
+    // The attack: cut tenfold and, in the same file, let any cut through.
+    let loose = serde_json::json!({"max_tightening": 0.0});
+    let cut = serde_json::json!([rule("api", 10, serde_json::json!({}))]);
+    assert!(review(&old, &set(cut, Some(loose)))[0].refused);
 }
 
 #[test]

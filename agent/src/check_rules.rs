@@ -31,7 +31,8 @@ pub fn check_rules(
 
 /// [`check_rules`], and with `against` (the rules running now) every rule's
 /// change as well: added, removed, limit ×factor, mode, match. An enforced
-/// limit cut beyond `changes.max_tightening` without an approval makes the
+/// limit cut beyond the running file's `changes.max_tightening` (the guard in
+/// force, not the new file's) without an approval in the new file makes the
 /// exit code 1, as the agent refuses such a file at reload.
 pub fn check_rules_against(
     path: &Path,

@@ -69,7 +69,9 @@ pub struct RunArgs {
     /// The rules file (YAML or JSON), usually a ConfigMap mount; watched for
     /// changes. A directory: every `*.yaml`, `*.yml` and `*.json` in it (one per
     /// team), each validated on its own and merged; a broken file keeps its last
-    /// good version, a rule name defined twice leaves the later file out.
+    /// good version, and a file defining a rule name another file owns is
+    /// refused (it keeps its version in force). A change is held to the guards
+    /// in force (each rule to its own file's), not to the new file's.
     #[arg(long, env = "MESHLIMIT_RULES", value_name = "PATH")]
     pub rules: PathBuf,
     /// Address to serve the filters' API, /metrics and the probes on.

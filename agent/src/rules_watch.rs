@@ -8,7 +8,7 @@
 //! keeps enforcing what it had.
 
 use meshlimit_core::rules::expiry::{expired_rules, live_rules};
-use meshlimit_core::rules::review::review;
+use meshlimit_core::rules::review::{review, review_guarded};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,6 +62,9 @@ pub(crate) struct RulesWatcher {
     clock: fn() -> u64,
     /// Per-file state when `--rules` names a directory.
     directory: directory::Directory,
+    /// With a directory: each rule's guard, its own file's (else the
+    /// running set's guard holds every rule).
+    guards: Option<directory::Guards>,
     /// The store the region's agents share trials in, and the runtime its
     /// calls run on (the watcher's thread waits for them, with the store's
     /// deadline). Without it a trial is this agent's own.
@@ -94,6 +97,7 @@ impl RulesWatcher {
             expired: Vec::new(),
             clock: crate::regions::clock::now_secs,
             directory: directory::Directory::default(),
+            guards: None,
             shared: None,
         }
     }
@@ -156,6 +160,7 @@ impl RulesWatcher {
         if !merged.changed {
             return self.expire();
         }
+        self.guards = Some(merged.guards);
         let reload = if merged.config.rules.is_empty() {
             Reload::Refused
         } else {
@@ -170,6 +175,9 @@ impl RulesWatcher {
                 other => other,
             }
         };
+        if matches!(reload, Reload::Applied { .. }) {
+            self.directory.commit();
+        }
         if !merged.errors.is_empty() {
             // After the apply, which clears the last error: the broken files stay visible.
             self.refuse(&RulesError {
@@ -250,12 +258,17 @@ impl RulesWatcher {
     }
 
     fn apply(&mut self, set: RuleSet) -> Reload {
-        // A change that cuts an enforced limit beyond the file's maximum without
-        // an approval is refused like a broken file: the running rules stay.
-        // Compared with the file's set, not its shadowed copy under a fleet override.
+        // A change that cuts an enforced limit beyond the running maximum (its
+        // own file's, in a directory) without an approval is refused like a
+        // broken file: the running rules stay. Compared with the file's set,
+        // not its shadowed copy under a fleet override.
         if let Some(running) = self.rules.file_set() {
             let file = self.path.display().to_string();
-            let refused: Vec<RuleError> = review(&running, &set)
+            let changes = match &self.guards {
+                Some(g) => review_guarded(&running, &set, |rule| g.of(rule)),
+                None => review(&running, &set),
+            };
+            let refused: Vec<RuleError> = changes
                 .into_iter()
                 .filter(|c| c.refused)
                 .map(|c| RuleError {
@@ -313,8 +326,13 @@ impl RulesWatcher {
     /// the store's record, the first agent's plan and start; `None` when
     /// nothing is on trial. Without the store (or when it fails) a trial
     /// planned here runs on this agent's clock alone.
+    /// The trial's period is the running set's `shadow_first` (the guard in
+    /// force before the change, so a change cannot turn off its own trial);
+    /// on a first load, the set's own.
     fn trial_of(&self, set: &RuleSet) -> Option<StoredTrial> {
-        let period = set.changes().shadow_first_ms().unwrap_or(0);
+        let guard = self.rules.file_set();
+        let changes = guard.as_deref().map_or(set.changes(), RuleSet::changes);
+        let period = changes.shadow_first_ms().unwrap_or(0);
         if period == 0 {
             return None;
         }

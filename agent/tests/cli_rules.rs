@@ -230,6 +230,41 @@ fn check_rules_against_lists_every_change_and_refuses_an_unapproved_cut() {
 }
 
 #[test]
+fn check_rules_against_holds_a_cut_to_the_old_files_guard_not_the_new_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let old_rules = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fixtures/rules/against-old.yaml"
+    ));
+    let new_rules = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fixtures/rules/against-new.yaml"
+    ));
+    let old = write("old.yaml", old_rules);
+    // A tenfold cut whose own file lets any cut through: refused.
+    let loose = write(
+        "loose.yaml",
+        &format!("{new_rules}changes: {{max_tightening: 0.05}}\n"),
+    );
+    let (code, out, err) = run(&mut agent(&["check-rules", &loose, "--against", &old]));
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("×0.10 — refused"), "{out}");
+    // Against an old file that allows it: accepted.
+    let old_loose = write(
+        "old-loose.yaml",
+        &format!("{old_rules}changes: {{max_tightening: 0.05}}\n"),
+    );
+    let new = write("new.yaml", new_rules);
+    let (code, out, err) = run(&mut agent(&["check-rules", &new, "--against", &old_loose]));
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+#[test]
 fn check_rules_warns_of_rules_that_expire_soon_or_have_expired() {
     let dir = tempfile::tempdir().unwrap();
     let soon = {

@@ -294,7 +294,8 @@ pub struct CheckRulesArgs {
     pub format: CheckFormat,
     /// The rules running now: also list every rule's change (added, removed,
     /// limit ×factor, mode, match widened) and exit 1 when an enforced limit is
-    /// cut beyond `changes.max_tightening` without an approval in the new file.
+    /// cut beyond OLD's `changes.max_tightening` (the guard in force, not the new
+    /// file's) without an approval in the new file.
     #[arg(long, value_name = "OLD")]
     pub against: Option<PathBuf>,
 }

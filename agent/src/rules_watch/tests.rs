@@ -225,13 +225,50 @@ fn a_tenfold_cut_is_refused_at_reload_until_approved_against_the_running_version
     };
     assert_eq!(limit("api"), (Mode::Enforce, 20));
     assert_eq!(limit("api.trial"), (Mode::Shadow, 2));
-    // With the trial off, the cut enforces at once.
+}
+
+/// The api rule's mode and limit in the rules in force.
+fn limit_of(rules: &CurrentRules, rule: &str) -> Option<(Mode, u32)> {
+    let set = rules.get()?;
+    let r = set.rule(rule)?;
+    Some((r.mode, r.limits.strictest().requests()))
+}
+
+#[test]
+fn a_change_is_held_to_the_guards_in_force_not_to_its_own() {
+    let cut = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fixtures/rules/api-two-per-second.yaml"
+    ));
+    let mut cm = ConfigMapDir::new(GOOD_V2);
+    let rules = Arc::new(CurrentRules::empty());
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let mut watcher = RulesWatcher::new(cm.path(), rules.clone(), metrics.clone());
+    assert!(matches!(watcher.poll(), Reload::Applied { .. }));
+    let running = version(&rules).unwrap();
+    // The attack: a tenfold cut whose own file lets any cut through.
+    cm.update(&format!("{cut}changes: {{max_tightening: 0.05}}\n"));
+    assert_eq!(watcher.poll(), Reload::Refused);
+    assert_eq!(limit_of(&rules, "api"), Some((Mode::Enforce, 20)));
+    // Approved, and turning its own trial off: the trial in force still runs.
     cm.update(&format!(
         "{cut}changes: {{approve: [{{rule: api, against: \"{running}\"}}], shadow_first: 0s}}\n"
     ));
     assert!(matches!(watcher.poll(), Reload::Applied { .. }));
-    assert_eq!(limit("api"), (Mode::Enforce, 2));
-    assert!(rules.get().unwrap().rule("api.trial").is_none());
+    assert_eq!(limit_of(&rules, "api"), Some((Mode::Enforce, 20)));
+    assert_eq!(limit_of(&rules, "api.trial"), Some((Mode::Shadow, 2)));
+    // With the trial off in the rules in force, an approved cut enforces at once.
+    let mut cm = ConfigMapDir::new(&format!("{GOOD_V2}changes: {{shadow_first: 0s}}\n"));
+    let rules = Arc::new(CurrentRules::empty());
+    let mut watcher = RulesWatcher::new(cm.path(), rules.clone(), metrics);
+    assert!(matches!(watcher.poll(), Reload::Applied { .. }));
+    let running = version(&rules).unwrap();
+    cm.update(&format!(
+        "{cut}changes: {{approve: [{{rule: api, against: \"{running}\"}}]}}\n"
+    ));
+    assert!(matches!(watcher.poll(), Reload::Applied { .. }));
+    assert_eq!(limit_of(&rules, "api"), Some((Mode::Enforce, 2)));
+    assert_eq!(limit_of(&rules, "api.trial"), None);
 }
 
 #[test]
@@ -388,6 +425,72 @@ fn a_directory_merges_one_file_per_team_and_a_broken_file_holds_back_no_other() 
         why.contains("zz-rogue.yaml") && why.contains("also defined in search.yaml"),
         "{why}"
     );
+}
+
+/// A team's file: one enforced rule, no trial, and `changes` as given.
+fn team_file(rule: &str, requests: u32, changes: &str) -> String {
+    format!(
+        "version: 1\nchanges: {{shadow_first: 0s{changes}}}\nrules:\n  - {{name: {rule}, key: [method], limit: {{requests: {requests}, per: 1s}}}}\n"
+    )
+}
+
+#[test]
+fn a_file_that_sorts_first_cannot_take_another_teams_rule_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| fs::write(dir.path().join(name), text).unwrap();
+    write("search.yaml", &team_file("search", 10, ""));
+    write("checkout.yaml", &team_file("checkout", 20, ""));
+    let rules = Arc::new(CurrentRules::empty());
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let mut watcher = RulesWatcher::new(dir.path(), rules.clone(), metrics);
+    assert!(matches!(watcher.poll(), Reload::Applied { .. }));
+    // The attack: a file sorting before search.yaml redefines `search`.
+    write("aa-rogue.yaml", &team_file("search", 15, ""));
+    watcher.poll();
+    assert_eq!(limit_of(&rules, "search"), Some((Mode::Enforce, 10)));
+    assert_eq!(limit_of(&rules, "checkout"), Some((Mode::Enforce, 20)));
+    let why = rules.last_error().unwrap();
+    assert!(
+        why.contains("aa-rogue.yaml") && why.contains("also defined in search.yaml"),
+        "{why}"
+    );
+    // Once its owner lets the name go, the newcomer may take it.
+    write("search.yaml", &team_file("search-v2", 10, ""));
+    assert!(matches!(watcher.poll(), Reload::Applied { .. }));
+    assert_eq!(limit_of(&rules, "search"), Some((Mode::Enforce, 15)));
+    assert_eq!(limit_of(&rules, "search-v2"), Some((Mode::Enforce, 10)));
+}
+
+#[test]
+fn each_file_guards_its_own_rules_with_its_own_approvals() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| fs::write(dir.path().join(name), text).unwrap();
+    // Team a lets any cut of its own rules through; team b keeps the default.
+    write("a.yaml", &team_file("a", 100, ", max_tightening: 0.01"));
+    write("b.yaml", &team_file("b", 100, ""));
+    let rules = Arc::new(CurrentRules::empty());
+    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let mut watcher = RulesWatcher::new(dir.path(), rules.clone(), metrics);
+    assert!(matches!(watcher.poll(), Reload::Applied { .. }));
+    let running = version(&rules).unwrap();
+    // b cut tenfold: held to b's guard, not a's looser one.
+    write("b.yaml", &team_file("b", 10, ""));
+    assert_eq!(watcher.poll(), Reload::Refused);
+    assert_eq!(limit_of(&rules, "b"), Some((Mode::Enforce, 100)));
+    // An approval of b's cut in a's file does not count.
+    let approve_b = format!(", approve: [{{rule: b, against: \"{running}\"}}]");
+    write(
+        "a.yaml",
+        &team_file("a", 100, &format!(", max_tightening: 0.01{approve_b}")),
+    );
+    assert_eq!(watcher.poll(), Reload::Refused);
+    assert_eq!(limit_of(&rules, "b"), Some((Mode::Enforce, 100)));
+    // b's own approval does; a's own loose guard lets a's cut through.
+    write("a.yaml", &team_file("a", 2, ", max_tightening: 0.01"));
+    write("b.yaml", &team_file("b", 10, &approve_b));
+    assert!(matches!(watcher.poll(), Reload::Applied { .. }));
+    assert_eq!(limit_of(&rules, "b"), Some((Mode::Enforce, 10)));
+    assert_eq!(limit_of(&rules, "a"), Some((Mode::Enforce, 2)));
 }
 
 #[test]

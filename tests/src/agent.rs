@@ -24,7 +24,8 @@ pub struct AgentOptions {
     pub args: Vec<String>,
     /// Environment variables for the agent. Every other `MESHLIMIT_*` variable of
     /// the test process is removed, so the agent sees only what the test chose
-    /// (and `MESHLIMIT_SECRET` = [`crate::TEST_SECRET`], which these override).
+    /// (and `MESHLIMIT_SECRET` = [`crate::TEST_SECRET`], `MESHLIMIT_OPERATOR_TOKEN`
+    /// = [`crate::TEST_OPERATOR_TOKEN`], which these override).
     pub env: Vec<(String, String)>,
     /// Listen port; a free one when `None`.
     pub port: Option<u16>,
@@ -233,6 +234,7 @@ impl Agent {
             }
         }
         cmd.env("MESHLIMIT_SECRET", crate::TEST_SECRET);
+        cmd.env("MESHLIMIT_OPERATOR_TOKEN", crate::TEST_OPERATOR_TOKEN);
         cmd.envs(self.opts.env.iter().map(|(k, v)| (k, v)));
         self.proc = Some(Proc::spawn("agent", cmd, self.dir.path()));
         self.wait_status("/healthz", self.opts.start_timeout);

@@ -72,6 +72,16 @@ rules:
     accuracy: exact
 ";
 
+/// The operator token every agent of the harness gets (as
+/// `MESHLIMIT_OPERATOR_TOKEN`) unless a test says otherwise.
+pub const TEST_OPERATOR_TOKEN: &str = "meshlimit-harness-operator-token-0123456789";
+
+/// The `authorization` header value an operator sends to the agent's
+/// operator views (`/v1/explain`, `/v1/hot`).
+pub fn operator_auth() -> String {
+    format!("Bearer {TEST_OPERATOR_TOKEN}")
+}
+
 /// The `authorization` header value the node's filters send to the agent, for
 /// tests that call the filter API themselves.
 pub fn agent_auth() -> String {

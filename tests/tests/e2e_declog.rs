@@ -11,8 +11,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use meshlimit_tests::{
-    agent_auth, agent_bin, eventually, get, key_id, post, sample, AgentOptions, EnvoyConfig,
-    RedisServer, Stack, TEST_SECRET,
+    agent_auth, agent_bin, eventually, get, key_id, operator_auth, post, sample, AgentOptions,
+    EnvoyConfig, RedisServer, Stack, TEST_SECRET,
 };
 use serde_json::Value;
 
@@ -246,7 +246,7 @@ fn rotation_caps_the_decision_log_files() {
 }
 
 #[test]
-fn a_caller_without_the_filters_token_is_refused_on_the_new_routes() {
+fn a_caller_without_the_right_token_is_refused_on_the_new_routes() {
     let stack = start(AgentOptions::new(RULES));
     let id = key_id("per-key", &["alice"]);
     let explain = stack
@@ -263,10 +263,16 @@ fn a_caller_without_the_filters_token_is_refused_on_the_new_routes() {
     assert_eq!(post(&decisions, &[], body).status, 401);
     assert_eq!(post(&decisions, &wrong, body).status, 403);
     let auth = agent_auth();
-    let ok = [("authorization", auth.as_str())];
+    let filters = [("authorization", auth.as_str())];
+    assert_eq!(post(&decisions, &filters, body).status, 200);
+    // The operator views take the operator token, not the filters'.
+    assert_eq!(get(&explain, &filters).status, 403);
+    assert_eq!(get(&hot, &filters).status, 403);
+    let operator = operator_auth();
+    let ok = [("authorization", operator.as_str())];
     assert_eq!(get(&explain, &ok).status, 200);
     assert_eq!(get(&hot, &ok).status, 200);
-    assert_eq!(post(&decisions, &ok, body).status, 200);
+    assert_eq!(post(&decisions, &ok, body).status, 403);
     // A bad key id is named.
     let bad = get(
         &stack.agent.url("/v1/explain?rule=per-key&key_id=alice"),
@@ -288,7 +294,7 @@ fn online_explain_of_a_limited_key_shows_its_bucket_and_recent_decisions() {
     let statuses: Vec<u16> = sent.iter().map(|s| s.0).collect();
     assert_eq!(statuses, [200, 200, 429], "{sent:?}");
     let limited = sent[2].1.clone();
-    let auth = agent_auth();
+    let auth = operator_auth();
     let id = key_id("per-key", &["carol"]);
     let url = stack
         .agent

@@ -152,7 +152,7 @@ impl RulesWatcher {
     /// is reported (logged, counted) and keeps its last good version or is left
     /// out, while the other files' changes apply.
     fn poll_directory(&mut self) -> Reload {
-        let merged = match self.directory.poll(&self.path) {
+        let mut merged = match self.directory.poll(&self.path) {
             Ok(m) => m,
             Err(e) => return self.unreadable(&e),
         };
@@ -160,7 +160,10 @@ impl RulesWatcher {
         if !merged.changed {
             return self.expire();
         }
-        self.guards = Some(merged.guards);
+        self.guards = Some(merged.guards.clone());
+        if let Some(running) = self.rules.file_set() {
+            self.hold_back_refused(&running, &mut merged);
+        }
         let reload = if merged.config.rules.is_empty() {
             Reload::Refused
         } else {
@@ -185,6 +188,31 @@ impl RulesWatcher {
             });
         }
         reload
+    }
+
+    /// A file whose change the guards refuse keeps its version in force, so
+    /// the other files' changes still apply; its refusal is reported with the
+    /// merge's other problems.
+    fn hold_back_refused(&mut self, running: &RuleSet, merged: &mut directory::Merged) {
+        let Ok(set) = RuleSet::compile(&merged.config) else {
+            return;
+        };
+        let mut refused = self.refused_changes(running, &set);
+        let mut held = std::collections::BTreeSet::new();
+        for e in &mut refused {
+            if let Some(owner) = e.rule.as_deref().and_then(|r| self.directory.owner(r)) {
+                e.file = self.path.join(owner).display().to_string();
+                held.insert(owner.to_string());
+            }
+        }
+        if held.is_empty() {
+            return;
+        }
+        let (config, guards, conflicts) = self.directory.merge_holding(&self.path, &held);
+        merged.config = config;
+        merged.errors.extend(conflicts);
+        merged.errors.extend(refused);
+        self.guards = Some(guards);
     }
 
     /// Sets a clock (Unix seconds) other than the wall clock.
@@ -263,23 +291,7 @@ impl RulesWatcher {
         // broken file: the running rules stay. Compared with the file's set,
         // not its shadowed copy under a fleet override.
         if let Some(running) = self.rules.file_set() {
-            let file = self.path.display().to_string();
-            let changes = match &self.guards {
-                Some(g) => review_guarded(&running, &set, |rule| g.of(rule)),
-                None => review(&running, &set),
-            };
-            let refused: Vec<RuleError> = changes
-                .into_iter()
-                .filter(|c| c.refused)
-                .map(|c| RuleError {
-                    file: file.clone(),
-                    line: None,
-                    column: None,
-                    rule: Some(c.rule.clone()),
-                    field: "limit".into(),
-                    message: format!("{c} (running version {})", running.version()),
-                })
-                .collect();
+            let refused = self.refused_changes(&running, &set);
             if !refused.is_empty() {
                 return self.refuse(&RulesError { errors: refused });
             }
@@ -320,6 +332,27 @@ impl RulesWatcher {
             }
         }
         Reload::Applied { version }
+    }
+
+    /// The changes from `running` to `set` the guards refuse, one error each.
+    fn refused_changes(&self, running: &RuleSet, set: &RuleSet) -> Vec<RuleError> {
+        let file = self.path.display().to_string();
+        let changes = match &self.guards {
+            Some(g) => review_guarded(running, set, |rule| g.of(rule)),
+            None => review(running, set),
+        };
+        changes
+            .into_iter()
+            .filter(|c| c.refused)
+            .map(|c| RuleError {
+                file: file.clone(),
+                line: None,
+                column: None,
+                rule: Some(c.rule.clone()),
+                field: "limit".into(),
+                message: format!("{c} (running version {})", running.version()),
+            })
+            .collect()
     }
 
     /// The trial `set` starts (or, on an agent's first load, the one it joins):

@@ -11,10 +11,12 @@
 //!
 //! Each file guards its own rules ([`Guards`]): a rule's change is held to the
 //! `max_tightening` of its file's version in force, and only that file's
-//! approvals count for it. The trial (`shadow_first`) is one for the whole
-//! set: the longest any merged file asks for.
+//! approvals count for it, and a file whose change the guards refuse keeps its
+//! version in force ([`Directory::merge_holding`]), so it holds back no other
+//! file's change. The trial (`shadow_first`) is one for the whole set: the
+//! longest any merged file asks for.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -84,8 +86,7 @@ impl Directory {
     pub(super) fn poll(&mut self, dir: &Path) -> std::io::Result<Merged> {
         let (mut errors, changed) = self.read(dir)?;
         let changed = changed || std::mem::take(&mut self.retry);
-        let (config, guards, conflicts) = self.merge(dir);
-        self.retry_after_commit = !conflicts.is_empty();
+        let (config, guards, conflicts) = self.merge(dir, &BTreeSet::new());
         errors.extend(conflicts);
         Ok(Merged {
             config,
@@ -93,6 +94,28 @@ impl Directory {
             errors,
             changed,
         })
+    }
+
+    /// The file whose last merged version defines `rule`.
+    pub(super) fn owner(&self, rule: &str) -> Option<&str> {
+        self.files.iter().find_map(|(name, state)| {
+            let merged = state.merged.as_ref()?;
+            merged
+                .rules
+                .iter()
+                .any(|r| r.name == rule)
+                .then_some(name.as_str())
+        })
+    }
+
+    /// Merges again, the files `held` at their versions in force (their
+    /// changes refused): the set, its guards and the conflicts.
+    pub(super) fn merge_holding(
+        &mut self,
+        dir: &Path,
+        held: &BTreeSet<String>,
+    ) -> (RulesConfig, Guards, Vec<RuleError>) {
+        self.merge(dir, held)
     }
 
     /// The last merge is the set in force now.
@@ -147,7 +170,11 @@ impl Directory {
     /// Merges each file's last good version, or, for a file that claims a
     /// name another file holds, its version in force: the set, each rule's
     /// guard, and the conflicts.
-    fn merge(&mut self, dir: &Path) -> (RulesConfig, Guards, Vec<RuleError>) {
+    fn merge(
+        &mut self,
+        dir: &Path,
+        held_back: &BTreeSet<String>,
+    ) -> (RulesConfig, Guards, Vec<RuleError>) {
         let held = self.held();
         let mut config = RulesConfig {
             version: 1,
@@ -160,25 +187,9 @@ impl Directory {
         let mut conflicts = Vec::new();
         let mut longest_trial: Option<u64> = None;
         for (name, state) in &mut self.files {
-            let taken = |c: &RulesConfig| {
-                c.rules.iter().find_map(|r| {
-                    let owner = held.get(&r.name).or_else(|| claimed.get(&r.name))?;
-                    (owner != name).then(|| (r.name.clone(), owner.clone()))
-                })
-            };
-            let mut chosen = state.good.clone();
-            if let Some((rule, owner)) = chosen.as_deref().and_then(taken) {
-                let file = dir.join(name).display().to_string();
-                let kept = state.in_force.clone().filter(|c| taken(c).is_none());
-                conflicts.push(file_error(
-                    &file,
-                    format!(
-                        "rule `{rule}` is also defined in {owner}, which owns it: this file {} until one of them renames it",
-                        if kept.is_some() { "keeps its version in force" } else { "is left out" }
-                    ),
-                ));
-                chosen = kept;
-            }
+            let owners = [&held, &claimed];
+            let (chosen, conflict) = choose(dir, name, state, held_back.contains(name), owners);
+            conflicts.extend(conflict);
             state.merged = chosen.clone();
             let Some(good) = chosen else { continue };
             let max = state
@@ -198,6 +209,7 @@ impl Directory {
             longest_trial = longest_trial.max(Some(trial));
         }
         config.changes.shadow_first = longest_trial.map(|ms| format!("{ms}ms"));
+        self.retry_after_commit = !conflicts.is_empty();
         (config, guards, conflicts)
     }
 
@@ -221,6 +233,42 @@ impl Directory {
         }
         held
     }
+}
+
+/// The version of file `name` to merge: its last good one (its version in
+/// force when `held_back`), unless that defines a name `owners` give another
+/// file; then its version in force if that defines none, else nothing, and
+/// the conflict naming both files.
+fn choose(
+    dir: &Path,
+    name: &str,
+    state: &FileState,
+    held_back: bool,
+    owners: [&BTreeMap<String, String>; 2],
+) -> (Option<Arc<RulesConfig>>, Option<RuleError>) {
+    let taken = |c: &RulesConfig| {
+        c.rules.iter().find_map(|r| {
+            let owner = owners.iter().find_map(|o| o.get(&r.name))?;
+            (owner != name).then(|| (r.name.clone(), owner.clone()))
+        })
+    };
+    let chosen = if held_back {
+        state.in_force.clone()
+    } else {
+        state.good.clone()
+    };
+    let Some((rule, owner)) = chosen.as_deref().and_then(taken) else {
+        return (chosen, None);
+    };
+    let kept = state.in_force.clone().filter(|c| taken(c).is_none());
+    let conflict = file_error(
+        &dir.join(name).display().to_string(),
+        format!(
+            "rule `{rule}` is also defined in {owner}, which owns it: this file {} until one of them renames it",
+            if kept.is_some() { "keeps its version in force" } else { "is left out" }
+        ),
+    );
+    (kept, Some(conflict))
 }
 
 /// The file's `defaults` written into each rule that omits the field, so rules

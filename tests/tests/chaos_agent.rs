@@ -25,7 +25,7 @@ fn lease_body(key: &str) -> String {
 }
 
 #[test]
-fn malformed_and_oversized_lease_floods_get_4xx_and_change_nothing() {
+fn malformed_and_oversized_lease_floods_are_refused_and_change_nothing() {
     let mut agent = Agent::start(RULES);
     let url = agent.url("/v1/lease");
     let auth = meshlimit_tests::agent_auth();
@@ -39,13 +39,15 @@ fn malformed_and_oversized_lease_floods_get_4xx_and_change_nothing() {
         ("{".into(), 400),
         ("not json at all".into(), 400),
         (r#"{"v":2,"items":[]}"#.into(), 400),
+        // A bad item is refused on its own: answered `unavailable`, the
+        // call 200, nothing taken.
         (
             r#"{"v":1,"items":[{"rule":"per-key","key":"per-key|k","cost":0}]}"#.into(),
-            400,
+            200,
         ),
         (
             r#"{"v":1,"items":[{"rule":"per-key","key":"other|k","cost":1}]}"#.into(),
-            400,
+            200,
         ),
         (format!(r#"{{"v":1,"items":[{big_items}]}}"#), 400),
     ];

@@ -39,7 +39,14 @@ fn one_switch_puts_every_agent_in_shadow_and_clearing_it_restores_the_429s() {
     let Resp::Bulk(Some(stored)) = redis.cmd(&["GET", "ml:{fleet}:override"]) else {
         panic!("no override stored");
     };
-    let stored: serde_json::Value = serde_json::from_slice(&stored).unwrap();
+    // Sealed: `<MAC under the deployment secret> <record>`.
+    let stored = String::from_utf8(stored).unwrap();
+    let (mac, record) = stored.split_once(' ').unwrap();
+    assert!(
+        mac.len() >= 32 && mac.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{stored}"
+    );
+    let stored: serde_json::Value = serde_json::from_str(record).unwrap();
     assert_eq!(stored["mode"], "shadow");
     assert_eq!(stored["set_by"], "incident 42");
     assert!(stored["at"].as_u64().unwrap() > 1_700_000_000);

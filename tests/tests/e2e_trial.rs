@@ -1,6 +1,6 @@
 //! A rules change's trial in shadow end to end, through real Envoy with the
 //! filter, real agents and, for the region, a real redis-server: a new rule
-//! runs in shadow for the file's `changes.shadow_first` then enforces; a
+//! runs in shadow for the running file's `changes.shadow_first`, then enforces; a
 //! tightened rule enforces its old limit while its new one's would-be
 //! rejections are counted (`NAME.trial`), then the new limit; two agents on one
 //! Redis agree on the trial's start, and a restarted agent keeps it; `override
@@ -45,6 +45,15 @@ fn with_new(period: &str) -> String {
     WITH_NEW.replace("PERIOD", period)
 }
 
+/// `BASE` with a trial of `period` for the next change: a change is held to
+/// the guards of the rules in force, not to its own.
+fn base(period: &str) -> String {
+    BASE.replace(
+        "rules:",
+        &format!("changes: {{ shadow_first: {period} }}\nrules:"),
+    )
+}
+
 /// The rules version an agent serves.
 fn served(agent: &Agent) -> Option<String> {
     label(&agent.metrics(), "meshlimit_rules_version_info", "version")
@@ -85,7 +94,7 @@ fn wait_filters_on(stack: &Stack, rule: &str, path: &str) {
 
 #[test]
 fn a_new_rule_runs_in_shadow_for_the_trial_then_enforces() {
-    let mut stack = Stack::start(BASE);
+    let mut stack = Stack::start(&base("6s"));
     let before = served(&stack.agent).unwrap();
     stack.agent.update_rules(&with_new("6s"));
     eventually(Duration::from_secs(5), "the trial to start", || {
@@ -129,13 +138,19 @@ fn a_new_rule_runs_in_shadow_for_the_trial_then_enforces() {
     eprintln!("new rule: enforcing {enforcing_after:.2} s after the trial's end");
 }
 
-/// `per-key` at 5 an hour per key, exact (the harness's rule, loosened).
+/// `per-key` at 5 an hour per key, exact (the harness's rule, loosened),
+/// whose guards let the next change cut it to a tenth on a trial of 6 s.
 fn five() -> String {
-    EXACT_TWO_PER_HOUR.replace("requests: 2", "requests: 5")
+    EXACT_TWO_PER_HOUR
+        .replace("requests: 2", "requests: 5")
+        .replace(
+            "rules:",
+            "changes: { max_tightening: 0.1, shadow_first: 6s }\nrules:",
+        )
 }
 
 /// The harness's rule as written, 2 an hour: cut from 5 (×0.4, allowed by
-/// this file's maximum), on trial for 6 s.
+/// the running file's maximum), on trial for 6 s.
 fn two() -> String {
     EXACT_TWO_PER_HOUR.replace(
         "rules:",
@@ -195,8 +210,9 @@ fn a_tightened_rule_enforces_its_old_limit_while_the_new_ones_would_rejects_are_
 #[test]
 fn agents_on_one_redis_agree_on_the_trial_a_restarted_one_keeps_it_and_end_trial_ends_it() {
     let redis = RedisServer::start();
-    let mut stack = Stack::start_with(AgentOptions::new(BASE).store(redis.url()), |c| c);
-    let mut other = Agent::start_with(AgentOptions::new(BASE).store(redis.url()));
+    let running = base("1m");
+    let mut stack = Stack::start_with(AgentOptions::new(&running).store(redis.url()), |c| c);
+    let mut other = Agent::start_with(AgentOptions::new(&running).store(redis.url()));
     other.wait_ready(Duration::from_secs(10));
     let rules = with_new("1m");
     stack.agent.update_rules(&rules);
@@ -220,7 +236,9 @@ fn agents_on_one_redis_agree_on_the_trial_a_restarted_one_keeps_it_and_end_trial
         let Resp::Bulk(Some(v)) = redis.cmd(&["GET", "ml:{fleet}:trial"]) else {
             panic!("no trial recorded");
         };
-        String::from_utf8(v).unwrap()
+        // Sealed: `<MAC under the deployment secret> <version>`.
+        let sealed = String::from_utf8(v).unwrap();
+        sealed.split_once(' ').unwrap().1.to_string()
     };
     let Resp::Bulk(Some(start)) = redis.cmd(&[
         "HGET",

@@ -105,8 +105,8 @@ pub struct RunArgs {
     /// lease period from the store and gives its filters turns: each grant
     /// says when the filter may ask again, and the filter rejects locally
     /// until then once it has spent its tokens. At 3× a limit over 50
-    /// gateways it cuts the filters' agent calls by about two thirds, at the
-    /// same store calls (see docs/measurements.md). `--pool-turns false`:
+    /// gateways it cuts the filters' agent calls by a third to a half, at
+    /// the same store calls (see docs/measurements.md). `--pool-turns false`:
     /// off (every filter asks again once it has spent its tokens).
     #[arg(long, env = "MESHLIMIT_POOL_TURNS", default_value_t = defaults::POOL_TURNS,
           action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]

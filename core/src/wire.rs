@@ -131,8 +131,8 @@ pub struct LeaseItem {
     /// The plan the filter selected, for rules with plans.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<String>,
-    /// Tokens the filter expects to spend within a lease TTL (its own recent
-    /// rate): the agent sizes the filter's share of a lease by it.
+    /// Tokens the filter expects to spend in half a lease life (its own
+    /// recent demand): the agent sizes the filter's share of a lease by it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub want: Option<u32>,
 }

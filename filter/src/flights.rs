@@ -36,9 +36,10 @@ use crate::slots;
 /// Calls a request may wait on before its failure policies decide.
 /// Each round is one agent call (a few hundred microseconds, at most the
 /// lease timeout); a request loses a round only when the tokens its call
-/// brought were taken by requests that asked before it. At 3 rounds, one
-/// gateway taking 40% of a hot key's requests at 3× its limit sent 6 of
-/// 120,000 requests to their failure policy (503 for a rule that fails
+/// brought were taken by requests that asked before it, so a request on a
+/// healthy agent rarely needs more than two. Eight bounds how long a
+/// request can wait (eight lease timeouts) while keeping a lost race from
+/// sending a request to its failure policy (a 503 for a rule that fails
 /// closed) with the agent healthy.
 pub const MAX_ROUNDS: u8 = 8;
 

@@ -21,7 +21,7 @@ pub(super) struct Pending<'a> {
     pub(super) rule: &'a str,
     /// Served through the node pool (not an exact rule).
     pub(super) pooled: bool,
-    /// What the filter expects to spend within a TTL.
+    /// What the filter expects to spend in half a lease life.
     pub(super) want: Option<u32>,
     /// The lease size (a pooled key may take up to two).
     pub(super) lease: u32,

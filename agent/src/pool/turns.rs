@@ -1,8 +1,8 @@
 //! The turns of a node far over its share of a key's limit: when each of its
 //! filters asks again (see [`Pools::fill_then_hold`](super::Pools::fill_then_hold)).
-//! The queue below is used only with `--pool-turns` (off by default: it
-//! costs the store calls, see docs/measurements.md); the rounds of
-//! [`Entry::turn_away`] always.
+//! The queue below is used with `--pool-turns` (on by default;
+//! `--pool-turns false` turns it off); the rounds of [`Entry::turn_away`]
+//! always.
 //!
 //! Such a node calls the store once a lease period, and each call brings about
 //! the node's share of a period's tokens, fewer than its filters want. It gives

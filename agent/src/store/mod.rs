@@ -1,6 +1,6 @@
 //! Where the authoritative token buckets live. One trait, several backends: the
-//! embedded in-memory store (the default, one node, no setup) and, in a later
-//! issue, single Redis and Redis Cluster. The trait is batch-shaped because the Redis
+//! embedded in-memory store (the default, one node, no setup), single Redis
+//! and Redis Cluster. The trait is batch-shaped because the Redis
 //! backends answer a whole lease request with one pipeline: asking per item would
 //! cost a round trip per rule.
 

@@ -43,7 +43,7 @@ pub struct Scenario {
     #[serde(default)]
     pub agent_args: Vec<String>,
     /// The filter's plugin configuration (JSON fields of `FilterConfig`); the
-    /// harness's defaults are a 50 ms lease timeout, since accuracy, not latency,
+    /// harness's defaults are a 1 s lease timeout, since accuracy, not latency,
     /// is measured here on a loaded machine.
     #[serde(default)]
     pub filter: serde_json::Map<String, serde_json::Value>,

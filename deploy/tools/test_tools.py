@@ -55,6 +55,14 @@ EXPOSITION = textwrap.dedent("""\
     meshlimit_false_limit_checks_total{rule="r"} 1
     # TYPE meshlimit_false_limit_ratio gauge
     meshlimit_false_limit_ratio{rule="r"} 0
+    # TYPE meshlimit_fleet_override gauge
+    meshlimit_fleet_override 0
+    # TYPE meshlimit_fleet_pin_missing gauge
+    meshlimit_fleet_pin_missing 0
+    # TYPE meshlimit_rules_trial_held gauge
+    meshlimit_rules_trial_held 0
+    # TYPE meshlimit_control_refused_total counter
+    meshlimit_control_refused_total{record="override",reason="mac"} 0
     """)
 
 

@@ -99,7 +99,7 @@ tools-apt:
 ## ---- build, lint, test
 
 build:
-	$(CARGO) build --release -p meshlimit-agent
+	$(CARGO) build --release -p meshlimit-agent -p meshlimit-cli
 	$(CARGO) build --release --target $(WASM_TARGET) -p meshlimit-filter -p meshlimit-bench-floor
 
 lint:
@@ -229,11 +229,11 @@ fuzz: fuzz-tools
 ## (hostcalls, test helpers): .cargo/mutants.toml.
 
 CARGO_MUTANTS_VERSION := 27.1.0
-MUTANTS_PACKAGES ?= meshlimit-core meshlimit-filter meshlimit-agent
+MUTANTS_PACKAGES ?= meshlimit-core meshlimit-filter meshlimit-agent meshlimit-cli
 # The agent's logic: leases and the node pool, fail-local, windows, region
-# shares, the false-limit checker, trials, the decision log's memory, metrics,
-# importers, the rules in force and replay. Its servers, store clients and
-# command line are I/O, tested by its integration tests, which start
+# shares, the false-limit checker, trials, the decision log's memory, metrics
+# and the rules in force; the CLI's: importers and replay. Their servers, store
+# clients and command lines are I/O, tested by its integration tests, which start
 # redis-server and take too long per mutant: only its unit tests are built and
 # run (--lib for every cargo call, not only the test run: otherwise each mutant
 # also relinks the binary and every integration test: 2.4-5.8 s a mutant's build
@@ -242,8 +242,8 @@ MUTANTS_AGENT_FILES := agent/src/leases.rs agent/src/leases/*.rs agent/src/pool.
 	agent/src/fail_local.rs agent/src/window.rs agent/src/regions/share.rs \
 	agent/src/regions/demand.rs agent/src/regions/table.rs agent/src/false_limits.rs \
 	agent/src/trial.rs agent/src/decision_log/recent.rs agent/src/decision_log/line.rs \
-	agent/src/metrics/*.rs agent/src/import/*.rs agent/src/rules_watch/current.rs \
-	agent/src/replay.rs
+	agent/src/metrics/*.rs agent/src/rules_watch/current.rs
+MUTANTS_CLI_FILES := cli/src/import/*.rs cli/src/replay.rs
 MUTANTS_SHARD ?=
 # Mutants are built without debug info (their tests' backtraces are not read):
 # less to write and link for each.
@@ -276,6 +276,9 @@ mutants: mutants-tools
 		if [ "$$p" = meshlimit-core ]; then tests="--test-package meshlimit-core --test-package meshlimit-filter"; fi; \
 		if [ "$$p" = meshlimit-agent ]; then \
 			for f in $(MUTANTS_AGENT_FILES); do select="$$select -f $$f"; done; tests="--cargo-arg=--lib"; \
+		fi; \
+		if [ "$$p" = meshlimit-cli ]; then \
+			for f in $(MUTANTS_CLI_FILES); do select="$$select -f $$f"; done; tests="--cargo-arg=--lib"; \
 		fi; \
 		shard=""; [ -z "$(MUTANTS_SHARD)" ] || shard="--shard $(MUTANTS_SHARD) --sharding round-robin"; \
 		rc=0; $(MUTANTS_ENV) PROPTEST_CASES=$(MUTANTS_PROPTEST_CASES) timeout $(MUTANTS_BUDGET) $(CARGO) mutants -p $$p --all-features -j $(MUTANTS_JOBS) \

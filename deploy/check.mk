@@ -8,6 +8,7 @@ DEPLOY_PY          := $(DEPLOY_VENV)/bin/python
 DEPLOY_OUT         ?= target/deploy
 DEPLOY_OVERLAYS    := deploy/overlays/istio deploy/overlays/envoy
 DEPLOY_AGENT_BIN   ?= target/release/meshlimit-agent
+DEPLOY_CLI_BIN     ?= target/release/meshlimit
 DEPLOY_FILTER_WASM ?= target/wasm32-wasip1/release/meshlimit_filter.wasm
 DEPLOY_ENVOY       ?= $(or $(ENVOY),.venv/bin/envoy)
 DEPLOY_OCI_DIR     ?= target/oci/meshlimit-filter
@@ -89,17 +90,18 @@ deploy-schema: deploy-manifests
 	  --good $(DEPLOY_SCHEMA_GOOD) $(DEPLOY_OUT)/configmap-rules.yaml \
 	  --bad $(DEPLOY_SCHEMA_BAD) --readme README.md
 
-# The rules the ConfigMap ships pass the agent's own validation, and a broken
-# copy does not (so a passing check-rules means something).
+# The rules the ConfigMap ships pass the agent's own validation (`meshlimit
+# check-rules`, built on the agent's loader), and a broken copy does not (so a
+# passing check-rules means something).
 deploy-rules: deploy-manifests
-	@if [ ! -x $(DEPLOY_AGENT_BIN) ]; then \
-	  echo "SKIP deploy-rules: $(DEPLOY_AGENT_BIN) not built (make test builds it first)"; \
+	@if [ ! -x $(DEPLOY_CLI_BIN) ]; then \
+	  echo "SKIP deploy-rules: $(DEPLOY_CLI_BIN) not built (make test builds it first)"; \
 	else \
 	  set -e; \
-	  $(DEPLOY_AGENT_BIN) check-rules deploy/rules.yaml; \
-	  $(DEPLOY_AGENT_BIN) check-rules $(DEPLOY_OUT)/configmap-rules.yaml; \
+	  $(DEPLOY_CLI_BIN) check-rules deploy/rules.yaml; \
+	  $(DEPLOY_CLI_BIN) check-rules $(DEPLOY_OUT)/configmap-rules.yaml; \
 	  sed '0,/^    limit:/s//    limt:/' deploy/rules.yaml > $(DEPLOY_OUT)/broken-rules.yaml; \
-	  if $(DEPLOY_AGENT_BIN) check-rules $(DEPLOY_OUT)/broken-rules.yaml 2>/dev/null; then \
+	  if $(DEPLOY_CLI_BIN) check-rules $(DEPLOY_OUT)/broken-rules.yaml 2>/dev/null; then \
 	    echo "FAIL deploy-rules: check-rules accepted a rules file with an unknown field"; exit 1; fi; \
 	  echo "ok   deploy/rules.yaml and the ConfigMap's rules pass check-rules; a broken copy fails it"; \
 	fi

@@ -10,24 +10,28 @@ use std::path::PathBuf;
 use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 
-mod commands;
-pub(crate) mod defaults;
+pub mod defaults;
 pub(crate) mod peers;
 mod run_args;
+mod secret;
 mod store;
 
-pub use commands::{
-    CheckFormat, CheckRulesArgs, ExplainArgs, ImportArgs, ImportFormat, KeyIdArgs, OverrideAction,
-    OverrideArgs, ReplayArgs, SecretArgs,
-};
+pub use secret::SecretArgs;
 pub use store::{Password, RedisTarget, StoreSpec};
 
 /// The exit code for a bad flag or configuration (BSD `EX_USAGE`).
 pub const EXIT_USAGE: u8 = 64;
 
-/// `meshlimit-agent`: the per-node rate limit agent.
+/// `meshlimit-agent`: the per-node rate limit agent, as a DaemonSet runs it.
+/// The commands a person runs are the `meshlimit` binary's (the `cli/` crate).
 #[derive(Debug, Parser)]
-#[command(name = "meshlimit-agent", version, about, propagate_version = true)]
+#[command(
+    name = "meshlimit-agent",
+    version,
+    about,
+    propagate_version = true,
+    disable_help_subcommand = true
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -37,31 +41,6 @@ pub struct Cli {
 pub enum Command {
     /// Serve leases, rules and metrics to the node's filters.
     Run(Box<RunArgs>),
-    /// Validate a rules file: exit 0 when it is valid, else print every error and exit 1.
-    CheckRules(CheckRulesArgs),
-    /// Print the rules file's JSON Schema (the one published as docs/rules.schema.json).
-    Schema,
-    /// Print the id that metrics, logs and Redis key names use for a key (a keyed
-    /// hash: only holders of the deployment's secret can map a key to its id).
-    KeyId(KeyIdArgs),
-    /// Replay recorded traffic (JSON lines: Envoy's access log, or the agent's decision log)
-    /// through NEW (and OLD) offline: per rule what each would reject, and the
-    /// keys NEW would newly limit.
-    Replay(ReplayArgs),
-    /// Which rules a request meets, in evaluation order, each with its key,
-    /// limit and mode, and why each other rule does not apply (offline).
-    Explain(ExplainArgs),
-    /// Convert a peer's rate limit configuration (envoyproxy/ratelimit,
-    /// Kuadrant Limitador) to a rules file: refuses what meshlimit cannot
-    /// express, lists every approximation it makes.
-    Import(ImportArgs),
-    /// Act on every agent of a region through the store they share: `shadow`
-    /// puts every rule in shadow (counted, never refused), `pin` serves the
-    /// rules version before the current one, each until `clear`; `end-trial`
-    /// and `hold-trial` end or hold a rules change's trial in shadow. Every
-    /// agent applies it within a second or so. Exit 0 done, 1 the store could
-    /// not do it or had nothing to act on.
-    Override(OverrideArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -118,7 +97,7 @@ pub struct RunArgs {
     #[arg(long, env = "MESHLIMIT_RULES_POLL_MS", default_value_t = defaults::RULES_POLL_MS,
           value_parser = clap::value_parser!(u64).range(10..=600_000))]
     pub(crate) rules_poll_ms: u64,
-    /// How often the fleet override (`meshlimit-agent override`) is read from the
+    /// How often the fleet override (`meshlimit override`) is read from the
     /// store, in milliseconds.
     #[arg(long, env = "MESHLIMIT_OVERRIDE_POLL_MS", default_value_t = defaults::OVERRIDE_POLL_MS,
           value_parser = clap::value_parser!(u64).range(10..=600_000))]
@@ -308,29 +287,39 @@ impl Cli {
         I: IntoIterator<Item = T>,
         T: Into<OsString> + Clone,
     {
-        Cli::try_parse_from(args).map_err(|err| match err.kind() {
-            ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => CliExit {
-                code: 0,
-                message: err.render().to_string(),
-                to_stdout: true,
-            },
-            // Without a subcommand clap renders the whole help as the "error".
-            ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => {
-                CliExit {
-                    code: EXIT_USAGE,
-                    message:
-                        "meshlimit-agent: a subcommand is required: run, check-rules or key-id (see --help)"
-                            .into(),
-                    to_stdout: false,
-                }
-            }
-            _ => CliExit {
-                code: EXIT_USAGE,
-                message: format!("meshlimit-agent: {}", one_line(&err.render().to_string())),
-                to_stdout: false,
-            },
-        })
+        parse_args(args, "meshlimit-agent", "run")
     }
+}
+
+/// Parses `args` (program name first) into `P`, the command line of the binary
+/// `program` whose subcommands are `commands`: help and version give exit code
+/// 0 and go to stdout; every mistake gives [`EXIT_USAGE`] and one line saying why.
+pub fn parse_args<P, I, T>(args: I, program: &str, commands: &str) -> Result<P, CliExit>
+where
+    P: Parser,
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    P::try_parse_from(args).map_err(|err| match err.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => CliExit {
+            code: 0,
+            message: err.render().to_string(),
+            to_stdout: true,
+        },
+        // Without a subcommand clap renders the whole help as the "error".
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => {
+            CliExit {
+                code: EXIT_USAGE,
+                message: format!("{program}: a subcommand is required: {commands} (see --help)"),
+                to_stdout: false,
+            }
+        }
+        _ => CliExit {
+            code: EXIT_USAGE,
+            message: format!("{program}: {}", one_line(&err.render().to_string())),
+            to_stdout: false,
+        },
+    })
 }
 
 /// clap renders errors over several lines (message, tip, usage); the contract wants

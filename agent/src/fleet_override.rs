@@ -7,11 +7,10 @@
 //! file's set is back. Pinned (`override pin`), every agent serves the rules
 //! version the region ran before the current one, named in the store, or, an
 //! agent that does not have it (restarted since), every rule in shadow.
-//! `meshlimit-agent override shadow|pin|clear` sets it; `end-trial|hold-trial`
+//! `meshlimit override shadow|pin|clear` (the operator's CLI) sets it; `end-trial|hold-trial`
 //! act on a rules change's trial in shadow ([`crate::trial`]), read by the same
 //! poll; `history` prints who changed which (`crate::store::control`).
 
-use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,12 +18,10 @@ use meshlimit_core::rules::{Mode, RulesConfig, RulesError};
 use meshlimit_core::RuleSet;
 use serde::{Deserialize, Serialize};
 
-use crate::config::{OverrideAction, OverrideArgs};
 use crate::metrics::Metrics;
 use crate::rules_watch::CurrentRules;
 use crate::shutdown::Shutdown;
 use crate::store::Store;
-use crate::trial::TrialAction;
 
 /// What the override does: every rule in shadow, or the previous version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -184,117 +181,6 @@ pub(crate) fn apply(rules: &CurrentRules, metrics: &Metrics, state: Option<Overr
         metrics.rules_served(&version);
     }
     metrics.pin_missing(rules.pin_missing());
-}
-
-/// `meshlimit-agent override shadow|pin|clear|end-trial|hold-trial`: 0 done,
-/// 1 the store could not do it (or there was nothing to act on), 64 a
-/// `--store` no command can reach (the embedded store).
-pub fn override_command(args: &OverrideArgs, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = writeln!(err, "meshlimit-agent: cannot start the runtime: {e}");
-            return 1;
-        }
-    };
-    let store = match args.store() {
-        Ok(s) => s,
-        Err(e) => {
-            let _ = writeln!(err, "meshlimit-agent: {e}");
-            return crate::config::EXIT_USAGE;
-        }
-    };
-    match runtime.block_on(act(args, store.as_ref())) {
-        Ok(said) => {
-            let _ = writeln!(out, "{said}");
-            0
-        }
-        Err(e) => {
-            let _ = writeln!(err, "meshlimit-agent: {e}");
-            1
-        }
-    }
-}
-
-/// Does `args.action` on `store`; answers what to tell the operator.
-async fn act(args: &OverrideArgs, store: &dyn Store) -> Result<String, String> {
-    let on = &args.store;
-    let now = crate::regions::clock::now_secs();
-    let by = args.by();
-    let by = by.as_str();
-    let set = |state: Option<Override>| async move {
-        store
-            .set_fleet_override(state, by)
-            .await
-            .map_err(|e| format!("cannot set the fleet override on {on}: {e}"))
-    };
-    match args.action {
-        OverrideAction::Shadow => {
-            set(Some(args.state(OverrideMode::Shadow, None, now))).await?;
-            Ok(format!("fleet override set on {on}: every rule in shadow on every agent within their poll (1 s by default)"))
-        }
-        OverrideAction::Clear => {
-            set(None).await?;
-            Ok(format!("fleet override cleared on {on}: the rules file's set applies again within the agents' poll"))
-        }
-        OverrideAction::Pin => {
-            let version = match &args.rules_version {
-                Some(v) => v.clone(),
-                None => store
-                    .previous_version()
-                    .await
-                    .map_err(|e| format!("cannot read the previous rules version on {on}: {e}"))?
-                    .ok_or_else(|| format!("{on} records no previous rules version (no agent has installed a version over another yet): give --rules-version"))?,
-            };
-            set(Some(args.state(
-                OverrideMode::Pin,
-                Some(version.clone()),
-                now,
-            )))
-            .await?;
-            Ok(format!("fleet override set on {on}: every agent serves rules version {version} within their poll (an agent without it: every rule in shadow)"))
-        }
-        OverrideAction::History => store
-            .control_history(HISTORY_SHOWN)
-            .await
-            .map(|entries| history_text(&entries))
-            .map_err(|e| format!("cannot read the history on {on}: {e}")),
-        OverrideAction::EndTrial | OverrideAction::HoldTrial => {
-            let (action, done) = match args.action {
-                OverrideAction::HoldTrial => (TrialAction::Hold, "held until end-trial"),
-                _ => (TrialAction::End, "ended: its rules enforce as written"),
-            };
-            match store.control_trial(action, by).await {
-                Ok(Some(version)) => Ok(format!(
-                    "trial of rules version {version} {done}, on every agent within their poll"
-                )),
-                Ok(None) => Err(format!("{on} records no trial to act on")),
-                Err(e) => Err(format!("cannot reach the trial on {on}: {e}")),
-            }
-        }
-    }
-}
-
-/// Changes `override history` prints.
-const HISTORY_SHOWN: usize = 20;
-
-/// One line a change, newest first: `<Unix ms> <who>: <what>`, or why an
-/// entry the store holds was refused.
-fn history_text(entries: &[crate::store::Audited]) -> String {
-    if entries.is_empty() {
-        return "no changes recorded".into();
-    }
-    entries
-        .iter()
-        .map(|e| match e {
-            Ok(e) => format!("{} {}: {}", e.at_ms, e.by, e.what),
-            Err(why) => format!("(an entry that does not verify, refused: {})", why.as_str()),
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 #[cfg(test)]

@@ -2,26 +2,23 @@
 //! an authoritative store, serves them the rules file (watched and validated here),
 //! collects their decision reports, and exports Prometheus metrics.
 //!
-//! `main.rs` only wires: parse the command line ([`config`]), then run
-//! [`check_rules`] or [`run`].
+//! `main.rs` only wires: parse the command line ([`config`]), then [`run`].
+//! The operator's offline commands are the `meshlimit` binary's (`cli/`),
+//! built on this library's rules loading, store and secret.
 
 #![forbid(unsafe_code)]
 
 pub mod api;
-pub mod check_rules;
 pub mod config;
 pub mod decision_log;
-pub mod explain;
 pub mod fail_local;
 pub mod false_limits;
 pub mod fleet_override;
-pub mod import;
 pub mod leases;
 pub mod metrics;
 pub mod pool;
-pub(crate) mod printable;
+pub mod printable;
 pub mod regions;
-pub mod replay;
 pub mod rules_watch;
 pub mod run;
 pub(crate) mod server;

@@ -14,7 +14,7 @@
 use std::borrow::Cow;
 
 /// Whether `c` is written escaped: it does not print as itself.
-pub(crate) fn hidden(c: char) -> bool {
+pub fn hidden(c: char) -> bool {
     c.is_control()
         || matches!(
             c,
@@ -32,7 +32,7 @@ pub(crate) fn hidden(c: char) -> bool {
 /// `text` on one line, for a comment or a message: each hidden character as
 /// `\u{XXXX}`, and a backslash doubled so an escape in the original is told
 /// from one added here.
-pub(crate) fn one_line(text: &str) -> Cow<'_, str> {
+pub fn one_line(text: &str) -> Cow<'_, str> {
     if !text.chars().any(|c| hidden(c) || c == '\\') {
         return Cow::Borrowed(text);
     }

@@ -3,7 +3,7 @@
 //! the trial's plan ([`meshlimit_core::rules::trial`]) and its start, by the
 //! store's clock, in the store; every agent serves what the store says, so
 //! they agree on the set and on when it ends. An operator ends a trial early
-//! or holds it (`meshlimit-agent override end-trial|hold-trial`); each agent
+//! or holds it (`meshlimit override end-trial|hold-trial`); each agent
 //! reads that with the fleet override, every `--override-poll-ms`.
 
 use meshlimit_core::rules::trial::TrialPlan;

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{rules_file, run, SECRET};
+use common::{rules_file, run};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -15,10 +15,6 @@ use std::time::{Duration, Instant};
 const GOOD: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../tests/fixtures/rules/api-ten-per-second.yaml"
-));
-const BAD: &str = include_str!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../tests/fixtures/rules/invalid/period-in-words.yaml"
 ));
 
 /// The agent binary with this deployment's secret and nothing else from the
@@ -61,46 +57,23 @@ fn bad_flags_exit_64_with_one_line() {
 fn help_and_version_exit_0() {
     let (code, stdout, _) = run(&mut agent(&["--help"]));
     assert_eq!(code, 0);
-    assert!(stdout.contains("check-rules"));
+    assert!(stdout.contains("run"));
+    // The operator's commands are `meshlimit`'s, not the DaemonSet's binary's.
+    for command in [
+        "check-rules",
+        "explain",
+        "import",
+        "replay",
+        "override",
+        "key-id",
+        "schema",
+    ] {
+        assert!(!stdout.contains(command), "{command}: {stdout}");
+        assert_usage_error(run(&mut agent(&[command])), command);
+    }
     let (code, stdout, _) = run(&mut agent(&["--version"]));
     assert_eq!(code, 0);
     assert!(stdout.contains(env!("CARGO_PKG_VERSION")));
-}
-
-#[test]
-fn check_rules_good_and_bad() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = rules_file(dir.path(), GOOD);
-    let (code, stdout, _) = run(&mut agent(&["check-rules", &path]));
-    assert_eq!(code, 0);
-    assert!(
-        stdout.starts_with(&format!("{path}: ok (1 rules, version ")),
-        "{stdout}"
-    );
-
-    let path = rules_file(dir.path(), BAD);
-    let (code, _, stderr) = run(&mut agent(&["check-rules", &path]));
-    assert_eq!(code, 1);
-    assert!(
-        stderr.starts_with(&format!(
-            "{path}:3: rule api: field limit.per: `1 minute` is not a period"
-        )),
-        "{stderr}"
-    );
-
-    // The same as JSON on stdout, for CI annotations and admission checks.
-    let (code, stdout, _) = run(&mut agent(&["check-rules", "--format", "json", &path]));
-    assert_eq!(code, 1);
-    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    assert_eq!(report["valid"], false);
-    assert_eq!(report["errors"][0]["file"], path.as_str());
-    assert_eq!(report["errors"][0]["line"], 3);
-    assert_eq!(report["errors"][0]["rule"], "api");
-    assert_eq!(report["errors"][0]["field"], "limit.per");
-
-    let (code, _, stderr) = run(&mut agent(&["check-rules", "/nonexistent/rules.yaml"]));
-    assert_eq!(code, 1);
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
 }
 
 #[test]
@@ -272,26 +245,6 @@ fn run_refuses_to_start_without_a_secret() {
     let mut short = agent(&["run", "--rules", &rules, "--listen", "127.0.0.1:0"]);
     short.env("MESHLIMIT_SECRET", "too-short");
     assert_usage_error(run(&mut short), "at least 32");
-}
-
-#[test]
-fn key_id_maps_a_known_key_to_its_id_and_only_with_the_secret() {
-    let id = |secret: &str| {
-        let mut cmd = agent(&["key-id", "--rule", "per-key", "k-123"]);
-        cmd.env("MESHLIMIT_SECRET", secret);
-        let (code, out, err) = run(&mut cmd);
-        assert_eq!(code, 0, "{err}");
-        out.trim().to_string()
-    };
-    let a = id(SECRET);
-    assert_eq!(a.len(), 32, "{a}");
-    assert!(a.bytes().all(|b| b.is_ascii_hexdigit()), "{a}");
-    assert_eq!(a, id(SECRET), "stable");
-    assert_ne!(a, id("another-secret-0123456789abcdef0123"));
-    // The same id the library computes (and metrics, logs and Redis names use).
-    let secret = meshlimit_core::secret::Secret::new(SECRET.as_bytes()).unwrap();
-    let key = meshlimit_core::DescriptorKey::new("per-key", ["k-123"]);
-    assert_eq!(a, secret.key_ids().id(&key).to_string());
 }
 
 #[test]

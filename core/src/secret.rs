@@ -8,7 +8,7 @@
 //!   the node's filters may take tokens, report decisions or read rules;
 //! - key ids ([`KeyIds`]): metric labels, logs and Redis key names name a customer's
 //!   key by a keyed hash, never in clear; an operator holding the secret can map a
-//!   known key to its id (`meshlimit-agent key-id`), nobody else can invert one;
+//!   known key to its id (`meshlimit key-id`), nobody else can invert one;
 //! - the filter's shared-data slot hash ([`Secret::slot_hasher`]): a client cannot
 //!   search offline for a value whose slot or fingerprint equals another key's;
 //! - the MAC of control state in the store ([`Secret::control_mac`]): the fleet

@@ -80,7 +80,7 @@ pub struct EnvoyConfig {
     /// Where the file access logs of the bootstrap write (`None`: where it says).
     pub access_log: Option<PathBuf>,
     /// Request headers for a second access log on the listener that has one,
-    /// in the JSON lines `meshlimit-agent replay` reads (the README's format);
+    /// in the JSON lines `meshlimit replay` reads (the README's format);
     /// `None`: no such log.
     pub replay_log_headers: Option<Vec<String>>,
     /// Where that log writes (set by [`Envoy::start_with`]: `replay.log` in
@@ -155,7 +155,7 @@ impl EnvoyConfig {
         self
     }
 
-    /// Adds the access log `meshlimit-agent replay` reads, with these request
+    /// Adds the access log `meshlimit replay` reads, with these request
     /// headers (see [`Envoy::replay_log`]).
     pub fn replay_log(mut self, headers: &[&str]) -> Self {
         self.replay_log_headers = Some(headers.iter().map(|h| h.to_string()).collect());

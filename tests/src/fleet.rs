@@ -1,19 +1,19 @@
-//! The fleet commands as an operator runs them (`meshlimit-agent override …`),
+//! The fleet commands as an operator runs them (`meshlimit override …`),
 //! and the bound they promise: every agent applies a change within 2 s.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::{agent_bin, sample, Agent};
+use crate::{cli_bin, sample, Agent};
 
 /// The bound the fleet override and the trial controls promise: every agent,
 /// and the filters behind it.
 pub const FLEET_WITHIN: Duration = Duration::from_secs(2);
 
-/// Runs `meshlimit-agent override ARGS --store URL`, asserting exit 0; answers
+/// Runs `meshlimit override ARGS --store URL`, asserting exit 0; answers
 /// what it printed.
 pub fn run_override(args: &[&str], store: &str) -> String {
-    let out = Command::new(agent_bin())
+    let out = Command::new(cli_bin())
         .arg("override")
         .args(args)
         .args(["--store", store])

@@ -97,7 +97,7 @@ pub fn agent_auth() -> String {
 /// `store::redis::keys::bucket` (the agent depends on this crate for its own
 /// tests, so this crate cannot depend on the agent): the tests that look up this
 /// name in a real Redis then check the key format from the outside, the one
-/// operators and `meshlimit-agent key-id` rely on, and fail if it changes.
+/// operators and `meshlimit key-id` rely on, and fail if it changes.
 pub fn redis_bucket_key(rule: &str, parts: &[&str]) -> String {
     format!("ml:{{{}}}:{rule}", key_id(rule, parts))
 }
@@ -149,6 +149,20 @@ pub fn agent_bin() -> PathBuf {
             fresh(
                 target_dir().join("release").join("meshlimit-agent"),
                 &["agent", "core"],
+            )
+        })
+        .clone()
+}
+
+/// The release operator CLI, `meshlimit`, that `make build` produces (the
+/// offline commands and `override`); refused when older than its sources.
+pub fn cli_bin() -> PathBuf {
+    static CHECKED: OnceLock<PathBuf> = OnceLock::new();
+    CHECKED
+        .get_or_init(|| {
+            fresh(
+                target_dir().join("release").join("meshlimit"),
+                &["cli", "agent", "core"],
             )
         })
         .clone()

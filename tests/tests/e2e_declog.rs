@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use meshlimit_tests::{
-    agent_auth, agent_bin, eventually, get, key_id, operator_auth, post, sample, AgentOptions,
+    agent_auth, cli_bin, eventually, get, key_id, operator_auth, post, sample, AgentOptions,
     EnvoyConfig, RedisServer, Stack, TEST_SECRET,
 };
 use serde_json::Value;
@@ -383,11 +383,11 @@ fn a_recorded_decision_log_replays_the_live_rejections() {
     assert_eq!(report["sampled_lines"], 0);
 }
 
-/// `meshlimit-agent replay --rules RULES LOG --format json`.
+/// `meshlimit replay --rules RULES LOG --format json`.
 fn replay(dir: &Path, rules: &str, log: &Path) -> Value {
     let rules_path = dir.join("rules.yaml");
     std::fs::write(&rules_path, rules).unwrap();
-    let mut cmd = Command::new(agent_bin());
+    let mut cmd = Command::new(cli_bin());
     cmd.arg("replay")
         .arg("--rules")
         .arg(&rules_path)

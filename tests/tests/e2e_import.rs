@@ -1,4 +1,4 @@
-//! A migration, end to end: the real `meshlimit-agent import` turns a peer's
+//! A migration, end to end: the real `meshlimit import` turns a peer's
 //! limits file (the fixtures the importer's own tests use, written in the
 //! peers' documented formats) into a rules file, a real agent serves exactly
 //! that output, and real Envoy with the filter enforces it: the limit the peer
@@ -8,19 +8,19 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use meshlimit_tests::{agent_bin, count, post, repo_root, Stack};
+use meshlimit_tests::{cli_bin, count, post, repo_root, Stack};
 
 fn fixture(name: &str) -> String {
     repo_root()
-        .join("agent/tests/fixtures/import")
+        .join("cli/tests/fixtures/import")
         .join(name)
         .display()
         .to_string()
 }
 
-/// `meshlimit-agent import ARGS…`: the rules text it writes on stdout.
+/// `meshlimit import ARGS…`: the rules text it writes on stdout.
 fn import(args: &[&str]) -> String {
-    let bin: PathBuf = agent_bin();
+    let bin: PathBuf = cli_bin();
     let out = Command::new(&bin)
         .arg("import")
         .args(args)

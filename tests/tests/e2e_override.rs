@@ -1,5 +1,5 @@
 //! The fleet override end to end: a real redis-server, two agents on it (one
-//! behind a real Envoy with the filter), and the real `meshlimit-agent override`
+//! behind a real Envoy with the filter), and the real `meshlimit override`
 //! command. `override shadow` puts every rule in shadow on both agents within
 //! 2 s (requests that were 429 pass, counted as shadow_limited); `override
 //! clear` brings the 429s back within 2 s.
@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use meshlimit_tests::{
-    agent_bin, fleet_override_gauge, run_override, within, Agent, AgentOptions, RedisServer, Resp,
+    cli_bin, fleet_override_gauge, run_override, within, Agent, AgentOptions, RedisServer, Resp,
     Stack, STRICT_ONE_PER_HOUR,
 };
 
@@ -89,7 +89,7 @@ fn one_switch_puts_every_agent_in_shadow_and_clearing_it_restores_the_429s() {
 #[test]
 fn the_command_says_why_it_failed_when_the_store_cannot_be_reached() {
     let port = meshlimit_tests::free_port();
-    let out = Command::new(agent_bin())
+    let out = Command::new(cli_bin())
         .args(["override", "shadow", "--store"])
         .arg(format!("redis://127.0.0.1:{port}"))
         .env("MESHLIMIT_SECRET", meshlimit_tests::TEST_SECRET)
@@ -102,7 +102,7 @@ fn the_command_says_why_it_failed_when_the_store_cannot_be_reached() {
         "{err}"
     );
     // The embedded store is each agent's own: a usage error, not a store one.
-    let out = Command::new(agent_bin())
+    let out = Command::new(cli_bin())
         .args(["override", "shadow", "--store", "memory"])
         .output()
         .unwrap();

@@ -1,6 +1,6 @@
 //! Safe rule changes, end to end: generated traffic through real Envoy, the
 //! real filter and the real agent, Envoy's access log in the JSON lines
-//! `meshlimit-agent replay` reads, then the real `replay` over that log. With
+//! `meshlimit replay` reads, then the real `replay` over that log. With
 //! the rules that ran live, the replay rejects, per rule and per key, what the
 //! live run rejected; a tighter set names the keys it would newly limit.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use meshlimit_tests::{
-    agent_bin, eventually, key_id, request, AgentOptions, EnvoyConfig, Stack, TEST_SECRET,
+    cli_bin, eventually, key_id, request, AgentOptions, EnvoyConfig, Stack, TEST_SECRET,
 };
 use serde_json::Value;
 
@@ -117,7 +117,7 @@ fn known_keys() -> BTreeMap<(String, String), String> {
     keys
 }
 
-/// `meshlimit-agent replay --rules RULES [--baseline BASELINE] LOG --format json`
+/// `meshlimit replay --rules RULES [--baseline BASELINE] LOG --format json`
 /// with the deployment's secret, so that its key ids are the live run's.
 fn replay(dir: &Path, rules: &str, baseline: Option<&str>, log: &Path) -> Value {
     let write = |name: &str, text: &str| {
@@ -125,7 +125,7 @@ fn replay(dir: &Path, rules: &str, baseline: Option<&str>, log: &Path) -> Value 
         std::fs::write(&path, text).expect("write a rules file");
         path
     };
-    let mut cmd = Command::new(agent_bin());
+    let mut cmd = Command::new(cli_bin());
     cmd.arg("replay")
         .arg("--rules")
         .arg(write("new.yaml", rules));
@@ -141,7 +141,7 @@ fn replay(dir: &Path, rules: &str, baseline: Option<&str>, log: &Path) -> Value 
     let out = cmd
         .env("MESHLIMIT_SECRET", TEST_SECRET)
         .output()
-        .expect("run meshlimit-agent replay (make build)");
+        .expect("run meshlimit replay (make build)");
     assert!(
         out.status.success(),
         "replay failed: {}",

@@ -19,7 +19,7 @@ pub(super) async fn explain(app: &App, parts: &Parts) -> Result<ApiResponse, Api
     let key_id = query.get("key_id")?;
     if key_id.len() != 32 || !key_id.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(ApiError::InvalidField(format!(
-            "key_id `{key_id}` is not a key id (32 hex digits, as `meshlimit-agent key-id` prints)"
+            "key_id `{key_id}` is not a key id (32 hex digits, as `meshlimit key-id` prints)"
         )));
     }
     let key_id = key_id.to_ascii_lowercase();

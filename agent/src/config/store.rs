@@ -20,9 +20,9 @@ pub enum StoreSpec {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisTarget {
     /// The single Redis, or the cluster's seeds (`host:port`).
-    pub(crate) nodes: Vec<String>,
-    pub(crate) cluster: bool,
-    pub(crate) tls: bool,
+    pub nodes: Vec<String>,
+    pub cluster: bool,
+    pub tls: bool,
 }
 
 /// A secret (a Redis password): its `Debug` and `Display` print `<redacted>`,
@@ -116,7 +116,7 @@ impl StoreSpec {
     }
 
     /// The Redis deployment named, or `None` for the memory store.
-    pub(crate) fn redis(&self) -> Option<RedisTarget> {
+    pub fn redis(&self) -> Option<RedisTarget> {
         let (nodes, cluster, tls) = match self {
             StoreSpec::Memory => return None,
             StoreSpec::Redis(n) => (vec![n.clone()], false, false),

@@ -8,9 +8,7 @@ fn parse(args: &[&str]) -> Result<Cli, CliExit> {
 #[test]
 fn defaults_follow_the_contract() {
     let cli = parse(&["run", "--rules", "r.yaml"]).unwrap();
-    let Command::Run(args) = cli.command else {
-        panic!("expected run");
-    };
+    let Command::Run(args) = cli.command;
     assert_eq!(args.listen.to_string(), "127.0.0.1:8081");
     assert_eq!(args.store, StoreSpec::Memory);
     assert_eq!((args.lease_ttl_ms, args.lease_target_ms), (300, 100));
@@ -64,9 +62,7 @@ fn store_specs() {
         "0.2",
     ])
     .unwrap();
-    let Command::Run(args) = cli.command else {
-        panic!("expected run");
-    };
+    let Command::Run(args) = cli.command;
     assert_eq!(args.peer_regions.len(), 2);
     assert_eq!(args.peer_regions[1].0, "ap");
     assert_eq!(args.region_floor, 0.2);

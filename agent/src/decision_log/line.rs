@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize, Serializer};
 pub const TIME_FORMAT: &str = "2026-12-01T14:02:03.123Z";
 
 /// One decision as the log writes it, owned (what `GET /v1/explain` shows and
-/// `meshlimit-agent replay` reads back). Written through [`LineRef`], the one
+/// `meshlimit replay` reads back). Written through [`LineRef`], the one
 /// place the line's shape is made.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct LogLine {

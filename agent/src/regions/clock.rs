@@ -24,7 +24,7 @@ pub(crate) fn now_ns() -> u64 {
 }
 
 /// Seconds of Unix time.
-pub(crate) fn now_secs() -> u64 {
+pub fn now_secs() -> u64 {
     period_of(now_ms())
 }
 

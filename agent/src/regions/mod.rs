@@ -17,7 +17,7 @@
 //! unlimited. Redis keys: [`crate::store::redis::keys::region`]; the rest in `docs/internals.md`, "Regions".
 
 pub(crate) mod cache;
-pub(crate) mod clock;
+pub mod clock;
 pub mod conn;
 pub(crate) mod demand;
 pub(crate) mod election;

@@ -30,7 +30,7 @@ use super::RuleSet;
 /// `check-rules` peaked at 50 MiB on a 1 MiB file (8,548 one-line rules; a
 /// ConfigMap holds at most 1 MiB, so no ConfigMap can cost more), 100 MiB on
 /// 2.5 MB (20,190 rules) and 158 MiB on a file at this cap (33,752 rules),
-/// measured with `/usr/bin/time -f %M meshlimit-agent check-rules FILE` (debug
+/// measured with `/usr/bin/time -f %M meshlimit check-rules FILE` (debug
 /// build; the release build peaks at 41 and 150 MiB for 1 MiB and the cap). An
 /// agent given files above 1 MiB needs its memory limit raised by as much.
 /// Readers stop at this size plus one byte (see the agent's rules watcher), so a

@@ -4,7 +4,7 @@
 //!
 //! What the schema cannot say (a duplicate name, `plans.default` naming a plan,
 //! a burst that takes over 366 days to refill, a cost above the burst, a period
-//! over 366d) only `meshlimit-agent check-rules` finds.
+//! over 366d) only `meshlimit check-rules` finds.
 
 use super::RulesConfig;
 
@@ -32,7 +32,7 @@ mod tests {
 
     /// The published schema is the one the types give. Regenerate it with
     /// `MESHLIMIT_WRITE_SCHEMA=1 cargo test -p meshlimit-core --features schema schema`
-    /// (or `meshlimit-agent schema > docs/rules.schema.json`).
+    /// (or `meshlimit schema > docs/rules.schema.json`).
     #[test]
     fn the_committed_schema_is_the_generated_one() {
         let generated = rules_schema_text();

@@ -16,7 +16,7 @@
 
 use std::fmt::Debug;
 
-use meshlimit_agent::config::ImportFormat;
+use meshlimit_cli::args::ImportFormat;
 use meshlimit_core::bucket::{Bucket, Take};
 use meshlimit_core::key::MAX_PART_LEN;
 use meshlimit_core::rules::{parse_rules, RuleSet, RulesConfig};
@@ -526,7 +526,7 @@ fn import(format: ImportFormat, data: &[u8]) {
     let Ok(text) = std::str::from_utf8(input.rest()) else {
         return;
     };
-    let written = meshlimit_agent::import::written(format, text, &maps)
+    let written = meshlimit_cli::import::written(format, text, &maps)
         .unwrap_or_else(|e| panic!("converted rules not written: {e}\n{text}"));
     let Some(written) = written else {
         return;

@@ -7,14 +7,14 @@
 //! The `ml:{fleet}:…` keys are control state (`super::super::control`): every
 //! value carries a MAC under the deployment secret and is read back only
 //! within a size cap. Agents write the trial start and the versions; only
-//! operators' tools (`meshlimit-agent override`) write the override and a
+//! operators' tools (`meshlimit override`) write the override and a
 //! trial's end or hold. Redis ACLs that keep the two apart: docs/redis-acl.md.
 //!
 //! | key | type | written by |
 //! |---|---|---|
 //! | `ml:{<key id>}:<rule>` | hash `t` (tokens), `u` (µs of the server's `TIME`); a window rule's `w` (window index), `c` (count), `p` (previous window's count) | the lease script |
 //! | `ml:{agents}` | sorted set, agent id → ms of its last heartbeat | the heartbeat script |
-//! | `ml:{fleet}:override` | string, sealed (`<MAC> <JSON>`): JSON `{"mode":"shadow"\|"pin","set_by":…,"at":…}` (`"version"` too for pin); absent when off | `meshlimit-agent override` (the override script) |
+//! | `ml:{fleet}:override` | string, sealed (`<MAC> <JSON>`): JSON `{"mode":"shadow"\|"pin","set_by":…,"at":…}` (`"version"` too for pin); absent when off | `meshlimit override` (the override script) |
 //! | `ml:{fleet}:trial:<version>` | hash `start_ms` (the server's `TIME`), `period_ms`, `plan` (JSON), `plan_mac`, `mac`; `ended_ms`, `held`, `control_mac` | the trial script (the first agent to install the version: HSETNX), `override end-trial\|hold-trial` (the trial control script) |
 //! | `ml:{fleet}:trial` | string, sealed: the version whose trial started last | the trial script; read by `override end-trial\|hold-trial` |
 //! | `ml:{fleet}:rules` | hash `current`, `previous`: the rules versions served now and before; `mac` | every agent installing a version over another (the versions script); read by `override pin` |
@@ -24,7 +24,7 @@
 //! The test harness (`tests/src/lib.rs`, `redis_bucket_key`, `exchange_key`)
 //! builds the same names on its own, from the outside: the end-to-end tests that
 //! look into Redis then guard the format itself, which operators' tooling and
-//! `meshlimit-agent key-id` depend on.
+//! `meshlimit key-id` depend on.
 
 use meshlimit_core::secret::KeyIds;
 use meshlimit_core::DescriptorKey;
@@ -33,7 +33,7 @@ use meshlimit_core::DescriptorKey;
 /// keyed hash (never the key in clear: Redis key names show up in `KEYS`,
 /// `MONITOR`, slow logs and backups). The id is the hash tag, so a key's bucket
 /// is one hash slot of a cluster, spread evenly whatever the key's text; the rule name
-/// follows so an operator can tell buckets apart, and `meshlimit-agent key-id`
+/// follows so an operator can tell buckets apart, and `meshlimit key-id`
 /// maps a known customer key to its bucket.
 pub fn bucket(ids: &KeyIds, key: &DescriptorKey) -> String {
     bucket_of_id(&ids.id(key).to_string(), key.rule())

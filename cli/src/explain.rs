@@ -1,4 +1,4 @@
-//! `meshlimit-agent explain`: "why was this request limited?", answered offline
+//! `meshlimit explain`: "why was this request limited?", answered offline
 //! from a rules file: every rule in the order the filter evaluates them (strictest
 //! first), with the key it would count the request under, its limit and mode, or
 //! the condition that keeps it from applying, and for a rule with a schedule
@@ -15,7 +15,7 @@ use meshlimit_core::rules::{parse_rules, Explained, RequestInfo, Rule};
 use meshlimit_core::NANOS_PER_SEC;
 use serde_json::{json, Value};
 
-use crate::config::{CheckFormat, ExplainArgs};
+use crate::args::{CheckFormat, ExplainArgs};
 
 /// Explains the request `args` describes against `args.rules`. Returns the exit
 /// code: 0 explained, 1 the rules file is invalid or unreadable (its errors on
@@ -23,7 +23,7 @@ use crate::config::{CheckFormat, ExplainArgs};
 /// rule keys on, given twice: the filter answers it 400).
 pub fn explain(args: &ExplainArgs, out: &mut impl Write, err: &mut impl Write) -> u8 {
     let file = args.rules.display().to_string();
-    let set = match crate::rules_watch::read_rules_file(&args.rules) {
+    let set = match meshlimit_agent::rules_watch::read_rules_file(&args.rules) {
         Ok(text) => match parse_rules(&file, &text) {
             Ok(set) => set,
             Err(e) => {
@@ -39,7 +39,9 @@ pub fn explain(args: &ExplainArgs, out: &mut impl Write, err: &mut impl Write) -
     let mut req = RequestInfo::new(&args.path, &args.method, args.headers.clone());
     req.client_ip = args.client_ip.clone();
     req.route = args.route.clone();
-    let at = args.at.unwrap_or_else(crate::regions::clock::now_secs);
+    let at = args
+        .at
+        .unwrap_or_else(meshlimit_agent::regions::clock::now_secs);
     req.now_ns = at.saturating_mul(NANOS_PER_SEC);
     req.cluster = args.cluster.clone();
     req.metadata = metadata(args);

@@ -1,4 +1,4 @@
-//! `meshlimit-agent import --from envoy-ratelimit|limitador FILE`: a peer's
+//! `meshlimit import --from envoy-ratelimit|limitador FILE`: a peer's
 //! rate limit configuration turned into a meshlimit rules file.
 //!
 //! Both peers limit Envoy *descriptors*: lists of `(key, value)` entries that
@@ -14,7 +14,7 @@
 //! before it is written, so it always passes `check-rules`.
 //!
 //! The peer's text is data, never YAML: a comment or message carries it with
-//! every character that does not print escaped ([`crate::printable`]), a value
+//! every character that does not print escaped ([`meshlimit_agent::printable`]), a value
 //! holding such a character is refused, and the written text is read back by
 //! the agent's own parser and must give exactly the rules compiled, or
 //! nothing is written.
@@ -31,9 +31,9 @@ use std::io::Write;
 use meshlimit_core::rules::config::{LimitConfig, RuleConfig, RulesConfig};
 use meshlimit_core::rules::{check_yaml_text, parse_rules, RuleSet, RulesError, SCHEMA_VERSION};
 
-use crate::config::{ImportArgs, ImportFormat};
-use crate::printable::{hidden, one_line};
+use crate::args::{ImportArgs, ImportFormat};
 pub(crate) use mapping::{Condition, Mapping, Target};
+use meshlimit_agent::printable::{hidden, one_line};
 use rule::{rule_of, Names};
 
 /// The most limits read from one peer's file: envoyproxy/ratelimit's
@@ -228,7 +228,7 @@ pub(crate) fn render(imported: &Imported, from: &str) -> Result<String, RenderEr
     let compiled = RuleSet::compile(&config).map_err(RenderError::Compile)?;
     let yaml = serde_saphyr::to_string(&config)?;
     let mut out = format!(
-        "# Imported by `meshlimit-agent import` from {}.\n",
+        "# Imported by `meshlimit import` from {}.\n",
         one_line(from)
     );
     if imported.notes.is_empty() {
@@ -302,15 +302,15 @@ pub fn import(args: &ImportArgs, out: &mut impl Write, err: &mut impl Write) -> 
     let mapping = match Mapping::from_options(&args.map) {
         Ok(m) => m,
         Err(e) => {
-            let _ = writeln!(err, "meshlimit-agent: {e}");
-            return crate::config::EXIT_USAGE;
+            let _ = writeln!(err, "meshlimit: {e}");
+            return meshlimit_agent::config::EXIT_USAGE;
         }
     };
     // The path as given for the importer (which escapes what it reports), and
     // as shown in this command's own messages.
     let path = args.file.display().to_string();
     let file = one_line(&path).into_owned();
-    let text = match crate::rules_watch::read_rules_file(&args.file) {
+    let text = match meshlimit_agent::rules_watch::read_rules_file(&args.file) {
         Ok(t) => t,
         Err(e) => {
             let _ = writeln!(err, "{file}: cannot read: {e}");

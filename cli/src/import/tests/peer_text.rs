@@ -5,7 +5,7 @@ use meshlimit_core::rules::config::DefaultsConfig;
 use meshlimit_core::rules::parse_rules;
 
 use super::*;
-use crate::printable::hidden;
+use meshlimit_agent::printable::hidden;
 
 /// An envoyproxy/ratelimit file of one limit under `domain` (a YAML
 /// double-quoted scalar's contents).

@@ -1,4 +1,4 @@
-//! `meshlimit-agent import`, run on peers' configuration files as a platform
+//! `meshlimit import`, run on peers' configuration files as a platform
 //! team migrating to meshlimit would: the output passes `check-rules` and
 //! `explain` shows it limiting what the peer limited; what meshlimit cannot say
 //! is refused, naming the file, the entry and the field, and nothing is written.
@@ -21,17 +21,17 @@ fn fixture(name: &str) -> String {
         .to_string()
 }
 
-fn agent(args: &[&str]) -> (i32, String, String) {
-    run(&mut common::agent_command(args))
+fn meshlimit(args: &[&str]) -> (i32, String, String) {
+    run(&mut common::cli_command(args))
 }
 
 /// `import … --out OUT`, then `check-rules OUT`: the rules text.
 fn import_and_check(args: &[&str], dir: &std::path::Path) -> (String, String) {
     let out = dir.join("imported.yaml").display().to_string();
-    let (code, stdout, err) = agent(&[&["import"], args, &["--out", &out]].concat());
+    let (code, stdout, err) = meshlimit(&[&["import"], args, &["--out", &out]].concat());
     assert_eq!(code, 0, "{err}");
     assert_eq!(stdout, "", "--out writes nothing on stdout");
-    let (code, checked, check_err) = agent(&["check-rules", &out]);
+    let (code, checked, check_err) = meshlimit(&["check-rules", &out]);
     assert_eq!(code, 0, "{check_err}");
     assert!(checked.contains(": ok ("), "{checked}");
     (std::fs::read_to_string(&out).unwrap(), err)
@@ -45,7 +45,7 @@ fn applies(rules: &str, method: &str, path: &str, headers: &[&str]) -> Vec<Strin
     for h in headers {
         args.extend(["-H", h]);
     }
-    let (code, out, err) = agent(&args);
+    let (code, out, err) = meshlimit(&args);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     v["rules"]
@@ -90,7 +90,7 @@ fn assert_every_rule_is_a_fixed_window(text: &str, rules: usize) {
 
 /// `explain`'s text for a request from 10.0.0.7.
 fn explain_text(rules: &str, method: &str, path: &str) -> String {
-    let (code, out, err) = agent(&explain_args(rules, method, path));
+    let (code, out, err) = meshlimit(&explain_args(rules, method, path));
     assert_eq!(code, 0, "{err}");
     out
 }
@@ -168,7 +168,7 @@ fn an_envoy_ratelimit_configuration_becomes_rules_that_pass_check_rules() {
         "edge.path_files edge.path_files|/files/a.pdf"
     );
     // Without --out the same rules go to stdout.
-    let (code, stdout, _) = agent(
+    let (code, stdout, _) = meshlimit(
         &[
             &["import", "--from", "envoy-ratelimit", &file],
             &EDGE_MAP[..],
@@ -244,7 +244,7 @@ fn what_meshlimit_cannot_express_is_refused_naming_file_entry_and_field() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("imported.yaml");
     let file = fixture("ratelimit-refused.yaml");
-    let (code, stdout, err) = agent(&[
+    let (code, stdout, err) = meshlimit(&[
         "import",
         "--from",
         "envoy-ratelimit",
@@ -273,7 +273,7 @@ fn what_meshlimit_cannot_express_is_refused_naming_file_entry_and_field() {
 
     let file = fixture("limitador-refused.yaml");
     let (code, _, err) =
-        agent(&[&["import", "--from", "limitador", &file], &SHOP_MAP[..]].concat());
+        meshlimit(&[&["import", "--from", "limitador", &file], &SHOP_MAP[..]].concat());
     assert_eq!(code, 1);
     let expected = [
         "limits[0]: field conditions[1]: `descriptors[0]['req.path'] != '/health'`: meshlimit has no `!=` condition",
@@ -287,7 +287,7 @@ fn what_meshlimit_cannot_express_is_refused_naming_file_entry_and_field() {
 
 #[test]
 fn a_file_in_the_other_format_or_a_bad_mapping_is_refused() {
-    let (code, _, err) = agent(&[
+    let (code, _, err) = meshlimit(&[
         "import",
         "--from",
         "limitador",
@@ -295,7 +295,7 @@ fn a_file_in_the_other_format_or_a_bad_mapping_is_refused() {
     ]);
     assert_eq!(code, 1);
     assert!(err.contains("not a Limitador limits file"), "{err}");
-    let (code, _, err) = agent(&[
+    let (code, _, err) = meshlimit(&[
         "import",
         "--from",
         "envoy-ratelimit",
@@ -305,7 +305,7 @@ fn a_file_in_the_other_format_or_a_bad_mapping_is_refused() {
     ]);
     assert_eq!(code, 64);
     assert!(
-        err.starts_with("meshlimit-agent: --map `api_key=cookie:session`: write KEY=TARGET"),
+        err.starts_with("meshlimit: --map `api_key=cookie:session`: write KEY=TARGET"),
         "{err}"
     );
 }

@@ -1,4 +1,4 @@
-//! `meshlimit-agent replay --rules NEW [--baseline OLD] LOG`: a recorded stretch
+//! `meshlimit replay --rules NEW [--baseline OLD] LOG`: a recorded stretch
 //! of traffic replayed offline through core's own rules matching and token
 //! buckets, to see what a rules change would do before it ships: per rule, how
 //! many requests NEW (and OLD) would reject, and the keys NEW would newly limit.
@@ -40,7 +40,7 @@ use meshlimit_core::secret::KeyIds;
 use meshlimit_core::{Counter, DescriptorKey, Limit, Take, NANOS_PER_MS, NANOS_PER_SEC};
 use serde_json::{json, Value};
 
-use crate::decision_log::LogLine;
+use meshlimit_agent::decision_log::LogLine;
 
 /// How the replay names a key: by the key itself (access log), or by its rule
 /// and id (decision log, where no key is in clear).
@@ -464,6 +464,10 @@ pub fn report(r: &Replay, new: &RuleSet, ids: &KeyIds, json_out: bool, out: &mut
         );
     }
 }
+
+mod command;
+
+pub use command::{command, ReplayCommandError};
 
 #[cfg(test)]
 mod tests;

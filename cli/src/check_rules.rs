@@ -1,4 +1,4 @@
-//! `meshlimit-agent check-rules PATH`: validates a rules file the way the agent
+//! `meshlimit check-rules PATH`: validates a rules file the way the agent
 //! would load it, for CI and for people editing a ConfigMap. Every problem of the
 //! file is reported in one run, each with its line; `--format json` gives the same
 //! as one JSON object for CI annotations and admission checks.
@@ -11,7 +11,7 @@ use meshlimit_core::rules::review::{review, Change};
 use meshlimit_core::rules::{parse_rules, RuleError, RuleSet};
 use serde_json::json;
 
-use crate::config::CheckFormat;
+use crate::args::CheckFormat;
 
 /// Checks `path`. Text: prints `PATH: ok (N rules, version V)` on `out` when valid,
 /// else every problem as `PATH:LINE: rule NAME: field FIELD: what is wrong` on
@@ -42,7 +42,7 @@ pub fn check_rules_against(
     err: &mut impl Write,
 ) -> u8 {
     let file = path.display().to_string();
-    let result = match crate::rules_watch::read_rules_file(path) {
+    let result = match meshlimit_agent::rules_watch::read_rules_file(path) {
         Ok(text) => parse_rules(&file, &text).map_err(|e| e.errors),
         Err(e) => Err(vec![RuleError {
             file: file.clone(),
@@ -77,7 +77,7 @@ pub fn check_rules_against(
         _ => None,
     };
     let warnings = match &result {
-        Ok(set) => expiry_warnings(set, crate::regions::clock::now_secs()),
+        Ok(set) => expiry_warnings(set, meshlimit_agent::regions::clock::now_secs()),
         Err(_) => Vec::new(),
     };
     match (format, result) {
@@ -198,8 +198,8 @@ fn expiry_warnings(set: &RuleSet, now: u64) -> Vec<String> {
 /// A rules file read and compiled, or why not (one line).
 fn load(path: &Path) -> Result<RuleSet, String> {
     let file = path.display().to_string();
-    let text =
-        crate::rules_watch::read_rules_file(path).map_err(|e| format!("cannot read: {e}"))?;
+    let text = meshlimit_agent::rules_watch::read_rules_file(path)
+        .map_err(|e| format!("cannot read: {e}"))?;
     parse_rules(&file, &text).map_err(|e| {
         let n = e.errors.len();
         format!(

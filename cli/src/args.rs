@@ -1,20 +1,58 @@
-//! The offline commands' arguments (`check-rules`, `explain`, `replay`,
-//! `key-id`, `import`) and where the deployment's secret comes from.
+//! The command line of `meshlimit`, the operator's tool: the offline
+//! commands (`check-rules`, `schema`, `key-id`, `replay`, `explain`,
+//! `import`) and `override`, which acts on a region's agents through their store.
 
 use std::path::PathBuf;
-
-use clap::Args;
-use meshlimit_core::secret::Secret;
-
 use std::sync::Arc;
 
+use clap::{Args, Parser, Subcommand};
+use meshlimit_agent::config::defaults;
+use meshlimit_agent::config::{ConfigError, Password, SecretArgs, StoreSpec};
+use meshlimit_agent::fleet_override::{Override, OverrideMode};
+use meshlimit_agent::store::redis::client::Connect;
+use meshlimit_agent::store::redis::{BatchConfig, RedisConfig, RedisStore};
+use meshlimit_agent::store::Store;
 use meshlimit_core::secret::KeyIds;
 
-use super::{ConfigError, Password, StoreSpec};
-use crate::fleet_override::{Override, OverrideMode};
-use crate::store::redis::client::Connect;
-use crate::store::redis::{BatchConfig, RedisConfig, RedisStore};
-use crate::store::Store;
+/// `meshlimit`: the operator's tool for meshlimit's rules and agents.
+#[derive(Debug, Parser)]
+#[command(name = "meshlimit", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands, as `--help` lists them.
+pub const COMMANDS: &str = "check-rules, schema, key-id, replay, explain, import or override";
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Validate a rules file: exit 0 when it is valid, else print every error and exit 1.
+    CheckRules(CheckRulesArgs),
+    /// Print the rules file's JSON Schema (the one published as docs/rules.schema.json).
+    Schema,
+    /// Print the id that metrics, logs and Redis key names use for a key (a keyed
+    /// hash: only holders of the deployment's secret can map a key to its id).
+    KeyId(KeyIdArgs),
+    /// Replay recorded traffic (JSON lines: Envoy's access log, or the agent's decision log)
+    /// through NEW (and OLD) offline: per rule what each would reject, and the
+    /// keys NEW would newly limit.
+    Replay(ReplayArgs),
+    /// Which rules a request meets, in evaluation order, each with its key,
+    /// limit and mode, and why each other rule does not apply (offline).
+    Explain(ExplainArgs),
+    /// Convert a peer's rate limit configuration (envoyproxy/ratelimit,
+    /// Kuadrant Limitador) to a rules file: refuses what meshlimit cannot
+    /// express, lists every approximation it makes.
+    Import(ImportArgs),
+    /// Act on every agent of a region through the store they share: `shadow`
+    /// puts every rule in shadow (counted, never refused), `pin` serves the
+    /// rules version before the current one, each until `clear`; `end-trial`
+    /// and `hold-trial` end or hold a rules change's trial in shadow. Every
+    /// agent applies it within a second or so. Exit 0 done, 1 the store could
+    /// not do it or had nothing to act on.
+    Override(OverrideArgs),
+}
 
 #[derive(Debug, Clone, Args)]
 pub struct ReplayArgs {
@@ -153,25 +191,6 @@ impl ImportFormat {
     }
 }
 
-/// Where the deployment's secret comes from.
-#[derive(Debug, Clone, Args)]
-pub struct SecretArgs {
-    /// The deployment's secret, at least 32 bytes (`openssl rand -hex 32`). Set
-    /// it through the environment (from a Kubernetes Secret), not on the command
-    /// line, where other users of the host can read it.
-    #[arg(
-        long = "secret",
-        env = "MESHLIMIT_SECRET",
-        hide_env_values = true,
-        hide = true
-    )]
-    pub secret: Option<String>,
-    /// A file holding the deployment's secret (a mounted Kubernetes Secret); used
-    /// when MESHLIMIT_SECRET is not set.
-    #[arg(long, env = "MESHLIMIT_SECRET_FILE", value_name = "PATH")]
-    pub(crate) secret_file: Option<PathBuf>,
-}
-
 #[derive(Debug, Clone, Args)]
 pub struct KeyIdArgs {
     /// The rule whose key it is.
@@ -270,9 +289,9 @@ impl OverrideArgs {
             },
             // No lease goes through this store: only the override's own call.
             batch: BatchConfig {
-                window: std::time::Duration::from_micros(super::defaults::BATCH_WINDOW_US),
+                window: std::time::Duration::from_micros(defaults::BATCH_WINDOW_US),
                 max_batch: 1,
-                deadline: std::time::Duration::from_millis(super::defaults::STORE_DEADLINE_MS),
+                deadline: std::time::Duration::from_millis(defaults::STORE_DEADLINE_MS),
             },
             key_ids: KeyIds::placeholder(),
             control: self.secret.load()?.control_mac(),
@@ -316,23 +335,4 @@ fn parse_header(text: &str) -> Result<(String, String), String> {
 pub enum CheckFormat {
     Text,
     Json,
-}
-
-impl SecretArgs {
-    /// The secret, from MESHLIMIT_SECRET or else the file. Refused when absent or
-    /// too short: an agent without one would serve any caller.
-    pub fn load(&self) -> Result<Secret, ConfigError> {
-        let bytes = match (&self.secret, &self.secret_file) {
-            (Some(s), _) => s.clone().into_bytes(),
-            (None, Some(path)) => std::fs::read(path)
-                .map_err(|e| ConfigError::Secret(format!("cannot read {}: {e}", path.display())))?,
-            (None, None) => {
-                return Err(ConfigError::Secret(
-                    "none given: set MESHLIMIT_SECRET or --secret-file (see deploy/README.md)"
-                        .into(),
-                ))
-            }
-        };
-        Secret::new(&bytes).map_err(|e| ConfigError::Secret(e.to_string()))
-    }
 }

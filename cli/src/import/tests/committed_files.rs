@@ -2,12 +2,12 @@
 
 use super::*;
 
-/// The committed peer files (`agent/tests/fixtures/import/`, which `cli_import`
+/// The committed peer files (`cli/tests/fixtures/import/`, which `cli_import`
 /// imports through the binary), imported in-process with the same `--map`s:
 /// the rules text, or the refusals, byte for byte as committed beside them
 /// (`<fixture>.imported.yaml`, `<fixture>.refusals.txt`). After a deliberate
 /// change of the importers, `MESHLIMIT_WRITE_IMPORTS=1 cargo test -p
-/// meshlimit-agent --lib the_committed_peer_files` rewrites them; the diff is
+/// meshlimit-cli --lib the_committed_peer_files` rewrites them; the diff is
 /// then the change a user sees.
 #[test]
 fn the_committed_peer_files_import_to_the_committed_rules_and_refusals() {
@@ -103,10 +103,7 @@ fn the_command_says_how_many_rules_it_imported_or_refusals_it_found() {
         ],
     );
     assert_eq!(code, 0, "{err}");
-    assert!(
-        out.starts_with("# Imported by `meshlimit-agent import`"),
-        "{out}"
-    );
+    assert!(out.starts_with("# Imported by `meshlimit import`"), "{out}");
     assert!(
         err.ends_with("ratelimit-edge.yaml: 6 rules imported\n"),
         "{err}"

@@ -10,10 +10,10 @@ use std::process::Command;
 
 use common::{rules_file, run};
 
-/// The agent binary with this deployment's secret and nothing else from the
+/// The `meshlimit` binary with this deployment's secret and nothing else from the
 /// test's environment.
-fn agent(args: &[&str]) -> Command {
-    common::agent_command(args)
+fn meshlimit(args: &[&str]) -> Command {
+    common::cli_command(args)
 }
 
 #[test]
@@ -39,7 +39,7 @@ fn explain_shows_the_rules_a_request_meets_and_why_the_others_do_not_apply() {
         "--client-ip",
         "10.0.0.7",
     ];
-    let (code, out, err) = run(&mut agent(&args));
+    let (code, out, err) = run(&mut meshlimit(&args));
     assert_eq!(code, 0, "{err}");
     let lines: Vec<&str> = out.lines().collect();
     assert!(lines[0].contains(": POST /login at "), "{out}");
@@ -62,7 +62,7 @@ fn explain_shows_the_rules_a_request_meets_and_why_the_others_do_not_apply() {
         lines[3],
         "3. search  skipped: path `/login` does not start with `/v1/search`"
     );
-    let (code, json, _) = run(&mut agent(&[&args[..], &["--format", "json"]].concat()));
+    let (code, json, _) = run(&mut meshlimit(&[&args[..], &["--format", "json"]].concat()));
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["request"]["path"], "/login");
@@ -93,7 +93,7 @@ fn explain_shows_the_rules_a_request_meets_and_why_the_others_do_not_apply() {
         "-H",
         "x_api_key: b",
     ];
-    let (code, _, err) = run(&mut agent(&twice));
+    let (code, _, err) = run(&mut meshlimit(&twice));
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("sent more than once"), "{err}");
 }
@@ -114,7 +114,7 @@ fn explain_takes_claims_metadata_and_the_destination() {
             more,
         ]
         .concat();
-        let (code, out, err) = run(&mut agent(&args));
+        let (code, out, err) = run(&mut meshlimit(&args));
         assert_eq!(code, 0, "{err}");
         out
     };
@@ -158,7 +158,7 @@ fn explain_takes_claims_metadata_and_the_destination() {
         "{out}"
     );
     // A malformed flag is a usage error naming the form.
-    let (code, _, err) = run(&mut agent(&[
+    let (code, _, err) = run(&mut meshlimit(&[
         "explain",
         "--rules",
         &rules,
@@ -191,7 +191,7 @@ fn check_rules_against_lists_every_change_and_refuses_an_unapproved_cut() {
         "/../tests/fixtures/rules/against-new.yaml"
     ));
     let new = write("new.yaml", new_rules);
-    let (code, out, err) = run(&mut agent(&["check-rules", &new, "--against", &old]));
+    let (code, out, err) = run(&mut meshlimit(&["check-rules", &new, "--against", &old]));
     assert_eq!(code, 1, "{out}{err}");
     assert!(
         out.contains(
@@ -202,7 +202,7 @@ fn check_rules_against_lists_every_change_and_refuses_an_unapproved_cut() {
     assert!(out.contains("+ rule fresh: added (shadow)"), "{out}");
     assert!(out.contains("- rule gone: removed"), "{out}");
     // JSON for CI: the same changes, the refusal flagged.
-    let (code, json, _) = run(&mut agent(&[
+    let (code, json, _) = run(&mut meshlimit(&[
         "check-rules",
         &new,
         "--against",
@@ -224,7 +224,12 @@ fn check_rules_against_lists_every_change_and_refuses_an_unapproved_cut() {
         "approved.yaml",
         &format!("{new_rules}changes: {{approve: [{{rule: api, against: \"{version}\"}}]}}\n"),
     );
-    let (code, out, err) = run(&mut agent(&["check-rules", &approved, "--against", &old]));
+    let (code, out, err) = run(&mut meshlimit(&[
+        "check-rules",
+        &approved,
+        "--against",
+        &old,
+    ]));
     assert_eq!(code, 0, "{out}{err}");
     assert!(!out.contains("refused"), "{out}");
 }
@@ -251,7 +256,7 @@ fn check_rules_against_holds_a_cut_to_the_old_files_guard_not_the_new_ones() {
         "loose.yaml",
         &format!("{new_rules}changes: {{max_tightening: 0.05}}\n"),
     );
-    let (code, out, err) = run(&mut agent(&["check-rules", &loose, "--against", &old]));
+    let (code, out, err) = run(&mut meshlimit(&["check-rules", &loose, "--against", &old]));
     assert_eq!(code, 1, "{out}{err}");
     assert!(out.contains("×0.10 — refused"), "{out}");
     // Against an old file that allows it: accepted.
@@ -260,7 +265,12 @@ fn check_rules_against_holds_a_cut_to_the_old_files_guard_not_the_new_ones() {
         &format!("{old_rules}changes: {{max_tightening: 0.05}}\n"),
     );
     let new = write("new.yaml", new_rules);
-    let (code, out, err) = run(&mut agent(&["check-rules", &new, "--against", &old_loose]));
+    let (code, out, err) = run(&mut meshlimit(&[
+        "check-rules",
+        &new,
+        "--against",
+        &old_loose,
+    ]));
     assert_eq!(code, 0, "{out}{err}");
 }
 
@@ -283,7 +293,7 @@ fn check_rules_warns_of_rules_that_expire_soon_or_have_expired() {
             "version: 1\nrules:\n  - {{name: api, key: [method], limit: {{requests: 10, per: 1s}}}}\n  - {{name: trial, owner: growth, expires: \"{soon}\", key: [method], limit: {{requests: 99, per: 1s}}}}\n  - {{name: old, expires: \"2020-01-01\", key: [method], limit: {{requests: 99, per: 1s}}}}\n  - {{name: later, expires: \"2999-01-01\", key: [method], limit: {{requests: 99, per: 1s}}}}\n"
         ),
     );
-    let (code, _, err) = run(&mut agent(&["check-rules", &rules]));
+    let (code, _, err) = run(&mut meshlimit(&["check-rules", &rules]));
     assert_eq!(code, 0, "{err}");
     assert!(
         err.contains(&format!(
@@ -304,7 +314,7 @@ fn check_rules_warns_of_rules_that_expire_soon_or_have_expired() {
                 "/../tests/fixtures/rules/invalid/expires-not-a-date.yaml"
             )),
         );
-        let (code, _, err) = run(&mut agent(&["check-rules", &bad]));
+        let (code, _, err) = run(&mut meshlimit(&["check-rules", &bad]));
         (code, err)
     };
     assert!(
@@ -329,7 +339,7 @@ fn explain_shows_a_rules_schedule_and_the_window_in_force() {
     let dir = tempfile::tempdir().unwrap();
     let rules = rules_file(dir.path(), fixture!("top-of-the-hour-rush.yaml"));
     let explain = |at: &str, format: &str| {
-        let (code, out, err) = run(&mut agent(&[
+        let (code, out, err) = run(&mut meshlimit(&[
             "explain",
             "--rules",
             &rules,
@@ -389,7 +399,7 @@ fn explain_shows_a_rules_schedule_and_the_window_in_force() {
     assert_eq!(row["schedule"][1]["hours"], "09:00-17:00");
     assert_eq!(row["schedule"][1]["days"][4], "fri");
     // A bad instant is a usage error naming the form.
-    let (code, _, err) = run(&mut agent(&[
+    let (code, _, err) = run(&mut meshlimit(&[
         "explain", "--rules", &rules, "--path", "/", "--at", "10am",
     ]));
     assert_eq!(code, 64, "{err}");
@@ -400,7 +410,7 @@ fn explain_shows_a_rules_schedule_and_the_window_in_force() {
 fn check_rules_refuses_a_broken_schedule_naming_the_field() {
     let dir = tempfile::tempdir().unwrap();
     let rules = rules_file(dir.path(), fixture!("invalid/schedule-span-in-words.yaml"));
-    let (code, _, err) = run(&mut agent(&["check-rules", &rules]));
+    let (code, _, err) = run(&mut meshlimit(&["check-rules", &rules]));
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains(":5: rule reports-per-api-key: field schedule[0].minutes: `first 30 seconds` is not a span"),
@@ -425,14 +435,14 @@ fn check_rules_against_lists_a_schedule_change_and_refuses_its_tightening() {
     )
     .unwrap();
     let new = new.display().to_string();
-    let (code, out, err) = run(&mut agent(&["check-rules", &new, "--against", &old]));
+    let (code, out, err) = run(&mut meshlimit(&["check-rules", &new, "--against", &old]));
     assert_eq!(code, 1, "{out}{err}");
     let all = format!("{out}{err}");
     assert!(
         all.contains("~ rule reports-per-api-key: schedule [top-of-hour: minutes 00:00-00:30 UTC: 100 per 1 s (burst 1000); business-hours: hours 09:00-17:00 UTC on mon, tue, wed, thu, fri: 200 per 1 s (burst 200)] → [business-hours: hours 09:00-17:00 UTC on mon, tue, wed, thu, fri: 200 per 1 s (burst 200)]; tightest at Mon 00:00:00 UTC: 100 per 1 s (burst 1000) → 100 per 1 s (burst 100), ×0.10 — refused"),
         "{all}"
     );
-    let (_, json, _) = run(&mut agent(&[
+    let (_, json, _) = run(&mut meshlimit(&[
         "check-rules",
         &new,
         "--against",
@@ -480,7 +490,7 @@ fn replay_shows_what_a_tighter_rule_would_reject_of_recorded_traffic() {
         }
     }
     let log = write("access.log", &log);
-    let (code, out, err) = run(&mut agent(&[
+    let (code, out, err) = run(&mut meshlimit(&[
         "replay",
         "--rules",
         &new,
@@ -505,7 +515,7 @@ fn replay_shows_what_a_tighter_rule_would_reject_of_recorded_traffic() {
     assert_eq!(keys[0]["would_reject"].as_u64(), Some(rejected));
     assert_eq!(keys[0]["key_id"].as_str().unwrap().len(), 32);
     // Text for people.
-    let (_, text, _) = run(&mut agent(&[
+    let (_, text, _) = run(&mut meshlimit(&[
         "replay",
         "--rules",
         &new,

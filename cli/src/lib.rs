@@ -1,0 +1,61 @@
+//! meshlimit-cli: `meshlimit`, the operator's tool. The commands a person runs
+//! rather than a DaemonSet: check, explain, replay and import rules offline,
+//! print a key's id or the rules' schema, and act on a region's agents through
+//! their store. Built on the agent's library (rules loading, the store, the
+//! secret), so every check here is the one the agent makes.
+//!
+//! `main.rs` only wires: parse the command line ([`args`]), [`execute`] it,
+//! and exit with the code of its [`CliError`].
+
+#![forbid(unsafe_code)]
+
+pub mod args;
+pub mod check_rules;
+mod error;
+pub mod explain;
+pub mod fleet_override;
+pub mod import;
+pub mod replay;
+
+use std::io::Write;
+
+use meshlimit_core::DescriptorKey;
+
+pub use error::CliError;
+
+use args::{Command, KeyIdArgs};
+
+/// Runs `command`, writing its output to `out` and its diagnostics to `err`.
+pub fn execute(
+    command: &Command,
+    out: &mut impl Write,
+    err: &mut impl Write,
+) -> Result<(), CliError> {
+    match command {
+        Command::CheckRules(args) => CliError::reported(check_rules::check_rules_against(
+            &args.path,
+            args.against.as_deref(),
+            args.format,
+            out,
+            err,
+        )),
+        Command::Replay(args) => Ok(replay::command(args, out)?),
+        Command::Explain(args) => CliError::reported(explain::explain(args, out, err)),
+        Command::Import(args) => CliError::reported(import::import(args, out, err)),
+        Command::Override(args) => fleet_override::override_command(args, out),
+        Command::Schema => {
+            let text = meshlimit_core::rules::schema::rules_schema_text();
+            let _ = write!(out, "{text}");
+            Ok(())
+        }
+        Command::KeyId(args) => key_id(args, out),
+    }
+}
+
+/// `key-id`: the id of the key, under the deployment's secret.
+fn key_id(args: &KeyIdArgs, out: &mut impl Write) -> Result<(), CliError> {
+    let secret = args.secret.load()?;
+    let key = DescriptorKey::new(&args.rule, &args.parts);
+    let _ = writeln!(out, "{}", secret.key_ids().id(&key));
+    Ok(())
+}

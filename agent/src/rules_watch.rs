@@ -69,6 +69,8 @@ pub(crate) struct RulesWatcher {
     /// calls run on (the watcher's thread waits for them, with the store's
     /// deadline). Without it a trial is this agent's own.
     shared: Option<SharedStore>,
+    /// Every problem the last poll reported ([`first_load`] hands them on).
+    refused: Vec<RuleError>,
 }
 
 /// The store the region's agents share, and the runtime its calls run on.
@@ -99,6 +101,7 @@ impl RulesWatcher {
             directory: directory::Directory::default(),
             guards: None,
             shared: None,
+            refused: Vec::new(),
         }
     }
 
@@ -116,6 +119,7 @@ impl RulesWatcher {
     /// Reads the file once and applies it if it changed (blocking: [`RulesWatcher::run`]
     /// calls it on a thread of its own).
     pub(crate) fn poll(&mut self) -> Reload {
+        self.refused.clear();
         if self.path.is_dir() {
             return self.poll_directory();
         }
@@ -437,12 +441,22 @@ impl RulesWatcher {
             );
         }
         self.rules.set_error(errors.to_string());
+        self.refused.extend(errors.errors.iter().cloned());
         self.metrics.rules_refused();
         Reload::Refused
     }
 
     fn unreadable(&mut self, e: &std::io::Error) -> Reload {
-        let text = format!("{}: cannot read: {e}", self.path.display());
+        let file = self.path.display().to_string();
+        self.refused.push(RuleError {
+            file: file.clone(),
+            line: None,
+            column: None,
+            rule: None,
+            field: "-".into(),
+            message: format!("cannot read: {e}"),
+        });
+        let text = format!("{file}: cannot read: {e}");
         // Logged and counted once per distinct problem, not every poll.
         if self.last_read_error.as_deref() != Some(text.as_str()) {
             tracing::error!("rules unreadable: {text}");
@@ -476,9 +490,11 @@ pub fn read_rules_file(path: &Path) -> std::io::Result<String> {
 
 mod current;
 mod directory;
+mod first_load;
 
 pub use current::CurrentRules;
 pub(crate) use current::TrialView;
+pub use first_load::{first_load, FirstLoad};
 
 #[cfg(test)]
 mod tests;

@@ -27,7 +27,8 @@ pub const COMMANDS: &str = "check-rules, schema, key-id, replay, explain, import
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Validate a rules file: exit 0 when it is valid, else print every error and exit 1.
+    /// Validate a rules file, or a directory of them as the agent loads it:
+    /// exit 0 when valid, else print every error and exit 1.
     CheckRules(CheckRulesArgs),
     /// Print the rules file's JSON Schema (the one published as docs/rules.schema.json).
     Schema,
@@ -302,7 +303,9 @@ impl OverrideArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct CheckRulesArgs {
-    /// The rules file to check.
+    /// The rules file to check, or a directory of them: checked as the agent's
+    /// `run --rules DIR` loads it, reporting what the agent would (each broken
+    /// file, each rule name two files define).
     #[arg(value_name = "PATH")]
     pub path: PathBuf,
     /// `text`: `PATH:LINE: rule NAME: field FIELD: message` lines on stderr. `json`:

@@ -1,10 +1,15 @@
-//! `meshlimit check-rules PATH`: validates a rules file the way the agent
-//! would load it, for CI and for people editing a ConfigMap. Every problem of the
+//! `meshlimit check-rules PATH`: validates a rules file, or a directory of
+//! them, the way the agent would load it, for CI and for people editing a
+//! ConfigMap. A directory goes through the agent's own loader, so it reports
+//! what the agent would: each broken file, each rule name two files define. Every problem of the
 //! file is reported in one run, each with its line; `--format json` gives the same
 //! as one JSON object for CI annotations and admission checks.
 
 use std::io::Write;
 use std::path::Path;
+use std::sync::Arc;
+
+use meshlimit_agent::rules_watch::{first_load, FirstLoad};
 
 use meshlimit_core::rules::expiry::parse_instant;
 use meshlimit_core::rules::review::{review, Change};
@@ -42,20 +47,10 @@ pub fn check_rules_against(
     err: &mut impl Write,
 ) -> u8 {
     let file = path.display().to_string();
-    let result = match meshlimit_agent::rules_watch::read_rules_file(path) {
-        Ok(text) => parse_rules(&file, &text).map_err(|e| e.errors),
-        Err(e) => Err(vec![RuleError {
-            file: file.clone(),
-            line: None,
-            column: None,
-            rule: None,
-            field: "-".into(),
-            message: format!("cannot read: {e}"),
-        }]),
-    };
+    let result = read(path);
     let mut code = u8::from(result.is_err());
     let review = match (&result, against) {
-        (Ok(set), Some(old_path)) => match load(old_path) {
+        (Ok(set), Some(old_path)) => match read(old_path) {
             Ok(old) => {
                 let changes = review(&old, set);
                 code = u8::from(changes.iter().any(|c| c.refused));
@@ -65,11 +60,12 @@ pub fn check_rules_against(
                     changes,
                 ))
             }
-            Err(why) => {
+            Err(errors) => {
                 let _ = writeln!(
                     err,
-                    "{}: cannot compare against it: {why}",
-                    old_path.display()
+                    "{}: cannot compare against it: {}",
+                    old_path.display(),
+                    summary(&errors)
                 );
                 return 1;
             }
@@ -104,9 +100,11 @@ pub fn check_rules_against(
         }
         (CheckFormat::Text, Err(errors)) => {
             for e in &errors {
-                // An unreadable file is one line, `PATH: cannot read: why`.
-                if e.field == "-" && e.message.starts_with("cannot read: ") {
-                    let _ = writeln!(err, "{file}: {}", e.message);
+                // An unreadable PATH is one line, `PATH: cannot read: why`
+                // (as the agent logs it); a file of a directory is reported
+                // as the agent reports it.
+                if e.file == file && e.field == "-" && e.message.starts_with("cannot read: ") {
+                    let _ = writeln!(err, "{}: {}", e.file, e.message);
                 } else {
                     let _ = writeln!(err, "{e}");
                 }
@@ -195,21 +193,55 @@ fn expiry_warnings(set: &RuleSet, now: u64) -> Vec<String> {
         .collect()
 }
 
-/// A rules file read and compiled, or why not (one line).
-fn load(path: &Path) -> Result<RuleSet, String> {
+/// A rules file read and compiled, or a directory loaded as the agent loads
+/// it ([`first_load`]: every file on its own, then merged); or every problem.
+/// A directory is valid when the agent would report nothing of it.
+fn read(path: &Path) -> Result<Arc<RuleSet>, Vec<RuleError>> {
     let file = path.display().to_string();
-    let text = meshlimit_agent::rules_watch::read_rules_file(path)
-        .map_err(|e| format!("cannot read: {e}"))?;
-    parse_rules(&file, &text).map_err(|e| {
-        let n = e.errors.len();
-        format!(
+    if !path.is_dir() {
+        return match meshlimit_agent::rules_watch::read_rules_file(path) {
+            Ok(text) => parse_rules(&file, &text)
+                .map(Arc::new)
+                .map_err(|e| e.errors),
+            Err(e) => Err(vec![path_error(&file, format!("cannot read: {e}"))]),
+        };
+    }
+    match first_load(path) {
+        Ok(FirstLoad {
+            set: Some(set),
+            errors,
+        }) if errors.is_empty() => Ok(set),
+        Ok(FirstLoad { errors, .. }) if !errors.is_empty() => Err(errors),
+        Ok(_) => Err(vec![path_error(
+            &file,
+            "no rules file with a rule in it: an agent would serve none".into(),
+        )]),
+        Err(e) => Err(vec![path_error(&file, format!("cannot check: {e}"))]),
+    }
+}
+
+/// A problem of the path as a whole, not of a line.
+fn path_error(file: &str, message: String) -> RuleError {
+    RuleError {
+        file: file.to_string(),
+        line: None,
+        column: None,
+        rule: None,
+        field: "-".into(),
+        message,
+    }
+}
+
+/// Why OLD cannot be compared against, in one line.
+fn summary(errors: &[RuleError]) -> String {
+    let n = errors.len();
+    match errors.first() {
+        Some(e) if n == 1 && e.message.starts_with("cannot read: ") => e.message.clone(),
+        first => format!(
             "{n} error(s), the first: {}",
-            e.errors
-                .first()
-                .map(ToString::to_string)
-                .unwrap_or_default()
-        )
-    })
+            first.map(ToString::to_string).unwrap_or_default()
+        ),
+    }
 }
 
 fn change_kind(c: &Change) -> &'static str {

@@ -51,7 +51,7 @@ pub struct Metrics {
 
 /// A metric could not be registered: a programming error (a duplicate or
 /// malformed name), reported at startup rather than hidden.
-pub(crate) type MetricsError = prometheus::Error;
+pub type MetricsError = prometheus::Error;
 
 /// Creates metrics and registers them in one go.
 struct Factory<'a>(&'a Registry);

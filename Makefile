@@ -12,6 +12,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 WASM_TARGET := wasm32-wasip1
 ENVOY_VERSION := 1.40.0
+NEXTEST_VERSION := 0.9.143
 VENV := $(CURDIR)/.venv
 ENVOY := $(VENV)/bin/envoy
 # grpcio runs the real gRPC client of the end-to-end tests (tests/grpc/call.py);
@@ -36,10 +37,10 @@ WASI_RUNNER := node $(CURDIR)/tools/wasi-run.mjs
 # deploy/check.mk (optional, owned by deploy/) defines `deploy-check`.
 HAVE_DEPLOY_CHECK := $(shell grep -qsE '^deploy-check[[:space:]]*::?([^=]|$$)' deploy/check.mk && echo yes)
 
-.PHONY: tools tools-rust tools-envoy tools-grpc tools-apt build lint test test-wasm demo clean-run help
+.PHONY: tools tools-rust tools-nextest tools-envoy tools-grpc tools-apt build lint test test-wasm demo clean-run help
 
 help:
-	@echo "make tools      install pinned tools (wasm target, Envoy $(ENVOY_VERSION), grpcio $(GRPCIO_VERSION) and h2 in .venv, redis-server, wrk)"
+	@echo "make tools      install pinned tools (wasm target, cargo-nextest $(NEXTEST_VERSION), Envoy $(ENVOY_VERSION), grpcio $(GRPCIO_VERSION) and h2 in .venv, redis-server, wrk)"
 	@echo "make build      release agent + wasm filter"
 	@echo "make lint       rustfmt check, clippy (host and $(WASM_TARGET)) with -D warnings"
 	@echo "make test       tools, build, lint, all tests (host, wasm, deploy check): what CI runs"
@@ -51,7 +52,7 @@ help:
 
 ## ---- tools: every step checks first and installs nothing when already present
 
-tools: tools-rust tools-envoy tools-grpc tools-apt
+tools: tools-rust tools-nextest tools-envoy tools-grpc tools-apt
 
 tools-rust:
 	@if ! rustup target list --installed | grep -qx '$(WASM_TARGET)'; then \
@@ -64,6 +65,14 @@ tools-rust:
 			echo "tools: rustup component add $$c"; rustup component add $$c; \
 		fi; \
 	done
+
+# cargo-nextest runs the host tests (.config/nextest.toml); built from source
+# only when missing or another version.
+tools-nextest:
+	@if [ "$$($(CARGO) nextest --version 2>/dev/null | awk 'NR == 1 { print $$2 }')" != '$(NEXTEST_VERSION)' ]; then \
+		echo "tools: cargo install cargo-nextest $(NEXTEST_VERSION)"; \
+		$(CARGO) install cargo-nextest --locked --version $(NEXTEST_VERSION); \
+	fi
 
 tools-envoy:
 	@if [ -x '$(ENVOY)' ] && '$(ENVOY)' --version 2>/dev/null | grep -q '/$(ENVOY_VERSION)/'; then \
@@ -111,14 +120,23 @@ test-wasm: tools-rust
 	CARGO_TARGET_WASM32_WASIP1_RUNNER='$(WASI_RUNNER)' \
 		$(CARGO) test --profile wasm-test --target $(WASM_TARGET) -p meshlimit-core
 
+# The host tests go last, so the log ends with nextest's summary line: the
+# slowest tests are read from its JUnit file, and the summary is printed again
+# after them. A failed test still fails `make test`, after the report.
+NEXTEST_CI := target/nextest/ci
 test: tools build lint
-	$(CARGO) test --workspace --no-fail-fast
 	$(MAKE) --no-print-directory test-wasm
 ifeq ($(HAVE_DEPLOY_CHECK),yes)
 	$(MAKE) --no-print-directory deploy-check
 else
 	@echo "test: deploy/check.mk defines no deploy-check target; skipping it"
 endif
+	$(CARGO) test --doc --workspace
+	@mkdir -p $(NEXTEST_CI); rm -f $(NEXTEST_CI)/junit.xml
+	@rc=0; $(CARGO) nextest run --workspace --profile ci 2>&1 | tee $(NEXTEST_CI)/run.log || rc=$$?; \
+	$(PYTHON) tools/slowest-tests.py $(NEXTEST_CI)/junit.xml || rc=$$((rc ? rc : 1)); \
+	grep -E '^ *Summary \[' $(NEXTEST_CI)/run.log | tail -n 1 || true; \
+	exit $$rc
 
 ## ---- local run
 

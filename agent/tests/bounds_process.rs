@@ -15,34 +15,14 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_meshlimit-agent");
 const GOOD: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../tests/fixtures/rules/api-ten-per-second.yaml"
 ));
-/// The bound on refusing a billion-laughs file: what reading a file of the
-/// same size without aliases costs, plus this; and a running agent's growth
-/// for a reload of it (core `rules::parse`).
+/// A running agent's growth for a reload of a billion-laughs file (core
+/// `rules::parse`); `meshlimit check-rules` is held to the same margin
+/// (cli/tests/bounds.rs).
 const LAUGHS_MARGIN_BYTES: u64 = 2 * 1024 * 1024;
-/// `check-rules`' peak refusing it, whatever the baseline: far below the
-/// hundreds of MiB an expansion takes.
-const LAUGHS_PEAK_BYTES: u64 = 32 * 1024 * 1024;
-
-/// A rules file with a "billion laughs" in extra fields, made to stay under the
-/// limit of the YAML reader the agent used before (serde_yaml: 100 alias jumps
-/// per event, hence the padding): a 2.5 KB string, four levels of twenty
-/// aliases, 7 KB of text that reader expanded to 160,000 copies, 433 MiB peak
-/// RSS in `check-rules` before aliases were refused.
-fn laughs() -> String {
-    let mut text = format!("version: 1\nlol0: &a0 \"{}\"\n", "x".repeat(2_500));
-    for i in 1..5 {
-        let refs = vec![format!("*a{}", i - 1); 20].join(", ");
-        text.push_str(&format!("lol{i}: &a{i} [{refs}]\n"));
-    }
-    text.push_str(&format!("pad: [{}0]\nrules: []\n", "0,".repeat(2_000)));
-    text
-}
-
 /// The agent binary with this deployment's secret and nothing else from the
 /// test's environment.
 fn agent(args: &[&str]) -> Command {
@@ -53,14 +33,6 @@ fn agent(args: &[&str]) -> Command {
 fn auth_line() -> String {
     let secret = meshlimit_core::secret::Secret::new(SECRET.as_bytes()).unwrap();
     format!("authorization: Bearer {}\r\n", secret.agent_token())
-}
-
-/// A field of /proc/PID/status, in bytes (`VmHWM`, `VmRSS`), while it runs.
-fn proc_kb(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with(field))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
 }
 
 /// Kills the child on drop, so a failed assertion leaves no agent behind.
@@ -142,98 +114,20 @@ fn metric(addr: &str, series: &str) -> Option<f64> {
         .and_then(|(_, v)| v.parse().ok())
 }
 
-/// `check-rules FILE` run on `text`, which it must refuse: its exit code, its
-/// error text, and its peak RSS (VmHWM) while it waits to print it.
-///
-/// check-rules exits within milliseconds, too fast to sample. So its stderr is
-/// a FIFO filled to capacity (64 KiB) before it starts: its error line then
-/// blocks until the test reads, and VmHWM is read while it waits. Its address
-/// space is capped too (ulimit -v, 256 MiB), so an agent that expanded aliases
-/// fails here instead of taking the machine's memory.
-fn refused_by_check_rules(dir: &Path, text: &str) -> (Option<i32>, String, u64) {
-    let path = dir.join("rules.yaml");
-    std::fs::write(&path, text).unwrap();
-    let fifo = dir.join("stderr");
-    let _ = std::fs::remove_file(&fifo);
-    assert!(Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
-    let child = Command::new("sh")
-        .args([
-            "-c",
-            "exec 2>\"$2\"; head -c 65536 /dev/zero >&2; ulimit -v 262144; exec \"$0\" check-rules \"$1\"",
-            BIN,
-            &path.display().to_string(),
-            &fifo.display().to_string(),
-        ])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut child = Running(child);
-    let mut stderr = std::fs::File::open(&fifo).unwrap();
-    let pid = child.0.id();
-    let is_agent = || {
-        std::fs::read_link(format!("/proc/{pid}/exe"))
-            .is_ok_and(|exe| exe.ends_with("meshlimit-agent"))
-    };
-    let start = Instant::now();
-    // Once it runs the agent, its peak only grows until it blocks on stderr.
-    let mut peak = 0;
-    while start.elapsed() < Duration::from_millis(500) {
-        if is_agent() {
-            peak = peak.max(proc_kb(pid, "VmHWM").unwrap_or(0));
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let mut err = Vec::new();
-    stderr.read_to_end(&mut err).unwrap();
-    let status = child.0.wait().unwrap();
-    let err = String::from_utf8_lossy(&err[65536.min(err.len())..]).to_string();
-    assert!(peak > 0, "VmHWM was never read");
-    (status.code(), err, peak)
-}
-
-#[test]
-fn check_rules_refuses_a_billion_laughs_within_its_memory_bound() {
-    let dir = tempfile::tempdir().unwrap();
-    // The same file with its aliases spelled as plain words (as long): read
-    // to the end and refused for its unknown fields, which costs what reading
-    // the file costs. Refusing the aliases must cost no more than that: the
-    // process's own size (binary, allocator) varies by machine and build,
-    // the expansion would be hundreds of MiB.
-    let plain = laughs().replace('*', "x");
-    let (code, err, baseline) = refused_by_check_rules(dir.path(), &plain);
-    assert_eq!(code, Some(1), "{err}");
-    assert!(!err.contains("aliases"), "{err}");
-    let (code, err, peak) = refused_by_check_rules(dir.path(), &laughs());
-    assert_eq!(code, Some(1), "{err}");
-    let file = dir.path().join("rules.yaml").display().to_string();
-    assert!(
-        err.starts_with(&format!("{file}:3:12: field -: "))
-            && err.contains("YAML aliases (`*name`) are not allowed"),
-        "{err}"
-    );
-    eprintln!(
-        "check-rules peak RSS (VmHWM): {peak} bytes refusing the aliases, {baseline} reading the same file without them"
-    );
-    assert!(
-        peak < baseline + LAUGHS_MARGIN_BYTES && peak < LAUGHS_PEAK_BYTES,
-        "check-rules peaked at {peak} bytes refusing the aliases, {baseline} without them"
-    );
-}
-
 #[test]
 fn a_live_reload_refuses_a_billion_laughs_and_keeps_the_last_good_rules() {
     let (dir, path) = good_rules_file();
     let (agent, addr) = start(&path, &[]);
     let pid = agent.0.id();
     let rules_before = http_get(&addr, "/v1/rules").unwrap();
-    let before = proc_kb(pid, "VmHWM").unwrap();
+    let before = meshlimit_tests::proc_bytes(pid, "VmHWM").unwrap();
 
     // Written beside and renamed over, as a ConfigMap update is atomic.
-    std::fs::write(dir.path().join("next.yaml"), laughs()).unwrap();
+    std::fs::write(
+        dir.path().join("next.yaml"),
+        meshlimit_tests::billion_laughs(),
+    )
+    .unwrap();
     std::fs::rename(dir.path().join("next.yaml"), &path).unwrap();
     let start = Instant::now();
     while metric(&addr, "meshlimit_rules_reloads_total{result=\"error\"}") != Some(1.0) {
@@ -243,7 +137,7 @@ fn a_live_reload_refuses_a_billion_laughs_and_keeps_the_last_good_rules() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let after = proc_kb(pid, "VmHWM").unwrap();
+    let after = meshlimit_tests::proc_bytes(pid, "VmHWM").unwrap();
     eprintln!("run peak RSS (VmHWM) {before} bytes before the reload, {after} after");
     assert!(
         after.saturating_sub(before) < LAUGHS_MARGIN_BYTES,
@@ -265,7 +159,7 @@ fn a_flood_of_oversized_keys_leaves_the_agent_s_memory_as_it_was() {
     let (_dir, path) = good_rules_file();
     let (agent, addr) = start(&path, &[]);
     let pid = agent.0.id();
-    let before = proc_kb(pid, "VmRSS").unwrap();
+    let before = meshlimit_tests::proc_bytes(pid, "VmRSS").unwrap();
     let mut stream = TcpStream::connect(&addr).unwrap();
     stream.set_nodelay(true).unwrap();
     stream
@@ -291,7 +185,7 @@ fn a_flood_of_oversized_keys_leaves_the_agent_s_memory_as_it_was() {
             refused += 1;
         }
     }
-    let after = proc_kb(pid, "VmRSS").unwrap();
+    let after = meshlimit_tests::proc_bytes(pid, "VmRSS").unwrap();
     eprintln!("run RSS {before} bytes before the flood, {after} after");
     // Before the fix: +124 MB (62 MB of keys, held twice).
     assert!(

@@ -122,6 +122,29 @@ pub fn exchange_key(descriptor: &str) -> String {
     format!("{}|{}", key.rule(), secret.key_ids().id(&key))
 }
 
+/// A rules file with a "billion laughs" in extra fields, made to stay under the
+/// limit of the YAML reader the agent used before (serde_yaml: 100 alias jumps
+/// per event, hence the padding): a 2.5 KB string, four levels of twenty
+/// aliases, 7 KB of text that reader expanded to 160,000 copies, 433 MiB peak
+/// RSS in `check-rules` before aliases were refused.
+pub fn billion_laughs() -> String {
+    let mut text = format!("version: 1\nlol0: &a0 \"{}\"\n", "x".repeat(2_500));
+    for i in 1..5 {
+        let refs = vec![format!("*a{}", i - 1); 20].join(", ");
+        text.push_str(&format!("lol{i}: &a{i} [{refs}]\n"));
+    }
+    text.push_str(&format!("pad: [{}0]\nrules: []\n", "0,".repeat(2_000)));
+    text
+}
+
+/// A field of /proc/PID/status, in bytes (`VmHWM`, `VmRSS`), while it runs.
+pub fn proc_bytes(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
 /// The repository root (the workspace directory holding `envoy.yaml`).
 pub fn repo_root() -> PathBuf {
     let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));

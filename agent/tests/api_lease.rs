@@ -249,8 +249,8 @@ async fn bad_requests_get_their_status_and_are_counted() {
     assert_eq!(bad("method_not_allowed"), Some(2.0));
 }
 
-/// Finding 1 of the second trust pass: one bad item made the whole call a
-/// 400, and every request batched with it took its failure policy.
+/// One bad item never decides the requests batched with it: it is answered
+/// `unavailable` on its own, the call's others are leased.
 #[tokio::test]
 async fn a_bad_item_is_refused_alone_and_its_neighbours_are_leased() {
     let app = app(Some(RULES));

@@ -123,9 +123,8 @@ fn the_usage_path_answers_from_local_state_and_spends_nothing() {
     assert_eq!(twice.status, 400, "{twice:?}");
 }
 
-/// Finding 3 of the second trust pass: the usage path was answered without
-/// bound. A worker now answers `usage_per_second` (20) a second and a 429
-/// past it, each answer counted in Envoy's stats.
+/// A worker answers the usage path `usage_per_second` (20) times a second
+/// and a 429 past it, each answer counted in Envoy's stats.
 #[test]
 fn the_usage_path_is_limited_and_counted() {
     let stack = Stack::start(USAGE_RULES);

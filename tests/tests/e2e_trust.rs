@@ -437,12 +437,10 @@ fn streams_at_once(envoy: &Envoy, prefix: &str, headers: &[String], n: usize) ->
     statuses
 }
 
-/// The second trust pass's high finding: a filter sent every new key of one
-/// event-loop turn in one lease call, the agent refused a call of over 64
-/// items (or 64 KiB) whole, and every request in it took its failure policy:
-/// 200 streams of new keys at once got 93 answers of 503 with the agent
-/// healthy. Batches now stop at the agent's limits, by items and by bytes,
-/// and no request builds a key the agent refuses.
+/// A client that opens many streams of new keys at once cannot push the
+/// requests batched with its own onto their failure policy: a filter's lease
+/// calls stop at the agent's limits, by items and by bytes, and no request
+/// builds a key the agent refuses.
 #[test]
 fn two_hundred_streams_of_new_keys_at_once_never_fail_closed() {
     let stack = Stack::start(BURST_RULES);

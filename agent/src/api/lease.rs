@@ -44,7 +44,7 @@ pub(super) async fn handle(app: &App, req: LeaseRequest) -> Result<ApiResponse, 
     resp.items = refused
         .into_iter()
         .map(|r| match r {
-            Some(reason) => app.inner.leases.refused(reason),
+            Some(reason) => app.inner.leases.unavailable(reason),
             None => leased.next().unwrap_or_else(|| LeaseAnswer::Unavailable {
                 reason: "internal".into(),
             }),

@@ -365,13 +365,9 @@ impl LeaseService {
         }
     }
 
-    /// The answer to an item the API refused (`reason`, a fixed word), counted
-    /// with the other items answered `unavailable`.
-    pub(crate) fn refused(&self, reason: &str) -> LeaseAnswer {
-        self.unavailable(reason)
-    }
-
-    pub(super) fn unavailable(&self, reason: &str) -> LeaseAnswer {
+    /// An item answered `unavailable` for `reason` (a fixed word; the API's
+    /// refusals of single items too), counted by it.
+    pub(crate) fn unavailable(&self, reason: &str) -> LeaseAnswer {
         self.metrics.lease_unavailable(reason);
         LeaseAnswer::Unavailable {
             reason: reason.to_string(),

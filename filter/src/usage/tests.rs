@@ -192,9 +192,9 @@ fn many_rules(n: usize) -> Rc<RuleSet> {
     Rc::new(RuleSet::compile(&config).unwrap())
 }
 
-/// Finding 3 of the second trust pass: one usage request over 20,000 rules
-/// listed every rule keyed on the caller (scopes aside), about 1.6 MB and a
-/// shared-data read per rule.
+/// A usage answer lists the rules of the request it names, never another
+/// path's, and at most `MAX_USAGE_LIMITS` of them (one shared-data read and
+/// about 100 bytes each), however large the rule set.
 #[test]
 fn an_answer_lists_only_rules_of_the_request_and_at_most_its_bound() {
     let host = MemoryHost::default();

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::mesh::{self, now, Mesh};
-use crate::plot::ShareSample;
+use super::mesh::{self, now, Mesh};
+use super::plot::ShareSample;
 
 /// Polls every region's cached share of `key` every 100 ms on a thread.
 pub struct Watch {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use meshlimit_tests::Agent;
 
-use crate::mesh::{lease_url, now};
+use super::mesh::{lease_url, now};
 
 /// Tokens granted at an instant (Unix seconds).
 #[derive(Debug, Clone, Copy)]

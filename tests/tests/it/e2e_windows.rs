@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use meshlimit_tests::{wait_for, AgentOptions, Probe, RedisServer, Response, Stack};
 
-const RULES: &str = include_str!("../fixtures/rules/windows-fixed-and-sliding.yaml");
+const RULES: &str = include_str!("../../fixtures/rules/windows-fixed-and-sliding.yaml");
 
 /// The fixture's `fixed` rule: 5 per 10 s; `sliding`: 4 per 2 s.
 const FIXED_PER: Duration = Duration::from_secs(10);

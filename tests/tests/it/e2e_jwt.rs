@@ -14,7 +14,7 @@ use ring::signature::{EcdsaKeyPair, KeyPair, ECDSA_P256_SHA256_FIXED_SIGNING};
 
 const ISSUER: &str = "https://issuer.meshlimit.test";
 
-const RULES: &str = include_str!("../fixtures/rules/jwt-claims-and-destinations.yaml");
+const RULES: &str = include_str!("../../fixtures/rules/jwt-claims-and-destinations.yaml");
 
 /// An ES256 signing key and the JWKS Envoy verifies its tokens with.
 struct Issuer {

@@ -9,7 +9,7 @@ use std::sync::Once;
 use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle};
 
-use crate::mesh::L;
+use super::mesh::L;
 
 /// A region's cached share at an instant (seconds since the run started).
 pub type ShareSample = (f64, Vec<Option<f64>>);

@@ -47,6 +47,7 @@ help:
 	@echo "make test-fast  the tests that need no Envoy, Redis or accuracy run (cargo-nextest)"
 	@echo "make test-wasm  meshlimit-core's unit tests on $(WASM_TARGET) under node's WASI"
 	@echo "make demo       run agent + Envoy locally and show a request being limited"
+	@echo "make images     the agent (static, empty base) and filter OCI images under target/oci/, their digests pinned in deploy/"
 	@echo "make clean-run  remove run/ (demo logs)"
 	@echo "make fuzz       every cargo-fuzz target for FUZZ_SECONDS each (default 60); nightly + cargo-fuzz $(CARGO_FUZZ_VERSION)"
 	@echo "make mutants    cargo-mutants $(CARGO_MUTANTS_VERSION) on core, filter and the agent's logic, MUTANTS_BUDGET s each (default 3600); lists in target/mutants/"

@@ -1,6 +1,6 @@
 # Deployment checks, included by the root Makefile (`-include deploy/check.mk`);
 # `make test` runs `deploy-check`. Every name here starts with deploy-/DEPLOY_
-# (or is wasm-oci), so nothing clashes with the root Makefile. Run from the
+# (or is images, wasm-oci or agent-oci), so nothing clashes with the root Makefile. Run from the
 # repository root. See deploy/README.md.
 
 DEPLOY_VENV        ?= .venv-deploy
@@ -12,6 +12,12 @@ DEPLOY_CLI_BIN     ?= target/release/meshlimit
 DEPLOY_FILTER_WASM ?= target/wasm32-wasip1/release/meshlimit_filter.wasm
 DEPLOY_ENVOY       ?= $(or $(ENVOY),.venv/bin/envoy)
 DEPLOY_OCI_DIR     ?= target/oci/meshlimit-filter
+DEPLOY_AGENT_OCI   ?= target/oci/meshlimit-agent
+# The agent image's binary: static (musl), so the image needs no base at all.
+DEPLOY_MUSL        := x86_64-unknown-linux-musl
+DEPLOY_AGENT_MUSL  ?= target/$(DEPLOY_MUSL)/release/meshlimit-agent
+DEPLOY_AGENT_PINS  := deploy/overlays/istio/kustomization.yaml deploy/overlays/envoy/kustomization.yaml
+DEPLOY_FILTER_PINS := deploy/istio/wasmplugin.yaml deploy/istio/examples/one-workload.yaml
 # Envoy bootstraps outside the overlays held to the shipped fleet's rules (every
 # HCM that runs the filter: use_remote_address, path normalisation, headers with
 # underscores rejected; the filter never FAIL_OPEN, MESHLIMIT_SECRET from the
@@ -19,7 +25,7 @@ DEPLOY_OCI_DIR     ?= target/oci/meshlimit-filter
 DEPLOY_BOOTSTRAPS  ?= deploy/envoy/envoy.yaml envoy.yaml tests/envoy/istio-sidecar.yaml tests/envoy/istio-gateway.yaml tests/envoy/jwt.yaml
 
 # The checks leave no __pycache__ in deploy/tools.
-deploy-% wasm-oci: export PYTHONDONTWRITEBYTECODE = 1
+deploy-% images wasm-oci agent-oci: export PYTHONDONTWRITEBYTECODE = 1
 
 # The rules file's JSON Schema (generated from the agent's types; a core test
 # keeps the committed file equal to them) and what it must accept and refuse:
@@ -36,7 +42,7 @@ DEPLOY_SCHEMA_BAD  ?= $(addprefix core/tests/fixtures/bad-,unknown-field.yaml pe
 
 .PHONY: deploy-check deploy-tools deploy-selftest deploy-manifests deploy-alerts \
         deploy-rules deploy-rollout deploy-envoy-config deploy-oci deploy-metrics \
-        deploy-schema wasm-oci
+        deploy-schema images wasm-oci agent-oci
 
 deploy-check: deploy-selftest deploy-manifests deploy-alerts deploy-rules \
               deploy-rollout deploy-envoy-config deploy-oci deploy-metrics deploy-schema
@@ -140,19 +146,22 @@ deploy-envoy-config: deploy-manifests
 	  echo "ok   Envoy with the filter loads deploy/envoy/envoy.yaml, the WasmPlugin's pluginConfig, tests/envoy/istio-*.yaml and tests/envoy/jwt.yaml"; \
 	fi
 
-# The Istio image layout: index -> manifest -> config and layer digests and
-# sizes match the blobs, the layer holds the module, and packing is
-# deterministic. Uses the real module when built, else a placeholder module.
+# The images' layouts: index -> manifest -> config and layer digests and sizes
+# match the blobs, the layer holds the file, packing is deterministic, and the
+# manifests pin what was built. The filter: the module `make build` built (a
+# placeholder module when none is); a pin of another module is a note, since
+# `make wasm-oci` is what updates it. The agent: the image `make agent-oci`
+# built, when there is one, must be the one the DaemonSet pins (fail).
 deploy-oci: deploy-tools
 	@mkdir -p $(DEPLOY_OUT)
 	@if [ -f $(DEPLOY_FILTER_WASM) ]; then \
 	  set -e; \
-	  $(DEPLOY_PY) deploy/tools/wasm_oci.py pack $(DEPLOY_FILTER_WASM) $(DEPLOY_OCI_DIR); \
-	  $(DEPLOY_PY) deploy/tools/wasm_oci.py verify $(DEPLOY_OCI_DIR) --wasm $(DEPLOY_FILTER_WASM); \
-	  $(DEPLOY_PY) deploy/tools/wasm_oci.py pack $(DEPLOY_FILTER_WASM) $(DEPLOY_OUT)/oci-again >/dev/null; \
+	  $(DEPLOY_PY) deploy/tools/oci.py pack filter $(DEPLOY_FILTER_WASM) $(DEPLOY_OCI_DIR); \
+	  $(DEPLOY_PY) deploy/tools/oci.py verify $(DEPLOY_OCI_DIR) --file $(DEPLOY_FILTER_WASM); \
+	  $(DEPLOY_PY) deploy/tools/oci.py pack filter $(DEPLOY_FILTER_WASM) $(DEPLOY_OUT)/oci-again >/dev/null; \
 	  cmp -s $(DEPLOY_OCI_DIR)/index.json $(DEPLOY_OUT)/oci-again/index.json \
 	    || { echo "FAIL deploy-oci: packing the same module twice gave two digests"; exit 1; }; \
-	  built=$$($(DEPLOY_PY) deploy/tools/wasm_oci.py verify $(DEPLOY_OCI_DIR) | sed -n 's/.*manifest sha256://p'); \
+	  built=$$($(DEPLOY_PY) deploy/tools/oci.py verify $(DEPLOY_OCI_DIR) | sed -n 's/.*manifest sha256://p'); \
 	  if grep -q "^  sha256: $$built$$" deploy/istio/wasmplugin.yaml; then \
 	    echo "ok   deploy/istio/wasmplugin.yaml pins the module built here ($$built)"; \
 	  else \
@@ -162,9 +171,19 @@ deploy-oci: deploy-tools
 	  set -e; \
 	  echo "     $(DEPLOY_FILTER_WASM) not built: checking the packer on a placeholder module"; \
 	  printf '\000asm\001\000\000\000' > $(DEPLOY_OUT)/placeholder.wasm; \
-	  $(DEPLOY_PY) deploy/tools/wasm_oci.py pack $(DEPLOY_OUT)/placeholder.wasm $(DEPLOY_OUT)/oci-placeholder; \
-	  $(DEPLOY_PY) deploy/tools/wasm_oci.py verify $(DEPLOY_OUT)/oci-placeholder --wasm $(DEPLOY_OUT)/placeholder.wasm; \
+	  $(DEPLOY_PY) deploy/tools/oci.py pack filter $(DEPLOY_OUT)/placeholder.wasm $(DEPLOY_OUT)/oci-placeholder; \
+	  $(DEPLOY_PY) deploy/tools/oci.py verify $(DEPLOY_OUT)/oci-placeholder --file $(DEPLOY_OUT)/placeholder.wasm; \
 	fi
+	@set -e; for k in $(DEPLOY_AGENT_PINS); do \
+	  pinned=$$($(DEPLOY_PY) deploy/tools/oci.py pinned $$k | sed -n 's/^agent sha256://p'); \
+	  if [ -f $(DEPLOY_AGENT_OCI)/index.json ]; then \
+	    built=$$($(DEPLOY_PY) deploy/tools/oci.py verify $(DEPLOY_AGENT_OCI) --file $(DEPLOY_AGENT_MUSL) | sed -n 's/.*manifest sha256://p'); \
+	    [ "$$built" = "$$pinned" ] || { echo "FAIL deploy-oci: $$k pins agent image $$pinned, $(DEPLOY_AGENT_OCI) is $$built: run make agent-oci"; exit 1; }; \
+	    echo "ok   $$k pins the agent image built here ($$built)"; \
+	  else \
+	    echo "     $(DEPLOY_AGENT_OCI) not built (make images): $$k pins agent image $$pinned"; \
+	  fi; \
+	done
 
 # Every meshlimit_* name the dashboard and the alerts query is exported by a
 # real agent (driven through a real Envoy with the filter, when both are built).
@@ -177,12 +196,33 @@ deploy-metrics: deploy-manifests
 	    --envoy $(DEPLOY_ENVOY) --wasm $(DEPLOY_FILTER_WASM); \
 	fi
 
+# The two images, built offline and pinned by digest in the manifests: commit
+# the manifests with the images you push (deploy/README.md, "Build and push the images").
+images: wasm-oci agent-oci
+
 # Build the filter, package it for Istio's WasmPlugin (oci://), and pin the
 # manifest digest as the `sha256` of deploy/istio/wasmplugin.yaml (and of the
-# one-workload example): commit it with the module you push.
+# one-workload example).
 wasm-oci:
 	cargo build --release --target wasm32-wasip1 --manifest-path filter/Cargo.toml
-	python3 deploy/tools/wasm_oci.py pack $(DEPLOY_FILTER_WASM) $(DEPLOY_OCI_DIR)
-	python3 deploy/tools/wasm_oci.py verify $(DEPLOY_OCI_DIR) --wasm $(DEPLOY_FILTER_WASM)
-	python3 deploy/tools/wasm_oci.py pin $(DEPLOY_OCI_DIR) deploy/istio/wasmplugin.yaml \
-	  deploy/istio/examples/one-workload.yaml
+	python3 deploy/tools/oci.py pack filter $(DEPLOY_FILTER_WASM) $(DEPLOY_OCI_DIR)
+	python3 deploy/tools/oci.py verify $(DEPLOY_OCI_DIR) --file $(DEPLOY_FILTER_WASM)
+	python3 deploy/tools/oci.py pin $(DEPLOY_OCI_DIR) $(DEPLOY_FILTER_PINS)
+
+# Build the agent as a static musl binary (the musl target and musl-gcc, for
+# ring's C, installed when missing), package it on an empty base, and pin the
+# manifest digest in the DaemonSet's image. Paths are remapped so the binary,
+# and so the digest, does not depend on where the repository or cargo lives.
+agent-oci:
+	@rustup target list --installed | grep -qx '$(DEPLOY_MUSL)' || { \
+	  echo "agent-oci: rustup target add $(DEPLOY_MUSL)"; rustup target add $(DEPLOY_MUSL); }
+	@command -v musl-gcc >/dev/null 2>&1 || { \
+	  echo "agent-oci: installing musl-gcc (Debian package musl-tools)"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -qq --no-install-recommends musl-tools >/dev/null; }
+	CC_x86_64_unknown_linux_musl=musl-gcc \
+	  RUSTFLAGS="--remap-path-prefix=$(CURDIR)=/meshlimit --remap-path-prefix=$${CARGO_HOME:-$$HOME/.cargo}=/cargo" \
+	  cargo build --release --locked --target $(DEPLOY_MUSL) -p meshlimit-agent
+	python3 deploy/tools/oci.py pack agent $(DEPLOY_AGENT_MUSL) $(DEPLOY_AGENT_OCI)
+	python3 deploy/tools/oci.py verify $(DEPLOY_AGENT_OCI) --file $(DEPLOY_AGENT_MUSL)
+	python3 deploy/tools/oci.py pin $(DEPLOY_AGENT_OCI) $(DEPLOY_AGENT_PINS)

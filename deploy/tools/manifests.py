@@ -133,6 +133,8 @@ def lint_agent(docs, rules_text):
         ("memory" in c.get("resources", {}).get("limits", {}), "a memory limit"),
         ("cpu" in c.get("resources", {}).get("requests", {}), "a CPU request"),
         (svc["spec"].get("internalTrafficPolicy") == "Local", "Service internalTrafficPolicy: Local"),
+        (re.search(r"@sha256:[0-9a-f]{64}$", c.get("image", "")) is not None,
+         "its image pinned by digest (make agent-oci writes it), or nodes run whatever the tag points at"),
     ]
     errors += [f"{name_of(ds)}: wants {what}" for ok, what in want if not ok]
     if not takes_secret(c):

@@ -19,7 +19,7 @@ import alerts_check
 import manifests
 import metrics_check
 import schema_check
-import wasm_oci
+import oci
 
 DEPLOY = pathlib.Path(__file__).resolve().parent.parent
 RULES = (DEPLOY / "rules.yaml").read_text()
@@ -192,6 +192,8 @@ class ManifestTests(unittest.TestCase):
             "agent listens on loopback": lambda d: agent_container(d)["args"].__setitem__(4, "127.0.0.1:8081"),
             "no readiness probe": lambda d: agent_container(d).pop("readinessProbe"),
             "writable root filesystem": lambda d: agent_container(d)["securityContext"].pop("readOnlyRootFilesystem"),
+            "agent image by tag only": lambda d: agent_container(d).update(
+                image="registry.example.com/meshlimit/meshlimit-agent:0.1.0"),
             "unknown WasmPlugin field": lambda d: wasm_plugin(d).update(failstrategy="FAIL_OPEN"),
             "WasmPlugin phase": lambda d: wasm_plugin(d).update(phase="STATS"),
             "agent cluster namespace": lambda d: wasm_plugin(d)["pluginConfig"].update(
@@ -289,11 +291,23 @@ class WasmPluginTests(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             plugin = pathlib.Path(tmp) / "wp.yaml"
             plugin.write_text((DEPLOY / "istio" / "wasmplugin.yaml").read_text())
-            wasm_oci.pin(plugin, "sha256:" + "ab" * 32)
+            oci.pin(oci.FILTER, plugin, "sha256:" + "ab" * 32)
             spec = yaml.safe_load(plugin.read_text())["spec"]
             self.assertEqual(spec["sha256"], "ab" * 32)
             with self.assertRaises(ValueError):
-                wasm_oci.pin(plugin, "latest")
+                oci.pin(oci.FILTER, plugin, "latest")
+
+    def test_pin_writes_the_agent_image_digest_and_pinned_reads_it_back(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            k = pathlib.Path(tmp) / "kustomization.yaml"
+            k.write_text((DEPLOY / "overlays" / "istio" / "kustomization.yaml").read_text())
+            for digest in ("ab" * 32, "cd" * 32):  # a second pin replaces the first
+                oci.pin(oci.AGENT, k, "sha256:" + digest)
+                entry = [i for i in yaml.safe_load(k.read_text())["images"]
+                         if i["name"].endswith("/meshlimit-agent")]
+                self.assertEqual(entry, [{"name": "registry.example.com/meshlimit/meshlimit-agent",
+                                          "newTag": "0.1.0", "digest": f"sha256:{digest}"}])
+                self.assertEqual(oci.pinned(k), (oci.AGENT, digest))
 
 
 class MetricsTests(unittest.TestCase):
@@ -417,27 +431,67 @@ class OciTests(unittest.TestCase):
     def test_pack_is_deterministic_and_verifies(self):
         with tempfile.TemporaryDirectory() as tmp:
             a, b = pathlib.Path(tmp) / "a", pathlib.Path(tmp) / "b"
-            self.assertEqual(wasm_oci.pack(self.MODULE, a, "1"), wasm_oci.pack(self.MODULE, b, "1"))
-            self.assertEqual(wasm_oci.verify(a, self.MODULE), wasm_oci.pack(self.MODULE, a, "1"))
-            self.assertNotEqual(wasm_oci.pack(self.MODULE + b"\1", b, "1"), wasm_oci.verify(a))
+            self.assertEqual(oci.pack(oci.FILTER, self.MODULE, a, "1"), oci.pack(oci.FILTER, self.MODULE, b, "1"))
+            self.assertEqual(oci.verify(a, self.MODULE)[1], oci.pack(oci.FILTER, self.MODULE, a, "1"))
+            self.assertNotEqual(oci.pack(oci.FILTER, self.MODULE + b"\1", b, "1"), oci.verify(a)[1])
 
     def test_tampering_is_caught(self):
         with tempfile.TemporaryDirectory() as tmp:
             out = pathlib.Path(tmp) / "l"
             for tamper in (self.flip_a_blob, self.drop_compat, self.stray_blob):
-                wasm_oci.pack(self.MODULE, out, "1")
+                oci.pack(oci.FILTER, self.MODULE, out, "1")
                 tamper(out)
-                with self.subTest(tamper.__name__), self.assertRaises(wasm_oci.LayoutError):
-                    wasm_oci.verify(out, self.MODULE)
+                with self.subTest(tamper.__name__), self.assertRaises(oci.LayoutError):
+                    oci.verify(out, self.MODULE)
 
     def test_refuses_a_non_module_and_a_foreign_directory(self):
         with tempfile.TemporaryDirectory() as tmp:
-            with self.assertRaises(wasm_oci.LayoutError):
-                wasm_oci.pack(b"ELF", pathlib.Path(tmp) / "x", "1")
+            with self.assertRaises(oci.LayoutError):
+                oci.pack(oci.FILTER, b"ELF", pathlib.Path(tmp) / "x", "1")
             (pathlib.Path(tmp) / "keep.txt").write_text("mine")
-            with self.assertRaises(wasm_oci.LayoutError):
-                wasm_oci.pack(self.MODULE, pathlib.Path(tmp), "1")
+            with self.assertRaises(oci.LayoutError):
+                oci.pack(oci.FILTER, self.MODULE, pathlib.Path(tmp), "1")
             self.assertTrue((pathlib.Path(tmp) / "keep.txt").exists())
+
+    BINARY = b"\x7fELF\x02\x01\x01" + b"\0" * 64
+
+    def test_the_agent_image_runs_its_binary_as_the_unprivileged_user(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            a, b = pathlib.Path(tmp) / "a", pathlib.Path(tmp) / "b"
+            digest = oci.pack(oci.AGENT, self.BINARY, a, "1")
+            self.assertEqual(oci.pack(oci.AGENT, self.BINARY, b, "1"), digest)
+            self.assertEqual(oci.verify(a, self.BINARY), (oci.AGENT, digest))
+            manifest = json.loads((a / "blobs" / "sha256" / digest.split(":")[1]).read_text())
+            config = json.loads((a / "blobs" / "sha256" / manifest["config"]["digest"].split(":")[1]).read_text())
+            self.assertEqual((config["os"], config["architecture"]), ("linux", "amd64"))
+            self.assertEqual(config["config"]["User"], "65532:65532")
+            self.assertEqual(config["config"]["Entrypoint"], ["/usr/local/bin/meshlimit-agent"])
+            with self.assertRaises(oci.LayoutError):  # another binary than the one given
+                oci.verify(a, self.BINARY + b"\1")
+            with self.assertRaises(oci.LayoutError):  # a module is no agent
+                oci.pack(oci.AGENT, self.MODULE, b, "1")
+
+    def test_the_two_images_cannot_pass_for_each_other(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = pathlib.Path(tmp) / "l"
+            oci.pack(oci.AGENT, self.BINARY, out, "1")
+            self.retitle(out, "meshlimit-filter")
+            with self.assertRaises(oci.LayoutError):
+                oci.verify(out)
+
+    @staticmethod
+    def retitle(out, title):
+        index = json.loads((out / "index.json").read_text())
+        digest = index["manifests"][0]["digest"].split(":")[1]
+        path = out / "blobs" / "sha256" / digest
+        manifest = json.loads(path.read_text())
+        manifest["annotations"]["org.opencontainers.image.title"] = title
+        data = oci.canonical(manifest)
+        new = oci.sha256(data)
+        path.unlink()
+        (out / "blobs" / "sha256" / new.split(":")[1]).write_bytes(data)
+        index["manifests"][0].update(digest=new, size=len(data))
+        (out / "index.json").write_bytes(oci.canonical(index))
 
     @staticmethod
     def flip_a_blob(out):
@@ -453,12 +507,12 @@ class OciTests(unittest.TestCase):
         path = out / "blobs" / "sha256" / digest
         manifest = json.loads(path.read_text())
         manifest["annotations"] = {}
-        data = wasm_oci.canonical(manifest)
-        new = wasm_oci.sha256(data)
+        data = oci.canonical(manifest)
+        new = oci.sha256(data)
         path.unlink()
         (out / "blobs" / "sha256" / new.split(":")[1]).write_bytes(data)
         index["manifests"][0].update(digest=new, size=len(data))
-        (out / "index.json").write_bytes(wasm_oci.canonical(index))
+        (out / "index.json").write_bytes(oci.canonical(index))
 
     @staticmethod
     def stray_blob(out):

@@ -6,6 +6,16 @@
 /// Lowercase hex digits, by value.
 pub(crate) const HEX_LOWER: &[u8; 16] = b"0123456789abcdef";
 
+/// Lowercase hex.
+pub fn hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(HEX_LOWER[usize::from(b >> 4)]));
+        out.push(char::from(HEX_LOWER[usize::from(b & 0xf)]));
+    }
+    out
+}
+
 /// `byte` percent-escaped (`%2F`: uppercase, as RFC 3986 recommends).
 pub(crate) fn push_percent(out: &mut String, byte: u8) {
     const HEX_UPPER: &[u8; 16] = b"0123456789ABCDEF";

@@ -113,7 +113,7 @@ impl KeyBuilder {
             self.key.truncate(self.rule_len);
             self.key.push(SEPARATOR);
             self.key.push_str(WHOLE_MARKER);
-            self.key.push_str(&crate::secret::hex(&digest[..16]));
+            self.key.push_str(&crate::digits::hex(&digest[..16]));
         }
         DescriptorKey(self.key)
     }
@@ -127,7 +127,7 @@ fn push_part(key: &mut String, part: &[u8]) {
     if part.len() > MAX_PART_LEN {
         let digest = Sha256::digest(part);
         key.push('#');
-        key.push_str(&crate::secret::hex(&digest[..16]));
+        key.push_str(&crate::digits::hex(&digest[..16]));
         return;
     }
     for chunk in part.utf8_chunks() {

@@ -21,7 +21,7 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use siphasher::sip::SipHasher13;
 
-use crate::digits::HEX_LOWER;
+use crate::digits::{hex, HEX_LOWER};
 use crate::key::DescriptorKey;
 
 /// The shortest secret accepted, in bytes (`openssl rand -hex 32` gives 64).
@@ -280,16 +280,6 @@ fn first8(b: &[u8]) -> [u8; 8] {
 fn first16(b: &[u8]) -> [u8; 16] {
     let mut out = [0; 16];
     out.copy_from_slice(&b[..16]);
-    out
-}
-
-/// Lowercase hex.
-pub fn hex(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(char::from(HEX_LOWER[usize::from(b >> 4)]));
-        out.push(char::from(HEX_LOWER[usize::from(b & 0xf)]));
-    }
     out
 }
 

@@ -4,22 +4,21 @@
 use std::rc::Rc;
 
 use log::debug;
-use meshlimit_core::decision::{decide, HeldQuota};
 use meshlimit_core::header_list::MalformedHeaders;
 use meshlimit_core::headers::{self, HeaderStyle, Protocol};
 use meshlimit_core::rules::{Needs, RequestError};
 use meshlimit_core::wire::{LeaseResponse, LEASE_PATH, WIRE_VERSION};
-use meshlimit_core::{client_ip, metadata, RequestInfo, RuleSet, Verdict};
+use meshlimit_core::{client_ip, metadata, RequestInfo, RuleSet};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 
 use crate::backoff;
 use crate::config::FilterConfig;
-use crate::decided::Decided;
+use crate::finish::{fail_queued, finish};
 use crate::host::{AgentCall, AgentRequest, Proxy};
 use crate::pipeline::Evaluation;
 use crate::state::{Asked, QuotaCell, Shared, Waiting};
-use crate::{declog, usage};
+use crate::usage;
 
 pub struct Http<H> {
     host: Rc<H>,
@@ -163,76 +162,7 @@ fn wake_root<H: Proxy>(host: &H, vm: &Shared, queue: u32) {
     if host.enqueue(queue) {
         vm.borrow_mut().wake_queued = true;
     } else {
-        crate::root::fail_queued(host, vm);
-    }
-}
-
-/// Counts every rule's decision, names it in the stream's filter state for the
-/// access log, and carries out the verdict: `Continue`, or a local answer sent
-/// (`Pause`). The allowed request's quota goes in the request's quota cell for
-/// its response.
-pub(crate) fn finish<H: Proxy>(
-    host: &H,
-    vm: &Shared,
-    config: &FilterConfig,
-    request: &Waiting,
-    eval: &Evaluation,
-) -> Action {
-    let results = eval.results();
-    let asked = &request.asked;
-    let verdict = decide(&results);
-    let decided = {
-        let mut vm = vm.borrow_mut();
-        let vm = &mut *vm;
-        let decided = Decided::of(
-            &verdict,
-            &results,
-            |rule| eval.key_of(rule),
-            |key, fingerprint| vm.key_ids.id(&config.key_ids, fingerprint, key),
-        );
-        for r in &results {
-            vm.counts.record(host, r.rule, r.outcome());
-        }
-        if config.decision_log {
-            let request_id = asked.info.header(declog::REQUEST_ID_HEADER);
-            vm.declog.record(
-                &config.key_ids,
-                eval,
-                decided.as_ref(),
-                request_id,
-                eval.decided_at_ns,
-            );
-        }
-        decided
-    };
-    for (name, value) in decided.iter().flat_map(Decided::properties) {
-        host.set_property(name, value);
-    }
-    let (protocol, quota) = (request.protocol, &request.quota);
-    let style = config.response_headers;
-    match verdict {
-        Verdict::Allow { tightest } => {
-            *quota.borrow_mut() = tightest.as_ref().and_then(HeldQuota::keep);
-            Action::Continue
-        }
-        Verdict::Deny {
-            rule,
-            limit,
-            retry_after_ns,
-        } => {
-            host.send_answer(headers::rejection(
-                protocol,
-                style,
-                rule,
-                &limit,
-                retry_after_ns,
-            ));
-            Action::Pause
-        }
-        Verdict::Unavailable { rule } => {
-            host.send_answer(headers::unavailable(protocol, rule));
-            Action::Pause
-        }
+        fail_queued(host, vm);
     }
 }
 

@@ -19,6 +19,7 @@ pub mod config;
 mod counts;
 pub mod decided;
 pub mod declog;
+mod finish;
 pub mod flights;
 pub mod host;
 mod http;

@@ -16,10 +16,10 @@ use proxy_wasm::types::ContextType;
 
 use crate::backoff;
 use crate::config::{nanos, FilterConfig};
+use crate::finish::finish_waiting;
 use crate::flights::{Call, FlightStats};
 use crate::host::{AgentCall, AgentRequest, Metric, Proxy};
-use crate::http::{finish, Http};
-use crate::pipeline::Evaluation;
+use crate::http::Http;
 use crate::reload::{Loading, Retired, SHED_RULES};
 use crate::state::{Shared, RULES_KEY, VM_SEQ_KEY};
 
@@ -427,44 +427,4 @@ impl<H: Proxy + 'static> RootContext for Root<H> {
     fn get_type(&self) -> Option<ContextType> {
         Some(ContextType::HttpContext)
     }
-}
-
-/// Finishes requests the VM's lease calls decided, each acting as its own
-/// context: counts, the local answer or the resumed request.
-fn finish_waiting<H: Proxy>(
-    host: &H,
-    vm: &Shared,
-    config: &FilterConfig,
-    decided: Vec<(u32, Evaluation)>,
-) {
-    for (id, eval) in decided {
-        let Some(waiting) = vm.borrow_mut().waiting.remove(&id) else {
-            continue;
-        };
-        host.act_for(id);
-        if let proxy_wasm::types::Action::Continue = finish(host, vm, config, &waiting, &eval) {
-            host.resume_request();
-        }
-    }
-}
-
-/// Fails the VM's queued items when the root context cannot be woken to send
-/// them: every request waiting on them takes its failure policy.
-pub(crate) fn fail_queued<H: Proxy>(host: &H, vm: &Shared) {
-    let config = Rc::clone(&vm.borrow().config);
-    let mut decided = Vec::new();
-    loop {
-        // Each borrow ends before the next: a `while let` would hold the
-        // first for the whole loop body, and the second would panic.
-        let batch = vm.borrow_mut().flights.take_items("");
-        let Some(items) = batch else {
-            break;
-        };
-        let answered = vm
-            .borrow_mut()
-            .flights
-            .answered(host, &config, Call::Unsent(items), None);
-        decided.extend(answered);
-    }
-    finish_waiting(host, vm, &config, decided);
 }

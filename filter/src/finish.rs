@@ -1,0 +1,127 @@
+//! How a decided request ends: its decision counted, logged and named for the
+//! access log, then the request resumed or answered locally. The HTTP context
+//! ends its own requests here; the root context ends the requests its lease
+//! calls decided, acting as each one's context.
+
+use std::rc::Rc;
+
+use meshlimit_core::decision::{decide, HeldQuota};
+use meshlimit_core::{headers, Verdict};
+use proxy_wasm::types::Action;
+
+use crate::config::FilterConfig;
+use crate::decided::Decided;
+use crate::declog;
+use crate::flights::Call;
+use crate::host::Proxy;
+use crate::pipeline::Evaluation;
+use crate::state::{Shared, Waiting};
+
+/// Counts every rule's decision, names it in the stream's filter state for the
+/// access log, and carries out the verdict: `Continue`, or a local answer sent
+/// (`Pause`). The allowed request's quota goes in the request's quota cell for
+/// its response.
+pub(crate) fn finish<H: Proxy>(
+    host: &H,
+    vm: &Shared,
+    config: &FilterConfig,
+    request: &Waiting,
+    eval: &Evaluation,
+) -> Action {
+    let results = eval.results();
+    let asked = &request.asked;
+    let verdict = decide(&results);
+    let decided = {
+        let mut vm = vm.borrow_mut();
+        let vm = &mut *vm;
+        let decided = Decided::of(
+            &verdict,
+            &results,
+            |rule| eval.key_of(rule),
+            |key, fingerprint| vm.key_ids.id(&config.key_ids, fingerprint, key),
+        );
+        for r in &results {
+            vm.counts.record(host, r.rule, r.outcome());
+        }
+        if config.decision_log {
+            let request_id = asked.info.header(declog::REQUEST_ID_HEADER);
+            vm.declog.record(
+                &config.key_ids,
+                eval,
+                decided.as_ref(),
+                request_id,
+                eval.decided_at_ns,
+            );
+        }
+        decided
+    };
+    for (name, value) in decided.iter().flat_map(Decided::properties) {
+        host.set_property(name, value);
+    }
+    let (protocol, quota) = (request.protocol, &request.quota);
+    let style = config.response_headers;
+    match verdict {
+        Verdict::Allow { tightest } => {
+            *quota.borrow_mut() = tightest.as_ref().and_then(HeldQuota::keep);
+            Action::Continue
+        }
+        Verdict::Deny {
+            rule,
+            limit,
+            retry_after_ns,
+        } => {
+            host.send_answer(headers::rejection(
+                protocol,
+                style,
+                rule,
+                &limit,
+                retry_after_ns,
+            ));
+            Action::Pause
+        }
+        Verdict::Unavailable { rule } => {
+            host.send_answer(headers::unavailable(protocol, rule));
+            Action::Pause
+        }
+    }
+}
+
+/// Finishes requests the VM's lease calls decided, each acting as its own
+/// context: counts, the local answer or the resumed request.
+pub(crate) fn finish_waiting<H: Proxy>(
+    host: &H,
+    vm: &Shared,
+    config: &FilterConfig,
+    decided: Vec<(u32, Evaluation)>,
+) {
+    for (id, eval) in decided {
+        let Some(waiting) = vm.borrow_mut().waiting.remove(&id) else {
+            continue;
+        };
+        host.act_for(id);
+        if let Action::Continue = finish(host, vm, config, &waiting, &eval) {
+            host.resume_request();
+        }
+    }
+}
+
+/// Fails the VM's queued items when the root context cannot be woken to send
+/// them: every request waiting on them takes its failure policy.
+pub(crate) fn fail_queued<H: Proxy>(host: &H, vm: &Shared) {
+    let config = Rc::clone(&vm.borrow().config);
+    let mut decided = Vec::new();
+    loop {
+        // Each borrow ends before the next: a `while let` would hold the
+        // first for the whole loop body, and the second would panic.
+        let batch = vm.borrow_mut().flights.take_items("");
+        let Some(items) = batch else {
+            break;
+        };
+        let answered = vm
+            .borrow_mut()
+            .flights
+            .answered(host, &config, Call::Unsent(items), None);
+        decided.extend(answered);
+    }
+    finish_waiting(host, vm, &config, decided);
+}

@@ -148,12 +148,12 @@ test: tools build lint
 
 # Unit, property and in-process tests: every crate's library and binary tests
 # (but the one that starts redis-server), the agent's in-process API tests and
-# its memory store's conformance. No Envoy, Redis, agent binary or accuracy run.
+# the memory store's conformance. No Envoy, Redis, agent binary or accuracy run.
 FAST_AGENT_IN_PROCESS := api_lease|api_sync|api_trust|bounds_api|regions_lease|rules_fixtures
 FAST_TESTS := (kind(lib) | kind(bin) \
 	| binary_id(/^meshlimit-agent::($(FAST_AGENT_IN_PROCESS))$$/) \
-	| (binary_id(meshlimit-agent::store_conformance) & test(/^memory::/))) \
-	- (binary_id(meshlimit-agent) & test(/^store::redis::control::/))
+	| (binary_id(meshlimit-store::store_conformance) & test(/^memory::/))) \
+	- (binary_id(meshlimit-store) & test(/^redis::control::/))
 test-fast: tools-nextest
 	$(CARGO) nextest run --workspace -E '$(FAST_TESTS)'
 
@@ -266,20 +266,22 @@ fuzz: fuzz-tools
 ## (hostcalls, test helpers): .cargo/mutants.toml.
 
 CARGO_MUTANTS_VERSION := 27.1.0
-MUTANTS_PACKAGES ?= meshlimit-core meshlimit-filter meshlimit-agent meshlimit-cli
+MUTANTS_PACKAGES ?= meshlimit-core meshlimit-filter meshlimit-store meshlimit-agent meshlimit-cli
 # The agent's logic: leases and the node pool, fail-local, windows, region
-# shares, the false-limit checker, trials, the decision log's memory, metrics
-# and the rules in force; the CLI's: importers and replay. Their servers, store
-# clients and command lines are I/O, tested by its integration tests, which start
-# redis-server and take too long per mutant: only its unit tests are built and
-# run (--lib for every cargo call, not only the test run: otherwise each mutant
-# also relinks the binary and every integration test: 2.4-5.8 s a mutant's build
-# against 10.0-20.9 s, docs/testing.md).
+# shares, the false-limit checker, the decision log's memory, metrics and the
+# rules in force; the store's: a trial's clock; the CLI's: importers and
+# replay. Their servers, store clients and command lines are I/O, tested by
+# integration tests, which start redis-server and take too long per mutant:
+# only unit tests are built and run (--lib for every cargo call, not only the
+# test run: otherwise each mutant also relinks the binary and every
+# integration test: 2.4-5.8 s a mutant's build against 10.0-20.9 s,
+# docs/testing.md).
 MUTANTS_AGENT_FILES := agent/src/leases.rs agent/src/leases/*.rs agent/src/pool.rs \
 	agent/src/fail_local.rs agent/src/window.rs agent/src/regions/share.rs \
 	agent/src/regions/demand.rs agent/src/regions/table.rs agent/src/false_limits.rs \
-	agent/src/trial.rs agent/src/decision_log/recent.rs agent/src/decision_log/line.rs \
+	agent/src/decision_log/recent.rs agent/src/decision_log/line.rs \
 	agent/src/metrics/*.rs agent/src/rules_watch/current.rs
+MUTANTS_STORE_FILES := store/src/trial.rs
 MUTANTS_CLI_FILES := cli/src/import/*.rs cli/src/replay.rs
 MUTANTS_SHARD ?=
 # Mutants are built without debug info (their tests' backtraces are not read):
@@ -313,6 +315,9 @@ mutants: mutants-tools
 		if [ "$$p" = meshlimit-core ]; then tests="--test-package meshlimit-core --test-package meshlimit-filter"; fi; \
 		if [ "$$p" = meshlimit-agent ]; then \
 			for f in $(MUTANTS_AGENT_FILES); do select="$$select -f $$f"; done; tests="--cargo-arg=--lib"; \
+		fi; \
+		if [ "$$p" = meshlimit-store ]; then \
+			for f in $(MUTANTS_STORE_FILES); do select="$$select -f $$f"; done; tests="--cargo-arg=--lib"; \
 		fi; \
 		if [ "$$p" = meshlimit-cli ]; then \
 			for f in $(MUTANTS_CLI_FILES); do select="$$select -f $$f"; done; tests="--cargo-arg=--lib"; \

@@ -204,7 +204,7 @@ pub struct RunArgs {
     pub(crate) region_timeout_ms: u64,
     /// Keys held at most in each per-key table: the node pool, the fail-local
     /// buckets and the embedded store's buckets (each about 1.3 KiB a key at worst,
-    /// keys being at most 1 KiB: see `crate::store::memory`). Past it, a new key
+    /// keys being at most 1 KiB: see `meshlimit_store::memory`). Past it, a new key
     /// is served unpooled, or by the rule's failure policy; never by evicting a
     /// live bucket.
     #[arg(long, env = "MESHLIMIT_MAX_KEYS", default_value_t = defaults::MAX_KEYS,

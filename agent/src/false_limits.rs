@@ -84,7 +84,7 @@ use tokio::time::Instant;
 
 use crate::metrics::{Metrics, Skipped};
 use crate::rules_watch::CurrentRules;
-use crate::store::{Store, Stored};
+use meshlimit_store::{Store, Stored};
 
 /// Suspect 429s checked against the store per second per node, at most, by
 /// default (`--false-limit-checks`).

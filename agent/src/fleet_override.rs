@@ -9,54 +9,19 @@
 //! agent that does not have it (restarted since), every rule in shadow.
 //! `meshlimit override shadow|pin|clear` (the operator's CLI) sets it; `end-trial|hold-trial`
 //! act on a rules change's trial in shadow ([`crate::trial`]), read by the same
-//! poll; `history` prints who changed which (`crate::store::control`).
+//! poll; `history` prints who changed which (`meshlimit_store::control`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use meshlimit_core::rules::{Mode, RulesConfig, RulesError};
 use meshlimit_core::RuleSet;
-use serde::{Deserialize, Serialize};
 
 use crate::metrics::Metrics;
 use crate::rules_watch::CurrentRules;
 use crate::shutdown::Shutdown;
-use crate::store::Store;
-
-/// What the override does: every rule in shadow, or the previous version.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OverrideMode {
-    Shadow,
-    Pin,
-}
-
-impl OverrideMode {
-    /// Every mode, for the metric's series.
-    pub(crate) const ALL: [OverrideMode; 2] = [OverrideMode::Shadow, OverrideMode::Pin];
-
-    /// The `mode` label of `meshlimit_fleet_override`.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            OverrideMode::Shadow => "shadow",
-            OverrideMode::Pin => "pin",
-        }
-    }
-}
-
-/// The override as stored: `{"mode":"shadow","set_by":"...","at":unix_secs}`,
-/// and for a pin `"version"`, the rules version every agent serves.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Override {
-    pub mode: OverrideMode,
-    /// Who set it and why (`--reason`), for the agents' logs.
-    pub set_by: String,
-    /// When it was set, Unix seconds.
-    pub at: u64,
-    /// The version pinned.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub version: Option<String>,
-}
+use meshlimit_store::fleet::{Override, OverrideMode};
+use meshlimit_store::Store;
 
 /// `config` with every rule in shadow (the defaults too), compiled as a set of
 /// its own: its version differs from the file's, so filters load it.
@@ -103,7 +68,7 @@ pub(crate) async fn poll(
                     .map(|s| (t.version, s)),
                 None => None,
             };
-            Ok::<_, crate::store::StoreError>((state, trial))
+            Ok::<_, meshlimit_store::StoreError>((state, trial))
         };
         match read.await {
             Ok((state, trial)) => {

@@ -21,7 +21,7 @@ use crate::metrics::Metrics;
 use crate::pool::Pools;
 use crate::regions::Shares;
 use crate::rules_watch::CurrentRules;
-use crate::store::Store;
+use meshlimit_store::Store;
 
 mod answer;
 mod refill;

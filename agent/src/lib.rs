@@ -23,7 +23,6 @@ pub mod rules_watch;
 pub mod run;
 pub(crate) mod server;
 pub mod shutdown;
-pub mod store;
 #[cfg(test)]
 mod test_support;
 pub mod trial;

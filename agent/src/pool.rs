@@ -21,7 +21,7 @@
 //!
 //! Bounded: at most `max_keys` keys (`--max-keys`; its default in
 //! `config::defaults`; enforced per lock shard), about 1.2 KiB each at worst (a key of at most 1 KiB and its
-//! 144-byte entry; see `crate::store::memory` for the sum). `run` sweeps it every
+//! 144-byte entry; see `meshlimit_store::memory` for the sum). `run` sweeps it every
 //! second ([`Pools::sweep`]). Dropping an entry, by the sweep or at the cap, only
 //! loses unspent pooled tokens (they expire with their lease anyway), a denial
 //! cache (the next ask goes to the store) and a demand estimate (the next lease

@@ -22,9 +22,9 @@ use meshlimit_core::RuleSet;
 
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
-use crate::store::{Store, StoreError};
-use crate::trial::StoredTrial;
 use meshlimit_core::rules::trial;
+use meshlimit_store::trial::StoredTrial;
+use meshlimit_store::{Store, StoreError};
 
 /// A call on the shared store, run from the watcher's thread.
 type StoreCall<T> =
@@ -404,7 +404,7 @@ impl RulesWatcher {
         started.flatten().or_else(|| {
             Some(StoredTrial {
                 plan: Some(plan),
-                clock: crate::trial::TrialClock {
+                clock: meshlimit_store::trial::TrialClock {
                     start_ms: crate::regions::clock::now_ms(),
                     period_ms: period,
                     ended_ms: None,

@@ -20,9 +20,9 @@ use crate::regions;
 use crate::rules_watch::{CurrentRules, RulesWatcher};
 use crate::server;
 use crate::shutdown::{self, Shutdown, Signals};
-use crate::store::memory::SWEEP_EVERY;
-use crate::store::redis::{RedisConfig, RedisStore, StoreEvent};
-use crate::store::{MemoryStore, Store};
+use meshlimit_store::memory::SWEEP_EVERY;
+use meshlimit_store::redis::{RedisConfig, RedisStore, StoreEvent};
+use meshlimit_store::{MemoryStore, Store};
 
 /// How often the time-dependent gauges (fail-open ratios, filter versions) are
 /// refreshed between scrapes.
@@ -187,7 +187,12 @@ fn start_store(
 ) -> Result<Arc<dyn Store>, ConfigError> {
     let Some(target) = args.store.redis() else {
         let store = Arc::new(MemoryStore::with_max_keys(args.max_keys()));
-        tasks.spawn(store.clone().run_sweeper(SWEEP_EVERY, shutdown.clone()));
+        let mut stop = shutdown.clone();
+        tasks.spawn(
+            store
+                .clone()
+                .run_sweeper(SWEEP_EVERY, async move { stop.wait().await }),
+        );
         return Ok(store);
     };
     let config = RedisConfig {

@@ -14,12 +14,12 @@ use meshlimit_agent::api::{
     Auth, EXPLAIN_PATH, HOT_PATH, MAX_FILTER_ID_BYTES, MAX_REQUEST_ID_BYTES,
 };
 use meshlimit_agent::decision_log::{DecisionLog, RECENT_BYTES};
-use meshlimit_agent::store::MemoryStore;
 use meshlimit_agent::{App, CurrentRules, LeaseSettings, Metrics};
 use meshlimit_core::rules::parse_rules;
 use meshlimit_core::secret::KeyIds;
 use meshlimit_core::wire::*;
 use meshlimit_core::{DescriptorKey, Outcome};
+use meshlimit_store::MemoryStore;
 
 const VICTIM_RULES: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),

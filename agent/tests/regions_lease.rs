@@ -10,11 +10,11 @@ mod common;
 use std::sync::Arc;
 
 use meshlimit_agent::regions::table::{Entry, ShareTable};
-use meshlimit_agent::store::MemoryStore;
 use meshlimit_agent::{App, CurrentRules, LeaseSettings, Metrics};
 use meshlimit_core::rules::parse_rules;
 use meshlimit_core::wire::LeaseAnswer;
 use meshlimit_core::DescriptorKey;
+use meshlimit_store::MemoryStore;
 
 use common::{item, lease};
 
@@ -76,7 +76,7 @@ async fn a_global_rule_is_enforced_at_the_regions_share() {
     shares.install(ShareTable::new(
         Some(1),
         [(
-            meshlimit_agent::store::redis::keys::region::exchange_key(
+            meshlimit_store::redis::keys::region::exchange_key(
                 &meshlimit_core::secret::KeyIds::placeholder(),
                 &key,
             ),

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use clap::{Args, Parser, Subcommand};
 use meshlimit_agent::config::defaults;
 use meshlimit_agent::config::{ConfigError, Password, SecretArgs, StoreSpec};
-use meshlimit_agent::fleet_override::{Override, OverrideMode};
-use meshlimit_agent::store::redis::client::Connect;
-use meshlimit_agent::store::redis::{BatchConfig, RedisConfig, RedisStore};
-use meshlimit_agent::store::Store;
 use meshlimit_core::secret::KeyIds;
+use meshlimit_store::fleet::{Override, OverrideMode};
+use meshlimit_store::redis::client::Connect;
+use meshlimit_store::redis::{BatchConfig, RedisConfig, RedisStore};
+use meshlimit_store::Store;
 
 /// `meshlimit`: the operator's tool for meshlimit's rules and agents.
 #[derive(Debug, Parser)]

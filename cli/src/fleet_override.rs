@@ -4,9 +4,9 @@
 
 use std::io::Write;
 
-use meshlimit_agent::fleet_override::{Override, OverrideMode};
-use meshlimit_agent::store::{Store, StoreError};
-use meshlimit_agent::trial::TrialAction;
+use meshlimit_store::fleet::{Override, OverrideMode};
+use meshlimit_store::trial::TrialAction;
+use meshlimit_store::{Store, StoreError};
 
 use crate::args::{OverrideAction, OverrideArgs};
 use crate::CliError;
@@ -120,7 +120,7 @@ const HISTORY_SHOWN: usize = 20;
 
 /// One line a change, newest first: `<Unix ms> <who>: <what>`, or why an
 /// entry the store holds was refused.
-fn history_text(entries: &[meshlimit_agent::store::Audited]) -> String {
+fn history_text(entries: &[meshlimit_store::Audited]) -> String {
     if entries.is_empty() {
         return "no changes recorded".into();
     }

@@ -40,7 +40,7 @@ use crate::false_limits::FalseLimits;
 use crate::leases::{LeaseService, LeaseSettings};
 use crate::metrics::Metrics;
 use crate::rules_watch::CurrentRules;
-use crate::store::Store;
+use meshlimit_store::Store;
 
 /// One key now: its bucket, the node pool's share, its recent decisions.
 pub const EXPLAIN_PATH: &str = "/v1/explain";

@@ -40,9 +40,9 @@ pub(crate) const LOG_FORMAT: LogFormat = LogFormat::Text;
 pub(crate) const REGION_FLOOR: f64 = 0.1;
 /// `--region-timeout-ms`.
 pub(crate) const REGION_TIMEOUT_MS: u64 = 250;
-/// `--max-keys`: each per-key table's cap (see `crate::store::memory` for the
-/// memory it bounds).
-pub(crate) const MAX_KEYS: u32 = 25_000;
+/// `--max-keys`: each per-key table's cap, the memory store's default (see
+/// `meshlimit_store::memory` for the memory it bounds).
+pub(crate) const MAX_KEYS: u32 = meshlimit_store::memory::DEFAULT_MAX_KEYS;
 /// `--max-connections`: as many as `--max-inflight` (see `ServerLimits`).
 pub(crate) const MAX_CONNECTIONS: u32 = MAX_INFLIGHT;
 /// `--header-timeout-ms`.

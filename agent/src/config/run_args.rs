@@ -6,8 +6,8 @@ use std::time::Duration;
 use super::{ConfigError, Password, RunArgs, StoreSpec};
 use crate::leases::LeaseSettings;
 use crate::server::ServerLimits;
-use crate::store::redis::client::{Connect, TlsFiles};
-use crate::store::redis::BatchConfig;
+use meshlimit_store::redis::client::{Connect, TlsFiles};
+use meshlimit_store::redis::BatchConfig;
 
 impl RunArgs {
     pub(crate) fn lease_ttl(&self) -> Duration {
@@ -92,7 +92,9 @@ impl RunArgs {
     /// missing one stops the agent at start.
     pub fn redis_connect(&self) -> Result<Connect, ConfigError> {
         let password = match (&self.redis_password, &self.redis_password_file) {
-            (_, Some(path)) => Some(Password::read_file(path).map_err(ConfigError::Redis)?),
+            (_, Some(path)) => {
+                Some(super::store::read_password_file(path).map_err(ConfigError::Redis)?)
+            }
             (password, None) => password.clone(),
         };
         Ok(Connect {
@@ -126,7 +128,9 @@ impl RunArgs {
                 .filter(|p| p.exists())
         };
         let password = match file("password") {
-            Some(path) => Some(Password::read_file(&path).map_err(ConfigError::Redis)?),
+            Some(path) => {
+                Some(super::store::read_password_file(&path).map_err(ConfigError::Redis)?)
+            }
             None => env(&format!("MESHLIMIT_REDIS_PASSWORD_{suffix}"))
                 .map(|p| Password::parse(&p))
                 .transpose()
@@ -155,6 +159,6 @@ impl RunArgs {
             self.redis_cert.as_deref(),
             self.redis_key.as_deref(),
         )
-        .map_err(ConfigError::Redis)
+        .map_err(|e| ConfigError::Redis(e.to_string()))
     }
 }

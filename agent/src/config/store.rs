@@ -1,7 +1,8 @@
-//! Where the agent's buckets live (`--store`), and the Redis password type that
-//! never prints.
+//! Where the agent's buckets live (`--store`), and the Redis password file.
 
 use std::fmt;
+
+pub use meshlimit_store::redis::client::Password;
 
 /// Which store backend `--store` names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,50 +26,12 @@ pub struct RedisTarget {
     pub tls: bool,
 }
 
-/// A secret (a Redis password): its `Debug` and `Display` print `<redacted>`,
-/// so no log line, error or config dump can carry it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Password(String);
-
-impl Password {
-    /// clap's parser: any non-empty text.
-    pub fn parse(text: &str) -> Result<Password, String> {
-        if text.is_empty() {
-            return Err("an empty password".into());
-        }
-        Ok(Password(text.to_string()))
-    }
-
-    /// Reads a password file: its text without one trailing newline.
-    pub(crate) fn read_file(path: &std::path::Path) -> Result<Password, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let text = text.strip_suffix('\n').unwrap_or(&text);
-        let text = text.strip_suffix('\r').unwrap_or(text);
-        Password::parse(text).map_err(|e| format!("{}: {e}", path.display()))
-    }
-
-    /// The secret itself, for the AUTH command only.
-    pub(crate) fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl From<&str> for Password {
-    fn from(text: &str) -> Self {
-        Password(text.to_string())
-    }
-}
-
-impl fmt::Debug for Password {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
-impl fmt::Display for Password {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
+/// Reads a password file: its text without one trailing newline.
+pub(crate) fn read_password_file(path: &std::path::Path) -> Result<Password, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = text.strip_suffix('\n').unwrap_or(&text);
+    let text = text.strip_suffix('\r').unwrap_or(text);
+    Password::parse(text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 impl StoreSpec {

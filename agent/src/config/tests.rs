@@ -114,10 +114,7 @@ fn passwords_never_print() {
     assert!(!dump.contains("hunter2"), "{dump}");
     assert!(dump.contains("<redacted>"), "{dump}");
     let connect = args.redis_connect().unwrap();
-    assert_eq!(
-        connect.password.as_ref().map(Password::expose),
-        Some("hunter2")
-    );
+    assert_eq!(connect.password, Some(Password::from("hunter2")));
     assert!(!format!("{connect:?}").contains("hunter2"));
     assert_eq!(Password::from("x").to_string(), "<redacted>");
 }
@@ -144,18 +141,13 @@ fn each_region_has_its_own_credentials() {
         _ => None,
     };
     let spec = StoreSpec::parse("rediss://b:2").unwrap();
-    let password = |region: &str| {
-        args.region_connect(region, &spec, env)
-            .unwrap()
-            .password
-            .map(|p| p.expose().to_string())
-    };
+    let password = |region: &str| args.region_connect(region, &spec, env).unwrap().password;
     assert_eq!(
-        args.redis_connect().unwrap().password.unwrap().expose(),
-        "own-secret"
+        args.redis_connect().unwrap().password,
+        Some(Password::from("own-secret"))
     );
-    assert_eq!(password("us-east").as_deref(), Some("from-file"));
-    assert_eq!(password("ap-south.1").as_deref(), Some("from-env"));
+    assert_eq!(password("us-east"), Some(Password::from("from-file")));
+    assert_eq!(password("ap-south.1"), Some(Password::from("from-env")));
     // Never this region's password.
     assert_eq!(password("eu"), None);
     let us = args.region_connect("us-east", &spec, env).unwrap();

@@ -7,8 +7,8 @@ use meshlimit_core::{DescriptorKey, Limit, Outcome};
 
 use super::*;
 use crate::metrics::sample;
-use crate::store::{Acquire, MemoryStore};
 use crate::test_support::wait_until;
+use meshlimit_store::{Acquire, MemoryStore};
 
 const MS: u64 = 1_000_000;
 

@@ -4,13 +4,13 @@ use async_trait::async_trait;
 use meshlimit_core::rules::parse_rules;
 use meshlimit_core::rules::trial::TrialPlan;
 
-use crate::trial::{StoredTrial, TrialAction};
+use meshlimit_store::trial::{StoredTrial, TrialAction};
 
 use super::*;
 use crate::metrics::sample;
 use crate::shutdown;
-use crate::store::{Acquire, Acquired, MemoryStore, StoreError};
 use crate::test_support::wait_until;
+use meshlimit_store::{Acquire, Acquired, MemoryStore, StoreError};
 
 const RULES: &str = r"
 version: 1

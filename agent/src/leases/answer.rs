@@ -10,7 +10,7 @@ use meshlimit_core::{Algorithm, DescriptorKey, Limit, Take, NANOS_PER_MS};
 
 use crate::fail_local::FailLocal;
 use crate::pool::PoolTake;
-use crate::store::{Acquire, Acquired, StoreError};
+use meshlimit_store::{Acquire, Acquired, StoreError};
 
 use super::settings::BURST_PARTS;
 use super::LeaseService;

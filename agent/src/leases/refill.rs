@@ -7,7 +7,7 @@ use std::time::Duration;
 use meshlimit_core::rules::Rule;
 use meshlimit_core::{DescriptorKey, Limit};
 
-use crate::store::{Acquire, Acquired, StoreError};
+use meshlimit_store::{Acquire, Acquired, StoreError};
 
 use super::LeaseService;
 

@@ -39,7 +39,7 @@ use crate::config::defaults;
 /// one limit).
 pub const BURST_PARTS: u32 = 10;
 
-/// `--max-keys`' default: the per-key tables' cap (see `crate::store::memory` for
+/// `--max-keys`' default: the per-key tables' cap (see `meshlimit_store::memory` for
 /// the memory it bounds). Defined in `config::defaults`.
 pub const DEFAULT_MAX_KEYS: usize = defaults::MAX_KEYS as usize;
 

@@ -4,7 +4,7 @@
 use meshlimit_core::{Algorithm, DescriptorKey, Limit, Take};
 
 use crate::pool::StoreGrant;
-use crate::store::Acquire;
+use meshlimit_store::Acquire;
 
 use super::LeaseService;
 

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use meshlimit_core::rules::{Limits, Rule, RuleSet};
 use prometheus::{GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
 
-use crate::fleet_override::OverrideMode;
+use meshlimit_store::fleet::OverrideMode;
 
 use super::{inc, lock, Factory, Metrics, MetricsError};
 
@@ -78,8 +78,8 @@ impl RulesMetrics {
             )?,
         };
         // At 0 from the start, so the alert on it (and deploy-metrics) find it.
-        for record in crate::store::control::Record::ALL {
-            for why in crate::store::control::Refusal::ALL {
+        for record in meshlimit_store::control::Record::ALL {
+            for why in meshlimit_store::control::Refusal::ALL {
                 inc(&m.control_refused, &[record.as_str(), why.as_str()], 0);
             }
         }
@@ -185,8 +185,8 @@ impl Metrics {
     /// A control record read back was ignored.
     pub(crate) fn control_refused(
         &self,
-        record: crate::store::control::Record,
-        why: crate::store::control::Refusal,
+        record: meshlimit_store::control::Record,
+        why: meshlimit_store::control::Refusal,
     ) {
         inc(
             &self.rules.control_refused,

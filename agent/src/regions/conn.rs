@@ -13,7 +13,7 @@ use tokio::sync::Mutex;
 use tokio::time::timeout;
 
 use crate::config::StoreSpec;
-use crate::store::redis::client::{self, Connect};
+use meshlimit_store::redis::client::{self, Connect};
 
 /// Why a region's Redis could not answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -70,15 +70,15 @@ impl RegionConn {
             ..connect.clone()
         };
         let kind = if target.cluster {
-            let client =
-                client::cluster_client(&target.nodes, connect, deadline).map_err(config_error)?;
+            let client = client::cluster_client(&target.nodes, connect, deadline)
+                .map_err(|e| config_error(e.to_string()))?;
             Kind::Cluster(Box::new(Cluster {
                 client,
                 conn: Mutex::new(None),
             }))
         } else {
             let node = target.nodes.first().map(String::as_str).unwrap_or_default();
-            let client = client::client(node, connect).map_err(config_error)?;
+            let client = client::client(node, connect).map_err(|e| config_error(e.to_string()))?;
             let config = ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(deadline))
                 .set_response_timeout(None)

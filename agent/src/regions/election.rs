@@ -14,8 +14,8 @@ use tokio::time::Instant;
 use super::conn::{RegionConn, RegionError};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
-use crate::store::redis::keys::region::LOCK;
-use crate::store::redis::script::{ELECT_SCRIPT, RELEASE_SCRIPT};
+use meshlimit_store::redis::keys::region::LOCK;
+use meshlimit_store::redis::script::{ELECT_SCRIPT, RELEASE_SCRIPT};
 
 /// How long the lock lives without renewal.
 pub(crate) const LOCK_TTL: Duration = Duration::from_millis(2_000);

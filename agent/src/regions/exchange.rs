@@ -12,8 +12,10 @@ use tokio::time::Instant;
 
 use super::conn::{RegionConn, RegionError};
 use super::table::Entry;
-use crate::store::redis::keys::region::{self as keys, LEADER, META, PARTITIONS, PERIOD, SEALED};
-use crate::store::redis::script::{FLUSH_SCRIPT, SEAL_SCRIPT};
+use meshlimit_store::redis::keys::region::{
+    self as keys, LEADER, META, PARTITIONS, PERIOD, SEALED,
+};
+use meshlimit_store::redis::script::{FLUSH_SCRIPT, SEAL_SCRIPT};
 
 /// Demand keys live long enough to be sealed and read, not longer.
 const DEMAND_TTL_MS: u64 = 10_000;

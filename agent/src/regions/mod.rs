@@ -14,7 +14,7 @@
 //! Static stability: an agent with no published share for a key uses the floor;
 //! cached shares stay when Redis does not answer; a rebalancer that cannot read
 //! every region publishes nothing new. The split degrades to static, never to
-//! unlimited. Redis keys: [`crate::store::redis::keys::region`]; the rest in `docs/internals.md`, "Regions".
+//! unlimited. Redis keys: [`meshlimit_store::redis::keys::region`]; the rest in `docs/internals.md`, "Regions".
 
 pub(crate) mod cache;
 pub mod clock;
@@ -29,7 +29,7 @@ pub mod table;
 
 use meshlimit_core::secret::KeyIds;
 
-use crate::store::redis::keys::region as keys;
+use meshlimit_store::redis::keys::region as keys;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -42,10 +42,10 @@ use tokio::task::JoinSet;
 use crate::config::StoreSpec;
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
-use crate::store::redis::client::Connect;
 use conn::{RegionConn, RegionError};
 use demand::{DemandBook, PeriodDemand};
 use election::Leadership;
+use meshlimit_store::redis::client::Connect;
 use rebalancer::Rebalancer;
 use table::ShareTable;
 

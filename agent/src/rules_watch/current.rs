@@ -11,8 +11,9 @@ use meshlimit_core::rules::trial::{compose, TrialPlan};
 use meshlimit_core::RuleSet;
 use tokio::time::{Duration, Instant};
 
-use crate::fleet_override::{shadowed, Override, OverrideMode};
-use crate::trial::{StoredTrial, TrialClock};
+use crate::fleet_override::shadowed;
+use meshlimit_store::fleet::{Override, OverrideMode};
+use meshlimit_store::trial::{StoredTrial, TrialClock};
 
 /// The rule set in force (if any valid file was ever read) and the last problem.
 #[derive(Debug, Default)]

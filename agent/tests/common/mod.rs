@@ -1,5 +1,5 @@
-//! Helpers shared by the agent's tests: an `App` over the memory store, requests
-//! sent straight to `App::handle`, and the Redis store's configuration.
+//! Helpers shared by the agent's tests: an `App` over the memory store and
+//! requests sent straight to `App::handle`.
 
 // Each test binary uses a different subset of these helpers.
 #![allow(dead_code, clippy::unwrap_used, clippy::panic)]
@@ -10,12 +10,12 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{HeaderMap, Request, StatusCode};
 use meshlimit_agent::api::Auth;
-use meshlimit_agent::store::MemoryStore;
 use meshlimit_agent::{App, CurrentRules, LeaseSettings, Metrics};
 use meshlimit_core::rules::parse_rules;
 use meshlimit_core::secret::Secret;
 use meshlimit_core::wire::*;
 use meshlimit_core::{DescriptorKey, Outcome};
+use meshlimit_store::MemoryStore;
 
 pub const RULES: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -206,30 +206,4 @@ pub fn rules_file(dir: &std::path::Path, content: &str) -> String {
     let path = dir.join("rules.yaml");
     std::fs::write(&path, content).unwrap();
     path.display().to_string()
-}
-
-/// A Redis store's configuration for tests: `nodes` (a single Redis, or a
-/// cluster's seeds), no batching window and a 2 s deadline (the tests check
-/// correctness, not latency, on a loaded machine), placeholder key ids.
-pub fn redis_store_config(
-    nodes: Vec<String>,
-    cluster: bool,
-) -> meshlimit_agent::store::redis::RedisConfig {
-    meshlimit_agent::store::redis::RedisConfig {
-        nodes,
-        cluster,
-        connect: Default::default(),
-        key_ids: meshlimit_core::secret::KeyIds::placeholder(),
-        control: test_secret().control_mac(),
-        batch: meshlimit_agent::store::redis::BatchConfig {
-            window: std::time::Duration::ZERO,
-            max_batch: 16,
-            deadline: std::time::Duration::from_secs(2),
-        },
-    }
-}
-
-/// The deployment secret the tests' stores sign control state with.
-pub fn test_secret() -> meshlimit_core::secret::Secret {
-    meshlimit_core::secret::Secret::new(b"meshlimit-agent-tests-secret-0123456789").unwrap()
 }

@@ -2,7 +2,7 @@ use super::*;
 
 #[test]
 fn the_history_prints_a_line_a_change_and_the_refused_entries() {
-    use meshlimit_agent::store::{AuditEntry, Refusal};
+    use meshlimit_store::{AuditEntry, Refusal};
     assert_eq!(history_text(&[]), "no changes recorded");
     let entry = AuditEntry {
         at_ms: 1_700_000_000_000,

@@ -270,12 +270,12 @@ fn on_memory_store(
 ) -> (
     Arc<LeaseService>,
     Arc<Metrics>,
-    Arc<crate::store::memory::MemoryStore>,
+    Arc<meshlimit_store::memory::MemoryStore>,
 ) {
     let current = Arc::new(CurrentRules::empty());
     current.install(Arc::new(parse_rules("t", rules).unwrap()));
     let metrics = Arc::new(Metrics::new("test").unwrap());
-    let store = Arc::new(crate::store::memory::MemoryStore::new());
+    let store = Arc::new(meshlimit_store::memory::MemoryStore::new());
     let svc = LeaseService::new(
         current,
         store.clone(),

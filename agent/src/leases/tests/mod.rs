@@ -7,7 +7,7 @@ use meshlimit_core::rules::parse_rules;
 use meshlimit_core::wire::{AnsweredFrom, LeaseItem};
 use meshlimit_core::{DescriptorKey, Take};
 
-use crate::store::{Acquire, Acquired, StoreError};
+use meshlimit_store::{Acquire, Acquired, StoreError};
 
 use super::*;
 use crate::metrics::sample;
@@ -118,13 +118,13 @@ impl Store for FakeStore {
         "fake"
     }
 
-    async fn fleet_override(&self) -> Result<Option<crate::fleet_override::Override>, StoreError> {
+    async fn fleet_override(&self) -> Result<Option<meshlimit_store::fleet::Override>, StoreError> {
         Ok(None)
     }
 
     async fn set_fleet_override(
         &self,
-        _: Option<crate::fleet_override::Override>,
+        _: Option<meshlimit_store::fleet::Override>,
         _: &str,
     ) -> Result<(), StoreError> {
         Ok(())
@@ -135,13 +135,13 @@ impl Store for FakeStore {
         _: &str,
         _: Option<(&meshlimit_core::rules::trial::TrialPlan, u64)>,
         _: bool,
-    ) -> Result<Option<crate::trial::StoredTrial>, StoreError> {
+    ) -> Result<Option<meshlimit_store::trial::StoredTrial>, StoreError> {
         Ok(None)
     }
 
     async fn control_trial(
         &self,
-        _: crate::trial::TrialAction,
+        _: meshlimit_store::trial::TrialAction,
         _: &str,
     ) -> Result<Option<String>, StoreError> {
         Ok(None)

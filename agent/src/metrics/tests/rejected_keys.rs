@@ -35,7 +35,7 @@ fn the_most_rejected_keys_are_ranked_by_id_never_in_clear() {
 #[test]
 fn a_trial_shows_its_end_and_the_keys_its_rules_would_reject_most() {
     use crate::rules_watch::TrialView;
-    use crate::trial::TrialClock;
+    use meshlimit_store::trial::TrialClock;
     let m = Metrics::new("eu").unwrap();
     let mut trial = TrialView {
         version: "v2".into(),

@@ -101,3 +101,24 @@ fn a_redis_node_counts_as_down_from_its_event_until_it_is_back() {
         1_500.0
     );
 }
+
+#[test]
+fn refused_control_reads_count_by_record_and_reason_from_zero() {
+    use meshlimit_store::control::{Record, Refusal};
+    let m = Metrics::new("test").unwrap();
+    let refused = |record: &str, reason: &str| {
+        let labels = [("record", record), ("reason", reason)];
+        sample(
+            &m.render().unwrap(),
+            "meshlimit_control_refused_total",
+            &labels,
+        )
+    };
+    // Every series is there at 0 before any refusal (the alert reads it).
+    assert_eq!(refused("audit", "parse"), Some(0.0));
+    m.control_refused(Record::Override, Refusal::Mac);
+    m.control_refused(Record::Override, Refusal::Mac);
+    m.control_refused(Record::Versions, Refusal::Size);
+    assert_eq!(refused("override", "mac"), Some(2.0));
+    assert_eq!(refused("versions", "size"), Some(1.0));
+}

@@ -6,7 +6,7 @@ use meshlimit_core::rules::parse_rules;
 use meshlimit_core::rules::trial::plan;
 
 use super::*;
-use crate::fleet_override::OverrideMode;
+use meshlimit_store::fleet::OverrideMode;
 
 const V1: &str = r"
 version: 1

@@ -1,12 +1,17 @@
-//! Where the authoritative token buckets live. One trait, several backends: the
+//! meshlimit-store: where the authoritative token buckets and the region's
+//! shared control state live. One trait, several backends: the
 //! embedded in-memory store (the default, one node, no setup), single Redis
 //! and Redis Cluster. The trait is batch-shaped because the Redis
 //! backends answer a whole lease request with one pipeline: asking per item would
 //! cost a round trip per rule.
 
+#![forbid(unsafe_code)]
+
 pub mod control;
-pub(crate) mod memory;
+pub mod fleet;
+pub mod memory;
 pub mod redis;
+pub mod trial;
 
 use std::time::Duration;
 
@@ -15,10 +20,11 @@ use meshlimit_core::secret::KeyIds;
 use meshlimit_core::{Bucket, Counter, DescriptorKey, Limit, Take, NANOS_PER_MS};
 use serde::Serialize;
 
-use crate::fleet_override::Override;
-use crate::trial::{StoredTrial, TrialAction};
-pub use control::{AuditEntry, Refusal};
 use meshlimit_core::rules::trial::TrialPlan;
+
+pub use control::{AuditEntry, Refusal};
+use fleet::Override;
+use trial::{StoredTrial, TrialAction};
 
 pub use memory::MemoryStore;
 
@@ -40,7 +46,7 @@ pub struct Acquire {
 
 impl Acquire {
     /// The limit the store enforces: `limit` scaled by `share`, never below one token.
-    pub(crate) fn enforced_limit(&self) -> Limit {
+    pub fn enforced_limit(&self) -> Limit {
         if self.share >= 1.0 {
             self.limit
         } else {
@@ -130,7 +136,7 @@ impl Peeked {
 
 /// One item's answer: tokens granted or a denial with its wait (core's [`Take`]),
 /// or the store could not say.
-pub(crate) type Acquired = Result<Take, StoreError>;
+pub type Acquired = Result<Take, StoreError>;
 
 /// Why the store could not answer. Each variant's doc says whether trying again
 /// later may help; callers map them to a metric label and a filter-facing reason
@@ -246,7 +252,7 @@ pub type Audited = Result<AuditEntry, Refusal>;
 
 impl StoreError {
     /// The `result` label of `meshlimit_store_requests_total`.
-    pub(crate) fn metric_result(&self) -> &'static str {
+    pub fn metric_result(&self) -> &'static str {
         match self {
             StoreError::Timeout(_) => "timeout",
             StoreError::Shed => "shed",
@@ -257,7 +263,7 @@ impl StoreError {
     }
 
     /// The `reason` a filter sees in an `unavailable` lease answer.
-    pub(crate) fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &'static str {
         match self {
             StoreError::Timeout(_) => "store_timeout",
             StoreError::Shed => "shed",

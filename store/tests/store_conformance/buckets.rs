@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use meshlimit_agent::store::Store;
 use meshlimit_core::Take;
+use meshlimit_store::Store;
 
 use super::{ask, assert_about, granted, limit, retry_after, slow, take};
 

@@ -12,10 +12,10 @@ use std::num::{NonZeroU32, NonZeroU64};
 use std::sync::Arc;
 use std::time::Duration;
 
-use meshlimit_agent::store::redis::keys;
-use meshlimit_agent::store::redis::RedisStore;
-use meshlimit_agent::store::{Acquire, Store};
 use meshlimit_core::{DescriptorKey, Limit, Take};
+use meshlimit_store::redis::keys;
+use meshlimit_store::redis::RedisStore;
+use meshlimit_store::{Acquire, Store};
 use meshlimit_tests::{RedisServer, Resp};
 
 const NS_PER_MS: u64 = 1_000_000;
@@ -198,7 +198,7 @@ async fn a_limit_refilling_over_centuries_still_gets_an_expiry() {
 
 /// Runs the test variant of the lease script (`now` from ARGV) once.
 fn eval_at(redis: &RedisServer, key: &str, l: Limit, min: u32, max: u32, now_us: u64) -> [i64; 4] {
-    use meshlimit_agent::store::redis::script::LEASE_SCRIPT_AT;
+    use meshlimit_store::redis::script::LEASE_SCRIPT_AT;
     let args = [
         l.requests().to_string(),
         (l.per_ns() / NS_PER_MS).to_string(),

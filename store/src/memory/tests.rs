@@ -125,8 +125,10 @@ async fn at_the_cap_a_new_key_gets_an_error_and_no_live_bucket_is_evicted() {
 #[tokio::test(start_paused = true)]
 async fn the_sweeper_runs_on_its_schedule() {
     let store = Arc::new(MemoryStore::new());
-    let (trigger, shutdown) = crate::shutdown::channel();
-    let task = tokio::spawn(store.clone().run_sweeper(SWEEP_EVERY, shutdown));
+    let (trigger, stop) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(store.clone().run_sweeper(SWEEP_EVERY, async {
+        let _ = stop.await;
+    }));
     let l = limit(10, 1, 10);
     store.acquire(&[item("a", l, 1, 1)]).await;
     assert_eq!(store.len(), 1);
@@ -135,6 +137,6 @@ async fn the_sweeper_runs_on_its_schedule() {
         store.is_empty(),
         "a refilled bucket is swept without any call"
     );
-    trigger.trigger();
+    trigger.send(()).unwrap();
     task.await.unwrap();
 }

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{timeout, timeout_at, Instant};
 
 use super::script::{self, LEASE_SCRIPT};
-use crate::store::{Acquire, Acquired, StoreError};
+use crate::{Acquire, Acquired, StoreError};
 
 /// One lease to perform on this node.
 pub(crate) struct Job {

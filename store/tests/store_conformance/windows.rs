@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use meshlimit_agent::store::{Acquire, Store};
 use meshlimit_core::{Algorithm, Limit, Take};
+use meshlimit_store::{Acquire, Store};
 
 use super::{ask, assert_about, granted, limit, retry_after, take};
 

@@ -12,7 +12,7 @@
 //! limits slow enough (one token per 10 s) that no refill shows between two calls.
 //!
 //! What this suite leaves to others: the Lua bucket's arithmetic against core's
-//! (`agent/tests/redis_script.rs`, differential), hostile bucket state (same file),
+//! (`store/tests/redis_script.rs`, differential), hostile bucket state (same file),
 //! races, failover and routing through the real agent (`tests/tests/redis_store.rs`,
 //! the chaos tests), the memory store's key cap and sweeper (its unit tests).
 
@@ -32,8 +32,8 @@ mod windows;
 use std::num::{NonZeroU32, NonZeroU64};
 use std::time::Duration;
 
-use meshlimit_agent::store::{Acquire, Store};
 use meshlimit_core::{DescriptorKey, Limit, Take};
+use meshlimit_store::{Acquire, Store};
 
 /// `requests` per `per`, with a burst of `burst`.
 fn limit(requests: u32, per: Duration, burst: u32) -> Limit {

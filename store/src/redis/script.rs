@@ -21,7 +21,7 @@
 use meshlimit_core::Take;
 use redis::Value;
 
-use crate::store::StoreError;
+use crate::StoreError;
 
 /// The lease script's body, after `now` (µs) is known; see [`LEASE_SCRIPT`].
 /// One text for the production script and the test one ([`LEASE_SCRIPT_AT`]),
@@ -241,7 +241,7 @@ return redis.call('ZCARD', KEYS[1])
 /// - `ARGV[1]`: the demand's life in ms; then `exchange key, tokens` pairs
 ///   (HINCRBY into the target hash).
 /// - Returns 1 when the demand went to the period asked, 0 when to the next one.
-pub(crate) const FLUSH_SCRIPT: &str = "local target = KEYS[1] \
+pub const FLUSH_SCRIPT: &str = "local target = KEYS[1] \
      if redis.call('EXISTS', KEYS[2]) == 1 then target = KEYS[3] end \
      for i = 2, #ARGV, 2 do redis.call('HINCRBY', target, ARGV[i], ARGV[i + 1]) end \
      redis.call('PEXPIRE', target, ARGV[1]) \
@@ -256,7 +256,7 @@ pub(crate) const FLUSH_SCRIPT: &str = "local target = KEYS[1] \
 ///   `KEYS[3]`: the period's sealed marker ([`super::keys::region::marker`]).
 /// - `ARGV[1]`: the marker's life in ms.
 /// - Returns 1 when there was demand to seal, 0 otherwise.
-pub(crate) const SEAL_SCRIPT: &str = "redis.call('SET', KEYS[3], '1', 'PX', ARGV[1]) \
+pub const SEAL_SCRIPT: &str = "redis.call('SET', KEYS[3], '1', 'PX', ARGV[1]) \
      if redis.call('EXISTS', KEYS[1]) == 1 then \
      redis.call('RENAME', KEYS[1], KEYS[2]) return 1 end return 0";
 
@@ -267,7 +267,7 @@ pub(crate) const SEAL_SCRIPT: &str = "redis.call('SET', KEYS[3], '1', 'PX', ARGV
 ///   leader's id.
 /// - `ARGV[1]`: this agent's id; `ARGV[2]`: the lock's life in ms.
 /// - Returns the holder's id after the call (this agent's when it leads).
-pub(crate) const ELECT_SCRIPT: &str = "local cur = redis.call('GET', KEYS[1]) \
+pub const ELECT_SCRIPT: &str = "local cur = redis.call('GET', KEYS[1]) \
      if cur == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return cur end \
      if not cur then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return ARGV[1] end \
      return cur";
@@ -278,7 +278,7 @@ pub(crate) const ELECT_SCRIPT: &str = "local cur = redis.call('GET', KEYS[1]) \
 /// - `KEYS[1]`: the lock ([`super::keys::region::LOCK`]).
 /// - `ARGV[1]`: this agent's id.
 /// - Returns 1 when the lock was deleted, 0 when another agent (or none) held it.
-pub(crate) const RELEASE_SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+pub const RELEASE_SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
      return redis.call('DEL', KEYS[1]) end return 0";
 
 /// A key's counts read without changing them (`GET /v1/explain`). KEYS[1]: the

@@ -11,10 +11,10 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use meshlimit_agent::store::redis::client::{Connect, TlsFiles};
-use meshlimit_agent::store::redis::{BatchConfig, RedisConfig, RedisStore};
-use meshlimit_agent::store::{Acquire, Store};
 use meshlimit_core::{DescriptorKey, Limit, Take};
+use meshlimit_store::redis::client::{Connect, TlsFiles};
+use meshlimit_store::redis::{BatchConfig, RedisConfig, RedisStore};
+use meshlimit_store::{Acquire, Store};
 use meshlimit_tests::{free_port, RedisServer};
 
 fn openssl(dir: &Path, args: &[&str]) {

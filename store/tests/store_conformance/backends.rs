@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use meshlimit_agent::store::redis::RedisStore;
-use meshlimit_agent::store::{MemoryStore, Store};
+use meshlimit_store::redis::RedisStore;
+use meshlimit_store::{MemoryStore, Store};
 use meshlimit_tests::{RedisCluster, RedisServer, Resp};
 
 use super::common;

@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use meshlimit_agent::fleet_override::{Override, OverrideMode};
-use meshlimit_agent::store::Store;
-use meshlimit_agent::trial::TrialAction;
 use meshlimit_core::rules::trial::TrialPlan;
+use meshlimit_store::fleet::{Override, OverrideMode};
+use meshlimit_store::trial::TrialAction;
+use meshlimit_store::Store;
 
 /// The fleet override reads back as set, replaced, then cleared; off at first.
 pub(crate) async fn the_fleet_override_reads_back_as_set(store: &dyn Store) {

@@ -8,8 +8,8 @@
 //! Memory bound. Buckets are swept every [`SWEEP_EVERY`]: a bucket that has
 //! refilled to full (a window whose counts no longer weigh) is forgotten, which
 //! changes nothing (an absent key starts full, or with nothing counted).
-//! At most `max_keys` buckets are held (`--max-keys`, its default in
-//! `config::defaults`; enforced per lock shard, so at most `max_keys` + 15).
+//! At most `max_keys` buckets are held (`--max-keys`, its default
+//! [`DEFAULT_MAX_KEYS`]; enforced per lock shard, so at most `max_keys` + 15).
 //! When a new key finds its shard at the cap, the shard's full buckets are
 //! dropped; if none is full the key gets [`StoreError::Unavailable`] (its rule's
 //! failure policy applies, counted in
@@ -25,7 +25,7 @@
 //! under 1,300 B a key). So the three per-key tables hold at most about
 //! 3 × 1.3 KB × `max_keys`: under 95 MiB at 25,000 keys, the default
 //! `--max-keys` when measured (82 MiB measured). With the server's bound
-//! (`crate::server`: 91 MiB measured at 1,024 connections) and its ~14 MiB at
+//! (the agent's `server` module: 91 MiB measured at 1,024 connections) and its ~14 MiB at
 //! rest, the agent stays under ~200 MiB whatever callers send.
 
 use std::collections::HashMap;
@@ -39,16 +39,20 @@ use tokio::time::Instant;
 
 use super::control::{self, AuditEntry, AUDIT_KEEP};
 use super::{Acquire, Acquired, Audited, Peeked, Store, StoreError};
-use crate::fleet_override::Override;
-use crate::shutdown::Shutdown;
+use crate::fleet::Override;
 use crate::trial::{StoredTrial, TrialAction, TrialClock};
 use meshlimit_core::rules::trial::TrialPlan;
 
 /// Lock shards; a power of two comfortably above the core count.
 const SHARDS: usize = 16;
 
+/// The key cap of [`MemoryStore::new`]: the agent's `--max-keys` default,
+/// which caps its other per-key tables too (see the module docs for the
+/// memory it bounds).
+pub const DEFAULT_MAX_KEYS: u32 = 25_000;
+
 /// How often full buckets are forgotten.
-pub(crate) const SWEEP_EVERY: Duration = Duration::from_secs(5);
+pub const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
 /// The in-memory store.
 #[derive(Debug)]
@@ -96,7 +100,7 @@ struct Entry {
 
 impl MemoryStore {
     pub fn new() -> Self {
-        Self::with_max_keys(crate::config::defaults::max_keys())
+        Self::with_max_keys(usize::try_from(DEFAULT_MAX_KEYS).unwrap_or(usize::MAX))
     }
 
     /// A store of at most about `max_keys` buckets (see the module docs).
@@ -139,21 +143,22 @@ impl MemoryStore {
             .sum()
     }
 
-    /// Sweeps every `every` until shutdown.
-    pub(crate) async fn run_sweeper(
+    /// Sweeps every `every` until `stop` resolves (the agent's shutdown).
+    pub async fn run_sweeper(
         self: std::sync::Arc<Self>,
         every: Duration,
-        mut shutdown: Shutdown,
+        stop: impl std::future::Future<Output = ()>,
     ) {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut stop = std::pin::pin!(stop);
         loop {
             tokio::select! {
                 _ = tick.tick() => {
                     let dropped = self.sweep();
                     tracing::debug!(dropped, "memory store sweep");
                 }
-                _ = shutdown.wait() => return,
+                _ = &mut stop => return,
             }
         }
     }
@@ -254,7 +259,7 @@ impl Store for MemoryStore {
         start: Option<(&TrialPlan, u64)>,
         with_plan: bool,
     ) -> Result<Option<StoredTrial>, StoreError> {
-        let now_ms = crate::regions::clock::now_ms();
+        let now_ms = crate::control::now_ms();
         let mut fleet = lock(&self.fleet);
         if let Some((plan, period_ms)) = start {
             if !fleet.trials.contains_key(version) {
@@ -292,7 +297,7 @@ impl Store for MemoryStore {
         };
         match action {
             TrialAction::End => {
-                clock.ended_ms = Some(crate::regions::clock::now_ms());
+                clock.ended_ms = Some(crate::control::now_ms());
                 clock.held = false;
             }
             TrialAction::Hold => clock.held = true,

@@ -3,11 +3,11 @@
 //! can write (Redis), what a record written without the deployment secret,
 //! or too large to read, does: it is ignored.
 
-use meshlimit_agent::fleet_override::{Override, OverrideMode};
-use meshlimit_agent::store::control::{MAX_PLAN_BYTES, MAX_VALUE_BYTES};
-use meshlimit_agent::store::{Refusal, Store};
-use meshlimit_agent::trial::TrialAction;
 use meshlimit_core::rules::trial::TrialPlan;
+use meshlimit_store::control::{MAX_PLAN_BYTES, MAX_VALUE_BYTES};
+use meshlimit_store::fleet::{Override, OverrideMode};
+use meshlimit_store::trial::TrialAction;
+use meshlimit_store::{Refusal, Store};
 use meshlimit_tests::Resp;
 
 use super::backends::Backend;

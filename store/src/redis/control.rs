@@ -1,4 +1,4 @@
-//! The control state in Redis (`crate::store::control`): each record sealed
+//! The control state in Redis (`crate::control`): each record sealed
 //! or MAC'd under the deployment secret when written, checked when read, read
 //! only within its size cap, and every change written with its audit entry in
 //! one script.
@@ -23,12 +23,12 @@ use meshlimit_core::rules::trial::TrialPlan;
 use meshlimit_core::secret::ControlMac;
 
 use super::{keys, script, RedisStore, StoreEvent};
-use crate::fleet_override::Override;
-use crate::store::control::{
+use crate::control::{
     self, open, seal, AuditEntry, Record, Refusal, AUDIT_KEEP, MAX_PLAN_BYTES, MAX_VALUE_BYTES,
 };
-use crate::store::{Audited, Store, StoreError};
+use crate::fleet::Override;
 use crate::trial::{StoredTrial, TrialAction, TrialClock};
+use crate::{Audited, Store, StoreError};
 
 /// A trial as the trial script answers it: the server's time, then (`None`:
 /// a field over its cap) `start_ms`, `period_ms`, `ended_ms`, `held`,
@@ -511,16 +511,18 @@ fn raw_trial(key: &str, reply: &[Option<String>]) -> Result<RawTrial, StoreError
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
+    use std::sync::{Arc, Mutex};
 
     use meshlimit_core::secret::{KeyIds, Secret};
     use meshlimit_tests::RedisServer;
 
     use super::*;
-    use crate::metrics::{sample, Metrics};
-    use crate::store::redis::{BatchConfig, RedisConfig};
+    use crate::redis::{BatchConfig, RedisConfig};
 
-    fn store(redis: &RedisServer, metrics: Arc<Metrics>) -> RedisStore {
+    /// The refusals the store reported, as (record, reason) labels.
+    type Seen = Arc<Mutex<Vec<(&'static str, &'static str)>>>;
+
+    fn store(redis: &RedisServer, seen: Seen) -> RedisStore {
         let secret = Secret::new(&[7; 32]).unwrap();
         let cfg = RedisConfig {
             nodes: vec![redis.addr()],
@@ -536,38 +538,31 @@ mod tests {
         };
         RedisStore::new(cfg, Arc::new(|_, _, _| {})).with_events(Arc::new(move |e| {
             if let StoreEvent::ControlRefused(record, why) = e {
-                metrics.control_refused(record, why);
+                seen.lock().unwrap().push((record.as_str(), why.as_str()));
             }
         }))
     }
 
-    fn refused(metrics: &Metrics, record: &str, reason: &str) -> f64 {
-        let text = metrics.render().unwrap();
-        let labels = [("record", record), ("reason", reason)];
-        sample(&text, "meshlimit_control_refused_total", &labels).unwrap_or(0.0)
+    fn refused(seen: &Seen, record: &str, reason: &str) -> usize {
+        let seen = seen.lock().unwrap();
+        seen.iter().filter(|s| **s == (record, reason)).count()
     }
 
     #[tokio::test]
     async fn every_refused_read_is_counted_by_record_and_reason() {
         let redis = RedisServer::start();
-        let metrics = Arc::new(Metrics::new("test").unwrap());
-        let store = store(&redis, metrics.clone());
-        // Every series is there at 0 before any refusal (the alert reads it).
-        let text = metrics.render().unwrap();
-        let labels = [("record", "audit"), ("reason", "parse")];
-        assert_eq!(
-            sample(&text, "meshlimit_control_refused_total", &labels),
-            Some(0.0)
-        );
+        let seen = Seen::default();
+        let store = store(&redis, seen.clone());
         let forged = r#"{"mode":"shadow","set_by":"mallory","at":1}"#;
         redis.cmd(&["SET", keys::FLEET_OVERRIDE, forged]);
         for _ in 0..2 {
             assert_eq!(store.read_override().await.unwrap(), None);
         }
-        assert_eq!(refused(&metrics, "override", "mac"), 2.0);
+        assert_eq!(refused(&seen, "override", "mac"), 2);
         let big = "x".repeat(MAX_VALUE_BYTES + 1);
         redis.cmd(&["HSET", keys::RULES_VERSIONS, "previous", &big]);
         assert_eq!(store.read_previous_version().await.unwrap(), None);
-        assert_eq!(refused(&metrics, "versions", "size"), 1.0);
+        assert_eq!(refused(&seen, "versions", "size"), 1);
+        assert_eq!(seen.lock().unwrap().len(), 3);
     }
 }

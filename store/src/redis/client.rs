@@ -11,13 +11,80 @@
 //! every error here names the node only.
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::{ClientTlsConfig, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, TlsCertificates};
 
-use crate::config::Password;
+/// Why a Redis client cannot be built: it names the node or the file, never
+/// a credential.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("{}: {source}", path.display())]
+    File {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("--redis-cert and --redis-key go together")]
+    CertWithoutKey,
+    #[error("{0}: not HOST:PORT")]
+    NotHostPort(String),
+    #[error("{0}: bad port")]
+    BadPort(String),
+    #[error("{0}: bad address")]
+    BadAddress(String),
+    #[error("{node}: cannot build a client: {source}")]
+    Client {
+        node: String,
+        source: redis::RedisError,
+    },
+    #[error("cannot build a cluster client: {0}")]
+    Cluster(redis::RedisError),
+}
+
+/// A secret (a Redis password): its `Debug` and `Display` print `<redacted>`,
+/// so no log line, error or config dump can carry it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Password(String);
+
+/// A password must not be empty.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("an empty password")]
+pub struct EmptyPassword;
+
+impl Password {
+    /// Any non-empty text (clap's parser of `--redis-password`).
+    pub fn parse(text: &str) -> Result<Password, EmptyPassword> {
+        if text.is_empty() {
+            return Err(EmptyPassword);
+        }
+        Ok(Password(text.to_string()))
+    }
+
+    /// The secret itself, for the AUTH command only.
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for Password {
+    fn from(text: &str) -> Self {
+        Password(text.to_string())
+    }
+}
+
+impl fmt::Debug for Password {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl fmt::Display for Password {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
 
 /// How to connect to one deployment's Redis nodes: credentials and TLS.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -58,12 +125,17 @@ impl TlsFiles {
         ca: Option<&Path>,
         cert: Option<&Path>,
         key: Option<&Path>,
-    ) -> Result<Option<TlsFiles>, String> {
-        let read = |p: &Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+    ) -> Result<Option<TlsFiles>, ClientError> {
+        let read = |p: &Path| {
+            std::fs::read(p).map_err(|source| ClientError::File {
+                path: p.to_path_buf(),
+                source,
+            })
+        };
         let client = match (cert, key) {
             (Some(c), Some(k)) => Some((read(c)?, read(k)?)),
             (None, None) => None,
-            _ => return Err("--redis-cert and --redis-key go together".into()),
+            _ => return Err(ClientError::CertWithoutKey),
         };
         let ca = ca.map(read).transpose()?;
         Ok((ca.is_some() || client.is_some()).then_some(TlsFiles { ca, client }))
@@ -81,11 +153,13 @@ impl TlsFiles {
 }
 
 /// Connection details of `host:port` (address, TLS, credentials).
-pub(crate) fn connection_info(node: &str, c: &Connect) -> Result<ConnectionInfo, String> {
+pub(crate) fn connection_info(node: &str, c: &Connect) -> Result<ConnectionInfo, ClientError> {
     let (host, port) = node
         .rsplit_once(':')
-        .ok_or_else(|| format!("{node}: not HOST:PORT"))?;
-    let port: u16 = port.parse().map_err(|_| format!("{node}: bad port"))?;
+        .ok_or_else(|| ClientError::NotHostPort(node.to_string()))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| ClientError::BadPort(node.to_string()))?;
     let addr = if c.tls {
         ConnectionAddr::TcpTls {
             host: host.to_string(),
@@ -105,27 +179,30 @@ pub(crate) fn connection_info(node: &str, c: &Connect) -> Result<ConnectionInfo,
     }
     Ok(addr
         .into_connection_info()
-        .map_err(|_| format!("{node}: bad address"))?
+        .map_err(|_| ClientError::BadAddress(node.to_string()))?
         .set_redis_settings(settings))
 }
 
 /// A client for one node.
-pub fn client(node: &str, c: &Connect) -> Result<redis::Client, String> {
+pub fn client(node: &str, c: &Connect) -> Result<redis::Client, ClientError> {
     let info = connection_info(node, c)?;
     let client = match (&c.tls_files, c.tls) {
         (Some(files), true) => redis::Client::build_with_tls(info, files.certificates()),
         _ => redis::Client::open(info),
     };
-    client.map_err(|e| format!("{node}: cannot build a client: {e}"))
+    client.map_err(|source| ClientError::Client {
+        node: node.to_string(),
+        source,
+    })
 }
 
 /// A cluster client over the seed `nodes`; every call within `deadline`, never
 /// retried.
-pub(crate) fn cluster_client(
+pub fn cluster_client(
     nodes: &[String],
     c: &Connect,
     deadline: Duration,
-) -> Result<ClusterClient, String> {
+) -> Result<ClusterClient, ClientError> {
     let infos = nodes
         .iter()
         .map(|n| connection_info(n, c))
@@ -137,9 +214,7 @@ pub(crate) fn cluster_client(
     if let (Some(files), true) = (&c.tls_files, c.tls) {
         builder = builder.certs(files.certificates());
     }
-    builder
-        .build()
-        .map_err(|e| format!("cannot build a cluster client: {e}"))
+    builder.build().map_err(ClientError::Cluster)
 }
 
 #[cfg(test)]

@@ -57,7 +57,7 @@ pub(crate) const LAST_TRIAL: &str = "ml:{fleet}:trial";
 /// The rules versions the region's agents serve now and served before.
 pub(crate) const RULES_VERSIONS: &str = "ml:{fleet}:rules";
 
-/// The audit history of the keys above (the last [`crate::store::control::AUDIT_KEEP`]
+/// The audit history of the keys above (the last [`crate::control::AUDIT_KEEP`]
 /// changes), newest first.
 pub(crate) const AUDIT: &str = "ml:{fleet}:audit";
 
@@ -90,17 +90,17 @@ pub mod region {
 
     /// Partitions of the exchange's keys: enough to spread over the nodes of a cluster, few enough that
     /// a tick's reads stay a handful of round trips run at once.
-    pub(crate) const PARTITIONS: usize = 16;
+    pub const PARTITIONS: usize = 16;
 
     /// The hash of the rebalancer's progress in a region.
-    pub(crate) const META: &str = "ml:rg:{meta}";
+    pub const META: &str = "ml:rg:{meta}";
     /// The lock electing the region's rebalancer.
-    pub(crate) const LOCK: &str = "ml:rg:{lock}";
+    pub const LOCK: &str = "ml:rg:{lock}";
 
     /// `META` fields.
-    pub(crate) const SEALED: &str = "sealed";
-    pub(crate) const PERIOD: &str = "period";
-    pub(crate) const LEADER: &str = "leader";
+    pub const SEALED: &str = "sealed";
+    pub const PERIOD: &str = "period";
+    pub const LEADER: &str = "leader";
 
     /// How the region exchange names a key in its hashes: the rule, then the
     /// key's id (the same in every region of a deployment, which shares one
@@ -116,22 +116,22 @@ pub mod region {
     }
 
     /// Demand being written for `period`.
-    pub(crate) fn demand(partition: usize, period: u64) -> String {
+    pub fn demand(partition: usize, period: u64) -> String {
         format!("ml:rg:{{b{partition:02}}}:d:{period}")
     }
 
     /// Set when `period` is sealed: later flushes for it go to the next period.
-    pub(crate) fn marker(partition: usize, period: u64) -> String {
+    pub fn marker(partition: usize, period: u64) -> String {
         format!("ml:rg:{{b{partition:02}}}:m:{period}")
     }
 
     /// Demand sealed for `period`: what every region's rebalancer reads.
-    pub(crate) fn sealed(partition: usize, period: u64) -> String {
+    pub fn sealed(partition: usize, period: u64) -> String {
         format!("ml:rg:{{b{partition:02}}}:x:{period}")
     }
 
     /// The region's published shares.
-    pub(crate) fn shares(partition: usize) -> String {
+    pub fn shares(partition: usize) -> String {
         format!("ml:rg:{{b{partition:02}}}:s")
     }
 }
@@ -140,7 +140,7 @@ pub mod region {
 mod tests {
     use super::region::{self, PARTITIONS};
     use super::*;
-    use crate::store::redis::topology::hash_slot;
+    use crate::redis::topology::hash_slot;
 
     #[test]
     fn bucket_keys_cannot_choose_their_hash_slot() {
@@ -169,7 +169,7 @@ mod tests {
 
     #[test]
     fn the_redis_acls_name_the_keys_built_here() {
-        let doc = include_str!("../../../../docs/redis-acl.md");
+        let doc = include_str!("../../../docs/redis-acl.md");
         let acl = doc.split("```").nth(1).unwrap();
         for key in [FLEET_OVERRIDE, LAST_TRIAL, RULES_VERSIONS, AUDIT, AGENTS] {
             assert!(

@@ -33,6 +33,14 @@ pub const MAX_PLAN_BYTES: usize = 4 * meshlimit_core::rules::MAX_RULES_FILE_BYTE
 /// [`MAX_VALUE_BYTES`] each, so the history stays under 4 MiB.
 pub const AUDIT_KEEP: usize = 1_000;
 
+/// Milliseconds of Unix time: when a change is made or a trial is ended here.
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
 /// One change to control state, as the audit history keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditEntry {
@@ -49,7 +57,7 @@ impl AuditEntry {
     /// An entry of `what` by `by`, now.
     pub(crate) fn now(by: &str, what: String) -> AuditEntry {
         AuditEntry {
-            at_ms: crate::regions::clock::now_ms(),
+            at_ms: crate::control::now_ms(),
             by: by.to_string(),
             what,
         }
@@ -140,7 +148,7 @@ pub(crate) fn check_write(what: &str, value: &str, cap: usize) -> Result<(), Sto
 }
 
 /// The audit text of an override set (`None`: cleared).
-pub(crate) fn override_change(state: Option<&crate::fleet_override::Override>) -> String {
+pub(crate) fn override_change(state: Option<&crate::fleet::Override>) -> String {
     match state {
         Some(o) => match &o.version {
             Some(v) => format!("override {} {v}", o.mode.as_str()),

@@ -31,7 +31,7 @@ use topology::{hash_slot, HashSlotMap};
 
 use super::control::{Record, Refusal};
 use super::{Acquire, Acquired, Audited, Peeked, Store, StoreError};
-use crate::fleet_override::Override;
+use crate::fleet::Override;
 use crate::trial::{StoredTrial, TrialAction};
 use meshlimit_core::rules::trial::TrialPlan;
 use meshlimit_core::secret::KeyIds;
@@ -65,7 +65,7 @@ pub struct RedisConfig {
 
 /// A change in the store's view of the cluster, for metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum StoreEvent {
+pub enum StoreEvent {
     /// `CLUSTER SLOTS` gave a different map (a promotion, a migration).
     HashSlotMapChanged,
     /// A node was marked down: its keys take the failure policy.
@@ -79,7 +79,7 @@ pub(crate) enum StoreEvent {
 }
 
 /// Observes [`StoreEvent`]s.
-pub(crate) type EventObserver = Arc<dyn Fn(StoreEvent) + Send + Sync>;
+pub type EventObserver = Arc<dyn Fn(StoreEvent) + Send + Sync>;
 
 /// A Redis or Redis Cluster bucket store.
 pub struct RedisStore {
@@ -114,7 +114,7 @@ impl RedisStore {
 
     /// Reports hash-slot map changes and node failures to `events`.
     #[must_use]
-    pub(crate) fn with_events(mut self, events: EventObserver) -> Self {
+    pub fn with_events(mut self, events: EventObserver) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.events = events;
         }
@@ -356,5 +356,5 @@ fn moved_to(answer: &Acquired) -> Option<String> {
 /// A client for `node` with the configured credentials and TLS (kept out of
 /// every log line: errors name the node only).
 fn client(node: &str, cfg: &RedisConfig) -> Result<redis::Client, StoreError> {
-    client::client(node, &cfg.connect).map_err(StoreError::Failed)
+    client::client(node, &cfg.connect).map_err(|e| StoreError::Failed(e.to_string()))
 }

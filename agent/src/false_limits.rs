@@ -84,7 +84,7 @@ use tokio::time::Instant;
 
 use crate::metrics::{Metrics, Skipped};
 use crate::rules_watch::CurrentRules;
-use meshlimit_store::{Store, Stored};
+use meshlimit_store::{Buckets, Stored};
 
 /// Suspect 429s checked against the store per second per node, at most, by
 /// default (`--false-limit-checks`).
@@ -124,7 +124,7 @@ impl FalseLimits {
     /// are skipped and counted). It ends when the checker is dropped.
     pub fn start(
         rules: Arc<CurrentRules>,
-        store: Arc<dyn Store>,
+        store: Arc<dyn Buckets>,
         metrics: Arc<Metrics>,
     ) -> Arc<FalseLimits> {
         let tx = tokio::runtime::Handle::try_current().ok().map(|rt| {
@@ -292,7 +292,7 @@ impl Sampler {
 async fn run(
     mut rx: mpsc::Receiver<Suspect>,
     rules: Arc<CurrentRules>,
-    store: Arc<dyn Store>,
+    store: Arc<dyn Buckets>,
     metrics: Arc<Metrics>,
 ) {
     while let Some(s) = rx.recv().await {
@@ -307,7 +307,7 @@ async fn run(
 async fn check(
     s: &Suspect,
     rules: &CurrentRules,
-    store: &dyn Store,
+    store: &dyn Buckets,
     metrics: &Metrics,
 ) -> Result<bool, Skipped> {
     let set = rules.get().ok_or(Skipped::UnknownRule)?;

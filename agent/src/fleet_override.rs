@@ -21,7 +21,7 @@ use crate::metrics::Metrics;
 use crate::rules_watch::CurrentRules;
 use crate::shutdown::Shutdown;
 use meshlimit_store::fleet::{Override, OverrideMode};
-use meshlimit_store::Store;
+use meshlimit_store::FleetState;
 
 /// `config` with every rule in shadow (the defaults too), compiled as a set of
 /// its own: its version differs from the file's, so filters load it.
@@ -40,7 +40,7 @@ pub(crate) fn shadowed(config: &RulesConfig) -> Result<RuleSet, RulesError> {
 /// trial running is read at the same poll (an operator may end or hold it)
 /// and ended at its deadline.
 pub(crate) async fn poll(
-    store: Arc<dyn Store>,
+    store: Arc<dyn FleetState>,
     rules: Arc<CurrentRules>,
     metrics: Arc<Metrics>,
     every: Duration,

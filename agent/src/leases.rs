@@ -21,7 +21,7 @@ use crate::metrics::Metrics;
 use crate::pool::Pools;
 use crate::regions::Shares;
 use crate::rules_watch::CurrentRules;
-use meshlimit_store::Store;
+use meshlimit_store::Buckets;
 
 mod answer;
 mod refill;
@@ -34,7 +34,7 @@ pub use settings::{LeaseSettings, DEFAULT_MAX_KEYS};
 /// Answers lease requests.
 pub struct LeaseService {
     rules: Arc<CurrentRules>,
-    store: Arc<dyn Store>,
+    store: Arc<dyn Buckets>,
     metrics: Arc<Metrics>,
     settings: LeaseSettings,
     /// Caps the store calls in flight: past it work is shed (the filter applies the
@@ -66,7 +66,7 @@ async fn futures_wait_all(waits: Vec<tokio::sync::watch::Receiver<()>>) {
 impl LeaseService {
     pub fn new(
         rules: Arc<CurrentRules>,
-        store: Arc<dyn Store>,
+        store: Arc<dyn Buckets>,
         metrics: Arc<Metrics>,
         settings: LeaseSettings,
     ) -> Arc<Self> {
@@ -111,7 +111,7 @@ impl LeaseService {
     }
 
     /// The store the leases are taken from.
-    pub(crate) fn store(&self) -> &Arc<dyn Store> {
+    pub(crate) fn store(&self) -> &Arc<dyn Buckets> {
         &self.store
     }
 

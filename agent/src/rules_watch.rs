@@ -24,7 +24,7 @@ use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 use meshlimit_core::rules::trial;
 use meshlimit_store::trial::StoredTrial;
-use meshlimit_store::{Store, StoreError};
+use meshlimit_store::{FleetState, StoreError};
 
 /// A call on the shared store, run from the watcher's thread.
 type StoreCall<T> =
@@ -75,7 +75,7 @@ pub(crate) struct RulesWatcher {
 
 /// The store the region's agents share, and the runtime its calls run on.
 struct SharedStore {
-    store: Arc<dyn Store>,
+    store: Arc<dyn FleetState>,
     runtime: tokio::runtime::Handle,
 }
 
@@ -109,7 +109,7 @@ impl RulesWatcher {
     /// on `runtime` (the watcher never polls on one of its threads).
     pub(crate) fn with_store(
         mut self,
-        store: Arc<dyn Store>,
+        store: Arc<dyn FleetState>,
         runtime: tokio::runtime::Handle,
     ) -> Self {
         self.shared = Some(SharedStore { store, runtime });
@@ -420,7 +420,7 @@ impl RulesWatcher {
     fn on_store<T>(
         &self,
         what: &str,
-        call: impl FnOnce(Arc<dyn Store>) -> StoreCall<T>,
+        call: impl FnOnce(Arc<dyn FleetState>) -> StoreCall<T>,
     ) -> Option<T> {
         let shared = self.shared.as_ref()?;
         match shared.runtime.block_on(call(shared.store.clone())) {

@@ -22,7 +22,7 @@ use crate::server;
 use crate::shutdown::{self, Shutdown, Signals};
 use meshlimit_store::memory::SWEEP_EVERY;
 use meshlimit_store::redis::{RedisConfig, RedisStore, StoreEvent};
-use meshlimit_store::{MemoryStore, Store};
+use meshlimit_store::{Buckets, FleetState, MemoryStore};
 
 /// How often the time-dependent gauges (fail-open ratios, filter versions) are
 /// refreshed between scrapes.
@@ -98,7 +98,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     metrics.set_key_ids(secret.key_ids());
     let region_setup = regions::regions_config(&args, &agent_id(&args), &secret.key_ids())?;
     check_tls_flags(&args, region_setup.as_ref())?;
-    let store = start_store(&args, &metrics, &secret, &mut tasks, &shutdown)?;
+    let stores = start_store(&args, &metrics, &secret, &mut tasks, &shutdown)?;
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|source| RunError::Bind {
@@ -108,7 +108,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let mut signals = Signals::install().map_err(RunError::Signals)?;
     let rules = Arc::new(CurrentRules::empty());
     let mut watcher = RulesWatcher::new(&args.rules, rules.clone(), metrics.clone())
-        .with_store(store.clone(), tokio::runtime::Handle::current());
+        .with_store(stores.fleet.clone(), tokio::runtime::Handle::current());
     // A bad file at start is logged and leaves /readyz at 503 until a good one
     // appears; the agent keeps serving /healthz and /metrics meanwhile. Off the
     // runtime's threads: the first load may ask the store for a trial running.
@@ -120,7 +120,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     .map_err(|e| RunError::Runtime(std::io::Error::other(e)))?;
     tasks.spawn(watcher.run(args.rules_poll(), shutdown.clone()));
     tasks.spawn(fleet_override::poll(
-        store.clone(),
+        stores.fleet,
         rules.clone(),
         metrics.clone(),
         args.override_poll(),
@@ -135,7 +135,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         .map_err(|e| ConfigError::DecisionLog(e.to_string()))?;
     let app = App::with_decision_log(
         rules,
-        store.clone(),
+        stores.buckets.clone(),
         metrics.clone(),
         args.lease_settings(),
         auth,
@@ -147,7 +147,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
             .map_err(|e| ConfigError::Regions(e.to_string()))?;
     }
     tasks.spawn(heartbeat(
-        store,
+        stores.buckets,
         agent_id(&args),
         app.live_nodes_handle(),
         metrics.clone(),
@@ -175,6 +175,23 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     Ok(())
 }
 
+/// The one backend `--store` names, as each part of the agent uses it: the
+/// lease path, the heartbeat and the false-limit check its buckets; the rules
+/// watcher and the override poll its fleet state.
+struct Stores {
+    buckets: Arc<dyn Buckets>,
+    fleet: Arc<dyn FleetState>,
+}
+
+impl Stores {
+    fn of<S: Buckets + FleetState>(store: Arc<S>) -> Stores {
+        Stores {
+            buckets: store.clone(),
+            fleet: store,
+        }
+    }
+}
+
 /// Builds the configured store and starts its background work. Redis stores
 /// connect lazily: an agent whose Redis is down starts, serves its failure
 /// answers and reports not ready until Redis answers.
@@ -184,7 +201,7 @@ fn start_store(
     secret: &Secret,
     tasks: &mut JoinSet<()>,
     shutdown: &Shutdown,
-) -> Result<Arc<dyn Store>, ConfigError> {
+) -> Result<Stores, ConfigError> {
     let Some(target) = args.store.redis() else {
         let store = Arc::new(MemoryStore::with_max_keys(args.max_keys()));
         let mut stop = shutdown.clone();
@@ -193,7 +210,7 @@ fn start_store(
                 .clone()
                 .run_sweeper(SWEEP_EVERY, async move { stop.wait().await }),
         );
-        return Ok(store);
+        return Ok(Stores::of(store));
     };
     let config = RedisConfig {
         nodes: target.nodes,
@@ -205,7 +222,7 @@ fn start_store(
     };
     let observer = metrics.clone();
     let events = metrics.clone();
-    Ok(Arc::new(
+    Ok(Stores::of(Arc::new(
         RedisStore::new(
             config,
             Arc::new(move |size, latency, _| observer.store_pipeline(size, latency)),
@@ -217,7 +234,7 @@ fn start_store(
             StoreEvent::NodeReplaced(d) => events.store_topology("node_replaced", Some(d)),
             StoreEvent::ControlRefused(record, why) => events.control_refused(record, why),
         })),
-    ))
+    )))
 }
 
 /// TLS files given while no Redis is reached over TLS are a mistake an operator
@@ -251,7 +268,7 @@ fn agent_id(args: &RunArgs) -> String {
 /// of live agents (which sizes the filters' fail-local buckets). When the store
 /// cannot answer, the last count stays: that is when the filters need it.
 async fn heartbeat(
-    store: Arc<dyn Store>,
+    store: Arc<dyn Buckets>,
     id: String,
     live: Arc<AtomicU32>,
     metrics: Arc<Metrics>,

@@ -14,7 +14,7 @@ use meshlimit_agent::leases::DEFAULT_MAX_KEYS;
 use meshlimit_agent::pool::{Pools, StoreGrant};
 use meshlimit_core::wire::MAX_KEY_BYTES;
 use meshlimit_core::{DescriptorKey, Limit, NANOS_PER_SEC};
-use meshlimit_store::{Acquire, MemoryStore, Store};
+use meshlimit_store::{Acquire, Buckets, MemoryStore};
 
 /// The bound stated per key and table, in bytes.
 const PER_KEY_BYTES: u64 = 1_300;

@@ -12,7 +12,7 @@ use meshlimit_core::secret::KeyIds;
 use meshlimit_store::fleet::{Override, OverrideMode};
 use meshlimit_store::redis::client::Connect;
 use meshlimit_store::redis::{BatchConfig, RedisConfig, RedisStore};
-use meshlimit_store::Store;
+use meshlimit_store::FleetState;
 
 /// `meshlimit`: the operator's tool for meshlimit's rules and agents.
 #[derive(Debug, Parser)]
@@ -273,7 +273,7 @@ impl OverrideArgs {
 
     /// The store `--store` names. The embedded store is each agent's own: no
     /// command can reach it.
-    pub(crate) fn store(&self) -> Result<Box<dyn Store>, ConfigError> {
+    pub(crate) fn store(&self) -> Result<Box<dyn FleetState>, ConfigError> {
         let Some(target) = self.store.redis() else {
             return Err(ConfigError::Redis(
                 "--store memory is each agent's own: give the Redis the agents share (redis://HOST:PORT or redis+cluster://HOST:PORT,…)".into(),

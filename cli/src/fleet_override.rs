@@ -6,7 +6,7 @@ use std::io::Write;
 
 use meshlimit_store::fleet::{Override, OverrideMode};
 use meshlimit_store::trial::TrialAction;
-use meshlimit_store::{Store, StoreError};
+use meshlimit_store::{FleetState, StoreError};
 
 use crate::args::{OverrideAction, OverrideArgs};
 use crate::CliError;
@@ -45,7 +45,7 @@ pub fn override_command(args: &OverrideArgs, out: &mut dyn Write) -> Result<(), 
 }
 
 /// Does `args.action` on `store`; answers what to tell the operator.
-async fn act(args: &OverrideArgs, store: &dyn Store) -> Result<String, OverrideError> {
+async fn act(args: &OverrideArgs, store: &dyn FleetState) -> Result<String, OverrideError> {
     let on = &args.store;
     let now = meshlimit_agent::regions::clock::now_secs();
     let by = args.by();

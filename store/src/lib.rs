@@ -1,9 +1,12 @@
 //! meshlimit-store: where the authoritative token buckets and the region's
-//! shared control state live. One trait, several backends: the
-//! embedded in-memory store (the default, one node, no setup), single Redis
-//! and Redis Cluster. The trait is batch-shaped because the Redis
-//! backends answer a whole lease request with one pipeline: asking per item would
-//! cost a round trip per rule.
+//! shared control state live. Three traits, one per concern: [`Backend`]
+//! (what every store is), [`Buckets`] (the lease path) and [`FleetState`]
+//! (the control state); three backends implement all of them: the embedded
+//! in-memory store (the default, one node, no setup), single Redis and Redis
+//! Cluster. [`Buckets::acquire`] is batch-shaped because the Redis backends
+//! answer a whole lease request with one pipeline: asking per item would cost
+//! a round trip per rule. Every Lua script is in [`redis::script`], every
+//! Redis key name in [`redis::keys`].
 
 #![forbid(unsafe_code)]
 
@@ -163,41 +166,32 @@ pub enum StoreError {
     Failed(String),
 }
 
-/// A bucket store. Implementations enforce their own deadline (returning
-/// [`StoreError::Timeout`]) and never retry: a late answer is worth less than the
-/// rule's failure policy applied now.
+/// What every backend is: a name and a check that it answers. Implementations
+/// enforce their own deadline (returning [`StoreError::Timeout`]) on every call
+/// of every trait and never retry: a late answer is worth less than the rule's
+/// failure policy applied now.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Backend: Send + Sync + 'static {
+    /// The backend's name, for logs.
+    fn name(&self) -> &'static str;
+
+    /// Checks that the store answers (for `/readyz`).
+    async fn ping(&self) -> Result<(), StoreError>;
+}
+
+/// The lease path's store: the buckets, and the count of the region's agents
+/// that share them (which sizes the filters' fail-local buckets).
+#[async_trait]
+pub trait Buckets: Backend {
     /// Performs every item atomically per key and answers in the same order, one
     /// answer per item.
     async fn acquire(&self, items: &[Acquire]) -> Vec<Acquired>;
 
-    /// Checks that the store answers (for `/readyz`).
-    async fn ping(&self) -> Result<(), StoreError>;
-
-    /// The backend's name, for logs.
-    fn name(&self) -> &'static str;
-
-    /// Announces this agent (`agent_id`) as alive and answers how many agents of
-    /// the region are; `None` when the store cannot tell (the embedded store is
-    /// one node's alone).
-    async fn heartbeat(&self, _agent_id: &str) -> Result<Option<u32>, StoreError> {
-        Ok(None)
-    }
-
-    /// The fleet override the region's agents share (`None`: the rules file's
-    /// modes apply). Read with the store's deadline, never retried.
-    async fn fleet_override(&self) -> Result<Option<Override>, StoreError>;
-
-    /// Sets (`Some`) or clears (`None`) the fleet override, `by` an operator
-    /// (their declared name), with its entry in the audit history.
-    async fn set_fleet_override(&self, state: Option<Override>, by: &str)
-        -> Result<(), StoreError>;
-
     /// The bucket of the key `key_id` (its id under `ids`) of `rule`, read
     /// without changing it, refilled under `limit` up to the store's now;
     /// `None` when the store holds none (a full bucket). For operators
-    /// (`GET /v1/explain`): one call, its deadline, never retried.
+    /// (`GET /v1/explain`) and the false-limit check: one call, its
+    /// deadline, never retried.
     async fn peek(
         &self,
         _ids: &KeyIds,
@@ -210,11 +204,32 @@ pub trait Store: Send + Sync + 'static {
             self.name()
         )))
     }
+
+    /// Announces this agent (`agent_id`) as alive and answers how many agents of
+    /// the region are; `None` when the store cannot tell (the embedded store is
+    /// one node's alone).
+    async fn heartbeat(&self, _agent_id: &str) -> Result<Option<u32>, StoreError> {
+        Ok(None)
+    }
+}
+
+/// The control state the region's agents share ([`control`]): the fleet
+/// override, rules trials, the versions served and the audit history of
+/// their changes. Each call is one call with the store's deadline.
+#[async_trait]
+pub trait FleetState: Backend {
+    /// The fleet override (`None`: the rules file's modes apply).
+    async fn fleet_override(&self) -> Result<Option<Override>, StoreError>;
+
+    /// Sets (`Some`) or clears (`None`) the fleet override, `by` an operator
+    /// (their declared name), with its entry in the audit history.
+    async fn set_fleet_override(&self, state: Option<Override>, by: &str)
+        -> Result<(), StoreError>;
+
     /// The trial of rules `version` (`None`: none recorded). With `start` (the
     /// plan and its period in ms), one is recorded first unless there is one,
     /// its start being the store's time now: the first agent's plan and start
-    /// are every agent's. The plan is answered when `with_plan`. One call, the
-    /// store's deadline, never retried.
+    /// are every agent's. The plan is answered when `with_plan`.
     async fn trial(
         &self,
         version: &str,

@@ -38,7 +38,7 @@ use meshlimit_core::{Counter, DescriptorKey, Limit};
 use tokio::time::Instant;
 
 use super::control::{self, AuditEntry, AUDIT_KEEP};
-use super::{Acquire, Acquired, Audited, Peeked, Store, StoreError};
+use super::{Acquire, Acquired, Audited, Backend, Buckets, FleetState, Peeked, StoreError};
 use crate::fleet::Override;
 use crate::trial::{StoredTrial, TrialAction, TrialClock};
 use meshlimit_core::rules::trial::TrialPlan;
@@ -202,13 +202,7 @@ impl Default for MemoryStore {
 }
 
 #[async_trait]
-impl Store for MemoryStore {
-    async fn acquire(&self, items: &[Acquire]) -> Vec<Acquired> {
-        // One clock reading for the batch, as one Redis TIME serves one script call.
-        let now = self.now_ns();
-        items.iter().map(|item| self.take(item, now)).collect()
-    }
-
+impl Backend for MemoryStore {
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
     }
@@ -216,19 +210,14 @@ impl Store for MemoryStore {
     fn name(&self) -> &'static str {
         "memory"
     }
+}
 
-    async fn fleet_override(&self) -> Result<Option<Override>, StoreError> {
-        Ok(lock(&self.fleet_override).clone())
-    }
-
-    async fn set_fleet_override(
-        &self,
-        state: Option<Override>,
-        by: &str,
-    ) -> Result<(), StoreError> {
-        lock(&self.fleet).audit(by, control::override_change(state.as_ref()));
-        *lock(&self.fleet_override) = state;
-        Ok(())
+#[async_trait]
+impl Buckets for MemoryStore {
+    async fn acquire(&self, items: &[Acquire]) -> Vec<Acquired> {
+        // One clock reading for the batch, as one Redis TIME serves one script call.
+        let now = self.now_ns();
+        items.iter().map(|item| self.take(item, now)).collect()
     }
 
     async fn peek(
@@ -251,6 +240,23 @@ impl Store for MemoryStore {
             }
         }
         Ok(None)
+    }
+}
+
+#[async_trait]
+impl FleetState for MemoryStore {
+    async fn fleet_override(&self) -> Result<Option<Override>, StoreError> {
+        Ok(lock(&self.fleet_override).clone())
+    }
+
+    async fn set_fleet_override(
+        &self,
+        state: Option<Override>,
+        by: &str,
+    ) -> Result<(), StoreError> {
+        lock(&self.fleet).audit(by, control::override_change(state.as_ref()));
+        *lock(&self.fleet_override) = state;
+        Ok(())
     }
 
     async fn trial(

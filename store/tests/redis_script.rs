@@ -15,7 +15,7 @@ use std::time::Duration;
 use meshlimit_core::{DescriptorKey, Limit, Take};
 use meshlimit_store::redis::keys;
 use meshlimit_store::redis::RedisStore;
-use meshlimit_store::{Acquire, Store};
+use meshlimit_store::{Acquire, Buckets};
 use meshlimit_tests::{RedisServer, Resp};
 
 const NS_PER_MS: u64 = 1_000_000;

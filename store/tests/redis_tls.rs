@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use meshlimit_core::{DescriptorKey, Limit, Take};
 use meshlimit_store::redis::client::{Connect, TlsFiles};
 use meshlimit_store::redis::{BatchConfig, RedisConfig, RedisStore};
-use meshlimit_store::{Acquire, Store};
+use meshlimit_store::{Acquire, Backend, Buckets};
 use meshlimit_tests::{free_port, RedisServer};
 
 fn openssl(dir: &Path, args: &[&str]) {

@@ -40,7 +40,7 @@ use crate::false_limits::FalseLimits;
 use crate::leases::{LeaseService, LeaseSettings};
 use crate::metrics::Metrics;
 use crate::rules_watch::CurrentRules;
-use meshlimit_store::Store;
+use meshlimit_store::Buckets;
 
 /// One key now: its bucket, the node pool's share, its recent decisions.
 pub const EXPLAIN_PATH: &str = "/v1/explain";
@@ -68,7 +68,7 @@ struct AppState {
 impl App {
     pub fn new(
         rules: Arc<CurrentRules>,
-        store: Arc<dyn Store>,
+        store: Arc<dyn Buckets>,
         metrics: Arc<Metrics>,
         settings: LeaseSettings,
         auth: Auth,
@@ -81,7 +81,7 @@ impl App {
     /// [`App::new`] writing the filters' decision records to `declog`.
     pub fn with_decision_log(
         rules: Arc<CurrentRules>,
-        store: Arc<dyn Store>,
+        store: Arc<dyn Buckets>,
         metrics: Arc<Metrics>,
         settings: LeaseSettings,
         auth: Auth,

@@ -3,14 +3,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use async_trait::async_trait;
 use meshlimit_core::rules::parse_rules;
 use meshlimit_core::rules::trial::TrialPlan;
-
 use meshlimit_store::trial::{StoredTrial, TrialAction};
+use meshlimit_store::{Backend, MemoryStore, StoreError};
 
 use super::*;
 use crate::metrics::sample;
 use crate::shutdown;
 use crate::test_support::wait_until;
-use meshlimit_store::{Acquire, Acquired, MemoryStore, StoreError};
 
 const RULES: &str = r"
 version: 1
@@ -154,16 +153,17 @@ struct FlakyStore {
 }
 
 #[async_trait]
-impl Store for FlakyStore {
-    async fn acquire(&self, items: &[Acquire]) -> Vec<Acquired> {
-        self.inner.acquire(items).await
+impl Backend for FlakyStore {
+    fn name(&self) -> &'static str {
+        "flaky"
     }
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
     }
-    fn name(&self) -> &'static str {
-        "flaky"
-    }
+}
+
+#[async_trait]
+impl FleetState for FlakyStore {
     async fn fleet_override(&self) -> Result<Option<Override>, StoreError> {
         if self.failing.load(Ordering::SeqCst) {
             return Err(StoreError::Unavailable("down".into()));

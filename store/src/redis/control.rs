@@ -28,7 +28,7 @@ use crate::control::{
 };
 use crate::fleet::Override;
 use crate::trial::{StoredTrial, TrialAction, TrialClock};
-use crate::{Audited, Store, StoreError};
+use crate::{Audited, Backend, StoreError};
 
 /// A trial as the trial script answers it: the server's time, then (`None`:
 /// a field over its cap) `start_ms`, `period_ms`, `ended_ms`, `held`,

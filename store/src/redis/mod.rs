@@ -30,7 +30,7 @@ use tasks::{cluster_slots, prewarm, probe, refresher};
 use topology::{hash_slot, HashSlotMap};
 
 use super::control::{Record, Refusal};
-use super::{Acquire, Acquired, Audited, Peeked, Store, StoreError};
+use super::{Acquire, Acquired, Audited, Backend, Buckets, FleetState, Peeked, StoreError};
 use crate::fleet::Override;
 use crate::trial::{StoredTrial, TrialAction};
 use meshlimit_core::rules::trial::TrialPlan;
@@ -136,7 +136,41 @@ impl RedisStore {
 }
 
 #[async_trait]
-impl Store for RedisStore {
+impl Backend for RedisStore {
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.refresh_topology().await?;
+        let nodes = self
+            .shared
+            .map
+            .read()
+            .map(|m| m.nodes.clone())
+            .unwrap_or_default();
+        for node in nodes {
+            let client = client(&node, &self.shared.cfg)?;
+            let ping = async {
+                let mut c = client.get_multiplexed_async_connection().await?;
+                redis::cmd("PING").query_async::<String>(&mut c).await
+            };
+            match timeout(PING_TIMEOUT, ping).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(StoreError::Unavailable(format!("{node}: {e}"))),
+                Err(_) => return Err(StoreError::Timeout(PING_TIMEOUT)),
+            }
+        }
+        Ok(())
+    }
+
+    fn name(&self) -> &'static str {
+        if self.shared.cfg.cluster {
+            "redis-cluster"
+        } else {
+            "redis"
+        }
+    }
+}
+
+#[async_trait]
+impl Buckets for RedisStore {
     async fn acquire(&self, items: &[Acquire]) -> Vec<Acquired> {
         // An unknown map (the first call) must be read before anything can be
         // sent; afterwards the map is the refresher's business, off the request
@@ -165,29 +199,6 @@ impl Store for RedisStore {
         answers
     }
 
-    async fn ping(&self) -> Result<(), StoreError> {
-        self.refresh_topology().await?;
-        let nodes = self
-            .shared
-            .map
-            .read()
-            .map(|m| m.nodes.clone())
-            .unwrap_or_default();
-        for node in nodes {
-            let client = client(&node, &self.shared.cfg)?;
-            let ping = async {
-                let mut c = client.get_multiplexed_async_connection().await?;
-                redis::cmd("PING").query_async::<String>(&mut c).await
-            };
-            match timeout(PING_TIMEOUT, ping).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => return Err(StoreError::Unavailable(format!("{node}: {e}"))),
-                Err(_) => return Err(StoreError::Timeout(PING_TIMEOUT)),
-            }
-        }
-        Ok(())
-    }
-
     async fn heartbeat(&self, agent_id: &str) -> Result<Option<u32>, StoreError> {
         let beat = redis::cmd("EVAL")
             .arg(script::HEARTBEAT_SCRIPT)
@@ -197,18 +208,6 @@ impl Store for RedisStore {
             .arg(HEARTBEAT_WINDOW_MS)
             .clone();
         self.control::<u32>(keys::AGENTS, beat).await.map(Some)
-    }
-
-    async fn fleet_override(&self) -> Result<Option<Override>, StoreError> {
-        self.read_override().await
-    }
-
-    async fn set_fleet_override(
-        &self,
-        state: Option<Override>,
-        by: &str,
-    ) -> Result<(), StoreError> {
-        self.write_override(state, by).await
     }
 
     async fn peek(
@@ -254,6 +253,21 @@ impl Store for RedisStore {
         };
         Ok(Some(Peeked::of(&counter, limit, now_ns)))
     }
+}
+
+#[async_trait]
+impl FleetState for RedisStore {
+    async fn fleet_override(&self) -> Result<Option<Override>, StoreError> {
+        self.read_override().await
+    }
+
+    async fn set_fleet_override(
+        &self,
+        state: Option<Override>,
+        by: &str,
+    ) -> Result<(), StoreError> {
+        self.write_override(state, by).await
+    }
 
     async fn trial(
         &self,
@@ -282,14 +296,6 @@ impl Store for RedisStore {
 
     async fn control_history(&self, n: usize) -> Result<Vec<Audited>, StoreError> {
         self.read_history(n).await
-    }
-
-    fn name(&self) -> &'static str {
-        if self.shared.cfg.cluster {
-            "redis-cluster"
-        } else {
-            "redis"
-        }
     }
 }
 

@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use meshlimit_core::Take;
-use meshlimit_store::{Acquire, Store};
+use meshlimit_store::Acquire;
 
-use super::{ask, assert_about, granted, limit, retry_after, slow, take};
+use super::{ask, assert_about, granted, limit, retry_after, slow, take, Store};
 
 /// A lease is as large as asked (`max`) when the bucket holds it, else all the
 /// bucket holds, never less than the cost (`min`).

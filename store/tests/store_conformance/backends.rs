@@ -3,10 +3,10 @@
 use std::sync::Arc;
 
 use meshlimit_store::redis::RedisStore;
-use meshlimit_store::{MemoryStore, Store};
+use meshlimit_store::MemoryStore;
 use meshlimit_tests::{RedisCluster, RedisServer, Resp};
 
-use super::common;
+use super::{common, Store};
 
 /// A store under test and whatever it runs on (killed on drop).
 pub(crate) struct Backend {

@@ -4,10 +4,8 @@
 
 use std::time::Duration;
 
+use super::{ask, assert_about, granted, limit, retry_after, slow, take, Store};
 use meshlimit_core::Take;
-use meshlimit_store::Store;
-
-use super::{ask, assert_about, granted, limit, retry_after, slow, take};
 
 /// An unseen key holds a full burst; each grant takes what it says and reports
 /// what is left; past the burst the key is denied.

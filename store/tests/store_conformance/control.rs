@@ -7,10 +7,11 @@ use meshlimit_core::rules::trial::TrialPlan;
 use meshlimit_store::control::{MAX_PLAN_BYTES, MAX_VALUE_BYTES};
 use meshlimit_store::fleet::{Override, OverrideMode};
 use meshlimit_store::trial::TrialAction;
-use meshlimit_store::{Refusal, Store};
+use meshlimit_store::Refusal;
 use meshlimit_tests::Resp;
 
 use super::backends::Backend;
+use super::Store;
 
 fn shadow(by: &str) -> Override {
     Override {

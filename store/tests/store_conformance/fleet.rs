@@ -6,7 +6,8 @@ use std::time::Duration;
 use meshlimit_core::rules::trial::TrialPlan;
 use meshlimit_store::fleet::{Override, OverrideMode};
 use meshlimit_store::trial::TrialAction;
-use meshlimit_store::Store;
+
+use super::Store;
 
 /// The fleet override reads back as set, replaced, then cleared; off at first.
 pub(crate) async fn the_fleet_override_reads_back_as_set(store: &dyn Store) {

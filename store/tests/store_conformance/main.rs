@@ -3,9 +3,9 @@
 //! redis-server and a real three-master Redis Cluster. A new backend adds one
 //! `conformance!` line (and its start in `backends.rs`).
 //!
-//! Each behaviour is a function over `&dyn Store`, in a module per concept
-//! (`buckets`, `asks`, `windows`, `fleet`, `control`, `peek`); the macro at the end makes a
-//! test of it per backend (`memory::…`, `redis::…`, `redis_cluster::…`), each
+//! Each behaviour is a function over `&dyn Store` (every store trait at
+//! once), in a module per concept (`buckets`, `asks`, `windows`, `fleet`,
+//! `control`, `peek`); the macro at the end makes a test of it per backend (`memory::…`, `redis::…`, `redis_cluster::…`), each
 //! with its own fresh store. Time passes on the store's own clock (tokio's for
 //! the memory store, the Redis server's `TIME` for Redis), so bounds on waits
 //! leave room for a loaded machine where they must, and are exact elsewhere:
@@ -33,7 +33,12 @@ use std::num::{NonZeroU32, NonZeroU64};
 use std::time::Duration;
 
 use meshlimit_core::{DescriptorKey, Limit, Take};
-use meshlimit_store::{Acquire, Store};
+use meshlimit_store::{Acquire, Buckets, FleetState};
+
+/// A backend under test: every store trait at once.
+pub(crate) trait Store: Buckets + FleetState {}
+
+impl<T: Buckets + FleetState> Store for T {}
 
 /// `requests` per `per`, with a burst of `burst`.
 fn limit(requests: u32, per: Duration, burst: u32) -> Limit {

@@ -1,10 +1,10 @@
-//! The false-limit check's read of a key's bucket (`Store::peek`).
+//! The false-limit check's read of a key's bucket (`Buckets::peek`).
 
 use meshlimit_core::secret::KeyIds;
 use meshlimit_core::{DescriptorKey, Take};
-use meshlimit_store::{Peeked, Store, Stored};
+use meshlimit_store::{Peeked, Stored};
 
-use super::{ask, granted, slow, take};
+use super::{ask, granted, slow, take, Store};
 
 /// The bucket a peek read, refilled up to the store's reading.
 fn tokens_at_reading(peeked: &Peeked) -> (Stored, f64) {

@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use meshlimit_core::{Algorithm, Limit, Take};
-use meshlimit_store::{Acquire, Store};
+use meshlimit_store::Acquire;
 
-use super::{ask, assert_about, granted, limit, retry_after, take};
+use super::{ask, assert_about, granted, limit, retry_after, take, Store};
 
 /// `requests` per `per` in a window of the given algorithm.
 fn window(algorithm: Algorithm, requests: u32, per: Duration) -> Limit {

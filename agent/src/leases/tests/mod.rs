@@ -7,7 +7,7 @@ use meshlimit_core::rules::parse_rules;
 use meshlimit_core::wire::{AnsweredFrom, LeaseItem};
 use meshlimit_core::{DescriptorKey, Take};
 
-use meshlimit_store::{Acquire, Acquired, StoreError};
+use meshlimit_store::{Acquire, Acquired, Backend, StoreError};
 
 use super::*;
 use crate::metrics::sample;
@@ -72,7 +72,7 @@ fn whole_leases(items: &[Acquire], remaining: u32, reset_ns: u64) -> Vec<Acquire
 }
 
 #[async_trait]
-impl Store for FakeStore {
+impl Buckets for FakeStore {
     async fn acquire(&self, items: &[Acquire]) -> Vec<Acquired> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.limits
@@ -109,50 +109,16 @@ impl Store for FakeStore {
             Mode::Drained => whole_leases(items, 0, 60 * NANOS_PER_SEC),
         }
     }
+}
 
-    async fn ping(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-
+#[async_trait]
+impl Backend for FakeStore {
     fn name(&self) -> &'static str {
         "fake"
     }
 
-    async fn fleet_override(&self) -> Result<Option<meshlimit_store::fleet::Override>, StoreError> {
-        Ok(None)
-    }
-
-    async fn set_fleet_override(
-        &self,
-        _: Option<meshlimit_store::fleet::Override>,
-        _: &str,
-    ) -> Result<(), StoreError> {
+    async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
-    }
-
-    async fn trial(
-        &self,
-        _: &str,
-        _: Option<(&meshlimit_core::rules::trial::TrialPlan, u64)>,
-        _: bool,
-    ) -> Result<Option<meshlimit_store::trial::StoredTrial>, StoreError> {
-        Ok(None)
-    }
-
-    async fn control_trial(
-        &self,
-        _: meshlimit_store::trial::TrialAction,
-        _: &str,
-    ) -> Result<Option<String>, StoreError> {
-        Ok(None)
-    }
-
-    async fn record_versions(&self, _: &str, _: &str) -> Result<(), StoreError> {
-        Ok(())
-    }
-
-    async fn previous_version(&self) -> Result<Option<String>, StoreError> {
-        Ok(None)
     }
 }
 

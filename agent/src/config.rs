@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
+use meshlimit_core::secret::MIN_SECRET_LEN;
 
 pub mod defaults;
 pub(crate) mod peers;
@@ -276,7 +277,16 @@ pub enum ConfigError {
     #[error("--decision-log: {0}")]
     DecisionLog(String),
     #[error("--operator-token: {0}")]
-    OperatorToken(#[from] crate::api::OperatorTokenError),
+    OperatorToken(#[from] OperatorTokenError),
+}
+
+/// Why an operator token was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OperatorTokenError {
+    #[error("the operator token is {0} bytes; at least {MIN_SECRET_LEN} are needed (e.g. `openssl rand -hex 32`)")]
+    TooShort(usize),
+    #[error("the operator token is the deployment's secret or the filters' token, which every meshed namespace can read: use a value of its own")]
+    SharedWithFilters,
 }
 
 impl Cli {

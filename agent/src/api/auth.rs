@@ -19,21 +19,13 @@ use hyper::http::request::Parts;
 use meshlimit_core::secret::{token_matches, Secret, AUTH_HEADER, MIN_SECRET_LEN};
 
 use super::ApiError;
+use crate::config::OperatorTokenError;
 
 /// The credentials check of both kinds of routes.
 #[derive(Clone)]
 pub struct Auth {
     filter: String,
     operator: Option<String>,
-}
-
-/// Why an operator token was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum OperatorTokenError {
-    #[error("the operator token is {0} bytes; at least {MIN_SECRET_LEN} are needed (e.g. `openssl rand -hex 32`)")]
-    TooShort(usize),
-    #[error("the operator token is the deployment's secret or the filters' token, which every meshed namespace can read: use a value of its own")]
-    SharedWithFilters,
 }
 
 impl Auth {

@@ -31,7 +31,7 @@ use meshlimit_core::wire::{self, MAX_BODY_BYTES, WIRE_VERSION};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-pub use auth::{Auth, OperatorTokenError};
+pub use auth::Auth;
 pub use decisions::{MAX_FILTER_ID_BYTES, MAX_RECORD_TEXT, MAX_REQUEST_ID_BYTES};
 pub(crate) use error::ApiError;
 

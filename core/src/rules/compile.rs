@@ -2,13 +2,10 @@
 //! every check happens here, once, and names the rule and field it refuses.
 
 use std::num::NonZeroU32;
-use std::sync::Arc;
 
-use super::builder::RuleSetBuilder;
 use super::config::*;
-use super::error::{RuleError, RulesError};
-use super::{Limits, Matcher, PathMatch, Rule, RuleSet};
-use crate::fingerprint::fnv1a;
+use super::error::RuleError;
+use super::{Limits, Matcher, PathMatch, Rule};
 use crate::NANOS_PER_SEC;
 
 pub use limits::parse_period;
@@ -35,56 +32,6 @@ pub const MAX_PERIOD_NS: u64 = 366 * 86_400 * NANOS_PER_SEC;
 pub const DEFAULT_LOG_SAMPLE: f64 = 0.01;
 /// The only schema version this build reads.
 pub const SCHEMA_VERSION: u32 = 1;
-
-impl RuleSet {
-    /// Validates and compiles a rules file. Returns every problem found, not just
-    /// the first, so one round of edits fixes a file. The set keeps a copy of the
-    /// normalised file, to serve it ([`RuleSet::config`]).
-    pub fn compile(config: &RulesConfig) -> Result<RuleSet, RulesError> {
-        Self::compile_shared(Arc::new(config.clone()))
-    }
-
-    /// [`RuleSet::compile`] keeping `config` itself rather than a copy (the
-    /// agent holds one file, not one per holder).
-    pub fn compile_shared(config: Arc<RulesConfig>) -> Result<RuleSet, RulesError> {
-        Self::compile_with(&config, &[]).finish(version_of(&config), Some(config))
-    }
-
-    /// [`RuleSet::compile`] for a host that only matches requests: no copy of
-    /// the file is kept, about half the set's memory for large sets.
-    pub fn compile_unserved(config: &RulesConfig) -> Result<RuleSet, RulesError> {
-        Self::compile_with(config, &[]).finish(version_of(config), None)
-    }
-
-    /// [`RuleSet::compile_shared`], with each rule's line in the file (by
-    /// position; a missing entry is an unknown line): every error about a rule
-    /// carries it.
-    #[cfg(feature = "yaml")]
-    pub(crate) fn compile_at(
-        config: RulesConfig,
-        lines: &[Option<usize>],
-    ) -> Result<RuleSet, RulesError> {
-        let builder = Self::compile_with(&config, lines);
-        let version = version_of(&config);
-        builder.finish(version, Some(Arc::new(config)))
-    }
-
-    /// Every rule of `config` added to a builder.
-    fn compile_with(config: &RulesConfig, lines: &[Option<usize>]) -> RuleSetBuilder {
-        let mut builder = RuleSetBuilder::new(config);
-        for (i, rule) in config.rules.iter().enumerate() {
-            builder.add(rule, lines.get(i).copied().flatten());
-        }
-        builder
-    }
-}
-
-/// The rules version: a content hash of the normalised rules, so every agent that
-/// loads the same file announces the same version.
-fn version_of(config: &RulesConfig) -> String {
-    let canonical = serde_json::to_vec(config).unwrap_or_default();
-    format!("{:016x}", fnv1a(&canonical))
-}
 
 pub(super) fn compile_rule(
     rule: &RuleConfig,

@@ -42,7 +42,7 @@ HAVE_DEPLOY_CHECK := $(shell grep -qsE '^deploy-check[[:space:]]*::?([^=]|$$)' d
 help:
 	@echo "make tools      install pinned tools (wasm target, cargo-nextest $(NEXTEST_VERSION), Envoy $(ENVOY_VERSION), grpcio $(GRPCIO_VERSION) and h2 in .venv, redis-server, wrk)"
 	@echo "make build      release agent + wasm filter"
-	@echo "make lint       rustfmt check, clippy (host and $(WASM_TARGET)) with -D warnings"
+	@echo "make lint       rustfmt check, crate layers and import loops (tools/layers.py), clippy (host and $(WASM_TARGET)) with -D warnings"
 	@echo "make test       tools, build, lint, all tests (host, wasm, deploy check): what CI runs"
 	@echo "make test-fast  the tests that need no Envoy, Redis or accuracy run (cargo-nextest)"
 	@echo "make test-wasm  meshlimit-core's unit tests on $(WASM_TARGET) under node's WASI"
@@ -115,6 +115,8 @@ build:
 
 lint:
 	$(CARGO) fmt --all -- --check
+	$(PYTHON) tools/layers.py .
+	PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m unittest discover -s tools -p 'test_layers.py'
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy --target $(WASM_TARGET) -p meshlimit-core -p meshlimit-filter -- -D warnings
 

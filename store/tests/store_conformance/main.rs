@@ -13,7 +13,7 @@
 //!
 //! What this suite leaves to others: the Lua bucket's arithmetic against core's
 //! (`store/tests/redis_script.rs`, differential), hostile bucket state (same file),
-//! races, failover and routing through the real agent (`tests/tests/redis_store.rs`,
+//! races, failover and routing through the real agent (`tests/tests/it/redis_store.rs`,
 //! the chaos tests), the memory store's key cap and sweeper (its unit tests).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

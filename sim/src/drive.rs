@@ -11,7 +11,7 @@ use tokio::task::LocalSet;
 use crate::arrivals::{key_cdf, ArrivalGen};
 use crate::client::AgentClient;
 use crate::error::SimError;
-use crate::gateway::{Gateway, Keys, RecordSetup};
+use crate::gateway::{Gateway, HttpLink, Keys, RecordSetup};
 use crate::judge::Judge;
 use crate::progress::Progress;
 use crate::record::{Log, Recorder};
@@ -130,7 +130,7 @@ fn race(plan: &Plan, gateways: &[Rc<Gateway>]) {
 
 /// Each key's judge: the limit and cost of the strictest rule that applies, its
 /// clock's zero at `unix_at_epoch` (windows are aligned to the Unix epoch).
-fn judges(plan: &Plan, keys: &Keys, unix_at_epoch: u64) -> Vec<Option<Judge>> {
+pub(crate) fn judges(plan: &Plan, keys: &Keys, unix_at_epoch: u64) -> Vec<Option<Judge>> {
     (0..keys.len())
         .map(|k| {
             let info = keys.request(u32::try_from(k).unwrap_or(u32::MAX));
@@ -171,7 +171,7 @@ fn gateways(
                     plan.filter.clone(),
                     Rc::clone(&plan.rules),
                     Rc::clone(keys),
-                    client,
+                    Box::new(HttpLink::new(client)),
                     Rc::clone(rec),
                 )
                 .with_records(Rc::clone(&records)),

@@ -10,6 +10,10 @@
 //! to its agent every second as the filter's tick does, so the agents compute
 //! the false-limit SLI from them as in production. So the simulator measures
 //! the filter's own code, not a copy of it.
+//!
+//! How calls travel and when the root context runs is the gateway's [`Link`]:
+//! real HTTP on the real-time harness's `LocalSet` ([`HttpLink`]), or the
+//! virtual fleet's event queue (`crate::vtime`).
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -18,7 +22,7 @@ use std::time::Duration;
 
 use meshlimit_core::decision::decide;
 use meshlimit_core::secret::KeyIds;
-use meshlimit_core::wire::LeaseAnswer;
+use meshlimit_core::wire::{DecisionsRequest, LeaseAnswer, LeaseRequest, LeaseResponse};
 use meshlimit_core::{Outcome, RequestInfo, RuleSet, Verdict};
 use meshlimit_filter::allowance::Allowance;
 use meshlimit_filter::backoff;
@@ -26,12 +30,60 @@ use meshlimit_filter::config::FilterConfig;
 use meshlimit_filter::declog::DecisionLog;
 use meshlimit_filter::flights::{Call, FlightStats, Flights};
 use meshlimit_filter::host::Host;
-use meshlimit_filter::pipeline::Evaluation;
+use meshlimit_filter::pipeline::{Evaluation, Item};
 use meshlimit_filter::testing::MemoryHost;
 
 use crate::arrivals::ArrivalGen;
 use crate::client::AgentClient;
-use crate::record::{Decision, Pending, Recorder};
+use crate::record::{CallFailure, Decision, Pending, Recorder};
+
+/// How a gateway's calls reach its agent and when its root context runs.
+pub trait Link {
+    /// The root context is due: run [`Gateway::root_turn`] when the worker's
+    /// event loop next turns.
+    fn wake(&self, gw: &Rc<Gateway>);
+    /// Sends one lease call; its end comes back through [`Gateway::completed`].
+    fn lease(&self, gw: &Rc<Gateway>, request: LeaseRequest, items: Vec<Item>);
+    /// Hands one batch of decision records to the agent.
+    fn decisions(&self, gw: &Rc<Gateway>, batch: DecisionsRequest);
+}
+
+/// The real-time harness's link: HTTP to an agent process, tasks on the
+/// current `LocalSet`.
+pub struct HttpLink(Rc<AgentClient>);
+
+impl HttpLink {
+    pub fn new(client: AgentClient) -> HttpLink {
+        HttpLink(Rc::new(client))
+    }
+}
+
+impl Link for HttpLink {
+    fn wake(&self, gw: &Rc<Gateway>) {
+        let gw = Rc::clone(gw);
+        tokio::task::spawn_local(async move {
+            tokio::task::yield_now().await;
+            gw.root_turn();
+        });
+    }
+
+    fn lease(&self, gw: &Rc<Gateway>, request: LeaseRequest, items: Vec<Item>) {
+        let (gw, client) = (Rc::clone(gw), Rc::clone(&self.0));
+        tokio::task::spawn_local(async move {
+            let result = client.lease(&request).await;
+            gw.completed(items, result);
+        });
+    }
+
+    fn decisions(&self, gw: &Rc<Gateway>, batch: DecisionsRequest) {
+        let (gw, client) = (Rc::clone(gw), Rc::clone(&self.0));
+        gw.posting.set(gw.posting.get() + 1);
+        tokio::task::spawn_local(async move {
+            let _ = client.decisions(&batch).await;
+            gw.posting.set(gw.posting.get().saturating_sub(1));
+        });
+    }
+}
 
 /// The keys requests carry, in the scenario's key header.
 pub struct Keys {
@@ -54,8 +106,11 @@ pub struct Gateway {
     cfg: FilterConfig,
     rules: Rc<RuleSet>,
     keys: Rc<Keys>,
-    client: AgentClient,
+    link: Box<dyn Link>,
     rec: Rc<Recorder>,
+    /// The true time, when the host's clock is set by hand and may be skewed
+    /// from it (the virtual fleet): records carry the true time.
+    truth: Cell<Option<u64>>,
     flights: RefCell<Flights<u64>>,
     /// Requests waiting on the VM's calls, by number.
     waiting: RefCell<HashMap<u64, Pending>>,
@@ -102,7 +157,7 @@ impl Gateway {
         cfg: FilterConfig,
         rules: Rc<RuleSet>,
         keys: Rc<Keys>,
-        client: AgentClient,
+        link: Box<dyn Link>,
         rec: Rc<Recorder>,
     ) -> Gateway {
         Gateway {
@@ -111,8 +166,9 @@ impl Gateway {
             cfg,
             rules,
             keys,
-            client,
+            link,
             rec,
+            truth: Cell::new(None),
             flights: RefCell::new(Flights::default()),
             waiting: RefCell::new(HashMap::new()),
             next_id: Cell::new(0),
@@ -166,13 +222,20 @@ impl Gateway {
             for r in &mut batch.records {
                 r.at_ms = r.at_ms.saturating_add(self.records.unix_ms_at_zero);
             }
-            self.posting.set(self.posting.get() + 1);
-            let gw = Rc::clone(self);
-            tokio::task::spawn_local(async move {
-                let _ = gw.client.decisions(&batch).await;
-                gw.posting.set(gw.posting.get().saturating_sub(1));
-            });
+            self.link.decisions(self, batch);
         }
+    }
+
+    /// Sets the host's clock to `now_ns` of true time plus `skew_ns` (the
+    /// virtual fleet, before each event of this gateway).
+    pub fn set_now(&self, now_ns: u64, skew_ns: i64) {
+        self.truth.set(Some(now_ns));
+        self.host.set_now(now_ns.saturating_add_signed(skew_ns));
+    }
+
+    /// The time records carry: the true time where it is set apart.
+    fn record_ns(&self) -> u64 {
+        self.truth.get().unwrap_or_else(|| self.host.now_ns())
     }
 
     /// Decision batches not yet answered.
@@ -196,7 +259,7 @@ impl Gateway {
             self.rec.unmatched();
             return;
         };
-        let pending = self.rec.arrive(key, self.id, now);
+        let pending = self.rec.arrive(key, self.id, self.record_ns());
         let step = {
             // As the filter's HTTP context (one `local_step`).
             let mut cold = self.cold_starts.borrow_mut();
@@ -227,12 +290,13 @@ impl Gateway {
         if !self.flights.borrow().has_queued() || self.root_woken.replace(true) {
             return;
         }
-        let gw = Rc::clone(self);
-        tokio::task::spawn_local(async move {
-            tokio::task::yield_now().await;
-            gw.root_woken.set(false);
-            gw.send_queued();
-        });
+        self.link.wake(self);
+    }
+
+    /// The root context runs: it sends what is queued.
+    pub fn root_turn(self: &Rc<Self>) {
+        self.root_woken.set(false);
+        self.send_queued();
     }
 
     /// The root context's sending: one agent call per batch.
@@ -243,31 +307,33 @@ impl Gateway {
                 return;
             };
             self.inflight.set(self.inflight.get() + 1);
-            let gw = Rc::clone(self);
-            tokio::task::spawn_local(async move {
-                let answers = match gw.client.lease(&request).await {
-                    Ok(resp) => {
-                        gw.rec.answers(&resp.items, gw.host.now_ns());
-                        backoff::answered(&gw.host);
-                        Some(resp.items)
-                    }
-                    Err(why) => {
-                        gw.rec.failed(why, gw.host.now_ns());
-                        backoff::failed(&gw.host, gw.cfg.agent_backoff);
-                        None
-                    }
-                };
-                gw.answered(items, answers);
-                gw.inflight.set(gw.inflight.get().saturating_sub(1));
-            });
+            self.link.lease(self, request, items);
         }
     }
 
-    fn answered(
+    /// A lease call sent by [`Link::lease`] ended: its answer, or why there is none.
+    pub fn completed(
         self: &Rc<Self>,
-        items: Vec<meshlimit_filter::pipeline::Item>,
-        answers: Option<Vec<LeaseAnswer>>,
+        items: Vec<Item>,
+        result: Result<LeaseResponse, CallFailure>,
     ) {
+        let answers = match result {
+            Ok(resp) => {
+                self.rec.answers(&resp.items, self.record_ns());
+                backoff::answered(&self.host);
+                Some(resp.items)
+            }
+            Err(why) => {
+                self.rec.failed(why, self.record_ns());
+                backoff::failed(&self.host, self.cfg.agent_backoff);
+                None
+            }
+        };
+        self.answered(items, answers);
+        self.inflight.set(self.inflight.get().saturating_sub(1));
+    }
+
+    fn answered(self: &Rc<Self>, items: Vec<Item>, answers: Option<Vec<LeaseAnswer>>) {
         let decided =
             self.flights
                 .borrow_mut()
@@ -287,8 +353,7 @@ impl Gateway {
             .borrow_mut()
             .record(&self.records.key_ids, eval, None, None, now);
         let decision = decision_of(eval);
-        self.rec
-            .decide(pending, decision, local, self.host.now_ns());
+        self.rec.decide(pending, decision, local, self.record_ns());
     }
 }
 

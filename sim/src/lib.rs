@@ -25,6 +25,7 @@ pub mod report;
 pub mod scenario;
 pub mod stack;
 pub mod verdict;
+pub mod vtime;
 
 use std::path::PathBuf;
 
@@ -197,7 +198,7 @@ fn setup(plan: &Plan, stack: &Stack, recorded: &drive::Recorded, admitted: u64) 
 }
 
 /// Each key's rate (requests per second) under the strictest rule applying to it.
-fn key_rates(plan: &Plan) -> Vec<f64> {
+pub(crate) fn key_rates(plan: &Plan) -> Vec<f64> {
     let keys = gateway::Keys::new(
         &plan.scenario.traffic.key_header,
         plan.scenario.traffic.keys,

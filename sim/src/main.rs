@@ -1,6 +1,11 @@
 //! `meshlimit-sim run SCENARIO...`: runs each scenario against real agents and
 //! Redis, writes `<name>.csv`, `<name>.md`, `<name>.png` and `summary.md` into
 //! `--out`, and prints the summary table.
+//!
+//! `meshlimit-sim virtual --seed N SCENARIO`: runs it in the virtual fleet
+//! (`meshlimit_sim::vtime`) and prints its figures and verdict; with
+//! `--seeds K`, seeds N to N + K − 1, one line each, and the command that
+//! reproduces each seed that misses a target.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -48,28 +53,137 @@ enum Command {
         #[arg(long)]
         events: bool,
     },
+    /// Run one scenario in virtual time (one thread, no Redis, no agent
+    /// processes), from one seed or a sweep of seeds.
+    Virtual {
+        scenario: PathBuf,
+        /// The run's seed (default: the scenario's).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Runs this many seeds from `--seed` on, one line each.
+        #[arg(long, default_value_t = 1)]
+        seeds: u64,
+        #[arg(long)]
+        short: bool,
+        #[arg(long)]
+        duration: Option<f64>,
+        #[arg(long)]
+        gateways: Option<usize>,
+        #[arg(long)]
+        agents: Option<usize>,
+    },
 }
 
 fn main() -> ExitCode {
-    let Command::Run {
-        scenarios,
-        out,
-        short,
-        duration,
-        gateways,
-        agents,
-        agent_args,
-        quiet,
-        check,
-        events,
-    } = Cli::parse().command;
-    let overrides = Overrides {
-        short,
-        duration,
-        gateways,
-        agents,
-        agent_args,
-    };
+    match Cli::parse().command {
+        Command::Run {
+            scenarios,
+            out,
+            short,
+            duration,
+            gateways,
+            agents,
+            agent_args,
+            quiet,
+            check,
+            events,
+        } => run(
+            scenarios,
+            out,
+            Overrides {
+                short,
+                duration,
+                gateways,
+                agents,
+                agent_args,
+            },
+            quiet,
+            check,
+            events,
+        ),
+        Command::Virtual {
+            scenario,
+            seed,
+            seeds,
+            short,
+            duration,
+            gateways,
+            agents,
+        } => {
+            let overrides = Overrides {
+                short,
+                duration,
+                gateways,
+                agents,
+                agent_args: Vec::new(),
+            };
+            match virtual_runs(&scenario, seed, seeds, &overrides) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::from(1),
+                Err(e) => {
+                    eprintln!("meshlimit-sim: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+    }
+}
+
+/// Runs seeds `first..first + count` of one scenario; true when every seed
+/// met every target.
+fn virtual_runs(
+    path: &std::path::Path,
+    first: Option<u64>,
+    count: u64,
+    overrides: &Overrides,
+) -> Result<bool, SimError> {
+    let plan = Scenario::load(path)?.plan(overrides)?;
+    let first = first.unwrap_or(plan.scenario.seed);
+    let name = path.display().to_string();
+    let mut missed = Vec::new();
+    for seed in first..first.saturating_add(count) {
+        let r = meshlimit_sim::vtime::run(&plan, seed)?;
+        if count == 1 {
+            println!("{}", report::markdown::scenario(&r));
+        } else {
+            let f = &r.figures;
+            println!(
+                "seed {seed}: admitted/limit {:.4}, wrongly limited {}, wrongly allowed {}, agent calls {}, scripts {}{}",
+                f.steady.ratio,
+                f.steady.wrongly_limited,
+                f.steady.wrongly_allowed,
+                f.agent_calls,
+                f.script_calls,
+                if r.passed() { "" } else { "  MISS" }
+            );
+        }
+        if !r.passed() {
+            missed.push(seed);
+            for c in r.checks.iter().filter(|c| !c.pass) {
+                eprintln!("  seed {seed} MISS: {}: {}", c.what, c.value);
+            }
+            eprintln!(
+                "  reproduce: {}",
+                meshlimit_sim::vtime::command(&name, seed, overrides)
+            );
+        }
+    }
+    println!(
+        "{} of {count} seeds met every target",
+        count - missed.len() as u64
+    );
+    Ok(missed.is_empty())
+}
+
+fn run(
+    scenarios: Vec<PathBuf>,
+    out: PathBuf,
+    overrides: Overrides,
+    quiet: bool,
+    check: bool,
+    events: bool,
+) -> ExitCode {
+    let short = overrides.short;
     let opts = RunOptions {
         out: Some(out.clone()),
         progress: !quiet,

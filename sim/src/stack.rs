@@ -29,7 +29,8 @@ enum Redis {
 /// Agent arguments every run gets unless the scenario sets them: a store
 /// deadline that a loaded 2-core machine can meet (the default, 3 ms, is for a
 /// production node), and quiet logs.
-const AGENT_DEFAULTS: [(&str, &str); 2] = [("--store-deadline-ms", "500"), ("--log", "warn")];
+pub(crate) const AGENT_DEFAULTS: [(&str, &str); 2] =
+    [("--store-deadline-ms", "500"), ("--log", "warn")];
 
 impl Stack {
     /// Starts Redis and the scenario's agents; fails with the harness's message.

@@ -56,6 +56,10 @@ pub struct Scenario {
     /// The short variant run by `make test`.
     #[serde(default)]
     pub short: Option<Short>,
+    /// What only the virtual fleet models (`meshlimit-sim virtual`): its
+    /// network and faults. The real-time harness ignores it.
+    #[serde(default, rename = "virtual")]
+    pub virtual_fleet: crate::vtime::Model,
 }
 
 /// Overrides for the short variant.

@@ -1,0 +1,303 @@
+//! What the virtual fleet's parts share: the event queue (virtual time, in
+//! nanoseconds since the run's start, ordered by time then by when an event
+//! was queued, so one seed gives one order) and the store (one bucket table
+//! for every agent, as one Redis serves a region).
+//!
+//! The store runs core's [`Counter`], the maths of the agent's embedded store
+//! and of its Redis scripts (the agent's conformance suite holds them equal),
+//! at the store's own clock: the Unix time the seed sets for the run's start
+//! plus virtual time. An agent's call reaches it after a network delay, takes
+//! every item at one instant (one pipeline of EVALSHA, one per item), and its
+//! answer travels back; the agent gives up at its store deadline as the Redis
+//! store does (the take may still happen: its effect is then unknown).
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use meshlimit_agent::fleet_override::Override;
+use meshlimit_agent::store::{Acquire, Store, StoreError};
+use meshlimit_agent::trial::{StoredTrial, TrialAction};
+use meshlimit_core::rules::trial::TrialPlan;
+use meshlimit_core::wire::LeaseResponse;
+use meshlimit_core::{Counter, DescriptorKey, Take};
+use rand::rngs::SmallRng;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::net::Delay;
+use crate::record::CallFailure;
+
+/// One item's answer from the store.
+pub type Acquired = Result<Take, StoreError>;
+
+/// Something due at a virtual instant.
+#[derive(Debug)]
+pub enum Event {
+    /// A gateway's next planned arrival.
+    Arrive { gateway: usize },
+    /// A gateway's root context runs (its event loop turned).
+    Wake { gateway: usize },
+    /// A lease call reaches its agent.
+    AtAgent { call: u64 },
+    /// A lease call's answer (or failure) reaches its gateway.
+    Answer {
+        call: u64,
+        result: Result<LeaseResponse, CallFailure>,
+    },
+    /// The gateway's deadline for a call.
+    Expire { call: u64 },
+    /// A store call reaches the store.
+    StoreTake { job: u64 },
+    /// The store's answer reaches the agent.
+    StoreReply { job: u64 },
+    /// Once a second: decision records flushed, agents' pools swept.
+    Tick,
+    /// A fault of the plan starts or ends (its index).
+    Fault { index: usize, start: bool },
+}
+
+/// The shared state; one thread uses it (the runtime is current-thread), the
+/// lock only satisfies `Store: Send + Sync`.
+pub struct World {
+    pub epoch: Instant,
+    queue: BinaryHeap<Reverse<(u64, u64)>>,
+    events: HashMap<u64, Event>,
+    seq: u64,
+    pub store: StoreState,
+}
+
+/// The store's buckets, its calls in flight, and what it counted.
+pub struct StoreState {
+    buckets: HashMap<DescriptorKey, Counter>,
+    jobs: BTreeMap<u64, Job>,
+    next_job: u64,
+    /// Unix time (ns) at virtual time zero.
+    pub unix_at_zero: u64,
+    /// Script calls per second of the run, per store node.
+    pub scripts: Vec<Vec<u64>>,
+    pub nodes: usize,
+    pub rng: SmallRng,
+    pub delay: Delay,
+    /// While true the store refuses connections (an outage).
+    pub down: bool,
+}
+
+struct Job {
+    items: Vec<Acquire>,
+    reply: Option<oneshot::Sender<Vec<Acquired>>>,
+    results: Vec<Acquired>,
+    back_ns: u64,
+}
+
+/// Locks the world; a poisoned lock still holds a consistent queue.
+pub fn lock(world: &Mutex<World>) -> MutexGuard<'_, World> {
+    world.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Nanoseconds of virtual time since `epoch`.
+pub fn since(epoch: Instant) -> u64 {
+    u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl World {
+    pub fn new(store: StoreState) -> World {
+        World {
+            epoch: Instant::now(),
+            queue: BinaryHeap::new(),
+            events: HashMap::new(),
+            seq: 0,
+            store,
+        }
+    }
+
+    /// Virtual time now.
+    pub fn now(&self) -> u64 {
+        since(self.epoch)
+    }
+
+    /// Queues `event` at `at_ns`.
+    pub fn at(&mut self, at_ns: u64, event: Event) {
+        self.seq += 1;
+        self.queue.push(Reverse((at_ns, self.seq)));
+        self.events.insert(self.seq, event);
+    }
+
+    /// Queues `event` `after_ns` from now.
+    pub fn after(&mut self, after_ns: u64, event: Event) {
+        let at = self.now().saturating_add(after_ns);
+        self.at(at, event);
+    }
+
+    /// When the next event is due.
+    pub fn next_at(&self) -> Option<u64> {
+        self.queue.peek().map(|Reverse((at, _))| *at)
+    }
+
+    /// The next event, if due by `now_ns`.
+    pub fn pop_due(&mut self, now_ns: u64) -> Option<Event> {
+        match self.queue.peek() {
+            Some(Reverse((at, _))) if *at <= now_ns => {}
+            _ => return None,
+        }
+        let Reverse((_, seq)) = self.queue.pop()?;
+        self.events.remove(&seq)
+    }
+
+    /// A store call from an agent: its answer comes on the returned channel.
+    fn store_call(&mut self, items: Vec<Acquire>) -> oneshot::Receiver<Vec<Acquired>> {
+        let (tx, rx) = oneshot::channel();
+        let s = &mut self.store;
+        let (out, back) = (s.delay.draw(&mut s.rng), s.delay.draw(&mut s.rng));
+        s.next_job += 1;
+        let job = s.next_job;
+        s.jobs.insert(
+            job,
+            Job {
+                items,
+                reply: Some(tx),
+                results: Vec::new(),
+                back_ns: back,
+            },
+        );
+        self.after(out, Event::StoreTake { job });
+        rx
+    }
+
+    /// A store call reaches the store: every item taken at one instant.
+    pub fn store_take(&mut self, job: u64) {
+        let now = self.now();
+        let s = &mut self.store;
+        let Some(j) = s.jobs.get_mut(&job) else {
+            return;
+        };
+        let back = j.back_ns;
+        if s.down {
+            let refused = StoreError::Unavailable("connection refused".into());
+            j.results = vec![Err(refused); j.items.len()];
+        } else {
+            let unix = s.unix_at_zero.saturating_add(now);
+            let second = usize::try_from(now / 1_000_000_000).unwrap_or(usize::MAX);
+            for item in &j.items {
+                let node = (item.key.fingerprint() % s.nodes.max(1) as u64) as usize;
+                count_script(&mut s.scripts, second, node, s.nodes);
+                let limit = if item.share >= 1.0 {
+                    item.limit
+                } else {
+                    item.limit.scaled(item.share)
+                };
+                let counter = s
+                    .buckets
+                    .entry(item.key.clone())
+                    .or_insert_with(|| Counter::fresh(&limit, unix));
+                j.results
+                    .push(Ok(counter.take(&limit, unix, item.min, item.max)));
+            }
+        }
+        self.after(back, Event::StoreReply { job });
+    }
+
+    /// The store's answer reaches the agent (which may have given up).
+    pub fn store_reply(&mut self, job: u64) {
+        if let Some(mut j) = self.store.jobs.remove(&job) {
+            if let Some(tx) = j.reply.take() {
+                let _ = tx.send(j.results);
+            }
+        }
+    }
+}
+
+fn count_script(scripts: &mut Vec<Vec<u64>>, second: usize, node: usize, nodes: usize) {
+    if second >= 100_000 {
+        return;
+    }
+    if scripts.len() <= second {
+        scripts.resize(second + 1, vec![0; nodes.max(1)]);
+    }
+    if let Some(n) = scripts.get_mut(second).and_then(|s| s.get_mut(node)) {
+        *n += 1;
+    }
+}
+
+impl StoreState {
+    pub fn new(unix_at_zero: u64, nodes: usize, rng: SmallRng, delay: Delay) -> StoreState {
+        StoreState {
+            buckets: HashMap::new(),
+            jobs: BTreeMap::new(),
+            next_job: 0,
+            unix_at_zero,
+            scripts: Vec::new(),
+            nodes: nodes.max(1),
+            rng,
+            delay,
+            down: false,
+        }
+    }
+}
+
+/// The agents' view of the store: the agent's [`Store`] trait over the world.
+pub struct SimStore {
+    world: Arc<Mutex<World>>,
+    deadline: Duration,
+}
+
+impl SimStore {
+    pub fn new(world: Arc<Mutex<World>>, deadline: Duration) -> SimStore {
+        SimStore { world, deadline }
+    }
+}
+
+#[async_trait]
+impl Store for SimStore {
+    async fn acquire(&self, items: &[Acquire]) -> Vec<Acquired> {
+        let rx = lock(&self.world).store_call(items.to_vec());
+        match tokio::time::timeout(self.deadline, rx).await {
+            Ok(Ok(results)) => results,
+            Ok(Err(_)) => vec![Err(StoreError::Unavailable("store gone".into())); items.len()],
+            Err(_) => vec![Err(StoreError::Timeout(self.deadline)); items.len()],
+        }
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn name(&self) -> &'static str {
+        "virtual"
+    }
+
+    async fn fleet_override(&self) -> Result<Option<Override>, StoreError> {
+        Ok(None)
+    }
+
+    async fn set_fleet_override(&self, _: Option<Override>, _: &str) -> Result<(), StoreError> {
+        Err(not_modelled())
+    }
+
+    async fn trial(
+        &self,
+        _: &str,
+        _: Option<(&TrialPlan, u64)>,
+        _: bool,
+    ) -> Result<Option<StoredTrial>, StoreError> {
+        Ok(None)
+    }
+
+    async fn control_trial(&self, _: TrialAction, _: &str) -> Result<Option<String>, StoreError> {
+        Err(not_modelled())
+    }
+
+    async fn record_versions(&self, _: &str, _: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn previous_version(&self) -> Result<Option<String>, StoreError> {
+        Ok(None)
+    }
+}
+
+fn not_modelled() -> StoreError {
+    StoreError::Failed("not modelled in the virtual fleet".into())
+}

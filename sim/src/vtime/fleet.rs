@@ -1,17 +1,19 @@
-//! The virtual fleet's driver: it pops the world's events in time order,
-//! moves tokio's paused clock to each one exactly, hands it to its gateway,
-//! agent or the store, and lets the agents' tasks run to rest before time
-//! moves on.
+//! The virtual fleet's driver: it pops the world's events in time order and
+//! hands each to its gateway, agent or the store; the agents' tasks run to
+//! rest at the instant that woke them before time moves on.
 //!
-//! Time. The runtime is current-thread with its clock paused, and only the
-//! driver moves it (`tokio::time::advance`), to the nanosecond an event is
-//! due. Tokio's timers (the agents' own: a hold's end, a wait's deadline, the
-//! store deadline) count whole milliseconds; while any task is alive the clock
-//! moves at most to the next millisecond at a time, so those timers fire at
-//! their millisecond, in order with the events. "At rest": the driver is the
-//! runtime's `block_on` future and yields; with the runtime's event interval
-//! at its maximum, a yielded `block_on` future runs again only once no task is
-//! ready, so everything due at an instant runs before the clock moves.
+//! Time. Virtual time is the world's clock, in nanoseconds. The runtime is
+//! current-thread with tokio's clock paused, and only the driver moves that
+//! (`tokio::time::advance`): level with virtual time before an event that
+//! reaches the agents' tasks (a call at an agent, a store answer, the
+//! pools' sweep, a fault), lazily otherwise, since a gateway's or the
+//! store's step reads no tokio clock. Tokio's timers (the agents' own: a
+//! hold's end, a wait's deadline, the store deadline) count whole
+//! milliseconds; while any task is alive the clock also stops at every
+//! millisecond, so those timers fire at theirs, in order with the events.
+//! "At rest": the driver is the runtime's `block_on` future and yields; with
+//! the runtime's event interval at its maximum, a yielded `block_on` future
+//! runs again only once no task is ready.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -26,7 +28,7 @@ use rand::Rng;
 use super::agents::{Agent, AgentKit};
 use super::faults::Faults;
 use super::net::Network;
-use super::world::{lock, since, Event, World};
+use super::world::{lock, Event, World};
 use crate::arrivals::{ArrivalGen, Planned};
 use crate::gateway::{Gateway, Link};
 use crate::record::CallFailure;
@@ -113,7 +115,7 @@ impl Link for VirtualLink {
         if !lost {
             world.after(out, Event::AtAgent { call });
         }
-        world.after(c.timeout_ns, Event::Expire { call });
+        world.deadline(c.timeout_ns, call);
     }
 
     /// The agents' false-limit SLI is not modelled: records are dropped.
@@ -135,6 +137,8 @@ pub struct Fleet {
     /// Arrivals end here; the run ends when the calls have, or at `stop_ns`.
     pub end_ns: u64,
     pub stop_ns: u64,
+    /// How far tokio's clock has been moved (ns since the run's start).
+    pub synced: u64,
 }
 
 const SECOND: u64 = 1_000_000_000;
@@ -145,7 +149,6 @@ impl Fleet {
     pub async fn run(&mut self) {
         self.schedule_start();
         loop {
-            settle().await;
             let now = self.now();
             if now >= self.stop_ns || (now >= self.end_ns && self.idle()) {
                 return;
@@ -156,18 +159,52 @@ impl Fleet {
                 None if alive_tasks() > 0 => now + MILLI,
                 None => return,
             };
-            self.advance_to(target).await;
-            let now = self.now();
+            // Live tasks' timers fire at whole milliseconds: the clock stops
+            // at each one crossed, and what they wake runs there.
+            let boundary = (self.synced / MILLI + 1) * MILLI;
+            if boundary <= target && alive_tasks() > 0 {
+                self.sync(boundary).await;
+                settle().await;
+                continue;
+            }
+            lock(&self.world).now = target;
             loop {
-                let event = lock(&self.world).pop_due(now);
+                let event = lock(&self.world).pop_due(target);
                 let Some(event) = event else { break };
-                self.handle(event, now);
+                let touches_tasks = matches!(
+                    event,
+                    Event::AtAgent { .. }
+                        | Event::StoreReply { .. }
+                        | Event::Tick
+                        | Event::Fault { .. }
+                );
+                if touches_tasks {
+                    self.sync(target).await;
+                }
+                self.handle(event, target);
+                if touches_tasks {
+                    settle().await;
+                }
             }
         }
     }
 
+    /// Virtual time now.
     fn now(&self) -> u64 {
-        since(lock(&self.world).epoch)
+        lock(&self.world).now
+    }
+
+    /// Brings tokio's clock level with virtual time `to` (the agents' code
+    /// reads it), firing the timers due by then.
+    async fn sync(&mut self, to: u64) {
+        {
+            let mut world = lock(&self.world);
+            world.now = world.now.max(to);
+        }
+        if to > self.synced {
+            tokio::time::advance(std::time::Duration::from_nanos(to - self.synced)).await;
+            self.synced = to;
+        }
     }
 
     /// No gateway waits on a call.
@@ -184,24 +221,6 @@ impl Fleet {
         }
         world.at(SECOND, Event::Tick);
         self.faults.schedule(&mut world);
-    }
-
-    /// Moves the clock to `target`, a millisecond at a time while any task
-    /// (with its timers) is alive.
-    async fn advance_to(&self, target: u64) {
-        loop {
-            let now = self.now();
-            if now >= target {
-                return;
-            }
-            let to = if alive_tasks() == 0 {
-                target
-            } else {
-                target.min((now / MILLI + 1) * MILLI)
-            };
-            tokio::time::advance(std::time::Duration::from_nanos(to - now)).await;
-            settle().await;
-        }
     }
 
     fn handle(&mut self, event: Event, now: u64) {
@@ -328,9 +347,7 @@ fn alive_tasks() -> usize {
         .num_alive_tasks()
 }
 
-/// Lets every task ready now run (see the module docs): twice, for the
-/// tasks a due timer woke at the first rest.
+/// Lets every task ready now run (see the module docs).
 async fn settle() {
-    tokio::task::yield_now().await;
     tokio::task::yield_now().await;
 }

@@ -228,6 +228,7 @@ fn build(
         faults,
         end_ns,
         stop_ns: end_ns + timeout_ns + 2_000_000_000,
+        synced: 0,
     })
 }
 

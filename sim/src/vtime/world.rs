@@ -11,8 +11,7 @@
 //! answer travels back; the agent gives up at its store deadline as the Redis
 //! store does (the take may still happen: its effect is then unknown).
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -25,7 +24,6 @@ use meshlimit_core::wire::LeaseResponse;
 use meshlimit_core::{Counter, DescriptorKey, Take};
 use rand::rngs::SmallRng;
 use tokio::sync::oneshot;
-use tokio::time::Instant;
 
 use super::net::Delay;
 use crate::record::CallFailure;
@@ -62,11 +60,44 @@ pub enum Event {
 /// The shared state; one thread uses it (the runtime is current-thread), the
 /// lock only satisfies `Store: Send + Sync`.
 pub struct World {
-    pub epoch: Instant,
-    queue: BinaryHeap<Reverse<(u64, u64)>>,
-    events: HashMap<u64, Event>,
+    /// Virtual time now (ns since the run's start): the driver's clock,
+    /// which tokio's is brought level with before any task runs.
+    pub now: u64,
+    queue: BinaryHeap<Due>,
+    /// The gateways' call deadlines, in the order they fall (every call has
+    /// the filter's one timeout): kept apart from the heap, since nearly every
+    /// one finds its call already answered.
+    deadlines: VecDeque<(u64, u64, u64)>,
     seq: u64,
     pub store: StoreState,
+}
+
+/// An event and when it is due; the heap's first is the earliest, then the
+/// first queued.
+struct Due {
+    at: u64,
+    seq: u64,
+    event: Event,
+}
+
+impl PartialEq for Due {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+
+impl Eq for Due {}
+
+impl PartialOrd for Due {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Due {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (other.at, other.seq).cmp(&(self.at, self.seq))
+    }
 }
 
 /// The store's buckets, its calls in flight, and what it counted.
@@ -97,53 +128,58 @@ pub fn lock(world: &Mutex<World>) -> MutexGuard<'_, World> {
     world.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Nanoseconds of virtual time since `epoch`.
-pub fn since(epoch: Instant) -> u64 {
-    u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
-}
-
 impl World {
     pub fn new(store: StoreState) -> World {
         World {
-            epoch: Instant::now(),
+            now: 0,
             queue: BinaryHeap::new(),
-            events: HashMap::new(),
+            deadlines: VecDeque::new(),
             seq: 0,
             store,
         }
     }
 
-    /// Virtual time now.
-    pub fn now(&self) -> u64 {
-        since(self.epoch)
-    }
-
     /// Queues `event` at `at_ns`.
     pub fn at(&mut self, at_ns: u64, event: Event) {
         self.seq += 1;
-        self.queue.push(Reverse((at_ns, self.seq)));
-        self.events.insert(self.seq, event);
+        self.queue.push(Due {
+            at: at_ns,
+            seq: self.seq,
+            event,
+        });
     }
 
     /// Queues `event` `after_ns` from now.
     pub fn after(&mut self, after_ns: u64, event: Event) {
-        let at = self.now().saturating_add(after_ns);
-        self.at(at, event);
+        self.at(self.now.saturating_add(after_ns), event);
+    }
+
+    /// Queues a call's deadline `after_ns` from now (the same for every call).
+    pub fn deadline(&mut self, after_ns: u64, call: u64) {
+        self.seq += 1;
+        let at = self.now.saturating_add(after_ns);
+        self.deadlines.push_back((at, self.seq, call));
     }
 
     /// When the next event is due.
     pub fn next_at(&self) -> Option<u64> {
-        self.queue.peek().map(|Reverse((at, _))| *at)
+        let heap = self.queue.peek().map(|d| d.at);
+        let deadline = self.deadlines.front().map(|d| d.0);
+        heap.into_iter().chain(deadline).min()
     }
 
     /// The next event, if due by `now_ns`.
     pub fn pop_due(&mut self, now_ns: u64) -> Option<Event> {
-        match self.queue.peek() {
-            Some(Reverse((at, _))) if *at <= now_ns => {}
-            _ => return None,
+        let heap = self.queue.peek().map(|d| (d.at, d.seq));
+        let deadline = self.deadlines.front().map(|d| (d.0, d.1));
+        match (heap, deadline) {
+            (_, Some(d)) if d.0 <= now_ns && heap.is_none_or(|h| d < h) => {
+                let (_, _, call) = self.deadlines.pop_front()?;
+                Some(Event::Expire { call })
+            }
+            (Some(h), _) if h.0 <= now_ns => self.queue.pop().map(|d| d.event),
+            _ => None,
         }
-        let Reverse((_, seq)) = self.queue.pop()?;
-        self.events.remove(&seq)
     }
 
     /// A store call from an agent: its answer comes on the returned channel.
@@ -168,7 +204,7 @@ impl World {
 
     /// A store call reaches the store: every item taken at one instant.
     pub fn store_take(&mut self, job: u64) {
-        let now = self.now();
+        let now = self.now;
         let s = &mut self.store;
         let Some(j) = s.jobs.get_mut(&job) else {
             return;

@@ -56,10 +56,10 @@ pub struct LeaseService {
     false_limits: std::sync::OnceLock<Arc<crate::false_limits::FalseLimits>>,
 }
 
-/// Waits until every receiver has seen a change (or its sender is gone).
-async fn futures_wait_all(waits: Vec<tokio::sync::watch::Receiver<()>>) {
+/// Waits until every receiver has been sent to (or its sender is gone).
+async fn futures_wait_all(waits: Vec<tokio::sync::broadcast::Receiver<()>>) {
     for mut rx in waits {
-        let _ = rx.changed().await;
+        let _ = rx.recv().await;
     }
 }
 

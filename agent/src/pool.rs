@@ -33,7 +33,7 @@ use std::sync::Mutex;
 
 use meshlimit_core::lease::{Lease, Spend};
 use meshlimit_core::DescriptorKey;
-use tokio::sync::watch;
+use tokio::sync::broadcast;
 
 mod take;
 mod turns;
@@ -69,7 +69,12 @@ struct Entry {
     remaining: u32,
     reset_at_ns: u64,
     /// Told when the store call in flight ends (the asks waiting on it).
-    call: Option<watch::Sender<()>>,
+    /// Its end wakes the asks waiting on it in the order they came (a
+    /// broadcast's waiters are a FIFO list; a watch channel's are spread over
+    /// shards its runtime picks at random, so which waiting ask took the
+    /// pool's tokens first differed from run to run of one seed in the
+    /// virtual fleet).
+    call: Option<broadcast::Sender<()>>,
     /// Asks that waited on the call in flight: the next call's lease covers them.
     waited: u32,
     /// Tokens served from the pool since the last store answer, and in the
@@ -173,7 +178,7 @@ impl Pools {
                 Spend::Taken { left, refill } => {
                     e.served = e.served.saturating_add(ask);
                     if refill {
-                        e.call = Some(watch::channel(()).0);
+                        e.call = Some(broadcast::channel(1).0);
                     }
                     let next_ask_ns = turns.and_then(|period| {
                         let next = e.book(now_ns, ask)?;
@@ -228,7 +233,7 @@ impl Pools {
                         0
                     };
                     e.lease.begin_call(now_ns, call_timeout_ns);
-                    e.call = Some(watch::channel(()).0);
+                    e.call = Some(broadcast::channel(1).0);
                     // The demand before this ask: a key nobody asked for is cold.
                     let own = if count { f64::from(asked) } else { 0.0 };
                     let demand = e.lease.demand_per_sec(now_ns) - own;
@@ -352,7 +357,7 @@ impl Pools {
             if e.lease.denied_until_ns > now_ns || !e.lease.begin_call(now_ns, call_timeout_ns) {
                 return false;
             }
-            e.call = Some(watch::channel(()).0);
+            e.call = Some(broadcast::channel(1).0);
             true
         })
         .unwrap_or(false)

@@ -49,7 +49,7 @@ impl LeaseService {
         answers: &mut [Option<LeaseAnswer>],
         batch: &mut Vec<Acquire>,
         pending: &mut Vec<Pending<'r>>,
-        waits: &mut Vec<tokio::sync::watch::Receiver<()>>,
+        waits: &mut Vec<tokio::sync::broadcast::Receiver<()>>,
     ) {
         let now = self.now_ns();
         // The schedule windows follow the wall clock (UTC), as the filter's do.

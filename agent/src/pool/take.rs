@@ -1,7 +1,7 @@
 //! What the node pool can do for one ask ([`PoolTake`]), the answer of
 //! [`Pools::take`](super::Pools::take).
 
-use tokio::sync::watch;
+use tokio::sync::broadcast;
 
 /// What the pool can do for one ask.
 #[derive(Debug)]
@@ -21,8 +21,8 @@ pub enum PoolTake {
     /// The node knows the key is over its limit until `retry_after_ns` from now.
     Denied { retry_after_ns: u64 },
     /// A store call for the key is in flight: wait for its end (the receiver
-    /// changes then), then take again.
-    Wait(watch::Receiver<()>),
+    /// is sent to or closed then), then take again.
+    Wait(broadcast::Receiver<()>),
     /// Ask the store (the call is marked in flight: report its end);
     /// `demand_per_sec` is this node's recent demand for the key; `dropped`
     /// pooled tokens expired unspent; `waited`: asks that waited on the last

@@ -46,6 +46,7 @@ help:
 	@echo "make test       tools, build, lint, all tests (host, wasm, deploy check): what CI runs"
 	@echo "make test-fast  the tests that need no Envoy, Redis or accuracy run (cargo-nextest)"
 	@echo "make test-wasm  meshlimit-core's unit tests on $(WASM_TARGET) under node's WASI"
+	@echo "make accuracy-seeds  the accuracy scenarios in virtual time over ACCURACY_SEEDS seeds each (default 200)"
 	@echo "make demo       run agent + Envoy locally and show a request being limited"
 	@echo "make images     the agent (static, empty base) and filter OCI images under target/oci/, their digests pinned in deploy/"
 	@echo "make clean-run  remove run/ (demo logs)"
@@ -149,11 +150,13 @@ test: tools build lint
 	[ -z "$$failed" ]
 
 # Unit, property and in-process tests: every crate's library and binary tests
-# (but the one that starts redis-server), the agent's in-process API tests and
-# the memory store's conformance. No Envoy, Redis, agent binary or accuracy run.
+# (but the one that starts redis-server), the agent's in-process API tests,
+# the memory store's conformance and the accuracy scenarios in virtual time.
+# No Envoy, Redis, agent binary or real-time accuracy run.
 FAST_AGENT_IN_PROCESS := api_lease|api_sync|api_trust|bounds_api|regions_lease|rules_fixtures
 FAST_TESTS := (kind(lib) | kind(bin) \
 	| binary_id(/^meshlimit-agent::($(FAST_AGENT_IN_PROCESS))$$/) \
+	| binary_id(meshlimit-sim::virtual_fleet) \
 	| (binary_id(meshlimit-store::store_conformance) & test(/^memory::/))) \
 	- (binary_id(meshlimit-store) & test(/^redis::control::/))
 test-fast: tools-nextest
@@ -201,7 +204,10 @@ bench-smoke: tools build bench-build
 ## against real agents and a real Redis. `make accuracy` runs the full-length
 ## scenarios/ and writes bench/results/accuracy/ (summary.md, and per scenario a
 ## CSV, a Markdown section and a PNG); their short versions run in `make test`
-## (sim/tests/accuracy.rs). Settings: ACCURACY_SCENARIOS (files), ACCURACY_OUT.
+## (sim/tests/accuracy.rs). `make accuracy-seeds` runs the short versions in
+## virtual time (no Redis, no agent processes) over ACCURACY_SEEDS seeds each
+## (sim/tests/virtual_fleet.rs; `make test` runs a few). Settings:
+## ACCURACY_SCENARIOS (files), ACCURACY_OUT, ACCURACY_SEEDS.
 
 ACCURACY_SCENARIOS ?= $(sort $(wildcard scenarios/*.yaml))
 ACCURACY_OUT ?= bench/results/accuracy
@@ -209,7 +215,12 @@ ACCURACY_OUT ?= bench/results/accuracy
 # into $(ACCURACY_OUT)/fleet.
 ACCURACY_FLEET ?= scenarios/leased-hot-key-3x.yaml scenarios/zipf-keys.yaml
 
-.PHONY: accuracy
+ACCURACY_SEEDS ?= 200
+
+.PHONY: accuracy accuracy-seeds
+
+accuracy-seeds:
+	MESHLIMIT_SIM_SEEDS=$(ACCURACY_SEEDS) $(CARGO) test --release -p meshlimit-sim --test virtual_fleet
 
 accuracy: tools build
 	$(CARGO) build --release -p meshlimit-sim

@@ -201,3 +201,23 @@ fn after_a_burst_a_key_under_its_limit_is_admitted_in_full_within_a_second() {
             .collect()
     });
 }
+
+#[test]
+fn faults_the_seed_places_run_the_same_twice() {
+    // An agent crash and restart, a store outage, lost calls and skewed
+    // gateway clocks: the run still replays bit for bit.
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scenarios/leased-hot-key-3x.yaml");
+    let text = std::fs::read_to_string(file).unwrap()
+        + "virtual:\n  network: { loss: 0.01 }\n  faults: { agent_crashes: 1, agent_down: 2s, store_outages: 1, store_down: 500ms, clock_skew: 20ms }\n";
+    let plan = Scenario::parse(&text).unwrap().plan(&short()).unwrap();
+    let a = vtime::run(&plan, 3).unwrap();
+    let b = vtime::run(&plan, 3).unwrap();
+    assert!(a.figures.agent_failures > 0, "no fault reached a gateway");
+    assert!(
+        a.figures == b.figures,
+        "seed 3 ran twice:\n  {}\n  {}",
+        line(&a.figures),
+        line(&b.figures)
+    );
+}

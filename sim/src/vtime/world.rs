@@ -16,12 +16,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use meshlimit_agent::fleet_override::Override;
-use meshlimit_agent::store::{Acquire, Store, StoreError};
-use meshlimit_agent::trial::{StoredTrial, TrialAction};
-use meshlimit_core::rules::trial::TrialPlan;
 use meshlimit_core::wire::LeaseResponse;
 use meshlimit_core::{Counter, DescriptorKey, Take};
+use meshlimit_store::{Acquire, Backend, Buckets, StoreError};
 use rand::rngs::SmallRng;
 use tokio::sync::oneshot;
 
@@ -286,7 +283,20 @@ impl SimStore {
 }
 
 #[async_trait]
-impl Store for SimStore {
+impl Backend for SimStore {
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn name(&self) -> &'static str {
+        "virtual"
+    }
+}
+
+/// The lease path's store: fleet state (overrides, trials, versions) is not
+/// modelled, so the virtual agents have none.
+#[async_trait]
+impl Buckets for SimStore {
     async fn acquire(&self, items: &[Acquire]) -> Vec<Acquired> {
         let rx = lock(&self.world).store_call(items.to_vec());
         match tokio::time::timeout(self.deadline, rx).await {
@@ -295,45 +305,4 @@ impl Store for SimStore {
             Err(_) => vec![Err(StoreError::Timeout(self.deadline)); items.len()],
         }
     }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        Ok(())
-    }
-
-    fn name(&self) -> &'static str {
-        "virtual"
-    }
-
-    async fn fleet_override(&self) -> Result<Option<Override>, StoreError> {
-        Ok(None)
-    }
-
-    async fn set_fleet_override(&self, _: Option<Override>, _: &str) -> Result<(), StoreError> {
-        Err(not_modelled())
-    }
-
-    async fn trial(
-        &self,
-        _: &str,
-        _: Option<(&TrialPlan, u64)>,
-        _: bool,
-    ) -> Result<Option<StoredTrial>, StoreError> {
-        Ok(None)
-    }
-
-    async fn control_trial(&self, _: TrialAction, _: &str) -> Result<Option<String>, StoreError> {
-        Err(not_modelled())
-    }
-
-    async fn record_versions(&self, _: &str, _: &str) -> Result<(), StoreError> {
-        Ok(())
-    }
-
-    async fn previous_version(&self) -> Result<Option<String>, StoreError> {
-        Ok(None)
-    }
-}
-
-fn not_modelled() -> StoreError {
-    StoreError::Failed("not modelled in the virtual fleet".into())
 }

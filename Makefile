@@ -203,8 +203,9 @@ bench-smoke: tools build bench-build
 ## ---- accuracy (sim/): simulated gateways running the filter's decision code
 ## against real agents and a real Redis. `make accuracy` runs the full-length
 ## scenarios/ and writes bench/results/accuracy/ (summary.md, and per scenario a
-## CSV, a Markdown section and a PNG); their short versions run in `make test`
-## (sim/tests/accuracy.rs). `make accuracy-seeds` runs the short versions in
+## CSV, a Markdown section and a PNG), then every short version in real time
+## (sim/tests/accuracy.rs; `make test` runs the few the virtual fleet cannot
+## stand for). `make accuracy-seeds` runs the short versions in
 ## virtual time (no Redis, no agent processes) over ACCURACY_SEEDS seeds each
 ## (sim/tests/virtual_fleet.rs; `make test` runs a few). Settings:
 ## ACCURACY_SCENARIOS (files), ACCURACY_OUT, ACCURACY_SEEDS.
@@ -226,6 +227,7 @@ accuracy: tools build
 	$(CARGO) build --release -p meshlimit-sim
 	target/release/meshlimit-sim run --out $(ACCURACY_OUT) $(ACCURACY_SCENARIOS)
 	target/release/meshlimit-sim run --gateways 400 --agents 8 --out $(ACCURACY_OUT)/fleet $(ACCURACY_FLEET)
+	$(CARGO) nextest run -p meshlimit-sim --test accuracy --run-ignored all
 
 ## ---- fuzzing (fuzz/): cargo-fuzz targets on attacker-controlled input. Their
 ## bodies are in fuzz/checks/, a workspace member whose test replays the committed

@@ -1,6 +1,11 @@
 //! The short versions of `scenarios/` (each ≤ 20 s), against the release agent
 //! binary (`make build`) and real redis-server: the accuracy targets of
-//! docs/measurements.md. They run one at a time, so one run's load does not disturb
+//! docs/measurements.md. `make test` runs the ones the virtual fleet
+//! (`virtual_fleet.rs`, the same scenarios over seeds in virtual time) cannot
+//! stand for: the real store's exact path and its race, the leased hot key
+//! (the calibration of the virtual fleet against real agents), and the
+//! agents' false-limit SLI, which the virtual fleet does not model. The rest
+//! are ignored there and run by `make accuracy`. They run one at a time, so one run's load does not disturb
 //! another's. Reports land in `target/tmp/accuracy/` (CSV, Markdown, PNG).
 //!
 //! The same runs hold the agents' false-limit SLI against the judge's
@@ -77,11 +82,13 @@ fn leased_hot_key_at_three_times_its_limit_admits_the_limit() {
 }
 
 #[test]
+#[ignore = "virtual_fleet holds it over seeds; `make accuracy` runs it in real time"]
 fn ten_thousand_cold_keys_are_limited_per_key() {
     assert_targets(&run_short("cold-keys"));
 }
 
 #[test]
+#[ignore = "virtual_fleet holds it over seeds; `make accuracy` runs it in real time"]
 fn a_load_shift_between_gateways_keeps_the_limit() {
     assert_targets(&run_short("load-shift"));
 }
@@ -101,16 +108,19 @@ fn the_race_on_a_leased_rule_admits_exactly_one() {
 }
 
 #[test]
+#[ignore = "virtual_fleet holds it over seeds; `make accuracy` runs it in real time"]
 fn a_leased_fixed_window_at_three_times_its_limit_admits_its_windows() {
     assert_targets(&run_short("fixed-window"));
 }
 
 #[test]
+#[ignore = "virtual_fleet holds it over seeds; `make accuracy` runs it in real time"]
 fn a_leased_sliding_window_admits_within_the_approximations_error_of_the_log() {
     assert_targets(&run_short("sliding-window"));
 }
 
 #[test]
+#[ignore = "virtual_fleet holds it over seeds; `make accuracy` runs it in real time"]
 fn a_hot_key_just_under_its_limit_is_never_limited() {
     let r = run_short("hot-key-under-limit");
     assert_targets(&r);
@@ -127,6 +137,7 @@ fn over_zipf_keys_the_false_limit_sli_agrees_with_the_judge() {
 }
 
 #[test]
+#[ignore = "virtual_fleet holds it over seeds; `make accuracy` runs it in real time"]
 fn one_gateway_with_forty_percent_of_the_traffic_keeps_the_limit() {
     let r = run_short("one-gateway-40");
     // Its wrong-decision targets hold. Its admitted band (±2%) is an aim this
@@ -152,16 +163,19 @@ fn one_gateway_with_forty_percent_of_the_traffic_keeps_the_limit() {
 }
 
 #[test]
+#[ignore = "virtual_fleet holds it over seeds; `make accuracy` runs it in real time"]
 fn an_exact_hot_key_over_a_sharded_store_admits_the_limit() {
     assert_targets(&run_short("hot-key-shard-exact"));
 }
 
 #[test]
+#[ignore = "virtual_fleet holds it over seeds; `make accuracy` runs it in real time"]
 fn a_leased_hot_key_over_a_sharded_store_admits_the_limit() {
     assert_targets(&run_short("hot-key-shard-leased"));
 }
 
 #[test]
+#[ignore = "virtual_fleet holds it over seeds; `make accuracy` runs it in real time"]
 fn after_a_burst_a_key_under_its_limit_is_admitted_in_full_within_a_second() {
     // Half its limit, then 5× for 2 s from 5 s (the short `burst`). From a
     // second after the burst ends, the key is back under its limit and every

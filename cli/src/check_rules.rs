@@ -84,6 +84,9 @@ pub fn check_rules_against(
                 set.rules().len(),
                 set.version()
             );
+            for line in aggregate_notes(&set) {
+                let _ = writeln!(out, "{file}: {line}");
+            }
             for w in &warnings {
                 let _ = writeln!(err, "{file}: warning: {w}");
             }
@@ -118,6 +121,7 @@ pub fn check_rules_against(
                 "version": set.version(),
                 "errors": [],
                 "warnings": warnings,
+                "aggregate": set.rules().iter().filter(|r| r.is_aggregate()).map(|r| &r.name).collect::<Vec<_>>(),
             });
             if let Some((old, version, changes)) = &review {
                 report["against"] = json!({"file": old, "version": version});
@@ -153,6 +157,25 @@ pub fn check_rules_against(
         }
     }
     code
+}
+
+/// One line per rule with `key: []`, saying what it counts: every request it
+/// matches in one bucket, whoever sends it.
+fn aggregate_notes(set: &RuleSet) -> Vec<String> {
+    set.rules()
+        .iter()
+        .filter(|r| r.is_aggregate())
+        .map(|r| {
+            let l = r.limits.strictest();
+            format!(
+                "rule {}: `key: []`: every request it matches counts in one bucket, whoever \
+                 sends it ({} per {} in total)",
+                r.name,
+                l.requests(),
+                crate::explain::period(l.per_ns())
+            )
+        })
+        .collect()
 }
 
 /// How far ahead `check-rules` warns of a rule's `expires`.

@@ -78,6 +78,7 @@ pub fn explain(args: &ExplainArgs, out: &mut impl Write, err: &mut impl Write) -
                 } => {
                     row["applies"] = json!(true);
                     row["key"] = json!(key.as_str());
+                    row["aggregate"] = json!(r.is_aggregate());
                     row["plan"] = json!(plan);
                     row["limit"] = limit_json(limit);
                 }
@@ -232,9 +233,13 @@ fn text_line(row: &Value) -> String {
         } else {
             ""
         };
+        let key = if row["aggregate"] == json!(true) {
+            format!("{} (one bucket for every matching request)", s("key"))
+        } else {
+            s("key")
+        };
         format!(
-            "{head}  applies  key {}  limit {} per {} ({counted}){plan}  mode {}  scope {}  accuracy {}  on_failure {}{cold}",
-            s("key"),
+            "{head}  applies  key {key}  limit {} per {} ({counted}){plan}  mode {}  scope {}  accuracy {}  on_failure {}{cold}",
             l["requests"],
             l["per"].as_str().unwrap_or_default(),
             s("mode"),
@@ -249,7 +254,7 @@ fn text_line(row: &Value) -> String {
 
 /// A period as the rules file writes it: the largest unit that divides it
 /// (`1m`, `250ms`, `1d`).
-fn period(ns: u64) -> String {
+pub(crate) fn period(ns: u64) -> String {
     const UNITS: [(&str, u64); 5] = [
         ("d", 86_400 * NANOS_PER_SEC),
         ("h", 3_600 * NANOS_PER_SEC),

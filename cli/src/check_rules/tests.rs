@@ -79,7 +79,7 @@ fn json_names_file_line_rule_field_and_message() {
         seen,
         [
             (Some("PATH"), Some(3), Some("a"), Some("limt")),
-            (Some("PATH"), Some(4), Some("b"), Some("key")),
+            (Some("PATH"), Some(4), Some("b"), Some("key[0]")),
             (Some("PATH"), Some(7), None, Some("extra")),
         ]
     );
@@ -107,4 +107,18 @@ fn unreadable_is_one_line() {
     let report: serde_json::Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(report["valid"], false);
     assert_eq!(report["errors"][0]["line"], serde_json::Value::Null);
+}
+
+#[test]
+fn an_aggregate_rule_is_said_to_count_every_request_in_one_bucket() {
+    let text = "version: 1\nrules:\n  - name: search-total\n    match: { path_prefix: /v1/search }\n    key: []\n    limit: { requests: 1000, per: 1s }\n";
+    let (code, out, _) = check(text);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("PATH: rule search-total: `key: []`: every request it matches counts in one bucket, whoever sends it (1000 per 1s in total)"),
+        "{out}"
+    );
+    let (_, out, _) = check_as(CheckFormat::Json, text);
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["aggregate"], serde_json::json!(["search-total"]));
 }

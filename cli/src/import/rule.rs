@@ -16,9 +16,6 @@ use meshlimit_agent::printable::hidden;
 struct Builder {
     matches: MatchConfig,
     key: Vec<KeyPartConfig>,
-    /// A key part every request the conditions admit has the same value of:
-    /// the key of a limit the peer counts in one bucket.
-    constant: Option<KeyPartConfig>,
 }
 
 pub(super) fn rule_of(
@@ -87,19 +84,6 @@ pub(super) fn rule_of(
                     key = e.key
                 ),
             ),
-        }
-    }
-    if b.key.is_empty() {
-        match b.constant.take() {
-            Some(part) => b.key.push(part),
-            None if report.errors.len() == before => report.refuse(
-                &d.at,
-                "",
-                "the peer counts every matching request in one bucket, and a meshlimit rule \
-                 keys on a request part: give one of its entries an exact value condition \
-                 (header:NAME=VALUE, method:M, path:/P, authority:HOST) or a key without a value",
-            ),
-            None => {}
         }
     }
     if report.errors.len() != before {
@@ -210,22 +194,21 @@ impl Builder {
             Target::Path => self.set_path(Some(v), None, at, field, report),
             Target::Authority => self.set_authority(v, at, field, report),
             Target::Cluster => self.set_cluster(v, at, field, report),
-            Target::ClientIp | Target::Route | Target::Query(_) | Target::Claim(_) => report
-                .refuse(
-                    at,
-                    field,
-                    format!(
+            Target::Route => self.set_route(v, at, field, report),
+            Target::ClientIp | Target::Query(_) | Target::Claim(_) => report.refuse(
+                at,
+                field,
+                format!(
                     "meshlimit cannot match a request on a value of its {} (`{v}`): only headers, \
-                     method, path, host and cluster are conditions",
+                     method, path, host, route and cluster are conditions",
                     match target {
                         Target::ClientIp => "client IP".to_string(),
-                        Target::Route => "route".to_string(),
                         Target::Query(q) => format!("query parameter `{q}`"),
                         Target::Claim(c) => format!("JWT claim `{c}`"),
                         _ => String::new(),
                     }
                 ),
-                ),
+            ),
         }
     }
 
@@ -261,9 +244,6 @@ impl Builder {
             ),
             _ => {
                 self.matches.headers.insert(name.to_string(), hm);
-                if v.is_some() {
-                    self.constant = Some(KeyPartConfig::Header(name.to_string()));
-                }
             }
         }
     }
@@ -274,10 +254,7 @@ impl Builder {
             Some(old) if *old != [m.clone()] => {
                 report.refuse(at, field, format!("a second, different method `{m}`"))
             }
-            _ => {
-                self.matches.methods = Some(vec![m]);
-                self.constant = Some(KeyPartConfig::Method);
-            }
+            _ => self.matches.methods = Some(vec![m]),
         }
     }
 
@@ -303,9 +280,6 @@ impl Builder {
         }
         self.matches.path = exact.map(str::to_string);
         self.matches.path_prefix = prefix.map(str::to_string);
-        if exact.is_some() {
-            self.constant = Some(KeyPartConfig::Path);
-        }
     }
 
     fn set_cluster(&mut self, c: &str, at: &str, field: &str, report: &mut Report<'_>) {
@@ -316,15 +290,20 @@ impl Builder {
         self.matches.cluster = Some(c.to_string());
     }
 
+    fn set_route(&mut self, r: &str, at: &str, field: &str, report: &mut Report<'_>) {
+        if self.matches.route.is_some() {
+            report.refuse(at, field, "a second route condition");
+            return;
+        }
+        self.matches.route = Some(r.to_string());
+    }
+
     fn set_authority(&mut self, h: &str, at: &str, field: &str, report: &mut Report<'_>) {
         if self.matches.authority.is_some() {
             report.refuse(at, field, "a second host condition");
             return;
         }
         self.matches.authority = Some(h.to_string());
-        if !h.starts_with("*.") {
-            self.constant = Some(KeyPartConfig::Authority);
-        }
     }
 }
 

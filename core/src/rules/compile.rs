@@ -45,9 +45,6 @@ pub(super) fn compile_rule(
         rule.matches.as_ref().unwrap_or(&MatchConfig::default()),
         &mut err,
     );
-    if rule.key.is_empty() {
-        err("key", "at least one key part is required".into());
-    }
     for (i, part) in rule.key.iter().enumerate() {
         match part {
             KeyPartConfig::Header(h) => check_header_name(h, &format!("key[{i}].header"), &mut err),

@@ -164,8 +164,8 @@ pub struct RuleConfig {
     pub matches: Option<MatchConfig>,
     /// What the limit is counted per: `method`, `client_ip`, `path`, `route`,
     /// `authority`, `header: NAME`, `query: NAME`, `claim: NAME`,
-    /// `metadata: {filter, path}`.
-    #[cfg_attr(feature = "schema", schemars(length(min = 1)))]
+    /// `metadata: {filter, path}`; `[]` counts every request the rule matches
+    /// in one bucket (a limit on an endpoint as a whole).
     pub key: Vec<KeyPartConfig>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<LimitConfig>,

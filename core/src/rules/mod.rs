@@ -274,6 +274,12 @@ impl RuleSet {
 }
 
 impl Rule {
+    /// True for a rule with `key: []`: every request it matches counts in one
+    /// bucket, whose key is the rule's name alone, whatever the client sends.
+    pub fn is_aggregate(&self) -> bool {
+        self.key.is_empty()
+    }
+
     /// The limit in force at `now_ns` (ns since the Unix epoch, UTC) for
     /// `plan`: the first schedule window that covers the instant, else the
     /// rule's own limit (the plan's, else the default plan's). The one answer

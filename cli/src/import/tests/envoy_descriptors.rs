@@ -18,26 +18,59 @@ descriptors:
         Some("/files/")
     );
     assert_eq!(files.key, [KeyPartConfig::Path]);
-    // Shared: one bucket for every matching path, and no constant key to count
-    // it under: refused rather than given a bucket per path.
+    // Shared: one bucket for every matching path: `key: []`.
     let shared = text.replace(
         "    rate_limit",
         "    share_threshold: true\n    rate_limit",
     );
-    let e = errors(&envoy(&shared, &["path=path"]));
-    assert_eq!(e.len(), 1);
-    assert!(
-        e[0].starts_with(
-            "rl.yaml: descriptors[0]: the peer counts every matching request in one bucket"
-        ),
-        "{e:?}"
+    let shared = envoy(&shared, &["path=path"]);
+    assert_eq!(errors(&shared), Vec::<String>::new());
+    assert_eq!(shared.rules[0].key, []);
+    assert_eq!(
+        shared.rules[0]
+            .matches
+            .as_ref()
+            .unwrap()
+            .path_prefix
+            .as_deref(),
+        Some("/files/")
     );
-    // An exact path is its own constant key.
+    // An exact path: one bucket too.
     let exact = envoy(&text.replace("/files/*", "/files/x"), &["path=path"]);
-    assert_eq!(exact.rules[0].key, [KeyPartConfig::Path]);
+    assert_eq!(exact.rules[0].key, []);
     assert_eq!(
         exact.rules[0].matches.as_ref().unwrap().path.as_deref(),
         Some("/files/x")
+    );
+}
+
+#[test]
+fn a_generic_key_on_a_route_is_one_bucket_for_the_route() {
+    let text = "domain: d
+descriptors:
+  - key: generic_key
+    value: search
+    rate_limit: { unit: second, requests_per_unit: 1000 }
+";
+    let prefix = envoy(text, &["generic_key:search=path_prefix:/v1/search"]);
+    assert_eq!(errors(&prefix), Vec::<String>::new());
+    assert_eq!(prefix.rules[0].key, []);
+    assert_eq!(
+        prefix.rules[0]
+            .matches
+            .as_ref()
+            .unwrap()
+            .path_prefix
+            .as_deref(),
+        Some("/v1/search")
+    );
+    // The value as Envoy's route name.
+    let route = envoy(text, &["generic_key=route"]);
+    assert_eq!(errors(&route), Vec::<String>::new());
+    assert_eq!(route.rules[0].key, []);
+    assert_eq!(
+        route.rules[0].matches.as_ref().unwrap().route.as_deref(),
+        Some("search")
     );
 }
 
@@ -141,7 +174,7 @@ fn every_unit_of_the_peers_is_read_and_only_a_path_pattern_is_matched() {
 }
 
 #[test]
-fn a_method_may_be_required_twice_but_not_two_methods_and_a_wildcard_host_is_no_key() {
+fn a_method_may_be_required_twice_but_not_two_methods_and_a_host_is_a_condition() {
     let nested = |first: &str, second: &str| {
         envoy(
             &format!(
@@ -163,18 +196,12 @@ fn a_method_may_be_required_twice_but_not_two_methods_and_a_wildcard_host_is_no_
             &["host=authority"],
         )
     };
+    // A host is a condition: one bucket for its requests.
     let exact = host("api.example.com");
     assert_eq!(errors(&exact), Vec::<String>::new());
-    assert_eq!(exact.rules[0].key, [KeyPartConfig::Authority]);
-    let wildcard = host("*.example.com");
-    assert!(
-        wildcard
-            .rules
-            .iter()
-            .all(|r| r.key != [KeyPartConfig::Authority]),
-        "{:?}",
-        wildcard.rules
-    );
+    assert_eq!(exact.rules[0].key, []);
+    let m = exact.rules[0].matches.as_ref().unwrap();
+    assert_eq!(m.authority.as_deref(), Some("api.example.com"));
 }
 
 #[test]

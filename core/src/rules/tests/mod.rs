@@ -5,6 +5,7 @@ use crate::key::DescriptorKey;
 use crate::limit::{limit, Algorithm};
 use crate::NANOS_PER_SEC;
 
+mod aggregate;
 mod claims;
 mod defaults;
 #[cfg(feature = "yaml")]

@@ -156,8 +156,8 @@ fn an_envoy_ratelimit_configuration_becomes_rules_that_pass_check_rules() {
     assert_eq!(
         applies(&rules, "POST", "/orders", &["x-api-key: trial-key"]),
         [
-            "edge.api_key_trial-key edge.api_key_trial-key|trial-key",
-            "trial-writes trial-writes|POST",
+            "edge.api_key_trial-key edge.api_key_trial-key",
+            "trial-writes trial-writes",
             "edge.api_key edge.api_key|trial-key",
             "edge.remote_address edge.remote_address|10.0.0.7",
         ]
@@ -223,7 +223,7 @@ fn a_limitador_limits_file_becomes_rules_that_pass_check_rules() {
     // No variables: one bucket for the path, keyed on the (constant) path.
     assert_eq!(
         applies(&rules, "GET", "/catalogue", &[]),
-        ["shop.example.com.limit-1 shop.example.com.limit-1|/catalogue"]
+        ["shop.example.com.limit-1 shop.example.com.limit-1"]
     );
 }
 

@@ -104,7 +104,8 @@ pub struct ExplainArgs {
     /// The upstream cluster's name, for rules with `match.cluster`.
     #[arg(long, value_name = "NAME")]
     pub(crate) cluster: Option<String>,
-    /// A claim of the verified JWT, `NAME=VALUE`, for `claim:` key parts and
+    /// A claim of the verified JWT, `NAME=VALUE` (`org.id=7`: the claim `id`
+    /// inside `org`, as `claim: org.id` reads it), for `claim:` key parts and
     /// plans (as Envoy's jwt_authn filter with `payload_in_metadata: payload`
     /// hands it over); repeatable.
     #[arg(long = "claim", value_name = "NAME=VALUE", value_parser = parse_claim)]
@@ -194,11 +195,16 @@ impl ImportFormat {
 
 #[derive(Debug, Clone, Args)]
 pub struct KeyIdArgs {
+    /// The rules file (or directory) the rule is in: a rule it does not hold,
+    /// or a number of parts its key does not have, is refused.
+    #[arg(long, value_name = "PATH")]
+    pub rules: PathBuf,
     /// The rule whose key it is.
     #[arg(long)]
     pub rule: String,
-    /// The key's parts, in the rule's `key` order (e.g. the API key, then the method).
-    #[arg(value_name = "PART", required = true)]
+    /// The key's parts, in the rule's `key` order (e.g. the API key, then the
+    /// method); none for a rule with `key: []`.
+    #[arg(value_name = "PART")]
     pub parts: Vec<String>,
     #[command(flatten)]
     pub secret: SecretArgs,

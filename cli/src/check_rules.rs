@@ -216,6 +216,18 @@ fn expiry_warnings(set: &RuleSet, now: u64) -> Vec<String> {
         .collect()
 }
 
+/// The rules at `path` as [`check_rules`] reads them, for a command that
+/// needs them (`key-id`); when they are refused, their errors are written to
+/// `err` as `check-rules` writes them.
+pub(crate) fn read_set(path: &Path, err: &mut impl Write) -> Result<Arc<RuleSet>, crate::CliError> {
+    read(path).map_err(|errors| {
+        for e in &errors {
+            let _ = writeln!(err, "{e}");
+        }
+        crate::CliError::Reported { code: 1 }
+    })
+}
+
 /// A rules file read and compiled, or a directory loaded as the agent loads
 /// it ([`first_load`]: every file on its own, then merged); or every problem.
 /// A directory is valid when the agent would report nothing of it.

@@ -48,14 +48,39 @@ pub fn execute(
             let _ = write!(out, "{text}");
             Ok(())
         }
-        Command::KeyId(args) => key_id(args, out),
+        Command::KeyId(args) => key_id(args, out, err),
     }
 }
 
-/// `key-id`: the id of the key, under the deployment's secret.
-fn key_id(args: &KeyIdArgs, out: &mut impl Write) -> Result<(), CliError> {
+/// `key-id`: the id of the key, under the deployment's secret, for a rule
+/// of the rules file and as many parts as its key has.
+fn key_id(args: &KeyIdArgs, out: &mut impl Write, err: &mut impl Write) -> Result<(), CliError> {
     let secret = args.secret.load()?;
+    let set = check_rules::read_set(&args.rules, err)?;
+    let rule = named_rule(&set, &args.rule, &args.rules)?;
+    let parts = rule.key_parts();
+    if parts.len() != args.parts.len() {
+        return Err(CliError::KeyParts {
+            rule: rule.name.clone(),
+            expected: parts.len(),
+            parts: parts.join(", "),
+            given: args.parts.len(),
+        });
+    }
     let key = DescriptorKey::new(&args.rule, &args.parts);
     let _ = writeln!(out, "{}", secret.key_ids().id(&key));
     Ok(())
+}
+
+/// The rule named `name` in `set`, or an error naming the rules closest to it.
+pub(crate) fn named_rule<'s>(
+    set: &'s meshlimit_core::rules::RuleSet,
+    name: &str,
+    file: &std::path::Path,
+) -> Result<&'s meshlimit_core::rules::Rule, CliError> {
+    set.rule(name).ok_or_else(|| CliError::UnknownRule {
+        rule: name.to_string(),
+        file: file.display().to_string(),
+        close: error::close_names(name, set.rules().iter().map(|r| r.name.as_str())),
+    })
 }

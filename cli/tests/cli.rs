@@ -90,8 +90,13 @@ fn check_rules_good_and_bad() {
 
 #[test]
 fn key_id_maps_a_known_key_to_its_id_and_only_with_the_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = rules_file(
+        dir.path(),
+        "version: 1\nrules:\n  - name: per-key\n    key: [{ header: x-api-key }]\n    limit: { requests: 1, per: 1s }\n",
+    );
     let id = |secret: &str| {
-        let mut cmd = meshlimit(&["key-id", "--rule", "per-key", "k-123"]);
+        let mut cmd = meshlimit(&["key-id", "--rules", &rules, "--rule", "per-key", "k-123"]);
         cmd.env("MESHLIMIT_SECRET", secret);
         let (code, out, err) = run(&mut cmd);
         assert_eq!(code, 0, "{err}");
@@ -106,4 +111,53 @@ fn key_id_maps_a_known_key_to_its_id_and_only_with_the_secret() {
     let secret = meshlimit_core::secret::Secret::new(SECRET.as_bytes()).unwrap();
     let key = meshlimit_core::DescriptorKey::new("per-key", ["k-123"]);
     assert_eq!(a, secret.key_ids().id(&key).to_string());
+}
+
+#[test]
+fn key_id_refuses_a_rule_the_file_does_not_hold_naming_the_close_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = rules_file(
+        dir.path(),
+        "version: 1\nrules:\n  - name: search-per-api-key\n    key: [{ header: x-api-key }, method]\n    limit: { requests: 1, per: 1s }\n  - name: search-total\n    key: []\n    limit: { requests: 1, per: 1s }\n",
+    );
+    let (code, out, err) = run(&mut meshlimit(&[
+        "key-id",
+        "--rules",
+        &rules,
+        "--rule",
+        "search-per-apikey",
+        "k-1",
+        "GET",
+    ]));
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert!(
+        err.contains("has no rule `search-per-apikey`; did you mean `search-per-api-key`?"),
+        "{err}"
+    );
+    // The key's parts are counted against the rule's.
+    let (code, _, err) = run(&mut meshlimit(&[
+        "key-id",
+        "--rules",
+        &rules,
+        "--rule",
+        "search-per-api-key",
+        "k-1",
+    ]));
+    assert_eq!(code, 1);
+    assert!(
+        err.contains(
+            "rule search-per-api-key keys on 2 part(s) (header `x-api-key`, method), 1 given"
+        ),
+        "{err}"
+    );
+    // A one-bucket rule's key has no parts.
+    let (code, out, err) = run(&mut meshlimit(&[
+        "key-id",
+        "--rules",
+        &rules,
+        "--rule",
+        "search-total",
+    ]));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim().len(), 32, "{out}");
 }

@@ -38,19 +38,30 @@ pub struct MetadataPath {
 }
 
 impl MetadataPath {
-    /// The path `claim: NAME` stands for.
+    /// The path `claim: NAME` stands for: the payload, then each `.`-separated
+    /// field of `NAME` (`org.id` is the claim `id` inside the claim `org`, as
+    /// the token's JSON nests them). A claim whose own name holds a `.` is the
+    /// `metadata:` form, `path: [payload, "a.b"]`.
     pub fn claim(name: &str) -> Self {
+        let mut path = vec![JWT_PAYLOAD_FIELD.to_string()];
+        path.extend(name.split('.').map(str::to_string));
         Self {
             filter: JWT_AUTHN.to_string(),
-            path: vec![JWT_PAYLOAD_FIELD.to_string(), name.to_string()],
+            path,
         }
     }
 
-    /// The claim's name when this is what `claim: NAME` stands for.
-    pub fn as_claim(&self) -> Option<&str> {
-        match self.path.as_slice() {
-            [payload, name] if self.filter == JWT_AUTHN && payload == JWT_PAYLOAD_FIELD => {
-                Some(name)
+    /// The claim's dotted path (`sub`, `org.id`) when this is what `claim:
+    /// NAME` stands for: the JWT payload, and no field with a `.` of its own.
+    pub fn as_claim(&self) -> Option<String> {
+        match self.path.split_first() {
+            Some((payload, fields))
+                if self.filter == JWT_AUTHN
+                    && payload == JWT_PAYLOAD_FIELD
+                    && !fields.is_empty()
+                    && fields.iter().all(|f| !f.contains('.')) =>
+            {
+                Some(fields.join("."))
             }
             _ => None,
         }
@@ -73,7 +84,16 @@ impl MetadataPath {
         }
         if let Some(f) = self.path.iter().find(|f| bad(f)) {
             return Err(format!(
-                "field `{f}` is not a field name: 1 to {MAX_NAME_LEN} printable characters"
+                "field `{f}` is not a field name: 1 to {MAX_NAME_LEN} printable characters \
+                 (`claim: a.b` is the claim `b` inside `a`; no field is empty)"
+            ));
+        }
+        if let Some(claim) = self.as_claim().filter(|c| c.contains(['/', ':'])) {
+            // `https://example.com/plan` read as nested fields would never match.
+            return Err(format!(
+                "`claim: {claim}` reads the nested fields {}; a claim named with dots (a URL) \
+                 is one field: write `metadata: {{filter: {JWT_AUTHN}, path: [{JWT_PAYLOAD_FIELD}, \"{claim}\"]}}`",
+                self.path.iter().skip(1).map(|f| format!("`{f}`")).collect::<Vec<_>>().join(" > ")
             ));
         }
         Ok(())

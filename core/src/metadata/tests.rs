@@ -149,7 +149,10 @@ fn a_path_is_checked() {
 
 #[test]
 fn only_the_jwt_filters_payload_is_a_claim() {
-    assert_eq!(MetadataPath::claim("sub").as_claim(), Some("sub"));
+    assert_eq!(
+        MetadataPath::claim("sub").as_claim().as_deref(),
+        Some("sub")
+    );
     let other_filter = MetadataPath {
         filter: "my.filter".into(),
         path: vec![JWT_PAYLOAD_FIELD.into(), "sub".into()],
@@ -167,7 +170,7 @@ fn claim_is_the_jwt_payload_path() {
     let c = MetadataPath::claim("sub");
     assert_eq!(c.filter, "envoy.filters.http.jwt_authn");
     assert_eq!(c.path, ["payload", "sub"]);
-    assert_eq!(c.as_claim(), Some("sub"));
+    assert_eq!(c.as_claim().as_deref(), Some("sub"));
     assert_eq!(c.describe(), "claim `sub`");
     let other = MetadataPath {
         filter: "acme.authn".into(),
@@ -273,4 +276,35 @@ fn setting_a_second_field_of_a_nested_struct_keeps_the_first() {
     let ns = b.encode();
     assert_eq!(read(&MetadataPath::claim("sub"), &ns), Some("alice".into()));
     assert_eq!(read(&MetadataPath::claim("plan"), &ns), Some("pro".into()));
+}
+
+#[test]
+fn a_dotted_claim_is_nested_and_a_url_named_claim_is_refused() {
+    let c = MetadataPath::claim("org.id");
+    assert_eq!(c.path, ["payload", "org", "id"]);
+    assert_eq!(c.as_claim().as_deref(), Some("org.id"));
+    assert_eq!(c.describe(), "claim `org.id`");
+    assert!(c.check().is_ok());
+    // A literal dotted name is the metadata form, and stays one.
+    let literal = MetadataPath {
+        filter: JWT_AUTHN.into(),
+        path: vec![JWT_PAYLOAD_FIELD.into(), "org.id".into()],
+    };
+    assert_eq!(literal.as_claim(), None);
+    assert!(literal.check().is_ok());
+    // A URL-named claim split at its dots would never match: refused.
+    let url = MetadataPath::claim("https://example.com/plan");
+    let e = url.check().unwrap_err();
+    assert!(
+        e.contains("path: [payload, \"https://example.com/plan\"]"),
+        "{e}"
+    );
+    assert!(MetadataPath::claim("org..id").check().is_err());
+    // The nested claim is read where the token's JSON puts it.
+    let ns = payload(StructBuilder::new().with(
+        "org",
+        Field::Struct(StructBuilder::new().with("id", Field::String("7".into()))),
+    ));
+    assert_eq!(read(&c, &ns).as_deref(), Some("7"));
+    assert_eq!(read(&literal, &ns), None);
 }

@@ -128,6 +128,10 @@ pub(super) fn compile_rule(
     match (limits, NonZeroU32::new(cost), errors.is_empty()) {
         (Some(limits), Some(cost), true) => Ok(Rule {
             name: rule.name.clone(),
+            expires_at: rule
+                .expires
+                .as_deref()
+                .and_then(super::expiry::parse_instant),
             matcher,
             key: rule.key.clone(),
             limits,

@@ -385,7 +385,8 @@ pub struct PlansConfig {
     #[cfg_attr(feature = "schema", schemars(regex(pattern = "^[A-Za-z0-9_-]+$")))]
     pub header: Option<String>,
     /// The verified JWT claim whose value names the plan (`jwt_authn` with
-    /// `payload_in_metadata: payload`).
+    /// `payload_in_metadata: payload`); `org.plan` is the claim `plan` inside
+    /// the claim `org`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "schema", schemars(length(min = 1, max = 128)))]
     pub claim: Option<String>,

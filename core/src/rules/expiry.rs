@@ -67,10 +67,14 @@ pub fn expired_rules(config: &RulesConfig, now_secs: u64) -> Vec<String> {
 }
 
 fn has_expired(rule: &RuleConfig, now_secs: u64) -> bool {
-    rule.expires
-        .as_deref()
-        .and_then(parse_instant)
-        .is_some_and(|at| at <= now_secs)
+    expired(rule.expires.as_deref().and_then(parse_instant), now_secs)
+}
+
+/// Whether a rule that expires at `at` (Unix seconds; `None`: never) has
+/// expired at `now_secs`: at its instant and after. The one test of expiry,
+/// for the served set and for `explain`.
+pub fn expired(at: Option<u64>, now_secs: u64) -> bool {
+    at.is_some_and(|at| at <= now_secs)
 }
 
 /// Unix second `secs` as `YYYY-MM-DDTHH:MM:SSZ`, the form [`parse_instant`]

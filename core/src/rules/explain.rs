@@ -37,8 +37,13 @@ impl RuleSet {
     /// ambiguous (a key header sent twice) is that error.
     pub fn explain<'r>(&'r self, req: &RequestInfo) -> Result<Vec<Explanation<'r>>, RequestError> {
         let mut out = Vec::with_capacity(self.rules.len());
+        let now_secs = req.now_ns / crate::NANOS_PER_SEC;
         for (index, rule) in self.rules.iter().enumerate() {
             let verdict = match rule.matcher.mismatch(req) {
+                _ if rule.has_expired(now_secs) => Explained::Skipped(format!(
+                    "expired at {}: the agent no longer serves it",
+                    super::expiry::format_instant(rule.expires_at.unwrap_or_default())
+                )),
                 Some(m) => Explained::Skipped(describe(rule, m, req)),
                 None => match rule.key(req)? {
                     Err(part) => Explained::Skipped(format!(
@@ -120,6 +125,14 @@ fn describe(rule: &Rule, m: Mismatch<'_>, req: &RequestInfo) -> String {
                 None => format!("header `{name}`"),
             }
         }
+    }
+}
+
+impl Rule {
+    /// The rule's key parts as people name them (`header `x-api-key``,
+    /// `method`), in key order; none for `key: []`.
+    pub fn key_parts(&self) -> Vec<String> {
+        self.key.iter().map(part_name).collect()
     }
 }
 

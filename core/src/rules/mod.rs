@@ -62,6 +62,8 @@ pub struct RuleSet {
 #[derive(Debug, Clone)]
 pub struct Rule {
     pub name: String,
+    /// `expires` in Unix seconds: from then on the rule no longer applies.
+    pub expires_at: Option<u64>,
     matcher: Matcher,
     key: Vec<KeyPart>,
     pub limits: Limits,
@@ -274,6 +276,13 @@ impl RuleSet {
 }
 
 impl Rule {
+    /// Whether the rule has expired at `now_secs` (Unix seconds): the test
+    /// the agent leaves expired rules out of the set it serves by, and
+    /// `explain` skips them by.
+    pub fn has_expired(&self, now_secs: u64) -> bool {
+        expiry::expired(self.expires_at, now_secs)
+    }
+
     /// True for a rule with `key: []`: every request it matches counts in one
     /// bucket, whose key is the rule's name alone, whatever the client sends.
     pub fn is_aggregate(&self) -> bool {

@@ -23,7 +23,8 @@ pub enum KeyPartConfig {
     Authority,
     /// A value of Envoy's dynamic metadata (`metadata: {filter, path}`), or a
     /// verified JWT's claim (`claim: NAME`, the same as `metadata: {filter:
-    /// envoy.filters.http.jwt_authn, path: [payload, NAME]}`).
+    /// envoy.filters.http.jwt_authn, path: [payload, NAME]}`; `claim: org.id`
+    /// is `path: [payload, org, id]`, the claim `id` inside `org`).
     Metadata(MetadataPath),
 }
 
@@ -118,7 +119,7 @@ impl Serialize for KeyPartConfig {
             Self::Metadata(path) => {
                 let mut m = s.serialize_map(Some(1))?;
                 match path.as_claim() {
-                    Some(claim) => m.serialize_entry("claim", claim)?,
+                    Some(claim) => m.serialize_entry("claim", &claim)?,
                     None => m.serialize_entry("metadata", &MetadataConfig::from(path))?,
                 }
                 m.end()
@@ -159,7 +160,7 @@ impl schemars::JsonSchema for KeyPartConfig {
                 },
                 {
                     "type": "object",
-                    "properties": {"claim": {"type": "string", "minLength": 1, "maxLength": 128}},
+                    "properties": {"claim": {"type": "string", "minLength": 1, "maxLength": 128, "description": "A verified JWT's claim; `org.id` is the claim `id` inside the claim `org`. A claim whose own name holds a `.` is `metadata: {filter: envoy.filters.http.jwt_authn, path: [payload, NAME]}`."}},
                     "required": ["claim"],
                     "additionalProperties": false
                 },

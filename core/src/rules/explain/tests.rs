@@ -130,3 +130,36 @@ fn skips_name_the_condition_that_failed() {
         e[1].verdict
     );
 }
+
+#[test]
+fn an_expired_rule_is_skipped_from_its_instant_on_as_the_agent_leaves_it_out() {
+    let config: RulesConfig = serde_json::from_value(serde_json::json!({
+        "version": 1,
+        "rules": [{"name": "trial", "key": ["method"], "expires": "2026-01-01",
+                   "limit": {"requests": 5, "per": "1m"}}]
+    }))
+    .unwrap();
+    let s = RuleSet::compile(&config).unwrap();
+    let expires = crate::rules::expiry::parse_instant("2026-01-01").unwrap();
+    let verdict = |now_secs: u64| {
+        let mut req = RequestInfo::new("/", "GET", Vec::<(String, String)>::new());
+        req.now_ns = now_secs * crate::NANOS_PER_SEC;
+        match &s.explain(&req).unwrap()[0].verdict {
+            Explained::Applies { .. } => "applies".to_string(),
+            Explained::Skipped(why) => why.clone(),
+        }
+    };
+    assert_eq!(verdict(expires - 1), "applies");
+    for now in [expires, expires + 86_400] {
+        assert_eq!(
+            verdict(now),
+            "expired at 2026-01-01T00:00:00Z: the agent no longer serves it"
+        );
+        // The agent's served set leaves it out at the same instants.
+        let (live, gone) = crate::rules::expiry::live_rules(&config, now);
+        assert!(live.rules.is_empty() && gone == ["trial"]);
+    }
+    assert!(crate::rules::expiry::live_rules(&config, expires - 1)
+        .1
+        .is_empty());
+}

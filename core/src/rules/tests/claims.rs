@@ -301,3 +301,28 @@ fn narrowing_a_destination_is_a_narrowing() {
     let narrow = rule("outbound|80||a.shop.svc.cluster.local");
     assert!(changes(&narrow).contains(&review::Change::MatchNarrowed));
 }
+
+#[test]
+fn a_dotted_claim_keys_on_the_nested_claim_and_picks_a_nested_plan() {
+    let s = compile(serde_json::json!({
+        "version": 1,
+        "rules": [
+            {"name": "per-org", "key": [{"claim": "org.id"}],
+             "plans": {"claim": "org.plan", "default": "free", "limits": {
+                 "free": {"requests": 1, "per": "1m"}, "pro": {"requests": 100, "per": "1m"}}}},
+        ]
+    }))
+    .unwrap();
+    let org = StructBuilder::new()
+        .with("id", Field::String("7".into()))
+        .with("plan", Field::String("pro".into()));
+    let nested = with_claims(&[("org", Field::Struct(org))]);
+    assert_eq!(keys(&s, &nested), ["per-org|7 (pro)"]);
+    // A top-level claim literally named `org.id` is not the nested one.
+    let literal = with_claims(&[("org.id", Field::String("7".into()))]);
+    assert!(keys(&s, &literal).is_empty());
+    // The rules file says it back as written.
+    let config = s.config().unwrap();
+    let text = serde_json::to_string(&config.rules[0].key).unwrap();
+    assert_eq!(text, r#"[{"claim":"org.id"}]"#);
+}

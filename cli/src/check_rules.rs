@@ -12,7 +12,7 @@ use std::sync::Arc;
 use meshlimit_agent::rules_watch::{first_load, FirstLoad};
 
 use meshlimit_core::rules::expiry::parse_instant;
-use meshlimit_core::rules::review::{review, Change};
+use meshlimit_core::rules::review::{review, Change, RuleChange};
 use meshlimit_core::rules::{parse_rules, RuleError, RuleSet};
 use serde_json::json;
 
@@ -78,12 +78,7 @@ pub fn check_rules_against(
     };
     match (format, result) {
         (CheckFormat::Text, Ok(set)) => {
-            let _ = writeln!(
-                out,
-                "{file}: ok ({} rules, version {})",
-                set.rules().len(),
-                set.version()
-            );
+            let _ = writeln!(out, "{}", verdict(&file, &set, review.as_ref()));
             for line in aggregate_notes(&set) {
                 let _ = writeln!(out, "{file}: {line}");
             }
@@ -98,6 +93,13 @@ pub fn check_rules_against(
                 );
                 for c in changes {
                     let _ = writeln!(out, "{c}");
+                }
+                for c in changes.iter().filter(|c| c.refused) {
+                    let _ = writeln!(
+                        out,
+                        "to approve rule {}'s cut: changes: {{ approve: [{{ rule: {}, against: \"{version}\" }}] }}",
+                        c.rule, c.rule
+                    );
                 }
             }
         }
@@ -157,6 +159,27 @@ pub fn check_rules_against(
         }
     }
     code
+}
+
+/// The text report's first line: `ok`, or `refused` when a change against
+/// the running rules is (the file itself being valid).
+fn verdict(
+    file: &str,
+    set: &RuleSet,
+    review: Option<&(String, String, Vec<RuleChange>)>,
+) -> String {
+    let (n, version) = (set.rules().len(), set.version());
+    match review {
+        Some((old, _, changes)) if changes.iter().any(|c| c.refused) => {
+            let refused = changes.iter().filter(|c| c.refused).count();
+            format!(
+                "{file}: refused: valid ({n} rules, version {version}), but {refused} change(s) \
+                 against {old} cut an enforced limit beyond its `changes.max_tightening` \
+                 without an approval (marked `refused` below); the agent keeps the running rules"
+            )
+        }
+        _ => format!("{file}: ok ({n} rules, version {version})"),
+    }
 }
 
 /// One line per rule with `key: []`, saying what it counts: every request it

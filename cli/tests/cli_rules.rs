@@ -193,6 +193,16 @@ fn check_rules_against_lists_every_change_and_refuses_an_unapproved_cut() {
     let new = write("new.yaml", new_rules);
     let (code, out, err) = run(&mut meshlimit(&["check-rules", &new, "--against", &old]));
     assert_eq!(code, 1, "{out}{err}");
+    // One verdict, first: never `ok` and then a refusal.
+    assert!(
+        out.starts_with(&format!("{new}: refused: valid (")),
+        "{out}"
+    );
+    assert!(!out.contains(": ok ("), "{out}");
+    assert!(
+        out.contains("to approve rule api's cut: changes: { approve: [{ rule: api, against: \""),
+        "{out}"
+    );
     assert!(
         out.contains(
             "~ rule api: limit 100 per 1 s (burst 100) → 10 per 1 s (burst 10), ×0.10 — refused"

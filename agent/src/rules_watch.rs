@@ -354,6 +354,7 @@ impl RulesWatcher {
                 column: None,
                 rule: Some(c.rule.clone()),
                 field: "limit".into(),
+                path: String::new(),
                 message: format!("{c} (running version {})", running.version()),
             })
             .collect()
@@ -454,6 +455,7 @@ impl RulesWatcher {
             column: None,
             rule: None,
             field: "-".into(),
+            path: String::new(),
             message: format!("cannot read: {e}"),
         });
         let text = format!("{file}: cannot read: {e}");

@@ -314,9 +314,10 @@ pub struct CheckRulesArgs {
     /// file, each rule name two files define).
     #[arg(value_name = "PATH")]
     pub path: PathBuf,
-    /// `text`: `PATH:LINE: rule NAME: field FIELD: message` lines on stderr. `json`:
-    /// one JSON object on stdout, `{"file", "valid", "rules", "version", "errors":
-    /// [{"file", "line", "rule", "field", "message"}]}`, for CI annotations and
+    /// `text`: `PATH:LINE:COLUMN: rule NAME: field rules[N].FIELD: message` lines
+    /// on stderr, at the offending field. `json`: one JSON object on stdout,
+    /// `{"file", "valid", "rules", "version", "errors": [{"file", "line",
+    /// "column", "rule", "field", "path", "message"}]}`, for CI annotations and
     /// admission checks. The exit code is the same either way.
     #[arg(long, value_enum, default_value_t = CheckFormat::Text)]
     pub format: CheckFormat,

@@ -19,11 +19,11 @@ use serde_json::json;
 use crate::args::CheckFormat;
 
 /// Checks `path`. Text: prints `PATH: ok (N rules, version V)` on `out` when valid,
-/// else every problem as `PATH:LINE: rule NAME: field FIELD: what is wrong` on
-/// `err`. JSON: one object on `out` either way:
-/// `{"file", "valid", "rules", "version", "errors": [{"file", "line", "rule",
-/// "field", "message"}]}` (`column` too for YAML syntax errors; `rules` and
-/// `version` null when invalid). Returns the exit code: 0 valid, 1 invalid or
+/// else every problem as `PATH:LINE:COLUMN: rule NAME: field FIELD-PATH: what is
+/// wrong` on `err`. JSON: one object on `out` either way:
+/// `{"file", "valid", "rules", "version", "errors": [{"file", "line", "column",
+/// "rule", "field", "path", "message"}]}` (`rules` and `version` null when
+/// invalid). Returns the exit code: 0 valid, 1 invalid or
 /// unreadable.
 pub fn check_rules(
     path: &Path,
@@ -286,6 +286,7 @@ fn path_error(file: &str, message: String) -> RuleError {
         column: None,
         rule: None,
         field: "-".into(),
+        path: String::new(),
         message,
     }
 }

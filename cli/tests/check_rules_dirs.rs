@@ -23,11 +23,11 @@ fn a_directory_is_refused_with_the_agents_own_messages() {
     for (name, expected) in [
         (
             "two-files-one-name",
-            "search.yaml: field -: rule `checkout` is also defined in checkout.yaml, which owns it",
+            "search.yaml: rule `checkout` is also defined in checkout.yaml, which owns it",
         ),
         (
             "one-broken-among-good",
-            "search.yaml:3: rule search: field limit.per: `1 minute` is not a period",
+            "search.yaml:3:57: rule search: field rules[0].limit.per: `1 minute` is not a period",
         ),
     ] {
         let dir = fixture(name);

@@ -68,7 +68,7 @@ fn check_rules_good_and_bad() {
     assert_eq!(code, 1);
     assert!(
         stderr.starts_with(&format!(
-            "{path}:3: rule api: field limit.per: `1 minute` is not a period"
+            "{path}:3:54: rule api: field rules[0].limit.per: `1 minute` is not a period"
         )),
         "{stderr}"
     );
@@ -82,6 +82,8 @@ fn check_rules_good_and_bad() {
     assert_eq!(report["errors"][0]["line"], 3);
     assert_eq!(report["errors"][0]["rule"], "api");
     assert_eq!(report["errors"][0]["field"], "limit.per");
+    assert_eq!(report["errors"][0]["path"], "rules[0].limit.per");
+    assert_eq!(report["errors"][0]["column"], 54);
 
     let (code, _, stderr) = run(&mut meshlimit(&["check-rules", "/nonexistent/rules.yaml"]));
     assert_eq!(code, 1);

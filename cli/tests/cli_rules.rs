@@ -328,7 +328,8 @@ fn check_rules_warns_of_rules_that_expire_soon_or_have_expired() {
         (code, err)
     };
     assert!(
-        bad_err.contains("field expires: `tomorrow` is not a UTC instant"),
+        bad_err
+            .contains(":3:17: rule api: field rules[0].expires: `tomorrow` is not a UTC instant"),
         "{bad_err}"
     );
 }
@@ -381,7 +382,7 @@ fn explain_shows_a_rules_schedule_and_the_window_in_force() {
     assert_eq!(lines[2], "     schedule: window 0 in force", "{out}");
     assert_eq!(
         lines[3],
-        "     [0] top-of-hour  minutes 00:00-00:30 UTC  limit 100 per 1s (burst 1000)  (in force)"
+        "     [0] top-of-hour  minutes 00m00s-00m30s UTC  limit 100 per 1s (burst 1000)  (in force)"
     );
     assert_eq!(
         lines[4],
@@ -403,7 +404,7 @@ fn explain_shows_a_rules_schedule_and_the_window_in_force() {
     assert_eq!(row["window"], 1);
     assert_eq!(row["limit"]["requests"], 200);
     assert_eq!(row["schedule"][0]["name"], "top-of-hour");
-    assert_eq!(row["schedule"][0]["minutes"], "00:00-00:30");
+    assert_eq!(row["schedule"][0]["minutes"], "00m00s-00m30s");
     assert_eq!(row["schedule"][0]["days"], serde_json::Value::Null);
     assert_eq!(row["schedule"][0]["limit"]["burst"], 1000);
     assert_eq!(row["schedule"][1]["hours"], "09:00-17:00");
@@ -423,12 +424,12 @@ fn check_rules_refuses_a_broken_schedule_naming_the_field() {
     let (code, _, err) = run(&mut meshlimit(&["check-rules", &rules]));
     assert_eq!(code, 1, "{err}");
     assert!(
-        err.contains(":5: rule reports-per-api-key: field schedule[0].minutes: `first 30 seconds` is not a span"),
+        err.contains(":9:9: rule reports-per-api-key: field rules[0].schedule[0].minutes: `first 30 seconds` is not a span"),
         "{err}"
     );
     assert!(
         err.contains(
-            ":14: rule by-plan: field schedule: a rule with `plans` cannot have a schedule"
+            ":21:5: rule by-plan: field rules[1].schedule: a rule with `plans` cannot have a schedule"
         ),
         "{err}"
     );
@@ -449,7 +450,7 @@ fn check_rules_against_lists_a_schedule_change_and_refuses_its_tightening() {
     assert_eq!(code, 1, "{out}{err}");
     let all = format!("{out}{err}");
     assert!(
-        all.contains("~ rule reports-per-api-key: schedule [top-of-hour: minutes 00:00-00:30 UTC: 100 per 1 s (burst 1000); business-hours: hours 09:00-17:00 UTC on mon, tue, wed, thu, fri: 200 per 1 s (burst 200)] → [business-hours: hours 09:00-17:00 UTC on mon, tue, wed, thu, fri: 200 per 1 s (burst 200)]; tightest at Mon 00:00:00 UTC: 100 per 1 s (burst 1000) → 100 per 1 s (burst 100), ×0.10 — refused"),
+        all.contains("~ rule reports-per-api-key: schedule [top-of-hour: minutes 00m00s-00m30s UTC: 100 per 1 s (burst 1000); business-hours: hours 09:00-17:00 UTC on mon, tue, wed, thu, fri: 200 per 1 s (burst 200)] → [business-hours: hours 09:00-17:00 UTC on mon, tue, wed, thu, fri: 200 per 1 s (burst 200)]; tightest at Mon 00:00:00 UTC: 100 per 1 s (burst 1000) → 100 per 1 s (burst 100), ×0.10 — refused"),
         "{all}"
     );
     let (_, json, _) = run(&mut meshlimit(&[

@@ -292,6 +292,7 @@ fn file_error(file: &str, message: String) -> RuleError {
         column: None,
         rule: None,
         field: "-".into(),
+        path: String::new(),
         message,
     }
 }

@@ -122,7 +122,7 @@ async fn follows_a_configmap_symlink_swap_and_refuses_a_broken_file() {
     );
     let error = rules.last_error().unwrap();
     assert!(
-        error.contains("rules.yaml:3: rule api: field limit.per:"),
+        error.contains("rules.yaml:3:54: rule api: field rules[0].limit.per:"),
         "{error}"
     );
     let text = metrics.render().unwrap();

@@ -33,7 +33,7 @@ fn good_and_bad_files() {
     assert_eq!(code, 1);
     assert_eq!(
         err,
-        "PATH:3: rule a: field limit.requests: must be at least 1\n"
+        "PATH:3:38: rule a: field rules[0].limit.requests: must be at least 1\n"
     );
 }
 
@@ -79,7 +79,8 @@ fn json_names_file_line_rule_field_and_message() {
         seen,
         [
             (Some("PATH"), Some(3), Some("a"), Some("limt")),
-            (Some("PATH"), Some(4), Some("b"), Some("key[0]")),
+            // The line of the field, not of its rule.
+            (Some("PATH"), Some(5), Some("b"), Some("key[0]")),
             (Some("PATH"), Some(7), None, Some("extra")),
         ]
     );

@@ -174,7 +174,7 @@ rules:
     limit: { requests: 2, per: 1h }
     accuracy: exact
     schedule:
-      - { minutes: "00:10-00:20", requests: 100, per: 1s }
+      - { minutes: "00m10s-00m20s", requests: 100, per: 1s }
 "#,
     );
     let at = |secs: u64| {

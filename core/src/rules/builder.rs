@@ -4,7 +4,7 @@
 //! filter runs it a slice at a time between requests.
 
 use std::cmp::Ordering;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::compile::{compile_rule, SCHEMA_VERSION};
@@ -35,24 +35,26 @@ impl RuleSet {
         Self::compile_with(config, &[]).finish(version_of(config), None)
     }
 
-    /// [`RuleSet::compile_shared`], with each rule's line in the file (by
-    /// position; a missing entry is an unknown line): every error about a rule
-    /// carries it.
+    /// [`RuleSet::compile_shared`], with each rule's place in the file (its
+    /// position in `rules` and its line): every error about a rule carries them.
     #[cfg(feature = "yaml")]
     pub(crate) fn compile_at(
         config: RulesConfig,
-        lines: &[Option<usize>],
+        origins: &[(usize, Option<usize>)],
     ) -> Result<RuleSet, RulesError> {
-        let builder = Self::compile_with(&config, lines);
+        let builder = Self::compile_with(&config, origins);
         let version = version_of(&config);
         builder.finish(version, Some(Arc::new(config)))
     }
 
-    /// Every rule of `config` added to a builder.
-    fn compile_with(config: &RulesConfig, lines: &[Option<usize>]) -> RuleSetBuilder {
+    /// Every rule of `config` added to a builder, each with its position in
+    /// the file's `rules` and its line (by position in `config.rules`; the
+    /// position itself and an unknown line when missing).
+    fn compile_with(config: &RulesConfig, origins: &[(usize, Option<usize>)]) -> RuleSetBuilder {
         let mut builder = RuleSetBuilder::new(config);
         for (i, rule) in config.rules.iter().enumerate() {
-            builder.add(rule, lines.get(i).copied().flatten());
+            let (index, line) = origins.get(i).copied().unwrap_or((i, None));
+            builder.add_at(rule, index, line);
         }
         builder
     }
@@ -73,8 +75,9 @@ pub struct RuleSetBuilder {
     errors: Vec<RuleError>,
     defaults: DefaultsConfig,
     changes: ChangesConfig,
-    /// The names added, to find a duplicate.
-    seen: HashSet<String>,
+    /// The names added and the line each was first defined at, to find a
+    /// duplicate and say where the first one is.
+    seen: HashMap<String, Option<usize>>,
     rules: Vec<Rule>,
     added: usize,
     /// How far finishing the set has come (see [`RuleSetBuilder::finish_part`]).
@@ -141,7 +144,7 @@ impl RuleSetBuilder {
             errors,
             defaults: head.defaults.clone(),
             changes: head.changes.clone(),
-            seen: HashSet::new(),
+            seen: HashMap::new(),
             rules: Vec::with_capacity(head.rules.len()),
             added: 0,
             stage: Stage::Adding,
@@ -154,14 +157,29 @@ impl RuleSetBuilder {
     /// Compiles one rule (at `line` of its file, when known); its problems are
     /// kept for [`RuleSetBuilder::finish`].
     pub fn add(&mut self, rule: &RuleConfig, line: Option<usize>) {
+        self.add_at(rule, self.added, line);
+    }
+
+    /// [`RuleSetBuilder::add`] for the rule at position `index` of its file's
+    /// `rules`: each error's path (`rules[3].limit.per`) says so.
+    pub(crate) fn add_at(&mut self, rule: &RuleConfig, index: usize, line: Option<usize>) {
         self.added += 1;
         let mut rule_errors = Vec::new();
-        if !self.seen.insert(rule.name.clone()) {
-            rule_errors.push(RuleError::new(
+        match self.seen.get(&rule.name) {
+            Some(first) => rule_errors.push(RuleError::new(
                 Some(&rule.name),
                 "name",
-                "duplicate rule name",
-            ));
+                match first {
+                    Some(at) => format!(
+                        "duplicate rule name: `{}` is already the name of the rule at line {at}; names are unique in a file",
+                        rule.name
+                    ),
+                    None => "duplicate rule name: names are unique in a file".to_string(),
+                },
+            )),
+            None => {
+                self.seen.insert(rule.name.clone(), line);
+            }
         }
         match compile_rule(rule, &self.defaults) {
             Ok(r) => self.rules.push(r),
@@ -169,6 +187,7 @@ impl RuleSetBuilder {
         }
         self.errors.extend(rule_errors.into_iter().map(|mut e| {
             e.line = line;
+            e.path = super::error::child(&format!("rules[{index}]"), &e.field);
             e
         }));
     }
@@ -254,7 +273,7 @@ impl RuleSetBuilder {
                 let order = sort.finish(|a, b| by_name(rules, a, b));
                 self.by_name = Some(order.into_iter().map(|i| i as usize).collect());
                 // Every name is added by now: free the copies in this step too.
-                self.seen = HashSet::new();
+                self.seen = HashMap::new();
                 Stage::Done
             }
             Stage::Done => Stage::Done,

@@ -248,13 +248,18 @@ pub struct WindowConfig {
         )
     )]
     pub days: Option<Vec<String>>,
-    /// A span within every hour, `MM:SS-MM:SS` (UTC), from included to
-    /// excluded: `00:00-00:30` is the first 30 seconds of every hour; `to` may
-    /// be `60:00`, and a `to` before `from` runs into the next hour.
+    /// A span within every hour (UTC), from included to excluded: whole
+    /// minutes `MM-MM` (`00-30` is the first half hour of every hour), or to
+    /// the second `MMmSSs-MMmSSs` (`00m00s-00m30s` is its first 30 seconds);
+    /// `to` may be `60`, and a `to` before `from` runs into the next hour.
+    /// `MM:00` is a whole minute too; `MM:SS` with seconds is refused, as it
+    /// reads as minutes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(
         feature = "schema",
-        schemars(regex(pattern = r"^\s*[0-9]{2}:[0-9]{2}\s*-\s*[0-9]{2}:[0-9]{2}\s*$"))
+        schemars(regex(
+            pattern = r"^\s*[0-9]{2}(:00|m[0-9]{2}s)?\s*-\s*[0-9]{2}(:00|m[0-9]{2}s)?\s*$"
+        ))
     )]
     pub minutes: Option<String>,
     /// A span within every day, `HH:MM-HH:MM` (UTC), from included to

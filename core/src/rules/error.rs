@@ -1,6 +1,7 @@
 //! What is wrong with a rules file, said so a person can fix it:
-//! `PATH:LINE: rule NAME: field FIELD: what is wrong` (`PATH:LINE:COLUMN:` where
-//! the YAML itself is broken), and as JSON for tools (`check-rules --format json`).
+//! `FILE:LINE:COLUMN: rule NAME: field rules[3].limit.per: what is wrong`, at
+//! the offending field (`FILE:LINE:COLUMN: not valid YAML…` where the YAML
+//! itself is broken), and as JSON for tools (`check-rules --format json`).
 
 use std::fmt;
 
@@ -9,10 +10,11 @@ use std::fmt;
 pub struct RuleError {
     /// The file, as given on the command line (empty when checking text).
     pub file: String,
-    /// The line (1-based) the error is about: where its rule starts, where the
-    /// top-level field is, or where the YAML broke; `None` when not known.
+    /// The line (1-based) the error is about: where the offending field is
+    /// written (its mapping when it is missing), or where the YAML broke;
+    /// `None` when not known (rules compiled from values, not text).
     pub line: Option<usize>,
-    /// The column (1-based), for YAML syntax errors only.
+    /// The column (1-based) on that line, when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub column: Option<usize>,
     /// The rule's name (or `#N`, its position, when it has no usable name);
@@ -20,6 +22,10 @@ pub struct RuleError {
     pub rule: Option<String>,
     /// The field, as a path inside the rule (`limit.per`, `key[1]`), or `-`.
     pub field: String,
+    /// The field's path in the file (`rules[3].limit.per`, `defaults.mode`);
+    /// empty for a problem of the file as a whole (not YAML, unreadable).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub path: String,
     pub message: String,
 }
 
@@ -41,6 +47,7 @@ impl RuleError {
             column: None,
             rule: rule.map(str::to_string),
             field: field.into(),
+            path: String::new(),
             message: message.into(),
         }
     }
@@ -92,7 +99,15 @@ impl fmt::Display for RuleError {
         if let Some(rule) = &self.rule {
             write!(f, "rule {rule}: ")?;
         }
-        write!(f, "field {}: {}", self.field, self.message)
+        let field = match (self.path.as_str(), self.field.as_str()) {
+            ("", "" | "-") => None,
+            ("", field) => Some(field),
+            (path, _) => Some(path),
+        };
+        match field {
+            Some(field) => write!(f, "field {field}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
     }
 }
 
@@ -100,5 +115,16 @@ impl fmt::Display for RulesError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let lines: Vec<String> = self.errors.iter().map(ToString::to_string).collect();
         f.write_str(&lines.join("\n"))
+    }
+}
+
+/// The path of `field` below `parent` (`rules[3]` and `limit.per`:
+/// `rules[3].limit.per`; an empty or `-` field: the parent itself).
+pub(crate) fn child(parent: &str, field: &str) -> String {
+    match field {
+        "" | "-" => parent.to_string(),
+        _ if parent.is_empty() => field.to_string(),
+        _ if field.starts_with('[') => format!("{parent}{field}"),
+        _ => format!("{parent}.{field}"),
     }
 }

@@ -18,7 +18,10 @@ pub mod schedule;
 #[cfg(feature = "schema")]
 pub mod schema;
 mod stepsort;
+
 pub mod trial;
+#[cfg(feature = "yaml")]
+mod wording;
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;

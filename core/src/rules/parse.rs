@@ -21,7 +21,7 @@ use serde_saphyr::granit_parser;
 
 use super::compile::SCHEMA_VERSION;
 use super::config::{ChangesConfig, DefaultsConfig, RuleConfig, RulesConfig};
-use super::error::{RuleError, RulesError};
+use super::error::{child, RuleError, RulesError};
 use super::RuleSet;
 
 /// The largest rules file read: 4 MiB, above the biggest rule sets seen (20,000
@@ -169,17 +169,129 @@ fn check_bounds(text: &str) -> Result<Lines, RulesError> {
     Ok(lines)
 }
 
-/// Deserialises one part of the file, naming the field path (under `prefix`) on error.
+/// Points each error at its field: the line and column where the field's
+/// name is written (a list item's first character), or where the nearest
+/// written field above it is (a missing field's mapping). A second scan of
+/// the text, made only for a refused file, keeping only the places asked for.
+fn place_fields(text: &str, errors: &mut [RuleError]) {
+    let mut wanted = std::collections::HashSet::new();
+    for e in errors.iter().filter(|e| !e.path.is_empty()) {
+        wanted.extend(prefixes(&e.path));
+    }
+    if wanted.is_empty() {
+        return;
+    }
+    let places = field_places(text, &wanted);
+    for e in errors.iter_mut().filter(|e| !e.path.is_empty()) {
+        let found = prefixes(&e.path)
+            .into_iter()
+            .rev()
+            .find_map(|p| places.get(&p).copied());
+        if let Some((line, column)) = found {
+            e.line = Some(line);
+            e.column = Some(column);
+        }
+    }
+}
+
+/// `rules[3].limit.per`, then each path above it: `rules`, `rules[3]`,
+/// `rules[3].limit`, `rules[3].limit.per` (outermost first).
+fn prefixes(path: &str) -> Vec<String> {
+    let mut out: Vec<String> = path
+        .char_indices()
+        .filter(|(i, c)| *i > 0 && (*c == '.' || *c == '['))
+        .map(|(i, _)| path[..i].to_string())
+        .collect();
+    out.push(path.to_string());
+    out
+}
+
+/// One open collection during [`field_places`]' scan, with its path.
+enum Open {
+    /// A mapping; `key` is the key whose value comes next (`None`: a key comes next).
+    Map { path: String, key: Option<String> },
+    /// A sequence; `next` is the position of its next item.
+    Seq { path: String, next: usize },
+}
+
+/// Where each of `wanted`'s paths is written in `text`: (line, column), 1-based.
+fn field_places(
+    text: &str,
+    wanted: &std::collections::HashSet<String>,
+) -> BTreeMap<String, (usize, usize)> {
+    use granit_parser::Event;
+    let mut places = BTreeMap::new();
+    let mut stack: Vec<Open> = Vec::new();
+    for event in granit_parser::Parser::new_from_str(text) {
+        let Ok((event, span)) = event else { break };
+        let at = (span.start.line(), span.start.col() + 1);
+        let mut note = |path: String| {
+            if wanted.contains(&path) {
+                places.entry(path).or_insert(at);
+            }
+        };
+        let node_path = match &event {
+            Event::Scalar(..) | Event::SequenceStart(..) | Event::MappingStart(..) => {
+                let key = match &event {
+                    Event::Scalar(v, ..) => v.to_string(),
+                    _ => String::new(),
+                };
+                step_into(&mut stack, key, &mut note)
+            }
+            _ => None,
+        };
+        match event {
+            Event::MappingStart(..) => stack.push(Open::Map {
+                path: node_path.unwrap_or_default(),
+                key: None,
+            }),
+            Event::SequenceStart(..) => stack.push(Open::Seq {
+                path: node_path.unwrap_or_default(),
+                next: 0,
+            }),
+            Event::MappingEnd | Event::SequenceEnd => {
+                stack.pop();
+            }
+            Event::DocumentEnd | Event::StreamEnd => break,
+            _ => {}
+        }
+    }
+    places
+}
+
+/// A node starts inside the innermost open collection: a mapping's key (its
+/// text `key`; the field's place is noted, and `None` returned), or a value,
+/// whose path is returned (a list item's place is noted too).
+fn step_into(stack: &mut [Open], key: String, note: &mut impl FnMut(String)) -> Option<String> {
+    match stack.last_mut() {
+        Some(Open::Map { path, key: next }) => match next.take() {
+            None => {
+                note(child(path, &key));
+                *next = Some(key);
+                None
+            }
+            Some(k) => Some(child(path, &k)),
+        },
+        Some(Open::Seq { path, next }) => {
+            let item = format!("{path}[{next}]");
+            *next += 1;
+            note(item.clone());
+            Some(item)
+        }
+        None => Some(String::new()),
+    }
+}
+
+/// Deserialises one part of the file; on error, the field's path in the file
+/// (under `prefix`) and what is wrong, in the file's words.
 fn part<T: DeserializeOwned>(value: Value, prefix: &str) -> Result<T, (String, String)> {
     serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
         let path = e.path().to_string();
-        let field = match (prefix, path.as_str()) {
-            (_, ".") => prefix.to_string(),
-            ("", _) => path,
-            _ if path.starts_with('[') => format!("{prefix}{path}"),
-            _ => format!("{prefix}.{path}"),
+        let field = match path.as_str() {
+            "." => prefix.to_string(),
+            _ => child(prefix, &path),
         };
-        (field, e.into_inner().to_string())
+        super::wording::reword(&field, &e.into_inner().to_string())
     })
 }
 
@@ -237,7 +349,8 @@ fn parse_and_compile(text: &str, lines: &Lines) -> Result<RuleSet, RulesError> {
     let mut errors = Vec::new();
     let top_error = |field: String, message: String| {
         let line = lines.top_level(&field);
-        let error = RuleError::new(None, field, message);
+        let mut error = RuleError::new(None, field.clone(), message);
+        error.path = field;
         match line {
             Some(line) => error.at_line(line),
             None => error,
@@ -287,37 +400,49 @@ fn parse_and_compile(text: &str, lines: &Lines) -> Result<RuleSet, RulesError> {
             .iter()
             .any(|e| e.rule.is_none() && e.field.starts_with(field));
         if !got && !refused {
-            errors.push(RuleError::new(None, field, format!("missing field `{field}`")).at_line(1));
+            let (path, message) = super::wording::reword("", &format!("missing field `{field}`"));
+            let mut error = RuleError::new(None, field, message).at(1, 1);
+            error.path = path;
+            errors.push(error);
         }
     }
     let rules_given = raw_rules.is_some();
     let mut rules = Vec::new();
-    // The position in the file of each rule that deserialised.
-    let mut rule_lines = Vec::new();
+    // The place in the file (position in `rules`, line) of each rule that
+    // deserialised.
+    let mut origins = Vec::new();
     for (i, raw) in raw_rules.unwrap_or_default().into_iter().enumerate() {
         let name = raw
             .get("name")
             .and_then(Value::as_str)
             .map_or_else(|| format!("#{}", i + 1), str::to_string);
-        match part::<RuleConfig>(raw, "") {
+        let at = format!("rules[{i}]");
+        let rule_error = |path: String, message: String| {
+            let field = path.strip_prefix(at.as_str()).unwrap_or(&path);
+            let field = field.strip_prefix('.').unwrap_or(field);
+            let mut error = RuleError::new(
+                Some(&name),
+                if field.is_empty() { "-" } else { field },
+                message,
+            );
+            error.path = path;
+            match lines.rule(i) {
+                Some(line) => error.at_line(line),
+                None => error,
+            }
+        };
+        match part::<RuleConfig>(raw, &at) {
             Ok(rule) if rule.name.ends_with(super::trial::TRIAL_SUFFIX) => {
-                let error = RuleError::new(Some(&name), "name", super::trial::reserved_name(&name));
-                errors.push(match lines.rule(i) {
-                    Some(line) => error.at_line(line),
-                    None => error,
-                });
+                errors.push(rule_error(
+                    child(&at, "name"),
+                    super::trial::reserved_name(&name),
+                ));
             }
             Ok(rule) => {
                 rules.push(rule);
-                rule_lines.push(lines.rule(i));
+                origins.push((i, lines.rule(i)));
             }
-            Err((field, message)) => {
-                let error = RuleError::new(Some(&name), field, message);
-                errors.push(match lines.rule(i) {
-                    Some(line) => error.at_line(line),
-                    None => error,
-                });
-            }
+            Err((path, message)) => errors.push(rule_error(path, message)),
         }
     }
     // "at least one rule" is no news when `rules` is missing or some did not parse.
@@ -330,23 +455,27 @@ fn parse_and_compile(text: &str, lines: &Lines) -> Result<RuleSet, RulesError> {
         rules,
         changes: changes.unwrap_or_default(),
     };
-    let mut compile_errors = match RuleSet::compile_at(config, &rule_lines) {
+    let mut compile_errors = match RuleSet::compile_at(config, &origins) {
         // Rules left out: the file is refused even if the rest compiles.
         Ok(set) if errors.is_empty() => return Ok(set),
         Ok(_) => Vec::new(),
         Err(e) => e.errors,
     };
     for e in &mut compile_errors {
-        if e.line.is_none() && e.rule.is_none() {
-            e.line = lines.top_level(&e.field);
+        if e.rule.is_none() {
+            e.path = e.field.clone();
+            if e.line.is_none() {
+                e.line = lines.top_level(&e.field);
+            }
         }
     }
     if rules_reported {
         compile_errors.retain(|e| !(e.rule.is_none() && e.field == "rules"));
     }
     errors.append(&mut compile_errors);
+    place_fields(text, &mut errors);
     // The file's order; errors without a line (none expected) last.
-    errors.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
+    errors.sort_by_key(|e| (e.line.unwrap_or(usize::MAX), e.column.unwrap_or(0)));
     Err(RulesError { errors })
 }
 
@@ -376,10 +505,7 @@ mod tests {
         let err = parse_rules("r.yaml", &text).unwrap_err();
         assert_eq!(err.errors.len(), 1, "{err}");
         let msg = err.to_string();
-        assert!(
-            msg.starts_with("r.yaml:2:10: field -: YAML aliases"),
-            "{msg}"
-        );
+        assert!(msg.starts_with("r.yaml:2:10: YAML aliases"), "{msg}");
         // An anchor alone is harmless and accepted; JSON stays accepted.
         let anchored = GOOD.replace("key: [method]", "key: &k [method]");
         assert!(parse_rules("r.yaml", &anchored).is_ok());
@@ -394,7 +520,7 @@ mod tests {
         let err = parse_rules("r.yaml", "version: 1\nrules: [\n").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "r.yaml:2:8: field -: not valid YAML or JSON: unclosed bracket '[' at line 2, column 8"
+            "r.yaml:2:8: not valid YAML or JSON: unclosed bracket '[' at line 2, column 8"
         );
         let err = read_yaml::<Vec<u32>>("[1, x]").unwrap_err();
         assert_eq!(err, "invalid u32 at line 1, column 5");
@@ -408,7 +534,8 @@ mod tests {
         let e = &err.errors[0];
         assert_eq!(
             (e.rule.as_deref(), e.line),
-            (Some("broken"), Some(6)),
+            // The line of the unknown field, not of the rule.
+            (Some("broken"), Some(9)),
             "{err}"
         );
         assert!(err.to_string().contains("colour"), "{err}");

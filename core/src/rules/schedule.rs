@@ -1,6 +1,7 @@
 //! Schedules: time windows in which a rule has another limit (ten times the
 //! burst during the first 30 seconds of every hour, say, for the top-of-the-hour
-//! rush). A window is a span within every hour (`minutes: "00:00-00:30"`) or
+//! rush). A window is a span within every hour (`minutes: "00-30"`, or to the
+//! second `minutes: "00m00s-00m30s"`) or
 //! within every day (`hours: "09:00-17:00"`), in UTC, optionally only on some
 //! days of the week; the first window that covers an instant gives the limit in
 //! force, and outside every window the rule's own limit applies.
@@ -53,7 +54,7 @@ pub struct Span {
 /// Which kind of span a window has: within the hour or within the day.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SpanKind {
-    /// `minutes: "MM:SS-MM:SS"`, every hour.
+    /// `minutes: "MM-MM"` (or `MMmSSs-MMmSSs`), every hour.
     Minutes,
     /// `hours: "HH:MM-HH:MM"`, every day.
     Hours,
@@ -78,10 +79,62 @@ impl SpanKind {
 
     fn example(self) -> &'static str {
         match self {
-            SpanKind::Minutes => "`00:00-00:30` (MM:SS-MM:SS within every hour, up to 60:00)",
+            SpanKind::Minutes => "`00-30` (minutes MM-MM within every hour, up to 60), or to the second `00m00s-00m30s`",
             SpanKind::Hours => "`09:00-17:30` (HH:MM-HH:MM within every day, up to 24:00)",
         }
     }
+
+    /// One end of a span, in seconds into the period: `HH:MM` of a day;
+    /// `MM`, `MMmSSs` or `MM:00` of an hour. `MM:SS` with seconds is refused:
+    /// `00:00-00:30` reads as half an hour and would be 30 seconds.
+    fn at(self, text: &str, t: &str) -> Result<u64, String> {
+        let bad = || {
+            format!(
+                "`{text}` is not a span: write FROM-TO as {}",
+                self.example()
+            )
+        };
+        let two = |s: &str| {
+            (s.len() == 2 && s.bytes().all(|c| c.is_ascii_digit()))
+                .then(|| s.parse::<u64>().ok())
+                .flatten()
+        };
+        let t = t.trim();
+        let (big, small) = match self {
+            SpanKind::Hours => {
+                let (h, m) = t.split_once(':').ok_or_else(bad)?;
+                (two(h).ok_or_else(bad)?, two(m).ok_or_else(bad)?)
+            }
+            SpanKind::Minutes => match (t.split_once(':'), t.strip_suffix('s')) {
+                (Some((m, s)), _) => match (two(m), two(s)) {
+                    (Some(m), Some(0)) => (m, 0),
+                    (Some(_), Some(s)) if s < 60 => return Err(ambiguous(text)),
+                    _ => return Err(bad()),
+                },
+                (None, Some(ms)) => {
+                    let (m, s) = ms.split_once('m').ok_or_else(bad)?;
+                    (two(m).ok_or_else(bad)?, two(s).ok_or_else(bad)?)
+                }
+                (None, None) => (two(t).ok_or_else(bad)?, 0),
+            },
+        };
+        let (unit, sub) = self.units();
+        let secs = big * unit + small * sub;
+        (small < 60 && secs <= self.period())
+            .then_some(secs)
+            .ok_or_else(bad)
+    }
+}
+
+/// Why `minutes: "MM:SS-MM:SS"` with seconds is refused, and how to write it.
+fn ambiguous(text: &str) -> String {
+    let minutes = text.replace(':', "m").replace('-', "s-");
+    format!(
+        "`{text}` reads as minutes of a clock but `MM:SS` counts seconds (`00:00-00:30` \
+         would be 30 seconds, not half an hour): write whole minutes as `MM-MM` (`00-30`), or \
+         seconds with their units, `{}s`",
+        minutes.trim_end_matches('s')
+    )
 }
 
 impl Span {
@@ -89,27 +142,14 @@ impl Span {
     /// hour (day) into the next; `FROM` equal to `TO` is refused (an empty or
     /// a whole span is said better otherwise).
     pub fn parse(text: &str, kind: SpanKind) -> Result<Span, String> {
-        let bad = || {
+        let (from, to) = text.split_once('-').ok_or_else(|| {
             format!(
                 "`{text}` is not a span: write FROM-TO as {}",
                 kind.example()
             )
-        };
-        let (from, to) = text.split_once('-').ok_or_else(bad)?;
+        })?;
         let period = kind.period();
-        let at = |t: &str| -> Option<u64> {
-            let (a, b) = t.trim().split_once(':')?;
-            let whole = |s: &str| {
-                (s.len() == 2 && s.bytes().all(|c| c.is_ascii_digit()))
-                    .then(|| s.parse::<u64>().ok())
-                    .flatten()
-            };
-            let (a, b) = (whole(a)?, whole(b)?);
-            let (big, small) = kind.units();
-            let secs = a * big + b * small;
-            (b < 60 && secs <= period).then_some(secs)
-        };
-        let (from, to) = (at(from).ok_or_else(bad)?, at(to).ok_or_else(bad)?);
+        let (from, to) = (kind.at(text, from)?, kind.at(text, to)?);
         if from == period {
             return Err(format!(
                 "`{text}`: a span cannot open at the end of the period; write {}",
@@ -133,20 +173,20 @@ impl Span {
         (ago, ago < self.len)
     }
 
-    /// The span as written, `FROM-TO` with its kind's units.
+    /// The span as it is written: `HH:MM-HH:MM` of a day; `MM-MM` of an
+    /// hour, or `MMmSSs-MMmSSs` when an end is not a whole minute.
     pub fn text(&self) -> String {
-        let kind = if self.period == DAY {
-            SpanKind::Hours
-        } else {
-            SpanKind::Minutes
-        };
-        let (big, small) = kind.units();
-        let show = |s: u64| format!("{:02}:{:02}", s / big, (s % big) / small);
         let to = self.from + self.len;
         let to = if to > self.period {
             to - self.period
         } else {
             to
+        };
+        let whole = self.from.is_multiple_of(60) && to.is_multiple_of(60);
+        let show = |s: u64| match (self.period == DAY, whole) {
+            (true, _) => format!("{:02}:{:02}", s / 3_600, (s % 3_600) / 60),
+            (false, true) => format!("{:02}", s / 60),
+            (false, false) => format!("{:02}m{:02}s", s / 60, s % 60),
         };
         format!("{}-{}", show(self.from), show(to))
     }

@@ -57,7 +57,7 @@ fn an_edited_rules_file_applies_without_restart_and_a_broken_one_is_refused() {
     );
     let log = stack.agent.stderr();
     assert!(
-        log.contains("rule per-key: field limit.pr: unknown field `pr`"),
+        log.contains("rule per-key: field rules[0].limit.pr: unknown field `pr`"),
         "agent log:\n{log}"
     );
     let statuses = stack.statuses(10, "/", &[("x-api-key", "third")]);

@@ -17,9 +17,9 @@ fn unix_now() -> f64 {
         .as_secs_f64()
 }
 
-/// `MM:SS` of Unix second `t` within its hour.
+/// `MMmSSs` of Unix second `t` within its hour (a schedule span to the second).
 fn mm_ss(t: u64) -> String {
-    format!("{:02}:{:02}", t % 3_600 / 60, t % 60)
+    format!("{:02}m{:02}s", t % 3_600 / 60, t % 60)
 }
 
 /// How long from now until Unix second `t`.

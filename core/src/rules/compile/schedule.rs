@@ -75,7 +75,7 @@ pub(super) fn compile_schedule(
             (None, None) => {
                 err(
                     &field,
-                    "a window needs `minutes: \"MM:SS-MM:SS\"` (within every hour) or `hours: \"HH:MM-HH:MM\"` (within every day)".into(),
+                    "a window needs `minutes: \"MM-MM\"` (within every hour) or `hours: \"HH:MM-HH:MM\"` (within every day)".into(),
                 );
                 None
             }

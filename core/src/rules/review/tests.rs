@@ -134,7 +134,7 @@ fn a_schedule_that_tightens_an_enforced_limit_is_refused_like_any_tightening() {
             "api",
             100,
             serde_json::json!({"schedule": [
-                {"name": "rush", "minutes": "00:00-00:30", "burst": burst, "days": days}
+                {"name": "rush", "minutes": "00m00s-00m30s", "burst": burst, "days": days}
             ]}),
         )
     };
@@ -157,7 +157,7 @@ fn a_schedule_that_tightens_an_enforced_limit_is_refused_like_any_tightening() {
     assert_eq!(at, "Mon 00:00:00 UTC");
     let text = c[0].to_string();
     assert!(
-        text.starts_with("~ rule api: schedule [rush: minutes 00:00-00:30 UTC on mon: 100 per 1 s (burst 1000)] → [none]; tightest at Mon 00:00:00 UTC: 100 per 1 s (burst 1000) → 100 per 1 s (burst 100), ×0.10 — refused"),
+        text.starts_with("~ rule api: schedule [rush: minutes 00m00s-00m30s UTC on mon: 100 per 1 s (burst 1000)] → [none]; tightest at Mon 00:00:00 UTC: 100 per 1 s (burst 1000) → 100 per 1 s (burst 100), ×0.10 — refused"),
         "{text}"
     );
     // A smaller rush burst, within the maximum: listed, not refused.

@@ -36,7 +36,7 @@ fn weekdays_start_on_monday() {
 
 #[test]
 fn spans_read_from_included_to_excluded() {
-    let w = window(&[], SpanKind::Minutes, "00:00-00:30");
+    let w = window(&[], SpanKind::Minutes, "00m00s-00m30s");
     // The first 30 seconds of every hour, 00:00:00 to 00:00:29.
     assert!(w.covers(at("2026-12-01T09:00:00Z")));
     assert!(w.covers(at("2026-12-01T09:00:29Z")));
@@ -73,7 +73,7 @@ fn a_span_that_runs_past_its_period_belongs_to_the_day_it_opened() {
     assert!(!w.covers(at("2026-12-01T23:30:00Z")), "Tuesday 23:30");
     assert_eq!(w.span().text(), "23:00-01:00");
     // Across the hour: the last and first 30 seconds, opened on Sunday.
-    let w = window(&["sun"], SpanKind::Minutes, "59:30-00:30");
+    let w = window(&["sun"], SpanKind::Minutes, "59m30s-00m30s");
     assert!(w.covers(at("2026-12-06T23:59:40Z")));
     assert!(
         w.covers(at("2026-12-07T00:00:10Z")),
@@ -111,7 +111,7 @@ fn the_week_wraps_from_sunday_to_monday() {
 #[test]
 fn the_first_window_that_covers_an_instant_wins() {
     let s = Schedule::new(vec![
-        window(&["mon"], SpanKind::Minutes, "00:00-00:30"),
+        window(&["mon"], SpanKind::Minutes, "00m00s-00m30s"),
         window(&[], SpanKind::Minutes, "00:00-01:00"),
     ]);
     let ns = |t: &str| at(t) * NANOS_PER_SEC;
@@ -129,7 +129,7 @@ fn the_first_window_that_covers_an_instant_wins() {
 #[test]
 fn a_denial_lasts_no_longer_than_the_next_edge() {
     let s = Schedule::new(vec![
-        window(&[], SpanKind::Minutes, "00:00-00:30"),
+        window(&[], SpanKind::Minutes, "00m00s-00m30s"),
         window(&["sat"], SpanKind::Hours, "09:00-17:00"),
     ]);
     let ns = |t: &str| at(t) * NANOS_PER_SEC;
@@ -160,8 +160,10 @@ fn bad_spans_are_refused_with_the_form_to_write() {
     for (text, kind) in [
         ("00:00", SpanKind::Minutes),
         ("0:00-0:30", SpanKind::Minutes),
-        ("00:60-01:00", SpanKind::Minutes),
-        ("00:00-60:01", SpanKind::Minutes),
+        ("00m60s-01m00s", SpanKind::Minutes),
+        ("00m00s-60m01s", SpanKind::Minutes),
+        ("00-61", SpanKind::Minutes),
+        ("0-30", SpanKind::Minutes),
         ("61:00-62:00", SpanKind::Minutes),
         ("first 30 seconds", SpanKind::Minutes),
         ("09:00-25:00", SpanKind::Hours),
@@ -178,10 +180,10 @@ fn bad_spans_are_refused_with_the_form_to_write() {
         .contains("cannot open at the end"));
     // Spaces around the parts are allowed.
     assert_eq!(
-        Span::parse(" 00:00 - 00:30 ", SpanKind::Minutes)
+        Span::parse(" 00m00s - 00m30s ", SpanKind::Minutes)
             .unwrap()
             .text(),
-        "00:00-00:30"
+        "00m00s-00m30s"
     );
 }
 
@@ -210,7 +212,10 @@ fn whole(kind: SpanKind, frac: f64) -> u64 {
 /// The span from `from` to `to` (seconds into the period), parsed from its text.
 fn span(kind: SpanKind, from: u64, to: u64) -> Span {
     let (big, small) = kind.units();
-    let show = |s: u64| format!("{:02}:{:02}", s / big, s % big / small);
+    let show = |s: u64| match kind {
+        SpanKind::Hours => format!("{:02}:{:02}", s / big, s % big / small),
+        SpanKind::Minutes => format!("{:02}m{:02}s", s / big, s % big / small),
+    };
     Span::parse(&format!("{}-{}", show(from), show(to)), kind).unwrap()
 }
 
@@ -267,4 +272,23 @@ proptest! {
         prop_assert!(edges.contains(&in_week(open)));
         prop_assert!(edges.contains(&in_week(open + len)));
     }
+}
+
+#[test]
+fn minutes_read_as_they_are_written_and_seconds_say_their_unit() {
+    let len = |text: &str| {
+        let s = Span::parse(text, SpanKind::Minutes).unwrap();
+        (s.len, s.text())
+    };
+    // Whole minutes: `00-30` is the first half hour; `MM:00` is whole minutes too.
+    assert_eq!(len("00-30"), (1_800, "00-30".to_string()));
+    assert_eq!(len("15:00-45:00"), (1_800, "15-45".to_string()));
+    assert_eq!(len("50-10"), (1_200, "50-10".to_string()));
+    // To the second, with units.
+    assert_eq!(len("00m00s-00m30s"), (30, "00m00s-00m30s".to_string()));
+    // `MM:SS` with seconds reads as half an hour and would be 30 s: refused,
+    // naming both spellings.
+    let e = Span::parse("00:00-00:30", SpanKind::Minutes).unwrap_err();
+    assert!(e.contains("`00-30`"), "{e}");
+    assert!(e.contains("`00m00s-00m30s`"), "{e}");
 }

@@ -167,19 +167,21 @@ fn bad_metadata_and_plans_are_named() {
     .unwrap_err()
     .to_string();
     assert!(
-        err.contains("rule a: field key[0].metadata: filter `` is not a filter name"),
+        err.contains("rule a: field rules[0].key[0].metadata: filter `` is not a filter name"),
         "{err}"
     );
     assert!(
-        err.contains("rule b: field key[0].claim: field `` is not a field name"),
+        err.contains("rule b: field rules[1].key[0].claim: field `` is not a field name"),
         "{err}"
     );
     assert!(
-        err.contains("rule c: field plans: give exactly one of `header`, `claim` or `metadata`"),
+        err.contains(
+            "rule c: field rules[2].plans: give exactly one of `header`, `claim` or `metadata`"
+        ),
         "{err}"
     );
     assert!(
-        err.contains("rule d: field match.cluster: `a*b` is not a name or `*suffix`"),
+        err.contains("rule d: field rules[3].match.cluster: `a*b` is not a name or `*suffix`"),
         "{err}"
     );
 }

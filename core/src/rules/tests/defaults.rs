@@ -80,17 +80,16 @@ fn a_rule_or_the_defaults_choose_the_algorithm_and_a_window_refuses_a_burst() {
         Err(e) => e.errors.iter().map(ToString::to_string).collect(),
     };
     assert!(
-        errors
-            .iter()
-            .any(|e| e
-                .contains("rule a: field limit.burst: `burst: 9` applies to `token_bucket` only")),
+        errors.iter().any(|e| e.contains(
+            "rule a: field rules[0].limit.burst: `burst: 9` applies to `token_bucket` only"
+        )),
         "{errors:?}"
     );
     assert!(
-        errors
-            .iter()
-            .any(|e| e.contains("rule b: field plans.limits.free.burst:")
-                && e.contains("`sliding_window`")),
+        errors.iter().any(
+            |e| e.contains("rule b: field rules[1].plans.limits.free.burst:")
+                && e.contains("`sliding_window`")
+        ),
         "{errors:?}"
     );
 }

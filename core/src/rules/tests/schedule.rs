@@ -70,9 +70,9 @@ fn a_broken_schedule_is_refused_naming_the_rule_and_field() {
     let e = crate::rules::parse_rules("s.yaml", BROKEN).unwrap_err();
     let lines: Vec<String> = e.errors.iter().map(ToString::to_string).collect();
     for want in [
-        "s.yaml:5: rule reports-per-api-key: field schedule[0].minutes: `first 30 seconds` is not a span: write FROM-TO as `00:00-00:30` (MM:SS-MM:SS within every hour, up to 60:00)",
-        "s.yaml:5: rule reports-per-api-key: field schedule[1].days[0]: `monday` is not a day: write mon, tue, wed, thu, fri, sat or sun",
-        "s.yaml:14: rule by-plan: field schedule: a rule with `plans` cannot have a schedule: give it `limit`, or write the windowed limit as a rule of its own",
+        "s.yaml:9:9: rule reports-per-api-key: field rules[0].schedule[0].minutes: `first 30 seconds` is not a span: write FROM-TO as `00-30` (minutes MM-MM within every hour, up to 60), or to the second `00m00s-00m30s`",
+        "s.yaml:11:16: rule reports-per-api-key: field rules[0].schedule[1].days[0]: `monday` is not a day: write mon, tue, wed, thu, fri, sat or sun",
+        "s.yaml:21:5: rule by-plan: field rules[1].schedule: a rule with `plans` cannot have a schedule: give it `limit`, or write the windowed limit as a rule of its own",
     ] {
         assert!(lines.iter().any(|l| l == want), "want {want}\ngot {lines:#?}");
     }
@@ -80,7 +80,7 @@ fn a_broken_schedule_is_refused_naming_the_rule_and_field() {
     // Each window's limit is checked as a rule's is.
     for (window, field, message) in [
         (
-            serde_json::json!({"minutes": "00:00-00:30"}),
+            serde_json::json!({"minutes": "00m00s-00m30s"}),
             "schedule[0]",
             "a window changes nothing",
         ),
@@ -90,32 +90,32 @@ fn a_broken_schedule_is_refused_naming_the_rule_and_field() {
             "a window needs `minutes",
         ),
         (
-            serde_json::json!({"minutes": "00:00-00:30", "hours": "09:00-10:00", "burst": 5}),
+            serde_json::json!({"minutes": "00m00s-00m30s", "hours": "09:00-10:00", "burst": 5}),
             "schedule[0]",
             "not both",
         ),
         (
-            serde_json::json!({"minutes": "00:00-00:30", "burst": 0}),
+            serde_json::json!({"minutes": "00m00s-00m30s", "burst": 0}),
             "schedule[0].burst",
             "must be at least 1",
         ),
         (
-            serde_json::json!({"minutes": "00:00-00:30", "per": "1 hour"}),
+            serde_json::json!({"minutes": "00m00s-00m30s", "per": "1 hour"}),
             "schedule[0].per",
             "is not a period",
         ),
         (
-            serde_json::json!({"minutes": "00:00-00:30", "burst": 1}),
+            serde_json::json!({"minutes": "00m00s-00m30s", "burst": 1}),
             "cost",
             "above the burst 1 of `schedule[0]`",
         ),
         (
-            serde_json::json!({"minutes": "00:00-00:30", "days": [], "burst": 5}),
+            serde_json::json!({"minutes": "00m00s-00m30s", "days": [], "burst": 5}),
             "schedule[0].days",
             "opens on no day",
         ),
         (
-            serde_json::json!({"minutes": "00:00-00:30", "name": "Top", "burst": 5}),
+            serde_json::json!({"minutes": "00m00s-00m30s", "name": "Top", "burst": 5}),
             "schedule[0].name",
             "[a-z0-9._-]",
         ),
@@ -138,7 +138,7 @@ fn a_broken_schedule_is_refused_naming_the_rule_and_field() {
 fn a_rule_has_at_most_32_windows() {
     let with = |n: usize| {
         let windows: Vec<_> = (0..n)
-            .map(|i| serde_json::json!({"minutes": format!("{i:02}:00-{i:02}:30"), "requests": 50}))
+            .map(|i| serde_json::json!({"minutes": format!("{i:02}m00s-{i:02}m30s"), "requests": 50}))
             .collect();
         compile(serde_json::json!({"version": 1, "rules": [
             {"name": "many", "key": ["method"], "limit": {"requests": 10, "per": "1s"},

@@ -45,9 +45,10 @@ const TOP_LEVEL: [&str; 4] = ["version", "defaults", "rules", "changes"];
 /// Every problem of the file is reported in one pass: a rule that does not
 /// deserialise (an unknown field, a wrong type) is reported and left out, and the
 /// rules that did are still compiled and checked, so a parse error hides no
-/// compile error of another rule. Errors carry the line of what they are about
-/// (the rule's first line, the top-level field's line, or where the YAML broke)
-/// and come in the file's order.
+/// compile error of another rule. Errors carry the field's path in the file
+/// and the line and column where it is written (its mapping's when it is
+/// missing; where the YAML broke for a syntax error), and come in the file's
+/// order.
 pub fn parse_rules(file: &str, text: &str) -> Result<RuleSet, RulesError> {
     check_bounds(text)
         .and_then(|lines| parse_and_compile(text, &lines))
@@ -62,7 +63,8 @@ pub fn check_yaml_text(file: &str, text: &str) -> Result<(), RulesError> {
 }
 
 /// Where things start in the text, from the event scan: the top-level keys' lines
-/// and each rule's first line (1-based), in order.
+/// and each rule's first line (1-based), in order; an error's line when its
+/// field's own place is not found.
 #[derive(Debug, Default)]
 struct Lines {
     top_level: BTreeMap<String, usize>,

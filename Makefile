@@ -295,7 +295,9 @@ MUTANTS_AGENT_FILES := agent/src/leases.rs agent/src/leases/*.rs agent/src/pool.
 	agent/src/fail_local.rs agent/src/window.rs agent/src/regions/share.rs \
 	agent/src/regions/demand.rs agent/src/regions/table.rs agent/src/false_limits.rs \
 	agent/src/decision_log/recent.rs agent/src/decision_log/line.rs \
-	agent/src/metrics/*.rs agent/src/rules_watch/current.rs
+	agent/src/metrics/*.rs agent/src/reports.rs agent/src/false_limits/metrics.rs \
+	agent/src/trial/metrics.rs agent/src/rules_watch/metrics.rs agent/src/regions/metrics.rs \
+	agent/src/decision_log/metrics.rs agent/src/rules_watch/current.rs
 MUTANTS_STORE_FILES := store/src/trial.rs
 MUTANTS_CLI_FILES := cli/src/import/*.rs cli/src/replay.rs
 MUTANTS_SHARD ?=

@@ -14,14 +14,15 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use meshlimit_agent::decision_log::DecisionLog;
-use meshlimit_agent::metrics::Metrics;
+use meshlimit_agent::decision_log::DecisionLogMetrics;
+use meshlimit_agent::metrics::Registry;
 use meshlimit_core::wire::{DecisionsRequest, MAX_DECISION_RECORDS};
 
 fn decision_log(c: &mut Criterion) {
     let bodies: Vec<Vec<u8>> = (0..16).map(meshlimit_tests::decision_batch_body).collect();
     let mut g = c.benchmark_group("decision_log");
     g.throughput(Throughput::Elements(MAX_DECISION_RECORDS as u64));
-    let log = DecisionLog::in_memory(Arc::new(Metrics::new("bench").unwrap()));
+    let log = DecisionLog::in_memory(Arc::new(DecisionLogMetrics::new(&Registry::new()).unwrap()));
     let mut n = 0;
     g.bench_function("batch_128", |b| {
         b.iter(|| {

@@ -32,8 +32,10 @@ use meshlimit_core::wire::DecisionsRequest;
 pub use line::{LogLine, TIME_FORMAT};
 pub use recent::{HotKey, HOT_KEYS, HOT_SHOWN, RECENT_BYTES, RECENT_RECORDS, RECENT_SHOWN};
 
-use crate::metrics::Metrics;
+pub mod metrics;
+
 use line::LineRef;
+pub use metrics::DecisionLogMetrics;
 use recent::{Kept, Recent};
 
 /// Lines waiting for the writer at most; past it new lines are dropped.
@@ -74,7 +76,7 @@ pub struct DecisionLog {
     /// Bytes of the lines in the writer's queue (the writer takes off what it wrote).
     queued: Arc<AtomicUsize>,
     recent: Mutex<Recent>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<DecisionLogMetrics>,
 }
 
 impl DecisionLog {
@@ -82,7 +84,7 @@ impl DecisionLog {
     pub fn start(
         target: Option<Target>,
         node: &str,
-        metrics: Arc<Metrics>,
+        metrics: Arc<DecisionLogMetrics>,
     ) -> std::io::Result<Arc<DecisionLog>> {
         let queued = Arc::new(AtomicUsize::new(0));
         let tx = match target {
@@ -107,7 +109,7 @@ impl DecisionLog {
     }
 
     /// A log kept in memory only (explain, hot keys), written nowhere.
-    pub fn in_memory(metrics: Arc<Metrics>) -> Arc<DecisionLog> {
+    pub fn in_memory(metrics: Arc<DecisionLogMetrics>) -> Arc<DecisionLog> {
         Arc::new(DecisionLog {
             node: String::new(),
             tx: None,
@@ -115,6 +117,11 @@ impl DecisionLog {
             recent: Mutex::new(Recent::default()),
             metrics,
         })
+    }
+
+    /// `n` records of a batch refused (their rule is not in force).
+    pub fn refused(&self, n: u64) {
+        self.metrics.decision_log_dropped("refused", n);
     }
 
     /// Takes a filter's batch (validated by the API): each record to the

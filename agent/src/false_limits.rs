@@ -82,9 +82,13 @@ use meshlimit_core::{DescriptorKey, Limit, Outcome, NANOS_PER_MS};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::metrics::{Metrics, Skipped};
+pub mod metrics;
+
 use crate::rules_watch::CurrentRules;
+use meshlimit_core::secret::KeyIds;
 use meshlimit_store::{Buckets, Stored};
+pub use metrics::FalseLimitMetrics;
+use metrics::Skipped;
 
 /// Suspect 429s checked against the store per second per node, at most, by
 /// default (`--false-limit-checks`).
@@ -111,7 +115,9 @@ struct Suspect {
 /// the node pool's denials, and feeds the SLI's metrics.
 pub struct FalseLimits {
     rules: Arc<CurrentRules>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<FalseLimitMetrics>,
+    /// How suspects name their keys (the deployment's keyed hash).
+    key_ids: KeyIds,
     /// `None` outside a tokio runtime (nothing can check): suspects are skipped.
     tx: Option<mpsc::Sender<Suspect>>,
     sampler: Mutex<Sampler>,
@@ -125,20 +131,28 @@ impl FalseLimits {
     pub fn start(
         rules: Arc<CurrentRules>,
         store: Arc<dyn Buckets>,
-        metrics: Arc<Metrics>,
+        metrics: Arc<FalseLimitMetrics>,
+        key_ids: KeyIds,
     ) -> Arc<FalseLimits> {
         let tx = tokio::runtime::Handle::try_current().ok().map(|rt| {
             let (tx, rx) = mpsc::channel(QUEUE);
-            rt.spawn(run(rx, rules.clone(), store, metrics.clone()));
+            let ids = key_ids.clone();
+            rt.spawn(run(rx, rules.clone(), store, metrics.clone(), ids));
             tx
         });
         Arc::new(FalseLimits {
             rules,
             metrics,
+            key_ids,
             tx,
             sampler: Mutex::new(Sampler::new(Instant::now(), unix_ns())),
             budget: AtomicU32::new(CHECKS_PER_SECOND),
         })
+    }
+
+    /// The SLI's metrics.
+    pub fn metrics(&self) -> &FalseLimitMetrics {
+        &self.metrics
     }
 
     /// Checks at most `per_second` suspects a second (0: none).
@@ -180,7 +194,7 @@ impl FalseLimits {
     /// The key id is formed only for a suspect the sampler takes.
     pub(crate) fn pool_denied(&self, rule: &Rule, key: &DescriptorKey) {
         let at_ns = unix_ns();
-        self.offer(rule, at_ns, || self.metrics.key_ids().id(key).to_string());
+        self.offer(rule, at_ns, || self.key_ids.id(key).to_string());
     }
 
     /// One suspect: skipped when its rule cannot be checked, else taken by the
@@ -231,7 +245,7 @@ fn checkable(rule: &Rule) -> Result<(), Skipped> {
 /// the budget in a second. Whether a suspect is taken does not
 /// depend on whether it was false, so the checked ones are a random sample of
 /// all of them; each check weighs for the suspects of its rule skipped since
-/// the previous one (`Metrics::false_limit_checked`), and the weighted ratio
+/// the previous one (`FalseLimitMetrics::false_limit_checked`), and the weighted ratio
 /// estimates the share of all the rule's 429s without bias from the sampling.
 /// (Only the cap can bend it: when suspects surge past last second's count,
 /// the cap may be reached early in the second and the rest of it is weighed
@@ -293,10 +307,11 @@ async fn run(
     mut rx: mpsc::Receiver<Suspect>,
     rules: Arc<CurrentRules>,
     store: Arc<dyn Buckets>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<FalseLimitMetrics>,
+    key_ids: KeyIds,
 ) {
     while let Some(s) = rx.recv().await {
-        match check(&s, &rules, store.as_ref(), &metrics).await {
+        match check(&s, &rules, store.as_ref(), &key_ids).await {
             Ok(is_false) => metrics.false_limit_checked(&s.rule, is_false),
             Err(why) => metrics.false_limit_skipped(&s.rule, why),
         }
@@ -308,7 +323,7 @@ async fn check(
     s: &Suspect,
     rules: &CurrentRules,
     store: &dyn Buckets,
-    metrics: &Metrics,
+    key_ids: &KeyIds,
 ) -> Result<bool, Skipped> {
     let set = rules.get().ok_or(Skipped::UnknownRule)?;
     let rule = set.rule(&s.rule).ok_or(Skipped::UnknownRule)?;
@@ -321,7 +336,7 @@ async fn check(
         return Err(Skipped::UnknownRule);
     };
     let peeked = store
-        .peek(metrics.key_ids(), &rule.name, &s.key_id, first)
+        .peek(key_ids, &rule.name, &s.key_id, first)
         .await
         .map_err(|_| Skipped::StoreError)?;
     // Measured after the answer: never shorter than the true delay.

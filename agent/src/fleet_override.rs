@@ -17,8 +17,8 @@ use std::time::Duration;
 use meshlimit_core::rules::{Mode, RulesConfig, RulesError};
 use meshlimit_core::RuleSet;
 
-use crate::metrics::Metrics;
 use crate::rules_watch::CurrentRules;
+use crate::rules_watch::RulesMetrics;
 use crate::shutdown::Shutdown;
 use meshlimit_store::fleet::{Override, OverrideMode};
 use meshlimit_store::FleetState;
@@ -42,7 +42,7 @@ pub(crate) fn shadowed(config: &RulesConfig) -> Result<RuleSet, RulesError> {
 pub(crate) async fn poll(
     store: Arc<dyn FleetState>,
     rules: Arc<CurrentRules>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<RulesMetrics>,
     every: Duration,
     mut shutdown: Shutdown,
 ) {
@@ -83,7 +83,7 @@ pub(crate) async fn poll(
                 if let Some((version, stored)) = trial {
                     let ended = rules.update_trial(&version, stored.clock, stored.now_ms);
                     trial_ended(&rules, &metrics, ended);
-                    crate::trial::publish(&rules, &metrics);
+                    crate::trial::publish(&rules, metrics.trial());
                 }
             }
             Err(e) => {
@@ -113,18 +113,18 @@ async fn until(at: Option<tokio::time::Instant>) {
 }
 
 /// Logs a trial's end and shows the version now served.
-fn trial_ended(rules: &CurrentRules, metrics: &Metrics, served: Option<String>) {
+fn trial_ended(rules: &CurrentRules, metrics: &RulesMetrics, served: Option<String>) {
     let Some(version) = served else { return };
     tracing::info!(
         version = %version,
         "rules trial over: the new and tightened rules enforce as written"
     );
     metrics.rules_served(&version);
-    crate::trial::publish(rules, metrics);
+    crate::trial::publish(rules, metrics.trial());
 }
 
 /// Puts `state` in force in `rules`, logs the change and sets the metric.
-pub(crate) fn apply(rules: &CurrentRules, metrics: &Metrics, state: Option<Override>) {
+pub(crate) fn apply(rules: &CurrentRules, metrics: &RulesMetrics, state: Option<Override>) {
     match &state {
         Some(o) if o.mode == OverrideMode::Pin => tracing::warn!(
             mode = o.mode.as_str(),

@@ -17,25 +17,26 @@ use meshlimit_core::NANOS_PER_SEC;
 use tokio::sync::Semaphore;
 
 use crate::fail_local::FailLocal;
-use crate::metrics::Metrics;
 use crate::pool::Pools;
 use crate::regions::Shares;
 use crate::rules_watch::CurrentRules;
 use meshlimit_store::Buckets;
 
 mod answer;
+pub mod metrics;
 mod refill;
 mod settings;
 mod settle;
 
 use answer::Pending;
+pub use metrics::LeaseMetrics;
 pub use settings::{LeaseSettings, DEFAULT_MAX_KEYS};
 
 /// Answers lease requests.
 pub struct LeaseService {
     rules: Arc<CurrentRules>,
     store: Arc<dyn Buckets>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<LeaseMetrics>,
     settings: LeaseSettings,
     /// Caps the store calls in flight: past it work is shed (the filter applies the
     /// rule's failure policy at once) rather than queued behind a slow store.
@@ -67,7 +68,7 @@ impl LeaseService {
     pub fn new(
         rules: Arc<CurrentRules>,
         store: Arc<dyn Buckets>,
-        metrics: Arc<Metrics>,
+        metrics: Arc<LeaseMetrics>,
         settings: LeaseSettings,
     ) -> Arc<Self> {
         Arc::new_cyclic(|me| Self {
@@ -108,6 +109,11 @@ impl LeaseService {
         matches: impl Fn(&meshlimit_core::DescriptorKey) -> bool,
     ) -> Vec<crate::pool::PoolView> {
         self.pools.view(self.now_ns(), matches)
+    }
+
+    /// The lease path's metrics.
+    pub fn metrics(&self) -> &Arc<LeaseMetrics> {
+        &self.metrics
     }
 
     /// The store the leases are taken from.

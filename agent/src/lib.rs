@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod pool;
 pub mod printable;
 pub mod regions;
+pub mod reports;
 pub mod rules_watch;
 pub mod run;
 pub(crate) mod server;
@@ -30,5 +31,4 @@ pub(crate) mod window;
 
 pub use api::App;
 pub use leases::LeaseSettings;
-pub use metrics::Metrics;
 pub use rules_watch::CurrentRules;

@@ -20,7 +20,6 @@ use meshlimit_core::rules::{
 };
 use meshlimit_core::RuleSet;
 
-use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 use meshlimit_core::rules::trial;
 use meshlimit_store::trial::StoredTrial;
@@ -48,7 +47,7 @@ pub(crate) enum Reload {
 pub(crate) struct RulesWatcher {
     path: PathBuf,
     rules: Arc<CurrentRules>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<RulesMetrics>,
     /// The content last parsed (valid or not), so an unchanged file costs a read
     /// and a comparison, and a bad file is reported once, not every poll.
     last_content: Option<String>,
@@ -88,7 +87,11 @@ impl std::fmt::Debug for SharedStore {
 }
 
 impl RulesWatcher {
-    pub fn new(path: impl Into<PathBuf>, rules: Arc<CurrentRules>, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        path: impl Into<PathBuf>,
+        rules: Arc<CurrentRules>,
+        metrics: Arc<RulesMetrics>,
+    ) -> Self {
         Self {
             path: path.into(),
             rules,
@@ -318,7 +321,7 @@ impl RulesWatcher {
             self.metrics.rule_limits(&set);
         }
         self.metrics.rules_applied(&version);
-        crate::trial::publish(&self.rules, &self.metrics);
+        crate::trial::publish(&self.rules, self.metrics.trial());
         if let Some(t) = self.rules.trial() {
             tracing::info!(
                 version = %t.version,
@@ -493,10 +496,12 @@ pub fn read_rules_file(path: &Path) -> std::io::Result<String> {
 mod current;
 mod directory;
 mod first_load;
+pub mod metrics;
 
 pub use current::CurrentRules;
 pub(crate) use current::TrialView;
 pub use first_load::{first_load, FirstLoad};
+pub use metrics::RulesMetrics;
 
 #[cfg(test)]
 mod tests;

@@ -11,15 +11,19 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
-use crate::api::{App, Auth};
+use crate::api::{App, AppParts, Auth};
 use crate::config::{ConfigError, LogFormat, RunArgs, EXIT_USAGE};
-use crate::decision_log::DecisionLog;
+use crate::decision_log::{DecisionLog, DecisionLogMetrics};
+use crate::false_limits::{FalseLimitMetrics, FalseLimits};
 use crate::fleet_override;
-use crate::metrics::{Metrics, MetricsError};
-use crate::regions;
-use crate::rules_watch::{CurrentRules, RulesWatcher};
+use crate::leases::{LeaseMetrics, LeaseService};
+use crate::metrics::{Factory, MetricsError, Registry};
+use crate::regions::{self, metrics::RegionMetrics};
+use crate::reports::ReportMetrics;
+use crate::rules_watch::{CurrentRules, RulesMetrics, RulesWatcher};
 use crate::server;
 use crate::shutdown::{self, Shutdown, Signals};
+use crate::trial::metrics::TrialMetrics;
 use meshlimit_store::memory::SWEEP_EVERY;
 use meshlimit_store::redis::{RedisConfig, RedisStore, StoreEvent};
 use meshlimit_store::{Buckets, FleetState, MemoryStore};
@@ -94,11 +98,10 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         Some(token) => Auth::with_operator(&secret, token).map_err(ConfigError::from)?,
         None => Auth::new(&secret),
     };
-    let metrics = Arc::new(Metrics::new(&args.region)?);
-    metrics.set_key_ids(secret.key_ids());
+    let m = ServiceMetrics::new(&args.region, &secret)?;
     let region_setup = regions::regions_config(&args, &agent_id(&args), &secret.key_ids())?;
     check_tls_flags(&args, region_setup.as_ref())?;
-    let stores = start_store(&args, &metrics, &secret, &mut tasks, &shutdown)?;
+    let stores = start_store(&args, &m, &secret, &mut tasks, &shutdown)?;
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|source| RunError::Bind {
@@ -107,7 +110,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         })?;
     let mut signals = Signals::install().map_err(RunError::Signals)?;
     let rules = Arc::new(CurrentRules::empty());
-    let mut watcher = RulesWatcher::new(&args.rules, rules.clone(), metrics.clone())
+    let mut watcher = RulesWatcher::new(&args.rules, rules.clone(), m.rules.clone())
         .with_store(stores.fleet.clone(), tokio::runtime::Handle::current());
     // A bad file at start is logged and leaves /readyz at 503 until a good one
     // appears; the agent keeps serving /healthz and /metrics meanwhile. Off the
@@ -122,35 +125,45 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     tasks.spawn(fleet_override::poll(
         stores.fleet,
         rules.clone(),
-        metrics.clone(),
+        m.rules.clone(),
         args.override_poll(),
         shutdown.clone(),
     ));
-    tasks.spawn(refresh_gauges(
-        metrics.clone(),
-        rules.clone(),
-        shutdown.clone(),
-    ));
-    let declog = DecisionLog::start(args.decision_log(), &agent_id(&args), metrics.clone())
+    let declog = DecisionLog::start(args.decision_log(), &agent_id(&args), m.declog)
         .map_err(|e| ConfigError::DecisionLog(e.to_string()))?;
-    let app = App::with_decision_log(
-        rules,
+    let false_limits = FalseLimits::start(
+        rules.clone(),
         stores.buckets.clone(),
-        metrics.clone(),
-        args.lease_settings(),
-        auth,
-        declog,
+        m.false_limits,
+        secret.key_ids(),
     );
-    app.set_false_limit_checks(args.false_limit_checks);
+    false_limits.set_budget(args.false_limit_checks);
+    let leases = LeaseService::new(
+        rules.clone(),
+        stores.buckets.clone(),
+        m.leases.clone(),
+        args.lease_settings(),
+    );
+    leases.check_false_limits(false_limits.clone());
+    let app = App::new(AppParts {
+        rules,
+        leases,
+        false_limits,
+        declog,
+        reports: m.reports,
+        registry: m.registry,
+        auth,
+    })?;
+    tasks.spawn(refresh_gauges(app.clone(), shutdown.clone()));
     if let Some(cfg) = &region_setup {
-        regions::start(cfg, &app.shares_handle(), &metrics, &mut tasks, &shutdown)
+        regions::start(cfg, &app.shares_handle(), &m.regions, &mut tasks, &shutdown)
             .map_err(|e| ConfigError::Regions(e.to_string()))?;
     }
     tasks.spawn(heartbeat(
         stores.buckets,
         agent_id(&args),
         app.live_nodes_handle(),
-        metrics.clone(),
+        m.leases,
         shutdown.clone(),
     ));
     if args.operator_token.is_none() {
@@ -175,6 +188,49 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     Ok(())
 }
 
+/// The services' metrics, each registered in the one registry `/metrics`
+/// renders, built before the services so that the store's callbacks can feed
+/// them.
+struct ServiceMetrics {
+    registry: Registry,
+    leases: Arc<LeaseMetrics>,
+    rules: Arc<RulesMetrics>,
+    reports: Arc<ReportMetrics>,
+    false_limits: Arc<FalseLimitMetrics>,
+    regions: Arc<RegionMetrics>,
+    declog: Arc<DecisionLogMetrics>,
+}
+
+impl ServiceMetrics {
+    /// Registers every service's metrics, and `meshlimit_agent_info` for `region`.
+    fn new(region: &str, secret: &Secret) -> Result<ServiceMetrics, MetricsError> {
+        let registry = Registry::new();
+        let info = Factory(&registry).gauges(
+            "meshlimit_agent_info",
+            "The agent's build and region (always 1).",
+            &["version", "region"],
+        )?;
+        if let Ok(g) = info.get_metric_with_label_values(&[env!("CARGO_PKG_VERSION"), region]) {
+            g.set(1);
+        }
+        let trial = Arc::new(TrialMetrics::new(&registry)?);
+        let reports = Arc::new(ReportMetrics::new(&registry)?);
+        Ok(ServiceMetrics {
+            leases: Arc::new(LeaseMetrics::new(
+                &registry,
+                secret.key_ids(),
+                trial.clone(),
+            )?),
+            rules: Arc::new(RulesMetrics::new(&registry, reports.clone(), trial)?),
+            reports,
+            false_limits: Arc::new(FalseLimitMetrics::new(&registry)?),
+            regions: Arc::new(RegionMetrics::new(&registry)?),
+            declog: Arc::new(DecisionLogMetrics::new(&registry)?),
+            registry,
+        })
+    }
+}
+
 /// The one backend `--store` names, as each part of the agent uses it: the
 /// lease path, the heartbeat and the false-limit check its buckets; the rules
 /// watcher and the override poll its fleet state.
@@ -197,7 +253,7 @@ impl Stores {
 /// answers and reports not ready until Redis answers.
 fn start_store(
     args: &RunArgs,
-    metrics: &Arc<Metrics>,
+    metrics: &ServiceMetrics,
     secret: &Secret,
     tasks: &mut JoinSet<()>,
     shutdown: &Shutdown,
@@ -220,8 +276,8 @@ fn start_store(
         key_ids: secret.key_ids(),
         control: secret.control_mac(),
     };
-    let observer = metrics.clone();
-    let events = metrics.clone();
+    let observer = metrics.leases.clone();
+    let (events, control) = (metrics.leases.clone(), metrics.rules.clone());
     Ok(Stores::of(Arc::new(
         RedisStore::new(
             config,
@@ -232,7 +288,7 @@ fn start_store(
             StoreEvent::NodeDown => events.store_topology("node_down", None),
             StoreEvent::NodeUp(d) => events.store_topology("node_up", Some(d)),
             StoreEvent::NodeReplaced(d) => events.store_topology("node_replaced", Some(d)),
-            StoreEvent::ControlRefused(record, why) => events.control_refused(record, why),
+            StoreEvent::ControlRefused(record, why) => control.control_refused(record, why),
         })),
     )))
 }
@@ -271,7 +327,7 @@ async fn heartbeat(
     store: Arc<dyn Buckets>,
     id: String,
     live: Arc<AtomicU32>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<LeaseMetrics>,
     mut shutdown: Shutdown,
 ) {
     let mut tick = tokio::time::interval(HEARTBEAT_EVERY);
@@ -303,12 +359,27 @@ pub async fn sweep_pools(app: App, every: Duration, mut shutdown: Shutdown) {
     }
 }
 
-async fn refresh_gauges(metrics: Arc<Metrics>, rules: Arc<CurrentRules>, mut shutdown: Shutdown) {
+async fn refresh_gauges(app: App, mut shutdown: Shutdown) {
     let mut tick = tokio::time::interval(REFRESH_EVERY);
     loop {
         tokio::select! {
-            _ = tick.tick() => metrics.refresh(rules.get().as_deref()),
+            _ = tick.tick() => app.refresh_metrics(),
             _ = shutdown.wait() => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{render, sample};
+
+    #[test]
+    fn every_service_registers_in_one_registry_with_the_agents_region() {
+        let secret = Secret::new(&[7; 32]).unwrap();
+        let m = ServiceMetrics::new("eu", &secret).unwrap();
+        let text = render(&m.registry).unwrap();
+        let info = [("region", "eu"), ("version", env!("CARGO_PKG_VERSION"))];
+        assert_eq!(sample(&text, "meshlimit_agent_info", &info), Some(1.0));
     }
 }

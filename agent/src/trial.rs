@@ -6,10 +6,12 @@
 //! or holds it (`meshlimit override end-trial|hold-trial`); each agent
 //! reads that with the fleet override, every `--override-poll-ms`.
 
-use crate::metrics::Metrics;
+pub mod metrics;
+
 use crate::rules_watch::CurrentRules;
+use metrics::TrialMetrics;
 
 /// Shows the trial running on `rules` (or that none runs) in `metrics`.
-pub(crate) fn publish(rules: &CurrentRules, metrics: &Metrics) {
-    metrics.trial(rules.trial().as_ref());
+pub(crate) fn publish(rules: &CurrentRules, metrics: &TrialMetrics) {
+    metrics.show(rules.trial().as_ref());
 }

@@ -13,8 +13,9 @@ use hyper::StatusCode;
 use meshlimit_agent::api::{
     Auth, EXPLAIN_PATH, HOT_PATH, MAX_FILTER_ID_BYTES, MAX_REQUEST_ID_BYTES,
 };
-use meshlimit_agent::decision_log::{DecisionLog, RECENT_BYTES};
-use meshlimit_agent::{App, CurrentRules, LeaseSettings, Metrics};
+use meshlimit_agent::decision_log::{DecisionLog, DecisionLogMetrics, RECENT_BYTES};
+use meshlimit_agent::metrics::Registry;
+use meshlimit_agent::{App, CurrentRules, LeaseSettings};
 use meshlimit_core::rules::parse_rules;
 use meshlimit_core::secret::KeyIds;
 use meshlimit_core::wire::*;
@@ -140,7 +141,7 @@ async fn one_report_can_neither_wrap_a_counter_nor_bury_a_ratio() {
     // capped at MAX_REPORTED_COUNT instead.
     let allowed = format!(
         "meshlimit_decisions_total{{outcome=\"allowed\",rule=\"customer\"}} {}",
-        2 * meshlimit_agent::metrics::MAX_REPORTED_COUNT
+        2 * meshlimit_agent::reports::MAX_REPORTED_COUNT
     );
     assert!(text.contains(&allowed), "{text}");
     // 1,000 failed open of 2e8 + 1,000: the ratio is small but not hidden at 5e-14.
@@ -184,15 +185,14 @@ rules:
 fn operated_app(rules: &str, declog: Arc<DecisionLog>) -> App {
     let current = Arc::new(CurrentRules::empty());
     current.install(Arc::new(parse_rules("rules.yaml", rules).unwrap()));
-    let metrics = Arc::new(Metrics::new("test").unwrap());
-    App::with_decision_log(
+    App::standalone_with_decision_log(
         current,
         Arc::new(MemoryStore::new()),
-        metrics,
         LeaseSettings::default(),
         Auth::with_operator(&secret(), OPERATOR_TOKEN).unwrap(),
         declog,
     )
+    .unwrap()
 }
 
 /// The key ids of the agents these tests build (their metrics are not given
@@ -202,7 +202,7 @@ fn ids() -> KeyIds {
 }
 
 fn in_memory_log() -> Arc<DecisionLog> {
-    DecisionLog::in_memory(Arc::new(Metrics::new("test").unwrap()))
+    DecisionLog::in_memory(Arc::new(DecisionLogMetrics::new(&Registry::new()).unwrap()))
 }
 
 /// A record as a filter of this deployment writes it for `part` under `rule`.

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use meshlimit_agent::metrics::sample;
-use meshlimit_agent::{App, CurrentRules, LeaseSettings, Metrics};
+use meshlimit_agent::{App, CurrentRules, LeaseSettings};
 use meshlimit_core::rules::parse_rules;
 use meshlimit_core::wire::*;
 use meshlimit_core::DescriptorKey;
@@ -28,16 +28,16 @@ fn bounded_app(max_keys: usize) -> (App, Arc<MemoryStore>) {
     let current = Arc::new(CurrentRules::empty());
     current.install(Arc::new(parse_rules("rules.yaml", PER_IP).unwrap()));
     let store = Arc::new(MemoryStore::with_max_keys(max_keys));
-    let app = App::new(
+    let app = App::standalone(
         current,
         store.clone(),
-        Arc::new(Metrics::new("test").unwrap()),
         LeaseSettings {
             max_keys,
             ..LeaseSettings::default()
         },
         meshlimit_agent::api::Auth::new(&secret()),
-    );
+    )
+    .unwrap();
     (app, store)
 }
 
@@ -168,5 +168,5 @@ async fn forged_versions_and_filter_ids_keep_metrics_small() {
         .lines()
         .filter(|l| l.starts_with("meshlimit_filter_rules_version_info{"))
         .count();
-    assert_eq!(filters, meshlimit_agent::metrics::MAX_FILTERS);
+    assert_eq!(filters, meshlimit_agent::reports::MAX_FILTERS);
 }

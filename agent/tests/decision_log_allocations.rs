@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use meshlimit_agent::decision_log::DecisionLog;
-use meshlimit_agent::metrics::Metrics;
+use meshlimit_agent::decision_log::DecisionLogMetrics;
+use meshlimit_agent::metrics::Registry;
 use meshlimit_core::wire::{DecisionsRequest, MAX_DECISION_RECORDS};
 
 /// The system allocator, counting. (`GlobalAlloc` can only be implemented
@@ -44,7 +45,7 @@ fn allocations(f: impl FnOnce()) -> u64 {
 
 #[test]
 fn a_record_costs_the_log_no_allocation_past_its_parse() {
-    let log = DecisionLog::in_memory(Arc::new(Metrics::new("test").unwrap()));
+    let log = DecisionLog::in_memory(Arc::new(DecisionLogMetrics::new(&Registry::new()).unwrap()));
     let bodies: Vec<Vec<u8>> = (0..40).map(meshlimit_tests::decision_batch_body).collect();
     // Fill the ring (1,024 records) and count the key, so what follows is
     // the steady state of a node under overload.

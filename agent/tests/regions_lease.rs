@@ -10,7 +10,7 @@ mod common;
 use std::sync::Arc;
 
 use meshlimit_agent::regions::table::{Entry, ShareTable};
-use meshlimit_agent::{App, CurrentRules, LeaseSettings, Metrics};
+use meshlimit_agent::{App, CurrentRules, LeaseSettings};
 use meshlimit_core::rules::parse_rules;
 use meshlimit_core::wire::LeaseAnswer;
 use meshlimit_core::DescriptorKey;
@@ -26,13 +26,13 @@ const RULES: &str = include_str!(concat!(
 fn app() -> App {
     let rules = Arc::new(CurrentRules::empty());
     rules.install(Arc::new(parse_rules("rules.yaml", RULES).unwrap()));
-    App::new(
+    App::standalone(
         rules,
         Arc::new(MemoryStore::new()),
-        Arc::new(Metrics::new("eu").unwrap()),
         LeaseSettings::default(),
         meshlimit_agent::api::Auth::new(&common::secret()),
     )
+    .unwrap()
 }
 
 async fn granted(app: &App, rule: &str, part: &str) -> usize {

@@ -47,19 +47,20 @@ const _: () = assert!(MAX_RECORD_TEXT == 1_318);
 
 pub(super) fn decisions(app: &App, mut req: DecisionsRequest) -> Result<ApiResponse, ApiError> {
     check_version(req.v)?;
-    check_batch(&req, app.inner.metrics.key_ids())?;
-    let refused = match app.inner.rules.get() {
+    check_batch(&req, app.key_ids())?;
+    let refused = match app.inner.parts.rules.get() {
         Some(set) => neuter(&mut req.records, &set),
         // Nothing to check them against: none is kept.
         None => std::mem::take(&mut req.records).len(),
     };
     if refused > 0 {
         app.inner
-            .metrics
-            .decision_log_dropped("refused", u64::try_from(refused).unwrap_or(u64::MAX));
+            .parts
+            .declog
+            .refused(u64::try_from(refused).unwrap_or(u64::MAX));
     }
-    app.inner.false_limits.observe(&req.records);
-    app.inner.declog.accept(req);
+    app.inner.parts.false_limits.observe(&req.records);
+    app.inner.parts.declog.accept(req);
     json(StatusCode::OK, &json!({ "refused": refused }))
 }
 

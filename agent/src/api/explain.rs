@@ -23,11 +23,11 @@ pub(super) async fn explain(app: &App, parts: &Parts) -> Result<ApiResponse, Api
         )));
     }
     let key_id = key_id.to_ascii_lowercase();
-    let set = app.inner.rules.get().ok_or(ApiError::NoRules)?;
+    let set = app.inner.parts.rules.get().ok_or(ApiError::NoRules)?;
     let rule = rule_of(&set, query.get("rule")?)?;
     let limit = base_limit(rule);
-    let leases = &app.inner.leases;
-    let ids = app.inner.metrics.key_ids();
+    let leases = &app.inner.parts.leases;
+    let ids = app.key_ids();
     let (bucket, bucket_error) = match leases.store().peek(ids, &rule.name, &key_id, &limit).await {
         Ok(b) => (b, None),
         Err(e) => (None, Some(e.to_string())),
@@ -44,21 +44,21 @@ pub(super) async fn explain(app: &App, parts: &Parts) -> Result<ApiResponse, Api
             "bucket": bucket,
             "bucket_error": bucket_error,
             "pool": pool.first(),
-            "recent": app.inner.declog.recent(&rule.name, &key_id),
+            "recent": app.inner.parts.declog.recent(&rule.name, &key_id),
         }),
     )
 }
 
 pub(super) fn hot(app: &App, parts: &Parts) -> Result<ApiResponse, ApiError> {
     let query = Query::parse(parts, &["rule"])?;
-    let set = app.inner.rules.get().ok_or(ApiError::NoRules)?;
+    let set = app.inner.parts.rules.get().ok_or(ApiError::NoRules)?;
     let rule = rule_of(&set, query.get("rule")?)?;
     json(
         StatusCode::OK,
         &json!({
             "rule": rule.name,
             "rules_version": set.version(),
-            "keys": app.inner.declog.hot(&rule.name),
+            "keys": app.inner.parts.declog.hot(&rule.name),
         }),
     )
 }

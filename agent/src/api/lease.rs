@@ -18,14 +18,14 @@ pub(super) async fn handle(app: &App, req: LeaseRequest) -> Result<ApiResponse, 
     if req.items.len() > MAX_LEASE_ITEMS {
         return Err(ApiError::TooManyItems(req.items.len()));
     }
-    let rules = app.inner.rules.get();
+    let rules = app.inner.parts.rules.get();
     let refused: Vec<Option<&'static str>> = req
         .items
         .iter()
         .map(|item| refusal(item, rules.as_deref()))
         .collect();
     if refused.iter().all(Option::is_none) {
-        let resp = app.inner.leases.lease(&req).await;
+        let resp = app.inner.parts.leases.lease(&req).await;
         return json(StatusCode::OK, &resp);
     }
     let valid = LeaseRequest {
@@ -39,12 +39,12 @@ pub(super) async fn handle(app: &App, req: LeaseRequest) -> Result<ApiResponse, 
             .map(|(item, _)| item)
             .collect(),
     };
-    let mut resp = app.inner.leases.lease(&valid).await;
+    let mut resp = app.inner.parts.leases.lease(&valid).await;
     let mut leased = std::mem::take(&mut resp.items).into_iter();
     resp.items = refused
         .into_iter()
         .map(|r| match r {
-            Some(reason) => app.inner.leases.unavailable(reason),
+            Some(reason) => app.inner.parts.leases.unavailable(reason),
             None => leased.next().unwrap_or_else(|| LeaseAnswer::Unavailable {
                 reason: "internal".into(),
             }),

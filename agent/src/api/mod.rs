@@ -14,6 +14,7 @@ mod decisions;
 mod error;
 mod explain;
 mod lease;
+mod metrics;
 mod probes;
 mod rules;
 mod sync;
@@ -35,11 +36,15 @@ pub use auth::Auth;
 pub use decisions::{MAX_FILTER_ID_BYTES, MAX_RECORD_TEXT, MAX_REQUEST_ID_BYTES};
 pub(crate) use error::ApiError;
 
-use crate::decision_log::DecisionLog;
-use crate::false_limits::FalseLimits;
-use crate::leases::{LeaseService, LeaseSettings};
-use crate::metrics::Metrics;
+pub use metrics::ApiMetrics;
+
+use crate::decision_log::{DecisionLog, DecisionLogMetrics};
+use crate::false_limits::{FalseLimitMetrics, FalseLimits};
+use crate::leases::{LeaseMetrics, LeaseService, LeaseSettings};
+use crate::metrics::{MetricsError, Registry};
+use crate::reports::ReportMetrics;
 use crate::rules_watch::CurrentRules;
+use crate::trial::metrics::TrialMetrics;
 use meshlimit_store::Buckets;
 
 /// One key now: its bucket, the node pool's share, its recent decisions.
@@ -57,70 +62,100 @@ pub struct App {
 }
 
 struct AppState {
-    rules: Arc<CurrentRules>,
-    metrics: Arc<Metrics>,
-    leases: Arc<LeaseService>,
-    auth: Auth,
-    declog: Arc<DecisionLog>,
-    false_limits: Arc<FalseLimits>,
+    parts: AppParts,
+    metrics: ApiMetrics,
+}
+
+/// What an [`App`] serves from: the services `run` wires over one registry.
+pub struct AppParts {
+    pub rules: Arc<CurrentRules>,
+    pub leases: Arc<LeaseService>,
+    pub false_limits: Arc<FalseLimits>,
+    pub declog: Arc<DecisionLog>,
+    /// What the filters' sync reports feed.
+    pub reports: Arc<ReportMetrics>,
+    /// Where every service registered its metrics: `/metrics` renders it.
+    pub registry: Registry,
+    pub auth: Auth,
 }
 
 impl App {
-    pub fn new(
-        rules: Arc<CurrentRules>,
-        store: Arc<dyn Buckets>,
-        metrics: Arc<Metrics>,
-        settings: LeaseSettings,
-        auth: Auth,
-    ) -> App {
-        // Kept in memory only (explain, hot keys); written nowhere.
-        let declog = DecisionLog::in_memory(metrics.clone());
-        Self::with_decision_log(rules, store, metrics, settings, auth, declog)
+    /// Serves `parts`, registering the API's own metrics in their registry.
+    pub fn new(parts: AppParts) -> Result<App, MetricsError> {
+        let metrics = ApiMetrics::new(&parts.registry)?;
+        Ok(App {
+            inner: Arc::new(AppState { parts, metrics }),
+        })
     }
 
-    /// [`App::new`] writing the filters' decision records to `declog`.
-    pub fn with_decision_log(
+    /// An App over services of its own, their metrics in a registry of its
+    /// own, the decision log kept in memory only (explain, hot keys), and keys
+    /// named by the placeholder ids: for tests and tools without a secret.
+    pub fn standalone(
         rules: Arc<CurrentRules>,
         store: Arc<dyn Buckets>,
-        metrics: Arc<Metrics>,
+        settings: LeaseSettings,
+        auth: Auth,
+    ) -> Result<App, MetricsError> {
+        let registry = Registry::new();
+        let declog = DecisionLog::in_memory(Arc::new(DecisionLogMetrics::new(&registry)?));
+        Self::standalone_parts(rules, store, settings, auth, declog, registry)
+    }
+
+    /// [`App::standalone`] writing the filters' decision records to `declog`
+    /// (whose metrics are in a registry of their own).
+    pub fn standalone_with_decision_log(
+        rules: Arc<CurrentRules>,
+        store: Arc<dyn Buckets>,
         settings: LeaseSettings,
         auth: Auth,
         declog: Arc<DecisionLog>,
-    ) -> App {
-        let leases = LeaseService::new(rules.clone(), store.clone(), metrics.clone(), settings);
-        let false_limits = FalseLimits::start(rules.clone(), store, metrics.clone());
-        leases.check_false_limits(false_limits.clone());
-        App {
-            inner: Arc::new(AppState {
-                rules,
-                metrics,
-                leases,
-                auth,
-                declog,
-                false_limits,
-            }),
-        }
+    ) -> Result<App, MetricsError> {
+        Self::standalone_parts(rules, store, settings, auth, declog, Registry::new())
     }
 
-    /// Suspect 429s checked a second at most (`--false-limit-checks`).
-    pub fn set_false_limit_checks(&self, per_second: u32) {
-        self.inner.false_limits.set_budget(per_second);
+    fn standalone_parts(
+        rules: Arc<CurrentRules>,
+        store: Arc<dyn Buckets>,
+        settings: LeaseSettings,
+        auth: Auth,
+        declog: Arc<DecisionLog>,
+        registry: Registry,
+    ) -> Result<App, MetricsError> {
+        let key_ids = meshlimit_core::secret::KeyIds::placeholder();
+        let trial = Arc::new(TrialMetrics::new(&registry)?);
+        let lease_metrics = Arc::new(LeaseMetrics::new(&registry, key_ids.clone(), trial)?);
+        let fl_metrics = Arc::new(FalseLimitMetrics::new(&registry)?);
+        let false_limits = FalseLimits::start(rules.clone(), store.clone(), fl_metrics, key_ids);
+        let leases = LeaseService::new(rules.clone(), store, lease_metrics, settings);
+        leases.check_false_limits(false_limits.clone());
+        crate::regions::metrics::RegionMetrics::new(&registry)?;
+        App::new(AppParts {
+            reports: Arc::new(ReportMetrics::new(&registry)?),
+            rules,
+            leases,
+            false_limits,
+            declog,
+            registry,
+            auth,
+        })
     }
 
     /// The count the heartbeat task keeps up to date (shared with it).
     pub(crate) fn live_nodes_handle(&self) -> Arc<AtomicU32> {
-        self.inner.leases.live_nodes_handle()
+        self.inner.parts.leases.live_nodes_handle()
     }
 
     /// The lease service's region shares (the region tasks turn them on).
     pub fn shares_handle(&self) -> crate::regions::Shares {
-        self.inner.leases.shares()
+        self.inner.parts.leases.shares()
     }
 
     /// Agents alive in the region, when known.
     pub(crate) fn live_nodes(&self) -> Option<u32> {
         Some(
             self.inner
+                .parts
                 .leases
                 .live_nodes_handle()
                 .load(Ordering::Relaxed),
@@ -130,16 +165,32 @@ impl App {
 
     /// Drops the node pool's idle keys (run every second by `run`).
     pub fn sweep_pools(&self) {
-        self.inner.leases.sweep_pools();
+        self.inner.parts.leases.sweep_pools();
     }
 
     /// Keys the node pool holds (for tests).
     pub fn pooled_keys(&self) -> usize {
-        self.inner.leases.pooled_keys()
+        self.inner.parts.leases.pooled_keys()
     }
 
-    pub(crate) fn metrics(&self) -> &Arc<Metrics> {
+    /// The keyed hash that names keys (in labels, the decision log, explain).
+    pub(crate) fn key_ids(&self) -> &meshlimit_core::secret::KeyIds {
+        self.inner.parts.leases.metrics().key_ids()
+    }
+
+    /// The API's own metrics.
+    pub(crate) fn metrics(&self) -> &ApiMetrics {
         &self.inner.metrics
+    }
+
+    /// Brings the time-dependent gauges up to date (every scrape and every
+    /// second): the most rejected keys, the trial's, the false-limit ratios,
+    /// and what the filters' reports feed.
+    pub fn refresh_metrics(&self) {
+        let parts = &self.inner.parts;
+        parts.leases.metrics().refresh_top_keys();
+        parts.false_limits.metrics().refresh();
+        parts.reports.refresh(parts.rules.get().as_deref());
     }
 
     /// Serves one request. Never fails: every error becomes its response.
@@ -169,32 +220,32 @@ impl App {
         match path {
             wire::LEASE_PATH => {
                 allow(&parts, &[Method::POST])?;
-                self.inner.auth.check(&parts)?;
+                self.inner.parts.auth.check(&parts)?;
                 lease::handle(self, decode(&read_body(&parts, body).await?)?).await
             }
             wire::SYNC_PATH => {
                 allow(&parts, &[Method::POST])?;
-                self.inner.auth.check(&parts)?;
+                self.inner.parts.auth.check(&parts)?;
                 sync::handle(self, decode(&read_body(&parts, body).await?)?)
             }
             wire::RULES_PATH => {
                 allow(&parts, &[Method::GET, Method::HEAD])?;
-                self.inner.auth.check(&parts)?;
+                self.inner.parts.auth.check(&parts)?;
                 rules::handle(self, &parts)
             }
             wire::DECISIONS_PATH => {
                 allow(&parts, &[Method::POST])?;
-                self.inner.auth.check(&parts)?;
+                self.inner.parts.auth.check(&parts)?;
                 decisions::decisions(self, decode(&read_body(&parts, body).await?)?)
             }
             EXPLAIN_PATH => {
                 allow(&parts, &[Method::GET])?;
-                self.inner.auth.check_operator(&parts)?;
+                self.inner.parts.auth.check_operator(&parts)?;
                 explain::explain(self, &parts).await
             }
             HOT_PATH => {
                 allow(&parts, &[Method::GET])?;
-                self.inner.auth.check_operator(&parts)?;
+                self.inner.parts.auth.check_operator(&parts)?;
                 explain::hot(self, &parts)
             }
             "/metrics" => {

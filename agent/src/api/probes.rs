@@ -31,11 +31,8 @@ pub(super) fn readyz(app: &App) -> ApiResponse {
 pub(super) fn metrics(app: &App) -> Result<ApiResponse, ApiError> {
     // The fail-open ratios and filter versions depend on time: bring them up to
     // date for this scrape, not only at the next once-a-second refresh.
-    app.inner.metrics.refresh(app.inner.rules.get().as_deref());
-    let text = app
-        .inner
-        .metrics
-        .render()
+    app.refresh_metrics();
+    let text = crate::metrics::render(&app.inner.parts.registry)
         .map_err(|e| ApiError::Internal(e.to_string()))?;
     Ok(respond(
         StatusCode::OK,
@@ -46,10 +43,10 @@ pub(super) fn metrics(app: &App) -> Result<ApiResponse, ApiError> {
 
 /// Why the agent is not ready, in one line; `None` when it is.
 fn not_ready(app: &App) -> Option<String> {
-    if app.inner.rules.get().is_some() {
+    if app.inner.parts.rules.get().is_some() {
         return None;
     }
-    let why = app.inner.rules.last_error().map_or_else(
+    let why = app.inner.parts.rules.last_error().map_or_else(
         || "the rules file was not read yet".to_string(),
         |e| {
             let mut lines = e.lines();

@@ -13,14 +13,14 @@ use meshlimit_core::wire::{SyncResponse, WIRE_VERSION};
 use super::{json, ApiError, ApiResponse, App};
 
 pub(super) fn handle(app: &App, parts: &Parts) -> Result<ApiResponse, ApiError> {
-    let set = app.inner.rules.get().ok_or(ApiError::NoRules)?;
+    let set = app.inner.parts.rules.get().ok_or(ApiError::NoRules)?;
     let etag = format!("\"{}\"", set.version());
     let mut resp = if if_none_match(parts, &etag) {
         let mut resp = Response::new(Full::new(Bytes::new()));
         *resp.status_mut() = StatusCode::NOT_MODIFIED;
         resp
     } else if accepts_lines(parts) {
-        let lines = app.inner.rules.lines().ok_or(ApiError::NoRules)?;
+        let lines = app.inner.parts.rules.lines().ok_or(ApiError::NoRules)?;
         let mut resp = Response::new(Full::new(lines.body.clone()));
         resp.headers_mut()
             .insert(CONTENT_TYPE, HeaderValue::from_static(RULES_LINES_TYPE));

@@ -12,8 +12,8 @@ pub(super) fn handle(app: &App, req: SyncRequest) -> Result<ApiResponse, ApiErro
     check_version(req.v)?;
     // Any filter id is accepted (a long Istio node id included): refusing a sync
     // would cut the filter off from rule updates. Metrics bound the label instead.
-    let rules = app.inner.rules.get();
-    app.inner.metrics.record_sync(rules.as_deref(), &req);
+    let rules = app.inner.parts.rules.get();
+    app.inner.parts.reports.record_sync(rules.as_deref(), &req);
     let resp = match rules {
         Some(set) => SyncResponse {
             v: WIRE_VERSION,

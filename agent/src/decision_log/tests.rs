@@ -7,6 +7,7 @@ use meshlimit_core::Outcome;
 use super::line::utc_millis;
 use super::*;
 use crate::metrics::sample;
+use crate::test_support::Registered;
 
 fn record(key_id: &str, decision: Outcome, sample_rate: f64) -> DecisionRecord {
     DecisionRecord {
@@ -33,12 +34,12 @@ fn batch(records: Vec<DecisionRecord>) -> DecisionsRequest {
     }
 }
 
-fn metrics() -> Arc<Metrics> {
-    Arc::new(Metrics::new("r").unwrap())
+fn metrics() -> Registered<DecisionLogMetrics> {
+    Registered::new(DecisionLogMetrics::new)
 }
 
 /// Waits (bounded) until the writer has written `n` lines in all.
-fn written(m: &Metrics, n: f64) {
+fn written(m: &Registered<DecisionLogMetrics>, n: f64) {
     for _ in 0..500 {
         let text = m.render().unwrap();
         if sample(&text, "meshlimit_decision_log_records_total", &[]) == Some(n) {
@@ -133,7 +134,10 @@ fn the_queue_is_bounded_and_drops_are_counted() {
 }
 
 /// A log whose writer never takes a line off `tx`'s queue.
-fn stalled(tx: std::sync::mpsc::SyncSender<Vec<u8>>, metrics: Arc<Metrics>) -> DecisionLog {
+fn stalled(
+    tx: std::sync::mpsc::SyncSender<Vec<u8>>,
+    metrics: Arc<DecisionLogMetrics>,
+) -> DecisionLog {
     DecisionLog {
         node: "n".into(),
         tx: Some(tx),
@@ -179,7 +183,7 @@ fn a_flood_of_maximal_records_holds_no_more_than_the_byte_bounds() {
 
 #[test]
 fn recent_records_and_hot_keys_are_bounded() {
-    let log = DecisionLog::start(None, "n", metrics()).unwrap();
+    let log = DecisionLog::start(None, "n", metrics().clone()).unwrap();
     for i in 0..(RECENT_RECORDS + HOT_KEYS) {
         log.accept(batch(vec![record(&format!("k{i}"), Outcome::Allowed, 0.5)]));
     }
@@ -204,7 +208,7 @@ fn recent_records_and_hot_keys_are_bounded() {
 
 #[test]
 fn a_hot_keys_decisions_weigh_each_sampled_record_by_its_rate() {
-    let log = DecisionLog::start(None, "n", metrics()).unwrap();
+    let log = DecisionLog::start(None, "n", metrics().clone()).unwrap();
     // Three allowed records kept at a quarter stand for twelve decisions; two
     // rejections (always kept) for two.
     for _ in 0..3 {
@@ -219,7 +223,7 @@ fn a_hot_keys_decisions_weigh_each_sampled_record_by_its_rate() {
 
 #[test]
 fn a_key_taking_an_evicted_hot_keys_place_takes_its_counts() {
-    let log = DecisionLog::start(None, "n", metrics()).unwrap();
+    let log = DecisionLog::start(None, "n", metrics().clone()).unwrap();
     // Every place taken, each key rejected twice; a new key then takes the
     // place of one of them with its counts (Space-Saving: upper bounds).
     for i in 0..HOT_KEYS {
@@ -235,7 +239,7 @@ fn a_key_taking_an_evicted_hot_keys_place_takes_its_counts() {
 
 #[test]
 fn a_record_claiming_no_sample_rate_counts_once() {
-    let log = DecisionLog::start(None, "n", metrics()).unwrap();
+    let log = DecisionLog::start(None, "n", metrics().clone()).unwrap();
     log.accept(batch(vec![record("k", Outcome::Allowed, 0.0)]));
     let hot = log.hot("per-key");
     assert_eq!((hot[0].decisions, hot[0].rejections), (1, 0));
@@ -306,7 +310,7 @@ fn log_files_are_their_owners_only_whatever_the_umask() {
     let old = dir.path().join("old.log");
     std::fs::write(&old, "{}\n").unwrap();
     std::fs::set_permissions(&old, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
-    DecisionLog::start(Some(files(&old, 4_096, 3)), "n", metrics()).unwrap();
+    DecisionLog::start(Some(files(&old, 4_096, 3)), "n", metrics().clone()).unwrap();
     assert_eq!(mode(&old), 0o600);
 }
 
@@ -317,7 +321,7 @@ fn a_link_at_the_log_path_is_refused_never_followed() {
     std::fs::write(&victim, "precious\n").unwrap();
     let path = dir.path().join("decisions.log");
     std::os::unix::fs::symlink(&victim, &path).unwrap();
-    let e = DecisionLog::start(Some(files(&path, 4_096, 3)), "n", metrics())
+    let e = DecisionLog::start(Some(files(&path, 4_096, 3)), "n", metrics().clone())
         .err()
         .unwrap();
     assert!(
@@ -330,7 +334,7 @@ fn a_link_at_the_log_path_is_refused_never_followed() {
     let dangling = dir.path().join("dangling.log");
     let nowhere = dir.path().join("nowhere");
     std::os::unix::fs::symlink(&nowhere, &dangling).unwrap();
-    assert!(DecisionLog::start(Some(files(&dangling, 4_096, 3)), "n", metrics()).is_err());
+    assert!(DecisionLog::start(Some(files(&dangling, 4_096, 3)), "n", metrics().clone()).is_err());
     assert!(!nowhere.exists());
 }
 

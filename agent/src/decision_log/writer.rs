@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::Receiver;
 
+use super::DecisionLogMetrics;
 use super::Target;
-use crate::metrics::Metrics;
 
 /// A decision log file's mode: read and written by its owner only.
 pub(super) const FILE_MODE: u32 = 0o600;
@@ -190,7 +190,12 @@ fn numbered(path: &Path, n: u32) -> PathBuf {
 /// Writes what the queue brings until every sender is gone; flushes whenever
 /// the queue is empty. A failed write loses that line (counted) and goes on.
 /// Each line's bytes come off `queued` once it is written (or lost).
-pub(super) fn run(mut out: Out, rx: Receiver<Vec<u8>>, queued: &AtomicUsize, metrics: &Metrics) {
+pub(super) fn run(
+    mut out: Out,
+    rx: Receiver<Vec<u8>>,
+    queued: &AtomicUsize,
+    metrics: &DecisionLogMetrics,
+) {
     let mut failing = false;
     while let Ok(line) = rx.recv() {
         let mut batch = vec![line];

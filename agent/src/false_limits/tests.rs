@@ -8,6 +8,8 @@ use meshlimit_core::{DescriptorKey, Limit, Outcome};
 use super::*;
 use crate::metrics::sample;
 use crate::test_support::wait_until;
+use crate::test_support::Registered;
+use meshlimit_core::secret::KeyIds;
 use meshlimit_store::{Acquire, MemoryStore};
 
 const MS: u64 = 1_000_000;
@@ -112,13 +114,13 @@ fn record(rule: &str, key_id: &str, source: DecisionSource, decision: Outcome) -
 }
 
 /// A sample of the metrics, their gauges brought up to date.
-fn read(m: &Metrics, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    m.refresh(None);
+fn read(m: &Registered<FalseLimitMetrics>, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    m.refresh();
     sample(&m.render().unwrap(), name, labels)
 }
 
 /// `slow`'s checked 429s and the suspects skipped for the budget.
-fn checked_and_skipped(m: &Metrics) -> (f64, f64) {
+fn checked_and_skipped(m: &Registered<FalseLimitMetrics>) -> (f64, f64) {
     let checked = read(m, "meshlimit_false_limit_checks_total", &[("rule", "slow")]);
     let skipped = read(
         m,
@@ -133,10 +135,10 @@ async fn suspects_are_peeked_in_the_store_and_the_stores_own_denials_are_true() 
     let rules = Arc::new(CurrentRules::empty());
     let set = Arc::new(parse_rules("t", RULES).unwrap());
     rules.install(set.clone());
-    let metrics = Arc::new(Metrics::new("r").unwrap());
+    let metrics = Registered::new(FalseLimitMetrics::new);
     let store = Arc::new(MemoryStore::new());
     let key = |k: &str| DescriptorKey::new("slow", [k]);
-    let id = |k: &str| metrics.key_ids().id(&key(k)).to_string();
+    let id = |k: &str| KeyIds::placeholder().id(&key(k)).to_string();
     // `drained` spent its two tokens an hour: any 429 of it now is true.
     let l = set.rule("slow").unwrap().limit_in_force(None, 0).limit;
     let took = store
@@ -149,7 +151,7 @@ async fn suspects_are_peeked_in_the_store_and_the_stores_own_denials_are_true() 
         }])
         .await;
     assert!(matches!(took[0], Ok(meshlimit_core::Take::Granted { .. })));
-    let checker = FalseLimits::start(rules, store, metrics.clone());
+    let checker = FalseLimits::start(rules, store, metrics.clone(), KeyIds::placeholder());
     checker.observe(&[
         // Held a denial for a key whose bucket is full: false.
         record(
@@ -228,10 +230,14 @@ async fn suspects_are_peeked_in_the_store_and_the_stores_own_denials_are_true() 
 async fn checks_past_the_budget_are_skipped_and_weigh_in_the_ratio() {
     let rules = Arc::new(CurrentRules::empty());
     rules.install(Arc::new(parse_rules("t", RULES).unwrap()));
-    let metrics = Arc::new(Metrics::new("r").unwrap());
-    let checker = FalseLimits::start(rules, Arc::new(MemoryStore::new()), metrics.clone());
-    let id = metrics
-        .key_ids()
+    let metrics = Registered::new(FalseLimitMetrics::new);
+    let checker = FalseLimits::start(
+        rules,
+        Arc::new(MemoryStore::new()),
+        metrics.clone(),
+        KeyIds::placeholder(),
+    );
+    let id = KeyIds::placeholder()
         .id(&DescriptorKey::new("slow", ["fresh"]))
         .to_string();
     // One store-confirmed 429, then twice a second's budget of false suspects.

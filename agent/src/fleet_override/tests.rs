@@ -8,8 +8,10 @@ use meshlimit_store::{Backend, MemoryStore, StoreError};
 
 use super::*;
 use crate::metrics::sample;
+use crate::rules_watch::RulesMetrics;
 use crate::shutdown;
 use crate::test_support::wait_until;
+use crate::test_support::Registered;
 
 const RULES: &str = r"
 version: 1
@@ -43,7 +45,7 @@ fn modes(set: &RuleSet) -> Vec<Mode> {
     set.rules().iter().map(|r| r.mode).collect()
 }
 
-fn override_gauge(metrics: &Metrics) -> Option<f64> {
+fn override_gauge(metrics: &Registered<RulesMetrics>) -> Option<f64> {
     sample(
         &metrics.render().unwrap(),
         "meshlimit_fleet_override",
@@ -51,7 +53,7 @@ fn override_gauge(metrics: &Metrics) -> Option<f64> {
     )
 }
 
-fn override_errors(metrics: &Metrics) -> f64 {
+fn override_errors(metrics: &Registered<RulesMetrics>) -> f64 {
     sample(
         &metrics.render().unwrap(),
         "meshlimit_fleet_override_errors_total",
@@ -126,7 +128,7 @@ fn the_override_shadows_the_set_in_force_and_clearing_gives_the_file_back() {
 
 #[test]
 fn applying_a_change_sets_the_metric_and_the_served_version() {
-    let metrics = Metrics::new("test").unwrap();
+    let metrics = Registered::new(RulesMetrics::standalone);
     let rules = CurrentRules::empty();
     rules.install(set(RULES));
     apply(&rules, &metrics, on("ops"));
@@ -204,7 +206,7 @@ impl FleetState for FlakyStore {
 async fn the_poller_follows_the_store_and_a_store_error_keeps_the_last_state() {
     let store = Arc::new(FlakyStore::default());
     let rules = Arc::new(CurrentRules::empty());
-    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let metrics = Registered::new(RulesMetrics::standalone);
     let file = set(RULES);
     rules.install(file.clone());
     let (trigger, stop) = shutdown::channel();

@@ -1,138 +1,33 @@
-//! The agent's Prometheus metrics (listed in README.md, "Command line, ports, metrics";
-//! docs/internals.md, "Metrics", for the region ones). Every label value comes
-//! from a bounded set: rule names of the current rules file (others fold into
-//! `other`), fixed outcome, result and reason words, and filter ids capped in number.
-//! No metric carries a customer key, except the region shares of the few keys with
-//! the most demand (`regions::TOP_KEYS`), a bounded top-N.
-//!
-//! Grouped by what feeds them: the filters' sync reports (`reports`), the lease path
-//! and the store (`leases`), the rules watcher (`rules`), the region exchange
-//! (`regions`), the decision log (`declog`), a rules change's trial (`trial`),
-//! the false-limit SLI (`false_limits`).
+//! What the agent's metrics share: one Prometheus registry, into which each
+//! service registers its own metrics (defined beside it: `leases::metrics`,
+//! `rules_watch::metrics`, `reports`, ...), and the helpers they use. Every
+//! label value comes from a bounded set: rule names of the current rules file
+//! (others fold into `other`), fixed outcome, result and reason words, and
+//! filter ids capped in number. No metric carries a customer key, except the
+//! region shares of the few keys with the most demand (`regions::TOP_KEYS`), a
+//! bounded top-N. The metrics are listed in README.md ("Command line, ports,
+//! metrics") and docs/internals.md ("Metrics", for the region ones).
 
-mod declog;
-mod false_limits;
-mod leases;
-mod regions;
-mod reports;
-mod rules;
-mod top_keys;
-mod trial;
+pub(crate) mod top_keys;
 
-use meshlimit_core::secret::{KeyId, KeyIds};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use prometheus::{
-    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, TextEncoder,
 };
-use tokio::time::Instant;
 
-pub(crate) use false_limits::Skipped;
-pub use reports::{FILTER_TTL, MAX_FILTERS, MAX_REPORTED_COUNT, OTHER_RULE};
-
-/// Every metric the agent exports, registered in one registry.
-pub struct Metrics {
-    registry: Registry,
-    /// Zero of the fail-open windows' clock (tokio's, so tests can pause it).
-    epoch: Instant,
-    reports: reports::ReportMetrics,
-    false_limits: false_limits::FalseLimitMetrics,
-    leases: leases::LeaseMetrics,
-    rules: rules::RulesMetrics,
-    regions: regions::RegionMetrics,
-    trial: trial::TrialMetrics,
-    bad_requests: IntCounterVec,
-    /// How labels name customer keys: by the deployment's keyed hash.
-    key_ids: std::sync::OnceLock<KeyIds>,
-    connections_refused: IntCounter,
-    declog: declog::DecisionLogMetrics,
-}
+pub use prometheus::Registry;
 
 /// A metric could not be registered: a programming error (a duplicate or
 /// malformed name), reported at startup rather than hidden.
 pub type MetricsError = prometheus::Error;
 
 /// Creates metrics and registers them in one go.
-struct Factory<'a>(&'a Registry);
+pub struct Factory<'a>(pub &'a Registry);
 
-impl Metrics {
-    /// Registers every metric; `region` goes into `meshlimit_agent_info`.
-    pub fn new(region: &str) -> Result<Metrics, MetricsError> {
-        let registry = Registry::new();
-        let f = Factory(&registry);
-        let info = f.gauges(
-            "meshlimit_agent_info",
-            "The agent's build and region (always 1).",
-            &["version", "region"],
-        )?;
-        if let Ok(g) = info.get_metric_with_label_values(&[env!("CARGO_PKG_VERSION"), region]) {
-            g.set(1);
-        }
-        Ok(Metrics {
-            epoch: Instant::now(),
-            reports: reports::ReportMetrics::new(&f)?,
-            false_limits: false_limits::FalseLimitMetrics::new(&f)?,
-            leases: leases::LeaseMetrics::new(&f)?,
-            rules: rules::RulesMetrics::new(&f)?,
-            regions: regions::RegionMetrics::new(&f)?,
-            trial: trial::TrialMetrics::new(&f)?,
-            bad_requests: f.counters(
-                "meshlimit_bad_requests_total",
-                "Requests refused with a 4xx, by reason.",
-                &["reason"],
-            )?,
-            connections_refused: f.counter(
-                "meshlimit_connections_refused_total",
-                "Connections closed at once because --max-connections were open.",
-            )?,
-            declog: declog::DecisionLogMetrics::new(&f)?,
-            registry,
-            key_ids: std::sync::OnceLock::new(),
-        })
-    }
-
-    /// Sets the keyed hash that names keys in labels (once, at start).
-    pub(crate) fn set_key_ids(&self, ids: KeyIds) {
-        let _ = self.key_ids.set(ids);
-    }
-
-    /// The id a label shows for `key`. Before [`Metrics::set_key_ids`] (tests
-    /// only: `run` sets it first) ids are keyed by a fixed placeholder, still
-    /// never the key in clear.
-    pub(crate) fn key_id(&self, key: &meshlimit_core::DescriptorKey) -> KeyId {
-        self.key_ids.get_or_init(KeyIds::placeholder).id(key)
-    }
-
-    /// The keyed hash that names keys (the placeholder before `set_key_ids`).
-    pub(crate) fn key_ids(&self) -> &KeyIds {
-        self.key_ids.get_or_init(KeyIds::placeholder)
-    }
-
-    /// The Prometheus text exposition of every metric.
-    pub(crate) fn render(&self) -> Result<String, MetricsError> {
-        TextEncoder::new().encode_to_string(&self.registry.gather())
-    }
-
-    /// A request refused for the caller's mistake; `reason` is a fixed word.
-    pub(crate) fn bad_request(&self, reason: &str) {
-        inc(&self.bad_requests, &[reason], 1);
-    }
-
-    /// A connection closed on accept: the agent had its maximum open.
-    pub(crate) fn connection_refused(&self) {
-        self.connections_refused.inc();
-    }
-
-    fn now_secs(&self) -> u64 {
-        self.epoch.elapsed().as_secs()
-    }
-}
-
-impl std::fmt::Debug for Metrics {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Metrics").finish_non_exhaustive()
-    }
+/// The Prometheus text exposition of every metric in `registry`.
+pub fn render(registry: &Registry) -> Result<String, MetricsError> {
+    TextEncoder::new().encode_to_string(&registry.gather())
 }
 
 impl Factory<'_> {
@@ -144,11 +39,11 @@ impl Factory<'_> {
         Ok(collector)
     }
 
-    fn counter(&self, name: &str, help: &str) -> Result<IntCounter, MetricsError> {
+    pub fn counter(&self, name: &str, help: &str) -> Result<IntCounter, MetricsError> {
         self.register(IntCounter::with_opts(Opts::new(name, help))?)
     }
 
-    fn counters(
+    pub fn counters(
         &self,
         name: &str,
         help: &str,
@@ -157,15 +52,20 @@ impl Factory<'_> {
         self.register(IntCounterVec::new(Opts::new(name, help), labels)?)
     }
 
-    fn gauge(&self, name: &str, help: &str) -> Result<IntGauge, MetricsError> {
+    pub fn gauge(&self, name: &str, help: &str) -> Result<IntGauge, MetricsError> {
         self.register(IntGauge::with_opts(Opts::new(name, help))?)
     }
 
-    fn gauges(&self, name: &str, help: &str, labels: &[&str]) -> Result<IntGaugeVec, MetricsError> {
+    pub fn gauges(
+        &self,
+        name: &str,
+        help: &str,
+        labels: &[&str],
+    ) -> Result<IntGaugeVec, MetricsError> {
         self.register(IntGaugeVec::new(Opts::new(name, help), labels)?)
     }
 
-    fn ratios(
+    pub fn ratios(
         &self,
         name: &str,
         help: &str,
@@ -174,7 +74,7 @@ impl Factory<'_> {
         self.register(prometheus::GaugeVec::new(Opts::new(name, help), labels)?)
     }
 
-    fn histogram(
+    pub fn histogram(
         &self,
         name: &str,
         help: &str,
@@ -203,7 +103,7 @@ pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
 
 /// `with_label_values` panics on a label count mismatch; a metric is never worth a
 /// crash, so a mismatch (a bug) only loses the increment.
-fn inc(vec: &IntCounterVec, labels: &[&str], n: u64) {
+pub(crate) fn inc(vec: &IntCounterVec, labels: &[&str], n: u64) {
     if let Ok(c) = vec.get_metric_with_label_values(labels) {
         c.inc_by(n);
     }
@@ -212,7 +112,7 @@ fn inc(vec: &IntCounterVec, labels: &[&str], n: u64) {
 /// Sets `vec`'s gauge of every label in `wanted` to `ratio` of it and removes
 /// the labels of `shown` no longer wanted (removed, not reset, so a concurrent
 /// scrape never sees a gap); `wanted` becomes `shown`.
-fn show_ratios(
+pub(crate) fn show_ratios(
     vec: &prometheus::GaugeVec,
     shown: &mut std::collections::HashSet<String>,
     wanted: std::collections::HashSet<String>,
@@ -230,8 +130,15 @@ fn show_ratios(
 }
 
 /// The guarded state is counters and labels: consistent after any panic elsewhere.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Sets the gauge of `labels` in `vec` (a label count mismatch, a bug, loses the value).
+pub(crate) fn set(vec: &prometheus::GaugeVec, labels: &[&str], value: f64) {
+    if let Ok(g) = vec.get_metric_with_label_values(labels) {
+        g.set(value);
+    }
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use super::conn::{RegionConn, RegionError};
 use super::exchange;
 use super::table::ShareTable;
 use super::Shares;
-use crate::metrics::Metrics;
+use crate::regions::metrics::RegionMetrics;
 use crate::shutdown::Shutdown;
 
 /// Demand is flushed this often, a little after each slice of the period ends;
@@ -36,7 +36,7 @@ const REFRESH_FOR: Duration = Duration::from_millis(800);
 pub(crate) async fn flush_loop(
     conn: Arc<RegionConn>,
     shares: Shares,
-    metrics: Arc<Metrics>,
+    metrics: Arc<RegionMetrics>,
     mut shutdown: Shutdown,
 ) {
     loop {
@@ -61,7 +61,7 @@ pub(crate) async fn flush_loop(
 pub(crate) async fn refresh_loop(
     conn: Arc<RegionConn>,
     shares: Shares,
-    metrics: Arc<Metrics>,
+    metrics: Arc<RegionMetrics>,
     mut shutdown: Shutdown,
 ) {
     loop {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::conn::{RegionConn, RegionError};
-use crate::metrics::Metrics;
+use crate::regions::metrics::RegionMetrics;
 use crate::shutdown::Shutdown;
 use meshlimit_store::redis::keys::region::LOCK;
 use meshlimit_store::redis::script::{ELECT_SCRIPT, RELEASE_SCRIPT};
@@ -78,7 +78,7 @@ impl Leadership {
 pub async fn run(
     conn: Arc<RegionConn>,
     lead: Arc<Leadership>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<RegionMetrics>,
     mut shutdown: Shutdown,
 ) {
     let mut tick = tokio::time::interval(ROUND);

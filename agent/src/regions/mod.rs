@@ -22,6 +22,7 @@ pub mod conn;
 pub(crate) mod demand;
 pub(crate) mod election;
 pub(crate) mod exchange;
+pub mod metrics;
 pub(crate) mod rebalancer;
 pub(crate) mod setup;
 pub(crate) mod share;
@@ -40,12 +41,12 @@ use meshlimit_core::DescriptorKey;
 use tokio::task::JoinSet;
 
 use crate::config::StoreSpec;
-use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 use conn::{RegionConn, RegionError};
 use demand::{DemandBook, PeriodDemand};
 use election::Leadership;
 use meshlimit_store::redis::client::Connect;
+use metrics::RegionMetrics;
 use rebalancer::Rebalancer;
 use table::ShareTable;
 
@@ -186,7 +187,7 @@ impl Shares {
 pub(crate) fn start(
     cfg: &RegionsConfig,
     shares: &Shares,
-    metrics: &Arc<Metrics>,
+    metrics: &Arc<RegionMetrics>,
     tasks: &mut JoinSet<()>,
     shutdown: &Shutdown,
 ) -> Result<(), RegionError> {

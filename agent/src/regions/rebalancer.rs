@@ -25,7 +25,7 @@ use super::election::Leadership;
 use super::exchange;
 use super::share::shares;
 use super::table::Entry;
-use crate::metrics::Metrics;
+use crate::regions::metrics::RegionMetrics;
 use crate::shutdown::Shutdown;
 
 /// Periods a key may go without demand anywhere before it is dropped (its
@@ -79,7 +79,7 @@ impl Rebalancer {
     pub(crate) async fn tick(
         &mut self,
         period: u64,
-        metrics: &Metrics,
+        metrics: &RegionMetrics,
     ) -> Result<Tick, RegionError> {
         let Some(own) = self.regions.first().cloned() else {
             return Ok(Tick::Follower);
@@ -210,7 +210,7 @@ async fn load_known(own: &Arc<RegionConn>) -> Result<HashMap<String, u32>, Regio
 /// Ticks at `offset` into every period until shutdown.
 pub async fn run(
     mut rebalancer: Rebalancer,
-    metrics: Arc<Metrics>,
+    metrics: Arc<RegionMetrics>,
     offset: Duration,
     mut shutdown: Shutdown,
 ) {

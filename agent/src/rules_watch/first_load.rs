@@ -8,8 +8,9 @@ use std::sync::Arc;
 use meshlimit_core::rules::RuleError;
 use meshlimit_core::RuleSet;
 
+use super::RulesMetrics;
 use super::{CurrentRules, RulesWatcher};
-use crate::metrics::{Metrics, MetricsError};
+use crate::metrics::{MetricsError, Registry};
 
 /// What an agent starting on a rules path loads.
 #[derive(Debug)]
@@ -25,7 +26,7 @@ pub struct FirstLoad {
 /// start, with no store to share a trial through.
 pub fn first_load(path: &Path) -> Result<FirstLoad, MetricsError> {
     let rules = Arc::new(CurrentRules::empty());
-    let metrics = Arc::new(Metrics::new("check")?);
+    let metrics = Arc::new(RulesMetrics::standalone(&Registry::new())?);
     let mut watcher = RulesWatcher::new(path, Arc::clone(&rules), metrics);
     watcher.poll();
     Ok(FirstLoad {
@@ -53,7 +54,7 @@ mod tests {
         for name in ["two-files-one-name", "one-broken-among-good", "good"] {
             let dir = fixture(name);
             let rules = Arc::new(CurrentRules::empty());
-            let metrics = Arc::new(Metrics::new("test").unwrap());
+            let metrics = Arc::new(RulesMetrics::standalone(&Registry::new()).unwrap());
             RulesWatcher::new(&dir, Arc::clone(&rules), metrics).poll();
             let loaded = first_load(&dir).unwrap();
             let reported: Vec<String> = loaded.errors.iter().map(ToString::to_string).collect();

@@ -3,8 +3,10 @@ use std::os::unix::fs::symlink;
 
 use super::*;
 use crate::metrics::sample;
+use crate::rules_watch::RulesMetrics;
 use crate::shutdown;
 use crate::test_support::wait_until;
+use crate::test_support::Registered;
 use meshlimit_core::rules::config::Mode;
 
 const GOOD_V1: &str = include_str!(concat!(
@@ -58,7 +60,7 @@ impl ConfigMapDir {
     }
 }
 
-fn reloads(metrics: &Metrics, result: &str) -> f64 {
+fn reloads(metrics: &Registered<RulesMetrics>, result: &str) -> f64 {
     let text = metrics.render().unwrap();
     sample(
         &text,
@@ -76,7 +78,7 @@ fn version(rules: &CurrentRules) -> Option<String> {
 async fn follows_a_configmap_symlink_swap_and_refuses_a_broken_file() {
     let mut cm = ConfigMapDir::new(GOOD_V1);
     let rules = Arc::new(CurrentRules::empty());
-    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let metrics = Registered::new(RulesMetrics::standalone);
     let mut watcher = RulesWatcher::new(cm.path(), rules.clone(), metrics.clone());
     assert!(matches!(watcher.poll(), Reload::Applied { .. }));
     assert_eq!(watcher.poll(), Reload::Unchanged);
@@ -141,8 +143,8 @@ async fn follows_a_configmap_symlink_swap_and_refuses_a_broken_file() {
 fn a_broken_file_at_start_leaves_no_rules_until_a_good_one() {
     let mut cm = ConfigMapDir::new(BROKEN);
     let rules = Arc::new(CurrentRules::empty());
-    let metrics = Arc::new(Metrics::new("test").unwrap());
-    let mut watcher = RulesWatcher::new(cm.path(), rules.clone(), metrics);
+    let metrics = Registered::new(RulesMetrics::standalone);
+    let mut watcher = RulesWatcher::new(cm.path(), rules.clone(), metrics.clone());
     assert_eq!(watcher.poll(), Reload::Refused);
     assert!(rules.get().is_none());
     assert!(rules.last_error().is_some());
@@ -156,7 +158,7 @@ fn a_missing_file_is_reported_once() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("absent.yaml");
     let rules = Arc::new(CurrentRules::empty());
-    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let metrics = Registered::new(RulesMetrics::standalone);
     let mut watcher = RulesWatcher::new(&path, rules.clone(), metrics.clone());
     assert_eq!(watcher.poll(), Reload::Unreadable);
     assert_eq!(watcher.poll(), Reload::Unreadable);
@@ -170,7 +172,7 @@ fn a_missing_file_is_reported_once() {
 fn an_oversized_file_is_not_read_whole_and_the_last_good_rules_stay() {
     let mut cm = ConfigMapDir::new(GOOD_V1);
     let rules = Arc::new(CurrentRules::empty());
-    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let metrics = Registered::new(RulesMetrics::standalone);
     let mut watcher = RulesWatcher::new(cm.path(), rules.clone(), metrics.clone());
     assert!(matches!(watcher.poll(), Reload::Applied { .. }));
     let v1 = version(&rules);
@@ -197,7 +199,7 @@ fn an_oversized_file_is_not_read_whole_and_the_last_good_rules_stay() {
 fn a_tenfold_cut_is_refused_at_reload_until_approved_against_the_running_version() {
     let mut cm = ConfigMapDir::new(GOOD_V2);
     let rules = Arc::new(CurrentRules::empty());
-    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let metrics = Registered::new(RulesMetrics::standalone);
     let mut watcher = RulesWatcher::new(cm.path(), rules.clone(), metrics.clone());
     assert!(matches!(watcher.poll(), Reload::Applied { .. }));
     let running = version(&rules).unwrap();
@@ -242,7 +244,7 @@ fn a_change_is_held_to_the_guards_in_force_not_to_its_own() {
     ));
     let mut cm = ConfigMapDir::new(GOOD_V2);
     let rules = Arc::new(CurrentRules::empty());
-    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let metrics = Registered::new(RulesMetrics::standalone);
     let mut watcher = RulesWatcher::new(cm.path(), rules.clone(), metrics.clone());
     assert!(matches!(watcher.poll(), Reload::Applied { .. }));
     let running = version(&rules).unwrap();
@@ -260,7 +262,7 @@ fn a_change_is_held_to_the_guards_in_force_not_to_its_own() {
     // With the trial off in the rules in force, an approved cut enforces at once.
     let mut cm = ConfigMapDir::new(&format!("{GOOD_V2}changes: {{shadow_first: 0s}}\n"));
     let rules = Arc::new(CurrentRules::empty());
-    let mut watcher = RulesWatcher::new(cm.path(), rules.clone(), metrics);
+    let mut watcher = RulesWatcher::new(cm.path(), rules.clone(), metrics.clone());
     assert!(matches!(watcher.poll(), Reload::Applied { .. }));
     let running = version(&rules).unwrap();
     cm.update(&format!(
@@ -277,7 +279,7 @@ fn only_a_change_over_running_rules_goes_on_trial_and_its_end_enforces_it() {
     // A first load applies as written, whatever `shadow_first`.
     let mut cm = ConfigMapDir::new(added);
     let rules = Arc::new(CurrentRules::empty());
-    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let metrics = Registered::new(RulesMetrics::standalone);
     let mut watcher = RulesWatcher::new(cm.path(), rules.clone(), metrics.clone());
     assert!(matches!(watcher.poll(), Reload::Applied { .. }));
     assert_eq!(
@@ -344,7 +346,7 @@ fn an_expired_exception_stops_applying_by_itself() {
         "/../tests/fixtures/rules/api-and-a-trial-expiring.yaml"
     )));
     let rules = Arc::new(CurrentRules::empty());
-    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let metrics = Registered::new(RulesMetrics::standalone);
     let mut watcher =
         RulesWatcher::new(cm.path(), rules.clone(), metrics.clone()).with_clock(test_now);
     assert!(matches!(watcher.poll(), Reload::Applied { .. }));
@@ -375,7 +377,7 @@ fn a_directory_merges_one_file_per_team_and_a_broken_file_holds_back_no_other() 
     write("checkout.yaml", &team("checkout", 20));
     write("..data", "not a rules file: the ConfigMap's own");
     let rules = Arc::new(CurrentRules::empty());
-    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let metrics = Registered::new(RulesMetrics::standalone);
     let mut watcher = RulesWatcher::new(dir.path(), rules.clone(), metrics.clone());
     assert!(matches!(watcher.poll(), Reload::Applied { .. }));
     let limit_of = |name: &str| {
@@ -441,8 +443,8 @@ fn a_file_that_sorts_first_cannot_take_another_teams_rule_name() {
     write("search.yaml", &team_file("search", 10, ""));
     write("checkout.yaml", &team_file("checkout", 20, ""));
     let rules = Arc::new(CurrentRules::empty());
-    let metrics = Arc::new(Metrics::new("test").unwrap());
-    let mut watcher = RulesWatcher::new(dir.path(), rules.clone(), metrics);
+    let metrics = Registered::new(RulesMetrics::standalone);
+    let mut watcher = RulesWatcher::new(dir.path(), rules.clone(), metrics.clone());
     assert!(matches!(watcher.poll(), Reload::Applied { .. }));
     // The attack: a file sorting before search.yaml redefines `search`.
     write("aa-rogue.yaml", &team_file("search", 15, ""));
@@ -469,8 +471,8 @@ fn each_file_guards_its_own_rules_with_its_own_approvals() {
     write("a.yaml", &team_file("a", 100, ", max_tightening: 0.01"));
     write("b.yaml", &team_file("b", 100, ""));
     let rules = Arc::new(CurrentRules::empty());
-    let metrics = Arc::new(Metrics::new("test").unwrap());
-    let mut watcher = RulesWatcher::new(dir.path(), rules.clone(), metrics);
+    let metrics = Registered::new(RulesMetrics::standalone);
+    let mut watcher = RulesWatcher::new(dir.path(), rules.clone(), metrics.clone());
     assert!(matches!(watcher.poll(), Reload::Applied { .. }));
     // b cut tenfold: held to b's guard, not a's looser one. b keeps its
     // version in force, and a's change of the same poll still applies.
@@ -503,8 +505,8 @@ fn each_file_guards_its_own_rules_with_its_own_approvals() {
 fn the_watcher_and_the_set_in_force_share_one_copy_of_the_file() {
     let cm = ConfigMapDir::new(GOOD_V1);
     let rules = Arc::new(CurrentRules::empty());
-    let metrics = Arc::new(Metrics::new("test").unwrap());
-    let mut watcher = RulesWatcher::new(cm.path(), rules.clone(), metrics);
+    let metrics = Registered::new(RulesMetrics::standalone);
+    let mut watcher = RulesWatcher::new(cm.path(), rules.clone(), metrics.clone());
     assert!(matches!(watcher.poll(), Reload::Applied { .. }));
     assert_eq!(watcher.poll(), Reload::Unchanged);
     let kept = watcher.last_good.clone().unwrap();

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{HeaderMap, Request, StatusCode};
 use meshlimit_agent::api::Auth;
-use meshlimit_agent::{App, CurrentRules, LeaseSettings, Metrics};
+use meshlimit_agent::{App, CurrentRules, LeaseSettings};
 use meshlimit_core::rules::parse_rules;
 use meshlimit_core::secret::Secret;
 use meshlimit_core::wire::*;
@@ -68,13 +68,13 @@ pub fn app(rules: Option<&str>) -> App {
     if let Some(yaml) = rules {
         current.install(Arc::new(parse_rules("rules.yaml", yaml).unwrap()));
     }
-    App::new(
+    App::standalone(
         current,
         Arc::new(MemoryStore::new()),
-        Arc::new(Metrics::new("test").unwrap()),
         LeaseSettings::default(),
         Auth::new(&secret()),
     )
+    .unwrap()
 }
 
 /// A request as the node's filter sends it: with its credentials (unless

@@ -269,12 +269,12 @@ fn on_memory_store(
     live: u32,
 ) -> (
     Arc<LeaseService>,
-    Arc<Metrics>,
+    Registered<LeaseMetrics>,
     Arc<meshlimit_store::memory::MemoryStore>,
 ) {
     let current = Arc::new(CurrentRules::empty());
     current.install(Arc::new(parse_rules("t", rules).unwrap()));
-    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let metrics = lease_metrics();
     let store = Arc::new(meshlimit_store::memory::MemoryStore::new());
     let svc = LeaseService::new(
         current,
@@ -287,7 +287,7 @@ fn on_memory_store(
 }
 
 /// The store calls the service made that were answered.
-fn store_calls(metrics: &Metrics) -> f64 {
+fn store_calls(metrics: &Registered<LeaseMetrics>) -> f64 {
     let text = metrics.render().unwrap();
     sample(&text, "meshlimit_store_requests_total", &[("result", "ok")]).unwrap_or(0.0)
 }

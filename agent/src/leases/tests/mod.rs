@@ -11,6 +11,8 @@ use meshlimit_store::{Acquire, Acquired, Backend, StoreError};
 
 use super::*;
 use crate::metrics::sample;
+use crate::test_support::Registered;
+use crate::trial::metrics::TrialMetrics;
 
 mod answers;
 mod handles;
@@ -122,7 +124,7 @@ impl Backend for FakeStore {
     }
 }
 
-fn service(mode: Mode, max_inflight: usize) -> (Arc<LeaseService>, Arc<Metrics>) {
+fn service(mode: Mode, max_inflight: usize) -> (Arc<LeaseService>, Registered<LeaseMetrics>) {
     let (service, metrics, _) = service_and_store(mode, max_inflight);
     (service, metrics)
 }
@@ -130,7 +132,7 @@ fn service(mode: Mode, max_inflight: usize) -> (Arc<LeaseService>, Arc<Metrics>)
 fn service_and_store(
     mode: Mode,
     max_inflight: usize,
-) -> (Arc<LeaseService>, Arc<Metrics>, Arc<FakeStore>) {
+) -> (Arc<LeaseService>, Registered<LeaseMetrics>, Arc<FakeStore>) {
     service_with_rules(RULES, mode, max_inflight)
 }
 
@@ -138,7 +140,7 @@ fn service_with_rules(
     text: &str,
     mode: Mode,
     max_inflight: usize,
-) -> (Arc<LeaseService>, Arc<Metrics>, Arc<FakeStore>) {
+) -> (Arc<LeaseService>, Registered<LeaseMetrics>, Arc<FakeStore>) {
     let settings = LeaseSettings {
         max_inflight,
         ..LeaseSettings::default()
@@ -150,10 +152,10 @@ fn service_with_settings(
     text: &str,
     mode: Mode,
     settings: LeaseSettings,
-) -> (Arc<LeaseService>, Arc<Metrics>, Arc<FakeStore>) {
+) -> (Arc<LeaseService>, Registered<LeaseMetrics>, Arc<FakeStore>) {
     let rules = Arc::new(CurrentRules::empty());
     rules.install(Arc::new(parse_rules("t", text).unwrap()));
-    let metrics = Arc::new(Metrics::new("test").unwrap());
+    let metrics = lease_metrics();
     let store = Arc::new(FakeStore {
         mode,
         calls: AtomicUsize::new(0),
@@ -163,6 +165,15 @@ fn service_with_settings(
     });
     let service = LeaseService::new(rules, store.clone(), metrics.clone(), settings);
     (service, metrics, store)
+}
+
+/// The lease path's metrics (keys named by the placeholder ids), in a registry
+/// of their own.
+fn lease_metrics() -> Registered<LeaseMetrics> {
+    Registered::new(|r| {
+        let trial = Arc::new(TrialMetrics::new(r)?);
+        LeaseMetrics::new(r, meshlimit_core::secret::KeyIds::placeholder(), trial)
+    })
 }
 
 fn request(rules: &[&str]) -> LeaseRequest {
@@ -184,7 +195,7 @@ fn request(rules: &[&str]) -> LeaseRequest {
 
 /// What the lease path counted so far: (store calls, background refills,
 /// asks that waited on a call in flight, store results `ok`, `error`).
-fn counted(metrics: &Metrics, store: &FakeStore) -> (usize, f64, f64, f64, f64) {
+fn counted(metrics: &Registered<LeaseMetrics>, store: &FakeStore) -> (usize, f64, f64, f64, f64) {
     let text = metrics.render().unwrap();
     let kind = |k| sample(&text, "meshlimit_pool_calls_total", &[("kind", k)]).unwrap_or(0.0);
     let result =

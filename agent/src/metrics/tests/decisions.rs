@@ -4,9 +4,9 @@ use super::*;
 
 #[test]
 fn unknown_rules_fold_into_other() {
-    let m = Metrics::new("eu").unwrap();
+    let m = Fixture::new();
     let set = parse_rules("t", RULES).unwrap();
-    m.record_sync(
+    m.reports.record_sync(
         Some(&set),
         &report(
             "f",
@@ -32,9 +32,9 @@ fn unknown_rules_fold_into_other() {
 
 #[tokio::test(start_paused = true)]
 async fn the_fail_open_ratio_is_the_share_of_a_rules_decisions_that_failed_open() {
-    let m = Metrics::new("eu").unwrap();
+    let m = Fixture::new();
     let set = parse_rules("t", RULES).unwrap();
-    m.record_sync(
+    m.reports.record_sync(
         Some(&set),
         &report(
             "f",
@@ -70,14 +70,16 @@ async fn the_fail_open_ratio_is_the_share_of_a_rules_decisions_that_failed_open(
 
 #[tokio::test(start_paused = true)]
 async fn the_fail_open_ratio_counts_the_last_minute_only() {
-    let m = Metrics::new("eu").unwrap();
+    let m = Fixture::new();
     let set = parse_rules("t", RULES).unwrap();
     let decisions = |outcome| report("f", set.version(), &[("r", outcome, 10)]);
-    m.record_sync(Some(&set), &decisions(Outcome::FailedOpen));
+    m.reports
+        .record_sync(Some(&set), &decisions(Outcome::FailedOpen));
     tokio::time::advance(Duration::from_secs(30)).await;
-    m.record_sync(Some(&set), &decisions(Outcome::Allowed));
+    m.reports
+        .record_sync(Some(&set), &decisions(Outcome::Allowed));
     m.refresh(Some(&set));
-    let ratio = |m: &Metrics| {
+    let ratio = |m: &Fixture| {
         let text = m.render().unwrap();
         value(&text, "meshlimit_fail_open_ratio", &[("rule", "r")])
     };

@@ -4,11 +4,11 @@ use super::*;
 
 #[tokio::test(start_paused = true)]
 async fn silent_filters_leave_the_version_metric() {
-    let m = Metrics::new("eu").unwrap();
-    m.record_sync(None, &report("a", "v1", &[]));
-    m.record_sync(None, &report("b", "v1", &[]));
+    let m = Fixture::new();
+    m.reports.record_sync(None, &report("a", "v1", &[]));
+    m.reports.record_sync(None, &report("b", "v1", &[]));
     tokio::time::advance(Duration::from_secs(30)).await;
-    m.record_sync(None, &report("b", "v2", &[]));
+    m.reports.record_sync(None, &report("b", "v2", &[]));
     tokio::time::advance(Duration::from_secs(31)).await;
     m.refresh(None);
     let text = m.render().unwrap();
@@ -30,13 +30,13 @@ async fn silent_filters_leave_the_version_metric() {
 
 #[test]
 fn long_filter_ids_become_bounded_labels() {
-    let m = Metrics::new("eu").unwrap();
+    let m = Fixture::new();
     let long = format!(
         "sidecar~10.0.0.1~{}~ns.svc.cluster.local/vm1",
         "p".repeat(300)
     );
-    m.record_sync(None, &report(&long, "v", &[]));
-    m.record_sync(None, &report("", "v", &[]));
+    m.reports.record_sync(None, &report(&long, "v", &[]));
+    m.reports.record_sync(None, &report("", "v", &[]));
     let text = m.render().unwrap();
     let line = text
         .lines()
@@ -56,15 +56,15 @@ fn long_filter_ids_become_bounded_labels() {
 
 #[tokio::test(start_paused = true)]
 async fn propagation_is_timed_and_filters_are_counted_per_version() {
-    let m = Metrics::new("eu").unwrap();
-    m.record_sync(None, &report("f1", "v1", &[]));
-    m.rules_applied("v2");
+    let m = Fixture::new();
+    m.reports.record_sync(None, &report("f1", "v1", &[]));
+    m.rules.rules_applied("v2");
     tokio::time::advance(Duration::from_millis(1_500)).await;
-    m.record_sync(None, &report("f1", "v2", &[]));
+    m.reports.record_sync(None, &report("f1", "v2", &[]));
     // A second report of the same version is not a new arrival.
     tokio::time::advance(Duration::from_millis(1_000)).await;
-    m.record_sync(None, &report("f1", "v2", &[]));
-    m.record_sync(None, &report("f2", "v1", &[]));
+    m.reports.record_sync(None, &report("f1", "v2", &[]));
+    m.reports.record_sync(None, &report("f2", "v1", &[]));
     m.refresh(None);
     let text = m.render().unwrap();
     assert_eq!(
@@ -84,7 +84,7 @@ async fn propagation_is_timed_and_filters_are_counted_per_version() {
         Some(1.0)
     );
     // f2 moves on: v1 has no filter left and its label goes.
-    m.record_sync(None, &report("f2", "v2", &[]));
+    m.reports.record_sync(None, &report("f2", "v2", &[]));
     m.refresh(None);
     let text = m.render().unwrap();
     assert_eq!(
@@ -103,7 +103,7 @@ async fn propagation_is_timed_and_filters_are_counted_per_version() {
 
 #[test]
 fn a_reported_version_is_shown_as_sent_only_when_it_is_short_and_printable() {
-    let m = Metrics::new("eu").unwrap();
+    let m = Fixture::new();
     let set = parse_rules("t", RULES).unwrap();
     let long = "v".repeat(meshlimit_core::wire::MAX_VERSION_LABEL + 1);
     for (filter, version) in [
@@ -113,7 +113,8 @@ fn a_reported_version_is_shown_as_sent_only_when_it_is_short_and_printable() {
         ("long", long.as_str()),
         ("spaced", "v 1"),
     ] {
-        m.record_sync(Some(&set), &report(filter, version, &[]));
+        m.reports
+            .record_sync(Some(&set), &report(filter, version, &[]));
     }
     let text = m.render().unwrap();
     let shown = |filter, version| {
@@ -126,17 +127,17 @@ fn a_reported_version_is_shown_as_sent_only_when_it_is_short_and_printable() {
     assert_eq!(shown("none", "none"), Some(1.0));
     assert_eq!(shown("own", set.version()), Some(1.0));
     assert_eq!(shown("older", "0123abcd"), Some(1.0));
-    assert_eq!(shown("long", reports::INVALID_VERSION), Some(1.0));
-    assert_eq!(shown("spaced", reports::INVALID_VERSION), Some(1.0));
+    assert_eq!(shown("long", crate::reports::INVALID_VERSION), Some(1.0));
+    assert_eq!(shown("spaced", crate::reports::INVALID_VERSION), Some(1.0));
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_filter_is_shown_until_it_has_been_silent_for_a_minute() {
-    let m = Metrics::new("eu").unwrap();
-    m.record_sync(None, &report("a", "v1", &[]));
-    m.record_sync(None, &report("b", "v1", &[]));
+    let m = Fixture::new();
+    m.reports.record_sync(None, &report("a", "v1", &[]));
+    m.reports.record_sync(None, &report("b", "v1", &[]));
     tokio::time::advance(FILTER_TTL - Duration::from_millis(1)).await;
-    m.record_sync(None, &report("b", "v1", &[]));
+    m.reports.record_sync(None, &report("b", "v1", &[]));
     m.refresh(None);
     let text = m.render().unwrap();
     let version = |text: &str, filter| {
@@ -164,12 +165,13 @@ async fn a_filter_is_shown_until_it_has_been_silent_for_a_minute() {
 
 #[test]
 fn past_the_most_filters_shown_a_new_filter_is_not_added_but_known_ones_move_on() {
-    let m = Metrics::new("eu").unwrap();
+    let m = Fixture::new();
     for i in 0..MAX_FILTERS {
-        m.record_sync(None, &report(&format!("f{i}"), "v1", &[]));
+        m.reports
+            .record_sync(None, &report(&format!("f{i}"), "v1", &[]));
     }
-    m.record_sync(None, &report("one-more", "v1", &[]));
-    m.record_sync(None, &report("f0", "v2", &[]));
+    m.reports.record_sync(None, &report("one-more", "v1", &[]));
+    m.reports.record_sync(None, &report("f0", "v2", &[]));
     m.refresh(None);
     let text = m.render().unwrap();
     let version = |filter, v| {

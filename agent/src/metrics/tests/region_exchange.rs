@@ -4,8 +4,8 @@ use super::*;
 
 #[test]
 fn the_region_exchange_shows_its_leader_peers_rebalances_and_refreshes() {
-    let m = Metrics::new("eu").unwrap();
-    m.region_leader(true, Some("agent-a"));
+    let m = Fixture::new();
+    m.regions.region_leader(true, Some("agent-a"));
     let text = m.render().unwrap();
     assert_eq!(value(&text, "meshlimit_region_leader", &[]), 1.0);
     assert_eq!(
@@ -16,16 +16,17 @@ fn the_region_exchange_shows_its_leader_peers_rebalances_and_refreshes() {
         ),
         1.0
     );
-    m.region_leader(false, Some("agent-b"));
-    m.region_peer("us", true);
-    m.region_peer("ap", false);
-    m.region_rebalance("ok", Duration::from_millis(20));
-    m.region_rebalance("stale", Duration::from_millis(5));
-    m.region_flush(true);
-    m.region_flush(false);
-    m.region_flush(true);
-    m.region_refresh("ok", 1_700_000_000_500);
-    m.region_refresh("unchanged", 1_700_000_009_000);
+    m.regions.region_leader(false, Some("agent-b"));
+    m.regions.region_peer("us", true);
+    m.regions.region_peer("ap", false);
+    m.regions.region_rebalance("ok", Duration::from_millis(20));
+    m.regions
+        .region_rebalance("stale", Duration::from_millis(5));
+    m.regions.region_flush(true);
+    m.regions.region_flush(false);
+    m.regions.region_flush(true);
+    m.regions.region_refresh("ok", 1_700_000_000_500);
+    m.regions.region_refresh("unchanged", 1_700_000_009_000);
     let text = m.render().unwrap();
     let v = |name, labels: &[(&str, &str)]| value(&text, name, labels);
     assert_eq!(v("meshlimit_region_leader", &[]), 0.0);
@@ -68,7 +69,7 @@ fn the_region_exchange_shows_its_leader_peers_rebalances_and_refreshes() {
 #[test]
 fn the_region_shares_are_shown_per_rule_and_for_the_keys_with_the_most_demand() {
     use crate::regions::table::ShareTable;
-    let m = Metrics::new("eu").unwrap();
+    let m = Fixture::new();
     let table = |period, fields: &[(&str, &str)]| {
         ShareTable::from_fields(
             Some(period),
@@ -77,7 +78,7 @@ fn the_region_shares_are_shown_per_rule_and_for_the_keys_with_the_most_demand() 
     };
     let key = |rule, part| DescriptorKey::new(rule, [part]).as_str().to_string();
     let (a1, a2, a3, b1) = (key("a", "1"), key("a", "2"), key("a", "3"), key("b", "1"));
-    m.region_shares(
+    m.regions.region_shares(
         &table(100, &[(&a1, "0.8 300"), (&a2, "0.2 10"), (&b1, "0.5 50")]),
         102_500,
     );
@@ -104,7 +105,8 @@ fn the_region_shares_are_shown_per_rule_and_for_the_keys_with_the_most_demand() 
         0.5
     );
     // The next table: rule b and key a2 gone, a3 new.
-    m.region_shares(&table(101, &[(&a1, "0.6 300"), (&a3, "0.4 20")]), 103_000);
+    m.regions
+        .region_shares(&table(101, &[(&a1, "0.6 300"), (&a3, "0.4 20")]), 103_000);
     let text = m.render().unwrap();
     let share = |rule, key: &str| {
         sample(

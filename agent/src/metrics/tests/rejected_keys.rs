@@ -4,22 +4,25 @@ use super::*;
 
 #[test]
 fn the_most_rejected_keys_are_ranked_by_id_never_in_clear() {
-    let m = Metrics::new("eu").unwrap();
+    let m = Fixture::new();
     let (a, b) = (
         DescriptorKey::new("r", ["customer-a"]),
         DescriptorKey::new("r", ["customer-b"]),
     );
     for _ in 0..3 {
-        m.lease_denied("r", &a);
+        m.leases.lease_denied("r", &a);
     }
-    m.lease_denied("r", &b);
-    m.refresh_top_keys();
+    m.leases.lease_denied("r", &b);
+    m.leases.refresh_top_keys();
     let text = m.render().unwrap();
     assert_eq!(
         value(&text, "meshlimit_lease_denials_total", &[("rule", "r")]),
         4.0
     );
-    let (id_a, id_b) = (m.key_id(&a).to_string(), m.key_id(&b).to_string());
+    let (id_a, id_b) = (
+        m.leases.key_id(&a).to_string(),
+        m.leases.key_id(&b).to_string(),
+    );
     let rank = |r, id: &str| {
         sample(
             &text,
@@ -36,7 +39,7 @@ fn the_most_rejected_keys_are_ranked_by_id_never_in_clear() {
 fn a_trial_shows_its_end_and_the_keys_its_rules_would_reject_most() {
     use crate::rules_watch::TrialView;
     use meshlimit_store::trial::TrialClock;
-    let m = Metrics::new("eu").unwrap();
+    let m = Fixture::new();
     let mut trial = TrialView {
         version: "v2".into(),
         clock: TrialClock {
@@ -51,14 +54,14 @@ fn a_trial_shows_its_end_and_the_keys_its_rules_would_reject_most() {
         value(&m.render().unwrap(), "meshlimit_rules_trial_held", &[]),
         0.0
     );
-    m.trial(Some(&trial));
+    m.trial.show(Some(&trial));
     let key = DescriptorKey::new("r", ["customer-a"]);
-    m.lease_denied("r", &key);
-    m.lease_denied("r", &key);
-    m.lease_denied("other", &key);
-    m.refresh_top_keys();
+    m.leases.lease_denied("r", &key);
+    m.leases.lease_denied("r", &key);
+    m.leases.lease_denied("other", &key);
+    m.leases.refresh_top_keys();
     let text = m.render().unwrap();
-    let id = m.key_id(&key).to_string();
+    let id = m.leases.key_id(&key).to_string();
     assert_eq!(
         value(&text, "meshlimit_rules_trial", &[("version", "v2")]),
         1.0
@@ -82,7 +85,7 @@ fn a_trial_shows_its_end_and_the_keys_its_rules_would_reject_most() {
     assert_eq!(top("other", "1"), None, "not on trial");
     // Held: it ends when an operator ends it.
     trial.clock.held = true;
-    m.trial(Some(&trial));
+    m.trial.show(Some(&trial));
     let text = m.render().unwrap();
     assert_eq!(
         value(
@@ -95,8 +98,8 @@ fn a_trial_shows_its_end_and_the_keys_its_rules_would_reject_most() {
     // The held gauge (what the held-trial alert reads) exists from the start.
     assert_eq!(value(&text, "meshlimit_rules_trial_held", &[]), 1.0);
     // Over: its series go.
-    m.trial(None);
-    m.refresh_top_keys();
+    m.trial.show(None);
+    m.leases.refresh_top_keys();
     let text = m.render().unwrap();
     assert_eq!(value(&text, "meshlimit_rules_trial_held", &[]), 0.0);
     assert_eq!(sample(&text, "meshlimit_rules_trial", &[]), None);
@@ -105,14 +108,13 @@ fn a_trial_shows_its_end_and_the_keys_its_rules_would_reject_most() {
 
 #[test]
 fn keys_are_named_by_the_deployments_keyed_hash_once_it_is_set() {
-    let m = Metrics::new("eu").unwrap();
     let ids = meshlimit_core::secret::Secret::new(&[7; 32])
         .unwrap()
         .key_ids();
-    m.set_key_ids(ids.clone());
+    let m = Fixture::with_key_ids(ids.clone());
     let key = DescriptorKey::new("r", ["customer-a"]);
-    m.lease_denied("r", &key);
-    m.refresh_top_keys();
+    m.leases.lease_denied("r", &key);
+    m.leases.refresh_top_keys();
     let text = m.render().unwrap();
     let shown = |id: String| {
         sample(

@@ -4,10 +4,10 @@ use super::*;
 
 #[test]
 fn only_the_current_rules_version_is_shown() {
-    let m = Metrics::new("eu").unwrap();
-    m.rules_applied("aaa");
-    m.rules_applied("bbb");
-    m.rules_refused();
+    let m = Fixture::new();
+    m.rules.rules_applied("aaa");
+    m.rules.rules_applied("bbb");
+    m.rules.rules_refused();
     let text = m.render().unwrap();
     assert_eq!(
         sample(&text, "meshlimit_rules_version_info", &[("version", "aaa")]),
@@ -33,15 +33,11 @@ fn only_the_current_rules_version_is_shown() {
         sample(&text, "meshlimit_rules_last_reload_success", &[]),
         Some(0.0)
     );
-    assert_eq!(
-        sample(&text, "meshlimit_agent_info", &[("region", "eu")]),
-        Some(1.0)
-    );
 }
 
 #[test]
 fn each_rule_and_plan_shows_its_limit_and_old_ones_go() {
-    let m = Metrics::new("eu").unwrap();
+    let m = Fixture::new();
     let first = parse_rules(
         "r.yaml",
         include_str!(concat!(
@@ -50,7 +46,7 @@ fn each_rule_and_plan_shows_its_limit_and_old_ones_go() {
         )),
     )
     .unwrap();
-    m.rule_limits(&first);
+    m.rules.rule_limits(&first);
     let text = m.render().unwrap();
     let limit = |text: &str, rule: &str, plan: &str, what: &str| {
         sample(
@@ -73,7 +69,7 @@ fn each_rule_and_plan_shows_its_limit_and_old_ones_go() {
         )),
     )
     .unwrap();
-    m.rule_limits(&second);
+    m.rules.rule_limits(&second);
     let text = m.render().unwrap();
     assert_eq!(limit(&text, "per-ip", "", "rate_per_second"), None);
     assert_eq!(limit(&text, "api", "gold", "burst"), None);
@@ -83,8 +79,8 @@ fn each_rule_and_plan_shows_its_limit_and_old_ones_go() {
 
 #[test]
 fn a_large_set_shows_series_only_for_its_active_rules_failing_open_first() {
-    let m = Metrics::new("eu").unwrap();
-    let n = reports::MAX_RULE_SERIES + 5;
+    let m = Fixture::new();
+    let n = crate::reports::MAX_RULE_SERIES + 5;
     let mut text = String::from("version: 1\nrules:\n");
     for i in 0..n {
         text.push_str(&format!(
@@ -92,7 +88,7 @@ fn a_large_set_shows_series_only_for_its_active_rules_failing_open_first() {
         ));
     }
     let set = parse_rules("r.yaml", &text).unwrap();
-    m.rule_limits(&set);
+    m.rules.rule_limits(&set);
     let rendered = m.render().unwrap();
     assert_eq!(sample(&rendered, "meshlimit_rule_limit", &[]), None);
     assert_eq!(sample(&rendered, "meshlimit_fail_open_ratio", &[]), None);
@@ -106,7 +102,8 @@ fn a_large_set_shows_series_only_for_its_active_rules_failing_open_first() {
         .iter()
         .map(|(r, o, c)| (r.as_str(), *o, *c))
         .collect();
-    m.record_sync(Some(&set), &report("f1", set.version(), &decisions));
+    m.reports
+        .record_sync(Some(&set), &report("f1", set.version(), &decisions));
     m.refresh(Some(&set));
     let rendered = m.render().unwrap();
     let count = |name: &str| {
@@ -115,8 +112,14 @@ fn a_large_set_shows_series_only_for_its_active_rules_failing_open_first() {
             .filter(|l| l.starts_with(&format!("{name}{{")))
             .count()
     };
-    assert_eq!(count("meshlimit_fail_open_ratio"), reports::MAX_RULE_SERIES);
-    assert_eq!(count("meshlimit_rule_limit"), 2 * reports::MAX_RULE_SERIES);
+    assert_eq!(
+        count("meshlimit_fail_open_ratio"),
+        crate::reports::MAX_RULE_SERIES
+    );
+    assert_eq!(
+        count("meshlimit_rule_limit"),
+        2 * crate::reports::MAX_RULE_SERIES
+    );
     let ratio = |rule: &str| sample(&rendered, "meshlimit_fail_open_ratio", &[("rule", rule)]);
     assert!(ratio("r-0").is_some_and(|r| r > 0.0), "failing open: shown");
     let last = format!("r-{}", n - 1);

@@ -4,26 +4,24 @@ use super::*;
 
 #[test]
 fn the_lease_path_and_the_store_show_what_they_counted() {
-    let m = Metrics::new("eu").unwrap();
-    m.lease_granted("r", 5);
-    m.lease_granted("r", 3);
-    m.lease_unavailable("shed");
-    m.store_results("ok", 4);
-    m.store_results("timeout", 1);
-    m.store_call(3, Duration::from_millis(2));
+    let m = Fixture::new();
+    m.leases.lease_granted("r", 5);
+    m.leases.lease_granted("r", 3);
+    m.leases.lease_unavailable("shed");
+    m.leases.store_results("ok", 4);
+    m.leases.store_results("timeout", 1);
+    m.leases.store_call(3, Duration::from_millis(2));
     // Two Redis pipelines: 7 scripts in 3 ms, 2 in 1 ms.
-    m.store_pipeline(7, Duration::from_millis(3));
-    m.store_pipeline(2, Duration::from_millis(1));
-    m.pool_refill();
-    m.pool_waits(4);
-    m.pool_denied();
-    m.pool_denied();
-    m.tokens_dropped("r", 6);
-    m.live_nodes(3);
-    m.decision_log_written(10);
-    m.decision_log_dropped("agent", 2);
-    m.bad_request("version");
-    m.connection_refused();
+    m.leases.store_pipeline(7, Duration::from_millis(3));
+    m.leases.store_pipeline(2, Duration::from_millis(1));
+    m.leases.pool_refill();
+    m.leases.pool_waits(4);
+    m.leases.pool_denied();
+    m.leases.pool_denied();
+    m.leases.tokens_dropped("r", 6);
+    m.leases.live_nodes(3);
+    m.declog.decision_log_written(10);
+    m.declog.decision_log_dropped("agent", 2);
     let text = m.render().unwrap();
     let rule = [("rule", "r")];
     for (name, labels, want) in [
@@ -60,12 +58,6 @@ fn the_lease_path_and_the_store_show_what_they_counted() {
             &[("at", "agent")],
             2.0,
         ),
-        (
-            "meshlimit_bad_requests_total",
-            &[("reason", "version")],
-            1.0,
-        ),
-        ("meshlimit_connections_refused_total", &[], 1.0),
     ] {
         let got = value(&text, name, labels);
         assert!(close(got, want), "{name}{labels:?}: {got}, not {want}");
@@ -74,11 +66,12 @@ fn the_lease_path_and_the_store_show_what_they_counted() {
 
 #[test]
 fn a_redis_node_counts_as_down_from_its_event_until_it_is_back() {
-    let m = Metrics::new("eu").unwrap();
-    m.store_topology("node_down", None);
-    m.store_topology("node_down", None);
-    m.store_topology("slot_map_changed", None);
-    m.store_topology("node_up", Some(Duration::from_millis(1_500)));
+    let m = Fixture::new();
+    m.leases.store_topology("node_down", None);
+    m.leases.store_topology("node_down", None);
+    m.leases.store_topology("slot_map_changed", None);
+    m.leases
+        .store_topology("node_up", Some(Duration::from_millis(1_500)));
     let text = m.render().unwrap();
     let event = |e| {
         value(
@@ -105,7 +98,7 @@ fn a_redis_node_counts_as_down_from_its_event_until_it_is_back() {
 #[test]
 fn refused_control_reads_count_by_record_and_reason_from_zero() {
     use meshlimit_store::control::{Record, Refusal};
-    let m = Metrics::new("test").unwrap();
+    let m = Fixture::new();
     let refused = |record: &str, reason: &str| {
         let labels = [("record", record), ("reason", reason)];
         sample(
@@ -116,9 +109,9 @@ fn refused_control_reads_count_by_record_and_reason_from_zero() {
     };
     // Every series is there at 0 before any refusal (the alert reads it).
     assert_eq!(refused("audit", "parse"), Some(0.0));
-    m.control_refused(Record::Override, Refusal::Mac);
-    m.control_refused(Record::Override, Refusal::Mac);
-    m.control_refused(Record::Versions, Refusal::Size);
+    m.rules.control_refused(Record::Override, Refusal::Mac);
+    m.rules.control_refused(Record::Override, Refusal::Mac);
+    m.rules.control_refused(Record::Versions, Refusal::Size);
     assert_eq!(refused("override", "mac"), Some(2.0));
     assert_eq!(refused("versions", "size"), Some(1.0));
 }

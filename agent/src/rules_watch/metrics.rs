@@ -1,34 +1,52 @@
-//! Metrics of the rules watcher: reloads, the version in force, the last result,
-//! and each rule's configured limit (so dashboards can show use against it).
+//! Metrics of the rules watcher and the fleet override: reloads, the version in
+//! force, the last result, the override and the control records refused. A
+//! version put in force starts the filters' propagation clock (`reports`), and
+//! a trial shows in `trial`'s metrics.
 
-use std::collections::HashSet;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use meshlimit_core::rules::{Limits, Rule, RuleSet};
-use prometheus::{GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
+use meshlimit_core::rules::RuleSet;
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
 use meshlimit_store::fleet::OverrideMode;
 
-use super::{inc, lock, Factory, Metrics, MetricsError};
+use crate::metrics::{inc, lock, Factory, MetricsError};
+use crate::reports::ReportMetrics;
+use crate::trial::metrics::TrialMetrics;
 
-pub(super) struct RulesMetrics {
+/// The rules' metrics.
+pub struct RulesMetrics {
     reloads: IntCounterVec,
     version: IntGaugeVec,
     last_reload_success: IntGauge,
     /// The version label currently set on `meshlimit_rules_version_info`.
     shown_version: Mutex<Option<String>>,
-    limit: GaugeVec,
     fleet_override: IntGaugeVec,
     fleet_override_errors: IntCounter,
     pin_missing: IntGauge,
     control_refused: IntCounterVec,
-    /// The (rule, plan) pairs currently set on `meshlimit_rule_limit`.
-    shown_limits: Mutex<HashSet<(String, String)>>,
+    reports: Arc<ReportMetrics>,
+    trial: Arc<TrialMetrics>,
+}
+
+impl std::fmt::Debug for RulesMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RulesMetrics").finish_non_exhaustive()
+    }
 }
 
 impl RulesMetrics {
-    pub(super) fn new(f: &Factory<'_>) -> Result<Self, MetricsError> {
+    /// Registers the rules' metrics in `registry`; versions put in force are
+    /// told to `reports`, trials shown in `trial`.
+    pub fn new(
+        registry: &Registry,
+        reports: Arc<ReportMetrics>,
+        trial: Arc<TrialMetrics>,
+    ) -> Result<Self, MetricsError> {
+        let f = Factory(registry);
         let m = Self {
+            reports,
+            trial,
             reloads: f.counters(
                 "meshlimit_rules_reloads_total",
                 "Rules file loads, by result.",
@@ -44,14 +62,6 @@ impl RulesMetrics {
                 "1 if the last rules file read was valid, else 0.",
             )?,
             shown_version: Mutex::new(None),
-            limit: f.ratios(
-                "meshlimit_rule_limit",
-                "Each rule's configured limit, per plan (plan \"\" for a rule without plans): \
-                 what=\"rate_per_second\" (requests per second one key may sustain) or \
-                 what=\"burst\" (requests one key may send at once).",
-                &["rule", "plan", "what"],
-            )?,
-            shown_limits: Mutex::new(HashSet::new()),
             fleet_override: f.gauges(
                 "meshlimit_fleet_override",
                 "1 while the fleet override puts every rule in this mode (shadow: \
@@ -94,12 +104,24 @@ impl RulesMetrics {
         }
         Ok(m)
     }
-}
 
-impl Metrics {
+    /// The rules' metrics with reports' and trial metrics of their own, all in
+    /// `registry`: for a watcher whose versions no filter reports on (a
+    /// check, a test).
+    pub fn standalone(registry: &Registry) -> Result<Self, MetricsError> {
+        let reports = Arc::new(ReportMetrics::new(registry)?);
+        let trial = Arc::new(TrialMetrics::new(registry)?);
+        Self::new(registry, reports, trial)
+    }
+
+    /// The trial's metrics.
+    pub(crate) fn trial(&self) -> &TrialMetrics {
+        &self.trial
+    }
+
     /// A valid rules file was applied: its version becomes the only one shown.
     pub(crate) fn rules_applied(&self, version: &str) {
-        let m = &self.rules;
+        let m = self;
         inc(&m.reloads, &["ok"], 1);
         m.last_reload_success.set(1);
         self.rules_served(version);
@@ -108,7 +130,7 @@ impl Metrics {
     /// `version` is the one served (a reload, or the fleet override shadowing
     /// the file's set or giving it back): the only one shown.
     pub(crate) fn rules_served(&self, version: &str) {
-        let m = &self.rules;
+        let m = self;
         let mut shown = lock(&m.shown_version);
         if let Some(old) = shown.as_deref().filter(|old| *old != version) {
             let _ = m.version.remove_label_values(&[old]);
@@ -118,56 +140,19 @@ impl Metrics {
         }
         *shown = Some(version.to_string());
         drop(shown);
-        self.version_installed(version);
+        self.reports.version_installed(version);
     }
 
     /// Shows `set`'s limits on `meshlimit_rule_limit` (for the rules shown, see
-    /// [`super::reports::MAX_RULE_SERIES`]), and only them.
+    /// [`crate::reports::MAX_RULE_SERIES`]), and only them.
     pub(crate) fn rule_limits(&self, set: &RuleSet) {
-        self.refresh(Some(set));
-    }
-
-    /// Shows `rules`' limits on `meshlimit_rule_limit`, and only them: the labels
-    /// of rules or plans not among them are removed.
-    pub(super) fn show_limits(&self, rules: &[&Rule]) {
-        let m = &self.rules;
-        let mut wanted = HashSet::new();
-        for rule in rules {
-            let limits: Vec<(&str, meshlimit_core::limit::Limit)> = match &rule.limits {
-                Limits::Single(l) => vec![("", *l)],
-                Limits::Plans { limits, .. } => {
-                    limits.iter().map(|(p, l)| (p.as_str(), *l)).collect()
-                }
-            };
-            for (plan, limit) in limits {
-                for (what, value) in [
-                    ("rate_per_second", limit.rate_per_sec()),
-                    ("burst", f64::from(limit.burst())),
-                ] {
-                    if let Ok(g) = m
-                        .limit
-                        .get_metric_with_label_values(&[&rule.name, plan, what])
-                    {
-                        g.set(value);
-                    }
-                }
-                wanted.insert((rule.name.clone(), plan.to_string()));
-            }
-        }
-        let mut shown = lock(&m.shown_limits);
-        for (rule, plan) in shown.difference(&wanted) {
-            for what in ["rate_per_second", "burst"] {
-                let _ = m.limit.remove_label_values(&[rule, plan, what]);
-            }
-        }
-        *shown = wanted;
+        self.reports.refresh(Some(set));
     }
 
     /// The fleet override in force: `mode`'s series 1, the others 0.
     pub(crate) fn fleet_override(&self, mode: Option<OverrideMode>) {
         for m in OverrideMode::ALL {
             if let Ok(g) = self
-                .rules
                 .fleet_override
                 .get_metric_with_label_values(&[m.as_str()])
             {
@@ -179,7 +164,7 @@ impl Metrics {
     /// Whether this agent lacks the version the fleet override pins (and so
     /// serves every rule in shadow).
     pub(crate) fn pin_missing(&self, missing: bool) {
-        self.rules.pin_missing.set(i64::from(missing));
+        self.pin_missing.set(i64::from(missing));
     }
 
     /// A control record read back was ignored.
@@ -188,21 +173,17 @@ impl Metrics {
         record: meshlimit_store::control::Record,
         why: meshlimit_store::control::Refusal,
     ) {
-        inc(
-            &self.rules.control_refused,
-            &[record.as_str(), why.as_str()],
-            1,
-        );
+        inc(&self.control_refused, &[record.as_str(), why.as_str()], 1);
     }
 
     /// A read of the fleet override failed.
     pub(crate) fn fleet_override_error(&self) {
-        self.rules.fleet_override_errors.inc();
+        self.fleet_override_errors.inc();
     }
 
     /// A rules file was refused (or could not be read); the last good set stays.
     pub(crate) fn rules_refused(&self) {
-        inc(&self.rules.reloads, &["error"], 1);
-        self.rules.last_reload_success.set(0);
+        inc(&self.reloads, &["error"], 1);
+        self.last_reload_success.set(0);
     }
 }

@@ -1,16 +1,19 @@
 //! Metrics of the decision log: lines written, records lost and where.
 
-use prometheus::{IntCounter, IntCounterVec};
+use prometheus::{IntCounter, IntCounterVec, Registry};
 
-use super::{inc, Factory, Metrics, MetricsError};
+use crate::metrics::{inc, Factory, MetricsError};
 
-pub(super) struct DecisionLogMetrics {
+/// The decision log's metrics.
+pub struct DecisionLogMetrics {
     records: IntCounter,
     dropped: IntCounterVec,
 }
 
 impl DecisionLogMetrics {
-    pub(super) fn new(f: &Factory<'_>) -> Result<Self, MetricsError> {
+    /// Registers the decision log's metrics in `registry`.
+    pub fn new(registry: &Registry) -> Result<Self, MetricsError> {
+        let f = Factory(registry);
         Ok(Self {
             records: f.counter(
                 "meshlimit_decision_log_records_total",
@@ -23,16 +26,14 @@ impl DecisionLogMetrics {
             )?,
         })
     }
-}
 
-impl Metrics {
     /// `n` decision log records written.
     pub(crate) fn decision_log_written(&self, n: u64) {
-        self.declog.records.inc_by(n);
+        self.records.inc_by(n);
     }
 
     /// `n` decision log records lost `at` the filter or the agent.
     pub(crate) fn decision_log_dropped(&self, at: &'static str, n: u64) {
-        inc(&self.declog.dropped, &[at], n);
+        inc(&self.dropped, &[at], n);
     }
 }

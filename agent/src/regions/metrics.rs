@@ -7,9 +7,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use meshlimit_core::DescriptorKey;
-use prometheus::{GaugeVec, Histogram, IntCounterVec, IntGauge, IntGaugeVec};
+use prometheus::{GaugeVec, Histogram, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
-use super::{inc, lock, Factory, Metrics, MetricsError};
+use crate::metrics::{inc, lock, set, Factory, MetricsError};
 use crate::regions::table::ShareTable;
 
 /// Keys shown with their share.
@@ -18,7 +18,9 @@ pub(crate) const TOP_KEYS: usize = 10;
 /// From a sealed read to a publication: a few round trips to every region.
 const REBALANCE_BUCKETS: [f64; 9] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
 
-pub(super) struct RegionMetrics {
+/// The region exchange's metrics (registered whether regions are on or not,
+/// so that their series exist in every agent).
+pub struct RegionMetrics {
     share: GaugeVec,
     share_keys: IntGaugeVec,
     share_mean: GaugeVec,
@@ -46,7 +48,9 @@ struct Shown {
 }
 
 impl RegionMetrics {
-    pub(super) fn new(f: &Factory<'_>) -> Result<Self, MetricsError> {
+    /// Registers the region exchange's metrics in `registry`.
+    pub fn new(registry: &Registry) -> Result<Self, MetricsError> {
+        let f = Factory(registry);
         Ok(Self {
             share: f.ratios(
                 "meshlimit_region_share",
@@ -114,12 +118,10 @@ impl RegionMetrics {
             shown: Mutex::default(),
         })
     }
-}
 
-impl Metrics {
     /// This agent's standing in the election, and the holder it read.
     pub(crate) fn region_leader(&self, is_leader: bool, holder: Option<&str>) {
-        let m = &self.regions;
+        let m = self;
         m.leader.set(i64::from(is_leader));
         let mut shown = lock(&m.shown);
         if shown.leader.as_deref() != holder {
@@ -137,33 +139,33 @@ impl Metrics {
 
     /// Whether the leader could read `region` this period.
     pub(crate) fn region_peer(&self, region: &str, up: bool) {
-        if let Ok(g) = self.regions.peer_up.get_metric_with_label_values(&[region]) {
+        if let Ok(g) = self.peer_up.get_metric_with_label_values(&[region]) {
             g.set(i64::from(up));
         }
     }
 
     /// A rebalance ended with `result` (ok, stale, error) after `took`.
     pub(crate) fn region_rebalance(&self, result: &str, took: Duration) {
-        inc(&self.regions.rebalances, &[result], 1);
-        self.regions.rebalance_seconds.observe(took.as_secs_f64());
+        inc(&self.rebalances, &[result], 1);
+        self.rebalance_seconds.observe(took.as_secs_f64());
     }
 
     pub(crate) fn region_flush(&self, ok: bool) {
-        inc(&self.regions.flushes, &[if ok { "ok" } else { "error" }], 1);
+        inc(&self.flushes, &[if ok { "ok" } else { "error" }], 1);
     }
 
     /// A shares refresh ended with `result`; `ok` means new shares are in force
     /// from `now_ms`.
     pub(crate) fn region_refresh(&self, result: &str, now_ms: u64) {
-        inc(&self.regions.refreshes, &[result], 1);
+        inc(&self.refreshes, &[result], 1);
         if result == "ok" {
-            set(&self.regions.adopted_at, &[], now_ms as f64 / 1_000.0);
+            set(&self.adopted_at, &[], now_ms as f64 / 1_000.0);
         }
     }
 
     /// Shows the cached shares: per rule, and for the top keys.
     pub(crate) fn region_shares(&self, table: &ShareTable, now_ms: u64) {
-        let m = &self.regions;
+        let m = self;
         if let Some(p) = table.period {
             m.period.set(i64::try_from(p).unwrap_or(i64::MAX));
             set(&m.age, &[], now_ms as f64 / 1_000.0 - (p + 1) as f64);
@@ -200,10 +202,4 @@ impl Metrics {
 
 fn rule_of(key: &str) -> String {
     DescriptorKey::from_wire(key.to_string()).rule().to_string()
-}
-
-fn set(vec: &GaugeVec, labels: &[&str], value: f64) {
-    if let Ok(g) = vec.get_metric_with_label_values(labels) {
-        g.set(value);
-    }
 }

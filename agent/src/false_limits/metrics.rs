@@ -6,15 +6,16 @@
 
 use std::collections::{HashMap, HashSet};
 
-use prometheus::{GaugeVec, IntCounterVec};
+use prometheus::{GaugeVec, IntCounterVec, Registry};
+use tokio::time::Instant;
 
-use super::{inc, lock, show_ratios, Factory, Metrics, MetricsError};
+use crate::metrics::{inc, lock, show_ratios, Factory, MetricsError};
 use crate::window::RuleWindows;
 
 /// Why a suspect 429 was not checked (`reason` of
 /// `meshlimit_false_limit_checks_skipped_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Skipped {
+pub enum Skipped {
     /// Over the node's checks per second.
     Budget,
     /// The checker's queue was full.
@@ -55,7 +56,10 @@ impl Skipped {
 /// filter sends).
 const MAX_OWED_RULES: usize = 4_096;
 
-pub(super) struct FalseLimitMetrics {
+/// The false-limit SLI's metrics.
+pub struct FalseLimitMetrics {
+    /// Zero of the windows' clock (tokio's, so tests can pause it).
+    epoch: Instant,
     false_limits: IntCounterVec,
     checks: IntCounterVec,
     skipped: IntCounterVec,
@@ -76,8 +80,11 @@ struct State {
 }
 
 impl FalseLimitMetrics {
-    pub(super) fn new(f: &Factory<'_>) -> Result<Self, MetricsError> {
+    /// Registers the SLI's metrics in `registry`.
+    pub fn new(registry: &Registry) -> Result<Self, MetricsError> {
+        let f = Factory(registry);
         Ok(Self {
+            epoch: Instant::now(),
             false_limits: f.counters(
                 "meshlimit_false_limits_total",
                 "429s checked and found false: the key's bucket in the store held the \
@@ -116,29 +123,31 @@ impl FalseLimitMetrics {
             state: std::sync::Mutex::new(State::default()),
         })
     }
-}
 
-impl Metrics {
+    fn now_secs(&self) -> u64 {
+        self.epoch.elapsed().as_secs()
+    }
+
     /// One 429 of `rule` checked: false or not.
     pub(crate) fn false_limit_checked(&self, rule: &str, is_false: bool) {
         let now = self.now_secs();
-        let mut state = lock(&self.false_limits.state);
+        let mut state = lock(&self.state);
         let weight = 1 + state.owed.remove(rule).unwrap_or(0);
         let wrong = if is_false { weight } else { 0 };
         state.windows.add(rule, now, wrong, weight);
-        inc(&self.false_limits.checks, &[rule], 1);
-        inc(&self.false_limits.weighed, &[rule], weight);
+        inc(&self.checks, &[rule], 1);
+        inc(&self.weighed, &[rule], weight);
         if is_false {
-            inc(&self.false_limits.false_limits, &[rule], 1);
-            inc(&self.false_limits.weighed_false, &[rule], weight);
+            inc(&self.false_limits, &[rule], 1);
+            inc(&self.weighed_false, &[rule], weight);
         }
     }
 
     /// One suspect 429 of `rule` not checked.
     pub(crate) fn false_limit_skipped(&self, rule: &str, why: Skipped) {
-        inc(&self.false_limits.skipped, &[why.as_str()], 1);
+        inc(&self.skipped, &[why.as_str()], 1);
         if why.is_sampling() {
-            let mut state = lock(&self.false_limits.state);
+            let mut state = lock(&self.state);
             if let Some(owed) = state.owed.get_mut(rule) {
                 *owed = owed.saturating_add(1);
             } else if state.owed.len() < MAX_OWED_RULES {
@@ -148,13 +157,13 @@ impl Metrics {
     }
 
     /// Sets the ratio of every rule with checks in the window (others removed).
-    pub(super) fn refresh_false_limits(&self) {
+    pub(crate) fn refresh(&self) {
         let now = self.now_secs();
-        let mut state = lock(&self.false_limits.state);
+        let mut state = lock(&self.state);
         state.windows.prune(now);
         let wanted: HashSet<String> = state.windows.rules().map(str::to_string).collect();
         let state = &mut *state;
-        show_ratios(&self.false_limits.ratio, &mut state.shown, wanted, |rule| {
+        show_ratios(&self.ratio, &mut state.shown, wanted, |rule| {
             state.windows.ratio(rule, now)
         });
     }

@@ -1,5 +1,7 @@
 //! What the filters' sync reports feed: decision counts, the fail-open ratio per rule
-//! over a sliding window, and each filter's rules version. Decisions are counted
+//! over a sliding window, each filter's rules version, and (for the rules whose
+//! series are shown) each rule's configured limit, so dashboards can show use
+//! against it. Decisions are counted
 //! here only, never from lease answers: a filter reports every decision it makes,
 //! local or agent-answered, so counting leases too would count requests twice.
 
@@ -8,14 +10,14 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use meshlimit_core::fingerprint::fingerprint;
-use meshlimit_core::rules::Rule;
+use meshlimit_core::rules::{Limits, Rule};
 use meshlimit_core::wire::{SyncRequest, MAX_VERSION_LABEL};
 use meshlimit_core::{Outcome, RuleSet};
 use tokio::time::Instant;
 
-use prometheus::{GaugeVec, Histogram, IntCounter, IntCounterVec, IntGaugeVec};
+use prometheus::{GaugeVec, Histogram, IntCounter, IntCounterVec, IntGaugeVec, Registry};
 
-use super::{inc, lock, show_ratios, Factory, Metrics, MetricsError};
+use crate::metrics::{inc, lock, show_ratios, Factory, MetricsError};
 use crate::window::RuleWindows;
 
 /// The most one report may add for one rule and outcome: more than a VM decides
@@ -44,13 +46,19 @@ pub(crate) const INVALID_VERSION: &str = "invalid";
 /// The longest filter id shown verbatim as a label.
 const MAX_FILTER_LABEL: usize = 160;
 
-pub(super) struct ReportMetrics {
+/// The metrics the filters' reports feed.
+pub struct ReportMetrics {
+    /// Zero of the fail-open windows' clock (tokio's, so tests can pause it).
+    epoch: Instant,
     decisions: IntCounterVec,
     fail_open_ratio: GaugeVec,
     filter_syncs: IntCounter,
     filter_rules_version: IntGaugeVec,
     filters_on_version: IntGaugeVec,
     propagation: Histogram,
+    limit: GaugeVec,
+    /// The (rule, plan) pairs currently set on `meshlimit_rule_limit`.
+    shown_limits: std::sync::Mutex<HashSet<(String, String)>>,
     state: std::sync::Mutex<ReportState>,
 }
 
@@ -76,8 +84,11 @@ struct FilterSeen {
 }
 
 impl ReportMetrics {
-    pub(super) fn new(f: &Factory<'_>) -> Result<Self, MetricsError> {
+    /// Registers the reports' metrics in `registry`.
+    pub fn new(registry: &Registry) -> Result<Self, MetricsError> {
+        let f = Factory(registry);
         Ok(Self {
+            epoch: Instant::now(),
             decisions: f.counters(
                 "meshlimit_decisions_total",
                 "Decisions reported by the filters, by rule and outcome.",
@@ -108,22 +119,32 @@ impl ReportMetrics {
                  reporting it.",
                 &PROPAGATION_BUCKETS,
             )?,
+            limit: f.ratios(
+                "meshlimit_rule_limit",
+                "Each rule's configured limit, per plan (plan \"\" for a rule without plans): \
+                 what=\"rate_per_second\" (requests per second one key may sustain) or \
+                 what=\"burst\" (requests one key may send at once).",
+                &["rule", "plan", "what"],
+            )?,
+            shown_limits: std::sync::Mutex::new(HashSet::new()),
             state: std::sync::Mutex::new(ReportState::default()),
         })
     }
-}
 
-impl Metrics {
+    fn now_secs(&self) -> u64 {
+        self.epoch.elapsed().as_secs()
+    }
+
     /// Adds one filter's sync report: its decision counts (into
     /// `meshlimit_decisions_total` and the fail-open windows) and its rules version.
     pub(crate) fn record_sync(&self, rules: Option<&RuleSet>, report: &SyncRequest) {
-        self.reports.filter_syncs.inc();
+        self.filter_syncs.inc();
         let now = self.now_secs();
-        let mut state = lock(&self.reports.state);
+        let mut state = lock(&self.state);
         for d in report.decisions.iter().filter(|d| d.count > 0) {
             let rule = rule_label(rules, &d.rule);
             let count = d.count.min(MAX_REPORTED_COUNT);
-            inc(&self.reports.decisions, &[rule, d.outcome.as_str()], count);
+            inc(&self.decisions, &[rule, d.outcome.as_str()], count);
             let failed_open = if d.outcome == Outcome::FailedOpen {
                 count
             } else {
@@ -140,10 +161,8 @@ impl Metrics {
     /// and the filters' versions (filters silent for [`FILTER_TTL`] are
     /// dropped). Called at every scrape and every second.
     pub(crate) fn refresh(&self, rules: Option<&RuleSet>) {
-        self.refresh_top_keys();
-        self.refresh_false_limits();
         let now = self.now_secs();
-        let mut state = lock(&self.reports.state);
+        let mut state = lock(&self.state);
         state.windows.prune(now);
         let shown = rules.map_or_else(Vec::new, |set| shown_rules(set, &state.windows, now));
         let mut wanted: HashSet<String> = shown.iter().map(|r| r.name.clone()).collect();
@@ -153,14 +172,14 @@ impl Metrics {
         wanted.extend(state.windows.rules().filter(unknown).map(str::to_string));
         let state = &mut *state;
         show_ratios(
-            &self.reports.fail_open_ratio,
+            &self.fail_open_ratio,
             &mut state.shown_ratios,
             wanted,
             |rule| state.windows.ratio(rule, now),
         );
         self.show_limits(&shown);
         let instant = Instant::now();
-        let gauge = &self.reports.filter_rules_version;
+        let gauge = &self.filter_rules_version;
         state.filters.retain(|id, seen| {
             let alive = instant.duration_since(seen.last_seen) < FILTER_TTL;
             if !alive {
@@ -172,7 +191,7 @@ impl Metrics {
         for seen in state.filters.values() {
             *counts.entry(seen.version.clone()).or_default() += 1;
         }
-        let on_version = &self.reports.filters_on_version;
+        let on_version = &self.filters_on_version;
         for (version, n) in &counts {
             if let Ok(g) = on_version.get_metric_with_label_values(&[version]) {
                 g.set(*n);
@@ -187,8 +206,43 @@ impl Metrics {
 
     /// The agent put `version` in force now: filters reporting it from here on
     /// are timed against this moment.
-    pub(super) fn version_installed(&self, version: &str) {
-        lock(&self.reports.state).installed = Some((version.to_string(), Instant::now()));
+    pub(crate) fn version_installed(&self, version: &str) {
+        lock(&self.state).installed = Some((version.to_string(), Instant::now()));
+    }
+
+    /// Shows `rules`' limits on `meshlimit_rule_limit`, and only them: the labels
+    /// of rules or plans not among them are removed.
+    fn show_limits(&self, rules: &[&Rule]) {
+        let mut wanted = HashSet::new();
+        for rule in rules {
+            let limits: Vec<(&str, meshlimit_core::limit::Limit)> = match &rule.limits {
+                Limits::Single(l) => vec![("", *l)],
+                Limits::Plans { limits, .. } => {
+                    limits.iter().map(|(p, l)| (p.as_str(), *l)).collect()
+                }
+            };
+            for (plan, limit) in limits {
+                for (what, value) in [
+                    ("rate_per_second", limit.rate_per_sec()),
+                    ("burst", f64::from(limit.burst())),
+                ] {
+                    if let Ok(g) = self
+                        .limit
+                        .get_metric_with_label_values(&[&rule.name, plan, what])
+                    {
+                        g.set(value);
+                    }
+                }
+                wanted.insert((rule.name.clone(), plan.to_string()));
+            }
+        }
+        let mut shown = lock(&self.shown_limits);
+        for (rule, plan) in shown.difference(&wanted) {
+            for what in ["rate_per_second", "burst"] {
+                let _ = self.limit.remove_label_values(&[rule, plan, what]);
+            }
+        }
+        *shown = wanted;
     }
 
     fn record_filter(&self, state: &mut ReportState, filter: &str, version: &str) {
@@ -200,8 +254,7 @@ impl Metrics {
             .is_none_or(|seen| seen.version != version);
         if let Some((current, at)) = &state.installed {
             if arrived && current == version {
-                self.reports
-                    .propagation
+                self.propagation
                     .observe(now.duration_since(*at).as_secs_f64());
             }
         }
@@ -209,7 +262,6 @@ impl Metrics {
             Some(seen) => {
                 if seen.version != version {
                     let _ = self
-                        .reports
                         .filter_rules_version
                         .remove_label_values(&[filter, &seen.version]);
                     seen.version = version.to_string();
@@ -231,7 +283,6 @@ impl Metrics {
             }
         }
         if let Ok(g) = self
-            .reports
             .filter_rules_version
             .get_metric_with_label_values(&[filter, version])
         {

@@ -6,17 +6,19 @@
 
 use std::collections::HashMap;
 
-use prometheus::{GaugeVec, IntGauge, IntGaugeVec};
+use prometheus::{GaugeVec, IntGauge, IntGaugeVec, Registry};
 
-use super::top_keys::TopKeys;
-use super::{lock, Factory, Metrics, MetricsError};
+use crate::metrics::top_keys::TopKeys;
+use crate::metrics::{lock, Factory, MetricsError};
 use crate::rules_watch::TrialView;
 
 /// Trial rules whose keys are counted (the first ones of the plan): the
 /// series stay bounded by this × ten whatever the change.
 pub(crate) const MAX_TRIAL_RULES: usize = 20;
 
-pub(super) struct TrialMetrics {
+/// A trial's metrics: fed by the rules watcher and the override poll (which
+/// trial runs) and by the lease path (the denials of the rules on trial).
+pub struct TrialMetrics {
     on: IntGaugeVec,
     held: IntGauge,
     end: GaugeVec,
@@ -32,7 +34,9 @@ struct TrialState {
 }
 
 impl TrialMetrics {
-    pub(super) fn new(f: &Factory<'_>) -> Result<Self, MetricsError> {
+    /// Registers a trial's metrics in `registry`.
+    pub fn new(registry: &Registry) -> Result<Self, MetricsError> {
+        let f = Factory(registry);
         Ok(Self {
             on: f.gauges(
                 "meshlimit_rules_trial",
@@ -62,11 +66,11 @@ impl TrialMetrics {
     }
 }
 
-impl Metrics {
+impl TrialMetrics {
     /// Shows `trial` (or that none runs): the gauges, and which rules' denials
     /// are counted by key.
-    pub(crate) fn trial(&self, trial: Option<&TrialView>) {
-        let m = &self.trial;
+    pub(crate) fn show(&self, trial: Option<&TrialView>) {
+        let m = self;
         let mut state = lock(&m.state);
         let version = trial.map(|t| t.version.clone());
         if state.version != version {
@@ -100,15 +104,15 @@ impl Metrics {
     }
 
     /// A denial of `rule` for the key named `id`, counted if `rule` is on trial.
-    pub(super) fn trial_denied(&self, rule: &str, id: &str) {
-        if let Some(top) = lock(&self.trial.state).keys.get_mut(rule) {
+    pub(crate) fn denied(&self, rule: &str, id: &str) {
+        if let Some(top) = lock(&self.state).keys.get_mut(rule) {
             top.record(rule, id, 1);
         }
     }
 
     /// Re-exports the top keys of each rule on trial.
-    pub(super) fn refresh_trial_keys(&self) {
-        let m = &self.trial;
+    pub(crate) fn refresh_keys(&self) {
+        let m = self;
         let state = lock(&m.state);
         m.top.reset();
         for (rule, top) in &state.keys {

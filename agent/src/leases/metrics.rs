@@ -1,14 +1,14 @@
 //! Metrics of the lease path and the store behind it.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use std::sync::Mutex;
+use meshlimit_core::secret::{KeyId, KeyIds};
+use prometheus::{Histogram, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
-use prometheus::{Histogram, IntCounterVec, IntGauge, IntGaugeVec};
-
-use super::top_keys::TopKeys;
-
-use super::{inc, Factory, Metrics, MetricsError};
+use crate::metrics::top_keys::TopKeys;
+use crate::metrics::{inc, Factory, MetricsError};
+use crate::trial::metrics::TrialMetrics;
 
 /// Store latency buckets: 50 µs (an in-memory take) to 100 ms (a sick Redis).
 const LATENCY_BUCKETS: [f64; 11] = [
@@ -19,7 +19,9 @@ const PIPELINE_BUCKETS: [f64; 9] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0,
 /// Items per store call; at most `MAX_LEASE_ITEMS` (64).
 const BATCH_BUCKETS: [f64; 7] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];
 
-pub(super) struct LeaseMetrics {
+/// The lease path's metrics; denials are also counted by key for a rules
+/// change's trial (`trial`).
+pub struct LeaseMetrics {
     granted: IntCounterVec,
     tokens: IntCounterVec,
     denials: IntCounterVec,
@@ -36,12 +38,24 @@ pub(super) struct LeaseMetrics {
     nodes_down: IntGauge,
     node_down_ms: prometheus::IntCounter,
     top_rejected: IntGaugeVec,
-    pub(super) top_keys: Mutex<TopKeys>,
+    top_keys: Mutex<TopKeys>,
+    /// How labels name customer keys: by the deployment's keyed hash.
+    key_ids: KeyIds,
+    trial: Arc<TrialMetrics>,
 }
 
 impl LeaseMetrics {
-    pub(super) fn new(f: &Factory<'_>) -> Result<Self, MetricsError> {
+    /// Registers the lease path's metrics in `registry`; `key_ids` name keys
+    /// in labels, and denials of rules on trial go to `trial` too.
+    pub fn new(
+        registry: &Registry,
+        key_ids: KeyIds,
+        trial: Arc<TrialMetrics>,
+    ) -> Result<Self, MetricsError> {
+        let f = Factory(registry);
         Ok(Self {
+            key_ids,
+            trial,
             granted: f.counters(
                 "meshlimit_leases_granted_total",
                 "Leases granted, by rule.",
@@ -130,37 +144,46 @@ impl LeaseMetrics {
     }
 }
 
-impl Metrics {
+impl LeaseMetrics {
+    /// The id a label shows for `key`.
+    pub(crate) fn key_id(&self, key: &meshlimit_core::DescriptorKey) -> KeyId {
+        self.key_ids.id(key)
+    }
+
+    /// The keyed hash that names keys.
+    pub(crate) fn key_ids(&self) -> &KeyIds {
+        &self.key_ids
+    }
+
     pub(crate) fn lease_granted(&self, rule: &str, tokens: u32) {
-        inc(&self.leases.granted, &[rule], 1);
-        inc(&self.leases.tokens, &[rule], u64::from(tokens));
+        inc(&self.granted, &[rule], 1);
+        inc(&self.tokens, &[rule], u64::from(tokens));
     }
 
     /// A denial for `key` of `rule` (also counted among the most rejected keys,
     /// which name the key by its id, never in clear).
     pub(crate) fn lease_denied(&self, rule: &str, key: &meshlimit_core::DescriptorKey) {
-        inc(&self.leases.denials, &[rule], 1);
+        inc(&self.denials, &[rule], 1);
         let id = self.key_id(key).to_string();
-        if let Ok(mut top) = self.leases.top_keys.lock() {
+        if let Ok(mut top) = self.top_keys.lock() {
             top.record(rule, &id, 1);
         }
-        self.trial_denied(rule, &id);
+        self.trial.denied(rule, &id);
     }
 
     /// An item answered `unavailable`; `reason` is a fixed word.
     pub(crate) fn lease_unavailable(&self, reason: &str) {
-        inc(&self.leases.unavailable, &[reason], 1);
+        inc(&self.unavailable, &[reason], 1);
     }
 
     /// A Redis Cluster event (`event` is a fixed word).
     pub(crate) fn store_topology(&self, event: &str, down_for: Option<Duration>) {
-        inc(&self.leases.topology, &[event], 1);
+        inc(&self.topology, &[event], 1);
         match (event, down_for) {
-            ("node_down", _) => self.leases.nodes_down.inc(),
+            ("node_down", _) => self.nodes_down.inc(),
             (_, Some(d)) => {
-                self.leases.nodes_down.dec();
-                self.leases
-                    .node_down_ms
+                self.nodes_down.dec();
+                self.node_down_ms
                     .inc_by(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
             }
             _ => {}
@@ -169,48 +192,48 @@ impl Metrics {
 
     /// One store call of `items` items that took `latency`.
     pub(crate) fn store_call(&self, items: usize, latency: Duration) {
-        self.leases.store_batch_size.observe(items as f64);
-        self.leases.store_latency.observe(latency.as_secs_f64());
+        self.store_batch_size.observe(items as f64);
+        self.store_latency.observe(latency.as_secs_f64());
     }
 
     /// One Redis pipeline of `size` scripts that took `latency`.
     pub(crate) fn store_pipeline(&self, size: usize, latency: Duration) {
-        self.leases.pipeline_size.observe(size as f64);
-        self.leases.pipeline_latency.observe(latency.as_secs_f64());
+        self.pipeline_size.observe(size as f64);
+        self.pipeline_latency.observe(latency.as_secs_f64());
     }
 
     /// A background refill of the pool started.
     pub(crate) fn pool_refill(&self) {
-        inc(&self.leases.pool_calls, &["refill"], 1);
+        inc(&self.pool_calls, &["refill"], 1);
     }
 
     /// `asks` waited on the store call in flight for their key.
     pub(crate) fn pool_waits(&self, asks: usize) {
-        inc(&self.leases.pool_calls, &["wait"], asks as u64);
+        inc(&self.pool_calls, &["wait"], asks as u64);
     }
 
     /// An ask denied from the node's cached denial or hold (no store call).
     pub(crate) fn pool_denied(&self) {
-        inc(&self.leases.pool_calls, &["denied"], 1);
+        inc(&self.pool_calls, &["denied"], 1);
     }
 
     /// `tokens` pooled for `rule` expired unspent.
     pub(crate) fn tokens_dropped(&self, rule: &str, tokens: u32) {
-        inc(&self.leases.dropped, &[rule], u64::from(tokens));
+        inc(&self.dropped, &[rule], u64::from(tokens));
     }
 
-    /// Re-exports the ten most rejected keys (old ranks are cleared first).
+    /// Re-exports the ten most rejected keys (old ranks are cleared first), and
+    /// those of the rules on trial.
     pub(crate) fn refresh_top_keys(&self) {
-        self.refresh_trial_keys();
-        let top = match self.leases.top_keys.lock() {
+        self.trial.refresh_keys();
+        let top = match self.top_keys.lock() {
             Ok(t) => t.top(),
             Err(_) => return,
         };
-        self.leases.top_rejected.reset();
+        self.top_rejected.reset();
         for (rank, (rule, key, count)) in top.iter().enumerate() {
             let rank = (rank + 1).to_string();
             if let Ok(g) = self
-                .leases
                 .top_rejected
                 .get_metric_with_label_values(&[&rank, rule, key])
             {
@@ -221,11 +244,11 @@ impl Metrics {
 
     /// The region's live agents, from the heartbeats.
     pub(crate) fn live_nodes(&self, n: u32) {
-        self.leases.live_nodes.set(i64::from(n));
+        self.live_nodes.set(i64::from(n));
     }
 
     /// `n` store operations ended with `result` (ok, error, timeout, shed).
     pub(crate) fn store_results(&self, result: &str, n: u64) {
-        inc(&self.leases.store_requests, &[result], n);
+        inc(&self.store_requests, &[result], n);
     }
 }

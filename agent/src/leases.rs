@@ -17,6 +17,7 @@ use meshlimit_core::NANOS_PER_SEC;
 use tokio::sync::Semaphore;
 
 use crate::fail_local::FailLocal;
+use crate::false_limits::FalseLimits;
 use crate::pool::Pools;
 use crate::regions::Shares;
 use crate::rules_watch::CurrentRules;
@@ -50,11 +51,9 @@ pub struct LeaseService {
     /// Agents alive in the region, from the heartbeat task; 0 = unknown.
     live_nodes: Arc<AtomicU32>,
     last_log_ns: AtomicU64,
-    /// This service, for the background refills it spawns.
-    me: std::sync::Weak<LeaseService>,
     /// The node's false-limit checker, offered the pool's denials as they are
-    /// made (set once the checker starts).
-    false_limits: std::sync::OnceLock<Arc<crate::false_limits::FalseLimits>>,
+    /// made (none: they are not checked).
+    false_limits: Option<Arc<FalseLimits>>,
 }
 
 /// Waits until every receiver has been sent to (or its sender is gone).
@@ -65,14 +64,16 @@ async fn futures_wait_all(waits: Vec<tokio::sync::broadcast::Receiver<()>>) {
 }
 
 impl LeaseService {
+    /// A service answering from `store` under `rules`, offering the node
+    /// pool's denials to `false_limits`.
     pub fn new(
         rules: Arc<CurrentRules>,
         store: Arc<dyn Buckets>,
         metrics: Arc<LeaseMetrics>,
         settings: LeaseSettings,
+        false_limits: Option<Arc<FalseLimits>>,
     ) -> Arc<Self> {
-        Arc::new_cyclic(|me| Self {
-            me: me.clone(),
+        Arc::new(Self {
             rules,
             store,
             metrics,
@@ -89,13 +90,8 @@ impl LeaseService {
             fail_local: FailLocal::new(settings.max_keys),
             live_nodes: Arc::default(),
             last_log_ns: AtomicU64::new(0),
-            false_limits: std::sync::OnceLock::new(),
+            false_limits,
         })
-    }
-
-    /// Offers the node pool's denials to `checker` from now on.
-    pub(crate) fn check_false_limits(&self, checker: Arc<crate::false_limits::FalseLimits>) {
-        let _ = self.false_limits.set(checker);
     }
 
     /// Drops the node pool's idle keys (nothing pooled, no denial, no demand).

@@ -143,8 +143,8 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         stores.buckets.clone(),
         m.leases.clone(),
         args.lease_settings(),
+        Some(false_limits.clone()),
     );
-    leases.check_false_limits(false_limits.clone());
     let app = App::new(AppParts {
         rules,
         leases,

@@ -127,8 +127,8 @@ impl App {
         let lease_metrics = Arc::new(LeaseMetrics::new(&registry, key_ids.clone(), trial)?);
         let fl_metrics = Arc::new(FalseLimitMetrics::new(&registry)?);
         let false_limits = FalseLimits::start(rules.clone(), store.clone(), fl_metrics, key_ids);
-        let leases = LeaseService::new(rules.clone(), store, lease_metrics, settings);
-        leases.check_false_limits(false_limits.clone());
+        let checker = Some(false_limits.clone());
+        let leases = LeaseService::new(rules.clone(), store, lease_metrics, settings, checker);
         crate::regions::metrics::RegionMetrics::new(&registry)?;
         App::new(AppParts {
             reports: Arc::new(ReportMetrics::new(&registry)?),

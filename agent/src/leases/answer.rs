@@ -119,7 +119,7 @@ impl LeaseService {
                         // the schedule changes the limit.
                         let retry_after_ns = retry_after_ns.min(rule.until_change_ns(utc_ns));
                         self.metrics.pool_denied();
-                        if let Some(checker) = self.false_limits.get() {
+                        if let Some(checker) = &self.false_limits {
                             checker.pool_denied(rule, &item.key);
                         }
                         answers[index] =
@@ -218,7 +218,7 @@ impl LeaseService {
     /// split with the pool, and its denial is cached at the node (see
     /// `settle_pooled` for how long).
     pub(super) fn answer(
-        &self,
+        self: &Arc<Self>,
         p: &Pending<'_>,
         acquire: &Acquire,
         now: u64,

@@ -79,16 +79,14 @@ impl LeaseService {
     /// the key is thin at this node (its demand would not spend a lease within
     /// its life), a call is in flight, or a later hold runs.
     pub(super) fn refill_after(
-        &self,
+        self: &Arc<Self>,
         rule: &str,
         limit: Limit,
         share: f64,
         key: &DescriptorKey,
         after_ns: u64,
     ) {
-        let Some(service) = self.me.upgrade() else {
-            return;
-        };
+        let service = Arc::clone(self);
         let (rule, key) = (rule.to_string(), key.clone());
         let timeout = u64::try_from(self.call_timeout().as_nanos()).unwrap_or(u64::MAX);
         tokio::spawn(async move {
@@ -122,7 +120,13 @@ impl LeaseService {
     }
 
     /// Applies a background refill's answer to the pool.
-    pub(super) fn refilled(&self, p: &Refill, acquire: &Acquire, now: u64, result: Acquired) {
+    pub(super) fn refilled(
+        self: &Arc<Self>,
+        p: &Refill,
+        acquire: &Acquire,
+        now: u64,
+        result: Acquired,
+    ) {
         match result {
             Ok(take) => {
                 self.metrics.store_results("ok", 1);

@@ -1,6 +1,8 @@
 //! Settling a store answer into the node pool: what a grant leaves pooled,
 //! how long a denial or a spent pool is held before the store is asked again.
 
+use std::sync::Arc;
+
 use meshlimit_core::{Algorithm, DescriptorKey, Limit, Take};
 
 use crate::pool::StoreGrant;
@@ -26,7 +28,7 @@ impl LeaseService {
     // Each argument is a distinct quantity of one answer.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn settle_pooled(
-        &self,
+        self: &Arc<Self>,
         rule: &str,
         lease: u32,
         acquire: &Acquire,
@@ -100,7 +102,7 @@ impl LeaseService {
     /// [`LeaseService::settle_pooled`] for an answer no filter waits to
     /// spend from (a denial, a background refill).
     pub(super) fn settle_unasked(
-        &self,
+        self: &Arc<Self>,
         rule: &str,
         lease: u32,
         until_change_ns: u64,

@@ -38,6 +38,42 @@ async fn after_a_drained_grant_the_key_holds_at_the_node_until_a_lease_has_refil
     assert_eq!(calls(), 2);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_denial_at_the_node_is_offered_to_the_false_limit_checker() {
+    use crate::false_limits::{FalseLimitMetrics, FalseLimits};
+    let rules = Arc::new(CurrentRules::empty());
+    rules.install(Arc::new(parse_rules("t", RULES).unwrap()));
+    let store = Arc::new(FakeStore::new(Mode::Drained));
+    let checked = Registered::new(FalseLimitMetrics::new);
+    let ids = meshlimit_core::secret::KeyIds::placeholder();
+    let checker = FalseLimits::start(rules.clone(), store.clone(), checked.clone(), ids);
+    let settings = LeaseSettings::default();
+    let svc = LeaseService::new(
+        rules,
+        store,
+        lease_metrics().clone(),
+        settings,
+        Some(checker),
+    );
+    let req = request(&["slow"]);
+    svc.lease(&req).await;
+    // Drained: the next ask is denied at the node, without a store call.
+    assert!(matches!(
+        svc.lease(&req).await.items[0],
+        LeaseAnswer::Deny {
+            from: Some(AnsweredFrom::Pool),
+            ..
+        }
+    ));
+    let offered = || {
+        let text = checked.render().unwrap();
+        let checks = sample(&text, "meshlimit_false_limit_checks_total", &[]);
+        let skips = sample(&text, "meshlimit_false_limit_checks_skipped_total", &[]);
+        checks.unwrap_or(0.0) + skips.unwrap_or(0.0)
+    };
+    crate::test_support::wait_until("the denial's check", || offered() == 1.0).await;
+}
+
 #[tokio::test]
 async fn a_denial_is_held_and_answered_no_longer_than_the_next_schedule_edge() {
     // A pooled rule whose window opens 5 s from now (UTC, the agent's clock).
@@ -281,6 +317,7 @@ fn on_memory_store(
         store.clone(),
         metrics.clone(),
         LeaseSettings::default(),
+        None,
     );
     svc.live_nodes_handle().store(live, Ordering::Relaxed);
     (svc, metrics, store)

@@ -124,6 +124,18 @@ impl Backend for FakeStore {
     }
 }
 
+impl FakeStore {
+    fn new(mode: Mode) -> FakeStore {
+        FakeStore {
+            mode,
+            calls: AtomicUsize::new(0),
+            failing: std::sync::atomic::AtomicBool::new(false),
+            limits: std::sync::Mutex::default(),
+            maxes: std::sync::Mutex::default(),
+        }
+    }
+}
+
 fn service(mode: Mode, max_inflight: usize) -> (Arc<LeaseService>, Registered<LeaseMetrics>) {
     let (service, metrics, _) = service_and_store(mode, max_inflight);
     (service, metrics)
@@ -156,14 +168,8 @@ fn service_with_settings(
     let rules = Arc::new(CurrentRules::empty());
     rules.install(Arc::new(parse_rules("t", text).unwrap()));
     let metrics = lease_metrics();
-    let store = Arc::new(FakeStore {
-        mode,
-        calls: AtomicUsize::new(0),
-        failing: std::sync::atomic::AtomicBool::new(false),
-        limits: std::sync::Mutex::default(),
-        maxes: std::sync::Mutex::default(),
-    });
-    let service = LeaseService::new(rules, store.clone(), metrics.clone(), settings);
+    let store = Arc::new(FakeStore::new(mode));
+    let service = LeaseService::new(rules, store.clone(), metrics.clone(), settings, None);
     (service, metrics, store)
 }
 

@@ -8,8 +8,11 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use meshlimit_agent::leases::LeaseMetrics;
 use meshlimit_agent::leases::LeaseService;
-use meshlimit_agent::{CurrentRules, LeaseSettings, Metrics};
+use meshlimit_agent::trial::metrics::TrialMetrics;
+use meshlimit_agent::{CurrentRules, LeaseSettings};
+use meshlimit_core::secret::KeyIds;
 use meshlimit_core::RuleSet;
 
 use super::world::{SimStore, World};
@@ -47,11 +50,21 @@ impl AgentKit {
     /// A fresh agent process: empty pools, the rules loaded, `live` agents
     /// alive in the region (as its heartbeat tells it).
     pub fn start(&self, live: u32) -> Result<Arc<LeaseService>, SimError> {
-        let metrics = Metrics::new("sim").map_err(|e| SimError::Run(format!("metrics: {e}")))?;
+        // Each agent has a registry of its own, as each agent process does.
+        let registry = prometheus::Registry::new();
+        let metrics = TrialMetrics::new(&registry)
+            .and_then(|trial| LeaseMetrics::new(&registry, KeyIds::placeholder(), Arc::new(trial)))
+            .map_err(|e| SimError::Run(format!("metrics: {e}")))?;
         let rules = Arc::new(CurrentRules::empty());
         rules.install(Arc::clone(&self.rules));
         let store = SimStore::new(Arc::clone(&self.world), self.settings.store_deadline);
-        let service = LeaseService::new(rules, Arc::new(store), Arc::new(metrics), self.settings);
+        let service = LeaseService::new(
+            rules,
+            Arc::new(store),
+            Arc::new(metrics),
+            self.settings,
+            None,
+        );
         service.live_nodes_handle().store(live, Ordering::Relaxed);
         Ok(service)
     }

@@ -93,23 +93,29 @@ deploy-alerts: deploy-manifests
 # against the published schema; the expressible bad fixtures do not.
 deploy-schema: deploy-manifests
 	$(DEPLOY_PY) deploy/tools/schema_check.py --schema $(DEPLOY_SCHEMA) \
-	  --good $(DEPLOY_SCHEMA_GOOD) $(DEPLOY_OUT)/configmap-rules.yaml \
+	  --good $(DEPLOY_SCHEMA_GOOD) $(DEPLOY_OUT)/configmap-rules-istio.yaml $(DEPLOY_OUT)/configmap-rules-envoy.yaml \
 	  --bad $(DEPLOY_SCHEMA_BAD) --readme README.md
 
-# The rules the ConfigMap ships pass the agent's own validation (`meshlimit
-# check-rules`, built on the agent's loader), and a broken copy does not (so a
-# passing check-rules means something).
+# The rules each overlay's ConfigMap ships pass the agent's own validation
+# (`meshlimit check-rules`, built on the agent's loader) for the place they are
+# deployed: the Istio overlay's on sidecars, the plain-Envoy overlay's (the
+# base's, deploy/rules.yaml) on gateways. A broken copy fails (so a passing
+# check-rules means something), and the gateway rules fail as sidecar rules
+# (their per-IP rules would put every outside client in one bucket there).
 deploy-rules: deploy-manifests
 	@if [ ! -x $(DEPLOY_CLI_BIN) ]; then \
 	  echo "SKIP deploy-rules: $(DEPLOY_CLI_BIN) not built (make test builds it first)"; \
 	else \
 	  set -e; \
-	  $(DEPLOY_CLI_BIN) check-rules deploy/rules.yaml; \
-	  $(DEPLOY_CLI_BIN) check-rules $(DEPLOY_OUT)/configmap-rules.yaml; \
+	  $(DEPLOY_CLI_BIN) check-rules --profile gateway deploy/rules.yaml; \
+	  $(DEPLOY_CLI_BIN) check-rules --profile gateway $(DEPLOY_OUT)/configmap-rules-envoy.yaml; \
+	  $(DEPLOY_CLI_BIN) check-rules --profile sidecar $(DEPLOY_OUT)/configmap-rules-istio.yaml; \
 	  sed '0,/^    limit:/s//    limt:/' deploy/rules.yaml > $(DEPLOY_OUT)/broken-rules.yaml; \
 	  if $(DEPLOY_CLI_BIN) check-rules $(DEPLOY_OUT)/broken-rules.yaml 2>/dev/null; then \
 	    echo "FAIL deploy-rules: check-rules accepted a rules file with an unknown field"; exit 1; fi; \
-	  echo "ok   deploy/rules.yaml and the ConfigMap's rules pass check-rules; a broken copy fails it"; \
+	  if $(DEPLOY_CLI_BIN) check-rules --profile sidecar deploy/rules.yaml 2>/dev/null; then \
+	    echo "FAIL deploy-rules: check-rules --profile sidecar accepted rules keyed on client_ip"; exit 1; fi; \
+	  echo "ok   each overlay's rules pass check-rules for where they run; a broken copy and gateway rules at a sidecar fail it"; \
 	fi
 
 # A rules change delivered the way the kubelet updates a ConfigMap volume (an

@@ -327,6 +327,12 @@ pub struct CheckRulesArgs {
     /// file's) without an approval in the new file.
     #[arg(long, value_name = "OLD")]
     pub against: Option<PathBuf>,
+    /// Where the rules run, to refuse what cannot work there: `gateway` (Envoy
+    /// at the edge, an ingress gateway: client_ip is the client's address) or
+    /// `sidecar` (a sidecar's inbound side: client_ip is the calling pod, the
+    /// cluster is inbound|PORT||). Without it, neither is checked.
+    #[arg(long, value_enum, value_name = "PLACE")]
+    pub profile: Option<crate::check_rules::Profile>,
 }
 
 /// `name: value` as curl's `-H` takes it; the name is lowercased, as Envoy

@@ -18,6 +18,9 @@ use serde_json::json;
 
 use crate::args::CheckFormat;
 
+mod profile;
+pub use profile::Profile;
+
 /// Checks `path`. Text: prints `PATH: ok (N rules, version V)` on `out` when valid,
 /// else every problem as `PATH:LINE:COLUMN: rule NAME: field FIELD-PATH: what is
 /// wrong` on `err`. JSON: one object on `out` either way:
@@ -31,7 +34,7 @@ pub fn check_rules(
     out: &mut impl Write,
     err: &mut impl Write,
 ) -> u8 {
-    check_rules_against(path, None, format, out, err)
+    check_rules_against(path, None, None, format, out, err)
 }
 
 /// [`check_rules`], and with `against` (the rules running now) every rule's
@@ -42,12 +45,13 @@ pub fn check_rules(
 pub fn check_rules_against(
     path: &Path,
     against: Option<&Path>,
+    profile: Option<Profile>,
     format: CheckFormat,
     out: &mut impl Write,
     err: &mut impl Write,
 ) -> u8 {
     let file = path.display().to_string();
-    let result = read(path);
+    let result = read(path).and_then(|set| profile::fits(set, profile, &file));
     let mut code = u8::from(result.is_err());
     let review = match (&result, against) {
         (Ok(set), Some(old_path)) => match read(old_path) {

@@ -35,6 +35,7 @@ pub fn execute(
         Command::CheckRules(args) => CliError::reported(check_rules::check_rules_against(
             &args.path,
             args.against.as_deref(),
+            args.profile,
             args.format,
             out,
             err,

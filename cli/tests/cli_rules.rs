@@ -542,3 +542,46 @@ fn replay_shows_what_a_tighter_rule_would_reject_of_recorded_traffic() {
     );
     assert!(text.contains("newly limited: rule per-key key "), "{text}");
 }
+
+/// The shipped rules pass `--profile` for where they run and fail it where
+/// they cannot work: the gateway rules' per-IP rules at a sidecar, the
+/// sidecar rules' inbound cluster at a gateway. Each refusal names the rule,
+/// the field and what to do instead.
+#[test]
+fn check_rules_profile_refuses_what_cannot_work_where_the_file_runs() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let gateway = format!("{root}/deploy/rules.yaml");
+    let sidecar = format!("{root}/deploy/overlays/istio/rules.yaml");
+    for (file, profile) in [(&gateway, "gateway"), (&sidecar, "sidecar")] {
+        let (code, out, err) = run(&mut meshlimit(&["check-rules", "--profile", profile, file]));
+        assert_eq!(code, 0, "{file} as {profile}: {out}{err}");
+    }
+    let (code, _, err) = run(&mut meshlimit(&[
+        "check-rules",
+        "--profile",
+        "sidecar",
+        &gateway,
+    ]));
+    assert_eq!(code, 1, "{err}");
+    for rule in ["per-ip", "login-per-ip"] {
+        assert!(
+            err.lines().any(|l| l.contains(&format!("rule {rule}:"))
+                && l.contains("key[0]")
+                && l.contains("calling pod")),
+            "{rule}: {err}"
+        );
+    }
+    let (code, _, err) = run(&mut meshlimit(&[
+        "check-rules",
+        "--profile",
+        "gateway",
+        &sidecar,
+    ]));
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("rule per-endpoint:")
+            && err.contains("match.cluster")
+            && err.contains("*|SERVICE"),
+        "{err}"
+    );
+}

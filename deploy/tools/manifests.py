@@ -18,7 +18,7 @@ fails open and gets MESHLIMIT_SECRET from the host.
 
 Writes OUT/<overlay>.yaml (the rendered manifests), OUT/alerts.rules.yaml (the
 PrometheusRule's spec, a Prometheus rules file for promtool) and
-OUT/configmap-rules.yaml (the rules as the agents will read them).
+OUT/configmap-rules-OVERLAY.yaml (the rules as that overlay's agents will read them).
 """
 
 import argparse
@@ -208,7 +208,7 @@ def lint_rules_mount(docs, ds, c, pod, rules_text):
             if rules_path.name not in data:
                 return [f"{name_of(ds)}: --rules {rules_path}: ConfigMap {cm_name} has no key {rules_path.name}"]
             if data[rules_path.name] != rules_text:
-                return [f"ConfigMap {cm_name}: {rules_path.name} differs from deploy/rules.yaml"]
+                return [f"ConfigMap {cm_name}: {rules_path.name} differs from the overlay's rules file"]
             return []
     return [f"{name_of(ds)}: --rules {rules_path} is not in a mounted ConfigMap directory"]
 
@@ -456,13 +456,20 @@ def check_bootstraps(paths):
     return errors, oks
 
 
+def rules_of(overlay):
+    """The rules file an overlay ships: its own rules.yaml (the Istio overlay's
+    sidecar rules), else the base's (deploy/rules.yaml, the gateway rules)."""
+    own = overlay / "rules.yaml"
+    return own if own.exists() else DEPLOY / "rules.yaml"
+
+
 def write_outputs(out, overlay, docs):
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{overlay.name}.yaml").write_text(yaml.safe_dump_all(docs, sort_keys=False))
     for pr in find(docs, "PrometheusRule"):
         (out / "alerts.rules.yaml").write_text(yaml.safe_dump(pr["spec"], sort_keys=False))
     for cm in find(docs, "ConfigMap", "meshlimit-rules"):
-        (out / "configmap-rules.yaml").write_text(cm["data"]["rules.yaml"])
+        (out / f"configmap-rules-{overlay.name}.yaml").write_text(cm["data"]["rules.yaml"])
     for cm in find(docs, "ConfigMap", "meshlimit-dashboard"):
         (out / "dashboard.json").write_text(cm["data"]["meshlimit.json"])
         (out / "dashboard-queries.rules.yaml").write_text(
@@ -517,11 +524,10 @@ def main():
                     help="an Envoy bootstrap whose filter HCMs must be hardened (repeatable)")
     ap.add_argument("overlays", nargs="+", type=pathlib.Path)
     args = ap.parse_args()
-    rules_text = (DEPLOY / "rules.yaml").read_text()
     failed = False
     for overlay in args.overlays:
         docs = render(overlay)
-        errors = validate(docs) + lint(docs, rules_text)
+        errors = validate(docs) + lint(docs, rules_of(overlay).read_text())
         kinds = sorted({d["kind"] for d in docs})
         for e in errors:
             print(f"FAIL {overlay}: {e}")

@@ -21,6 +21,7 @@ mod e2e_import;
 mod e2e_jwt;
 mod e2e_limits;
 mod e2e_override;
+mod e2e_profiles;
 mod e2e_redis;
 mod e2e_replay;
 mod e2e_request_path;

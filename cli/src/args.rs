@@ -332,7 +332,7 @@ pub struct CheckRulesArgs {
     /// `sidecar` (a sidecar's inbound side: client_ip is the calling pod, the
     /// cluster is inbound|PORT||). Without it, neither is checked.
     #[arg(long, value_enum, value_name = "PLACE")]
-    pub profile: Option<crate::check_rules::Profile>,
+    pub profile: Option<Profile>,
 }
 
 /// `name: value` as curl's `-H` takes it; the name is lowercased, as Envoy
@@ -351,4 +351,15 @@ fn parse_header(text: &str) -> Result<(String, String), String> {
 pub enum CheckFormat {
     Text,
     Json,
+}
+
+/// Where the rules run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Profile {
+    /// Envoy at the edge or an ingress gateway: `client_ip` is the client's
+    /// address, clusters are outbound ones.
+    Gateway,
+    /// A sidecar's inbound side (Istio's WasmPlugin `mode: SERVER`):
+    /// `client_ip` is the calling pod, the cluster is `inbound|PORT||`.
+    Sidecar,
 }

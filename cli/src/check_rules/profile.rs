@@ -11,16 +11,7 @@ use std::sync::Arc;
 use meshlimit_core::rules::config::{KeyPartConfig, RuleConfig, RulesConfig};
 use meshlimit_core::rules::{RuleError, RuleSet};
 
-/// Where the rules run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Profile {
-    /// Envoy at the edge or an ingress gateway: `client_ip` is the client's
-    /// address, clusters are outbound ones.
-    Gateway,
-    /// A sidecar's inbound side (Istio's WasmPlugin `mode: SERVER`):
-    /// `client_ip` is the calling pod, the cluster is `inbound|PORT||`.
-    Sidecar,
-}
+pub use crate::args::Profile;
 
 /// An inbound cluster name as Envoy writes it on a sidecar's inbound side.
 fn inbound(port: &str) -> String {

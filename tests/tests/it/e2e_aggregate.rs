@@ -69,3 +69,75 @@ fn a_prefix_aggregate_rule_holds_every_matching_request_to_one_bucket() {
     // A request the rule does not match is not limited.
     assert_eq!(stack.get("/v2/search", &[]).status, 200);
 }
+
+const SEARCH_1000: &str = r#"
+version: 1
+rules:
+  - name: search-total
+    match: { path_prefix: /v1/search }
+    key: []
+    limit: { requests: 1000, per: 1s, burst: 100 }
+"#;
+
+/// A whole-endpoint limit at 1,000 a second on a path prefix, leased (`fast`),
+/// offered 1.5 times that from three kinds of caller (other paths under the
+/// prefix, other API keys, other addresses): over the steady seconds the
+/// callers together get the limit. The band, ±5 % of 3,000, is the leased
+/// mode's: a node's lease (at most a tenth of the burst, 10 tokens) and the
+/// filter's slot can each hold at most one lease across a window's edge, far
+/// inside 150 requests; what the bound guards is the one bucket, since three
+/// buckets would admit 1,500 a second.
+#[test]
+fn a_prefix_aggregate_rule_at_a_thousand_a_second_admits_the_limit_in_total() {
+    use meshlimit_tests::{count_between, Load};
+    use std::time::{Duration, Instant};
+
+    let stack = Stack::start_with(AgentOptions::new(SEARCH_1000), |mut c| {
+        c.plugin.insert("trusted_hops".into(), 1.into());
+        c
+    });
+    let callers = [
+        ("/v1/search", "k-1", "198.51.100.1"),
+        ("/v1/search/books?q=2", "k-2", "198.51.100.2"),
+        ("/v1/search/films", "k-3", "198.51.100.3"),
+    ];
+    let started = Instant::now();
+    let loads: Vec<Load> = callers
+        .iter()
+        .map(|(path, key, ip)| {
+            let headers = [("x-api-key", *key), ("x-forwarded-for", *ip)];
+            Load::start(
+                &stack.envoy.url(path),
+                &headers,
+                500.0,
+                4,
+                Duration::from_secs(4),
+            )
+        })
+        .collect();
+    // The load's four seconds are the measurement.
+    std::thread::sleep(
+        (started + Duration::from_secs(4)).saturating_duration_since(Instant::now()),
+    );
+    let samples: Vec<_> = loads.into_iter().flat_map(Load::stop).collect();
+    let (from, to) = (
+        started + Duration::from_secs(1),
+        started + Duration::from_secs(4),
+    );
+    let offered = samples.iter().filter(|s| s.at >= from && s.at < to).count();
+    let admitted = count_between(&samples, from, to, 200);
+    let limited = count_between(&samples, from, to, 429);
+    assert!(
+        offered >= 4_000,
+        "the load fell behind: {offered} requests offered in 3 s"
+    );
+    assert_eq!(
+        admitted + limited,
+        offered,
+        "every request answered 200 or 429"
+    );
+    assert!(
+        (2_850..=3_150).contains(&admitted),
+        "{admitted} admitted of {offered} in 3 s at 1,000/s in total"
+    );
+}

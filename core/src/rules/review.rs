@@ -250,7 +250,7 @@ fn show(l: &Limit) -> String {
     }
 }
 
-/// The windows of a rule as one line each: `top: minutes 00:00-00:30 UTC: 100
+/// The windows of a rule as one line each: `top: minutes 00m00s-00m30s UTC: 100
 /// per 1 s (burst 1000)`.
 fn windows(rule: &Rule) -> Vec<String> {
     rule.schedule

@@ -251,7 +251,7 @@ impl Window {
         })
     }
 
-    /// One line for people: `top-of-hour: minutes 00:00-00:30 (mon, tue)`.
+    /// One line for people: `top-of-hour: minutes 00m00s-00m30s (mon, tue)`.
     pub fn describe(&self) -> String {
         let days = self
             .days()

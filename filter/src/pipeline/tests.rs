@@ -301,10 +301,10 @@ fn a_cached_shadow_denial_does_not_stop_the_enforcing_rules() {
 
 #[test]
 fn a_cached_denial_ends_at_the_rules_next_schedule_edge() {
-    // 2 an hour; 100 a second from 00:10 to 00:20 of every hour.
+    // 2 an hour; 100 a second from 00m10s to 00m20s of every hour.
     let rs = rules(serde_json::json!({"version": 1, "rules": [
         {"name": "sched", "key": [{"header": "x-api-key"}], "limit": {"requests": 2, "per": "1h"},
-         "schedule": [{"minutes": "00:10-00:20", "requests": 100, "per": "1s"}]},
+         "schedule": [{"minutes": "00m10s-00m20s", "requests": 100, "per": "1s"}]},
     ]}));
     let host = MemoryHost::default();
     let cfg = FilterConfig::default();

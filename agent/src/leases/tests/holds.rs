@@ -78,7 +78,7 @@ async fn a_denial_at_the_node_is_offered_to_the_false_limit_checker() {
 async fn a_denial_is_held_and_answered_no_longer_than_the_next_schedule_edge() {
     // A pooled rule whose window opens 5 s from now (UTC, the agent's clock).
     let opens = crate::regions::clock::now_secs() + 5;
-    let mm_ss = |t: u64| format!("{:02}:{:02}", t % 3_600 / 60, t % 60);
+    let mm_ss = |t: u64| format!("{:02}m{:02}s", t % 3_600 / 60, t % 60);
     let rules = format!(
         "version: 1\nrules:\n  - name: sched\n    key: [method]\n    limit: {{ requests: 1000, per: 1s }}\n    schedule:\n      - {{ minutes: \"{}-{}\", burst: 5000 }}\n",
         mm_ss(opens),

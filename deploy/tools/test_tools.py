@@ -485,11 +485,18 @@ class OciTests(unittest.TestCase):
 
     @staticmethod
     def retitle(out, title):
+        OciTests.rewrite_manifest(out, lambda m: m["annotations"].update(
+            {"org.opencontainers.image.title": title}))
+
+    @staticmethod
+    def rewrite_manifest(out, change):
+        """The layout's manifest changed by `change`, re-hashed and re-indexed:
+        consistent, so only what `change` did can be caught."""
         index = json.loads((out / "index.json").read_text())
         digest = index["manifests"][0]["digest"].split(":")[1]
         path = out / "blobs" / "sha256" / digest
         manifest = json.loads(path.read_text())
-        manifest["annotations"]["org.opencontainers.image.title"] = title
+        change(manifest)
         data = oci.canonical(manifest)
         new = oci.sha256(data)
         path.unlink()
@@ -506,17 +513,7 @@ class OciTests(unittest.TestCase):
 
     @staticmethod
     def drop_compat(out):
-        index = json.loads((out / "index.json").read_text())
-        digest = index["manifests"][0]["digest"].split(":")[1]
-        path = out / "blobs" / "sha256" / digest
-        manifest = json.loads(path.read_text())
-        manifest["annotations"] = {}
-        data = oci.canonical(manifest)
-        new = oci.sha256(data)
-        path.unlink()
-        (out / "blobs" / "sha256" / new.split(":")[1]).write_bytes(data)
-        index["manifests"][0].update(digest=new, size=len(data))
-        (out / "index.json").write_bytes(oci.canonical(index))
+        OciTests.rewrite_manifest(out, lambda m: m.update(annotations={}))
 
     @staticmethod
     def stray_blob(out):

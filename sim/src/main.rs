@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use meshlimit_sim::{report, Overrides, RunOptions, RunReport, Scenario, SimError};
 
 #[derive(Parser)]
@@ -30,15 +30,8 @@ enum Command {
         /// Where the CSV, Markdown and PNG files go.
         #[arg(long, default_value = "bench/results/accuracy")]
         out: PathBuf,
-        /// The short variant of each scenario (what `make test` runs).
-        #[arg(long)]
-        short: bool,
-        #[arg(long)]
-        duration: Option<f64>,
-        #[arg(long)]
-        gateways: Option<usize>,
-        #[arg(long)]
-        agents: Option<usize>,
+        #[command(flatten)]
+        shape: Shape,
         /// An argument for every agent, after the scenario's own (repeat it:
         /// `--agent-arg=--false-limit-checks --agent-arg=100000`).
         #[arg(long = "agent-arg", value_name = "ARG", allow_hyphen_values = true)]
@@ -63,15 +56,38 @@ enum Command {
         /// Runs this many seeds from `--seed` on, one line each.
         #[arg(long, default_value_t = 1)]
         seeds: u64,
-        #[arg(long)]
-        short: bool,
-        #[arg(long)]
-        duration: Option<f64>,
-        #[arg(long)]
-        gateways: Option<usize>,
-        #[arg(long)]
-        agents: Option<usize>,
+        #[command(flatten)]
+        shape: Shape,
     },
+}
+
+/// The run's shape, over the scenario's own: both commands take it.
+#[derive(Args)]
+struct Shape {
+    /// The short variant of each scenario (what `make test` runs).
+    #[arg(long)]
+    short: bool,
+    /// Seconds of load, in place of the scenario's.
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Simulated gateways (Envoy worker VMs), in place of the scenario's.
+    #[arg(long)]
+    gateways: Option<usize>,
+    /// Agents the gateways are spread over, in place of the scenario's.
+    #[arg(long)]
+    agents: Option<usize>,
+}
+
+impl Shape {
+    fn overrides(self, agent_args: Vec<String>) -> Overrides {
+        Overrides {
+            short: self.short,
+            duration: self.duration,
+            gateways: self.gateways,
+            agents: self.agents,
+            agent_args,
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -79,10 +95,7 @@ fn main() -> ExitCode {
         Command::Run {
             scenarios,
             out,
-            short,
-            duration,
-            gateways,
-            agents,
+            shape,
             agent_args,
             quiet,
             check,
@@ -90,13 +103,7 @@ fn main() -> ExitCode {
         } => run(
             scenarios,
             out,
-            Overrides {
-                short,
-                duration,
-                gateways,
-                agents,
-                agent_args,
-            },
+            shape.overrides(agent_args),
             quiet,
             check,
             events,
@@ -105,18 +112,9 @@ fn main() -> ExitCode {
             scenario,
             seed,
             seeds,
-            short,
-            duration,
-            gateways,
-            agents,
+            shape,
         } => {
-            let overrides = Overrides {
-                short,
-                duration,
-                gateways,
-                agents,
-                agent_args: Vec::new(),
-            };
+            let overrides = shape.overrides(Vec::new());
             match virtual_runs(&scenario, seed, seeds, &overrides) {
                 Ok(true) => ExitCode::SUCCESS,
                 Ok(false) => ExitCode::from(1),

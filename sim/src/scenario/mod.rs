@@ -4,6 +4,7 @@
 
 mod load;
 mod time;
+pub mod virtual_model;
 
 use std::path::Path;
 use std::rc::Rc;
@@ -59,7 +60,7 @@ pub struct Scenario {
     /// What only the virtual fleet models (`meshlimit-sim virtual`): its
     /// network and faults. The real-time harness ignores it.
     #[serde(default, rename = "virtual")]
-    pub virtual_fleet: crate::vtime::Model,
+    pub virtual_fleet: virtual_model::Model,
 }
 
 /// Overrides for the short variant.

@@ -7,27 +7,10 @@ use std::sync::{Arc, Mutex};
 
 use rand::rngs::SmallRng;
 use rand::Rng;
-use serde::Deserialize;
 
 use super::agents::{Agent, AgentKit};
 use super::world::{lock, Event, World};
-use crate::scenario::Secs;
-
-/// What the scenario asks for.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct FaultPlan {
-    /// Agent crashes: each at a time and of an agent the seed draws, down
-    /// for `agent_down`, then restarted.
-    pub agent_crashes: usize,
-    pub agent_down: Secs,
-    /// Store outages, each at a time the seed draws, lasting `store_down`.
-    pub store_outages: usize,
-    pub store_down: Secs,
-    /// Each gateway's clock is off by up to this much either way (drawn per
-    /// gateway).
-    pub clock_skew: Secs,
-}
+use crate::scenario::virtual_model::FaultPlan;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Kind {

@@ -27,11 +27,11 @@ use rand::Rng;
 
 use super::agents::{Agent, AgentKit};
 use super::faults::Faults;
-use super::net::Network;
 use super::world::{lock, Event, World};
 use crate::arrivals::{ArrivalGen, Planned};
 use crate::gateway::{Gateway, Link};
 use crate::record::CallFailure;
+use crate::scenario::virtual_model::Network;
 
 /// Lease calls between gateways and agents, shared with the gateways' links.
 pub struct Calls {

@@ -26,7 +26,6 @@ use meshlimit_core::rules::parse_rules;
 use meshlimit_filter::testing::MemoryHost;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use serde::Deserialize;
 
 use crate::arrivals::{key_cdf, ArrivalGen};
 use crate::drive::Recorded;
@@ -37,18 +36,10 @@ use crate::scenario::{Kind, Overrides, Plan, Store};
 use crate::{measure, verdict, RunReport, Setup, TokenFlow};
 
 use agents::AgentKit;
-use faults::FaultPlan;
-use fleet::{Calls, Fleet, VirtualLink};
-use net::Network;
-use world::{lock, StoreState, World};
 
-/// The scenario's `virtual` section: what only the virtual fleet models.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Model {
-    pub network: Network,
-    pub faults: FaultPlan,
-}
+use fleet::{Calls, Fleet, VirtualLink};
+
+use world::{lock, StoreState, World};
 
 /// Unix time at a run's start, before the seed's offset (2024-01-01): the
 /// store's windows are aligned to the Unix epoch, so where a run starts in

@@ -3,16 +3,8 @@
 
 use rand::rngs::SmallRng;
 use rand::Rng;
-use serde::Deserialize;
 
-/// A one-way delay: `floor_us` plus an exponential tail of mean `tail_us`
-/// (microseconds).
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Delay {
-    pub floor_us: f64,
-    pub tail_us: f64,
-}
+use crate::scenario::virtual_model::{Delay, Network};
 
 impl Delay {
     /// One delay, in nanoseconds.
@@ -27,35 +19,6 @@ impl Delay {
             && self.floor_us >= 0.0
             && self.tail_us.is_finite()
             && self.tail_us >= 0.0
-    }
-}
-
-/// The network of the virtual fleet (the scenario's `network`).
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Network {
-    /// Gateway to its agent, each way (same node: a loopback hop).
-    pub gateway_agent: Delay,
-    /// Agent to the store, each way (a hop across the cluster).
-    pub agent_store: Delay,
-    /// The part of gateway calls lost (never answered: the gateway's
-    /// deadline ends them).
-    pub loss: f64,
-}
-
-impl Default for Network {
-    fn default() -> Self {
-        Network {
-            gateway_agent: Delay {
-                floor_us: 50.0,
-                tail_us: 50.0,
-            },
-            agent_store: Delay {
-                floor_us: 200.0,
-                tail_us: 100.0,
-            },
-            loss: 0.0,
-        }
     }
 }
 

@@ -22,8 +22,8 @@ use meshlimit_store::{Acquire, Backend, Buckets, StoreError};
 use rand::rngs::SmallRng;
 use tokio::sync::oneshot;
 
-use super::net::Delay;
 use crate::record::CallFailure;
+use crate::scenario::virtual_model::Delay;
 
 /// One item's answer from the store.
 pub type Acquired = Result<Take, StoreError>;

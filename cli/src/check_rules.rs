@@ -41,7 +41,8 @@ pub fn check_rules(
 /// change as well: added, removed, limit ×factor, mode, match. An enforced
 /// limit cut beyond the running file's `changes.max_tightening` (the guard in
 /// force, not the new file's) without an approval in the new file makes the
-/// exit code 1, as the agent refuses such a file at reload.
+/// exit code 1, as the agent refuses such a file at reload. With `profile`,
+/// what cannot work where the file runs is an error too ([`Profile`]).
 pub fn check_rules_against(
     path: &Path,
     against: Option<&Path>,

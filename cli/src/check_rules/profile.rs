@@ -13,31 +13,39 @@ use meshlimit_core::rules::{RuleError, RuleSet};
 
 pub use crate::args::Profile;
 
-/// An inbound cluster name as Envoy writes it on a sidecar's inbound side.
-fn inbound(port: &str) -> String {
-    format!("inbound|{port}||")
+/// Whether `port` is one, as an inbound cluster name writes it.
+fn is_port(port: &str) -> bool {
+    !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// Whether a `match.cluster` pattern (a name, or `*` then a suffix) can name
-/// the cluster of some inbound port.
+/// the cluster of some inbound port, `inbound|PORT||`.
 fn may_name_inbound(pattern: &str) -> bool {
     let Some(suffix) = pattern.strip_prefix('*') else {
         return pattern
             .strip_prefix("inbound|")
             .and_then(|rest| rest.strip_suffix("||"))
-            .is_some_and(|port| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()));
+            .is_some_and(is_port);
     };
-    // The port's digits the suffix holds, if any, then a port ending in them
-    // (`*0||` is port 9080's suffix, among others).
-    let digits: String = suffix.chars().filter(char::is_ascii_digit).collect();
-    let ports = [digits.clone(), format!("1{digits}"), "9080".into()];
-    ports.iter().any(|p| inbound(p).ends_with(suffix))
+    if "||".ends_with(suffix) {
+        return true;
+    }
+    let Some(body) = suffix.strip_suffix("||") else {
+        return false;
+    };
+    // What stands before `||`: the port's last digits, or the port whole
+    // after the end of `inbound|`.
+    match body.rsplit_once('|') {
+        None => body.bytes().all(|b| b.is_ascii_digit()),
+        Some((before, port)) => is_port(port) && "inbound".ends_with(before),
+    }
 }
 
-/// Whether a pattern can name anything but an inbound cluster.
+/// Whether a pattern can name anything but an inbound cluster: every other
+/// cluster name ends in its service's host or its own name, never in `||`.
 fn may_name_other(pattern: &str) -> bool {
     match pattern.strip_prefix('*') {
-        Some(suffix) => !suffix.ends_with("||") || suffix.len() > "inbound|65535||".len(),
+        Some(suffix) => !suffix.ends_with("||"),
         None => !may_name_inbound(pattern),
     }
 }

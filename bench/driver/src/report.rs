@@ -14,8 +14,8 @@ pub fn render(r: &Results, opts: &Options, machine: &Machine) -> String {
     let _ = write!(
         md,
         "# meshlimit benchmarks: latest run\n\n\
-         Written by `make bench{smoke}` (bench/driver); raw figures in [latest.csv](latest.csv). \
-         What is measured and against what: [docs/measurements.md](../../docs/measurements.md); how to read this: [bench/README.md](../README.md).\n\n\
+         Written by `make bench{smoke}` (bench/driver); raw figures in the CSV beside this file. \
+         What is measured and against what: `docs/performance/method.md`; how to read this: `bench/README.md`.\n\n\
          - **Machine:** {machine_line}\n\
          - **Run:** {date}, commit {commit}; throughput {rounds} interleaved rounds × {secs} s per configuration \
          (wrk, 1 thread, {conns} connections, after 1 s of warm-up); latency {lrounds} rounds × {lsecs} s \

@@ -91,12 +91,12 @@ fn rps_us(t: &Throughput) -> f64 {
     1e6 / admitted(t)
 }
 
-/// Every headline figure twice: from wrk's req/s (how docs/measurements.md defines it),
+/// Every headline figure twice: from wrk's req/s (how docs/performance/method.md defines it),
 /// and from Envoy's CPU per request in /proc, which other work on a shared
 /// machine disturbs far less (it takes Envoy's core, not Envoy's CPU time).
 pub fn headline(r: &Results) -> String {
     let mut out = String::from(
-        "| figure | from req/s (wrk) | from Envoy CPU per request (/proc) | target (docs/measurements.md) | met (req/s, /proc) |\n|---|---|---|---|---|\n",
+        "| figure | from req/s (wrk) | from Envoy CPU per request (/proc) | target (docs/performance/method.md) | met (req/s, /proc) |\n|---|---|---|---|---|\n",
     );
     let capacity = |x: &'static str, base: &'static str| -> Figure {
         match (x, base) {

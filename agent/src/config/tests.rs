@@ -177,13 +177,12 @@ fn what_is_built_without_flags_takes_the_flags_defaults() {
     assert_eq!(args.max_keys(), defaults::max_keys());
 }
 
-/// Every default of `run` shows in `--help`, and the README's command line
-/// gives the same value wherever it names one (`[--flag VALUE]` or
-/// `[--flag VALUE|OTHER]`, VALUE not a placeholder in capitals).
+/// Every default of `run` shows in `--help`, which the book's reference page
+/// of the agent's flags is generated from (cli/tests/reference.rs holds the
+/// page to it).
 #[test]
-fn help_and_the_readme_show_the_defaults() {
+fn help_shows_every_default() {
     use clap::CommandFactory;
-    let readme = include_str!("../../../README.md");
     let mut cli = Cli::command();
     let help = cli
         .find_subcommand_mut("run")
@@ -202,23 +201,9 @@ fn help_and_the_readme_show_the_defaults() {
             help.contains(&format!("[default: {default}]")),
             "--{long}: default {default} not in --help"
         );
-        let flag = format!("[--{long} ");
-        let at = readme
-            .find(&flag)
-            .unwrap_or_else(|| panic!("--{long} is missing from the README's command line"));
-        let value: String = readme[at + flag.len()..]
-            .chars()
-            .take_while(|c| !matches!(c, ']' | ' ' | '|'))
-            .collect();
-        if value
-            .chars()
-            .any(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-        {
-            assert_eq!(value, default, "--{long}: the README says {value}");
-            checked += 1;
-        }
+        checked += 1;
     }
-    assert!(checked >= 15, "only {checked} defaults found in the README");
+    assert!(checked >= 15, "only {checked} defaults found in --help");
 }
 
 #[test]

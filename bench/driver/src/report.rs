@@ -216,8 +216,8 @@ fn rules_at_scale_section(r: &Results, opts: &Options) -> String {
          before the rewrite (`meshlimit_filters_on_version`), then reads the agent's /metrics every \
          50 ms: propagation is from the agent showing the new version \
          (`meshlimit_rules_version_info`) to every one of those VMs reporting it, waited for up to 5 s. \
-         A VM reports its version at its once-a-second sync, so the figure includes up to one sync \
-         interval, and the 50 ms reads are part of the load on the agent's CPU during the run.\n",
+         A VM reports a new version as soon as it runs it, so the figure is the time every VM takes to \
+         fetch, compile and run it, and the 50 ms reads are part of the load on the agent's CPU during the run.\n",
         path = scenario::SCALE_PATH,
         secs = opts.latency_seconds.max(4.0),
     );

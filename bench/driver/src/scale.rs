@@ -24,7 +24,7 @@ use crate::wrk;
 const MIN_RELOAD_RUN_SECONDS: f64 = 4.0;
 
 /// How long after the agent shows the new version every filter VM may take to
-/// report it (a VM reports its version at its once-a-second sync).
+/// report it (a VM reports a new version as soon as it runs it).
 const REACH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How often the agent's /metrics is read while a reload propagates.

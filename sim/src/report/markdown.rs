@@ -61,7 +61,7 @@ pub fn scenario(r: &RunReport) -> String {
     for (figure, value) in rows {
         out.push_str(&format!("| {figure} | {value} |\n"));
     }
-    out.push_str("\nTargets (docs/measurements.md, Accuracy targets):\n\n");
+    out.push_str("\nTargets (docs/performance/accuracy.md, Targets):\n\n");
     for c in &r.checks {
         let mark = if c.pass { "pass" } else { "**MISS**" };
         out.push_str(&format!("- {mark}: {}: {}\n", c.what, c.value));

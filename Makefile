@@ -180,9 +180,9 @@ test: tools build lint
 # No Envoy, Redis, agent binary or real-time accuracy run.
 FAST_AGENT_IN_PROCESS := api_lease|api_sync|api_trust|bounds_api|regions_lease|rules_fixtures
 FAST_TESTS := (kind(lib) | kind(bin) \
-	| binary_id(/^meshlimit-agent::($(FAST_AGENT_IN_PROCESS))$$/) \
-	| binary_id(meshlimit-sim::virtual_fleet) \
-	| (binary_id(meshlimit-store::store_conformance) & test(/^memory::/))) \
+	| (binary_id(meshlimit-agent::it) & test(/^($(FAST_AGENT_IN_PROCESS))::/)) \
+	| (binary_id(meshlimit-sim::it) & test(/^virtual_fleet::/)) \
+	| (binary_id(meshlimit-store::it) & test(/^conformance::memory::/))) \
 	- (binary_id(meshlimit-store) & test(/^redis::control::/))
 test-fast: tools-nextest
 	$(CARGO) nextest run --workspace -E '$(FAST_TESTS)'
@@ -229,10 +229,10 @@ bench-smoke: tools build bench-build
 ## against real agents and a real Redis. `make accuracy` runs the full-length
 ## scenarios/ and writes bench/results/accuracy/ (summary.md, and per scenario a
 ## CSV, a Markdown section and a PNG), then every short version in real time
-## (sim/tests/accuracy.rs; `make test` runs the few the virtual fleet cannot
+## (sim/tests/it/accuracy.rs; `make test` runs the few the virtual fleet cannot
 ## stand for). `make accuracy-seeds` runs the short versions in
 ## virtual time (no Redis, no agent processes) over ACCURACY_SEEDS seeds each
-## (sim/tests/virtual_fleet.rs; `make test` runs a few). Settings:
+## (sim/tests/it/virtual_fleet.rs; `make test` runs a few). Settings:
 ## ACCURACY_SCENARIOS (files), ACCURACY_OUT, ACCURACY_SEEDS.
 
 ACCURACY_SCENARIOS ?= $(sort $(wildcard scenarios/*.yaml))
@@ -246,13 +246,13 @@ ACCURACY_SEEDS ?= 200
 .PHONY: accuracy accuracy-seeds
 
 accuracy-seeds:
-	MESHLIMIT_SIM_SEEDS=$(ACCURACY_SEEDS) $(CARGO) test --release -p meshlimit-sim --test virtual_fleet
+	MESHLIMIT_SIM_SEEDS=$(ACCURACY_SEEDS) $(CARGO) test --release -p meshlimit-sim --test it virtual_fleet::
 
 accuracy: tools build
 	$(CARGO) build --release -p meshlimit-sim
 	target/release/meshlimit-sim run --out $(ACCURACY_OUT) $(ACCURACY_SCENARIOS)
 	target/release/meshlimit-sim run --gateways 400 --agents 8 --out $(ACCURACY_OUT)/fleet $(ACCURACY_FLEET)
-	$(CARGO) nextest run -p meshlimit-sim --test accuracy --run-ignored all
+	$(CARGO) nextest run -p meshlimit-sim --test it --run-ignored all accuracy::
 
 ## ---- fuzzing (fuzz/): cargo-fuzz targets on attacker-controlled input. Their
 ## bodies are in fuzz/checks/, a workspace member whose test replays the committed

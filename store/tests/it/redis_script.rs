@@ -3,9 +3,7 @@
 //! script can carry, and differential tests of the Lua bucket and windows
 //! against core's.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-mod common;
+use crate::common;
 
 use meshlimit_core::secret::KeyIds;
 use std::num::{NonZeroU32, NonZeroU64};

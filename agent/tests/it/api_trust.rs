@@ -3,7 +3,7 @@
 //! filters send is validated so no single request can skew what others see.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

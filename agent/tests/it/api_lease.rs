@@ -4,7 +4,7 @@
 // Test helpers outside #[test] functions may unwrap too: a failure is the point.
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

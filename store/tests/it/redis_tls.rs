@@ -3,8 +3,6 @@
 //! right CA (and a client certificate the server requires), a prompt store error
 //! with the wrong CA.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::num::{NonZeroU32, NonZeroU64};
 use std::path::Path;
 use std::process::Command;

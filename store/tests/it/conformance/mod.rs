@@ -12,14 +12,11 @@
 //! limits slow enough (one token per 10 s) that no refill shows between two calls.
 //!
 //! What this suite leaves to others: the Lua bucket's arithmetic against core's
-//! (`store/tests/redis_script.rs`, differential), hostile bucket state (same file),
+//! (`redis_script`, differential), hostile bucket state (same file),
 //! races, failover and routing through the real agent (`tests/tests/it/redis_store.rs`,
 //! the chaos tests), the memory store's key cap and sweeper (its unit tests).
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-#[path = "../common/mod.rs"]
-mod common;
+use crate::common;
 
 mod asks;
 mod backends;

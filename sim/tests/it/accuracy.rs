@@ -15,7 +15,7 @@
 //! (10 a second each).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use meshlimit_sim::report::markdown;
 use meshlimit_sim::RunReport;

@@ -1,7 +1,7 @@
 //! Helpers shared by the agent's tests: an `App` over the memory store and
 //! requests sent straight to `App::handle`.
 
-// Each test binary uses a different subset of these helpers.
+// Not every module uses every helper.
 #![allow(dead_code, clippy::unwrap_used, clippy::panic)]
 
 use std::sync::Arc;

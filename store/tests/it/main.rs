@@ -1,0 +1,13 @@
+//! The store's integration tests, one binary: the conformance suite every
+//! backend passes (`conformance::memory::…`, `conformance::redis::…`,
+//! `conformance::redis_cluster::…`), the Lua bucket against core's
+//! (`redis_script`) and Redis over TLS (`redis_tls`).
+//! `cargo nextest run -p meshlimit-store --test it MODULE::` runs one part.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+mod conformance;
+mod redis_script;
+mod redis_tls;

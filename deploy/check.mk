@@ -203,7 +203,7 @@ deploy-metrics: deploy-manifests
 	fi
 
 # The two images, built offline and pinned by digest in the manifests: commit
-# the manifests with the images you push (deploy/README.md, "Build and push the images").
+# the manifests with the images you push (docs/operations/deploying.md, "Build and push the images").
 images: wasm-oci agent-oci
 
 # Build the filter, package it for Istio's WasmPlugin (oci://), and pin the

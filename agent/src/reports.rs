@@ -15,9 +15,9 @@ use meshlimit_core::wire::{SyncRequest, MAX_VERSION_LABEL};
 use meshlimit_core::{Outcome, RuleSet};
 use tokio::time::Instant;
 
-use prometheus::{GaugeVec, Histogram, IntCounter, IntCounterVec, IntGaugeVec, Registry};
+use prometheus::{GaugeVec, Histogram, IntCounter, IntCounterVec, IntGaugeVec};
 
-use crate::metrics::{inc, lock, show_ratios, Factory, MetricsError};
+use crate::metrics::{inc, lock, show_ratios, Factory, MetricsError, Registry};
 use crate::window::RuleWindows;
 
 /// The most one report may add for one rule and outcome: more than a VM decides

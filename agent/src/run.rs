@@ -2,7 +2,7 @@
 //! and the server together, then waits for SIGTERM or SIGINT and shuts down in
 //! order (stop accepting, drain connections, stop the background tasks).
 
-use meshlimit_core::secret::Secret;
+use meshlimit_core::secret::{KeyIds, Secret};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -11,13 +11,13 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
-use crate::api::{App, AppParts, Auth};
+use crate::api::{ApiMetrics, App, AppParts, Auth};
 use crate::config::{ConfigError, LogFormat, RunArgs, EXIT_USAGE};
 use crate::decision_log::{DecisionLog, DecisionLogMetrics};
 use crate::false_limits::{FalseLimitMetrics, FalseLimits};
 use crate::fleet_override;
 use crate::leases::{LeaseMetrics, LeaseService};
-use crate::metrics::{Factory, MetricsError, Registry};
+use crate::metrics::{Factory, MetricInfo, MetricsError, Registry};
 use crate::regions::{self, metrics::RegionMetrics};
 use crate::reports::ReportMetrics;
 use crate::rules_watch::{CurrentRules, RulesMetrics, RulesWatcher};
@@ -98,7 +98,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         Some(token) => Auth::with_operator(&secret, token).map_err(ConfigError::from)?,
         None => Auth::new(&secret),
     };
-    let m = ServiceMetrics::new(&args.region, &secret)?;
+    let m = ServiceMetrics::new(&args.region, secret.key_ids())?;
     let region_setup = regions::regions_config(&args, &agent_id(&args), &secret.key_ids())?;
     check_tls_flags(&args, region_setup.as_ref())?;
     let stores = start_store(&args, &m, &secret, &mut tasks, &shutdown)?;
@@ -203,7 +203,7 @@ struct ServiceMetrics {
 
 impl ServiceMetrics {
     /// Registers every service's metrics, and `meshlimit_agent_info` for `region`.
-    fn new(region: &str, secret: &Secret) -> Result<ServiceMetrics, MetricsError> {
+    fn new(region: &str, key_ids: KeyIds) -> Result<ServiceMetrics, MetricsError> {
         let registry = Registry::new();
         let info = Factory(&registry).gauges(
             "meshlimit_agent_info",
@@ -216,11 +216,7 @@ impl ServiceMetrics {
         let trial = Arc::new(TrialMetrics::new(&registry)?);
         let reports = Arc::new(ReportMetrics::new(&registry)?);
         Ok(ServiceMetrics {
-            leases: Arc::new(LeaseMetrics::new(
-                &registry,
-                secret.key_ids(),
-                trial.clone(),
-            )?),
+            leases: Arc::new(LeaseMetrics::new(&registry, key_ids, trial.clone())?),
             rules: Arc::new(RulesMetrics::new(&registry, reports.clone(), trial)?),
             reports,
             false_limits: Arc::new(FalseLimitMetrics::new(&registry)?),
@@ -229,6 +225,15 @@ impl ServiceMetrics {
             registry,
         })
     }
+}
+
+/// Every metric `/metrics` can show, described: the services' metrics as
+/// `run` registers them, and the API's, which [`App::new`] adds to the same
+/// registry. docs/reference/metrics.md is made from this list.
+pub fn metric_catalogue() -> Result<Vec<MetricInfo>, MetricsError> {
+    let m = ServiceMetrics::new("", KeyIds::placeholder())?;
+    ApiMetrics::new(&m.registry)?;
+    Ok(m.registry.described())
 }
 
 /// The one backend `--store` names, as each part of the agent uses it: the
@@ -377,9 +382,28 @@ mod tests {
     #[test]
     fn every_service_registers_in_one_registry_with_the_agents_region() {
         let secret = Secret::new(&[7; 32]).unwrap();
-        let m = ServiceMetrics::new("eu", &secret).unwrap();
+        let m = ServiceMetrics::new("eu", secret.key_ids()).unwrap();
         let text = render(&m.registry).unwrap();
         let info = [("region", "eu"), ("version", env!("CARGO_PKG_VERSION"))];
         assert_eq!(sample(&text, "meshlimit_agent_info", &info), Some(1.0));
+    }
+
+    #[test]
+    fn the_catalogue_describes_labelled_metrics_before_their_first_sample() {
+        let all = metric_catalogue().unwrap();
+        let names: Vec<&str> = all.iter().map(|m| m.name.as_str()).collect();
+        assert!(names.windows(2).all(|w| w[0] < w[1]), "sorted, unique");
+        let bad = all
+            .iter()
+            .find(|m| m.name == "meshlimit_bad_requests_total")
+            .unwrap();
+        assert_eq!(bad.labels, ["reason"]);
+        assert_eq!(bad.kind.as_str(), "counter");
+        let latency = all
+            .iter()
+            .find(|m| m.name == "meshlimit_store_latency_seconds")
+            .unwrap();
+        assert_eq!(latency.kind.as_str(), "histogram");
+        assert!(!latency.buckets.is_empty());
     }
 }

@@ -1,9 +1,9 @@
 //! The API's own metrics: requests refused for the caller's mistake, and
 //! connections closed on accept.
 
-use prometheus::{IntCounter, IntCounterVec, Registry};
+use prometheus::{IntCounter, IntCounterVec};
 
-use crate::metrics::{inc, Factory, MetricsError};
+use crate::metrics::{inc, Factory, MetricsError, Registry};
 
 /// The API's and the server's metrics.
 pub struct ApiMetrics {

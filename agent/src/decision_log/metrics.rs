@@ -1,8 +1,8 @@
 //! Metrics of the decision log: lines written, records lost and where.
 
-use prometheus::{IntCounter, IntCounterVec, Registry};
+use prometheus::{IntCounter, IntCounterVec};
 
-use crate::metrics::{inc, Factory, MetricsError};
+use crate::metrics::{inc, Factory, MetricsError, Registry};
 
 /// The decision log's metrics.
 pub struct DecisionLogMetrics {

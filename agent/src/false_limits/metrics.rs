@@ -6,10 +6,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use prometheus::{GaugeVec, IntCounterVec, Registry};
+use prometheus::{GaugeVec, IntCounterVec};
 use tokio::time::Instant;
 
-use crate::metrics::{inc, lock, show_ratios, Factory, MetricsError};
+use crate::metrics::{inc, lock, show_ratios, Factory, MetricsError, Registry};
 use crate::window::RuleWindows;
 
 /// Why a suspect 429 was not checked (`reason` of

@@ -4,10 +4,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use meshlimit_core::secret::{KeyId, KeyIds};
-use prometheus::{Histogram, IntCounterVec, IntGauge, IntGaugeVec, Registry};
+use prometheus::{Histogram, IntCounterVec, IntGauge, IntGaugeVec};
 
 use crate::metrics::top_keys::TopKeys;
-use crate::metrics::{inc, Factory, MetricsError};
+use crate::metrics::{inc, Factory, MetricsError, Registry};
 use crate::trial::metrics::TrialMetrics;
 
 /// Store latency buckets: 50 µs (an in-memory take) to 100 ms (a sick Redis).

@@ -7,9 +7,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use meshlimit_core::DescriptorKey;
-use prometheus::{GaugeVec, Histogram, IntCounterVec, IntGauge, IntGaugeVec, Registry};
+use prometheus::{GaugeVec, Histogram, IntCounterVec, IntGauge, IntGaugeVec};
 
-use crate::metrics::{inc, lock, set, Factory, MetricsError};
+use crate::metrics::{inc, lock, set, Factory, MetricsError, Registry};
 use crate::regions::table::ShareTable;
 
 /// Keys shown with their share.

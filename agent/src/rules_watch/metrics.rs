@@ -6,11 +6,11 @@
 use std::sync::{Arc, Mutex};
 
 use meshlimit_core::rules::RuleSet;
-use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec};
 
 use meshlimit_store::fleet::OverrideMode;
 
-use crate::metrics::{inc, lock, Factory, MetricsError};
+use crate::metrics::{inc, lock, Factory, MetricsError, Registry};
 use crate::reports::ReportMetrics;
 use crate::trial::metrics::TrialMetrics;
 

@@ -6,10 +6,10 @@
 
 use std::collections::HashMap;
 
-use prometheus::{GaugeVec, IntGauge, IntGaugeVec, Registry};
+use prometheus::{GaugeVec, IntGauge, IntGaugeVec};
 
 use crate::metrics::top_keys::TopKeys;
-use crate::metrics::{lock, Factory, MetricsError};
+use crate::metrics::{lock, Factory, MetricsError, Registry};
 use crate::rules_watch::TrialView;
 
 /// Trial rules whose keys are counted (the first ones of the plan): the

@@ -51,7 +51,7 @@ impl AgentKit {
     /// alive in the region (as its heartbeat tells it).
     pub fn start(&self, live: u32) -> Result<Arc<LeaseService>, SimError> {
         // Each agent has a registry of its own, as each agent process does.
-        let registry = prometheus::Registry::new();
+        let registry = meshlimit_agent::metrics::Registry::new();
         let metrics = TrialMetrics::new(&registry)
             .and_then(|trial| LeaseMetrics::new(&registry, KeyIds::placeholder(), Arc::new(trial)))
             .map_err(|e| SimError::Run(format!("metrics: {e}")))?;

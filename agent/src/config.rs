@@ -72,8 +72,8 @@ pub struct RunArgs {
     /// How long a granted lease may be spent, in milliseconds. A store lease is
     /// 100 ms of the node's demand and the pool may hold two; a filter asks for
     /// half a TTL of its own spend. 300 ms lets both be spent before they expire
-    /// (the accuracy harness measured 0.54 of the limit at 100 ms before the
-    /// filter sized its asks, 0.98 after, 0.99 with 300 ms).
+    /// (a shorter TTL loses unspent tokens, and admits less than the limit:
+    /// docs/performance/accuracy.md).
     #[arg(long, env = "MESHLIMIT_LEASE_TTL_MS", default_value_t = defaults::LEASE_TTL_MS,
           value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub(crate) lease_ttl_ms: u64,
@@ -84,10 +84,10 @@ pub struct RunArgs {
     /// A node far over its share of a key's limit takes its part of each
     /// lease period from the store and gives its filters turns: each grant
     /// says when the filter may ask again, and the filter rejects locally
-    /// until then once it has spent its tokens. At 3× a limit over 50
-    /// gateways it cuts the filters' agent calls by a third to a half, at
-    /// the same store calls (see docs/measurements.md). `--pool-turns false`:
-    /// off (every filter asks again once it has spent its tokens).
+    /// until then once it has spent its tokens. It cuts the filters' agent
+    /// calls on keys over their limit, at the same store calls
+    /// (docs/performance/accuracy.md). `--pool-turns false`: off (every
+    /// filter asks again once it has spent its tokens).
     #[arg(long, env = "MESHLIMIT_POOL_TURNS", default_value_t = defaults::POOL_TURNS,
           action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub(crate) pool_turns: bool,

@@ -15,6 +15,7 @@ mod error;
 pub mod explain;
 pub mod fleet_override;
 pub mod import;
+pub mod reference;
 pub mod replay;
 
 use std::io::Write;

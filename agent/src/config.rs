@@ -1,4 +1,4 @@
-//! The command line (README.md, "Command line, ports, metrics"). Every flag also reads a
+//! The command line (docs/reference/cli-agent.md is generated from it). Every flag also reads a
 //! `MESHLIMIT_*` environment variable, so a DaemonSet can configure the agent without
 //! rewriting its arguments. Parsing never exits the process itself: it returns what
 //! to print and the exit code, so `main` stays the only place that exits.

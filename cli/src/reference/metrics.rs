@@ -2,6 +2,7 @@
 //! registry `/metrics` renders, as `meshlimit_agent::run` wires them.
 
 use meshlimit_agent::metrics::{MetricInfo, MetricKind};
+use meshlimit_agent::reports::{FILTER_TTL, MAX_FILTERS, MAX_RULE_SERIES, OTHER_RULE};
 use meshlimit_agent::run::metric_catalogue;
 
 use super::markdown::{cell, code, table};
@@ -24,7 +25,26 @@ pub fn page() -> Result<String, ReferenceError> {
     );
     let rows: Vec<Vec<String>> = metrics.iter().map(row).collect();
     out.push_str(&table(&["Metric", "Type", "Labels", "Description"], &rows));
+    out.push_str(&bounds());
     Ok(out)
+}
+
+/// How the agent bounds its label values, from the constants that do it.
+fn bounds() -> String {
+    format!(
+        "\n## Label values\n\n\
+         Every label value comes from a bounded set, so no caller can grow the \
+         number of series:\n\n\
+         - `rule`: a rule of the rules in force; a filter's report of any other rule \
+         counts under `{OTHER_RULE}`.\n\
+         - The per-rule series `meshlimit_fail_open_ratio` and `meshlimit_rule_limit` \
+         cover every rule of a set of at most {MAX_RULE_SERIES} rules. Of a larger set \
+         they cover the rules that took decisions in the last 60 s, those failing open \
+         first, then the busiest, at most {MAX_RULE_SERIES}.\n\
+         - `filter`: at most {MAX_FILTERS} filters at once; a filter not heard from for \
+         {} s leaves `meshlimit_filter_rules_version_info`.\n",
+        FILTER_TTL.as_secs()
+    )
 }
 
 /// One metric's row; a histogram's buckets follow its help.

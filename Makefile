@@ -146,6 +146,12 @@ docs: tools-mdbook
 	$(PYTHON) tools/check-doc-links.py .
 	PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m unittest discover -s tools -p 'test_check_doc_links.py'
 
+# The reference pages generated from the code (the CLI's flags, the agent's
+# metrics, the rules file's schema) written anew; `make test` fails while a
+# committed page differs from what the code generates.
+reference:
+	MESHLIMIT_BLESS=1 $(CARGO) test -p meshlimit-cli --test reference
+
 test-wasm: tools-rust
 	CARGO_TARGET_WASM32_WASIP1_RUNNER='$(WASI_RUNNER)' \
 		$(CARGO) test --profile wasm-test --target $(WASM_TARGET) -p meshlimit-core
@@ -182,7 +188,8 @@ FAST_AGENT_IN_PROCESS := api_lease|api_sync|api_trust|bounds_api|regions_lease|r
 FAST_TESTS := (kind(lib) | kind(bin) \
 	| (binary_id(meshlimit-agent::it) & test(/^($(FAST_AGENT_IN_PROCESS))::/)) \
 	| (binary_id(meshlimit-sim::it) & test(/^virtual_fleet::/)) \
-	| (binary_id(meshlimit-store::it) & test(/^conformance::memory::/))) \
+	| (binary_id(meshlimit-store::it) & test(/^conformance::memory::/)) \
+	| binary_id(meshlimit-cli::reference)) \
 	- (binary_id(meshlimit-store) & test(/^redis::control::/))
 test-fast: tools-nextest
 	$(CARGO) nextest run --workspace -E '$(FAST_TESTS)'

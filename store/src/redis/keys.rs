@@ -8,7 +8,7 @@
 //! value carries a MAC under the deployment secret and is read back only
 //! within a size cap. Agents write the trial start and the versions; only
 //! operators' tools (`meshlimit override`) write the override and a
-//! trial's end or hold. Redis ACLs that keep the two apart: docs/redis-acl.md.
+//! trial's end or hold. Redis ACLs that keep the two apart: docs/operations/redis-acl.md.
 //!
 //! | key | type | written by |
 //! |---|---|---|
@@ -169,7 +169,7 @@ mod tests {
 
     #[test]
     fn the_redis_acls_name_the_keys_built_here() {
-        let doc = include_str!("../../../docs/redis-acl.md");
+        let doc = include_str!("../../../docs/operations/redis-acl.md");
         let acl = doc.split("```").nth(1).unwrap();
         for key in [FLEET_OVERRIDE, LAST_TRIAL, RULES_VERSIONS, AUDIT, AGENTS] {
             assert!(

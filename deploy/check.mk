@@ -89,12 +89,13 @@ deploy-alerts: deploy-manifests
 	$(DEPLOY_PY) deploy/tools/alerts_check.py --rules $(DEPLOY_OUT)/alerts.rules.yaml \
 	  --tests deploy/monitoring/tests.yaml --runbooks docs/runbooks
 
-# Every example and good fixture (and the README's rules examples) validates
+# Every example and good fixture (and the rules examples of the README and
+# the book's guide) validates
 # against the published schema; the expressible bad fixtures do not.
 deploy-schema: deploy-manifests
 	$(DEPLOY_PY) deploy/tools/schema_check.py --schema $(DEPLOY_SCHEMA) \
 	  --good $(DEPLOY_SCHEMA_GOOD) $(DEPLOY_OUT)/configmap-rules-istio.yaml $(DEPLOY_OUT)/configmap-rules-envoy.yaml \
-	  --bad $(DEPLOY_SCHEMA_BAD) --readme README.md
+	  --bad $(DEPLOY_SCHEMA_BAD) --docs README.md $(wildcard docs/guide/*.md)
 
 # The rules each overlay's ConfigMap ships pass the agent's own validation
 # (`meshlimit check-rules`, built on the agent's loader) for the place they are

@@ -2,11 +2,11 @@
 """Rules files against the rules file's JSON Schema (docs/rules.schema.json).
 
     schema_check.py --schema docs/rules.schema.json --good FILE... --bad FILE... \
-        --readme README.md
+        --docs README.md docs/guide/*.md
 
 Every --good file (examples, good fixtures, the ConfigMap's rules) must validate;
 every --bad file (fixtures whose mistake the schema can express) must not; every
-```yaml block of --readme that starts a rules file (`version:` and `rules:` at
+```yaml block of a --docs page that starts a rules file (`version:` and `rules:` at
 the top level) must validate. A --good file may be a ConfigMap: its
 data["rules.yaml"] is checked. The schema is generated from the agent's own
 types (core/src/rules/schema.rs), so this also checks the examples against
@@ -31,7 +31,7 @@ def load_rules(path):
     return doc
 
 
-def readme_examples(text):
+def doc_examples(text):
     for m in re.finditer(r"```ya?ml\n(.*?)```", text, re.S):
         block = m.group(1)
         try:
@@ -52,7 +52,7 @@ def first_error(validator, doc):
     return f"{where}: {e.message}"
 
 
-def problems(schema, good, bad, readme=None):
+def problems(schema, good, bad, docs=()):
     jsonschema.Draft202012Validator.check_schema(schema)
     v = jsonschema.Draft202012Validator(schema)
     found, checked = [], 0
@@ -65,12 +65,12 @@ def problems(schema, good, bad, readme=None):
         checked += 1
         if v.is_valid(load_rules(path)):
             found.append(f"{path}: a bad fixture the schema accepts")
-    if readme is not None:
-        for line, doc in readme_examples(pathlib.Path(readme).read_text()):
+    for page in docs:
+        for line, doc in doc_examples(pathlib.Path(page).read_text()):
             checked += 1
             error = first_error(v, doc)
             if error:
-                found.append(f"{readme}:{line}: {error}")
+                found.append(f"{page}:{line}: {error}")
     return found, checked
 
 
@@ -79,15 +79,15 @@ def main():
     ap.add_argument("--schema", required=True, type=pathlib.Path)
     ap.add_argument("--good", nargs="*", default=[])
     ap.add_argument("--bad", nargs="*", default=[])
-    ap.add_argument("--readme")
+    ap.add_argument("--docs", nargs="*", default=[])
     args = ap.parse_args()
     schema = json.loads(args.schema.read_text())
-    found, checked = problems(schema, args.good, args.bad, args.readme)
+    found, checked = problems(schema, args.good, args.bad, args.docs)
     for p in found:
         print(f"FAIL schema: {p}")
     if found:
         return 1
-    print(f"ok   {checked} rules files and README examples checked against {args.schema}")
+    print(f"ok   {checked} rules files and examples in the docs checked against {args.schema}")
     return 0
 
 

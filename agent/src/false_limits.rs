@@ -60,16 +60,16 @@
 //! false only when the store's bucket proves it, so it never reports more
 //! false limits than its definition finds (up to the sampling error). That
 //! definition sees one update of the bucket: for a key far over its limit
-//! shared by many nodes, a drain before that update is missed, and at 400
-//! gateways over 8 agents the SLI read above the accuracy judge's wrongly
-//! limited (README, "False limits"). What it cannot see: tokens the store had already handed out in
+//! shared by many nodes, a drain before that update is missed, so on a large
+//! fleet the SLI can read above what the accuracy judge finds wrongly limited
+//! (docs/guide/false-limits.md). What it cannot see: tokens the store had already handed out in
 //! leases and pools but nobody spent yet. A grant that drains the store's
 //! bucket for a key under its limit strands its tokens at the nodes; the
 //! store looks drained, and the 429s that follow (another node's hold, a
 //! filter's cached denial) count as true, though an ideal bucket fed the same
 //! requests would have admitted them. In the simulator that difference is all
-//! of the gap between the SLI and the judge's "wrongly limited" (README,
-//! "False limits"). Also a bucket spent again between the rejection and a late
+//! of the gap between the SLI and the judge's "wrongly limited"
+//! (docs/guide/false-limits.md). Also a bucket spent again between the rejection and a late
 //! check proves nothing.
 
 use std::sync::atomic::{AtomicU32, Ordering};

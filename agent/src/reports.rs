@@ -37,9 +37,9 @@ pub const MAX_FILTERS: usize = 1024;
 /// Per-rule series (`meshlimit_fail_open_ratio`, `meshlimit_rule_limit`) are
 /// shown for every rule of a set of at most this many rules; of a larger set,
 /// for the rules that took decisions in the fail-open window, those failing
-/// open first, then the busiest, at most this many. With 20,000 rules every
-/// rule's series made a scrape 4 MB and a quarter of a second of the agent's
-/// time.
+/// open first, then the busiest, at most this many: every rule's series of a
+/// set of tens of thousands of rules would make each scrape megabytes long and
+/// cost the agent a good part of a second.
 pub const MAX_RULE_SERIES: usize = 1_000;
 /// The version label of a sync whose `rules_version` is too long or not printable.
 pub(crate) const INVALID_VERSION: &str = "invalid";

@@ -11,9 +11,9 @@
 //! body has not arrived and been answered within as long again gets 408 and its
 //! connection closed, so half-sent requests cannot pin connections; a request's
 //! header is at most [`MAX_HEADER_BYTES`] (431 past it), and the body cap
-//! (`wire::MAX_BODY_BYTES`, 64 KiB) is the API's. Measured worst case: 1,024
-//! connections each holding an 8 KiB header and 64 KiB of a body took the agent's
-//! RSS from 14 to 105 MiB, ~91 KiB a connection.
+//! (`wire::MAX_BODY_BYTES`, 64 KiB) is the API's. So the worst a peer can make
+//! the agent hold is `max_connections` connections, each with a full header and
+//! a full body buffered (what that is in memory: docs/operations/capacity.md).
 //!
 //! hyper runs the header timer from the moment it waits for a request's head, so a
 //! keep-alive connection idle for `header_timeout` (no request begun) is closed

@@ -64,8 +64,8 @@ fn a_record_costs_the_log_no_allocation_past_its_parse() {
     println!("allocations per record: parse {parse:.2}, the log {accept:.2}");
     // The parse: the record's four strings and the batch's list (amortized).
     assert!((4.0..5.0).contains(&parse), "parse {parse:.2}");
-    // The log: one shared name of the batch's VM, nothing per record (6.00 a
-    // record before: each record's line was built with its own copies and
-    // formatted time, and its hot key looked up by a copied rule and key id).
+    // The log: one shared name of the batch's VM, nothing per record (not
+    // each record's line built with its own copies and formatted time, nor
+    // its hot key looked up by a copied rule and key id).
     assert!(accept < 0.05, "the log {accept:.2} a record");
 }

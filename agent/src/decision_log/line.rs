@@ -1,4 +1,4 @@
-//! One line of the decision log (README, "Decision log"): a JSON object with a
+//! One line of the decision log (docs/guide/why-limited.md): a JSON object with a
 //! fixed set of fields, so a log collector ingests it as is: the filter's
 //! record ([`DecisionRecord`]) with the time written out, the node and the
 //! filter VM that decided.

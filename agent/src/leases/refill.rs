@@ -145,19 +145,15 @@ impl LeaseService {
         }
     }
 
-    /// The time `tokens` take to refill at the store's rate. (Holding each
-    /// node for its share of a lease instead, the region's rate split over its
-    /// live agents, cut the store's calls for a key over its limit about four
-    /// times, but after a burst it kept a key under its limit rejected for
-    /// seconds while the demand estimate decayed: 1.1% wrongly limited in the
-    /// `burst` scenario against 0.16%. A node far over its share is held at
-    /// least one lease period (`LeaseService::hold_ns`). Tried first while a
-    /// hold's end refilled the pool whatever it held, that floor made what the
-    /// fleet admits swing ±20–36% from second to second: nodes banked tokens
-    /// they did not spend. With a hold ending in a call only when the pool is
-    /// empty, one hot key over 400 gateways and 8 agents admits 0.994 of its
-    /// limit, each second within ±4.3%, at 77 lease scripts a second, where
-    /// holding for the refill alone took 212.)
+    /// The time `tokens` take to refill at the store's rate. A hold lasts
+    /// this long rather than a node's share of a lease (the region's rate
+    /// split over its live agents): that shorter hold costs the store fewer
+    /// calls for a key over its limit, but after a burst it keeps a key under
+    /// its limit rejected for seconds while the demand estimate decays. A node
+    /// far over its share is held at least one lease period
+    /// (`LeaseService::hold_ns`), and a hold's end calls the store only when
+    /// the pool is empty: nodes bank no tokens they do not spend, so what the
+    /// fleet admits stays steady from second to second.
     pub(super) fn refill_ns(&self, tokens: u32, acquire: &Acquire) -> u64 {
         let ns = (f64::from(tokens) / acquire.enforced_limit().rate_per_ns()).ceil();
         if ns.is_finite() {

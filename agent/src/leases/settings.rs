@@ -31,12 +31,12 @@ use crate::config::defaults;
 /// spend slowly hold stays a small part of the limit. A node far over its
 /// share spends what it holds at once; its lease may be its part of one lease
 /// period of the rate (and of the burst), if that is more: with a burst of a
-/// tenth of a second's rate, a tenth of it is 10 ms of the limit, and one
-/// node far over it called the store 50 times a second instead of ten. Not
-/// more than a lease period of the rate: the node is held until its lease
-/// has refilled, and a lease of its whole share's burst held a region with a
-/// small share for a second at a time (three regions admitted 76–90% of their
-/// one limit).
+/// tenth of a second's rate, a tenth of it is 10 ms of the limit, and a node
+/// far over it would call the store every 10 ms instead of once a lease
+/// period. Not more than a lease period of the rate: the node is held until
+/// its lease has refilled, and a lease of its whole share's burst would hold
+/// a region with a small share for a second at a time, so the regions
+/// together would admit well under their one limit.
 pub const BURST_PARTS: u32 = 10;
 
 /// `--max-keys`' default: the per-key tables' cap (see `meshlimit_store::memory` for
@@ -89,17 +89,15 @@ impl LeaseSettings {
     /// Why its part: the nodes of a key call the store at phases of
     /// their own, and a call takes what the bucket gathered since the last
     /// one, up to its lease. With leases of twice a node's part (or a tenth of
-    /// the burst), the first node after a long gap took three periods' worth
-    /// and the next one a crumb (a full run of `leased-hot-key-3x`: grants of
-    /// 0–84 tokens; the crumbs left the filters given turns nothing, a denial
-    /// each). At its part, a node that finds more in the bucket than it takes
-    /// was called after a long gap, and calls the sooner next time
-    /// (`LeaseService::settle_pooled`), so the calls spread out and every call
-    /// brings the part (the same run: 1,364 of 1,364 store grants of 25
-    /// tokens). Why its intake if more: a node far over its share whose peers
-    /// take less than theirs (the only node with traffic for the key) would
-    /// otherwise take its part a call, and call the store as often as its
-    /// part goes into what it gets.
+    /// the burst), the first node after a long gap would take several periods'
+    /// worth and the next one a crumb, which leaves the filters given turns
+    /// nothing (a denial each). At its part, a node that finds more in the
+    /// bucket than it takes is calling after a long gap, and calls the sooner
+    /// next time (`LeaseService::settle_pooled`), so the calls spread out and
+    /// every call brings the part. Why its intake if more: a node far over its
+    /// share whose peers take less than theirs (the only node with traffic for
+    /// the key) would otherwise take its part a call, and call the store as
+    /// often as its part goes into what it gets.
     pub fn paced(&self, far_over_of: Option<u32>) -> bool {
         self.turns && far_over_of.is_some()
     }
@@ -165,10 +163,10 @@ impl LeaseSettings {
     /// spare, e^−3), less the more asks are expected. A token that
     /// expires is one the store's bucket lacks until it is full again: a key
     /// that runs near its limit carries the loss, and its other nodes find
-    /// the bucket empty while it is under its limit. (Half the asks expected,
-    /// as before, let one spare in seven expire on a key of two asks a life,
-    /// and `zipf-keys` at 400 gateways wrongly limited 0.0105–0.013% of its
-    /// requests for it.) Never below the lease. A `paced` node
+    /// the bucket empty while it is under its limit. (Half the asks expected
+    /// would let one spare in seven expire on a key of two asks a life: enough
+    /// for a fleet of many gateways and cold keys, `zipf-keys`, to limit
+    /// wrongly.) Never below the lease. A `paced` node
     /// ([`LeaseSettings::paced`]) takes one lease (the filter's ask, if more):
     /// its part of the period, no more.
     pub fn store_max(&self, lease: u32, filter: u32, demand_per_sec: f64, paced: bool) -> u32 {

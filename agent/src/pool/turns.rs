@@ -12,9 +12,9 @@
 //! comes, at the start of the lease period it falls in (when the node calls
 //! the store): a grant carries it (the filter spends its tokens, then rejects
 //! locally until then, and asks no sooner), a denial waits until it. Without
-//! turns a filter asked as soon as it had spent its grant, was turned away by
-//! the node's hold, and asked again at the hold's end with every other: at 3×
-//! a limit over 50 gateways, 1.5 denials for every grant.
+//! turns a filter asks as soon as it has spent its grant, is turned away by
+//! the node's hold, and asks again at the hold's end with every other: a key
+//! far over its limit costs more denied asks than grants.
 //!
 //! An ask wanting more than a period's tokens (one gateway taking most of a
 //! node's traffic) is not booked: its turn would push every other back by more
@@ -36,13 +36,11 @@ pub const MAX_QUEUE_NS: u64 = 1_000_000_000;
 
 /// Turns are booked this much faster than the store's tokens come. A queue
 /// that runs slower than the tokens leaves them to expire in the pool while
-/// the filters wait for their turns (at the rate itself, one full run of
-/// one-gateway-40 admitted 0.970 of its limit); one that runs faster turns
-/// some filters away at their turn, a call each. While a node's store calls
-/// brought uneven amounts, 1.15 was the best; once each brings the node's
-/// part (`LeaseSettings::paced`), 1.05 turns fewer away (full runs of
-/// one-gateway-40: 1,895 denials at 1.15, 1,362 at 1.05, both admitting
-/// 0.99 of the limit).
+/// the filters wait for their turns, and the key admits less than its limit;
+/// one that runs faster turns some filters away at their turn, a call each.
+/// With each store call bringing the node's part (`LeaseSettings::paced`), a
+/// small lead keeps the tokens spent and turns the fewest away (the
+/// `one-gateway-40` runs behind the choice: bench/results/accuracy/).
 const PACE_AHEAD: f64 = 1.05;
 
 /// The time constant of the node's intake count.
@@ -85,17 +83,13 @@ impl Entry {
     /// answer's tokens over its hold when that answer set one.
     ///
     /// An answer that finds tokens still pooled (`unclaimed`) starts the
-    /// queue afresh: the node's filters no longer come for what it takes,
-    /// so its key's demand has fallen (a burst has ended), and the turns
-    /// booked meanwhile are for asks that will not come. New turns booked
-    /// behind them, up to [`MAX_QUEUE_NS`] ahead, kept filters whose key was
-    /// back under its limit rejecting for most of a second after the burst
-    /// (the short `burst` scenario: an agent still gave 800 ms turns half a
-    /// second after its end, and the second after it admitted less than
-    /// 0.99 of the ideal in 2 of 19 runs; 1 of 50 with the restart). A node
-    /// far over its share claims every token it takes, so this does not
-    /// happen to it once it has settled (`leased-hot-key-3x`: no store
-    /// answer found tokens pooled after its tenth second).
+    /// queue afresh: the node's filters do not come for what it takes, so
+    /// its key's demand has fallen (a burst has ended), and the turns booked
+    /// meanwhile are for asks that will not come. New turns booked behind
+    /// them, up to [`MAX_QUEUE_NS`] ahead, would keep filters whose key is
+    /// back under its limit rejecting for most of a second after the burst.
+    /// A node far over its share claims every token it takes, so once it has
+    /// settled its queue is not restarted.
     pub(super) fn pace(&mut self, now_ns: u64, hold_ns: u64, granted: u32, unclaimed: u32) {
         if self.intake_at_ns == 0 && hold_ns > 0 {
             self.intake = f64::from(granted) * 1e9 / hold_ns as f64;

@@ -4,7 +4,7 @@
 //!
 //! Demand is what the agent sees offered: tokens it granted and the cost of every
 //! ask it denied. What it cannot see is what a filter rejects from its own denial
-//! cache without asking (see `docs/internals.md`, "Regions").
+//! cache without asking (see `docs/design/regions.md`).
 //!
 //! Time is a parameter (`period`), so tests need no clock.
 

@@ -1,6 +1,7 @@
-//! Regions (README.md and docs/internals.md, "Regions"): each region owns its Redis and enforces a share
-//! of every `scope: global` limit; shares follow demand once a period (a second)
-//! and always sum to the limit. No cross-region round trip ever enters the
+//! Regions (docs/guide/regions.md, docs/design/regions.md): each region owns
+//! its Redis and enforces a share of every `scope: global` limit; shares follow
+//! demand once a period (a second) and always sum to the limit. No
+//! cross-region round trip ever enters the
 //! request path: the lease path reads a cached share ([`Shares::share`]) and adds
 //! to an in-memory demand count ([`Shares::record_offered`]); background tasks do
 //! the rest:
@@ -14,7 +15,8 @@
 //! Static stability: an agent with no published share for a key uses the floor;
 //! cached shares stay when Redis does not answer; a rebalancer that cannot read
 //! every region publishes nothing new. The split degrades to static, never to
-//! unlimited. Redis keys: [`meshlimit_store::redis::keys::region`]; the rest in `docs/internals.md`, "Regions".
+//! unlimited. Redis keys: [`meshlimit_store::redis::keys::region`]; the rest
+//! in `docs/design/regions.md`.
 
 pub(crate) mod cache;
 pub mod clock;

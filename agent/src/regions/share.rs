@@ -1,4 +1,4 @@
-//! The share function (docs/internals.md, "Regions"): how much of a `global` limit each
+//! The share function (docs/design/regions.md): how much of a `global` limit each
 //! region enforces, from every region's demand in the last period.
 //!
 //! ```text

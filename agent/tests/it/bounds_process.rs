@@ -187,7 +187,7 @@ fn a_flood_of_oversized_keys_leaves_the_agent_s_memory_as_it_was() {
     }
     let after = meshlimit_tests::proc_bytes(pid, "VmRSS").unwrap();
     eprintln!("run RSS {before} bytes before the flood, {after} after");
-    // Before the fix: +124 MB (62 MB of keys, held twice).
+    // Kept, the keys would add about 124 MB (62 MB of keys, held twice).
     assert!(
         after.saturating_sub(before) < 16 * 1024 * 1024,
         "RSS went from {before} to {after} bytes"

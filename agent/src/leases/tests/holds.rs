@@ -205,9 +205,9 @@ async fn a_node_far_over_its_share_calls_the_store_once_a_lease_period() {
     // up to two tokens every 3 ms, so this node's grants are what refilled
     // since the last taker: about a third of the rate. Its lease is about 50
     // tokens (100 ms of its demand), which the bucket refills in 50 ms: held
-    // only for that, it called the store 26 times a second. It is held a
-    // whole lease period (100 ms) after each drained grant or denial instead,
-    // and gets as much.
+    // only for that, it would call the store twice a lease period. It is
+    // held a whole lease period (100 ms) after each drained grant or denial
+    // instead, and gets as much.
     let (svc, metrics, store) = on_memory_store(RULES, 10);
     let rule = svc.rules.get().unwrap();
     let limit = rule.rule("fast").unwrap().limit_in_force(None, 0).limit;

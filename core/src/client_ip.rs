@@ -60,7 +60,7 @@ mod tests {
 
     #[test]
     fn a_malformed_trusted_entry_falls_back_to_downstream() {
-        // Found by the client_ip fuzzer: these all resolved to "" and shared a bucket.
+        // Cases of the client_ip fuzzer: read as "", these would all share a bucket.
         for xff in ["[", ":80", "6.6.6.6, [", "1.2.3.4, []:1"] {
             let ip = resolve(Some("10.0.0.1:1"), Some(xff), 1);
             assert_eq!(ip.as_deref(), Some("10.0.0.1"), "{xff}");

@@ -222,7 +222,7 @@ mod tests {
 
     #[test]
     fn a_control_character_and_a_raw_byte_are_two_keys() {
-        // Found by the descriptor_key fuzzer: U+0085 and the invalid byte 0x85.
+        // A case of the descriptor_key fuzzer: U+0085 and the invalid byte 0x85.
         let c1 = DescriptorKey::new("r", ["\u{85}".as_bytes()]);
         let raw = DescriptorKey::new("r", [b"\x85".as_slice()]);
         assert_ne!(c1, raw);

@@ -1,4 +1,4 @@
-//! Serde types that mirror the rules file (see the README's rules reference). They
+//! Serde types that mirror the rules file (see docs/reference/rules.md). They
 //! hold what people wrote; `compile` turns them into a validated [`super::RuleSet`].
 //! Unknown fields are errors: a typo in a limit must not become "no limit".
 

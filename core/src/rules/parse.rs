@@ -3,12 +3,12 @@
 //!
 //! Bounded input: a file longer than [`MAX_RULES_FILE_BYTES`] is refused, and so is
 //! any YAML alias (`*name`). A YAML reader expands aliases as it builds values, so
-//! a 14 KB file of nested aliases (a "billion laughs") grew to 400 MB before any
-//! rule was looked at; rules files have no use for aliases. The aliases are found
+//! a file of a few KB of nested aliases (a "billion laughs") grows to hundreds
+//! of MB before any rule is looked at; rules files have no use for aliases. The aliases are found
 //! by a pure event scan ([`granit_parser`], the parser `serde_saphyr` itself reads
 //! with) before the text is read into values: the scan holds one event and the
 //! nesting stack at a time, so refusing such a file costs about what reading it
-//! did (the agent's test holds the `check-rules` process's peak RSS refusing it
+//! does (the agent's test holds the `check-rules` process's peak RSS refusing it
 //! within 2 MiB of reading the same file with its aliases spelled as plain
 //! words, and a running agent's growth for a reload of it under 2 MiB). A text the scanner cannot read is left to `serde_saphyr`, whose error
 //! (message, line and column) the fixtures pin.
@@ -24,15 +24,12 @@ use super::config::{ChangesConfig, DefaultsConfig, RuleConfig, RulesConfig};
 use super::error::{child, RuleError, RulesError};
 use super::RuleSet;
 
-/// The largest rules file read: 4 MiB, above the biggest rule sets seen (20,000
-/// rules are about 2.5 MB) with room to spare. Parsing costs about 40 bytes of
-/// peak memory per byte of text (the text's value tree, then the rules):
-/// `check-rules` peaked at 50 MiB on a 1 MiB file (8,548 one-line rules; a
-/// ConfigMap holds at most 1 MiB, so no ConfigMap can cost more), 100 MiB on
-/// 2.5 MB (20,190 rules) and 158 MiB on a file at this cap (33,752 rules),
-/// measured with `/usr/bin/time -f %M meshlimit check-rules FILE` (debug
-/// build; the release build peaks at 41 and 150 MiB for 1 MiB and the cap). An
-/// agent given files above 1 MiB needs its memory limit raised by as much.
+/// The largest rules file read: 4 MiB, above the largest rule sets meshlimit
+/// is built for (20,000 rules) with room to spare. Parsing's peak memory grows
+/// with the text, tens of bytes per byte (the text's value tree, then the
+/// rules); a ConfigMap holds at most 1 MiB, which bounds what a file from one
+/// costs, and an agent given larger files needs its memory limit raised in
+/// proportion (the peaks `check-rules` reaches: docs/operations/capacity.md).
 /// Readers stop at this size plus one byte (see the agent's rules watcher), so a
 /// bigger file is never held.
 pub const MAX_RULES_FILE_BYTES: usize = 4 * 1024 * 1024;

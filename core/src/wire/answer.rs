@@ -5,11 +5,11 @@
 //! it first copies the whole object into an owned tree of its own (a string
 //! per field name, a node per value) and reads the variant from that. The
 //! filter reads one answer per lease call in Wasm, where those allocations
-//! were most of the call's answer: about 36,000 of the 245,000 instructions
-//! a new key's request costs (`make wasm-cost`). Here every field the three
+//! would be a large part of what a new key's request costs (`make wasm-cost`
+//! counts it: bench/results/wasm-cost.md). Here every field the three
 //! variants know is read straight into its slot, in any order, and the
 //! variant is built once the object has ended. What is accepted is what the
-//! derived form accepted (unknown fields are skipped; a field sent twice or
+//! derived form accepts (unknown fields are skipped; a field sent twice or
 //! missing from the variant named is an error, and so is an unknown
 //! `result`), except an array (the tag, then the fields in order), which no
 //! agent writes.

@@ -80,7 +80,7 @@ fn every_problem_is_reported_at_once() {
 #[test]
 fn nine_mistakes_are_reported_in_one_run_with_their_lines() {
     // Two rules that cannot be read and seven that do not validate: the first two
-    // used to hide the other seven.
+    // do not hide the other seven.
     let expected = [
         "bad-nine.yaml:11:5: rule search-per-api-key: field rules[0].limt: unknown field `limt`, expected one of `name`, `match`, `key`, `limit`, `plans`, `cost`, `mode`, `on_failure`, `accuracy`, `scope`, `algorithm`, `cold_start`, `owner`, `expires`, `log_sample`, `log_key`, `schedule`",
         "bad-nine.yaml:15:5: rule login-per-ip: field rules[1].mode: unknown value `enforcing`, expected `enforce` or `shadow`",

@@ -67,8 +67,8 @@ impl<'e> Decided<'e> {
 const CACHED_IDS: usize = 256;
 
 /// The ids of the keys a VM decided lately, by their slot fingerprint. An id
-/// is an HMAC-SHA-256 of the key: in the Wasm module that was half of a
-/// request's own work when its lease decided it, and a hot key asks for the
+/// is an HMAC-SHA-256 of the key: in the Wasm module that is a large part of
+/// a request's own work when its lease decides it, and a hot key asks for the
 /// same id on every request. Direct-mapped (a key's entry is its fingerprint
 /// modulo the size; a newer key there takes it over), so its memory is fixed.
 /// Two keys are told apart by their 64-bit keyed fingerprint alone, the same

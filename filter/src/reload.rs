@@ -6,8 +6,8 @@
 //! a time, each slice at most [`SLICE_NS`] of the worker's time, on a tick of
 //! [`LOAD_TICK_MS`] while the load lasts: requests run between slices on the old
 //! set, and the new one is swapped in whole once compiled. The trade-off: a new
-//! version takes about twice its compile time to reach the VM (about 0.3 s for
-//! 20,000 rules here) instead of once, and a VM that has no rules yet compiles
+//! version takes about twice its compile time to reach the VM (a fraction of a
+//! second for 20,000 rules) instead of once, and a VM that has no rules yet compiles
 //! them at once (it has nothing to keep serving meanwhile).
 
 use std::rc::Rc;
@@ -24,8 +24,8 @@ pub const LOAD_TICK_MS: u64 = 1;
 /// Rules compiled between two looks at the clock (a rule takes a few µs).
 const RULES_PER_LOOK: usize = 16;
 
-/// Rules freed a tick from a set no request uses any more (about 0.2 ms of a
-/// worker's time at 20,000 rules a few ms).
+/// Rules freed a tick from a set no request uses any more: a small part of a
+/// millisecond of a worker's time, where freeing 20,000 at once takes a few ms.
 pub const SHED_RULES: usize = 1_000;
 
 /// Sets replaced by a newer version, freed a slice at a time once the last

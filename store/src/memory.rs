@@ -19,14 +19,14 @@
 //! Bytes per key, at worst: the key (at most `wire::MAX_KEY_BYTES` = 1 KiB, plus
 //! ~16 B of allocator header) and its map slot (`DescriptorKey` 24 B, `Entry`
 //! ~56 B and 1 control byte, up to twice over while the table has just grown).
-//! Measured: 1,168 B a key in this store, 1,261 B in the node pool and 1,093 B in
-//! the fail-local buckets, for 25,000 keys of 1 KiB (`cargo test -p
-//! meshlimit-agent --test memory_bounds -- --nocapture`, which holds each table
-//! under 1,300 B a key). So the three per-key tables hold at most about
-//! 3 × 1.3 KB × `max_keys`: under 95 MiB at 25,000 keys, the default
-//! `--max-keys` when measured (82 MiB measured). With the server's bound
-//! (the agent's `server` module: 91 MiB measured at 1,024 connections) and its ~14 MiB at
-//! rest, the agent stays under ~200 MiB whatever callers send.
+//! The agent's `memory_bounds` test holds each of the three per-key tables
+//! (this store, the node pool, the fail-local buckets) under 1,300 B a key for
+//! keys of 1 KiB (`cargo test -p meshlimit-agent --test memory_bounds --
+//! --nocapture` prints what each takes). So the three hold at most about
+//! 3 × 1.3 KB × `max_keys`: under 95 MiB at the default 25,000 keys. With the
+//! server's bound (the agent's `server` module) and what the agent holds at
+//! rest, nothing callers send takes the agent past a fixed total (the
+//! figures: docs/operations/capacity.md).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};

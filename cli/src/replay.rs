@@ -4,12 +4,12 @@
 //! many requests NEW (and OLD) would reject, and the keys NEW would newly limit.
 //!
 //! The log is JSON lines, one request each, as Envoy's access log writes them
-//! with a `json_format` (README, "Replaying traffic"): `start_time`
+//! with a `json_format` (docs/guide/replay.md): `start_time`
 //! (`2026-12-01T14:02:00.123Z`), `method`, `path`, optionally `client_ip`,
 //! `route`, and any other string field is a request header of that name. Envoy
 //! writes `-` for what a request did not have; it counts as absent.
 //!
-//! It may also be the agent's decision log (README, "Decision log"), a line
+//! It may also be the agent's decision log (docs/guide/why-limited.md), a line
 //! of which is one rule's decision for one key, named by its id: each line
 //! spends from that key's bucket under the same rule of NEW (a rule NEW does
 //! not have is counted as skipped), on its own, with no other rule in play.

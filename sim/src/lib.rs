@@ -10,10 +10,10 @@
 //! `drive` runs the gateways (`gateway` over the filter's in-memory host
 //! `meshlimit_filter::testing::MemoryHost`, `client`, `arrivals`) and records
 //! (`record`, `judge`); `measure` turns the log into figures, `verdict` checks
-//! them against the accuracy targets (docs/measurements.md), `report` writes them out.
+//! them against the accuracy targets (docs/performance/accuracy.md), `report` writes them out.
 //! `vtime` runs the same gateways against the agent's own lease code and a
 //! modelled store in virtual time, one seed one run, into the same `record`,
-//! `measure` and `verdict` (docs/testing.md, "The virtual fleet").
+//! `measure` and `verdict` (docs/contributing/testing.md).
 
 pub mod arrivals;
 pub mod client;

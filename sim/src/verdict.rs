@@ -1,4 +1,4 @@
-//! The accuracy targets (docs/measurements.md, "Accuracy targets"), checked against a run's
+//! The accuracy targets (docs/performance/accuracy.md), checked against a run's
 //! figures.
 
 use crate::measure::Figures;

@@ -149,7 +149,7 @@ fn accuracy_rows(r: &RunReport) -> Vec<Row> {
 }
 
 /// The agents' false-limit SLI beside the judge's truth, both as shares of
-/// the 429s: the SLI is a lower bound (README, "False limits").
+/// the 429s: the SLI is a lower bound (docs/guide/false-limits.md).
 fn false_limit_sli(r: &RunReport) -> String {
     let (t, sli) = (&r.figures.totals, &r.setup.false_limits);
     let truth = t.wrongly_limited as f64 / t.limited.max(1) as f64;

@@ -25,7 +25,7 @@ pub struct Scenario {
     pub name: String,
     #[serde(default)]
     pub description: String,
-    /// Which accuracy target (docs/measurements.md) the run is checked against.
+    /// Which accuracy target (docs/performance/accuracy.md) the run is checked against.
     #[serde(default)]
     pub target: Target,
     #[serde(default)]

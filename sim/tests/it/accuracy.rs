@@ -1,6 +1,6 @@
 //! The short versions of `scenarios/` (each ≤ 20 s), against the release agent
 //! binary (`make build`) and real redis-server: the accuracy targets of
-//! docs/measurements.md. `make test` runs the ones the virtual fleet
+//! docs/performance/accuracy.md. `make test` runs the ones the virtual fleet
 //! (`virtual_fleet.rs`, the same scenarios over seeds in virtual time) cannot
 //! stand for: the real store's exact path and its race, the leased hot key
 //! (the calibration of the virtual fleet against real agents), and the
@@ -55,10 +55,10 @@ fn leased_hot_key_at_three_times_its_limit_admits_the_limit() {
     assert_targets(&r);
     // Leases: far fewer Redis calls than requests. The aim is one lease script per
     // agent per lease period, 40/s with four agents (13 per 1,000 requests at
-    // 3,000/s). The full run meets it in its steady part (19 per 1,000, 40/s on
-    // the busiest node, counting the lease script alone); a short run's onset
-    // costs more. These bounds, set when the agents' other scripts were counted
-    // in too, catch a regression, not the aim.
+    // 3,000/s). The full run comes near it in its steady part, counting the
+    // lease script alone (bench/results/accuracy/); a short run's onset costs
+    // more, and these counts take the agents' other scripts in too. These
+    // bounds catch a regression, not the aim.
     let per_1000 = r.figures.per_1000(r.figures.script_calls);
     assert!(
         per_1000 <= 75.0,
@@ -71,8 +71,8 @@ fn leased_hot_key_at_three_times_its_limit_admits_the_limit() {
     );
     // The filters' calls to their agents. A node far over its share sends
     // the asks its hold turns away back a round's worth at a time
-    // (`Pools::fill_then_hold`): 160-163 per 1,000 requests over three short
-    // runs; every ask back at the hold's end made it 216-218.
+    // (`Pools::fill_then_hold`); sending every ask back at the hold's end
+    // would cost about a third more calls, and the bound lies between the two.
     let agent_calls = r.figures.per_1000(r.figures.agent_calls);
     assert!(
         agent_calls <= 190.0,
@@ -129,8 +129,8 @@ fn a_hot_key_just_under_its_limit_is_never_limited() {
 
 #[test]
 fn over_zipf_keys_the_false_limit_sli_agrees_with_the_judge() {
-    // zipf-keys' own targets are judged on its full run (`make accuracy`),
-    // as before this test moved here; this short run holds the SLI only.
+    // zipf-keys' own targets are judged on its full run (`make accuracy`);
+    // this short run holds the SLI only.
     let r = run_short("zipf-keys");
     assert!(r.figures.totals.wrongly_limited > 0, "nothing to agree on");
     common::assert_sli_agrees(&r);
@@ -141,12 +141,9 @@ fn over_zipf_keys_the_false_limit_sli_agrees_with_the_judge() {
 fn one_gateway_with_forty_percent_of_the_traffic_keeps_the_limit() {
     let r = run_short("one-gateway-40");
     // Its wrong-decision targets hold. Its admitted band (±2%) is an aim this
-    // scenario meets only in some runs: 0.9972, 0.9936 and 0.9861 in the last
-    // three full runs, 0.9910–0.9986 in three short runs, but 0.9781 in an
-    // earlier short run of a fresh-clone `make test`, 0.9609 with a second
-    // `make test` beside it (a starved machine; why it falls short there is
-    // not yet measured apart). This bound catches a limiter that stops
-    // refilling, not that shortfall.
+    // scenario meets only in some runs, and falls short of on a starved
+    // machine (a second `make test` beside it; why is not measured apart).
+    // This bound catches a limiter that stops refilling, not that shortfall.
     let missed: Vec<String> = r
         .checks
         .iter()
@@ -180,10 +177,10 @@ fn after_a_burst_a_key_under_its_limit_is_admitted_in_full_within_a_second() {
     // Half its limit, then 5× for 2 s from 5 s (the short `burst`). From a
     // second after the burst ends, the key is back under its limit and every
     // request must be admitted. (The onset's wrong decisions are a known miss:
-    // docs/measurements.md, "What stands in the way of the rest".) Nodes whose
-    // demand estimate still read the burst once refilled their pools at
-    // every hold's end and banked the bucket's refill: two of four agents then
-    // turned away most of their requests in that second.
+    // docs/performance/accuracy.md.) A node whose demand estimate still reads
+    // the burst and refills its pool at every hold's end banks the bucket's
+    // refill, and the other agents turn away most of their requests in that
+    // second.
     let r = run_short("burst");
     let report = markdown::scenario(&r);
     let after: Vec<_> = r

@@ -190,7 +190,7 @@ fn a_hot_key_over_a_sharded_store_admits_the_limit() {
 fn after_a_burst_a_key_under_its_limit_is_admitted_in_full_within_a_second() {
     // As the real-time run: from a second after the burst (5× from 5 s for
     // 2 s), every request an ideal limiter admits is admitted. (The onset's
-    // wrong decisions are a known miss: docs/measurements.md.)
+    // wrong decisions are a known miss: docs/performance/accuracy.md.)
     sweep("burst", |r| {
         r.figures
             .seconds

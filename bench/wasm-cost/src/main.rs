@@ -5,7 +5,7 @@
 //! change to the filter's code is priced exactly, where Envoy's CPU time on a
 //! shared 2-core machine moves by more than such a change. What it leaves out
 //! is Envoy's side of each host call (it counts them) and how V8's compiled
-//! code weighs instructions: a `malloc` is about 2,000 interpreted
+//! code weighs instructions: a `malloc` is thousands of interpreted
 //! instructions and much less in V8, so the count says where the module's
 //! work is and whether a change cut it, not how many microseconds that is.
 //! `make bench` writes its table to `bench/results/wasm-cost.md`.

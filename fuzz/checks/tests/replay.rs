@@ -1,6 +1,6 @@
 //! Replays every committed corpus file (`fuzz/corpus/<target>/*`) through its
-//! target's checks, on stable Rust: what the fuzzers once found interesting
-//! keeps being checked by `cargo test`, on machines without nightly.
+//! target's checks, on stable Rust: the inputs the fuzzers keep as interesting
+//! are checked by `cargo test`, on machines without nightly.
 
 use std::fs;
 use std::path::Path;

@@ -1,5 +1,5 @@
 //! The report's tables. Each figure is shown as median [min–max] over rounds,
-//! beside its baseline from the same run and the target from docs/performance/method.md ("Targets").
+//! beside its baseline from the same run and the target from docs/performance/method.md.
 
 mod costs;
 mod latency;

@@ -49,8 +49,8 @@ impl EnvoyPorts {
 /// The filter's lease deadline in the harness (`timeout_ms`), unless a test
 /// sets its own. `envoy.yaml` ships 5 ms, which a loaded 2-core CI machine
 /// misses now and then; a missed call is decided by the rule's failure policy,
-/// and a test that counts admissions exactly takes that for a wrong limit (CI
-/// saw it twice). Tests of deadlines and failures set theirs, or take the
+/// and a test that counts admissions exactly would take that for a wrong
+/// limit. Tests of deadlines and failures set theirs, or take the
 /// shipped one with [`EnvoyConfig::shipped_deadline`].
 pub const TEST_TIMEOUT_MS: u64 = 1_000;
 
@@ -80,7 +80,7 @@ pub struct EnvoyConfig {
     /// Where the file access logs of the bootstrap write (`None`: where it says).
     pub access_log: Option<PathBuf>,
     /// Request headers for a second access log on the listener that has one,
-    /// in the JSON lines `meshlimit replay` reads (the README's format);
+    /// in the JSON lines `meshlimit replay` reads (docs/guide/replay.md);
     /// `None`: no such log.
     pub replay_log_headers: Option<Vec<String>>,
     /// Where that log writes (set by [`Envoy::start_with`]: `replay.log` in

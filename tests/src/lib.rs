@@ -123,10 +123,10 @@ pub fn exchange_key(descriptor: &str) -> String {
 }
 
 /// A rules file with a "billion laughs" in extra fields, made to stay under the
-/// limit of the YAML reader the agent used before (serde_yaml: 100 alias jumps
-/// per event, hence the padding): a 2.5 KB string, four levels of twenty
-/// aliases, 7 KB of text that reader expanded to 160,000 copies, 433 MiB peak
-/// RSS in `check-rules` before aliases were refused.
+/// limit of a YAML reader that bounds alias jumps (serde_yaml: 100 per event,
+/// hence the padding): a 2.5 KB string, four levels of twenty aliases, 7 KB of
+/// text that such a reader expands to 160,000 copies, about 400 MB, were
+/// aliases not refused.
 pub fn billion_laughs() -> String {
     let mut text = format!("version: 1\nlol0: &a0 \"{}\"\n", "x".repeat(2_500));
     for i in 1..5 {

@@ -128,7 +128,7 @@ impl Rewrite<'_> {
     }
 
     /// The replay log beside the connection manager's own access log: the
-    /// README's `json_format` ("Before a rules change ships…"), a field per
+    /// `json_format` of docs/guide/replay.md, a field per
     /// header asked for.
     fn replay_log(&mut self, map: &mut Mapping) {
         let (Some(headers), Some(path)) = (

@@ -93,8 +93,8 @@ fn malformed_and_oversized_lease_floods_are_refused_and_change_nothing() {
     let after = rss_kib(pid);
     println!("agent RSS {before} KiB before, {after} KiB after {} bad requests ({served} good ones served)", 300 * (bad.len() + 2));
     assert!(agent.is_running());
-    // Measured +0.3 MiB (docs/measurements.md: +0.4); 4 MiB leaves room for the
-    // allocator, not for a buffer kept per bad request (2,400 of up to 64 KiB).
+    // 4 MiB leaves room for the allocator, not for a buffer kept per bad
+    // request (2,400 of up to 64 KiB).
     assert!(
         after < before + 4 * 1024,
         "RSS grew from {before} to {after} KiB"
@@ -107,8 +107,8 @@ fn a_flood_of_distinct_keys_stays_bounded_and_frees_no_limited_key() {
     // Fail closed: a request the agent could not answer in time during the flood
     // is a 503, so a 200 for the victim could only come from a fresh bucket. The
     // harness's patient lease deadline (`TEST_TIMEOUT_MS`) keeps that about
-    // buckets: on a loaded CI machine envoy.yaml's 5 ms failed the victim's
-    // second request before the flood began (503 where 200 was due).
+    // buckets: on a loaded CI machine envoy.yaml's 5 ms can fail the victim's
+    // second request before the flood begins (503 where 200 is due).
     let rules = RULES.replace("accuracy: exact}", "accuracy: exact, on_failure: closed}");
     let stack = Stack::start(&rules);
     let victim = [("x-api-key", "victim")];
@@ -171,9 +171,10 @@ fn a_flood_of_distinct_keys_stays_bounded_and_frees_no_limited_key() {
         agent_after >> 10
     );
     assert!(requests >= 100_000, "wrk sent {requests}");
-    // The filter's per-key state lives in a fixed number of shared-data slots:
-    // measured +2 MiB for 100,000 keys (16,384 slots of 90 bytes, plus each VM's
-    // allocator slack); the bound is 8× that.
+    // The filter's per-key state lives in a fixed number of shared-data slots
+    // whatever the number of keys (16,384 slots of 90 bytes, under 1.5 MiB,
+    // plus each VM's allocator slack); the bound leaves room for that, not for
+    // state kept per key of the 100,000.
     assert!(
         envoy_after < envoy_before + 16 * 1024 * 1024,
         "Envoy grew by {} MiB",

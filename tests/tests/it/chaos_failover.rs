@@ -20,10 +20,9 @@ const OFFERED: f64 = 78.0;
 const LOCAL: usize = 2 * LIMIT;
 /// Exact limiting, per key and second: the limit, plus the tokens out at a
 /// second's edge and spent after it: those of the 2 worker VMs and of the
-/// agent's pool, each at most 2 leases of burst/10 = 2 (12). The busiest
-/// healthy key has admitted 21–25 in a second; 25 broke the earlier bound of
-/// the limit plus one holder's 4 tokens, with and without the node's spaced
-/// turn-aways.
+/// agent's pool, each at most 2 leases of burst/10 = 2 (12). The limit plus
+/// one holder's 4 tokens is too tight a bound: more than one holder's tokens
+/// can cross an edge, with and without the node's spaced turn-aways.
 const EXACT_MAX: usize = LIMIT + 3 * 4;
 /// What a key on the failed primary may admit in any second on top of the
 /// ceiling's rate: the leases already out when the store went (2 worker VMs and

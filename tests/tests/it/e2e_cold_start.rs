@@ -22,10 +22,10 @@ rules:
 /// A lease call's deadline a loaded machine does not reach. These tests
 /// count cold starts exactly, and a cold start whose call gets no answer
 /// leaves its key unknown: the next request starts cold again. Under the
-/// test bootstrap's 5 ms, beside three busy loops, 2 of 25 runs admitted 4
-/// requests of a limit of 3; with this deadline 1 of 20 still lost a call
-/// (both cold starts unpaid, the call failing before its deadline), so each
-/// failure message prints the filter's counters to tell the two apart.
+/// test bootstrap's 5 ms, beside busy loops, a run can admit 4 requests of a
+/// limit of 3; with this deadline a call can still be lost (both cold starts
+/// unpaid, the call failing before its deadline), so each failure message
+/// prints the filter's counters to tell the two apart.
 const PATIENT_MS: u64 = 5000;
 
 fn stat(envoy: &Envoy, name: &str) -> u64 {

@@ -88,7 +88,7 @@ fn a_key_reset_under_its_hold_counts_as_falsely_limited_a_held_key_at_its_limit_
     // pool's denials are checked at once. Every suspect is checked (a budget
     // far above the 100 requests a second): the test is about which 429s are
     // false, not the sampling (with the default 10 a second, a second's
-    // records arriving in one batch left 4 of 104 checked in one run).
+    // records arriving in one batch would leave most of them unchecked).
     let redis = RedisServer::start();
     let stack = Stack::start_with(
         AgentOptions::new(RULES)

@@ -27,10 +27,10 @@ fn many_rules(probe_limit: u32) -> String {
 #[test]
 fn a_20000_rule_set_is_swapped_while_requests_are_decided_and_reaches_every_vm() {
     // Lease calls get 100 ms, not the default 5: on a loaded 2-core CI
-    // machine one call of the swap's seconds missed 5 ms once (a request
-    // decided by its failure policy). What the test guards still fails it:
-    // parsing this set takes about 0.8 s, so an agent or VM that blocked on
-    // it would miss 100 ms many times over.
+    // machine a call during the swap can miss 5 ms (a request decided by its
+    // failure policy). What the test guards still fails it: parsing this set
+    // takes most of a second, so an agent or VM that blocked on it would miss
+    // 100 ms many times over.
     let mut stack = Stack::start_with(meshlimit_tests::AgentOptions::new(&many_rules(3)), |c| {
         c.plugin("timeout_ms", 100)
     });

@@ -128,8 +128,8 @@ rules:
         opened_seen * 1e3,
         closed_seen * 1e3
     );
-    // Each edge is seen by the filter's own clock, no sync involved: measured
-    // 15-98 ms, most of it this test's polling (every 10-100 ms). A filter
+    // Each edge is seen by the filter's own clock, no sync involved: what the
+    // print shows is mostly this test's polling (every 10-100 ms). A filter
     // waiting for its next rules sync (every second) would take up to 1 s.
     for (edge, seen) in [("opened", opened_seen), ("closed", closed_seen)] {
         assert!(

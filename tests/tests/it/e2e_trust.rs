@@ -89,8 +89,7 @@ fn stack_on_redis(redis: &RedisServer, requests: u32) -> Stack {
     );
     // A generous store deadline: on a loaded machine (a full `make test`) a
     // missed 3 ms deadline hands the decision to the rule's failure policy
-    // (fail-local admits), which is not what these tests are about; a full run
-    // failed once on it with [200, 200, 429, 429].
+    // (fail-local admits), which is not what these tests are about.
     let agent = AgentOptions::new(&rules)
         .store(redis.url())
         .arg("--store-deadline-ms")

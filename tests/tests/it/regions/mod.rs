@@ -2,8 +2,8 @@
 //! the real agent in each, clients offering load straight to the agents' lease
 //! API. A global rule of L = 100/s (burst 50) is split between the regions.
 //!
-//! The overshoot bound asserted here is derived in `docs/internals.md`
-//! ("Regions", "How much the regions can admit together"): in any window of `w`
+//! The overshoot bound asserted here is derived in `docs/design/regions.md`:
+//! in any window of `w`
 //! seconds the regions together admit at most
 //!
 //! ```text
@@ -54,7 +54,7 @@ fn a_load_shift_moves_the_share_within_two_seconds_and_the_total_stays_bounded()
     std::thread::sleep(Duration::from_secs(2));
     let b_before = mesh.share(1, KEY);
     // A shift comes at any instant of a period; where it falls decides how much
-    // of the first period after it is already b's (docs/internals.md).
+    // of the first period after it is already b's (docs/design/regions.md).
     std::thread::sleep(until_phase(random_phase()));
     let shift = now();
     let a_grants = a.stop();
@@ -331,12 +331,10 @@ fn three_loaded_regions_together_admit_the_global_limit() {
     );
     // Each region alone would admit up to its whole offer if it ignored its
     // share: together they hold the one limit (at most 1.1 L), and no less
-    // than 0.9 L. On a 2-core machine 17 runs admitted 98.9–100.8/s. Before
-    // a node far over its share was held a lease period at least, and before
-    // a hold's end refilled only an empty pool, 15 runs admitted
-    // 86.1–100.1/s (and a fresh-clone `make test` 78.1/s). Which of the two
-    // changes closed the gap is not measured apart; both stop a node from
-    // taking tokens it does not spend.
+    // than 0.9 L. A node far over its share is held a lease period at least,
+    // and a hold's end refills only an empty pool: both stop a node from
+    // taking tokens it does not spend, which would leave the regions short of
+    // the limit.
     assert!(
         (0.9 * L..=1.1 * L).contains(&rate),
         "{rate:.1}/s admitted, limit {L}/s"

@@ -41,13 +41,13 @@ WASI_RUNNER := node $(CURDIR)/tools/wasi-run.mjs
 # deploy/check.mk (optional, owned by deploy/) defines `deploy-check`.
 HAVE_DEPLOY_CHECK := $(shell grep -qsE '^deploy-check[[:space:]]*::?([^=]|$$)' deploy/check.mk && echo yes)
 
-.PHONY: tools tools-rust tools-nextest tools-envoy tools-grpc tools-mdbook tools-apt build build-test lint test test-fast test-wasm docs reference demo clean-run help
+.PHONY: tools tools-rust tools-nextest tools-envoy tools-grpc tools-mdbook tools-apt build lint test test-fast test-wasm docs reference demo clean-run help
 
 help:
 	@echo "make tools      install pinned tools (wasm target, cargo-nextest $(NEXTEST_VERSION), Envoy $(ENVOY_VERSION), grpcio $(GRPCIO_VERSION) and h2 in .venv, redis-server, wrk)"
 	@echo "make build      release agent + wasm filter"
 	@echo "make lint       rustfmt check, crate layers and import loops (tools/layers.py), one release version everywhere (tools/check-release.py), clippy (host and $(WASM_TARGET)) with -D warnings"
-	@echo "make test       tools, build-test, lint, all tests (host, wasm, deploy check, the book): what CI runs"
+	@echo "make test       tools, build, lint, all tests (host, wasm, deploy check): what CI runs"
 	@echo "make test-fast  the tests that need no Envoy, Redis or accuracy run (cargo-nextest)"
 	@echo "make test-wasm  meshlimit-core's unit tests on $(WASM_TARGET) under node's WASI"
 	@echo "make accuracy-seeds  the accuracy scenarios in virtual time over ACCURACY_SEEDS seeds each (default 200)"
@@ -128,16 +128,6 @@ build:
 	$(CARGO) build --release -p meshlimit-agent -p meshlimit-cli
 	$(CARGO) build --release --target $(WASM_TARGET) -p meshlimit-filter -p meshlimit-bench-floor
 
-# What `make test` starts: the agent and CLI of the dev profile, the one its
-# test binaries are built with (dependencies optimized, Cargo.toml), so a
-# fresh clone compiles every dependency once rather than once for release
-# and once for the tests; and the filter's release module, what Envoy loads.
-# `make accuracy`, `make bench` and `make demo` use the release binaries.
-TEST_BIN_PROFILE := debug
-build-test:
-	$(CARGO) build -p meshlimit-agent -p meshlimit-cli
-	$(CARGO) build --release --target $(WASM_TARGET) -p meshlimit-filter -p meshlimit-bench-floor
-
 lint:
 	$(CARGO) fmt --all -- --check
 	$(PYTHON) tools/layers.py .
@@ -172,14 +162,12 @@ test-wasm: tools-rust
 # Any failure fails `make test`, after the report.
 NEXTEST_CI := target/nextest/ci
 ifeq ($(HAVE_DEPLOY_CHECK),yes)
-TEST_DEPLOY_CHECK := $(MAKE) --no-print-directory deploy-check \
-	DEPLOY_AGENT_BIN=target/$(TEST_BIN_PROFILE)/meshlimit-agent DEPLOY_CLI_BIN=target/$(TEST_BIN_PROFILE)/meshlimit
+TEST_DEPLOY_CHECK := $(MAKE) --no-print-directory deploy-check
 else
 TEST_DEPLOY_CHECK := echo "test: deploy/check.mk defines no deploy-check target; skipping it"
 endif
 
-test: export MESHLIMIT_BIN_PROFILE = $(TEST_BIN_PROFILE)
-test: tools build-test lint
+test: tools build lint
 	@failed=""; \
 	$(MAKE) --no-print-directory test-wasm || failed="$$failed test-wasm"; \
 	$(TEST_DEPLOY_CHECK) || failed="$$failed deploy-check"; \

@@ -1,5 +1,4 @@
-//! The real agent binary (`target/release/meshlimit-agent`, or the profile
-//! `MESHLIMIT_BIN_PROFILE` names), started per test.
+//! The real agent binary (`target/release/meshlimit-agent`), started per test.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};

@@ -163,31 +163,31 @@ pub fn target_dir() -> PathBuf {
     }
 }
 
-/// The cargo profile whose agent and CLI binaries the tests start:
-/// `MESHLIMIT_BIN_PROFILE`, else `release` (what `make build` produces).
-/// `make test` sets `debug`: the binaries its own test build made, with
-/// debug assertions and overflow checks on, so CI compiles the
-/// dependencies once rather than once per profile.
-fn bin_dir() -> PathBuf {
-    let profile = std::env::var("MESHLIMIT_BIN_PROFILE").unwrap_or_else(|_| "release".into());
-    target_dir().join(profile)
-}
-
-/// The agent binary (see [`bin_dir`]); a test refuses one older than its
-/// sources (see [`fresh`]).
+/// The release agent binary that `make build` produces; a test refuses one
+/// older than its sources (see [`fresh`]).
 pub fn agent_bin() -> PathBuf {
     static CHECKED: OnceLock<PathBuf> = OnceLock::new();
     CHECKED
-        .get_or_init(|| fresh(bin_dir().join("meshlimit-agent"), &["agent", "core"]))
+        .get_or_init(|| {
+            fresh(
+                target_dir().join("release").join("meshlimit-agent"),
+                &["agent", "core"],
+            )
+        })
         .clone()
 }
 
-/// The operator CLI, `meshlimit` (the offline commands and `override`; see
-/// [`bin_dir`]); refused when older than its sources.
+/// The release operator CLI, `meshlimit`, that `make build` produces (the
+/// offline commands and `override`); refused when older than its sources.
 pub fn cli_bin() -> PathBuf {
     static CHECKED: OnceLock<PathBuf> = OnceLock::new();
     CHECKED
-        .get_or_init(|| fresh(bin_dir().join("meshlimit"), &["cli", "agent", "core"]))
+        .get_or_init(|| {
+            fresh(
+                target_dir().join("release").join("meshlimit"),
+                &["cli", "agent", "core"],
+            )
+        })
         .clone()
 }
 
@@ -233,8 +233,7 @@ fn fresh(binary: PathBuf, crates: &[&str]) -> PathBuf {
     }
     if let Err(stale) = check_fresh(built, &sources) {
         panic!(
-            "{} is older than {}: run `make build` (cargo test does not rebuild it; \
-             with MESHLIMIT_BIN_PROFILE=debug, `cargo build -p meshlimit-agent -p meshlimit-cli`)",
+            "{} is older than {}: run `make build` (cargo test does not rebuild it)",
             binary.display(),
             stale.display()
         );

@@ -303,8 +303,8 @@ fuzz: fuzz-tools
 
 ## ---- mutation testing: cargo-mutants on the pure logic (core), the filter
 ## and the agent's logic modules. Each mutant is one small bug; a mutant the
-## tests do not catch is a gap, or an equivalent change (docs/testing.md lists
-## the known ones). Never part of `make test`: it builds and tests every
+## tests do not catch is a gap, or an equivalent change
+## (docs/contributing/testing.md, "Mutation testing"). Never part of `make test`: it builds and tests every
 ## mutant. Settings: MUTANTS_PACKAGES, MUTANTS_JOBS, MUTANTS_TIMEOUT (seconds
 ## per mutant's tests), MUTANTS_BUDGET (seconds per package; a run cut short
 ## keeps what it found), MUTANTS_SHARD (e.g. 0/4: every fourth mutant, a
@@ -321,8 +321,7 @@ MUTANTS_PACKAGES ?= meshlimit-core meshlimit-filter meshlimit-store meshlimit-ag
 # integration tests, which start redis-server and take too long per mutant:
 # only unit tests are built and run (--lib for every cargo call, not only the
 # test run: otherwise each mutant also relinks the binary and every
-# integration test: 2.4-5.8 s a mutant's build against 10.0-20.9 s,
-# docs/testing.md).
+# integration test; docs/design/decisions/0025-agent-mutants-test-the-library.md).
 MUTANTS_AGENT_FILES := agent/src/leases.rs agent/src/leases/*.rs agent/src/pool.rs \
 	agent/src/fail_local.rs agent/src/window.rs agent/src/regions/share.rs \
 	agent/src/regions/demand.rs agent/src/regions/table.rs agent/src/false_limits.rs \

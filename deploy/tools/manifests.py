@@ -50,11 +50,11 @@ AGENT = "meshlimit-agent"
 SECRET_ENV = {"MESHLIMIT_STORE", "MESHLIMIT_REDIS_USERNAME", "MESHLIMIT_REDIS_PASSWORD", "MESHLIMIT_SECRET",
               "MESHLIMIT_OPERATOR_TOKEN"}
 # The per-deployment secret every agent and every filter reads (the operator
-# creates the Secret; deploy/README.md, "Security").
+# creates the Secret; docs/operations/deploying.md).
 SECRET = ("MESHLIMIT_SECRET", "meshlimit-secret", "secret")
 # The operator token (GET /v1/explain, /v1/hot): the agent's alone. Every
 # meshed namespace holds meshlimit-secret, so no filter, sidecar or fleet may
-# be handed this one (deploy/README.md, "The operator token").
+# be handed this one (docs/operations/security.md).
 OPERATOR = ("MESHLIMIT_OPERATOR_TOKEN", "meshlimit-operator", "token")
 HCM_TYPE = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 WASM_TYPE_SUFFIX = "filters.http.wasm.v3.Wasm"

@@ -199,7 +199,9 @@ pub struct KeyIdArgs {
     /// or a number of parts its key does not have, is refused.
     #[arg(long, value_name = "PATH")]
     pub rules: PathBuf,
-    /// The rule whose key it is.
+    /// The rule whose key it is; `NAME.trial` for the copy of rule NAME that a
+    /// rules change on trial runs in shadow (its metrics and decision-log
+    /// lines name keys by that copy's ids).
     #[arg(long)]
     pub rule: String,
     /// The key's parts, in the rule's `key` order (e.g. the API key, then the

@@ -20,6 +20,7 @@ pub mod replay;
 
 use std::io::Write;
 
+use meshlimit_core::rules::trial::TRIAL_SUFFIX;
 use meshlimit_core::DescriptorKey;
 
 pub use error::CliError;
@@ -59,7 +60,14 @@ pub fn execute(
 fn key_id(args: &KeyIdArgs, out: &mut impl Write, err: &mut impl Write) -> Result<(), CliError> {
     let secret = args.secret.load()?;
     let set = check_rules::read_set(&args.rules, err)?;
-    let rule = named_rule(&set, &args.rule, &args.rules)?;
+    // While a change is on trial its copy of a rule, `NAME.trial`, counts the
+    // same keys under its own name, so their ids differ from the rule's: the
+    // copy's key is the rule's, and the id is taken under the name asked for.
+    let base = match args.rule.strip_suffix(TRIAL_SUFFIX) {
+        Some(base) if set.rule(&args.rule).is_none() => base,
+        _ => args.rule.as_str(),
+    };
+    let rule = named_rule(&set, base, &args.rules)?;
     let parts = rule.key_parts();
     if parts.len() != args.parts.len() {
         return Err(CliError::KeyParts {

@@ -116,6 +116,36 @@ fn key_id_maps_a_known_key_to_its_id_and_only_with_the_secret() {
 }
 
 #[test]
+fn key_id_names_a_key_of_a_trials_copy_of_a_rule_by_the_copys_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = rules_file(
+        dir.path(),
+        "version: 1\nrules:\n  - name: per-key\n    key: [{ header: x-api-key }]\n    limit: { requests: 1, per: 1s }\n",
+    );
+    let id = |rule: &str, parts: &[&str]| {
+        let mut args = vec!["key-id", "--rules", &rules, "--rule", rule];
+        args.extend_from_slice(parts);
+        let mut cmd = meshlimit(&args);
+        cmd.env("MESHLIMIT_SECRET", SECRET);
+        run(&mut cmd)
+    };
+    let (code, out, err) = id("per-key.trial", &["k-123"]);
+    assert_eq!(code, 0, "{err}");
+    // The id the trial's metrics and decision-log lines carry: its key is
+    // counted under the copy's name.
+    let secret = meshlimit_core::secret::Secret::new(SECRET.as_bytes()).unwrap();
+    let key = meshlimit_core::DescriptorKey::new("per-key.trial", ["k-123"]);
+    assert_eq!(out.trim(), secret.key_ids().id(&key).to_string());
+    assert_ne!(out.trim(), id("per-key", &["k-123"]).1.trim());
+    // The copy's key has the rule's parts, and only a rule the file holds has one.
+    let (code, _, err) = id("per-key.trial", &[]);
+    assert_eq!(code, 1, "{err}");
+    let (code, _, err) = id("other.trial", &["k-123"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("other"), "{err}");
+}
+
+#[test]
 fn key_id_refuses_a_rule_the_file_does_not_hold_naming_the_close_ones() {
     let dir = tempfile::tempdir().unwrap();
     let rules = rules_file(

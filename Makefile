@@ -150,7 +150,7 @@ docs: tools-mdbook
 # metrics, the rules file's schema) written anew; `make test` fails while a
 # committed page differs from what the code generates.
 reference:
-	MESHLIMIT_BLESS=1 $(CARGO) test -p meshlimit-cli --test reference
+	MESHLIMIT_BLESS=1 $(CARGO) test -p meshlimit-cli --test it reference::
 
 test-wasm: tools-rust
 	CARGO_TARGET_WASM32_WASIP1_RUNNER='$(WASI_RUNNER)' \
@@ -189,7 +189,7 @@ FAST_TESTS := (kind(lib) | kind(bin) \
 	| (binary_id(meshlimit-agent::it) & test(/^($(FAST_AGENT_IN_PROCESS))::/)) \
 	| (binary_id(meshlimit-sim::it) & test(/^virtual_fleet::/)) \
 	| (binary_id(meshlimit-store::it) & test(/^conformance::memory::/)) \
-	| binary_id(meshlimit-cli::reference)) \
+	| binary_id(meshlimit-cli::it)) \
 	- (binary_id(meshlimit-store) & test(/^redis::control::/))
 test-fast: tools-nextest
 	$(CARGO) nextest run --workspace -E '$(FAST_TESTS)'

@@ -178,7 +178,7 @@ fn what_is_built_without_flags_takes_the_flags_defaults() {
 }
 
 /// Every default of `run` shows in `--help`, which the book's reference page
-/// of the agent's flags is generated from (cli/tests/reference.rs holds the
+/// of the agent's flags is generated from (cli/tests/it/reference.rs holds the
 /// page to it).
 #[test]
 fn help_shows_every_default() {

@@ -42,7 +42,7 @@ mod tests {
     use super::*;
 
     /// The shared directory fixtures (`tests/fixtures/rules-dirs/`), which
-    /// `meshlimit check-rules` is held to as well (cli/tests/check_rules_dirs.rs).
+    /// `meshlimit check-rules` is held to as well (cli/tests/it/check_rules_dirs.rs).
     fn fixture(name: &str) -> std::path::PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../tests/fixtures/rules-dirs")

@@ -21,7 +21,7 @@ const GOOD: &str = include_str!(concat!(
 ));
 /// A running agent's growth for a reload of a billion-laughs file (core
 /// `rules::parse`); `meshlimit check-rules` is held to the same margin
-/// (cli/tests/bounds.rs).
+/// (cli/tests/it/bounds.rs).
 const LAUGHS_MARGIN_BYTES: u64 = 2 * 1024 * 1024;
 /// The agent binary with this deployment's secret and nothing else from the
 /// test's environment.

@@ -8,7 +8,7 @@
 //! - `rules.md`: the rules file's JSON Schema, the one the rules types give and
 //!   docs/rules.schema.json holds ([`rules`]).
 //!
-//! The test `cli/tests/reference.rs` compares each page with the committed
+//! The test `cli/tests/it/reference.rs` compares each page with the committed
 //! file and, with `MESHLIMIT_BLESS=1`, rewrites them ([`REGENERATE`]).
 
 pub mod commands;
@@ -19,7 +19,7 @@ pub mod rules;
 use meshlimit_agent::metrics::MetricsError;
 
 /// The command that rewrites every generated page.
-pub const REGENERATE: &str = "MESHLIMIT_BLESS=1 cargo test -p meshlimit-cli --test reference";
+pub const REGENERATE: &str = "make reference";
 
 /// One generated page: where it lives (from the repository's root) and its text.
 #[derive(Debug, Clone, PartialEq, Eq)]

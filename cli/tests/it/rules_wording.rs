@@ -3,9 +3,6 @@
 //! the field's path (`rules[3].limit.per`), in the file's words. A Rust type
 //! name or serde's phrasing in any message fails the test.
 
-// Test helpers outside #[test] functions may unwrap too: a failure is the point.
-#![allow(clippy::unwrap_used, clippy::panic)]
-
 use std::path::{Path, PathBuf};
 
 use meshlimit_cli::args::CheckFormat;

@@ -3,8 +3,6 @@
 //! MESHLIMIT_BLESS=1 the test rewrites them instead. Needs no Envoy, Redis or
 //! network: the fast tier.
 
-#![allow(clippy::unwrap_used, clippy::panic)]
-
 use std::path::Path;
 
 use meshlimit_cli::reference::{pages, REGENERATE};

@@ -2,10 +2,7 @@
 //! directory (`tests/fixtures/rules-dirs/`): the same problems, in the same
 //! words, so a directory CI passes is one the agent loads whole.
 
-// Test helpers outside #[test] functions may unwrap too: a failure is the point.
-#![allow(clippy::unwrap_used, clippy::panic)]
-
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

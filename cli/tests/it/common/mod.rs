@@ -1,7 +1,7 @@
 //! Helpers shared by the CLI's tests: the built `meshlimit` binary, run as an
 //! operator runs it.
 
-// Each test binary uses a different subset of these helpers.
+// Not every module uses every helper.
 #![allow(dead_code, clippy::unwrap_used, clippy::panic)]
 
 /// The deployment secret of these tests.

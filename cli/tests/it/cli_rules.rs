@@ -1,10 +1,7 @@
 //! The rules-authoring commands, run as a platform team would: `explain`,
 //! `check-rules --against`, expiry warnings and `replay`.
 
-// Test helpers outside #[test] functions may unwrap too: a failure is the point.
-#![allow(clippy::unwrap_used, clippy::panic)]
-
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -1,9 +1,6 @@
 //! `meshlimit check-rules` against a file built to exhaust its memory: a
 //! "billion laughs" of YAML aliases is refused within a stated bound.
 
-// Test helpers outside #[test] functions may unwrap too: a failure is the point.
-#![allow(clippy::unwrap_used, clippy::panic)]
-
 use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

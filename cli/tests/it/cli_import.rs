@@ -5,9 +5,7 @@
 //! The fixtures (`tests/fixtures/import/`) are written in the peers' documented
 //! formats.
 
-#![allow(clippy::unwrap_used, clippy::panic)]
-
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

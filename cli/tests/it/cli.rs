@@ -1,10 +1,7 @@
 //! The built `meshlimit` binary, run as an operator would: exit codes and
 //! what lands on stdout and stderr.
 
-// Test helpers outside #[test] functions may unwrap too: a failure is the point.
-#![allow(clippy::unwrap_used, clippy::panic)]
-
-mod common;
+use crate::common;
 
 use common::{rules_file, run, SECRET};
 use std::process::Command;

@@ -17,8 +17,9 @@ mod run_args;
 mod secret;
 mod store;
 
+pub use peers::{PeerError, PeersFileError};
 pub use secret::SecretArgs;
-pub use store::{Password, RedisTarget, StoreSpec};
+pub use store::{Password, PasswordFileError, RedisTarget, StoreSpec, StoreSpecError};
 
 /// The exit code for a bad flag or configuration (BSD `EX_USAGE`).
 pub const EXIT_USAGE: u8 = 64;
@@ -264,16 +265,20 @@ pub struct CliExit {
 }
 
 /// A configuration the flags accepted but this build cannot run.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("invalid --log filter `{filter}`: {reason}")]
     LogFilter { filter: String, reason: String },
     #[error("regions: {0}")]
     Regions(String),
+    #[error("regions: {0}")]
+    RegionsSetup(#[from] crate::regions::RegionsSetupError),
     #[error("secret: {0}")]
     Secret(String),
     #[error("redis: {0}")]
     Redis(String),
+    #[error("redis: {0}")]
+    PasswordFile(#[from] store::PasswordFileError),
     #[error("--decision-log: {0}")]
     DecisionLog(String),
     #[error("--operator-token: {0}")]
@@ -345,7 +350,18 @@ fn one_line(rendered: &str) -> String {
     line.strip_prefix("error: ").unwrap_or(&line).to_string()
 }
 
-fn parse_region(text: &str) -> Result<String, String> {
+/// Why a value of `--region`, `--region-floor` or `--exact-below-rps` was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum FlagValueError {
+    #[error("a region is 1 to 63 characters of [A-Za-z0-9._-]")]
+    Region,
+    #[error("expected a share above 0 and at most 0.5 (e.g. 0.1)")]
+    Floor,
+    #[error("expected a number of requests per second, 0 or more")]
+    Rate,
+}
+
+fn parse_region(text: &str) -> Result<String, FlagValueError> {
     let ok = (1..=63).contains(&text.len())
         && text
             .chars()
@@ -353,21 +369,21 @@ fn parse_region(text: &str) -> Result<String, String> {
     if ok {
         Ok(text.to_string())
     } else {
-        Err("a region is 1 to 63 characters of [A-Za-z0-9._-]".into())
+        Err(FlagValueError::Region)
     }
 }
 
-fn parse_floor(text: &str) -> Result<f64, String> {
+fn parse_floor(text: &str) -> Result<f64, FlagValueError> {
     match text.trim().parse::<f64>() {
         Ok(v) if v > 0.0 && v <= 0.5 => Ok(v),
-        _ => Err("expected a share above 0 and at most 0.5 (e.g. 0.1)".into()),
+        _ => Err(FlagValueError::Floor),
     }
 }
 
-fn parse_rate(text: &str) -> Result<f64, String> {
+fn parse_rate(text: &str) -> Result<f64, FlagValueError> {
     match text.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
-        _ => Err("expected a number of requests per second, 0 or more".into()),
+        _ => Err(FlagValueError::Rate),
     }
 }
 

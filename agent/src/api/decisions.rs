@@ -85,7 +85,30 @@ fn check_batch(req: &DecisionsRequest, ids: &KeyIds) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn check_record(r: &DecisionRecord, ids: &KeyIds) -> Result<(), String> {
+/// Why a record is one no filter sends; shown after `records[I].`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+enum RecordError {
+    #[error("{field}: {len} bytes; at most {max}")]
+    TooLong {
+        field: &'static str,
+        len: usize,
+        max: usize,
+    },
+    #[error("key_id: not a key id (32 lowercase hex digits)")]
+    KeyId,
+    #[error("key: its id is not key_id")]
+    KeyNotItsId,
+    #[error("sample_rate: {0} (above 0 and at most 1; 1 for a rejection)")]
+    SampleRate(f64),
+    #[error("decision: `{decision}` from source `{from}` {} retry_after_ms is no decision a filter makes", if *retry { "with" } else { "without" })]
+    Inconsistent {
+        decision: &'static str,
+        from: &'static str,
+        retry: bool,
+    },
+}
+
+fn check_record(r: &DecisionRecord, ids: &KeyIds) -> Result<(), RecordError> {
     let bounds = [
         ("rule", r.rule.len(), MAX_RECORD_RULE),
         ("rules_version", r.rules_version.len(), MAX_VERSION_LABEL),
@@ -97,15 +120,15 @@ fn check_record(r: &DecisionRecord, ids: &KeyIds) -> Result<(), String> {
         ),
     ];
     if let Some((field, len, max)) = bounds.into_iter().find(|(_, len, max)| len > max) {
-        return Err(format!("{field}: {len} bytes; at most {max}"));
+        return Err(RecordError::TooLong { field, len, max });
     }
     let hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
     if r.key_id.len() != 32 || !r.key_id.bytes().all(hex) {
-        return Err("key_id: not a key id (32 lowercase hex digits)".into());
+        return Err(RecordError::KeyId);
     }
     if let Some(key) = &r.key {
         if ids.id(&DescriptorKey::from_wire(key.clone())).to_string() != r.key_id {
-            return Err("key: its id is not key_id".into());
+            return Err(RecordError::KeyNotItsId);
         }
     }
     // As the filter keeps them: a denial, or a failure that refused.
@@ -115,16 +138,13 @@ fn check_record(r: &DecisionRecord, ids: &KeyIds) -> Result<(), String> {
             Outcome::Limited | Outcome::ShadowLimited | Outcome::FailedClosed
         );
     if !(r.sample_rate > 0.0 && r.sample_rate <= 1.0) || (rejected && r.sample_rate != 1.0) {
-        return Err(format!(
-            "sample_rate: {} (above 0 and at most 1; 1 for a rejection)",
-            r.sample_rate
-        ));
+        return Err(RecordError::SampleRate(r.sample_rate));
     }
     consistent(r)
 }
 
 /// Whether some decision has this outcome from this source.
-fn consistent(r: &DecisionRecord) -> Result<(), String> {
+fn consistent(r: &DecisionRecord) -> Result<(), RecordError> {
     use DecisionSource as S;
     let ok = match r.decision {
         Outcome::FailedOpen => r.source == S::FailurePolicy && r.retry_after_ms.is_none(),
@@ -142,15 +162,11 @@ fn consistent(r: &DecisionRecord) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "decision: `{}` from source `{}`{} is no decision a filter makes",
-            r.decision.as_str(),
-            r.source.as_str(),
-            match r.retry_after_ms {
-                Some(_) => " with retry_after_ms",
-                None => " without retry_after_ms",
-            }
-        ))
+        Err(RecordError::Inconsistent {
+            decision: r.decision.as_str(),
+            from: r.source.as_str(),
+            retry: r.retry_after_ms.is_some(),
+        })
     }
 }
 
@@ -174,4 +190,44 @@ fn neuter(records: &mut Vec<DecisionRecord>, set: &RuleSet) -> usize {
         true
     });
     before - records.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RecordError;
+
+    #[test]
+    fn a_refused_record_says_which_field_and_why() {
+        let said = |e: RecordError| e.to_string();
+        assert_eq!(
+            said(RecordError::TooLong {
+                field: "key",
+                len: 300,
+                max: 256
+            }),
+            "key: 300 bytes; at most 256"
+        );
+        assert_eq!(
+            said(RecordError::SampleRate(0.5)),
+            "sample_rate: 0.5 (above 0 and at most 1; 1 for a rejection)"
+        );
+        assert_eq!(
+            said(RecordError::Inconsistent {
+                decision: "allowed",
+                from: "failure_policy",
+                retry: true
+            }),
+            "decision: `allowed` from source `failure_policy` with retry_after_ms \
+             is no decision a filter makes"
+        );
+        assert_eq!(
+            said(RecordError::Inconsistent {
+                decision: "limited",
+                from: "filter_lease",
+                retry: false
+            }),
+            "decision: `limited` from source `filter_lease` without retry_after_ms \
+             is no decision a filter makes"
+        );
+    }
 }

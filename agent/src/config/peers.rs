@@ -2,38 +2,58 @@
 //! the lines of `--peer-regions-file`. What the agent does with them is
 //! `regions::setup`'s.
 
+use super::store::StoreSpecError;
 use super::StoreSpec;
+
+/// Why a peer region (`NAME=URL`) was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PeerError {
+    #[error("`{0}`: expected NAME=redis://HOST:PORT")]
+    Shape(String),
+    #[error("`{0}`: a region is 1 to 63 characters of [A-Za-z0-9._-]")]
+    Name(String),
+    #[error(transparent)]
+    Store(#[from] StoreSpecError),
+    #[error("region {0}: a peer region needs a Redis URL")]
+    NotRedis(String),
+}
+
+/// A refused line of a peer regions file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {source}")]
+pub struct PeersFileError {
+    pub line: usize,
+    pub source: PeerError,
+}
 
 /// Reads a peer regions file: one `NAME=URL` a line; blank lines and `#`
 /// comments are skipped.
-pub(crate) fn parse_peers_file(text: &str) -> Result<Vec<(String, StoreSpec)>, String> {
+pub(crate) fn parse_peers_file(text: &str) -> Result<Vec<(String, StoreSpec)>, PeersFileError> {
     text.lines()
         .enumerate()
         .map(|(i, l)| (i + 1, l.trim()))
         .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
-        .map(|(n, l)| parse_peer(l).map_err(|e| format!("line {n}: {e}")))
+        .map(|(line, l)| parse_peer(l).map_err(|source| PeersFileError { line, source }))
         .collect()
 }
 
 /// Reads `NAME=URL`, the URL as `--store` takes it (redis://, redis+cluster://,
 /// or rediss for TLS). Credentials never travel in the URL (it is logged): see
 /// `--region-credentials-dir`.
-pub(crate) fn parse_peer(text: &str) -> Result<(String, StoreSpec), String> {
+pub(crate) fn parse_peer(text: &str) -> Result<(String, StoreSpec), PeerError> {
     let (name, url) = text
         .split_once('=')
-        .ok_or_else(|| format!("`{text}`: expected NAME=redis://HOST:PORT"))?;
+        .ok_or_else(|| PeerError::Shape(text.to_string()))?;
     let name = name.trim();
     let valid = (1..=63).contains(&name.len())
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
     if !valid {
-        return Err(format!(
-            "`{name}`: a region is 1 to 63 characters of [A-Za-z0-9._-]"
-        ));
+        return Err(PeerError::Name(name.to_string()));
     }
     match StoreSpec::parse(url)? {
-        StoreSpec::Memory => Err(format!("region {name}: a peer region needs a Redis URL")),
+        StoreSpec::Memory => Err(PeerError::NotRedis(name.to_string())),
         spec => Ok((name.to_string(), spec)),
     }
 }

@@ -92,9 +92,7 @@ impl RunArgs {
     /// missing one stops the agent at start.
     pub fn redis_connect(&self) -> Result<Connect, ConfigError> {
         let password = match (&self.redis_password, &self.redis_password_file) {
-            (_, Some(path)) => {
-                Some(super::store::read_password_file(path).map_err(ConfigError::Redis)?)
-            }
+            (_, Some(path)) => Some(super::store::read_password_file(path)?),
             (password, None) => password.clone(),
         };
         Ok(Connect {
@@ -128,9 +126,7 @@ impl RunArgs {
                 .filter(|p| p.exists())
         };
         let password = match file("password") {
-            Some(path) => {
-                Some(super::store::read_password_file(&path).map_err(ConfigError::Redis)?)
-            }
+            Some(path) => Some(super::store::read_password_file(&path)?),
             None => env(&format!("MESHLIMIT_REDIS_PASSWORD_{suffix}"))
                 .map(|p| Password::parse(&p))
                 .transpose()

@@ -1,7 +1,9 @@
 //! Where the agent's buckets live (`--store`), and the Redis password file.
 
 use std::fmt;
+use std::path::{Path, PathBuf};
 
+use meshlimit_store::redis::client::EmptyPassword;
 pub use meshlimit_store::redis::client::Password;
 
 /// Which store backend `--store` names.
@@ -26,45 +28,80 @@ pub struct RedisTarget {
     pub tls: bool,
 }
 
+/// Why a Redis password file was refused: unreadable, or empty.
+#[derive(Debug, thiserror::Error)]
+pub enum PasswordFileError {
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    Empty {
+        path: PathBuf,
+        source: EmptyPassword,
+    },
+}
+
+/// Why `--store` (or a peer region's URL) was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreSpecError {
+    /// A cluster URL whose nodes are not `HOST:PORT,HOST:PORT,…`.
+    #[error("`{text}`: expected {scheme}HOST:PORT,HOST:PORT,…")]
+    ClusterNodes { text: String, scheme: &'static str },
+    /// A single Redis URL that is not `HOST:PORT`.
+    #[error("`{text}`: expected {scheme}HOST:PORT")]
+    Node { text: String, scheme: &'static str },
+    #[error("unknown store `{0}`: expected memory, redis://HOST:PORT or redis+cluster://HOST:PORT,… (rediss for TLS)")]
+    Unknown(String),
+}
+
 /// Reads a password file: its text without one trailing newline.
-pub(crate) fn read_password_file(path: &std::path::Path) -> Result<Password, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+pub(crate) fn read_password_file(path: &Path) -> Result<Password, PasswordFileError> {
+    let text = std::fs::read_to_string(path).map_err(|source| PasswordFileError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let text = text.strip_suffix('\n').unwrap_or(&text);
     let text = text.strip_suffix('\r').unwrap_or(text);
-    Password::parse(text).map_err(|e| format!("{}: {e}", path.display()))
+    Password::parse(text).map_err(|source| PasswordFileError::Empty {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 impl StoreSpec {
     /// Parses `--store`. Only the shape is checked here; reaching Redis is the
     /// store's business.
-    pub fn parse(text: &str) -> Result<StoreSpec, String> {
+    pub fn parse(text: &str) -> Result<StoreSpec, StoreSpecError> {
         let text = text.trim();
         if text == "memory" {
             return Ok(StoreSpec::Memory);
         }
-        if let Some(nodes) = text.strip_prefix("redis+cluster://") {
-            let nodes: Vec<String> = nodes.split(',').map(|n| n.trim().to_string()).collect();
-            if nodes.iter().any(|n| !is_host_port(n)) {
-                return Err(format!(
-                    "`{text}`: expected redis+cluster://HOST:PORT,HOST:PORT,…"
-                ));
+        for (scheme, tls) in [("redis+cluster://", false), ("rediss+cluster://", true)] {
+            if let Some(nodes) = text.strip_prefix(scheme) {
+                let nodes: Vec<String> = nodes.split(',').map(|n| n.trim().to_string()).collect();
+                if nodes.iter().any(|n| !is_host_port(n)) {
+                    return Err(StoreSpecError::ClusterNodes {
+                        text: text.to_string(),
+                        scheme,
+                    });
+                }
+                return Ok(if tls {
+                    StoreSpec::RedisClusterTls(nodes)
+                } else {
+                    StoreSpec::RedisCluster(nodes)
+                });
             }
-            return Ok(StoreSpec::RedisCluster(nodes));
-        }
-        if let Some(nodes) = text.strip_prefix("rediss+cluster://") {
-            let nodes: Vec<String> = nodes.split(',').map(|n| n.trim().to_string()).collect();
-            if nodes.iter().any(|n| !is_host_port(n)) {
-                return Err(format!(
-                    "`{text}`: expected rediss+cluster://HOST:PORT,HOST:PORT,…"
-                ));
-            }
-            return Ok(StoreSpec::RedisClusterTls(nodes));
         }
         for (scheme, tls) in [("redis://", false), ("rediss://", true)] {
             if let Some(rest) = text.strip_prefix(scheme) {
                 let node = rest.trim_end_matches('/');
                 if !is_host_port(node) {
-                    return Err(format!("`{text}`: expected {scheme}HOST:PORT"));
+                    return Err(StoreSpecError::Node {
+                        text: text.to_string(),
+                        scheme,
+                    });
                 }
                 return Ok(if tls {
                     StoreSpec::RedisTls(node.to_string())
@@ -73,9 +110,7 @@ impl StoreSpec {
                 });
             }
         }
-        Err(format!(
-            "unknown store `{text}`: expected memory, redis://HOST:PORT or redis+cluster://HOST:PORT,… (rediss for TLS)"
-        ))
+        Err(StoreSpecError::Unknown(text.to_string()))
     }
 
     /// The Redis deployment named, or `None` for the memory store.

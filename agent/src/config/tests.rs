@@ -220,5 +220,44 @@ fn peers_parse_from_flags_and_files() {
     assert_eq!(peers.len(), 2);
     assert_eq!(peers[1].0, "ap");
     let bad = parse_peers_file("us=redis://a:1\nnonsense\n").unwrap_err();
-    assert!(bad.starts_with("line 2:"), "{bad}");
+    assert_eq!(
+        bad.to_string(),
+        "line 2: `nonsense`: expected NAME=redis://HOST:PORT"
+    );
+}
+
+#[test]
+fn store_and_peer_refusals_read_word_for_word() {
+    let refused = |text: &str| StoreSpec::parse(text).unwrap_err().to_string();
+    assert_eq!(
+        refused("redis+cluster://a"),
+        "`redis+cluster://a`: expected redis+cluster://HOST:PORT,HOST:PORT,…"
+    );
+    assert_eq!(
+        refused("rediss+cluster://a:1,b"),
+        "`rediss+cluster://a:1,b`: expected rediss+cluster://HOST:PORT,HOST:PORT,…"
+    );
+    assert_eq!(
+        refused("rediss://a"),
+        "`rediss://a`: expected rediss://HOST:PORT"
+    );
+    assert_eq!(
+        refused(" etcd://x "),
+        "unknown store `etcd://x`: expected memory, redis://HOST:PORT or \
+         redis+cluster://HOST:PORT,… (rediss for TLS)"
+    );
+    let peer = |text: &str| parse_peer(text).unwrap_err().to_string();
+    assert_eq!(peer("eu"), "`eu`: expected NAME=redis://HOST:PORT");
+    assert_eq!(
+        peer("e u=redis://a:1"),
+        "`e u`: a region is 1 to 63 characters of [A-Za-z0-9._-]"
+    );
+    assert_eq!(
+        peer("eu=memory"),
+        "region eu: a peer region needs a Redis URL"
+    );
+    assert_eq!(
+        peer("eu=redis://a"),
+        "`redis://a`: expected redis://HOST:PORT"
+    );
 }

@@ -6,11 +6,33 @@
 
 use meshlimit_core::secret::KeyIds;
 use std::collections::HashSet;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::RegionsConfig;
-use crate::config::peers::parse_peers_file;
+use crate::config::peers::{parse_peers_file, PeersFileError};
 use crate::config::{ConfigError, RunArgs, StoreSpec};
+
+/// Why the regions setup was refused at start.
+#[derive(Debug, thiserror::Error)]
+pub enum RegionsSetupError {
+    #[error("{}: {source}", path.display())]
+    ReadPeers {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    PeersFile {
+        path: PathBuf,
+        source: PeersFileError,
+    },
+    #[error("peer regions need this region's store to be Redis (--store redis://…)")]
+    NotRedis,
+    #[error("region {0} is named twice (--region, --peer-region)")]
+    NamedTwice(String),
+    #[error("--region-floor {floor} cannot hold for {regions} regions: it must be above 0 and at most 1/{regions}")]
+    Floor { floor: f64, regions: usize },
+}
 
 /// The regions setup of `args`, or `None` without peer regions (every rule is
 /// then enforced whole in this region). `agent_id` names this agent in the election.
@@ -21,10 +43,15 @@ pub(crate) fn regions_config(
 ) -> Result<Option<RegionsConfig>, ConfigError> {
     let mut peers = args.peer_regions.clone();
     if let Some(path) = &args.peer_regions_file {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError::Regions(format!("{}: {e}", path.display())))?;
-        let more = parse_peers_file(&text)
-            .map_err(|e| ConfigError::Regions(format!("{}: {e}", path.display())))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| RegionsSetupError::ReadPeers {
+                path: path.clone(),
+                source,
+            })?;
+        let more = parse_peers_file(&text).map_err(|source| RegionsSetupError::PeersFile {
+            path: path.clone(),
+            source,
+        })?;
         peers.extend(more);
     }
     if peers.is_empty() {
@@ -47,29 +74,27 @@ pub(crate) fn regions_config(
         timeout: Duration::from_millis(args.region_timeout_ms),
         key_ids: key_ids.clone(),
     };
-    validate(&cfg).map_err(ConfigError::Regions)?;
+    validate(&cfg)?;
     Ok(Some(cfg))
 }
 
 /// Checks a regions setup: unique names, Redis stores, a floor every region can hold.
-pub(crate) fn validate(cfg: &RegionsConfig) -> Result<(), String> {
+pub(crate) fn validate(cfg: &RegionsConfig) -> Result<(), RegionsSetupError> {
     if matches!(cfg.store, StoreSpec::Memory) {
-        return Err("peer regions need this region's store to be Redis (--store redis://…)".into());
+        return Err(RegionsSetupError::NotRedis);
     }
     let mut seen = HashSet::new();
     for name in std::iter::once(&cfg.region).chain(cfg.peers.iter().map(|(n, _)| n)) {
         if !seen.insert(name) {
-            return Err(format!(
-                "region {name} is named twice (--region, --peer-region)"
-            ));
+            return Err(RegionsSetupError::NamedTwice(name.clone()));
         }
     }
     let regions = 1 + cfg.peers.len();
     if !(cfg.floor > 0.0 && cfg.floor * regions as f64 <= 1.0) {
-        return Err(format!(
-            "--region-floor {} cannot hold for {regions} regions: it must be above 0 and at most 1/{regions}",
-            cfg.floor
-        ));
+        return Err(RegionsSetupError::Floor {
+            floor: cfg.floor,
+            regions,
+        });
     }
     Ok(())
 }

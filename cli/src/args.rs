@@ -120,35 +120,51 @@ pub struct ExplainArgs {
     pub format: CheckFormat,
 }
 
+/// Why a value of `explain`'s flags was refused; clap shows it after the flag.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FlagValueError {
+    #[error("`{0}` is not a UTC instant: write 2026-12-01T09:00:10Z or 2026-12-01")]
+    Instant(String),
+    #[error("`{0}` is not NAME=VALUE (e.g. sub=alice)")]
+    Claim(String),
+    #[error("`{0}` is not FILTER:FIELD.FIELD=VALUE (e.g. envoy.filters.http.jwt_authn:payload.sub=alice)")]
+    Metadata(String),
+    /// Of that shape, but a path no filter reads: `why` says what is wrong.
+    #[error("`{text}` is not FILTER:FIELD.FIELD=VALUE (e.g. envoy.filters.http.jwt_authn:payload.sub=alice): {why}")]
+    MetadataPath { text: String, why: String },
+    #[error("`{0}`: expected `name: value`")]
+    Header(String),
+}
+
 /// `--at`: a UTC instant as rules files write `expires`, in Unix seconds.
-fn parse_at(text: &str) -> Result<u64, String> {
-    meshlimit_core::rules::expiry::parse_instant(text).ok_or_else(|| {
-        format!("`{text}` is not a UTC instant: write 2026-12-01T09:00:10Z or 2026-12-01")
-    })
+fn parse_at(text: &str) -> Result<u64, FlagValueError> {
+    meshlimit_core::rules::expiry::parse_instant(text)
+        .ok_or_else(|| FlagValueError::Instant(text.to_string()))
 }
 
 /// `--claim NAME=VALUE`.
-fn parse_claim(text: &str) -> Result<(String, String), String> {
+fn parse_claim(text: &str) -> Result<(String, String), FlagValueError> {
     match text.split_once('=') {
         Some((name, value)) if !name.is_empty() => Ok((name.to_string(), value.to_string())),
-        _ => Err(format!("`{text}` is not NAME=VALUE (e.g. sub=alice)")),
+        _ => Err(FlagValueError::Claim(text.to_string())),
     }
 }
 
 /// `--metadata FILTER:FIELD.FIELD=VALUE`.
-fn parse_metadata(text: &str) -> Result<(meshlimit_core::metadata::MetadataPath, String), String> {
-    let bad = || {
-        format!(
-            "`{text}` is not FILTER:FIELD.FIELD=VALUE (e.g. envoy.filters.http.jwt_authn:payload.sub=alice)"
-        )
-    };
+fn parse_metadata(
+    text: &str,
+) -> Result<(meshlimit_core::metadata::MetadataPath, String), FlagValueError> {
+    let bad = || FlagValueError::Metadata(text.to_string());
     let (at, value) = text.split_once('=').ok_or_else(bad)?;
     let (filter, path) = at.split_once(':').ok_or_else(bad)?;
     let path = meshlimit_core::metadata::MetadataPath {
         filter: filter.to_string(),
         path: path.split('.').map(str::to_string).collect(),
     };
-    path.check().map_err(|e| format!("{}: {e}", bad()))?;
+    path.check().map_err(|why| FlagValueError::MetadataPath {
+        text: text.to_string(),
+        why,
+    })?;
     Ok((path, value.to_string()))
 }
 
@@ -339,12 +355,12 @@ pub struct CheckRulesArgs {
 
 /// `name: value` as curl's `-H` takes it; the name is lowercased, as Envoy
 /// hands headers to the filter.
-fn parse_header(text: &str) -> Result<(String, String), String> {
+fn parse_header(text: &str) -> Result<(String, String), FlagValueError> {
     match text.split_once(':') {
         Some((name, value)) if !name.trim().is_empty() => {
             Ok((name.trim().to_ascii_lowercase(), value.trim().to_string()))
         }
-        _ => Err(format!("`{text}`: expected `name: value`")),
+        _ => Err(FlagValueError::Header(text.to_string())),
     }
 }
 
@@ -364,4 +380,39 @@ pub enum Profile {
     /// A sidecar's inbound side (Istio's WasmPlugin `mode: SERVER`):
     /// `client_ip` is the calling pod, the cluster is `inbound|PORT||`.
     Sidecar,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_flag_value_says_what_to_write() {
+        let said = |e: FlagValueError| e.to_string();
+        assert_eq!(
+            said(parse_at("10am").unwrap_err()),
+            "`10am` is not a UTC instant: write 2026-12-01T09:00:10Z or 2026-12-01"
+        );
+        assert_eq!(
+            said(parse_claim("=alice").unwrap_err()),
+            "`=alice` is not NAME=VALUE (e.g. sub=alice)"
+        );
+        assert_eq!(
+            said(parse_header("x-user").unwrap_err()),
+            "`x-user`: expected `name: value`"
+        );
+        let shape = "is not FILTER:FIELD.FIELD=VALUE \
+                     (e.g. envoy.filters.http.jwt_authn:payload.sub=alice)";
+        assert_eq!(
+            said(parse_metadata("payload.sub=alice").unwrap_err()),
+            format!("`payload.sub=alice` {shape}")
+        );
+        assert_eq!(
+            said(parse_metadata("f:a..b=1").unwrap_err()),
+            format!(
+                "`f:a..b=1` {shape}: field `` is not a field name: 1 to 128 printable \
+                 characters (`claim: a.b` is the claim `b` inside `a`; no field is empty)"
+            )
+        );
+    }
 }

@@ -34,6 +34,15 @@ pub(crate) enum Condition {
     Any,
 }
 
+/// A `--map` option that is neither `KEY=TARGET` nor `KEY:VALUE=CONDITION`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "--map `{0}`: write KEY=TARGET (TARGET: client_ip, method, path, authority, \
+     route, cluster, header:NAME, query:NAME, claim:NAME) or KEY:VALUE=CONDITION (CONDITION: path:/P, \
+     path_prefix:/P, method:M, authority:HOST, header:NAME, header:NAME=VALUE, any)"
+)]
+pub struct MapError(String);
+
 /// The `--map` options, with the defaults under them.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Mapping {
@@ -45,7 +54,7 @@ impl Mapping {
     /// The defaults (`remote_address` is the client IP, `destination_cluster`
     /// the upstream cluster, as Envoy's actions of those names fill them),
     /// then each `--map`.
-    pub(crate) fn from_options(options: &[String]) -> Result<Self, String> {
+    pub(crate) fn from_options(options: &[String]) -> Result<Self, MapError> {
         let mut m = Mapping::default();
         m.keys.insert("remote_address".into(), Target::ClientIp);
         m.keys.insert("destination_cluster".into(), Target::Cluster);
@@ -55,14 +64,8 @@ impl Mapping {
         Ok(m)
     }
 
-    fn add(&mut self, option: &str) -> Result<(), String> {
-        let usage = || {
-            format!(
-                "--map `{option}`: write KEY=TARGET (TARGET: client_ip, method, path, authority, \
-                 route, cluster, header:NAME, query:NAME, claim:NAME) or KEY:VALUE=CONDITION (CONDITION: path:/P, \
-                 path_prefix:/P, method:M, authority:HOST, header:NAME, header:NAME=VALUE, any)"
-            )
-        };
+    fn add(&mut self, option: &str) -> Result<(), MapError> {
+        let usage = || MapError(option.to_string());
         let (lhs, rhs) = option.split_once('=').ok_or_else(usage)?;
         match lhs.split_once(':') {
             None if !lhs.is_empty() => {

@@ -17,6 +17,7 @@ use meshlimit_core::rules::{parse_rules, RuleError, RuleSet};
 use serde_json::json;
 
 use crate::args::CheckFormat;
+use crate::{CliError, Reported};
 
 mod profile;
 pub use profile::Profile;
@@ -26,23 +27,22 @@ pub use profile::Profile;
 /// wrong` on `err`. JSON: one object on `out` either way:
 /// `{"file", "valid", "rules", "version", "errors": [{"file", "line", "column",
 /// "rule", "field", "path", "message"}]}` (`rules` and `version` null when
-/// invalid). Returns the exit code: 0 valid, 1 invalid or
-/// unreadable.
+/// invalid). An invalid or unreadable file is [`Reported::Refused`].
 pub fn check_rules(
     path: &Path,
     format: CheckFormat,
     out: &mut impl Write,
     err: &mut impl Write,
-) -> u8 {
+) -> Result<(), CliError> {
     check_rules_against(path, None, None, format, out, err)
 }
 
 /// [`check_rules`], and with `against` (the rules running now) every rule's
 /// change as well: added, removed, limit ×factor, mode, match. An enforced
 /// limit cut beyond the running file's `changes.max_tightening` (the guard in
-/// force, not the new file's) without an approval in the new file makes the
-/// exit code 1, as the agent refuses such a file at reload. With `profile`,
-/// what cannot work where the file runs is an error too ([`Profile`]).
+/// force, not the new file's) without an approval in the new file is
+/// [`Reported::Refused`], as the agent refuses such a file at reload. With
+/// `profile`, what cannot work where the file runs is an error too ([`Profile`]).
 pub fn check_rules_against(
     path: &Path,
     against: Option<&Path>,
@@ -50,107 +50,19 @@ pub fn check_rules_against(
     format: CheckFormat,
     out: &mut impl Write,
     err: &mut impl Write,
-) -> u8 {
+) -> Result<(), CliError> {
     let file = path.display().to_string();
     let result = read(path).and_then(|set| profile::fits(set, profile, &file));
-    let mut code = u8::from(result.is_err());
     let review = match (&result, against) {
-        (Ok(set), Some(old_path)) => match read(old_path) {
-            Ok(old) => {
-                let changes = review(&old, set);
-                code = u8::from(changes.iter().any(|c| c.refused));
-                Some((
-                    old_path.display().to_string(),
-                    old.version().to_string(),
-                    changes,
-                ))
-            }
-            Err(errors) => {
-                let _ = writeln!(
-                    err,
-                    "{}: cannot compare against it: {}",
-                    old_path.display(),
-                    summary(&errors)
-                );
-                return 1;
-            }
-        },
+        (Ok(set), Some(old_path)) => Some(Review::against(old_path, set, err)?),
         _ => None,
     };
-    let warnings = match &result {
-        Ok(set) => expiry_warnings(set, meshlimit_agent::regions::clock::now_secs()),
-        Err(_) => Vec::new(),
-    };
+    let refused = result.is_err() || review.as_ref().is_some_and(Review::refuses);
     match (format, result) {
-        (CheckFormat::Text, Ok(set)) => {
-            let _ = writeln!(out, "{}", verdict(&file, &set, review.as_ref()));
-            for line in aggregate_notes(&set) {
-                let _ = writeln!(out, "{file}: {line}");
-            }
-            for w in &warnings {
-                let _ = writeln!(err, "{file}: warning: {w}");
-            }
-            if let Some((old, version, changes)) = &review {
-                let _ = writeln!(
-                    out,
-                    "against {old} (version {version}): {} change(s)",
-                    changes.len()
-                );
-                for c in changes {
-                    let _ = writeln!(out, "{c}");
-                }
-                for c in changes.iter().filter(|c| c.refused) {
-                    let _ = writeln!(
-                        out,
-                        "to approve rule {}'s cut: changes: {{ approve: [{{ rule: {}, against: \"{version}\" }}] }}",
-                        c.rule, c.rule
-                    );
-                }
-            }
-        }
-        (CheckFormat::Text, Err(errors)) => {
-            for e in &errors {
-                // An unreadable PATH is one line, `PATH: cannot read: why`
-                // (as the agent logs it); a file of a directory is reported
-                // as the agent reports it.
-                if e.file == file && e.field == "-" && e.message.starts_with("cannot read: ") {
-                    let _ = writeln!(err, "{}: {}", e.file, e.message);
-                } else {
-                    let _ = writeln!(err, "{e}");
-                }
-            }
-        }
+        (CheckFormat::Text, Ok(set)) => write_text(&file, &set, review.as_ref(), out, err),
+        (CheckFormat::Text, Err(errors)) => write_text_errors(&file, &errors, err),
         (CheckFormat::Json, Ok(set)) => {
-            let mut report = json!({
-                "file": file,
-                "valid": true,
-                "rules": set.rules().len(),
-                "version": set.version(),
-                "errors": [],
-                "warnings": warnings,
-                "aggregate": set.rules().iter().filter(|r| r.is_aggregate()).map(|r| &r.name).collect::<Vec<_>>(),
-            });
-            if let Some((old, version, changes)) = &review {
-                report["against"] = json!({"file": old, "version": version});
-                report["changes"] = changes
-                    .iter()
-                    .map(|c| {
-                        json!({
-                            "rule": c.rule,
-                            "change": change_kind(&c.change),
-                            "factor": match &c.change {
-                                Change::Limit { factor, .. } | Change::Schedule { factor, .. } => {
-                                    json!(factor)
-                                }
-                                _ => json!(null),
-                            },
-                            "refused": c.refused,
-                            "text": c.to_string(),
-                        })
-                    })
-                    .collect();
-            }
-            let _ = writeln!(out, "{report}");
+            let _ = writeln!(out, "{}", json_report(&file, &set, review.as_ref()));
         }
         (CheckFormat::Json, Err(errors)) => {
             let report = json!({
@@ -163,20 +75,147 @@ pub fn check_rules_against(
             let _ = writeln!(out, "{report}");
         }
     }
-    code
+    if refused {
+        return Err(Reported::Refused.into());
+    }
+    Ok(())
+}
+
+/// A file's changes against the rules running now (`--against`).
+struct Review {
+    /// The running rules' path, as shown.
+    old: String,
+    /// The running rules' version.
+    version: String,
+    changes: Vec<RuleChange>,
+}
+
+impl Review {
+    /// `set` reviewed against the rules at `old_path`; when those cannot be
+    /// read, one line on `err` saying why, and [`Reported::Refused`].
+    fn against(old_path: &Path, set: &RuleSet, err: &mut impl Write) -> Result<Review, Reported> {
+        match read(old_path) {
+            Ok(old) => Ok(Review {
+                old: old_path.display().to_string(),
+                version: old.version().to_string(),
+                changes: review(&old, set),
+            }),
+            Err(errors) => {
+                let _ = writeln!(
+                    err,
+                    "{}: cannot compare against it: {}",
+                    old_path.display(),
+                    summary(&errors)
+                );
+                Err(Reported::Refused)
+            }
+        }
+    }
+
+    /// Whether a change is one the agent refuses at reload.
+    fn refuses(&self) -> bool {
+        self.changes.iter().any(|c| c.refused)
+    }
+}
+
+/// The text report of a valid file: its verdict and notes on `out`, its
+/// expiry warnings on `err`, then its changes against the running rules.
+fn write_text(
+    file: &str,
+    set: &RuleSet,
+    review: Option<&Review>,
+    out: &mut impl Write,
+    err: &mut impl Write,
+) {
+    let _ = writeln!(out, "{}", verdict(file, set, review));
+    for line in aggregate_notes(set) {
+        let _ = writeln!(out, "{file}: {line}");
+    }
+    for w in expiry_warnings(set, meshlimit_agent::regions::clock::now_secs()) {
+        let _ = writeln!(err, "{file}: warning: {w}");
+    }
+    let Some(Review {
+        old,
+        version,
+        changes,
+    }) = review
+    else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "against {old} (version {version}): {} change(s)",
+        changes.len()
+    );
+    for c in changes {
+        let _ = writeln!(out, "{c}");
+    }
+    for c in changes.iter().filter(|c| c.refused) {
+        let _ = writeln!(
+            out,
+            "to approve rule {}'s cut: changes: {{ approve: [{{ rule: {}, against: \"{version}\" }}] }}",
+            c.rule, c.rule
+        );
+    }
+}
+
+/// The text report of an invalid file: every error on `err`.
+fn write_text_errors(file: &str, errors: &[RuleError], err: &mut impl Write) {
+    for e in errors {
+        // An unreadable PATH is one line, `PATH: cannot read: why`
+        // (as the agent logs it); a file of a directory is reported
+        // as the agent reports it.
+        if e.file == file && e.field == "-" && e.message.starts_with("cannot read: ") {
+            let _ = writeln!(err, "{}: {}", e.file, e.message);
+        } else {
+            let _ = writeln!(err, "{e}");
+        }
+    }
+}
+
+/// The JSON report of a valid file, with its changes against the running rules.
+fn json_report(file: &str, set: &RuleSet, review: Option<&Review>) -> serde_json::Value {
+    let warnings = expiry_warnings(set, meshlimit_agent::regions::clock::now_secs());
+    let mut report = json!({
+        "file": file,
+        "valid": true,
+        "rules": set.rules().len(),
+        "version": set.version(),
+        "errors": [],
+        "warnings": warnings,
+        "aggregate": set.rules().iter().filter(|r| r.is_aggregate()).map(|r| &r.name).collect::<Vec<_>>(),
+    });
+    if let Some(r) = review {
+        report["against"] = json!({"file": r.old, "version": r.version});
+        report["changes"] = r.changes.iter().map(change_json).collect();
+    }
+    report
+}
+
+/// One change of the JSON report's `changes`.
+fn change_json(c: &RuleChange) -> serde_json::Value {
+    json!({
+        "rule": c.rule,
+        "change": change_kind(&c.change),
+        "factor": match &c.change {
+            Change::Limit { factor, .. } | Change::Schedule { factor, .. } => {
+                json!(factor)
+            }
+            _ => json!(null),
+        },
+        "refused": c.refused,
+        "text": c.to_string(),
+    })
 }
 
 /// The text report's first line: `ok`, or `refused` when a change against
 /// the running rules is (the file itself being valid).
-fn verdict(
-    file: &str,
-    set: &RuleSet,
-    review: Option<&(String, String, Vec<RuleChange>)>,
-) -> String {
+fn verdict(file: &str, set: &RuleSet, review: Option<&Review>) -> String {
     let (n, version) = (set.rules().len(), set.version());
     match review {
-        Some((old, _, changes)) if changes.iter().any(|c| c.refused) => {
-            let refused = changes.iter().filter(|c| c.refused).count();
+        Some(review) if review.refuses() => {
+            let refused = review.changes.iter().filter(|c| c.refused).count();
+            let old = &review.old;
             format!(
                 "{file}: refused: valid ({n} rules, version {version}), but {refused} change(s) \
                  against {old} cut an enforced limit beyond its `changes.max_tightening` \
@@ -252,7 +291,7 @@ pub(crate) fn read_set(path: &Path, err: &mut impl Write) -> Result<Arc<RuleSet>
         for e in &errors {
             let _ = writeln!(err, "{e}");
         }
-        crate::CliError::Reported { code: 1 }
+        CliError::from(Reported::Refused)
     })
 }
 

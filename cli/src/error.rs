@@ -1,10 +1,26 @@
 //! What a command can fail with, and the exit code each gives: the one place
-//! `meshlimit` maps failures to exit codes (0 ok, 1 invalid or failed, 64 usage).
+//! `meshlimit` maps failures to exit codes (0 ok, 1 invalid or failed, 2 an
+//! ambiguous request, 64 usage).
 
 use meshlimit_agent::config::{ConfigError, EXIT_USAGE};
 
 use crate::fleet_override::OverrideError;
+use crate::import::MapError;
 use crate::replay::ReplayCommandError;
+
+/// A failure the command has already described on its diagnostics stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Reported {
+    /// The input is invalid, unreadable or refused (`check-rules`' errors, a
+    /// rules change beyond its guard, `import`'s refusals), or the output
+    /// could not be written.
+    #[error("refused, as reported")]
+    Refused,
+    /// `explain`: the request is ambiguous (a header a rule keys on, given
+    /// twice), which the filter answers 400.
+    #[error("an ambiguous request, as reported")]
+    Ambiguous,
+}
 
 /// A command's failure.
 #[derive(Debug, thiserror::Error)]
@@ -19,6 +35,9 @@ pub enum CliError {
     /// `override`: the store could not do it, or had nothing to act on.
     #[error(transparent)]
     Override(#[from] OverrideError),
+    /// `import`: a `--map` of no known shape.
+    #[error(transparent)]
+    Map(#[from] MapError),
     /// A rule name the rules file does not hold.
     #[error("{file} has no rule `{rule}`{}", did_you_mean(close))]
     UnknownRule {
@@ -36,36 +55,34 @@ pub enum CliError {
         given: usize,
     },
     /// The command wrote its own diagnostics (`check-rules`' errors, `import`'s
-    /// refusals, `explain`'s ambiguous request) and exits with `code`.
-    #[error("exit {code}")]
-    Reported { code: u8 },
+    /// refusals, `explain`'s ambiguous request).
+    #[error(transparent)]
+    Reported(#[from] Reported),
 }
 
 impl CliError {
-    /// `Ok` for a command that answers 0, else the code it reported.
-    pub(crate) fn reported(code: u8) -> Result<(), CliError> {
-        match code {
-            0 => Ok(()),
-            code => Err(CliError::Reported { code }),
-        }
-    }
-
     /// The process's exit code.
     pub fn exit_code(&self) -> u8 {
         match self {
-            CliError::Config(_) => EXIT_USAGE,
+            CliError::Config(_) | CliError::Map(_) => EXIT_USAGE,
             CliError::Replay(_)
             | CliError::Override(_)
             | CliError::UnknownRule { .. }
-            | CliError::KeyParts { .. } => 1,
-            CliError::Reported { code } => *code,
+            | CliError::KeyParts { .. }
+            | CliError::Reported(Reported::Refused) => 1,
+            CliError::Reported(Reported::Ambiguous) => 2,
         }
+    }
+
+    /// The exit code of a command's `result`: 0 for `Ok`.
+    pub fn code_of(result: &Result<(), CliError>) -> u8 {
+        result.as_ref().err().map_or(0, CliError::exit_code)
     }
 
     /// Whether `main` still has to say what went wrong (a reported failure
     /// has said it).
     pub fn needs_message(&self) -> bool {
-        !matches!(self, CliError::Reported { .. })
+        !matches!(self, CliError::Reported(_))
     }
 }
 
@@ -117,6 +134,17 @@ fn edits(a: &str, b: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_failure_has_its_exit_code_and_a_reported_one_no_message() {
+        let code = |r: Result<(), CliError>| CliError::code_of(&r);
+        assert_eq!(code(Ok(())), 0);
+        assert_eq!(code(Err(Reported::Refused.into())), 1);
+        assert_eq!(code(Err(Reported::Ambiguous.into())), 2);
+        let map = crate::import::Mapping::from_options(&["x".into()]).unwrap_err();
+        assert_eq!(code(Err(map.into())), EXIT_USAGE);
+        assert!(!CliError::from(Reported::Refused).needs_message());
+    }
 
     #[test]
     fn close_names_are_a_few_edits_away_or_hold_the_name() {

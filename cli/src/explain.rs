@@ -11,84 +11,36 @@ use std::io::Write;
 use meshlimit_core::limit::Limit;
 use meshlimit_core::metadata::{Field, MetadataPath, StructBuilder};
 use meshlimit_core::rules::expiry::format_instant;
-use meshlimit_core::rules::{parse_rules, Explained, RequestInfo, Rule};
+use meshlimit_core::rules::{parse_rules, Explained, Explanation, RequestInfo, Rule, RuleSet};
 use meshlimit_core::NANOS_PER_SEC;
 use serde_json::{json, Value};
 
 use crate::args::{CheckFormat, ExplainArgs};
+use crate::{CliError, Reported};
 
-/// Explains the request `args` describes against `args.rules`. Returns the exit
-/// code: 0 explained, 1 the rules file is invalid or unreadable (its errors on
-/// `err`, as `check-rules` prints them), 2 the request is ambiguous (a header a
-/// rule keys on, given twice: the filter answers it 400).
-pub fn explain(args: &ExplainArgs, out: &mut impl Write, err: &mut impl Write) -> u8 {
+/// Explains the request `args` describes against `args.rules`: the rules
+/// file invalid or unreadable is [`Reported::Refused`] (its errors on `err`,
+/// as `check-rules` prints them), the request ambiguous (a header a rule keys
+/// on, given twice: the filter answers it 400) [`Reported::Ambiguous`].
+pub fn explain(
+    args: &ExplainArgs,
+    out: &mut impl Write,
+    err: &mut impl Write,
+) -> Result<(), CliError> {
     let file = args.rules.display().to_string();
-    let set = match meshlimit_agent::rules_watch::read_rules_file(&args.rules) {
-        Ok(text) => match parse_rules(&file, &text) {
-            Ok(set) => set,
-            Err(e) => {
-                let _ = writeln!(err, "{e}");
-                return 1;
-            }
-        },
-        Err(e) => {
-            let _ = writeln!(err, "{file}: cannot read: {e}");
-            return 1;
-        }
-    };
-    let mut req = RequestInfo::new(&args.path, &args.method, args.headers.clone());
-    req.client_ip = args.client_ip.clone();
-    req.route = args.route.clone();
+    let set = read_rules(args, &file, err)?;
     let at = args
         .at
         .unwrap_or_else(meshlimit_agent::regions::clock::now_secs);
-    req.now_ns = at.saturating_mul(NANOS_PER_SEC);
-    req.cluster = args.cluster.clone();
-    req.metadata = metadata(args);
-    let explained = match set.explain(&req) {
-        Ok(e) => e,
-        Err(e) => {
-            let _ = writeln!(err, "{file}: the filter refuses this request (400): {e}");
-            return 2;
-        }
-    };
+    let req = request(args, at);
+    let explained = set.explain(&req).map_err(|e| {
+        let _ = writeln!(err, "{file}: the filter refuses this request (400): {e}");
+        Reported::Ambiguous
+    })?;
     let rows: Vec<Value> = explained
         .iter()
         .enumerate()
-        .map(|(i, e)| {
-            let r = e.rule;
-            let mut row = json!({
-                "order": i + 1,
-                "rule": r.name,
-                "mode": r.mode,
-                "scope": r.scope,
-                "accuracy": r.accuracy,
-                "on_failure": r.on_failure,
-                "cold_start": r.cold_start,
-                "cost": r.cost.get(),
-            });
-            if !r.schedule.is_empty() {
-                row["schedule"] = schedule(r);
-                // The window in force whether or not the rule applies.
-                row["window"] = json!(r.schedule.window_at(req.now_ns));
-            }
-            match &e.verdict {
-                Explained::Applies {
-                    key, limit, plan, ..
-                } => {
-                    row["applies"] = json!(true);
-                    row["key"] = json!(key.as_str());
-                    row["aggregate"] = json!(r.is_aggregate());
-                    row["plan"] = json!(plan);
-                    row["limit"] = limit_json(limit);
-                }
-                Explained::Skipped(why) => {
-                    row["applies"] = json!(false);
-                    row["reason"] = json!(why);
-                }
-            }
-            row
-        })
+        .map(|(i, e)| row(i + 1, e, req.now_ns))
         .collect();
     match args.format {
         CheckFormat::Json => {
@@ -118,7 +70,67 @@ pub fn explain(args: &ExplainArgs, out: &mut impl Write, err: &mut impl Write) -
             }
         }
     }
-    0
+    Ok(())
+}
+
+/// The rules `args` names, compiled; when they are refused, why on `err`.
+fn read_rules(args: &ExplainArgs, file: &str, err: &mut impl Write) -> Result<RuleSet, Reported> {
+    let text = meshlimit_agent::rules_watch::read_rules_file(&args.rules).map_err(|e| {
+        let _ = writeln!(err, "{file}: cannot read: {e}");
+        Reported::Refused
+    })?;
+    parse_rules(file, &text).map_err(|e| {
+        let _ = writeln!(err, "{e}");
+        Reported::Refused
+    })
+}
+
+/// The request `args` describes, at `at` (Unix seconds).
+fn request(args: &ExplainArgs, at: u64) -> RequestInfo {
+    let mut req = RequestInfo::new(&args.path, &args.method, args.headers.clone());
+    req.client_ip = args.client_ip.clone();
+    req.route = args.route.clone();
+    req.now_ns = at.saturating_mul(NANOS_PER_SEC);
+    req.cluster = args.cluster.clone();
+    req.metadata = metadata(args);
+    req
+}
+
+/// The rule `e` explains, `order`th in the filter's order, as JSON: how it
+/// counts, its schedule and window at `now_ns`, and whether it applies.
+fn row(order: usize, e: &Explanation, now_ns: u64) -> Value {
+    let r = e.rule;
+    let mut row = json!({
+        "order": order,
+        "rule": r.name,
+        "mode": r.mode,
+        "scope": r.scope,
+        "accuracy": r.accuracy,
+        "on_failure": r.on_failure,
+        "cold_start": r.cold_start,
+        "cost": r.cost.get(),
+    });
+    if !r.schedule.is_empty() {
+        row["schedule"] = schedule(r);
+        // The window in force whether or not the rule applies.
+        row["window"] = json!(r.schedule.window_at(now_ns));
+    }
+    match &e.verdict {
+        Explained::Applies {
+            key, limit, plan, ..
+        } => {
+            row["applies"] = json!(true);
+            row["key"] = json!(key.as_str());
+            row["aggregate"] = json!(r.is_aggregate());
+            row["plan"] = json!(plan);
+            row["limit"] = limit_json(limit);
+        }
+        Explained::Skipped(why) => {
+            row["applies"] = json!(false);
+            row["reason"] = json!(why);
+        }
+    }
+    row
 }
 
 fn limit_json(limit: &Limit) -> Value {

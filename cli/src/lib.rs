@@ -23,7 +23,7 @@ use std::io::Write;
 use meshlimit_core::rules::trial::TRIAL_SUFFIX;
 use meshlimit_core::DescriptorKey;
 
-pub use error::CliError;
+pub use error::{CliError, Reported};
 
 use args::{Command, KeyIdArgs};
 
@@ -34,17 +34,17 @@ pub fn execute(
     err: &mut impl Write,
 ) -> Result<(), CliError> {
     match command {
-        Command::CheckRules(args) => CliError::reported(check_rules::check_rules_against(
+        Command::CheckRules(args) => check_rules::check_rules_against(
             &args.path,
             args.against.as_deref(),
             args.profile,
             args.format,
             out,
             err,
-        )),
+        ),
         Command::Replay(args) => Ok(replay::command(args, out)?),
-        Command::Explain(args) => CliError::reported(explain::explain(args, out, err)),
-        Command::Import(args) => CliError::reported(import::import(args, out, err)),
+        Command::Explain(args) => explain::explain(args, out, err),
+        Command::Import(args) => import::import(args, out, err),
         Command::Override(args) => fleet_override::override_command(args, out),
         Command::Schema => {
             let text = meshlimit_core::rules::schema::rules_schema_text();

@@ -5,7 +5,7 @@ fn check_as(format: CheckFormat, content: &str) -> (u8, String, String) {
     let path = dir.path().join("r.yaml");
     std::fs::write(&path, content).unwrap();
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    let code = check_rules(&path, format, &mut out, &mut err);
+    let code = CliError::code_of(&check_rules(&path, format, &mut out, &mut err));
     let text = |b: Vec<u8>| {
         String::from_utf8(b)
             .unwrap()
@@ -97,14 +97,15 @@ fn json_names_file_line_rule_field_and_message() {
 fn unreadable_is_one_line() {
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let path = Path::new("/nonexistent/r.yaml");
-    let code = check_rules(path, CheckFormat::Text, &mut out, &mut err);
+    let code = CliError::code_of(&check_rules(path, CheckFormat::Text, &mut out, &mut err));
     assert_eq!(code, 1);
     let err = String::from_utf8(err).unwrap();
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.starts_with("/nonexistent/r.yaml: cannot read:"));
 
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    assert_eq!(check_rules(path, CheckFormat::Json, &mut out, &mut err), 1);
+    let code = CliError::code_of(&check_rules(path, CheckFormat::Json, &mut out, &mut err));
+    assert_eq!(code, 1);
     let report: serde_json::Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(report["valid"], false);
     assert_eq!(report["errors"][0]["line"], serde_json::Value::Null);

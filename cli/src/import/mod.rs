@@ -32,6 +32,8 @@ use meshlimit_core::rules::config::{LimitConfig, RuleConfig, RulesConfig};
 use meshlimit_core::rules::{check_yaml_text, parse_rules, RuleSet, RulesError, SCHEMA_VERSION};
 
 use crate::args::{ImportArgs, ImportFormat};
+use crate::{CliError, Reported};
+pub use mapping::MapError;
 pub(crate) use mapping::{Condition, Mapping, Target};
 use meshlimit_agent::printable::{hidden, one_line};
 use rule::{rule_of, Names};
@@ -297,15 +299,14 @@ fn rules_config(rules: Vec<RuleConfig>) -> RulesConfig {
     }
 }
 
-/// The command: 0 written, 1 refused (every reason on `err`), 64 a bad `--map`.
-pub fn import(args: &ImportArgs, out: &mut impl Write, err: &mut impl Write) -> u8 {
-    let mapping = match Mapping::from_options(&args.map) {
-        Ok(m) => m,
-        Err(e) => {
-            let _ = writeln!(err, "meshlimit: {e}");
-            return meshlimit_agent::config::EXIT_USAGE;
-        }
-    };
+/// The command: the rules written, or [`Reported::Refused`] (every reason on
+/// `err`); a bad `--map` is a [`MapError`].
+pub fn import(
+    args: &ImportArgs,
+    out: &mut impl Write,
+    err: &mut impl Write,
+) -> Result<(), CliError> {
+    let mapping = Mapping::from_options(&args.map)?;
     // The path as given for the importer (which escapes what it reports), and
     // as shown in this command's own messages.
     let path = args.file.display().to_string();
@@ -314,7 +315,7 @@ pub fn import(args: &ImportArgs, out: &mut impl Write, err: &mut impl Write) -> 
         Ok(t) => t,
         Err(e) => {
             let _ = writeln!(err, "{file}: cannot read: {e}");
-            return 1;
+            return Err(Reported::Refused.into());
         }
     };
     let imported = convert(args.from, &path, &text, &mapping);
@@ -324,18 +325,18 @@ pub fn import(args: &ImportArgs, out: &mut impl Write, err: &mut impl Write) -> 
         }
         let n = counted(imported.errors.len(), "refusal");
         let _ = writeln!(err, "{file}: not imported ({n}); nothing written");
-        return 1;
+        return Err(Reported::Refused.into());
     }
     if imported.rules.is_empty() {
         let _ = writeln!(err, "{file}: no limit to import");
-        return 1;
+        return Err(Reported::Refused.into());
     }
     let from = format!("{} `{}`", args.from.as_str(), path);
     let text = match render(&imported, &from) {
         Ok(t) => t,
         Err(e) => {
             let _ = writeln!(err, "{file}: nothing written, a bug of the importer: {e}");
-            return 1;
+            return Err(Reported::Refused.into());
         }
     };
     for note in &imported.notes {
@@ -345,7 +346,7 @@ pub fn import(args: &ImportArgs, out: &mut impl Write, err: &mut impl Write) -> 
         Some(path) => {
             if let Err(e) = std::fs::write(path, &text) {
                 let _ = writeln!(err, "{}: cannot write: {e}", path.display());
-                return 1;
+                return Err(Reported::Refused.into());
             }
         }
         None => {
@@ -354,7 +355,7 @@ pub fn import(args: &ImportArgs, out: &mut impl Write, err: &mut impl Write) -> 
     }
     let n = counted(imported.rules.len(), "rule");
     let _ = writeln!(err, "{file}: {n} imported");
-    0
+    Ok(())
 }
 
 /// `1 rule`, `2 rules`.

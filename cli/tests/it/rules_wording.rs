@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use meshlimit_cli::args::CheckFormat;
 use meshlimit_cli::check_rules::check_rules;
+use meshlimit_cli::CliError;
 
 /// What no message to a person may hold: Rust types, serde's words, a field
 /// left unnamed.
@@ -65,8 +66,8 @@ fn every_broken_fixture_is_refused_in_the_files_words_at_its_field() {
     for path in broken_files() {
         let file = path.display().to_string();
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        let code = check_rules(&path, CheckFormat::Text, &mut out, &mut err);
-        assert_eq!(code, 1, "{file} should be refused");
+        let refused = check_rules(&path, CheckFormat::Text, &mut out, &mut err);
+        assert_eq!(CliError::code_of(&refused), 1, "{file} should be refused");
         let text = String::from_utf8(err).unwrap();
         for line in text.lines() {
             let rustism = RUSTISMS.iter().find(|r| line.contains(*r));
@@ -81,7 +82,7 @@ fn every_broken_fixture_is_refused_in_the_files_words_at_its_field() {
         }
         // The same errors for tools: every one with a path, a line and a column.
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        check_rules(&path, CheckFormat::Json, &mut out, &mut err);
+        let _ = check_rules(&path, CheckFormat::Json, &mut out, &mut err);
         let report: serde_json::Value = serde_json::from_slice(&out).unwrap();
         for e in report["errors"].as_array().unwrap() {
             let syntax = e["message"].as_str().unwrap().starts_with("not valid YAML");
@@ -118,7 +119,7 @@ fn the_issues_mistakes_say_what_to_write() {
     let check = |name: &str| {
         let path = dir.join(name);
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        check_rules(&path, CheckFormat::Text, &mut out, &mut err);
+        let _ = check_rules(&path, CheckFormat::Text, &mut out, &mut err);
         String::from_utf8(err)
             .unwrap()
             .replace(&format!("{}/", dir.display()), "")

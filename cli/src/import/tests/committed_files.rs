@@ -89,7 +89,7 @@ fn the_command_says_how_many_rules_it_imported_or_refusals_it_found() {
             file: dir.join(file),
         };
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        let code = import(&args, &mut out, &mut err);
+        let code = CliError::code_of(&import(&args, &mut out, &mut err));
         let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
         (code, text(out), text(err))
     };

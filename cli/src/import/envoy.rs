@@ -159,6 +159,8 @@ fn scalar(v: &Value) -> Option<String> {
     }
 }
 
+/// Every descriptor of `list` (found at `prefix`, below the entries `chain`),
+/// and those below it: their limits as drafts named under `name`.
 fn walk(
     list: &[Descriptor],
     prefix: &str,
@@ -170,51 +172,21 @@ fn walk(
     let generic = generic_limits(list);
     for (i, d) in list.iter().enumerate() {
         let at = format!("{prefix}[{i}]");
-        let value = match &d.value {
-            None => None,
-            Some(v) => match scalar(v) {
-                Some(s) if s.is_empty() => None,
-                Some(s) => Some(s),
-                None => {
-                    report.refuse(&at, "value", "a descriptor value is a string");
-                    continue;
-                }
-            },
+        let Some(value) = value_of(d, &at, report) else {
+            continue;
         };
-        if d.detailed_metric || d.value_to_metric || d.metadata.is_some() {
-            report.note(
-                "`detailed_metric`, `value_to_metric` and `metadata` are dropped: meshlimit's \
-                 metrics are per rule, keys appear by id in `meshlimit_top_rejected_keys`",
-            );
-        }
         let pattern = value.as_deref().is_some_and(|v| v.contains('*'));
-        if d.share_threshold && !pattern {
-            report.refuse(
-                &at,
-                "share_threshold",
-                "only a value with `*` shares a threshold",
-            );
-        }
+        check_options(d, pattern, &at, report);
+        let rule_name = format!("{name}.{}", step_name(&d.key, value.as_deref()));
         let mut here = chain.to_vec();
         here.push(Entry {
             key: d.key.clone(),
-            value: value.clone(),
+            value,
             pattern,
             shared: d.share_threshold,
             at: at.clone(),
             field: "key".into(),
         });
-        let step = match &value {
-            Some(v) => {
-                let v: String = v
-                    .chars()
-                    .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-                    .collect();
-                format!("{}_{}", d.key, v.trim_matches('-'))
-            }
-            None => d.key.clone(),
-        };
-        let rule_name = format!("{name}.{step}");
         if let Some(rl) = &d.rate_limit {
             let generic = generic.get(d.key.as_str()).copied().flatten();
             if let Some(draft) = limit_of(d, rl, generic, &at, &here, &rule_name, report) {
@@ -238,6 +210,55 @@ fn walk(
     }
 }
 
+/// The descriptor's value (`Some(None)` for none, or an empty one), or `None`
+/// when it is refused: not a scalar.
+fn value_of(d: &Descriptor, at: &str, report: &mut Report<'_>) -> Option<Option<String>> {
+    match &d.value {
+        None => Some(None),
+        Some(v) => match scalar(v) {
+            Some(s) if s.is_empty() => Some(None),
+            Some(s) => Some(Some(s)),
+            None => {
+                report.refuse(at, "value", "a descriptor value is a string");
+                None
+            }
+        },
+    }
+}
+
+/// The options meshlimit drops (noted) or cannot honour (refused): metrics
+/// detail, and a shared threshold on a value without `*`.
+fn check_options(d: &Descriptor, pattern: bool, at: &str, report: &mut Report<'_>) {
+    if d.detailed_metric || d.value_to_metric || d.metadata.is_some() {
+        report.note(
+            "`detailed_metric`, `value_to_metric` and `metadata` are dropped: meshlimit's \
+             metrics are per rule, keys appear by id in `meshlimit_top_rejected_keys`",
+        );
+    }
+    if d.share_threshold && !pattern {
+        report.refuse(
+            at,
+            "share_threshold",
+            "only a value with `*` shares a threshold",
+        );
+    }
+}
+
+/// A descriptor's part of a rule name: `KEY`, or `KEY_VALUE` with the
+/// value's characters other than ASCII letters and digits as `-`.
+fn step_name(key: &str, value: Option<&str>) -> String {
+    match value {
+        Some(v) => {
+            let v: String = v
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+                .collect();
+            format!("{key}_{}", v.trim_matches('-'))
+        }
+        None => key.to_string(),
+    }
+}
+
 /// The draft of one descriptor's `rate_limit`, or `None` (refused, or no limit).
 fn limit_of(
     d: &Descriptor,
@@ -248,110 +269,22 @@ fn limit_of(
     rule_name: &str,
     report: &mut Report<'_>,
 ) -> Option<Draft> {
-    if !rl.replaces.is_empty() {
-        report.refuse(
-            at,
-            "rate_limit.replaces",
-            "meshlimit applies every rule a request meets; one limit cannot replace another",
-        );
-    }
-    if d.quota_mode {
-        report.refuse(at, "quota_mode", "meshlimit has no quota mode");
-    }
-    if !rl.replaces.is_empty() || d.quota_mode {
+    if refuses_modes(d, rl, at, report) {
         return None;
     }
     // `generic`: the value-less sibling of the same key, whose limit covers
     // this value too.
     let is_value = entries.last().is_some_and(|e| e.value.is_some());
     if rl.unlimited {
-        if rl.unit.is_some() || rl.requests_per_unit.is_some() {
-            report.refuse(
-                at,
-                "rate_limit.unlimited",
-                "`unlimited` with a unit or a rate",
-            );
-        }
-        match generic {
-            Some(_) if is_value => report.refuse(
-                at,
-                "rate_limit.unlimited",
-                format!(
-                    "exempts one value from the limit of every `{}`; meshlimit applies every \
-                     rule a request meets and has no exemption",
-                    d.key
-                ),
-            ),
-            _ => report.note(format!(
-                "{at} (`unlimited`) gives no rule: meshlimit limits only what a rule names"
-            )),
-        }
+        unlimited(d, rl, generic.filter(|_| is_value), at, report);
         return None;
     }
-    let Some(unit) = rl.unit.as_deref() else {
-        report.refuse(
-            at,
-            "rate_limit.unit",
-            "required: second, minute, hour, day, week, month or year",
-        );
-        return None;
-    };
-    let Some(seconds) = unit_seconds(unit) else {
-        report.refuse(
-            at,
-            "rate_limit.unit",
-            format!("`{unit}` is not one of second, minute, hour, day, week, month, year"),
-        );
-        return None;
-    };
-    let requests = match rl.requests_per_unit {
-        None => {
-            report.refuse(at, "rate_limit.requests_per_unit", "required");
+    let (unit, seconds) = unit_of(rl, at, report)?;
+    let requests = requests_of(rl, at, report)?;
+    if let (true, Some(generic)) = (is_value, generic) {
+        if !under_generic(d, (requests, seconds), generic, at, report) {
             return None;
         }
-        Some(0) => {
-            report.refuse(
-                at,
-                "rate_limit.requests_per_unit",
-                "0 refuses every request; meshlimit limits, it does not deny: block these \
-                 requests in Envoy (an RBAC filter)",
-            );
-            return None;
-        }
-        Some(n) => match u32::try_from(n) {
-            Ok(n) => n,
-            Err(_) => {
-                report.refuse(
-                    at,
-                    "rate_limit.requests_per_unit",
-                    format!("{n} is above meshlimit's largest limit, {}", u32::MAX),
-                );
-                return None;
-            }
-        },
-    };
-    if let (true, Some((g_requests, g_seconds))) = (is_value, generic) {
-        // Rates compared exactly: requests ÷ seconds, cross-multiplied.
-        if u128::from(requests) * u128::from(g_seconds)
-            > u128::from(g_requests) * u128::from(seconds)
-        {
-            report.refuse(
-                at,
-                "rate_limit",
-                format!(
-                    "raises one value above the limit of every `{}` ({g_requests} per {}); \
-                     meshlimit applies both rules, so the lower one would hold",
-                    d.key,
-                    super::period(g_seconds)
-                ),
-            );
-            return None;
-        }
-        report.note(format!(
-            "{at}: requests with this `{}` also count against the rule for every `{}` (the \
-             peer counted them only here)",
-            d.key, d.key
-        ));
     }
     if unit.eq_ignore_ascii_case("month") || unit.eq_ignore_ascii_case("year") {
         report.note(format!(
@@ -370,4 +303,128 @@ fn limit_of(
         },
         shadow: d.shadow_mode,
     })
+}
+
+/// Whether the limit is refused for what meshlimit has no counterpart of:
+/// one limit replacing another, quota mode (each refused on `report`).
+fn refuses_modes(d: &Descriptor, rl: &RateLimit, at: &str, report: &mut Report<'_>) -> bool {
+    if !rl.replaces.is_empty() {
+        report.refuse(
+            at,
+            "rate_limit.replaces",
+            "meshlimit applies every rule a request meets; one limit cannot replace another",
+        );
+    }
+    if d.quota_mode {
+        report.refuse(at, "quota_mode", "meshlimit has no quota mode");
+    }
+    !rl.replaces.is_empty() || d.quota_mode
+}
+
+/// An `unlimited` limit gives no rule: refused where it exempts a value from
+/// the limit of its key (`generic`, that value-less sibling's rate), else noted.
+fn unlimited(d: &Descriptor, rl: &RateLimit, generic: Generic, at: &str, report: &mut Report<'_>) {
+    if rl.unit.is_some() || rl.requests_per_unit.is_some() {
+        report.refuse(
+            at,
+            "rate_limit.unlimited",
+            "`unlimited` with a unit or a rate",
+        );
+    }
+    match generic {
+        Some(_) => report.refuse(
+            at,
+            "rate_limit.unlimited",
+            format!(
+                "exempts one value from the limit of every `{}`; meshlimit applies every \
+                 rule a request meets and has no exemption",
+                d.key
+            ),
+        ),
+        None => report.note(format!(
+            "{at} (`unlimited`) gives no rule: meshlimit limits only what a rule names"
+        )),
+    }
+}
+
+/// The limit's unit as written and in seconds, or `None` (refused).
+fn unit_of<'r>(rl: &'r RateLimit, at: &str, report: &mut Report<'_>) -> Option<(&'r str, u64)> {
+    let Some(unit) = rl.unit.as_deref() else {
+        report.refuse(
+            at,
+            "rate_limit.unit",
+            "required: second, minute, hour, day, week, month or year",
+        );
+        return None;
+    };
+    let Some(seconds) = unit_seconds(unit) else {
+        report.refuse(
+            at,
+            "rate_limit.unit",
+            format!("`{unit}` is not one of second, minute, hour, day, week, month, year"),
+        );
+        return None;
+    };
+    Some((unit, seconds))
+}
+
+/// The limit's requests per unit, or `None` (refused): missing, 0, or above
+/// meshlimit's largest limit.
+fn requests_of(rl: &RateLimit, at: &str, report: &mut Report<'_>) -> Option<u32> {
+    let field = "rate_limit.requests_per_unit";
+    match rl.requests_per_unit {
+        None => {
+            report.refuse(at, field, "required");
+            None
+        }
+        Some(0) => {
+            report.refuse(
+                at,
+                field,
+                "0 refuses every request; meshlimit limits, it does not deny: block these \
+                 requests in Envoy (an RBAC filter)",
+            );
+            None
+        }
+        Some(n) => u32::try_from(n).ok().or_else(|| {
+            report.refuse(
+                at,
+                field,
+                format!("{n} is above meshlimit's largest limit, {}", u32::MAX),
+            );
+            None
+        }),
+    }
+}
+
+/// Whether a value's `rate` (requests, seconds) is at most the `generic`
+/// rate of every value of its key, which meshlimit applies as well; refused
+/// if above, noted if not.
+fn under_generic(
+    d: &Descriptor,
+    (requests, seconds): (u32, u64),
+    (g_requests, g_seconds): (u64, u64),
+    at: &str,
+    report: &mut Report<'_>,
+) -> bool {
+    // Rates compared exactly: requests ÷ seconds, cross-multiplied.
+    if u128::from(requests) * u128::from(g_seconds) > u128::from(g_requests) * u128::from(seconds) {
+        report.refuse(
+            at,
+            "rate_limit",
+            format!(
+                "raises one value above the limit of every `{}` ({g_requests} per {}); \
+                 meshlimit applies both rules, so the lower one would hold",
+                d.key,
+                super::period(g_seconds)
+            ),
+        );
+        return false;
+    }
+    report.note(format!(
+        "{at}: requests with this `{}` also count against the rule for every `{}` (the \
+         peer counted them only here)",
+        d.key, d.key
+    ));
+    true
 }

@@ -18,6 +18,8 @@ struct Builder {
     key: Vec<KeyPartConfig>,
 }
 
+/// The rule of a draft, or `None` with every reason on `report`: an entry
+/// `--map` does not say, or a rule that does not compile.
 pub(super) fn rule_of(
     d: &Draft,
     mapping: &Mapping,
@@ -27,71 +29,13 @@ pub(super) fn rule_of(
     let before = report.errors.len();
     let mut b = Builder::default();
     for e in &d.entries {
-        let value_field = e.field.replace("key", "value");
-        if let Some(c) = e
-            .value
-            .as_deref()
-            .and_then(|v| v.chars().find(|c| hidden(*c)))
-        {
-            report.refuse(
-                &e.at,
-                &value_field,
-                format!(
-                    "holds U+{:04X}, a character that does not print: a rules file does not \
-                     carry it, and no request's header, method, path or host has it",
-                    u32::from(c)
-                ),
-            );
-            continue;
-        }
-        let by_value = e
-            .value
-            .as_ref()
-            .and_then(|v| mapping.values.get(&(e.key.clone(), v.clone())));
-        match (&e.value, by_value, mapping.keys.get(&e.key)) {
-            (_, Some(c), _) => b.condition(c, &e.at, &value_field, report),
-            (None, None, Some(target)) => match key_part(target) {
-                Some(part) => b.key.push(part),
-                None => report.refuse(
-                    &e.at,
-                    &e.field,
-                    format!(
-                        "descriptor key `{}` (the upstream cluster) has no value: meshlimit scopes \
-                         a rule to a cluster (`match.cluster`) but does not key on it",
-                        e.key
-                    ),
-                ),
-            },
-            (None, None, None) => report.refuse(
-                &e.at,
-                &e.field,
-                format!(
-                    "descriptor key `{}` names no request part: say which with --map {}=TARGET \
-                     (client_ip, method, path, authority, route, cluster, header:NAME, query:NAME, \
-                     claim:NAME)",
-                    e.key, e.key
-                ),
-            ),
-            (Some(v), None, Some(target)) => b.value(target, v, e, &e.at, &value_field, report),
-            (Some(v), None, None) => report.refuse(
-                &e.at,
-                &value_field,
-                format!(
-                    "descriptor `{key}: {v}` names no request condition: say which requests carry \
-                     it with --map {key}=TARGET (the request part it is a value of) or \
-                     --map {key}:{v}=CONDITION (path:/P, path_prefix:/P, method:M, authority:HOST, \
-                     header:NAME=VALUE, any)",
-                    key = e.key
-                ),
-            ),
-        }
+        b.entry(e, mapping, report);
     }
     if report.errors.len() != before {
         return None;
     }
-    let name = names.unique(&d.name);
     let rule = RuleConfig {
-        name,
+        name: names.unique(&d.name),
         matches: (b.matches != MatchConfig::default()).then_some(b.matches),
         key: b.key,
         limit: Some(d.limit.clone()),
@@ -110,8 +54,13 @@ pub(super) fn rule_of(
         cold_start: None,
         schedule: Vec::new(),
     };
-    // What the peer wrote may still be no valid rule (a method `G3T`, a host
-    // with a port): refused here, at the peer's entry, not in the output.
+    compiled(rule, &d.at, report)
+}
+
+/// `rule`, if it compiles on its own. What the peer wrote may still be no
+/// valid rule (a method `G3T`, a host with a port): refused here, at the
+/// peer's entry `at`, not in the output.
+fn compiled(rule: RuleConfig, at: &str, report: &mut Report<'_>) -> Option<RuleConfig> {
     let alone = RulesConfig {
         version: SCHEMA_VERSION,
         defaults: Default::default(),
@@ -123,13 +72,62 @@ pub(super) fn rule_of(
         Err(e) => {
             for err in e.errors {
                 report.refuse(
-                    &d.at,
+                    at,
                     "",
                     format!("gives rule field `{}`: {}", err.field, err.message),
                 );
             }
             None
         }
+    }
+}
+
+/// Whether `e`'s value holds a character that does not print (refused as
+/// `value_field`).
+fn refuses_hidden(e: &Entry, value_field: &str, report: &mut Report<'_>) -> bool {
+    let Some(c) = e
+        .value
+        .as_deref()
+        .and_then(|v| v.chars().find(|c| hidden(*c)))
+    else {
+        return false;
+    };
+    report.refuse(
+        &e.at,
+        value_field,
+        format!(
+            "holds U+{:04X}, a character that does not print: a rules file does not \
+             carry it, and no request's header, method, path or host has it",
+            u32::from(c)
+        ),
+    );
+    true
+}
+
+/// Refuses an entry no `--map` names, saying which `--map` would.
+fn unmapped(e: &Entry, value_field: &str, report: &mut Report<'_>) {
+    match &e.value {
+        None => report.refuse(
+            &e.at,
+            &e.field,
+            format!(
+                "descriptor key `{}` names no request part: say which with --map {}=TARGET \
+                 (client_ip, method, path, authority, route, cluster, header:NAME, query:NAME, \
+                 claim:NAME)",
+                e.key, e.key
+            ),
+        ),
+        Some(v) => report.refuse(
+            &e.at,
+            value_field,
+            format!(
+                "descriptor `{key}: {v}` names no request condition: say which requests carry \
+                 it with --map {key}=TARGET (the request part it is a value of) or \
+                 --map {key}:{v}=CONDITION (path:/P, path_prefix:/P, method:M, authority:HOST, \
+                 header:NAME=VALUE, any)",
+                key = e.key
+            ),
+        ),
     }
 }
 
@@ -151,6 +149,36 @@ fn key_part(t: &Target) -> Option<KeyPartConfig> {
 }
 
 impl Builder {
+    /// One entry of a draft, as `mapping` says: a condition or a key part, or
+    /// refused on `report`.
+    fn entry(&mut self, e: &Entry, mapping: &Mapping, report: &mut Report<'_>) {
+        let value_field = e.field.replace("key", "value");
+        if refuses_hidden(e, &value_field, report) {
+            return;
+        }
+        let by_value = e
+            .value
+            .as_ref()
+            .and_then(|v| mapping.values.get(&(e.key.clone(), v.clone())));
+        match (&e.value, by_value, mapping.keys.get(&e.key)) {
+            (_, Some(c), _) => self.condition(c, &e.at, &value_field, report),
+            (None, None, Some(target)) => match key_part(target) {
+                Some(part) => self.key.push(part),
+                None => report.refuse(
+                    &e.at,
+                    &e.field,
+                    format!(
+                        "descriptor key `{}` (the upstream cluster) has no value: meshlimit scopes \
+                         a rule to a cluster (`match.cluster`) but does not key on it",
+                        e.key
+                    ),
+                ),
+            },
+            (Some(v), None, Some(target)) => self.value(target, v, e, &e.at, &value_field, report),
+            (_, None, None) => unmapped(e, &value_field, report),
+        }
+    }
+
     /// A descriptor entry with a value, of a key mapped to a request part.
     fn value(
         &mut self,

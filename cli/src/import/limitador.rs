@@ -76,36 +76,14 @@ pub(super) fn read(text: &str, report: &mut Report<'_>) -> Vec<Draft> {
         .collect()
 }
 
+/// The draft of limit `i`, or `None` with every reason on `report`.
 fn draft(i: usize, l: &Limit, report: &mut Report<'_>) -> Option<Draft> {
     let at = match &l.name {
         Some(n) => format!("limits[{i}] ({n})"),
         None => format!("limits[{i}]"),
     };
     let before = report.errors.len();
-    let requests = match u32::try_from(l.max_value) {
-        Ok(0) => {
-            report.refuse(
-                &at,
-                "max_value",
-                "0 refuses every request; meshlimit limits, it does not deny: block these \
-                 requests in Envoy (an RBAC filter)",
-            );
-            0
-        }
-        Ok(n) => n,
-        Err(_) => {
-            report.refuse(
-                &at,
-                "max_value",
-                format!(
-                    "{} is above meshlimit's largest limit, {}",
-                    l.max_value,
-                    u32::MAX
-                ),
-            );
-            0
-        }
-    };
+    let requests = requests_of(l, &at, report);
     if l.seconds == 0 || l.seconds > MAX_SECONDS {
         report.refuse(
             &at,
@@ -113,39 +91,7 @@ fn draft(i: usize, l: &Limit, report: &mut Report<'_>) -> Option<Draft> {
             format!("{} is not from 1 to {MAX_SECONDS} (366 days)", l.seconds),
         );
     }
-    let mut entries = Vec::new();
-    for (j, v) in l.variables.iter().flatten().enumerate() {
-        let field = format!("variables[{j}]");
-        match descriptor_key(v.trim()) {
-            Some((key, "")) => entries.push(Entry {
-                key,
-                value: None,
-                pattern: false,
-                shared: false,
-                at: at.clone(),
-                field,
-            }),
-            _ => report.refuse(
-                &at,
-                &field,
-                format!("`{v}` is not `descriptors[0].KEY` (or `descriptors[0]['KEY']`)"),
-            ),
-        }
-    }
-    for (j, c) in l.conditions.iter().flatten().enumerate() {
-        let field = format!("conditions[{j}]");
-        match equality(c) {
-            Ok((key, value)) => entries.push(Entry {
-                key,
-                value: Some(value),
-                pattern: false,
-                shared: false,
-                at: at.clone(),
-                field,
-            }),
-            Err(why) => report.refuse(&at, &field, format!("`{c}`: {why}")),
-        }
-    }
+    let entries = entries_of(l, &at, report);
     if l.id.is_some() {
         report.note("`id` is dropped: a meshlimit rule is known by its name");
     }
@@ -167,6 +113,68 @@ fn draft(i: usize, l: &Limit, report: &mut Report<'_>) -> Option<Draft> {
         },
         shadow: false,
     })
+}
+
+/// The limit's `max_value` as meshlimit's requests; 0 and a value above
+/// meshlimit's largest limit are refused on `report` (and give 0).
+fn requests_of(l: &Limit, at: &str, report: &mut Report<'_>) -> u32 {
+    match u32::try_from(l.max_value) {
+        Ok(0) => {
+            report.refuse(
+                at,
+                "max_value",
+                "0 refuses every request; meshlimit limits, it does not deny: block these \
+                 requests in Envoy (an RBAC filter)",
+            );
+            0
+        }
+        Ok(n) => n,
+        Err(_) => {
+            report.refuse(
+                at,
+                "max_value",
+                format!(
+                    "{} is above meshlimit's largest limit, {}",
+                    l.max_value,
+                    u32::MAX
+                ),
+            );
+            0
+        }
+    }
+}
+
+/// The descriptor entries of the limit's `variables` (keys) and `conditions`
+/// (key and value); each one of no form meshlimit reads is refused on `report`.
+fn entries_of(l: &Limit, at: &str, report: &mut Report<'_>) -> Vec<Entry> {
+    let entry = |key, value, field| Entry {
+        key,
+        value,
+        pattern: false,
+        shared: false,
+        at: at.to_string(),
+        field,
+    };
+    let mut entries = Vec::new();
+    for (j, v) in l.variables.iter().flatten().enumerate() {
+        let field = format!("variables[{j}]");
+        match descriptor_key(v.trim()) {
+            Some((key, "")) => entries.push(entry(key, None, field)),
+            _ => report.refuse(
+                at,
+                &field,
+                format!("`{v}` is not `descriptors[0].KEY` (or `descriptors[0]['KEY']`)"),
+            ),
+        }
+    }
+    for (j, c) in l.conditions.iter().flatten().enumerate() {
+        let field = format!("conditions[{j}]");
+        match equality(c) {
+            Ok((key, value)) => entries.push(entry(key, Some(value), field)),
+            Err(why) => report.refuse(at, &field, format!("`{c}`: {why}")),
+        }
+    }
+    entries
 }
 
 /// `descriptors[0].KEY` or `descriptors[0]['KEY']` (or `"KEY"`) at the start of

@@ -371,30 +371,66 @@ fn instant_ns(text: &str) -> Option<u64> {
 /// The report: per rule, then the keys NEW would newly limit (by id), as text
 /// or JSON.
 pub fn report(r: &Replay, new: &RuleSet, ids: &KeyIds, json_out: bool, out: &mut impl Write) {
-    let newly: Vec<(String, String, u64, u64)> = {
-        let mut v: Vec<(String, String, u64, u64)> = r
-            .new
-            .by_key
-            .iter()
-            .map(|(k, n)| {
-                let before = r
-                    .baseline
-                    .as_ref()
-                    .map_or(0, |b| b.by_key.get(k).copied().unwrap_or(0));
-                let (rule, id) = match k {
-                    KeyName::Clear(key) => (key.rule().to_string(), ids.id(key).to_string()),
-                    KeyName::Id { rule, key_id } => (rule.clone(), key_id.clone()),
-                };
-                (rule, id, *n, before)
-            })
-            .filter(|(_, _, n, before)| n > before)
-            .collect();
-        v.sort_by(|a, b| (b.2 - b.3).cmp(&(a.2 - a.3)).then(a.1.cmp(&b.1)));
-        v.truncate(20);
-        v
-    };
-    let rules: Vec<Value> = new
-        .rules()
+    let newly = newly_limited(r, ids);
+    let rules = rule_rows(r, new);
+    if json_out {
+        write_json(r, rules, &newly, out);
+    } else {
+        write_text(r, &rules, &newly, out);
+    }
+}
+
+/// The keys shown as newly limited: at most this many.
+const NEWLY_SHOWN: usize = 20;
+
+/// A key NEW rejects more often than the baseline.
+struct Newly {
+    rule: String,
+    key_id: String,
+    /// Requests NEW would reject.
+    rejected: u64,
+    /// Requests the baseline would reject (0 without one).
+    before: u64,
+}
+
+/// The keys NEW rejects more often than the baseline, the largest rise
+/// first (then by id), at most [`NEWLY_SHOWN`].
+fn newly_limited(r: &Replay, ids: &KeyIds) -> Vec<Newly> {
+    let mut newly: Vec<Newly> = r
+        .new
+        .by_key
+        .iter()
+        .map(|(k, n)| {
+            let before = r
+                .baseline
+                .as_ref()
+                .map_or(0, |b| b.by_key.get(k).copied().unwrap_or(0));
+            let (rule, key_id) = match k {
+                KeyName::Clear(key) => (key.rule().to_string(), ids.id(key).to_string()),
+                KeyName::Id { rule, key_id } => (rule.clone(), key_id.clone()),
+            };
+            Newly {
+                rule,
+                key_id,
+                rejected: *n,
+                before,
+            }
+        })
+        .filter(|k| k.rejected > k.before)
+        .collect();
+    newly.sort_by(|a, b| {
+        (b.rejected - b.before)
+            .cmp(&(a.rejected - a.before))
+            .then(a.key_id.cmp(&b.key_id))
+    });
+    newly.truncate(NEWLY_SHOWN);
+    newly
+}
+
+/// One row a rule of NEW: whether in shadow, the requests it applied to and
+/// would reject, and what the baseline would reject (null without one).
+fn rule_rows(r: &Replay, new: &RuleSet) -> Vec<Value> {
+    new.rules()
         .iter()
         .map(|rule| {
             let (applied, rejected) = r.new.by_rule.get(&rule.name).copied().unwrap_or_default();
@@ -410,23 +446,28 @@ pub fn report(r: &Replay, new: &RuleSet, ids: &KeyIds, json_out: bool, out: &mut
                 "baseline_would_reject": before,
             })
         })
+        .collect()
+}
+
+/// The report as one JSON object.
+fn write_json(r: &Replay, rules: Vec<Value>, newly: &[Newly], out: &mut impl Write) {
+    let keys: Vec<Value> = newly
+        .iter()
+        .map(|k| json!({"rule": k.rule, "key_id": k.key_id, "would_reject": k.rejected, "baseline_would_reject": k.before}))
         .collect();
-    if json_out {
-        let keys: Vec<Value> = newly
-            .iter()
-            .map(|(rule, id, n, before)| json!({"rule": rule, "key_id": id, "would_reject": n, "baseline_would_reject": before}))
-            .collect();
-        let report = json!({
-            "requests": r.requests,
-            "skipped_lines": r.skipped,
-            "sampled_lines": r.sampled,
-            "ambiguous": r.new.ambiguous,
-            "rules": rules,
-            "newly_limited_keys": keys,
-        });
-        let _ = writeln!(out, "{report}");
-        return;
-    }
+    let report = json!({
+        "requests": r.requests,
+        "skipped_lines": r.skipped,
+        "sampled_lines": r.sampled,
+        "ambiguous": r.new.ambiguous,
+        "rules": rules,
+        "newly_limited_keys": keys,
+    });
+    let _ = writeln!(out, "{report}");
+}
+
+/// The report as lines: the totals, a line a rule, a line a newly limited key.
+fn write_text(r: &Replay, rules: &[Value], newly: &[Newly], out: &mut impl Write) {
     let _ = writeln!(
         out,
         "{} requests replayed ({} lines skipped, {} ambiguous)",
@@ -439,7 +480,7 @@ pub fn report(r: &Replay, new: &RuleSet, ids: &KeyIds, json_out: bool, out: &mut
             r.sampled
         );
     }
-    for row in &rules {
+    for row in rules {
         let before = match row["baseline_would_reject"].as_u64() {
             Some(b) => format!(" (baseline {b})"),
             None => String::new(),
@@ -457,10 +498,11 @@ pub fn report(r: &Replay, new: &RuleSet, ids: &KeyIds, json_out: bool, out: &mut
             row["would_reject"],
         );
     }
-    for (rule, id, n, before) in &newly {
+    for k in newly {
         let _ = writeln!(
             out,
-            "newly limited: rule {rule} key {id}: {n} rejected (baseline {before})"
+            "newly limited: rule {} key {}: {} rejected (baseline {})",
+            k.rule, k.key_id, k.rejected, k.before
         );
     }
 }

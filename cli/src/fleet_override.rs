@@ -4,6 +4,7 @@
 
 use std::io::Write;
 
+use meshlimit_agent::config::StoreSpec;
 use meshlimit_store::fleet::{Override, OverrideMode};
 use meshlimit_store::trial::TrialAction;
 use meshlimit_store::{FleetState, StoreError};
@@ -49,43 +50,20 @@ async fn act(args: &OverrideArgs, store: &dyn FleetState) -> Result<String, Over
     let on = &args.store;
     let now = meshlimit_agent::regions::clock::now_secs();
     let by = args.by();
-    let by = by.as_str();
-    let set = |state: Option<Override>| async move {
-        store
-            .set_fleet_override(state, by)
-            .await
-            .map_err(|source| OverrideError::Set {
-                on: on.to_string(),
-                source,
-            })
-    };
     match args.action {
         OverrideAction::Shadow => {
-            set(Some(args.state(OverrideMode::Shadow, None, now))).await?;
+            let state = args.state(OverrideMode::Shadow, None, now);
+            set(store, on, &by, Some(state)).await?;
             Ok(format!("fleet override set on {on}: every rule in shadow on every agent within their poll (1 s by default)"))
         }
         OverrideAction::Clear => {
-            set(None).await?;
+            set(store, on, &by, None).await?;
             Ok(format!("fleet override cleared on {on}: the rules file's set applies again within the agents' poll"))
         }
         OverrideAction::Pin => {
-            let version = match &args.rules_version {
-                Some(v) => v.clone(),
-                None => store
-                    .previous_version()
-                    .await
-                    .map_err(|source| OverrideError::PreviousVersion {
-                        on: on.to_string(),
-                        source,
-                    })?
-                    .ok_or_else(|| OverrideError::NoPreviousVersion { on: on.to_string() })?,
-            };
-            set(Some(args.state(
-                OverrideMode::Pin,
-                Some(version.clone()),
-                now,
-            )))
-            .await?;
+            let version = pinned_version(args, store).await?;
+            let state = args.state(OverrideMode::Pin, Some(version.clone()), now);
+            set(store, on, &by, Some(state)).await?;
             Ok(format!("fleet override set on {on}: every agent serves rules version {version} within their poll (an agent without it: every rule in shadow)"))
         }
         OverrideAction::History => store
@@ -97,21 +75,67 @@ async fn act(args: &OverrideArgs, store: &dyn FleetState) -> Result<String, Over
                 source,
             }),
         OverrideAction::EndTrial | OverrideAction::HoldTrial => {
-            let (action, done) = match args.action {
-                OverrideAction::HoldTrial => (TrialAction::Hold, "held until end-trial"),
-                _ => (TrialAction::End, "ended: its rules enforce as written"),
-            };
-            match store.control_trial(action, by).await {
-                Ok(Some(version)) => Ok(format!(
-                    "trial of rules version {version} {done}, on every agent within their poll"
-                )),
-                Ok(None) => Err(OverrideError::NoTrial { on: on.to_string() }),
-                Err(source) => Err(OverrideError::Trial {
-                    on: on.to_string(),
-                    source,
-                }),
-            }
+            trial(args.action, store, on, &by).await
         }
+    }
+}
+
+/// Sets (or with `None` clears) the fleet override on `store`, as `by`.
+async fn set(
+    store: &dyn FleetState,
+    on: &StoreSpec,
+    by: &str,
+    state: Option<Override>,
+) -> Result<(), OverrideError> {
+    store
+        .set_fleet_override(state, by)
+        .await
+        .map_err(|source| OverrideError::Set {
+            on: on.to_string(),
+            source,
+        })
+}
+
+/// The version `pin` serves: `--rules-version`, else the one the region
+/// served before the current one.
+async fn pinned_version(
+    args: &OverrideArgs,
+    store: &dyn FleetState,
+) -> Result<String, OverrideError> {
+    let on = &args.store;
+    if let Some(v) = &args.rules_version {
+        return Ok(v.clone());
+    }
+    store
+        .previous_version()
+        .await
+        .map_err(|source| OverrideError::PreviousVersion {
+            on: on.to_string(),
+            source,
+        })?
+        .ok_or_else(|| OverrideError::NoPreviousVersion { on: on.to_string() })
+}
+
+/// `end-trial` or `hold-trial` (`action`) on the region's last trial.
+async fn trial(
+    action: OverrideAction,
+    store: &dyn FleetState,
+    on: &StoreSpec,
+    by: &str,
+) -> Result<String, OverrideError> {
+    let (action, done) = match action {
+        OverrideAction::HoldTrial => (TrialAction::Hold, "held until end-trial"),
+        _ => (TrialAction::End, "ended: its rules enforce as written"),
+    };
+    match store.control_trial(action, by).await {
+        Ok(Some(version)) => Ok(format!(
+            "trial of rules version {version} {done}, on every agent within their poll"
+        )),
+        Ok(None) => Err(OverrideError::NoTrial { on: on.to_string() }),
+        Err(source) => Err(OverrideError::Trial {
+            on: on.to_string(),
+            source,
+        }),
     }
 }
 

@@ -21,20 +21,35 @@ const REBALANCE_BUCKETS: [f64; 9] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.
 /// The region exchange's metrics (registered whether regions are on or not,
 /// so that their series exist in every agent).
 pub struct RegionMetrics {
+    shares: ShareMetrics,
+    exchange: ExchangeMetrics,
+    election: ElectionMetrics,
+    shown: Mutex<Shown>,
+}
+
+/// The shares in force: per rule, for the top keys, and how fresh they are.
+struct ShareMetrics {
     share: GaugeVec,
     share_keys: IntGaugeVec,
     share_mean: GaugeVec,
     period: IntGauge,
     age: GaugeVec,
     adopted_at: GaugeVec,
+}
+
+/// What this agent reads and writes of the exchange, and its rebalances.
+struct ExchangeMetrics {
     refreshes: IntCounterVec,
     flushes: IntCounterVec,
     rebalances: IntCounterVec,
     rebalance_seconds: Histogram,
+}
+
+/// The region's rebalancer, and the regions it could read.
+struct ElectionMetrics {
     leader: IntGauge,
     leader_info: IntGaugeVec,
     peer_up: IntGaugeVec,
-    shown: Mutex<Shown>,
 }
 
 /// Label values currently shown, to remove them once they leave.
@@ -47,10 +62,8 @@ struct Shown {
     leader: Option<String>,
 }
 
-impl RegionMetrics {
-    /// Registers the region exchange's metrics in `registry`.
-    pub fn new(registry: &Registry) -> Result<Self, MetricsError> {
-        let f = Factory(registry);
+impl ShareMetrics {
+    fn new(f: &Factory) -> Result<Self, MetricsError> {
         Ok(Self {
             share: f.ratios(
                 "meshlimit_region_share",
@@ -81,6 +94,13 @@ impl RegionMetrics {
                 "When this agent last put newly published shares in force (Unix time).",
                 &[],
             )?,
+        })
+    }
+}
+
+impl ExchangeMetrics {
+    fn new(f: &Factory) -> Result<Self, MetricsError> {
+        Ok(Self {
             refreshes: f.counters(
                 "meshlimit_region_share_refreshes_total",
                 "Reads of the region's published shares, by result (ok, unchanged, error).",
@@ -101,6 +121,13 @@ impl RegionMetrics {
                 "Time of one rebalance: seal, read every region, publish.",
                 &REBALANCE_BUCKETS,
             )?,
+        })
+    }
+}
+
+impl ElectionMetrics {
+    fn new(f: &Factory) -> Result<Self, MetricsError> {
+        Ok(Self {
             leader: f.gauge(
                 "meshlimit_region_leader",
                 "1 while this agent is its region's rebalancer.",
@@ -115,6 +142,18 @@ impl RegionMetrics {
                 "1 if the last rebalance could read the region's sealed demand (set by the leader).",
                 &["region"],
             )?,
+        })
+    }
+}
+
+impl RegionMetrics {
+    /// Registers the region exchange's metrics in `registry`.
+    pub fn new(registry: &Registry) -> Result<Self, MetricsError> {
+        let f = Factory(registry);
+        Ok(Self {
+            shares: ShareMetrics::new(&f)?,
+            exchange: ExchangeMetrics::new(&f)?,
+            election: ElectionMetrics::new(&f)?,
             shown: Mutex::default(),
         })
     }
@@ -122,14 +161,14 @@ impl RegionMetrics {
     /// This agent's standing in the election, and the holder it read.
     pub(crate) fn region_leader(&self, is_leader: bool, holder: Option<&str>) {
         let m = self;
-        m.leader.set(i64::from(is_leader));
+        m.election.leader.set(i64::from(is_leader));
         let mut shown = lock(&m.shown);
         if shown.leader.as_deref() != holder {
             if let Some(old) = shown.leader.take() {
-                let _ = m.leader_info.remove_label_values(&[&old]);
+                let _ = m.election.leader_info.remove_label_values(&[&old]);
             }
             if let Some(h) = holder {
-                if let Ok(g) = m.leader_info.get_metric_with_label_values(&[h]) {
+                if let Ok(g) = m.election.leader_info.get_metric_with_label_values(&[h]) {
                     g.set(1);
                 }
             }
@@ -139,27 +178,35 @@ impl RegionMetrics {
 
     /// Whether the leader could read `region` this period.
     pub(crate) fn region_peer(&self, region: &str, up: bool) {
-        if let Ok(g) = self.peer_up.get_metric_with_label_values(&[region]) {
+        if let Ok(g) = self
+            .election
+            .peer_up
+            .get_metric_with_label_values(&[region])
+        {
             g.set(i64::from(up));
         }
     }
 
     /// A rebalance ended with `result` (ok, stale, error) after `took`.
     pub(crate) fn region_rebalance(&self, result: &str, took: Duration) {
-        inc(&self.rebalances, &[result], 1);
-        self.rebalance_seconds.observe(took.as_secs_f64());
+        inc(&self.exchange.rebalances, &[result], 1);
+        self.exchange.rebalance_seconds.observe(took.as_secs_f64());
     }
 
     pub(crate) fn region_flush(&self, ok: bool) {
-        inc(&self.flushes, &[if ok { "ok" } else { "error" }], 1);
+        inc(
+            &self.exchange.flushes,
+            &[if ok { "ok" } else { "error" }],
+            1,
+        );
     }
 
     /// A shares refresh ended with `result`; `ok` means new shares are in force
     /// from `now_ms`.
     pub(crate) fn region_refresh(&self, result: &str, now_ms: u64) {
-        inc(&self.refreshes, &[result], 1);
+        inc(&self.exchange.refreshes, &[result], 1);
         if result == "ok" {
-            set(&self.adopted_at, &[], now_ms as f64 / 1_000.0);
+            set(&self.shares.adopted_at, &[], now_ms as f64 / 1_000.0);
         }
     }
 
@@ -167,20 +214,20 @@ impl RegionMetrics {
     pub(crate) fn region_shares(&self, table: &ShareTable, now_ms: u64) {
         let m = self;
         if let Some(p) = table.period {
-            m.period.set(i64::try_from(p).unwrap_or(i64::MAX));
-            set(&m.age, &[], now_ms as f64 / 1_000.0 - (p + 1) as f64);
+            m.shares.period.set(i64::try_from(p).unwrap_or(i64::MAX));
+            set(&m.shares.age, &[], now_ms as f64 / 1_000.0 - (p + 1) as f64);
         }
         let mut shown = lock(&m.shown);
         let by_rule = table.by_rule();
         for old in shown.rules.iter().filter(|r| !by_rule.contains_key(*r)) {
-            let _ = m.share_keys.remove_label_values(&[old]);
-            let _ = m.share_mean.remove_label_values(&[old]);
+            let _ = m.shares.share_keys.remove_label_values(&[old]);
+            let _ = m.shares.share_mean.remove_label_values(&[old]);
         }
         for (rule, s) in &by_rule {
-            if let Ok(g) = m.share_keys.get_metric_with_label_values(&[rule]) {
+            if let Ok(g) = m.shares.share_keys.get_metric_with_label_values(&[rule]) {
                 g.set(i64::try_from(s.keys).unwrap_or(i64::MAX));
             }
-            set(&m.share_mean, &[rule], s.mean_share);
+            set(&m.shares.share_mean, &[rule], s.mean_share);
         }
         shown.rules = by_rule.into_keys().collect();
         let top: Vec<(String, String, f64)> = table
@@ -190,11 +237,11 @@ impl RegionMetrics {
             .collect();
         for (rule, key) in &shown.keys {
             if !top.iter().any(|(r, k, _)| r == rule && k == key) {
-                let _ = m.share.remove_label_values(&[rule, key]);
+                let _ = m.shares.share.remove_label_values(&[rule, key]);
             }
         }
         for (rule, key, share) in &top {
-            set(&m.share, &[rule, key], *share);
+            set(&m.shares.share, &[rule, key], *share);
         }
         shown.keys = top.into_iter().map(|(r, k, _)| (r, k)).collect();
     }

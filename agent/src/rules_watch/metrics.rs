@@ -87,22 +87,28 @@ impl RulesMetrics {
                  known state stays).",
             )?,
         };
-        // At 0 from the start, so the alert on it (and deploy-metrics) find it.
+        m.show_zeros();
+        Ok(m)
+    }
+
+    /// Every control refusal and override mode at 0, so their series exist
+    /// from the start.
+    fn show_zeros(&self) {
+        // So the alert on refusals (and deploy-metrics) find them.
         for record in meshlimit_store::control::Record::ALL {
             for why in meshlimit_store::control::Refusal::ALL {
-                inc(&m.control_refused, &[record.as_str(), why.as_str()], 0);
+                inc(&self.control_refused, &[record.as_str(), why.as_str()], 0);
             }
         }
-        // Off until an agent reads otherwise: the series exist from the start.
+        // Off until an agent reads otherwise.
         for mode in OverrideMode::ALL {
-            if let Ok(g) = m
+            if let Ok(g) = self
                 .fleet_override
                 .get_metric_with_label_values(&[mode.as_str()])
             {
                 g.set(0);
             }
         }
-        Ok(m)
     }
 
     /// The rules' metrics with reports' and trial metrics of their own, all in

@@ -21,7 +21,8 @@ use crate::rules_watch::CurrentRules;
 use crate::rules_watch::RulesMetrics;
 use crate::shutdown::Shutdown;
 use meshlimit_store::fleet::{Override, OverrideMode};
-use meshlimit_store::FleetState;
+use meshlimit_store::trial::StoredTrial;
+use meshlimit_store::{FleetState, StoreError};
 
 /// `config` with every rule in shadow (the defaults too), compiled as a set of
 /// its own: its version differs from the file's, so filters load it.
@@ -59,32 +60,10 @@ pub(crate) async fn poll(
             }
             _ = shutdown.wait() => return,
         }
-        let read = async {
-            let state = store.fleet_override().await?;
-            let trial = match rules.trial() {
-                Some(t) => store
-                    .trial(&t.version, None, false)
-                    .await?
-                    .map(|s| (t.version, s)),
-                None => None,
-            };
-            Ok::<_, meshlimit_store::StoreError>((state, trial))
-        };
-        match read.await {
-            Ok((state, trial)) => {
+        match read(store.as_ref(), &rules).await {
+            Ok(read) => {
                 failing = false;
-                if state != rules.fleet_override() {
-                    let rules = rules.clone();
-                    let metrics = metrics.clone();
-                    // Compiling a large set takes CPU: off the runtime's threads.
-                    let _ =
-                        tokio::task::spawn_blocking(move || apply(&rules, &metrics, state)).await;
-                }
-                if let Some((version, stored)) = trial {
-                    let ended = rules.update_trial(&version, stored.clock, stored.now_ms);
-                    trial_ended(&rules, &metrics, ended);
-                    crate::trial::publish(&rules, metrics.trial());
-                }
+                put_in_force(&rules, &metrics, read).await;
             }
             Err(e) => {
                 metrics.fleet_override_error();
@@ -101,6 +80,40 @@ pub(crate) async fn poll(
             &metrics,
             rules.end_trial_if_due(tokio::time::Instant::now()),
         );
+    }
+}
+
+/// What one poll reads: the override, and the state in the store of the
+/// trial running here (its version first).
+type Read = (Option<Override>, Option<(String, StoredTrial)>);
+
+/// One poll's read of `store`; the trial is read only while one runs here.
+async fn read(store: &dyn FleetState, rules: &CurrentRules) -> Result<Read, StoreError> {
+    let state = store.fleet_override().await?;
+    let trial = match rules.trial() {
+        Some(t) => store
+            .trial(&t.version, None, false)
+            .await?
+            .map(|s| (t.version, s)),
+        None => None,
+    };
+    Ok((state, trial))
+}
+
+/// Puts what a poll read in force: the override if it changed, the trial's
+/// clock (which may end it).
+async fn put_in_force(rules: &Arc<CurrentRules>, metrics: &Arc<RulesMetrics>, read: Read) {
+    let (state, trial) = read;
+    if state != rules.fleet_override() {
+        let rules = rules.clone();
+        let metrics = metrics.clone();
+        // Compiling a large set takes CPU: off the runtime's threads.
+        let _ = tokio::task::spawn_blocking(move || apply(&rules, &metrics, state)).await;
+    }
+    if let Some((version, stored)) = trial {
+        let ended = rules.update_trial(&version, stored.clock, stored.now_ms);
+        trial_ended(rules, metrics, ended);
+        crate::trial::publish(rules, metrics.trial());
     }
 }
 

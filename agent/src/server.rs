@@ -35,8 +35,8 @@ use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::api::{ApiResponse, App};
 use crate::config::defaults;
@@ -114,32 +114,7 @@ pub(crate) async fn serve_with(
                         drop(stream);
                         continue;
                     };
-                    // Lease answers are small and latency-bound: never wait for Nagle.
-                    let _ = stream.set_nodelay(true);
-                    let app = app.clone();
-                    let deadline = limits.header_timeout;
-                    let service = service_fn(move |req: Request<Incoming>| {
-                        let app = app.clone();
-                        async move {
-                            // The body too must arrive in time: a request whose
-                            // body trickles would otherwise hold its connection.
-                            let resp = tokio::time::timeout(deadline, app.handle(req)).await;
-                            Ok::<_, Infallible>(resp.unwrap_or_else(|_| timed_out(deadline)))
-                        }
-                    });
-                    let conn = http1::Builder::new()
-                        .keep_alive(true)
-                        .timer(TokioTimer::new())
-                        .header_read_timeout(limits.header_timeout)
-                        .max_buf_size(MAX_HEADER_BYTES)
-                        .serve_connection(TokioIo::new(stream), service);
-                    let conn = graceful.watch(conn);
-                    tokio::spawn(async move {
-                        if let Err(e) = conn.await {
-                            tracing::debug!("connection ended with an error: {e}");
-                        }
-                        drop(permit);
-                    });
+                    serve_connection(stream, &app, limits, &graceful, permit);
                 }
                 Err(e) => {
                     // Typically out of file descriptors: back off instead of spinning.
@@ -151,6 +126,49 @@ pub(crate) async fn serve_with(
         }
     }
     drop(listener);
+    drain(graceful).await;
+}
+
+/// Serves `app` on one accepted connection, in a task of its own that holds
+/// `permit` (its place under `max_connections`) until the connection ends.
+fn serve_connection(
+    stream: TcpStream,
+    app: &App,
+    limits: ServerLimits,
+    graceful: &GracefulShutdown,
+    permit: OwnedSemaphorePermit,
+) {
+    // Lease answers are small and latency-bound: never wait for Nagle.
+    let _ = stream.set_nodelay(true);
+    let app = app.clone();
+    let deadline = limits.header_timeout;
+    let service = service_fn(move |req: Request<Incoming>| {
+        let app = app.clone();
+        async move {
+            // The body too must arrive in time: a request whose
+            // body trickles would otherwise hold its connection.
+            let resp = tokio::time::timeout(deadline, app.handle(req)).await;
+            Ok::<_, Infallible>(resp.unwrap_or_else(|_| timed_out(deadline)))
+        }
+    });
+    let conn = http1::Builder::new()
+        .keep_alive(true)
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(MAX_HEADER_BYTES)
+        .serve_connection(TokioIo::new(stream), service);
+    let conn = graceful.watch(conn);
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!("connection ended with an error: {e}");
+        }
+        drop(permit);
+    });
+}
+
+/// Lets the connections still open finish their requests, for at most
+/// [`DRAIN_TIMEOUT`].
+async fn drain(graceful: GracefulShutdown) {
     let open = graceful.count();
     tokio::select! {
         _ = graceful.shutdown() => tracing::info!(open, "connections drained"),

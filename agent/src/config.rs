@@ -272,7 +272,7 @@ pub enum ConfigError {
     #[error("regions: {0}")]
     Regions(String),
     #[error("regions: {0}")]
-    RegionsSetup(#[from] crate::regions::RegionsSetupError),
+    RegionsSetup(#[from] peers::RegionsSetupError),
     #[error("secret: {0}")]
     Secret(String),
     #[error("redis: {0}")]

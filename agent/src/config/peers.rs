@@ -4,6 +4,7 @@
 
 use super::store::StoreSpecError;
 use super::StoreSpec;
+use std::path::PathBuf;
 
 /// Why a peer region (`NAME=URL`) was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -56,4 +57,25 @@ pub(crate) fn parse_peer(text: &str) -> Result<(String, StoreSpec), PeerError> {
         StoreSpec::Memory => Err(PeerError::NotRedis(name.to_string())),
         spec => Ok((name.to_string(), spec)),
     }
+}
+
+/// Why the regions setup was refused at start.
+#[derive(Debug, thiserror::Error)]
+pub enum RegionsSetupError {
+    #[error("{}: {source}", path.display())]
+    ReadPeers {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    PeersFile {
+        path: PathBuf,
+        source: PeersFileError,
+    },
+    #[error("peer regions need this region's store to be Redis (--store redis://…)")]
+    NotRedis,
+    #[error("region {0} is named twice (--region, --peer-region)")]
+    NamedTwice(String),
+    #[error("--region-floor {floor} cannot hold for {regions} regions: it must be above 0 and at most 1/{regions}")]
+    Floor { floor: f64, regions: usize },
 }

@@ -31,7 +31,6 @@ pub(crate) mod share;
 pub mod table;
 
 use meshlimit_core::secret::KeyIds;
-pub use setup::RegionsSetupError;
 
 use meshlimit_store::redis::keys::region as keys;
 use std::sync::{Arc, OnceLock};

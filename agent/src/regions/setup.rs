@@ -6,33 +6,11 @@
 
 use meshlimit_core::secret::KeyIds;
 use std::collections::HashSet;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use super::RegionsConfig;
-use crate::config::peers::{parse_peers_file, PeersFileError};
+use crate::config::peers::{parse_peers_file, RegionsSetupError};
 use crate::config::{ConfigError, RunArgs, StoreSpec};
-
-/// Why the regions setup was refused at start.
-#[derive(Debug, thiserror::Error)]
-pub enum RegionsSetupError {
-    #[error("{}: {source}", path.display())]
-    ReadPeers {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{}: {source}", path.display())]
-    PeersFile {
-        path: PathBuf,
-        source: PeersFileError,
-    },
-    #[error("peer regions need this region's store to be Redis (--store redis://…)")]
-    NotRedis,
-    #[error("region {0} is named twice (--region, --peer-region)")]
-    NamedTwice(String),
-    #[error("--region-floor {floor} cannot hold for {regions} regions: it must be above 0 and at most 1/{regions}")]
-    Floor { floor: f64, regions: usize },
-}
 
 /// The regions setup of `args`, or `None` without peer regions (every rule is
 /// then enforced whole in this region). `agent_id` names this agent in the election.

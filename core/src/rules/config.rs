@@ -428,7 +428,8 @@ pub enum Mode {
 }
 
 /// When the limiter cannot decide: `open` allows, `closed` refuses, `local`
-/// (default) limits at the limit divided by the expected nodes.
+/// (default) limits with a node-local bucket per key of about the limit × 2 ÷
+/// the nodes (the guide's Failure policies page gives the exact sizes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]

@@ -37,7 +37,7 @@ impl SecretArgs {
                 .map_err(|e| ConfigError::Secret(format!("cannot read {}: {e}", path.display())))?,
             (None, None) => {
                 return Err(ConfigError::Secret(
-                    "none given: set MESHLIMIT_SECRET or --secret-file (see deploy/README.md)"
+                    "none given: set MESHLIMIT_SECRET or --secret-file (see docs/operations/deploying.md)"
                         .into(),
                 ))
             }

@@ -241,7 +241,10 @@ fn run_refuses_to_start_without_a_secret() {
     let rules = rules_file(dir.path(), GOOD);
     let mut none = agent(&["run", "--rules", &rules, "--listen", "127.0.0.1:0"]);
     none.env_remove("MESHLIMIT_SECRET");
-    assert_usage_error(run(&mut none), "secret: none given");
+    assert_usage_error(
+        run(&mut none),
+        "secret: none given: set MESHLIMIT_SECRET or --secret-file (see docs/operations/deploying.md)",
+    );
     let mut short = agent(&["run", "--rules", &rules, "--listen", "127.0.0.1:0"]);
     short.env("MESHLIMIT_SECRET", "too-short");
     assert_usage_error(run(&mut short), "at least 32");

@@ -28,7 +28,8 @@ pub const COMMANDS: &str = "check-rules, schema, key-id, replay, explain, import
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Validate a rules file, or a directory of them as the agent loads it:
-    /// exit 0 when valid, else print every error and exit 1.
+    /// exit 0 when valid, else print the errors and exit 1 (every check a
+    /// rule fails; the first error of a rule that cannot be read at all).
     CheckRules(CheckRulesArgs),
     /// Print the rules file's JSON Schema (the one published as docs/rules.schema.json).
     Schema,

@@ -181,8 +181,12 @@ fn one_gateway_with_forty_percent_of_the_traffic_keeps_the_limit() {
 }
 
 #[test]
-fn a_hot_key_over_a_sharded_store_admits_the_limit() {
+fn an_exact_hot_key_over_a_sharded_store_admits_the_limit() {
     sweep("hot-key-shard-exact", targets);
+}
+
+#[test]
+fn a_leased_hot_key_over_a_sharded_store_admits_the_limit() {
     sweep("hot-key-shard-leased", targets);
 }
 

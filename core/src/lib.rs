@@ -19,6 +19,7 @@ pub mod lease;
 pub mod limit;
 pub mod metadata;
 pub mod path;
+pub mod policy;
 pub mod query;
 pub mod rules;
 pub mod secret;

@@ -2,7 +2,8 @@
 //! rules in force, sizes the lease, asks the store once for the whole request, and
 //! turns the store's answers into wire answers.
 //!
-//! How big a lease is: `settings` (`LeaseSettings::lease_size`). One request's
+//! How big a lease is, and how long a key is held: `meshlimit_core::policy`,
+//! with the service's settings in `settings`. One request's
 //! items and answers: `answer`. What a store answer leaves in the node pool and
 //! how long a denial holds: `settle`. The pool's background refills: `refill`.
 
@@ -80,11 +81,7 @@ impl LeaseService {
             // `Semaphore::new` panics above MAX_PERMITS; clamp rather than trust the caller.
             inflight: Semaphore::new(settings.max_inflight.clamp(1, Semaphore::MAX_PERMITS)),
             settings,
-            pools: Pools::new(settings.max_keys).with_turns(
-                settings
-                    .turns
-                    .then(|| u64::try_from(settings.ttl.as_nanos() / 2).unwrap_or(u64::MAX)),
-            ),
+            pools: Pools::new(settings.max_keys).with_turns(settings.policy.ask_period_ns()),
             epoch: Instant::now(),
             shares: Shares::default(),
             fail_local: FailLocal::new(settings.max_keys),

@@ -1,8 +1,11 @@
-//! Every default of the agent's settings, defined here once. The flags of
+//! Every default of the agent's settings, defined here once (the lease
+//! policy's in `meshlimit_core::policy`, shared with the simulator). The flags of
 //! `meshlimit-agent run` take their defaults from these (so `--help` shows
 //! them), and the types built without flags (`ServerLimits::default`, the
 //! memory store's and the fail-local buckets' key caps) take the same values.
 //! Each is explained on its flag ([`super::RunArgs`]).
+
+use meshlimit_core::policy;
 
 use super::LogFormat;
 
@@ -13,13 +16,13 @@ pub(crate) const STORE: &str = "memory";
 /// `--region`.
 pub(crate) const REGION: &str = "local";
 /// `--lease-ttl-ms`.
-pub(crate) const LEASE_TTL_MS: u64 = 300;
+pub(crate) const LEASE_TTL_MS: u64 = policy::DEFAULT_LEASE_TTL_MS;
 /// `--lease-target-ms`.
-pub(crate) const LEASE_TARGET_MS: u64 = 100;
+pub(crate) const LEASE_TARGET_MS: u64 = policy::DEFAULT_LEASE_TARGET_MS;
 /// `--pool-turns`: on.
-pub(crate) const POOL_TURNS: bool = true;
+pub(crate) const POOL_TURNS: bool = policy::DEFAULT_TURNS;
 /// `--exact-below-rps`: no rule is made exact by its rate alone.
-pub(crate) const EXACT_BELOW_RPS: f64 = 0.0;
+pub(crate) const EXACT_BELOW_RPS: f64 = policy::DEFAULT_EXACT_BELOW_RPS;
 /// `--rules-poll-ms`.
 pub(crate) const RULES_POLL_MS: u64 = 500;
 /// `--override-poll-ms`: every agent applies a fleet override within about a second.

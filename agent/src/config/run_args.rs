@@ -6,18 +6,11 @@ use std::time::Duration;
 use super::{ConfigError, Password, RunArgs, StoreSpec};
 use crate::leases::LeaseSettings;
 use crate::server::ServerLimits;
+use meshlimit_core::policy::{self, LeasePolicy};
 use meshlimit_store::redis::client::{Connect, TlsFiles};
 use meshlimit_store::redis::BatchConfig;
 
 impl RunArgs {
-    pub(crate) fn lease_ttl(&self) -> Duration {
-        Duration::from_millis(self.lease_ttl_ms)
-    }
-
-    pub(crate) fn lease_target(&self) -> Duration {
-        Duration::from_millis(self.lease_target_ms)
-    }
-
     pub(crate) fn store_deadline(&self) -> Duration {
         Duration::from_millis(self.store_deadline_ms)
     }
@@ -55,13 +48,15 @@ impl RunArgs {
     /// `--exact-below-rps`, `--max-inflight`, `--max-keys` and `--pool-turns`.
     pub(crate) fn lease_settings(&self) -> LeaseSettings {
         LeaseSettings {
-            ttl: self.lease_ttl(),
-            target: self.lease_target(),
-            exact_below_rps: self.exact_below_rps,
+            policy: LeasePolicy {
+                ttl_ns: policy::ms_to_ns(self.lease_ttl_ms),
+                period_ns: policy::ms_to_ns(self.lease_target_ms),
+                exact_below_rps: self.exact_below_rps,
+                turns: self.pool_turns,
+            },
             max_inflight: usize::try_from(self.max_inflight).unwrap_or(usize::MAX),
             max_keys: self.max_keys(),
             store_deadline: self.store_deadline(),
-            turns: self.pool_turns,
         }
     }
 

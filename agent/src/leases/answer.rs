@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use tokio::time::Instant;
 
+use meshlimit_core::policy;
 use meshlimit_core::rules::FailurePolicy;
 use meshlimit_core::wire::{AnsweredFrom, LeaseAnswer, LeaseRequest};
 use meshlimit_core::{Algorithm, DescriptorKey, Limit, Take, NANOS_PER_MS};
@@ -12,7 +13,6 @@ use crate::fail_local::FailLocal;
 use crate::pool::PoolTake;
 use meshlimit_store::{Acquire, Acquired, StoreError};
 
-use super::settings::BURST_PARTS;
 use super::LeaseService;
 
 /// An item that goes to the store: its place in the answer and its rule's name.
@@ -71,7 +71,8 @@ impl LeaseService {
             };
             let limit = rule.limit_in_force(item.plan.as_deref(), utc_ns).limit;
             let share = self.shares.share(rule, &item.key);
-            let pooled = !self.settings.is_exact(rule, &limit);
+            let policy = &self.settings.policy;
+            let pooled = !policy.is_exact(rule, &limit);
             let mut demand = 0.0;
             let mut waited = 0;
             if pooled {
@@ -140,8 +141,8 @@ impl LeaseService {
                 }
             }
             let enforced = limit.scaled(share.min(1.0));
-            let far_over_of = self.far_over_of(&enforced, demand);
-            let mut lease = self.settings.lease_size(
+            let far_over_of = policy::far_over_of(&enforced, demand, self.live_nodes());
+            let mut lease = policy.lease_size(
                 rule,
                 &enforced,
                 item.cost,
@@ -151,18 +152,16 @@ impl LeaseService {
             );
             if pooled {
                 // Asks that waited on the last call and found it too small are
-                // covered by this one (at most a tenth of the burst, as any lease).
-                let cover = item.cost.saturating_mul(waited.saturating_add(1));
-                lease = lease.max(cover.min((enforced.burst() / BURST_PARTS).max(item.cost)));
+                // covered by this one.
+                lease = policy::cover_waiting(lease, item.cost, waited, &enforced);
             }
             // A pooled key takes up to two leases, as much as this node will
-            // spend before they expire (`LeaseSettings::store_max`), unless its
+            // spend before they expire (`LeasePolicy::store_max`), unless its
             // bucket is nearly empty (`may_prefetch`): then the filter's ask.
             let max = if pooled {
                 let filter = item.want.unwrap_or(item.cost).max(item.cost);
                 if self.may_prefetch(&item.key, &enforced, demand, lease) {
-                    let paced = self.settings.paced(far_over_of);
-                    self.settings.store_max(lease, filter, demand, paced)
+                    policy.store_max(lease, filter, demand, policy.paced(far_over_of))
                 } else {
                     filter
                 }
@@ -328,7 +327,7 @@ impl LeaseService {
 
     /// A grant of `tokens` to a filter, good for the lease's life (a fixed
     /// window's only to its window's end, `reset_ns`: see
-    /// [`LeaseSettings::lease_life_ns`](super::LeaseSettings::lease_life_ns)).
+    /// [`LeasePolicy::lease_life_ns`](meshlimit_core::policy::LeasePolicy::lease_life_ns)).
     pub(super) fn grant(
         &self,
         rule: &str,
@@ -345,6 +344,7 @@ impl LeaseService {
             // their cost from it when the filter has written it down.
             ttl_ms: self
                 .settings
+                .policy
                 .lease_life_ns(algorithm, reset_ns)
                 .div_ceil(NANOS_PER_MS)
                 .max(1),

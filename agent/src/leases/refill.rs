@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use meshlimit_core::policy;
 use meshlimit_core::rules::Rule;
 use meshlimit_core::{DescriptorKey, Limit};
 
@@ -33,8 +34,9 @@ impl LeaseService {
     ) {
         let demand = self.pools.demand(key, self.now_ns());
         let enforced = limit.scaled(share.min(1.0));
-        let far_over_of = self.far_over_of(&enforced, demand);
-        let lease = self.settings.lease_size(
+        let far_over_of = policy::far_over_of(&enforced, demand, self.live_nodes());
+        let policy = &self.settings.policy;
+        let lease = policy.lease_size(
             rule,
             &enforced,
             1,
@@ -52,9 +54,7 @@ impl LeaseService {
             key: key.clone(),
             limit: *limit,
             min: 1,
-            max: self
-                .settings
-                .store_max(lease, 0, demand, self.settings.paced(far_over_of)),
+            max: policy.store_max(lease, 0, demand, policy.paced(far_over_of)),
             share,
         };
         let utc_ns = crate::regions::clock::now_ns();
@@ -94,7 +94,7 @@ impl LeaseService {
             let now = service.now_ns();
             // A thin key's token fetched by the clock would mostly expire in
             // the pool before anyone asks: its next ask fetches it instead.
-            let life = u64::try_from(service.settings.ttl.as_nanos()).unwrap_or(u64::MAX);
+            let life = service.settings.policy.ttl_ns;
             // Tokens still pooled when the hold ends: the node spends slower
             // than it asks (a burst has ended, its demand estimate lags).
             // Its refill ahead of need fetches more when they run low.
@@ -142,24 +142,6 @@ impl LeaseService {
                     );
                 }
             }
-        }
-    }
-
-    /// The time `tokens` take to refill at the store's rate. A hold lasts
-    /// this long rather than a node's share of a lease (the region's rate
-    /// split over its live agents): that shorter hold costs the store fewer
-    /// calls for a key over its limit, but after a burst it keeps a key under
-    /// its limit rejected for seconds while the demand estimate decays. A node
-    /// far over its share is held at least one lease period
-    /// (`LeaseService::hold_ns`), and a hold's end calls the store only when
-    /// the pool is empty: nodes bank no tokens they do not spend, so what the
-    /// fleet admits stays steady from second to second.
-    pub(super) fn refill_ns(&self, tokens: u32, acquire: &Acquire) -> u64 {
-        let ns = (f64::from(tokens) / acquire.enforced_limit().rate_per_ns()).ceil();
-        if ns.is_finite() {
-            ns.min(u64::MAX as f64) as u64
-        } else {
-            u64::MAX
         }
     }
 }

@@ -38,7 +38,7 @@ pub const MAX_QUEUE_NS: u64 = 1_000_000_000;
 /// that runs slower than the tokens leaves them to expire in the pool while
 /// the filters wait for their turns, and the key admits less than its limit;
 /// one that runs faster turns some filters away at their turn, a call each.
-/// With each store call bringing the node's part (`LeaseSettings::paced`), a
+/// With each store call bringing the node's part (`LeasePolicy::paced`), a
 /// small lead keeps the tokens spent and turns the fewest away (the
 /// `one-gateway-40` runs behind the choice: bench/results/accuracy/).
 const PACE_AHEAD: f64 = 1.05;

@@ -12,6 +12,7 @@ use meshlimit_agent::leases::LeaseMetrics;
 use meshlimit_agent::leases::LeaseService;
 use meshlimit_agent::trial::metrics::TrialMetrics;
 use meshlimit_agent::{CurrentRules, LeaseSettings};
+use meshlimit_core::policy::ms_to_ns;
 use meshlimit_core::secret::KeyIds;
 use meshlimit_core::RuleSet;
 
@@ -101,17 +102,16 @@ pub fn lease_settings(args: &[String]) -> Result<LeaseSettings, SimError> {
                 .or_else(|| it.next().cloned())
                 .ok_or_else(|| bad(flag, "needs a value"))
         };
-        let ms = |v: String| -> Result<Duration, SimError> {
+        let ms = |v: String| -> Result<u64, SimError> {
             v.parse::<u64>()
-                .map(Duration::from_millis)
                 .map_err(|_| bad(flag, "is a whole number of milliseconds"))
         };
         match flag {
-            "--lease-ttl-ms" => s.ttl = ms(value()?)?,
-            "--lease-target-ms" => s.target = ms(value()?)?,
-            "--store-deadline-ms" => s.store_deadline = ms(value()?)?,
+            "--lease-ttl-ms" => s.policy.ttl_ns = ms_to_ns(ms(value()?)?),
+            "--lease-target-ms" => s.policy.period_ns = ms_to_ns(ms(value()?)?),
+            "--store-deadline-ms" => s.store_deadline = Duration::from_millis(ms(value()?)?),
             "--exact-below-rps" => {
-                s.exact_below_rps = value()?
+                s.policy.exact_below_rps = value()?
                     .parse()
                     .map_err(|_| bad(flag, "is a rate per second"))?
             }
@@ -119,7 +119,7 @@ pub fn lease_settings(args: &[String]) -> Result<LeaseSettings, SimError> {
                 s.max_inflight = value()?.parse().map_err(|_| bad(flag, "is a count"))?
             }
             "--pool-turns" => {
-                s.turns = value()?
+                s.policy.turns = value()?
                     .parse()
                     .map_err(|_| bad(flag, "is true or false"))?
             }

@@ -1,4 +1,4 @@
-//! How long a key is held at the node after a drained grant or a denial: fixed windows, schedule edges, a node far over its share.
+//! How long a key is held at the node after a drained grant or a denial: schedule edges, a node far over its share (the arithmetic: `meshlimit_core::policy`'s tests).
 
 use super::*;
 
@@ -103,98 +103,6 @@ async fn a_denial_is_held_and_answered_no_longer_than_the_next_schedule_edge() {
         1,
         "the pool held the denial"
     );
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_fixed_window_holds_a_drained_key_until_the_window_ends_and_no_longer() {
-    use meshlimit_core::Algorithm;
-    // Without turns (with them, see the next test).
-    let settings = LeaseSettings {
-        turns: false,
-        max_inflight: 8,
-        ..LeaseSettings::default()
-    };
-    let (svc, _, _) = service_with_settings(RULES, Mode::Drained, settings);
-    let acquire = |algorithm| Acquire {
-        key: DescriptorKey::new("w", ["a"]),
-        limit: meshlimit_core::Limit::new(
-            std::num::NonZeroU32::new(100).unwrap(),
-            std::num::NonZeroU64::new(10_000_000_000).unwrap(),
-            std::num::NonZeroU32::new(100).unwrap(),
-        )
-        .with_algorithm(algorithm),
-        min: 1,
-        max: 20,
-        share: 1.0,
-    };
-    let (fixed, bucket) = (
-        acquire(Algorithm::FixedWindow),
-        acquire(Algorithm::TokenBucket),
-    );
-    // A grant leaving 2 of a lease of 10, the window ending in 4 s: nothing
-    // comes back before it ends, and everything then.
-    for far_over in [true, false] {
-        assert_eq!(
-            svc.hold_ns(10, 2, 4_000_000_000, &fixed, far_over),
-            4_000_000_000
-        );
-        assert_eq!(svc.hold_ns(10, 10, 4_000_000_000, &fixed, far_over), 0);
-        // A denial: the window's end, with no refill added after it.
-        assert_eq!(
-            svc.denial_hold_ns(10, 4_000_000_000, &fixed, far_over),
-            4_000_000_000
-        );
-    }
-    // A bucket (and a sliding window) of a node far over its share holds
-    // until 8 have refilled at 10/s; a denial adds a lease's refill (9 tokens).
-    assert_eq!(
-        svc.hold_ns(10, 2, 4_000_000_000, &bucket, true),
-        800_000_000
-    );
-    assert_eq!(
-        svc.denial_hold_ns(10, 4_000_000_000, &bucket, true),
-        4_900_000_000
-    );
-    // Nearer its share, the store's word alone: no hold after a grant, and a
-    // denial held for its own wait.
-    assert_eq!(svc.hold_ns(10, 2, 4_000_000_000, &bucket, false), 0);
-    assert_eq!(
-        svc.denial_hold_ns(10, 4_000_000_000, &bucket, false),
-        4_000_000_000
-    );
-}
-
-#[tokio::test(start_paused = true)]
-async fn with_turns_a_node_that_found_the_bucket_fuller_than_its_lease_calls_sooner() {
-    let settings = LeaseSettings {
-        turns: true,
-        max_inflight: 8,
-        ..LeaseSettings::default()
-    };
-    let (svc, _, _) = service_with_settings(RULES, Mode::Drained, settings);
-    // 10 a second, burst 100; a lease period is 100 ms.
-    let bucket = Acquire {
-        key: DescriptorKey::new("w", ["a"]),
-        limit: meshlimit_core::Limit::new(
-            std::num::NonZeroU32::new(100).unwrap(),
-            std::num::NonZeroU64::new(10_000_000_000).unwrap(),
-            std::num::NonZeroU32::new(100).unwrap(),
-        ),
-        min: 1,
-        max: 20,
-        share: 1.0,
-    };
-    // A grant that drained the bucket: held until a lease (10) has
-    // refilled, as without turns.
-    assert_eq!(svc.hold_ns(10, 0, 0, &bucket, true), 1_000_000_000);
-    // One that left 2: held until the 8 missing refill (800 ms), less the
-    // 200 ms the bucket took to gather the 2 it left.
-    assert_eq!(svc.hold_ns(10, 2, 0, &bucket, true), 600_000_000);
-    // One that left 9: the period (100 ms), less 900 ms, but half a period
-    // at least.
-    assert_eq!(svc.hold_ns(10, 9, 0, &bucket, true), 50_000_000);
-    // Nearer its share: no hold, turns or not.
-    assert_eq!(svc.hold_ns(10, 2, 0, &bucket, false), 0);
 }
 
 #[tokio::test(start_paused = true)]

@@ -316,7 +316,7 @@ impl Pools {
                 e.lease.grant(now_ns, granted, filter, ttl_ns);
                 e.remaining = remaining;
                 e.reset_at_ns = now_ns.saturating_add(reset_ns);
-                e.lease.denied_until_ns = now_ns.saturating_add(hold_ns);
+                e.lease.deny_after_tokens(now_ns, hold_ns);
                 e.new_round(spacing_ns, filter);
                 e.end_call();
                 let period = turns?;
@@ -354,7 +354,7 @@ impl Pools {
     /// no call is in flight and it has an entry. False: nothing to do.
     pub fn begin_refill(&self, key: &DescriptorKey, now_ns: u64, call_timeout_ns: u64) -> bool {
         self.with(key, now_ns, |e| {
-            if e.lease.denied_until_ns > now_ns || !e.lease.begin_call(now_ns, call_timeout_ns) {
+            if e.lease.denied_until_ns() > now_ns || !e.lease.begin_call(now_ns, call_timeout_ns) {
                 return false;
             }
             e.call = Some(broadcast::channel(1).0);
@@ -410,7 +410,7 @@ impl Pools {
             if let Ok(mut map) = shard.lock() {
                 map.retain(|_, e| {
                     e.lease.expires_ns > now_ns
-                        || e.lease.denied_until_ns > now_ns
+                        || e.lease.denied_until_ns() > now_ns
                         || e.lease.in_flight(now_ns)
                         || e.lease.demand_per_sec(now_ns) >= 0.5
                 });
@@ -448,7 +448,7 @@ impl Pools {
         if !map.contains_key(key) && map.len() >= self.max_per_shard {
             map.retain(|_, e| {
                 e.lease.expires_ns > now_ns
-                    || e.lease.denied_until_ns > now_ns
+                    || e.lease.denied_until_ns() > now_ns
                     || e.lease.in_flight(now_ns)
             });
             if map.len() >= self.max_per_shard {

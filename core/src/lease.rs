@@ -56,8 +56,10 @@ pub struct Lease {
     /// Unspent tokens, usable until `expires_ns`.
     pub tokens: u32,
     pub expires_ns: u64,
-    /// Requests before this time are denied without asking.
-    pub denied_until_ns: u64,
+    /// Requests before this time are denied without asking. Written only by
+    /// this module's grants and denials (read it with
+    /// [`Lease::denied_until_ns`]), so a hold means one thing everywhere.
+    pub(crate) denied_until_ns: u64,
     /// The last grant (with what it carried over) and when it came.
     pub granted: u32,
     pub granted_at_ns: u64,
@@ -87,6 +89,11 @@ pub enum Spend {
 }
 
 impl Lease {
+    /// Until when requests are denied without asking (0: no denial held).
+    pub fn denied_until_ns(&self) -> u64 {
+        self.denied_until_ns
+    }
+
     /// True while a call is in flight at `now_ns`.
     pub fn in_flight(&self, now_ns: u64) -> bool {
         self.call_started_ns > 0 && now_ns < self.call_deadline_ns
@@ -229,7 +236,8 @@ impl Lease {
     }
 
     /// Denies the key from when the unspent tokens are gone until `wait_ns`
-    /// from now (a grant that carries the holder's next turn): tokens are
+    /// from now (a grant that carries the holder's next turn, or a node's
+    /// hold after a grant that drained the store): tokens are
     /// spent before a cached denial, and no refill starts while it holds.
     /// Keeps the call state, unlike [`Lease::deny`], which answers a call.
     pub fn deny_after_tokens(&mut self, now_ns: u64, wait_ns: u64) {

@@ -191,7 +191,7 @@ fn line<H: Host>(host: &H, cfg: &FilterConfig, a: &Applicable<'_>, now: u64) -> 
         None => (full, 0),
         Some(s) => {
             let usable = s.lease.usable(now);
-            let denied_ns = s.lease.denied_until_ns.saturating_sub(now);
+            let denied_ns = s.lease.denied_until_ns().saturating_sub(now);
             let reset_ns = s.store_reset_at_ns.saturating_sub(now).max(denied_ns);
             // Past its reset the store's bucket is full again.
             let store = if s.store_reset_at_ns > now {

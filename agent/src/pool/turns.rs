@@ -122,7 +122,7 @@ impl Entry {
     /// far over its share) or the ask wants more than a period's tokens.
     pub(super) fn book(&mut self, now_ns: u64, tokens: u32) -> Option<u64> {
         // Rounds start at the hold's end, or now once it is over.
-        let first = self.lease.denied_until_ns.max(now_ns);
+        let first = self.lease.denied_until_ns().max(now_ns);
         if self.ns_per_token == 0 {
             return None;
         }

@@ -37,7 +37,7 @@ impl Pools {
                         .div_ceil(1_000_000),
                     denied_for_ms: e
                         .lease
-                        .denied_until_ns
+                        .denied_until_ns()
                         .saturating_sub(now_ns)
                         .div_ceil(1_000_000),
                     call_in_flight: e.lease.in_flight(now_ns),

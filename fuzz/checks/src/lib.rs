@@ -317,14 +317,15 @@ pub fn slot_decoder(data: &[u8]) {
     }
 }
 
-/// A state built from the input, field by field (all of them are public).
+/// A state built from the input, field by field (the lease's hold through
+/// `Lease::deny_after_tokens`, the only way to set it from outside core).
 fn built_state(input: &mut Input, fingerprint: u64) -> SlotState {
     let mut s = SlotState::empty(fingerprint);
     s.lease.tokens = input.u32();
     s.lease.expires_ns = input.u64();
     s.store_remaining = input.u32();
     s.store_reset_at_ns = input.u64();
-    s.lease.denied_until_ns = input.u64();
+    s.lease.deny_after_tokens(0, input.u64());
     let has_fallback = input.u8() & 1 == 1;
     let (tokens, updated) = (f64::from_bits(input.u64()), input.u64());
     s.fallback = has_fallback.then(|| Bucket::from_parts(tokens, updated));

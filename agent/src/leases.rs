@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use meshlimit_core::wire::{LeaseAnswer, LeaseRequest, LeaseResponse, WIRE_VERSION};
+use meshlimit_core::wire::{LeaseRequest, LeaseResponse, WIRE_VERSION};
 use meshlimit_core::NANOS_PER_SEC;
 use tokio::sync::Semaphore;
 
@@ -30,7 +30,7 @@ mod refill;
 mod settings;
 mod settle;
 
-use answer::Pending;
+use answer::{Pass, Pending};
 pub use metrics::LeaseMetrics;
 pub use settings::{LeaseSettings, DEFAULT_MAX_KEYS};
 
@@ -129,43 +129,37 @@ impl LeaseService {
     /// most the store deadline), then takes from the pool again.
     pub async fn lease(self: &Arc<Self>, req: &LeaseRequest) -> LeaseResponse {
         let rules = self.rules.get();
-        let mut answers: Vec<Option<LeaseAnswer>> = vec![None; req.items.len()];
-        let mut batch = Vec::with_capacity(req.items.len());
-        let mut pending = Vec::with_capacity(req.items.len());
-        let mut waits = Vec::new();
+        let mut pass = Pass::new(req.items.len());
         for round in 0..3 {
             if round > 0 {
-                if waits.is_empty() {
+                if pass.waits.is_empty() {
                     break;
                 }
                 let deadline = self.call_timeout();
-                self.metrics.pool_waits(waits.len());
-                let all = futures_wait_all(std::mem::take(&mut waits));
+                self.metrics.pool_waits(pass.waits.len());
+                let all = futures_wait_all(std::mem::take(&mut pass.waits));
                 let _ = tokio::time::timeout(deadline, all).await;
             }
             let indices: Vec<usize> = if round == 0 {
                 (0..req.items.len()).collect()
             } else {
-                answers
+                pass.answers
                     .iter()
                     .enumerate()
                     .filter(|(i, a)| {
-                        a.is_none() && !pending.iter().any(|p: &Pending| p.index == *i)
+                        a.is_none() && !pass.pending.iter().any(|p: &Pending| p.index == *i)
                     })
                     .map(|(i, _)| i)
                     .collect()
             };
-            self.first_pass(
-                req,
-                rules.as_deref(),
-                &indices,
-                round,
-                &mut answers,
-                &mut batch,
-                &mut pending,
-                &mut waits,
-            );
+            self.first_pass(req, rules.as_deref(), &indices, round, &mut pass);
         }
+        let Pass {
+            mut answers,
+            batch,
+            pending,
+            ..
+        } = pass;
         let results = self.call_store(&batch).await;
         let now = self.now_ns();
         for ((p, acquire), result) in pending.iter().zip(&batch).zip(results) {

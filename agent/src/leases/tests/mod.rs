@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use meshlimit_core::rules::parse_rules;
-use meshlimit_core::wire::{AnsweredFrom, LeaseItem};
+use meshlimit_core::wire::{AnsweredFrom, LeaseAnswer, LeaseItem};
 use meshlimit_core::{DescriptorKey, Take};
 
 use meshlimit_store::{Acquire, Acquired, Backend, StoreError};

@@ -34,6 +34,11 @@ use answer::{Pass, Pending};
 pub use metrics::LeaseMetrics;
 pub use settings::{LeaseSettings, DEFAULT_MAX_KEYS};
 
+/// Passes over one request's items: the first, and one after each wait on
+/// another ask's store call for the same key. An item still waiting in the
+/// last pass calls the store itself, so no ask waits more than twice.
+const ROUNDS: usize = 3;
+
 /// Answers lease requests.
 pub struct LeaseService {
     rules: Arc<CurrentRules>,
@@ -130,7 +135,7 @@ impl LeaseService {
     pub async fn lease(self: &Arc<Self>, req: &LeaseRequest) -> LeaseResponse {
         let rules = self.rules.get();
         let mut pass = Pass::new(req.items.len());
-        for round in 0..3 {
+        for round in 0..ROUNDS {
             if round > 0 {
                 if pass.waits.is_empty() {
                     break;

@@ -310,7 +310,7 @@ fn tenth(limit: &Limit) -> u32 {
 /// a tenth of the `enforced` burst, as any lease (the ask's cost, if more).
 pub fn cover_waiting(lease: u32, cost: u32, waited: u32, enforced: &Limit) -> u32 {
     let cover = cost.saturating_mul(waited.saturating_add(1));
-    lease.max(cover.min((enforced.burst() / BURST_PARTS).max(cost)))
+    lease.max(cover.min(tenth(enforced).max(cost)))
 }
 
 /// Whether a node demanding `demand` tokens a second, one of `live_nodes`,

@@ -14,7 +14,7 @@ use crate::fail_local::FailLocal;
 use crate::pool::PoolTake;
 use meshlimit_store::{Acquire, Acquired, StoreError};
 
-use super::LeaseService;
+use super::{LeaseService, ROUNDS};
 
 /// An item that goes to the store: its place in the answer and its rule's name.
 pub(super) struct Pending<'a> {
@@ -185,7 +185,7 @@ impl LeaseService {
                 }
                 PoolStep::Answered(answer)
             }
-            PoolTake::Wait(rx) if turn.round < 2 => PoolStep::Waiting(rx),
+            PoolTake::Wait(rx) if turn.round + 1 < ROUNDS => PoolStep::Waiting(rx),
             // Still in flight after a wait: this ask goes to the store itself.
             PoolTake::Wait(_) => PoolStep::Store {
                 demand: 0.0,

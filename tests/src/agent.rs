@@ -10,6 +10,15 @@ use crate::rules_dir::RulesDir;
 use crate::wait::{wait_for, Probe};
 use crate::{agent_bin, free_port, temp_dir};
 
+/// The agent's store deadline in the harness (`--store-deadline-ms`),
+/// unless a test sets its own. The agent ships 3 ms, which a loaded 2-core
+/// machine misses now and then; a missed store call is decided by the rule's
+/// failure policy, and a test that counts admissions exactly would take that
+/// for a wrong limit. It stays below the filter's [`crate::TEST_TIMEOUT_MS`],
+/// so the agent answers (with the policy, if it must) before the filter gives
+/// up on the call.
+pub const TEST_STORE_DEADLINE_MS: u64 = 2_000;
+
 /// How to start an agent. `AgentOptions::new(rules).store(url)`.
 #[derive(Debug, Clone)]
 pub struct AgentOptions {
@@ -22,6 +31,10 @@ pub struct AgentOptions {
     pub region: Option<String>,
     /// More command-line arguments, after the ones above.
     pub args: Vec<String>,
+    /// `--store-deadline-ms`: [`TEST_STORE_DEADLINE_MS`] unless the test's
+    /// own arguments set it, or `None` for the agent's shipped deadline
+    /// ([`AgentOptions::shipped_store_deadline`]).
+    pub store_deadline_ms: Option<u64>,
     /// Environment variables for the agent. Every other `MESHLIMIT_*` variable of
     /// the test process is removed, so the agent sees only what the test chose
     /// (and `MESHLIMIT_SECRET` = [`crate::TEST_SECRET`], `MESHLIMIT_OPERATOR_TOKEN`
@@ -43,6 +56,7 @@ impl AgentOptions {
             store: None,
             region: None,
             args: Vec::new(),
+            store_deadline_ms: Some(TEST_STORE_DEADLINE_MS),
             env: Vec::new(),
             port: None,
             binary: None,
@@ -72,6 +86,14 @@ impl AgentOptions {
 
     pub fn port(mut self, port: u16) -> Self {
         self.port = Some(port);
+        self
+    }
+
+    /// The agent's own store deadline (3 ms), not the harness's: for the
+    /// tests of a store that stalls or fails over, where the deadline is
+    /// what is tested.
+    pub fn shipped_store_deadline(mut self) -> Self {
+        self.store_deadline_ms = None;
         self
     }
 
@@ -226,6 +248,10 @@ impl Agent {
         }
         if let Some(region) = &self.opts.region {
             cmd.args(["--region", region]);
+        }
+        let own_deadline = self.opts.args.iter().any(|a| a == "--store-deadline-ms");
+        if let (Some(ms), false) = (self.opts.store_deadline_ms, own_deadline) {
+            cmd.args(["--store-deadline-ms", &ms.to_string()]);
         }
         cmd.args(&self.opts.args).current_dir(self.dir.path());
         for (key, _) in std::env::vars_os() {

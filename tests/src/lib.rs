@@ -29,7 +29,7 @@ mod wait;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-pub use agent::{Agent, AgentOptions};
+pub use agent::{Agent, AgentOptions, TEST_STORE_DEADLINE_MS};
 pub use envoy::{render_envoy_config, Envoy, EnvoyConfig, EnvoyPorts, TEST_TIMEOUT_MS};
 pub use fleet::{
     fleet_override_gauge, run_override, within, within_by, FILTERS_WITHIN, FILTER_SYNC,

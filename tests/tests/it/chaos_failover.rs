@@ -67,9 +67,12 @@ fn run(fault: Fault) {
     // The filter's lease deadline well above the agent's store deadline (3 ms):
     // this test is about a Redis node failing, not about lease calls timing out
     // on a busy machine (those take the filter's own fail-local bucket).
-    let stack = Stack::start_with(AgentOptions::new(RULES).store(cluster.url()), |c| {
-        c.plugin("timeout_ms", 50)
-    });
+    let stack = Stack::start_with(
+        AgentOptions::new(RULES)
+            .shipped_store_deadline()
+            .store(cluster.url()),
+        |c| c.plugin("timeout_ms", 50),
+    );
     let keys: Vec<String> = (0..KEYS).map(|i| format!("key-{i}")).collect();
     let slots: Vec<u16> = keys.iter().map(|k| slot_of(&cluster, k)).collect();
     let owners: Vec<u16> = slots

@@ -33,9 +33,12 @@ enum Fault {
 
 fn node(redis: &RedisServer) -> Stack {
     // The shipped lease deadline: what a stalled store costs a request is measured.
-    Stack::start_with(AgentOptions::new(RULES).store(redis.url()), |c| {
-        c.shipped_deadline()
-    })
+    Stack::start_with(
+        AgentOptions::new(RULES)
+            .shipped_store_deadline()
+            .store(redis.url()),
+        |c| c.shipped_deadline(),
+    )
 }
 
 fn ratio(stack: &Stack) -> f64 {

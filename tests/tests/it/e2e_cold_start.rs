@@ -19,24 +19,31 @@ rules:
     limit: { requests: 3, per: 1h }
 "#;
 
-/// A lease call's deadline a loaded machine does not reach. These tests
-/// count cold starts exactly, and a cold start whose call gets no answer
-/// leaves its key unknown: the next request starts cold again. Under the
-/// test bootstrap's 5 ms, beside busy loops, a run can admit 4 requests of a
-/// limit of 3; with this deadline a call can still be lost (both cold starts
-/// unpaid, the call failing before its deadline), so each failure message
-/// prints the filter's counters to tell the two apart.
-const PATIENT_MS: u64 = 5000;
+// The lease calls' deadline is the harness's (`TEST_TIMEOUT_MS`), which a
+// loaded machine does not reach: these tests count cold starts exactly, and
+// a cold start whose call gets no answer leaves its key unknown, so the next
+// request would start cold again. A call can still fail before its deadline
+// (both cold starts unpaid), so each failure message prints the filter's
+// counters and how Envoy's calls to the agent ended, to tell the two apart.
 
 fn stat(envoy: &Envoy, name: &str) -> u64 {
     envoy.filter_stat(name).unwrap_or(0)
 }
 
-/// The filter's cold-start and call counters, for a failure's message.
+/// The filter's cold-start and call counters, and how Envoy's calls to the
+/// agent ended, for a failure's message.
 fn counters(envoy: &Envoy) -> String {
-    ["cold_starts", "cold_starts_unpaid", "lease_calls"]
+    let filter = ["cold_starts", "cold_starts_unpaid", "lease_calls"]
         .map(|n| format!("{n}={}", stat(envoy, n)))
-        .join(" ")
+        .join(" ");
+    let agent: Vec<String> = envoy
+        .stats()
+        .lines()
+        .filter(|l| l.starts_with("cluster.meshlimit_agent.upstream_"))
+        .filter(|l| !l.ends_with(": 0") && !l.contains("_bytes"))
+        .map(|l| l.trim_start_matches("cluster.meshlimit_agent.").to_string())
+        .collect();
+    format!("{filter}; agent cluster: {}", agent.join(" "))
 }
 
 /// Leases the agent granted for `rule`.
@@ -51,9 +58,7 @@ fn granted(stack: &Stack, rule: &str) -> f64 {
 
 #[test]
 fn a_cold_key_is_admitted_while_its_call_is_out_and_its_grant_pays_for_it() {
-    let stack = Stack::start_with(AgentOptions::new(RULES), |c| {
-        c.concurrency(1).plugin("timeout_ms", PATIENT_MS)
-    });
+    let stack = Stack::start_with(AgentOptions::new(RULES), |c| c.concurrency(1));
     let pid = stack.agent.pid().unwrap();
     // The agent cannot answer: the cold start is answered by Envoy alone.
     signal(pid, "-STOP");
@@ -90,9 +95,7 @@ fn a_cold_key_is_admitted_while_its_call_is_out_and_its_grant_pays_for_it() {
 
 #[test]
 fn a_key_spent_at_another_envoy_gets_one_unpaid_request_at_a_new_one() {
-    let stack = Stack::start_with(AgentOptions::new(RULES), |c| {
-        c.concurrency(1).plugin("timeout_ms", PATIENT_MS)
-    });
+    let stack = Stack::start_with(AgentOptions::new(RULES), |c| c.concurrency(1));
     let spent = stack.statuses(5, "/anything", &[("x-api-key", "carol")]);
     assert_eq!(
         spent,
@@ -102,11 +105,7 @@ fn a_key_spent_at_another_envoy_gets_one_unpaid_request_at_a_new_one() {
     );
 
     // A second Envoy on the same agent has never seen carol.
-    let other = Envoy::start_with(
-        EnvoyConfig::new(stack.agent.port())
-            .concurrency(1)
-            .plugin("timeout_ms", PATIENT_MS),
-    );
+    let other = Envoy::start_with(EnvoyConfig::new(stack.agent.port()).concurrency(1));
     eventually(Duration::from_secs(10), "the new Envoy's rules", || {
         stat(&other, "rules_ready_vms") >= 2
     });

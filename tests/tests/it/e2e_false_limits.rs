@@ -97,12 +97,7 @@ fn a_key_reset_under_its_hold_counts_as_falsely_limited_a_held_key_at_its_limit_
             .arg("1000")
             .arg("--false-limit-checks")
             .arg("1000"),
-        |config| {
-            config
-                .concurrency(1)
-                .plugin("sync_interval_ms", 1000)
-                .plugin("timeout_ms", 100)
-        },
+        |config| config.concurrency(1).plugin("sync_interval_ms", 1000),
     );
     // The same traffic on each rule in turn, 100 requests a second (one rule
     // at a time, so the node's check budget is not shared): a bucket drains

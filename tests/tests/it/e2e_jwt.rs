@@ -87,9 +87,7 @@ fn stack(issuer: &Issuer) -> (Stack, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let bootstrap = dir.path().join("jwt.yaml");
     std::fs::write(&bootstrap, with_key).unwrap();
-    let stack = Stack::start_with(AgentOptions::new(RULES), |c| {
-        c.bootstrap(bootstrap.clone()).plugin("timeout_ms", 100)
-    });
+    let stack = Stack::start_with(AgentOptions::new(RULES), |c| c.bootstrap(bootstrap.clone()));
     (stack, dir)
 }
 

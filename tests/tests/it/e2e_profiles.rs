@@ -14,9 +14,7 @@ fn shipped(path: &str) -> String {
 }
 
 fn stack_on(bootstrap: &str, rules: &str) -> Stack {
-    Stack::start_with(AgentOptions::new(rules), |c| {
-        c.bootstrap(bootstrap).plugin("timeout_ms", 100)
-    })
+    Stack::start_with(AgentOptions::new(rules), |c| c.bootstrap(bootstrap))
 }
 
 /// `POST /login` from an outside client: the gateway's trusted proxy

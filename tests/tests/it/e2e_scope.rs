@@ -34,7 +34,7 @@ fn status(port: u16, target: &str, host: &str) -> u16 {
 }
 
 fn stack() -> Stack {
-    Stack::start_with(AgentOptions::new(RULES), |c| c.plugin("timeout_ms", 100))
+    Stack::start_with(AgentOptions::new(RULES), |c| c)
 }
 
 #[test]

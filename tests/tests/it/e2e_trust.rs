@@ -29,9 +29,7 @@ const BOOTSTRAPS: [&str; 3] = [
 ];
 
 fn stack_on(bootstrap: &str, rules: &str) -> Stack {
-    Stack::start_with(AgentOptions::new(rules), |c| {
-        c.bootstrap(bootstrap).plugin("timeout_ms", 100)
-    })
+    Stack::start_with(AgentOptions::new(rules), |c| c.bootstrap(bootstrap))
 }
 
 #[test]
@@ -87,14 +85,9 @@ fn stack_on_redis(redis: &RedisServer, requests: u32) -> Stack {
         "version: 1\nrules:\n  - {{ name: per-key, key: [{{ header: x-api-key }}], \
          limit: {{ requests: {requests}, per: 1h }}, accuracy: exact }}\n"
     );
-    // A generous store deadline: on a loaded machine (a full `make test`) a
-    // missed 3 ms deadline hands the decision to the rule's failure policy
-    // (fail-local admits), which is not what these tests are about.
-    let agent = AgentOptions::new(&rules)
-        .store(redis.url())
-        .arg("--store-deadline-ms")
-        .arg("40");
-    Stack::start_with(agent, |c| c.plugin("timeout_ms", 100))
+    // The harness's patient deadlines: a missed one would hand the decision
+    // to the rule's failure policy, which is not what these tests are about.
+    Stack::start_with(AgentOptions::new(&rules).store(redis.url()), |c| c)
 }
 
 fn post_status(stack: &Stack, path: &str, headers: &[(&str, &str)]) -> u16 {
@@ -156,9 +149,7 @@ fn the_filter_normalises_paths_on_a_host_that_does_not() {
     let dir = tempfile::tempdir().unwrap();
     let bootstrap = dir.path().join("plain.yaml");
     std::fs::write(&bootstrap, plain).unwrap();
-    let stack = Stack::start_with(AgentOptions::new(LOGIN), |c| {
-        c.bootstrap(&bootstrap).plugin("timeout_ms", 100)
-    });
+    let stack = Stack::start_with(AgentOptions::new(LOGIN), |c| c.bootstrap(&bootstrap));
     let seen = spellings_after_the_limit(&stack);
     println!("no Envoy normalisation: {seen:?}");
     for (path, status) in &seen {
@@ -309,9 +300,7 @@ rules:
     key: [{ header: x-api-key }]
     limit: { requests: 1000, per: 1s }
 "#;
-    let mut stack = Stack::start_with(AgentOptions::new(rules), |c| {
-        c.plugin("slots", 1).plugin("timeout_ms", 50)
-    });
+    let mut stack = Stack::start_with(AgentOptions::new(rules), |c| c.plugin("slots", 1));
     stack.agent.kill();
     let mut admitted = 0;
     for i in 0..40 {
@@ -357,7 +346,7 @@ rules:
     on_failure: closed
 "#,
         ),
-        |c| c.plugin("timeout_ms", 50),
+        |c| c,
     );
     stack.agent.kill();
     // The caller's Envoy: the root bootstrap without the filter, routing to the

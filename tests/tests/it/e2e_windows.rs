@@ -40,13 +40,10 @@ fn wait_into_window(per: Duration, from: Duration, to: Duration) {
 }
 
 fn stack(redis: &RedisServer) -> Stack {
-    // Generous deadlines: on a loaded machine a timeout would hand a decision
-    // to the fail-local policy, which is not what is tested here.
-    let agent = AgentOptions::new(RULES)
-        .store(redis.url())
-        .arg("--store-deadline-ms")
-        .arg("40");
-    Stack::start_with(agent, |c| c.plugin("timeout_ms", 50))
+    // The harness's patient deadlines: on a loaded machine a timeout would
+    // hand a decision to the fail-local policy, which is not what is tested
+    // here.
+    Stack::start_with(AgentOptions::new(RULES).store(redis.url()), |c| c)
 }
 
 fn get(stack: &Stack, path: &str, key: &str) -> Response {

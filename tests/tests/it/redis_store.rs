@@ -35,13 +35,10 @@ fn granted(answer: &Value) -> u64 {
     }
 }
 
-/// A generous store deadline: these tests check correctness on a loaded machine,
-/// not latency (that is `make bench`).
+/// The harness's patient store deadline: these tests check correctness on a
+/// loaded machine, not latency (that is `make bench`).
 fn on(store: String, rules: &str) -> AgentOptions {
-    AgentOptions::new(rules)
-        .store(store)
-        .arg("--store-deadline-ms")
-        .arg("500")
+    AgentOptions::new(rules).store(store)
 }
 
 const ONE_TOKEN: &str = "version: 1\nrules:\n  - {name: one, key: [method], limit: {requests: 1, per: 1h}, accuracy: exact}\n";

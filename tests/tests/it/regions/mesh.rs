@@ -162,7 +162,10 @@ fn pid(redis: &RedisServer) -> String {
 }
 
 fn start_agent(names: &[String], urls: &[String], r: usize, args: &[&str]) -> Agent {
+    // The agent's own 3 ms store deadline unless a test passes one: a
+    // stalled region's store is what some of these tests stop.
     let mut opts = AgentOptions::new(RULES)
+        .shipped_store_deadline()
         .store(&urls[r])
         .region(&names[r])
         .arg("--log")

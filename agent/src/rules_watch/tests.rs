@@ -88,8 +88,17 @@ async fn follows_a_configmap_symlink_swap_and_refuses_a_broken_file() {
     let task = tokio::spawn(watcher.run(Duration::from_millis(10), shutdown));
 
     cm.update(GOOD_V2);
-    wait_until("the new version", || {
-        version(&rules).is_some_and(|v| v != v1)
+    // The rules are swapped in before the reload is counted and its version
+    // shown: wait for the last of the three.
+    wait_until("the new version, shown", || {
+        version(&rules).is_some_and(|v| {
+            v != v1
+                && sample(
+                    &metrics.render().unwrap(),
+                    "meshlimit_rules_version_info",
+                    &[("version", &v)],
+                ) == Some(1.0)
+        })
     })
     .await;
     let v2 = version(&rules).unwrap();

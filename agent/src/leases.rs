@@ -30,7 +30,7 @@ mod refill;
 mod settings;
 mod settle;
 
-use answer::{Pass, Pending};
+use answer::Pass;
 pub use metrics::LeaseMetrics;
 pub use settings::{LeaseSettings, DEFAULT_MAX_KEYS};
 
@@ -129,9 +129,9 @@ impl LeaseService {
     }
 
     /// Answers every item of a (validated) request, in order: from the node pool
-    /// where it can, otherwise with one store call for the rest. An item whose
-    /// key has a store call in flight at this agent waits for that call (at
-    /// most the store deadline), then takes from the pool again.
+    /// where it can, otherwise with one store call a round for the rest. An
+    /// item whose key has a store call in flight at this agent waits for that
+    /// call (at most the store deadline), then takes from the pool again.
     pub async fn lease(self: &Arc<Self>, req: &LeaseRequest) -> LeaseResponse {
         let rules = self.rules.get();
         let mut pass = Pass::new(req.items.len());
@@ -151,25 +151,18 @@ impl LeaseService {
                 pass.answers
                     .iter()
                     .enumerate()
-                    .filter(|(i, a)| {
-                        a.is_none() && !pass.pending.iter().any(|p: &Pending| p.index == *i)
-                    })
+                    .filter(|(_, a)| a.is_none())
                     .map(|(i, _)| i)
                     .collect()
             };
             self.first_pass(req, rules.as_deref(), &indices, round, &mut pass);
+            // The round's store call goes out before anyone waits: an item of
+            // this request, or of another, may wait on one of its keys, and a
+            // call made only after this request's own waits would keep that
+            // item waiting the whole deadline for nothing.
+            self.call_and_answer(&mut pass).await;
         }
-        let Pass {
-            mut answers,
-            batch,
-            pending,
-            ..
-        } = pass;
-        let results = self.call_store(&batch).await;
-        let now = self.now_ns();
-        for ((p, acquire), result) in pending.iter().zip(&batch).zip(results) {
-            answers[p.index] = Some(self.answer(p, acquire, now, result));
-        }
+        let answers = pass.answers;
         self.shares
             .record_offered(rules.as_deref(), &req.items, &answers);
         LeaseResponse {
@@ -178,6 +171,20 @@ impl LeaseService {
                 .into_iter()
                 .map(|a| a.unwrap_or_else(|| self.unavailable("internal")))
                 .collect(),
+        }
+    }
+
+    /// Sends the pass's store asks as one call and answers their items.
+    async fn call_and_answer(self: &Arc<Self>, pass: &mut Pass<'_>) {
+        if pass.batch.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut pass.batch);
+        let pending = std::mem::take(&mut pass.pending);
+        let results = self.call_store(&batch).await;
+        let now = self.now_ns();
+        for ((p, acquire), result) in pending.iter().zip(&batch).zip(results) {
+            pass.answers[p.index] = Some(self.answer(p, acquire, now, result));
         }
     }
 

@@ -33,3 +33,27 @@ async fn asks_for_one_key_share_the_one_store_call_in_flight() {
         );
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_request_never_waits_on_a_call_it_has_yet_to_make() {
+    // Two items for one key in one request: the first finds the pool empty
+    // and asks the store, the second finds that call in flight. The call
+    // must be made before anyone waits on it, or the second item waits the
+    // whole store deadline (twice: one wait a round) for nothing.
+    let settings = LeaseSettings {
+        store_deadline: Duration::from_secs(2),
+        ..LeaseSettings::default()
+    };
+    let (svc, _, store) = service_with_settings(RULES, Mode::Delayed(MS), settings);
+    let started = tokio::time::Instant::now();
+    let resp = svc.lease(&request(&["fast", "fast"])).await;
+    let took = started.elapsed();
+    assert!(
+        resp.items
+            .iter()
+            .all(|a| matches!(a, LeaseAnswer::Grant { local: false, .. })),
+        "{resp:?}"
+    );
+    assert!(took < Duration::from_millis(100), "answered after {took:?}");
+    assert!(store.calls.load(Ordering::SeqCst) <= 2);
+}

@@ -31,7 +31,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use meshlimit_core::lease::{Lease, Spend};
+use meshlimit_core::lease::Lease;
 use meshlimit_core::DescriptorKey;
 use tokio::sync::broadcast;
 
@@ -149,6 +149,8 @@ impl Pools {
         self.take_counted(key, now_ns, cost, want, call_timeout_ns, false)
     }
 
+    /// [`Pools::take`] or [`Pools::retake`]: `count`, whether the ask's
+    /// demand is counted.
     fn take_counted(
         &self,
         key: &DescriptorKey,
@@ -158,98 +160,20 @@ impl Pools {
         call_timeout_ns: u64,
         count: bool,
     ) -> PoolTake {
-        let turns = self.turns;
-        self.with(key, now_ns, |e| {
-            // Pooled tokens first: a hold set at the last grant starts once they
-            // are spent. A filter gets what it says it will spend (`want`), at
-            // least the cost; one that does not know yet gets its cost, so no
-            // tokens sit in a filter that will not spend them.
-            let usable = e.lease.usable(now_ns);
-            let tokens = usable.min(want.unwrap_or(cost).max(cost));
-            let ask = if usable >= cost { tokens } else { cost };
-            // Demand is what the filter asked for (its want), not what the
-            // pool happened to hold.
-            let asked = want.unwrap_or(cost).max(cost);
-            if count {
-                e.lease.add_demand(now_ns, asked);
-            }
-            let spend = e.lease.spend(now_ns, ask, Some(call_timeout_ns));
-            match spend {
-                Spend::Taken { left, refill } => {
-                    e.served = e.served.saturating_add(ask);
-                    if refill {
-                        e.call = Some(broadcast::channel(1).0);
-                    }
-                    let next_ask_ns = turns.and_then(|period| {
-                        let next = e.book(now_ns, ask)?;
-                        if count {
-                            e.count_skipped(now_ns, asked, next, period);
-                        }
-                        Some(next)
-                    });
-                    PoolTake::Served {
-                        tokens: ask,
-                        remaining: e.remaining.saturating_add(left),
-                        reset_ns: e.reset_at_ns.saturating_sub(now_ns),
-                        refill,
-                        next_ask_ns,
-                    }
-                }
-                Spend::Denied { retry_after_ns } => {
-                    if let Some((turn, period)) =
-                        turns.and_then(|period| Some((e.book(now_ns, asked)?, period)))
-                    {
-                        if count {
-                            e.count_skipped(now_ns, asked, turn, period);
-                        }
-                        return PoolTake::Denied {
-                            retry_after_ns: turn,
-                        };
-                    }
-                    let turns = e.turn_away(asked);
-                    // The asks this filter would have made meanwhile, one a
-                    // round, count as they would have: the node's demand,
-                    // which sizes its leases and tells whether it is far
-                    // over its share, does not fall because fewer ask.
-                    if count {
-                        e.lease.add_demand(now_ns, asked.saturating_mul(turns));
-                    }
-                    PoolTake::Denied {
-                        retry_after_ns: retry_after_ns
-                            .saturating_add(e.spacing_ns.saturating_mul(u64::from(turns))),
-                    }
-                }
-                Spend::Empty { in_flight } => {
-                    if let (true, Some(tx)) = (in_flight, &e.call) {
-                        let rx = tx.subscribe();
-                        e.waited = e.waited.saturating_add(1);
-                        return PoolTake::Wait(rx);
-                    }
-                    // Expired tokens are dropped (and said to be); unexpired
-                    // ones fewer than the cost join the next grant.
-                    let dropped = if e.lease.expires_ns <= now_ns {
-                        std::mem::take(&mut e.lease.tokens)
-                    } else {
-                        0
-                    };
-                    e.lease.begin_call(now_ns, call_timeout_ns);
-                    e.call = Some(broadcast::channel(1).0);
-                    // The demand before this ask: a key nobody asked for is cold.
-                    let own = if count { f64::from(asked) } else { 0.0 };
-                    let demand = e.lease.demand_per_sec(now_ns) - own;
-                    PoolTake::Miss {
-                        demand_per_sec: demand.max(0.0),
-                        dropped,
-                        waited: std::mem::take(&mut e.waited),
-                    }
-                }
-            }
-        })
-        .unwrap_or(PoolTake::Miss {
-            demand_per_sec: 0.0,
-            dropped: 0,
-            waited: 0,
-        })
+        let ask = take::Ask {
+            now_ns,
+            cost,
+            asked: want.unwrap_or(cost).max(cost),
+            call_timeout_ns,
+            count,
+            turns: self.turns,
+        };
+        self.with(key, now_ns, |e| e.take(&ask))
+            .unwrap_or(PoolTake::Miss {
+                demand_per_sec: 0.0,
+                dropped: 0,
+                waited: 0,
+            })
     }
 
     /// Records a store grant of `granted` tokens for an ask of `cost`: the filter

@@ -63,6 +63,18 @@ pub struct StoreGrant {
     pub reset_ns: u64,
 }
 
+/// How long a store grant's tokens and the hold after them last: the pooled
+/// tokens expire `ttl_ns` from the grant; once they are spent, asks are denied
+/// at the node until `hold_ns` from the grant (0: no hold), the ones turned
+/// away sent back `spacing_ns` apart (0: all at the hold's end). See
+/// [`Pools::fill_then_hold`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrantTimes {
+    pub ttl_ns: u64,
+    pub hold_ns: u64,
+    pub spacing_ns: u64,
+}
+
 #[derive(Debug, Default)]
 struct Entry {
     lease: Lease,
@@ -187,17 +199,23 @@ impl Pools {
         cost: u32,
         ttl_ns: u64,
     ) -> u32 {
-        self.fill_then_hold(key, now_ns, grant, cost, None, ttl_ns, 0, 0)
+        let times = GrantTimes {
+            ttl_ns,
+            hold_ns: 0,
+            spacing_ns: 0,
+        };
+        self.fill_then_hold(key, now_ns, grant, (cost, None), times)
             .0
     }
 
-    /// [`Pools::fill`], and once the pooled tokens are spent, asks are denied at the
-    /// node until `hold_ns` from now: the store's bucket was drained, and asking
+    /// [`Pools::fill`] for an ask of `cost` that says it will spend `want`,
+    /// and once the pooled tokens are spent, asks are denied at the node until
+    /// `times.hold_ns` from now: the store's bucket was drained, and asking
     /// it again before a lease's worth has refilled would only fetch crumbs.
     /// `cost` 0 is a refill: every token joins the pool. Ends the call in flight.
     ///
-    /// `spacing_ns` (non-zero for a node far over its share, one lease period)
-    /// gives the node's filters turns while the hold lasts (`pool::turns`):
+    /// `times.spacing_ns` (non-zero for a node far over its share, one lease
+    /// period) gives the node's filters turns while the hold lasts (`pool::turns`):
     /// each grant says when its filter may ask again, each ask turned away
     /// when to come back, behind the tokens booked before it, at the pace the
     /// store's tokens come. An ask wanting more than a period's tokens is
@@ -207,25 +225,24 @@ impl Pools {
     /// turned-away filter asks again at the hold's end, and all but the few
     /// the next round serves are turned away again: a call each per round
     /// for nothing. Returns the filter's tokens and its turn.
-    // Each argument is a distinct quantity of one grant; a struct would only
-    // rename them.
-    #[allow(clippy::too_many_arguments)]
     pub fn fill_then_hold(
         &self,
         key: &DescriptorKey,
         now_ns: u64,
         grant: StoreGrant,
-        cost: u32,
-        want: Option<u32>,
-        ttl_ns: u64,
-        hold_ns: u64,
-        spacing_ns: u64,
+        (cost, want): (u32, Option<u32>),
+        times: GrantTimes,
     ) -> (u32, Option<u64>) {
         let StoreGrant {
             tokens: granted,
             remaining,
             reset_ns,
         } = grant;
+        let GrantTimes {
+            ttl_ns,
+            hold_ns,
+            spacing_ns,
+        } = times;
         let filter = if cost == 0 {
             0
         } else {

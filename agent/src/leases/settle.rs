@@ -6,7 +6,7 @@ use std::sync::Arc;
 use meshlimit_core::policy;
 use meshlimit_core::{DescriptorKey, Limit, Take};
 
-use crate::pool::StoreGrant;
+use crate::pool::{GrantTimes, StoreGrant};
 use meshlimit_store::Acquire;
 
 use super::LeaseService;
@@ -51,16 +51,14 @@ impl LeaseService {
                     remaining,
                     reset_ns,
                 };
-                let (filter, next) = self.pools.fill_then_hold(
-                    &acquire.key,
-                    now,
-                    grant,
-                    cost,
-                    want,
-                    ttl,
-                    hold,
-                    spacing,
-                );
+                let times = GrantTimes {
+                    ttl_ns: ttl,
+                    hold_ns: hold,
+                    spacing_ns: spacing,
+                };
+                let (filter, next) =
+                    self.pools
+                        .fill_then_hold(&acquire.key, now, grant, (cost, want), times);
                 next_ask = next.map(|n| n.min(until_change_ns));
                 let settled = Take::Granted {
                     tokens: filter,

@@ -11,6 +11,14 @@ fn grant(tokens: u32, remaining: u32, reset_ns: u64) -> StoreGrant {
     }
 }
 
+fn times(ttl_ns: u64, hold_ns: u64, spacing_ns: u64) -> GrantTimes {
+    GrantTimes {
+        ttl_ns,
+        hold_ns,
+        spacing_ns,
+    }
+}
+
 fn key() -> DescriptorKey {
     DescriptorKey::new("r", ["k"])
 }
@@ -51,7 +59,13 @@ fn a_grant_is_split_by_what_the_filter_will_spend() {
     ));
     // A grant smaller than the want goes whole to the filter.
     assert_eq!(
-        p.fill_then_hold(&key(), 3 * MS, grant(7, 0, 0), 1, Some(9), 100 * MS, 0, 0),
+        p.fill_then_hold(
+            &key(),
+            3 * MS,
+            grant(7, 0, 0),
+            (1, Some(9)),
+            times(100 * MS, 0, 0)
+        ),
         (7, None)
     );
 }
@@ -282,11 +296,8 @@ fn the_ask_that_crosses_the_refill_mark_is_served_and_starts_one_refill() {
                     &key(),
                     (t + 2) * MS,
                     grant(40, 1_000, 0),
-                    0,
-                    None,
-                    300 * MS,
-                    0,
-                    0,
+                    (0, None),
+                    times(300 * MS, 0, 0),
                 );
                 t += 2;
             }
@@ -299,7 +310,13 @@ fn the_ask_that_crosses_the_refill_mark_is_served_and_starts_one_refill() {
     for t in (t..t + 100).step_by(1) {
         match ask(t) {
             PoolTake::Served { refill: true, .. } => {
-                p.fill_then_hold(&key(), t * MS, grant(40, 1_000, 0), 0, None, 300 * MS, 0, 0);
+                p.fill_then_hold(
+                    &key(),
+                    t * MS,
+                    grant(40, 1_000, 0),
+                    (0, None),
+                    times(300 * MS, 0, 0),
+                );
             }
             PoolTake::Served { .. } => {}
             other => panic!("{other:?} at {t} ms (first refill at {first} ms)"),

@@ -40,11 +40,8 @@ fn filled(p: &Pools, granted: u32, spacing_ns: u64) -> Option<u64> {
         &key(),
         0,
         grant(granted, 0, 0),
-        1,
-        Some(5),
-        1_000 * MS,
-        100 * MS,
-        spacing_ns,
+        (1, Some(5)),
+        times(1_000 * MS, 100 * MS, spacing_ns),
     );
     assert_eq!(filter, 5);
     turn
@@ -142,11 +139,8 @@ fn a_node_near_its_share_keeps_no_queue() {
         &key(),
         20 * MS,
         grant(10, 0, 0),
-        1,
-        Some(5),
-        1_000 * MS,
-        100 * MS,
-        0,
+        (1, Some(5)),
+        times(1_000 * MS, 100 * MS, 0),
     );
     assert_eq!(turn, None);
     assert!(matches!(
@@ -201,11 +195,8 @@ fn a_store_answer_that_finds_tokens_unclaimed_starts_the_queue_afresh() {
             &key(),
             at_ns,
             grant(10, 0, 0),
-            0,
-            None,
-            1_000 * MS,
-            100 * MS,
-            100 * MS,
+            (0, None),
+            times(1_000 * MS, 100 * MS, 100 * MS),
         );
         assert_eq!((filter, turn), (0, None));
     };

@@ -14,6 +14,7 @@ use crate::fail_local::FailLocal;
 use crate::pool::PoolTake;
 use meshlimit_store::{Acquire, Acquired, StoreError};
 
+use super::settle::Terms;
 use super::{LeaseService, ROUNDS};
 
 /// An item that goes to the store: its place in the answer and its rule's name.
@@ -34,6 +35,17 @@ pub(super) struct Pending<'a> {
     /// How long until the rule's schedule may change the limit in force: a
     /// denial is held (at the node, by the filter) no longer.
     pub(super) until_change_ns: u64,
+}
+
+impl<'a> Pending<'a> {
+    /// What this item's ask fixes for settling its answer in the pool.
+    pub(super) fn terms(&self) -> Terms<'a> {
+        Terms {
+            rule: self.rule,
+            lease: self.lease,
+            until_change_ns: self.until_change_ns,
+        }
+    }
 }
 
 /// What the passes over one request fill: the answers found, the asks for
@@ -343,15 +355,8 @@ impl LeaseService {
                     remaining,
                     reset_ns,
                 };
-                let (settled, next_ask_ns) = self.settle_pooled(
-                    p.rule,
-                    p.lease,
-                    acquire,
-                    now,
-                    take,
-                    (acquire.min, p.want),
-                    p.until_change_ns,
-                );
+                let (settled, next_ask_ns) =
+                    self.settle_pooled(&p.terms(), acquire, now, take, (acquire.min, p.want));
                 let filter = match settled {
                     Take::Granted { tokens, .. } => tokens,
                     Take::Denied { .. } => 0,
@@ -373,8 +378,7 @@ impl LeaseService {
                     return self.deny(p.rule, &acquire.key, retry_after_ns);
                 }
                 let take = Take::Denied { retry_after_ns };
-                let settled =
-                    self.settle_unasked(p.rule, p.lease, p.until_change_ns, acquire, now, take);
+                let settled = self.settle_unasked(&p.terms(), acquire, now, take);
                 let wait = match settled {
                     Take::Denied { retry_after_ns } => retry_after_ns,
                     Take::Granted { .. } => retry_after_ns,

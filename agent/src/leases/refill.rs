@@ -10,6 +10,7 @@ use meshlimit_core::{DescriptorKey, Limit};
 
 use meshlimit_store::{Acquire, Acquired, StoreError};
 
+use super::settle::Terms;
 use super::LeaseService;
 
 /// A background refill of the pool: its rule and lease size.
@@ -130,7 +131,12 @@ impl LeaseService {
         match result {
             Ok(take) => {
                 self.metrics.store_results("ok", 1);
-                self.settle_unasked(&p.rule, p.lease, p.until_change_ns, acquire, now, take);
+                let terms = Terms {
+                    rule: &p.rule,
+                    lease: p.lease,
+                    until_change_ns: p.until_change_ns,
+                };
+                self.settle_unasked(&terms, acquire, now, take);
             }
             Err(e) => {
                 self.metrics.store_results(e.metric_result(), 1);

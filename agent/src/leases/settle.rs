@@ -11,6 +11,17 @@ use meshlimit_store::Acquire;
 
 use super::LeaseService;
 
+/// What the ask (or refill) behind a pooled key's store answer fixes for
+/// settling it.
+pub(super) struct Terms<'a> {
+    /// The rule, for the refill that ends a hold.
+    pub(super) rule: &'a str,
+    /// The lease asked for: a hold lasts until that much has refilled.
+    pub(super) lease: u32,
+    /// The rule's next schedule edge: no denial is held past it.
+    pub(super) until_change_ns: u64,
+}
+
 impl LeaseService {
     /// Puts a store answer for a pooled key into the pool, one way for an
     /// ask's call and a background refill: a grant fills the pool (the asking
@@ -18,87 +29,126 @@ impl LeaseService {
     /// left the store fewer than a lease, holds the key until a lease's worth
     /// has refilled; a denial is cached for its wait plus that refill. Either
     /// hold ends in a refill by the clock; a denial is held no longer than
-    /// `until_change_ns`, the rule's next schedule edge. Returns the filter's
-    /// tokens, or the node's wait.
-    // Each argument is a distinct quantity of one answer.
-    #[allow(clippy::too_many_arguments)]
+    /// the rule's next schedule edge. Returns the filter's tokens, or the
+    /// node's wait, and with a grant the filter's next turn.
     pub(super) fn settle_pooled(
         self: &Arc<Self>,
-        rule: &str,
-        lease: u32,
+        terms: &Terms<'_>,
         acquire: &Acquire,
         now: u64,
         take: Take,
-        (cost, want): (u32, Option<u32>),
-        until_change_ns: u64,
+        ask: (u32, Option<u32>),
     ) -> (Take, Option<u64>) {
-        let far_over = self.far_over(acquire, now);
-        let policy = &self.settings.policy;
-        // The asks the hold turns away are spaced (`Pools::fill_then_hold`).
-        let spacing = policy.spacing_ns(acquire.limit.algorithm(), far_over);
-        let enforced = acquire.enforced_limit();
-        let mut next_ask = None;
-        let (settled, hold) = match take {
+        let (settled, hold, next_ask) = match take {
             Take::Granted {
                 tokens,
                 remaining,
                 reset_ns,
             } => {
-                let ttl = policy.lease_life_ns(acquire.limit.algorithm(), reset_ns);
-                let hold = policy.hold_ns(lease, remaining, reset_ns, &enforced, far_over);
                 let grant = StoreGrant {
                     tokens,
                     remaining,
                     reset_ns,
                 };
-                let times = GrantTimes {
-                    ttl_ns: ttl,
-                    hold_ns: hold,
-                    spacing_ns: spacing,
-                };
-                let (filter, next) =
-                    self.pools
-                        .fill_then_hold(&acquire.key, now, grant, (cost, want), times);
-                next_ask = next.map(|n| n.min(until_change_ns));
-                let settled = Take::Granted {
-                    tokens: filter,
-                    remaining,
-                    reset_ns,
-                };
-                (settled, hold)
+                self.settle_grant(terms, acquire, now, grant, ask)
             }
             Take::Denied { retry_after_ns } => {
-                let wait = policy
-                    .denial_hold_ns(lease, acquire.min, retry_after_ns, &enforced, far_over)
-                    .min(until_change_ns);
-                self.pools.deny(&acquire.key, now, wait, spacing);
-                (
-                    Take::Denied {
-                        retry_after_ns: wait,
-                    },
-                    wait,
-                )
+                let wait = self.settle_denial(terms, acquire, now, retry_after_ns);
+                let settled = Take::Denied {
+                    retry_after_ns: wait,
+                };
+                (settled, wait, None)
             }
         };
         if hold > 0 {
-            self.refill_after(rule, acquire.limit, acquire.share, &acquire.key, hold);
+            self.refill_after(terms.rule, acquire.limit, acquire.share, &acquire.key, hold);
         }
         (settled, next_ask)
+    }
+
+    /// Fills the pool with a store `grant` for an ask of `(cost, want)`, and
+    /// holds the key when the grant left the store fewer than a lease.
+    /// Returns what the filter takes, the hold and the filter's next turn.
+    fn settle_grant(
+        &self,
+        terms: &Terms<'_>,
+        acquire: &Acquire,
+        now: u64,
+        grant: StoreGrant,
+        ask: (u32, Option<u32>),
+    ) -> (Take, u64, Option<u64>) {
+        let (far_over, spacing_ns) = self.spacing(acquire, now);
+        let policy = &self.settings.policy;
+        let enforced = acquire.enforced_limit();
+        let StoreGrant {
+            remaining,
+            reset_ns,
+            ..
+        } = grant;
+        let hold_ns = policy.hold_ns(terms.lease, remaining, reset_ns, &enforced, far_over);
+        let times = GrantTimes {
+            ttl_ns: policy.lease_life_ns(acquire.limit.algorithm(), reset_ns),
+            hold_ns,
+            spacing_ns,
+        };
+        let (filter, next) = self
+            .pools
+            .fill_then_hold(&acquire.key, now, grant, ask, times);
+        let settled = Take::Granted {
+            tokens: filter,
+            remaining,
+            reset_ns,
+        };
+        (settled, hold_ns, next.map(|n| n.min(terms.until_change_ns)))
+    }
+
+    /// Caches a store denial at the node; returns how long it holds.
+    fn settle_denial(
+        &self,
+        terms: &Terms<'_>,
+        acquire: &Acquire,
+        now: u64,
+        retry_after_ns: u64,
+    ) -> u64 {
+        let (far_over, spacing_ns) = self.spacing(acquire, now);
+        let enforced = acquire.enforced_limit();
+        let wait = self
+            .settings
+            .policy
+            .denial_hold_ns(
+                terms.lease,
+                acquire.min,
+                retry_after_ns,
+                &enforced,
+                far_over,
+            )
+            .min(terms.until_change_ns);
+        self.pools.deny(&acquire.key, now, wait, spacing_ns);
+        wait
     }
 
     /// [`LeaseService::settle_pooled`] for an answer no filter waits to
     /// spend from (a denial, a background refill).
     pub(super) fn settle_unasked(
         self: &Arc<Self>,
-        rule: &str,
-        lease: u32,
-        until_change_ns: u64,
+        terms: &Terms<'_>,
         acquire: &Acquire,
         now: u64,
         take: Take,
     ) -> Take {
-        self.settle_pooled(rule, lease, acquire, now, take, (0, None), until_change_ns)
-            .0
+        self.settle_pooled(terms, acquire, now, take, (0, None)).0
+    }
+
+    /// Whether this node asks for `acquire`'s key far over its share, and so
+    /// how far apart the asks a hold turns away are sent back
+    /// (`Pools::fill_then_hold`).
+    fn spacing(&self, acquire: &Acquire, now: u64) -> (bool, u64) {
+        let far_over = self.far_over(acquire, now);
+        let algorithm = acquire.limit.algorithm();
+        (
+            far_over,
+            self.settings.policy.spacing_ns(algorithm, far_over),
+        )
     }
 
     /// Whether this node asks for `acquire`'s key far over its share of the

@@ -1,5 +1,6 @@
 //! One lease request, item by item: the first pass over the rules and the
-//! pool, the one store call for what is left, and the wire answers.
+//! pool, and the one store call for what is left. The store's results turned
+//! into wire answers: `wire`.
 
 use std::sync::Arc;
 use tokio::sync::broadcast;
@@ -7,8 +8,8 @@ use tokio::time::Instant;
 
 use meshlimit_core::policy;
 use meshlimit_core::rules::{FailurePolicy, Rule};
-use meshlimit_core::wire::{AnsweredFrom, LeaseAnswer, LeaseItem, LeaseRequest};
-use meshlimit_core::{Algorithm, DescriptorKey, Limit, Take, NANOS_PER_MS};
+use meshlimit_core::wire::{LeaseAnswer, LeaseItem, LeaseRequest};
+use meshlimit_core::Limit;
 
 use crate::fail_local::FailLocal;
 use crate::pool::PoolTake;
@@ -16,6 +17,10 @@ use meshlimit_store::{Acquire, Acquired, StoreError};
 
 use super::settle::Terms;
 use super::{LeaseService, ROUNDS};
+
+mod wire;
+
+use wire::from_pool;
 
 /// An item that goes to the store: its place in the answer and its rule's name.
 pub(super) struct Pending<'a> {
@@ -320,191 +325,5 @@ impl LeaseService {
             results = vec![Err(e); batch.len()];
         }
         results
-    }
-
-    /// Turns a store result into the filter's answer; a pooled key's grant is
-    /// split with the pool, and its denial is cached at the node (see
-    /// `settle_pooled` for how long).
-    pub(super) fn answer(
-        self: &Arc<Self>,
-        p: &Pending<'_>,
-        acquire: &Acquire,
-        now: u64,
-        result: Acquired,
-    ) -> LeaseAnswer {
-        match result {
-            Ok(Take::Granted {
-                tokens,
-                remaining,
-                reset_ns,
-            }) => {
-                self.metrics.store_results("ok", 1);
-                self.fail_local.forget(&acquire.key);
-                if !p.pooled {
-                    return self.grant(
-                        p.rule,
-                        acquire.limit.algorithm(),
-                        tokens,
-                        remaining,
-                        reset_ns,
-                        None,
-                    );
-                }
-                let take = Take::Granted {
-                    tokens,
-                    remaining,
-                    reset_ns,
-                };
-                let (settled, next_ask_ns) =
-                    self.settle_pooled(&p.terms(), acquire, now, take, (acquire.min, p.want));
-                let filter = match settled {
-                    Take::Granted { tokens, .. } => tokens,
-                    Take::Denied { .. } => 0,
-                };
-                self.grant(
-                    p.rule,
-                    acquire.limit.algorithm(),
-                    filter,
-                    remaining.saturating_add(tokens - filter),
-                    reset_ns,
-                    next_ask_ns,
-                )
-            }
-            Ok(Take::Denied { retry_after_ns }) => {
-                self.metrics.store_results("ok", 1);
-                self.fail_local.forget(&acquire.key);
-                let retry_after_ns = retry_after_ns.min(p.until_change_ns);
-                if !p.pooled {
-                    return self.deny(p.rule, &acquire.key, retry_after_ns);
-                }
-                let take = Take::Denied { retry_after_ns };
-                let settled = self.settle_unasked(&p.terms(), acquire, now, take);
-                let wait = match settled {
-                    Take::Denied { retry_after_ns } => retry_after_ns,
-                    Take::Granted { .. } => retry_after_ns,
-                };
-                self.deny(p.rule, &acquire.key, wait)
-            }
-            Err(e) => {
-                self.metrics.store_results(e.metric_result(), 1);
-                if p.pooled {
-                    self.pools.call_failed(&acquire.key, now);
-                }
-                if !matches!(e, StoreError::Shed) && self.should_log(now) {
-                    tracing::warn!(
-                        rule = p.rule,
-                        "lease unavailable (logged once a second at most): {e}"
-                    );
-                }
-                if p.on_failure != FailurePolicy::Local {
-                    return self.unavailable(e.reason());
-                }
-                // The node's fail-local ceiling, held here once for every filter
-                // of the node (the filters' own buckets take over only when the
-                // agent itself is unreachable).
-                self.metrics.lease_unavailable(e.reason());
-                match self
-                    .fail_local
-                    .take(&acquire.key, &p.local_limit, now, acquire.min, p.demand)
-                {
-                    Take::Granted { .. } => LeaseAnswer::Grant {
-                        tokens: acquire.min,
-                        ttl_ms: 0,
-                        remaining: 0,
-                        reset_ms: 0,
-                        local: true,
-                        from: None,
-                        next_ask_ms: None,
-                    },
-                    Take::Denied { retry_after_ns } => LeaseAnswer::Deny {
-                        retry_after_ms: retry_after_ns.div_ceil(NANOS_PER_MS),
-                        local: true,
-                        from: None,
-                    },
-                }
-            }
-        }
-    }
-
-    /// A grant of `tokens` to a filter, good for the lease's life (a fixed
-    /// window's only to its window's end, `reset_ns`: see
-    /// [`LeasePolicy::lease_life_ns`](meshlimit_core::policy::LeasePolicy::lease_life_ns)).
-    pub(super) fn grant(
-        &self,
-        rule: &str,
-        algorithm: Algorithm,
-        tokens: u32,
-        remaining: u32,
-        reset_ns: u64,
-        next_ask_ns: Option<u64>,
-    ) -> LeaseAnswer {
-        self.metrics.lease_granted(rule, tokens);
-        LeaseAnswer::Grant {
-            tokens,
-            // At least a millisecond: the requests waiting on the grant take
-            // their cost from it when the filter has written it down.
-            ttl_ms: self
-                .settings
-                .policy
-                .lease_life_ns(algorithm, reset_ns)
-                .div_ceil(NANOS_PER_MS)
-                .max(1),
-            remaining,
-            reset_ms: reset_ns.div_ceil(NANOS_PER_MS),
-            local: false,
-            from: Some(AnsweredFrom::Store),
-            next_ask_ms: next_ask_ns.map(|n| n.div_ceil(NANOS_PER_MS)),
-        }
-    }
-
-    pub(super) fn deny(&self, rule: &str, key: &DescriptorKey, retry_after_ns: u64) -> LeaseAnswer {
-        self.metrics.lease_denied(rule, key);
-        LeaseAnswer::Deny {
-            retry_after_ms: retry_after_ns.div_ceil(NANOS_PER_MS),
-            local: false,
-            from: Some(AnsweredFrom::Store),
-        }
-    }
-
-    /// An item answered `unavailable` for `reason` (a fixed word; the API's
-    /// refusals of single items too), counted by it.
-    pub(crate) fn unavailable(&self, reason: &str) -> LeaseAnswer {
-        self.metrics.lease_unavailable(reason);
-        LeaseAnswer::Unavailable {
-            reason: reason.to_string(),
-        }
-    }
-}
-
-/// The same answer, found in the node pool rather than by a store call.
-fn from_pool(answer: LeaseAnswer) -> LeaseAnswer {
-    match answer {
-        LeaseAnswer::Grant {
-            tokens,
-            ttl_ms,
-            remaining,
-            reset_ms,
-            local,
-            next_ask_ms,
-            ..
-        } => LeaseAnswer::Grant {
-            tokens,
-            ttl_ms,
-            remaining,
-            reset_ms,
-            local,
-            from: Some(AnsweredFrom::Pool),
-            next_ask_ms,
-        },
-        LeaseAnswer::Deny {
-            retry_after_ms,
-            local,
-            ..
-        } => LeaseAnswer::Deny {
-            retry_after_ms,
-            local,
-            from: Some(AnsweredFrom::Pool),
-        },
-        other => other,
     }
 }

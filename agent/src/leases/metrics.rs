@@ -22,26 +22,46 @@ const BATCH_BUCKETS: [f64; 7] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];
 /// The lease path's metrics; denials are also counted by key for a rules
 /// change's trial (`trial`).
 pub struct LeaseMetrics {
-    granted: IntCounterVec,
-    tokens: IntCounterVec,
-    denials: IntCounterVec,
-    unavailable: IntCounterVec,
-    store_requests: IntCounterVec,
-    store_latency: Histogram,
-    store_batch_size: Histogram,
-    pipeline_size: Histogram,
-    pipeline_latency: Histogram,
-    dropped: IntCounterVec,
-    pool_calls: IntCounterVec,
-    live_nodes: IntGauge,
-    topology: IntCounterVec,
-    nodes_down: IntGauge,
-    node_down_ms: prometheus::IntCounter,
+    answers: AnswerMetrics,
+    store: StoreMetrics,
+    topology: TopologyMetrics,
+    pool: PoolMetrics,
     top_rejected: IntGaugeVec,
     top_keys: Mutex<TopKeys>,
     /// How labels name customer keys: by the deployment's keyed hash.
     key_ids: KeyIds,
     trial: Arc<TrialMetrics>,
+}
+
+/// The answers given to the filters, by rule or reason.
+struct AnswerMetrics {
+    granted: IntCounterVec,
+    tokens: IntCounterVec,
+    denials: IntCounterVec,
+    unavailable: IntCounterVec,
+}
+
+/// The store's calls and Redis pipelines: results, sizes and times.
+struct StoreMetrics {
+    requests: IntCounterVec,
+    latency: Histogram,
+    batch_size: Histogram,
+    pipeline_size: Histogram,
+    pipeline_latency: Histogram,
+}
+
+/// The Redis Cluster's nodes as the store sees them.
+struct TopologyMetrics {
+    events: IntCounterVec,
+    nodes_down: IntGauge,
+    node_down_ms: prometheus::IntCounter,
+}
+
+/// The node pool, and the region's live agents it is sized by.
+struct PoolMetrics {
+    dropped: IntCounterVec,
+    calls: IntCounterVec,
+    live_nodes: IntGauge,
 }
 
 impl LeaseMetrics {
@@ -54,8 +74,26 @@ impl LeaseMetrics {
     ) -> Result<Self, MetricsError> {
         let f = Factory(registry);
         Ok(Self {
+            answers: AnswerMetrics::new(&f)?,
+            store: StoreMetrics::new(&f)?,
+            topology: TopologyMetrics::new(&f)?,
+            pool: PoolMetrics::new(&f)?,
+            top_rejected: f.gauges(
+                "meshlimit_top_rejected_keys",
+                "The ten keys the agent denied most (Space-Saving counts, upper bounds): \
+                 the one metric that names keys, ten at a time.",
+                &["rank", "rule", "key"],
+            )?,
+            top_keys: Mutex::default(),
             key_ids,
             trial,
+        })
+    }
+}
+
+impl AnswerMetrics {
+    fn new(f: &Factory) -> Result<Self, MetricsError> {
+        Ok(Self {
             granted: f.counters(
                 "meshlimit_leases_granted_total",
                 "Leases granted, by rule.",
@@ -76,17 +114,24 @@ impl LeaseMetrics {
                 "Lease items answered `unavailable`, by reason.",
                 &["reason"],
             )?,
-            store_requests: f.counters(
+        })
+    }
+}
+
+impl StoreMetrics {
+    fn new(f: &Factory) -> Result<Self, MetricsError> {
+        Ok(Self {
+            requests: f.counters(
                 "meshlimit_store_requests_total",
                 "Store operations (one per lease item), by result.",
                 &["result"],
             )?,
-            store_latency: f.histogram(
+            latency: f.histogram(
                 "meshlimit_store_latency_seconds",
                 "Time of one store call (one batch).",
                 &LATENCY_BUCKETS,
             )?,
-            store_batch_size: f.histogram(
+            batch_size: f.histogram(
                 "meshlimit_store_batch_size",
                 "Items per store call.",
                 &BATCH_BUCKETS,
@@ -96,28 +141,19 @@ impl LeaseMetrics {
                 "Lease scripts per Redis pipeline (one round trip to one node).",
                 &PIPELINE_BUCKETS,
             )?,
-            dropped: f.counters(
-                "meshlimit_lease_tokens_dropped_total",
-                "Pooled lease tokens that expired unspent (dropped, never hoarded), by rule.",
-                &["rule"],
+            pipeline_latency: f.histogram(
+                "meshlimit_store_pipeline_seconds",
+                "Time of one Redis pipeline, including its batching window.",
+                &LATENCY_BUCKETS,
             )?,
-            pool_calls: f.counters(
-                "meshlimit_pool_calls_total",
-                "Node-pool events by kind: `refill` (a store call started in the background \
-                 when the pool fell below its refill mark; the ask was served from what was \
-                 left), `wait` (an ask that waited on the store call in flight for its key \
-                 instead of making its own), `denied` (an ask denied at the node from its \
-                 cached store denial or its hold after a grant that drained the store's \
-                 bucket, without a store call).",
-                &["kind"],
-            )?,
-            top_rejected: f.gauges(
-                "meshlimit_top_rejected_keys",
-                "The ten keys the agent denied most (Space-Saving counts, upper bounds): \
-                 the one metric that names keys, ten at a time.",
-                &["rank", "rule", "key"],
-            )?,
-            topology: f.counters(
+        })
+    }
+}
+
+impl TopologyMetrics {
+    fn new(f: &Factory) -> Result<Self, MetricsError> {
+        Ok(Self {
+            events: f.counters(
                 "meshlimit_store_topology_events_total",
                 "Redis Cluster events seen by the store: slot_map_changed, node_down, node_up, node_replaced.",
                 &["event"],
@@ -130,15 +166,31 @@ impl LeaseMetrics {
                 "meshlimit_store_node_down_milliseconds_total",
                 "Time Redis nodes spent down, counted when each comes back or is replaced.",
             )?,
-            top_keys: Mutex::default(),
+        })
+    }
+}
+
+impl PoolMetrics {
+    fn new(f: &Factory) -> Result<Self, MetricsError> {
+        Ok(Self {
+            dropped: f.counters(
+                "meshlimit_lease_tokens_dropped_total",
+                "Pooled lease tokens that expired unspent (dropped, never hoarded), by rule.",
+                &["rule"],
+            )?,
+            calls: f.counters(
+                "meshlimit_pool_calls_total",
+                "Node-pool events by kind: `refill` (a store call started in the background \
+                 when the pool fell below its refill mark; the ask was served from what was \
+                 left), `wait` (an ask that waited on the store call in flight for its key \
+                 instead of making its own), `denied` (an ask denied at the node from its \
+                 cached store denial or its hold after a grant that drained the store's \
+                 bucket, without a store call).",
+                &["kind"],
+            )?,
             live_nodes: f.gauge(
                 "meshlimit_live_nodes",
                 "Agents alive in the region, from their heartbeats in the store (0: unknown).",
-            )?,
-            pipeline_latency: f.histogram(
-                "meshlimit_store_pipeline_seconds",
-                "Time of one Redis pipeline, including its batching window.",
-                &LATENCY_BUCKETS,
             )?,
         })
     }
@@ -156,14 +208,14 @@ impl LeaseMetrics {
     }
 
     pub(crate) fn lease_granted(&self, rule: &str, tokens: u32) {
-        inc(&self.granted, &[rule], 1);
-        inc(&self.tokens, &[rule], u64::from(tokens));
+        inc(&self.answers.granted, &[rule], 1);
+        inc(&self.answers.tokens, &[rule], u64::from(tokens));
     }
 
     /// A denial for `key` of `rule` (also counted among the most rejected keys,
     /// which name the key by its id, never in clear).
     pub(crate) fn lease_denied(&self, rule: &str, key: &meshlimit_core::DescriptorKey) {
-        inc(&self.denials, &[rule], 1);
+        inc(&self.answers.denials, &[rule], 1);
         let id = self.key_id(key).to_string();
         if let Ok(mut top) = self.top_keys.lock() {
             top.record(rule, &id, 1);
@@ -173,17 +225,18 @@ impl LeaseMetrics {
 
     /// An item answered `unavailable`; `reason` is a fixed word.
     pub(crate) fn lease_unavailable(&self, reason: &str) {
-        inc(&self.unavailable, &[reason], 1);
+        inc(&self.answers.unavailable, &[reason], 1);
     }
 
     /// A Redis Cluster event (`event` is a fixed word).
     pub(crate) fn store_topology(&self, event: &str, down_for: Option<Duration>) {
-        inc(&self.topology, &[event], 1);
+        inc(&self.topology.events, &[event], 1);
         match (event, down_for) {
-            ("node_down", _) => self.nodes_down.inc(),
+            ("node_down", _) => self.topology.nodes_down.inc(),
             (_, Some(d)) => {
-                self.nodes_down.dec();
-                self.node_down_ms
+                self.topology.nodes_down.dec();
+                self.topology
+                    .node_down_ms
                     .inc_by(u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
             }
             _ => {}
@@ -192,34 +245,34 @@ impl LeaseMetrics {
 
     /// One store call of `items` items that took `latency`.
     pub(crate) fn store_call(&self, items: usize, latency: Duration) {
-        self.store_batch_size.observe(items as f64);
-        self.store_latency.observe(latency.as_secs_f64());
+        self.store.batch_size.observe(items as f64);
+        self.store.latency.observe(latency.as_secs_f64());
     }
 
     /// One Redis pipeline of `size` scripts that took `latency`.
     pub(crate) fn store_pipeline(&self, size: usize, latency: Duration) {
-        self.pipeline_size.observe(size as f64);
-        self.pipeline_latency.observe(latency.as_secs_f64());
+        self.store.pipeline_size.observe(size as f64);
+        self.store.pipeline_latency.observe(latency.as_secs_f64());
     }
 
     /// A background refill of the pool started.
     pub(crate) fn pool_refill(&self) {
-        inc(&self.pool_calls, &["refill"], 1);
+        inc(&self.pool.calls, &["refill"], 1);
     }
 
     /// `asks` waited on the store call in flight for their key.
     pub(crate) fn pool_waits(&self, asks: usize) {
-        inc(&self.pool_calls, &["wait"], asks as u64);
+        inc(&self.pool.calls, &["wait"], asks as u64);
     }
 
     /// An ask denied from the node's cached denial or hold (no store call).
     pub(crate) fn pool_denied(&self) {
-        inc(&self.pool_calls, &["denied"], 1);
+        inc(&self.pool.calls, &["denied"], 1);
     }
 
     /// `tokens` pooled for `rule` expired unspent.
     pub(crate) fn tokens_dropped(&self, rule: &str, tokens: u32) {
-        inc(&self.dropped, &[rule], u64::from(tokens));
+        inc(&self.pool.dropped, &[rule], u64::from(tokens));
     }
 
     /// Re-exports the ten most rejected keys (old ranks are cleared first), and
@@ -244,11 +297,11 @@ impl LeaseMetrics {
 
     /// The region's live agents, from the heartbeats.
     pub(crate) fn live_nodes(&self, n: u32) {
-        self.live_nodes.set(i64::from(n));
+        self.pool.live_nodes.set(i64::from(n));
     }
 
     /// `n` store operations ended with `result` (ok, error, timeout, shed).
     pub(crate) fn store_results(&self, result: &str, n: u64) {
-        inc(&self.store_requests, &[result], n);
+        inc(&self.store.requests, &[result], n);
     }
 }

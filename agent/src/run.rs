@@ -93,14 +93,12 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let (trigger, shutdown) = shutdown::channel();
     let mut tasks = JoinSet::new();
     // Configuration problems first, before anything binds or logs.
-    let secret = args.secret.load()?;
-    let auth = match &args.operator_token {
-        Some(token) => Auth::with_operator(&secret, token).map_err(ConfigError::from)?,
-        None => Auth::new(&secret),
-    };
-    let m = ServiceMetrics::new(&args.region, secret.key_ids())?;
-    let region_setup = regions::regions_config(&args, &agent_id(&args), &secret.key_ids())?;
-    check_tls_flags(&args, region_setup.as_ref())?;
+    let Checked {
+        secret,
+        auth,
+        m,
+        region_setup,
+    } = Checked::load(&args)?;
     let stores = start_store(&args, &m, &secret, &mut tasks, &shutdown)?;
     let listener = TcpListener::bind(args.listen)
         .await
@@ -110,50 +108,8 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         })?;
     let mut signals = Signals::install().map_err(RunError::Signals)?;
     let rules = Arc::new(CurrentRules::empty());
-    let mut watcher = RulesWatcher::new(&args.rules, rules.clone(), m.rules.clone())
-        .with_store(stores.fleet.clone(), tokio::runtime::Handle::current());
-    // A bad file at start is logged and leaves /readyz at 503 until a good one
-    // appears; the agent keeps serving /healthz and /metrics meanwhile. Off the
-    // runtime's threads: the first load may ask the store for a trial running.
-    let watcher = tokio::task::spawn_blocking(move || {
-        watcher.poll();
-        watcher
-    })
-    .await
-    .map_err(|e| RunError::Runtime(std::io::Error::other(e)))?;
-    tasks.spawn(watcher.run(args.rules_poll(), shutdown.clone()));
-    tasks.spawn(fleet_override::poll(
-        stores.fleet,
-        rules.clone(),
-        m.rules.clone(),
-        args.override_poll(),
-        shutdown.clone(),
-    ));
-    let declog = DecisionLog::start(args.decision_log(), &agent_id(&args), m.declog)
-        .map_err(|e| ConfigError::DecisionLog(e.to_string()))?;
-    let false_limits = FalseLimits::start(
-        rules.clone(),
-        stores.buckets.clone(),
-        m.false_limits,
-        secret.key_ids(),
-    );
-    false_limits.set_budget(args.false_limit_checks);
-    let leases = LeaseService::new(
-        rules.clone(),
-        stores.buckets.clone(),
-        m.leases.clone(),
-        args.lease_settings(),
-        Some(false_limits.clone()),
-    );
-    let app = App::new(AppParts {
-        rules,
-        leases,
-        false_limits,
-        declog,
-        reports: m.reports,
-        registry: m.registry,
-        auth,
-    })?;
+    start_rules(&args, &rules, &m.rules, stores.fleet, &mut tasks, &shutdown).await?;
+    let app = build_app(&args, &m, auth, rules, &stores.buckets, secret.key_ids())?;
     tasks.spawn(refresh_gauges(app.clone(), shutdown.clone()));
     if let Some(cfg) = &region_setup {
         regions::start(cfg, &app.shares_handle(), &m.regions, &mut tasks, &shutdown)
@@ -166,16 +122,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         m.leases,
         shutdown.clone(),
     ));
-    if args.operator_token.is_none() {
-        tracing::info!("no --operator-token: /v1/explain and /v1/hot refuse every caller");
-    }
-    tracing::info!(
-        listen = %args.listen,
-        store = %args.store,
-        region = %args.region,
-        rules = %args.rules.display(),
-        "meshlimit-agent serving"
-    );
+    log_serving(&args);
     tasks.spawn(sweep_pools(app.clone(), POOL_SWEEP_EVERY, shutdown.clone()));
     let limits = args.server_limits();
     let server = tokio::spawn(server::serve_with(listener, app, shutdown.clone(), limits));
@@ -186,6 +133,119 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     while tasks.join_next().await.is_some() {}
     tracing::info!("stopped");
     Ok(())
+}
+
+/// What `run` reads and checks of its configuration before anything binds or
+/// logs: the secret, the API's authentication, the services' metrics and the
+/// regions' setup.
+struct Checked {
+    secret: Secret,
+    auth: Auth,
+    m: ServiceMetrics,
+    region_setup: Option<regions::RegionsConfig>,
+}
+
+impl Checked {
+    fn load(args: &RunArgs) -> Result<Checked, RunError> {
+        let secret = args.secret.load()?;
+        let auth = match &args.operator_token {
+            Some(token) => Auth::with_operator(&secret, token).map_err(ConfigError::from)?,
+            None => Auth::new(&secret),
+        };
+        let m = ServiceMetrics::new(&args.region, secret.key_ids())?;
+        let region_setup = regions::regions_config(args, &agent_id(args), &secret.key_ids())?;
+        check_tls_flags(args, region_setup.as_ref())?;
+        Ok(Checked {
+            secret,
+            auth,
+            m,
+            region_setup,
+        })
+    }
+}
+
+/// Loads the rules in force into `rules` once, then starts the tasks that
+/// keep them current: the rules watcher and the fleet override's poll.
+async fn start_rules(
+    args: &RunArgs,
+    rules: &Arc<CurrentRules>,
+    metrics: &Arc<RulesMetrics>,
+    fleet: Arc<dyn FleetState>,
+    tasks: &mut JoinSet<()>,
+    shutdown: &Shutdown,
+) -> Result<(), RunError> {
+    let mut watcher = RulesWatcher::new(&args.rules, rules.clone(), metrics.clone())
+        .with_store(fleet.clone(), tokio::runtime::Handle::current());
+    // A bad file at start is logged and leaves /readyz at 503 until a good one
+    // appears; the agent keeps serving /healthz and /metrics meanwhile. Off the
+    // runtime's threads: the first load may ask the store for a trial running.
+    let watcher = tokio::task::spawn_blocking(move || {
+        watcher.poll();
+        watcher
+    })
+    .await
+    .map_err(|e| RunError::Runtime(std::io::Error::other(e)))?;
+    tasks.spawn(watcher.run(args.rules_poll(), shutdown.clone()));
+    tasks.spawn(fleet_override::poll(
+        fleet,
+        rules.clone(),
+        metrics.clone(),
+        args.override_poll(),
+        shutdown.clone(),
+    ));
+    Ok(())
+}
+
+/// The API and the services behind it: the decision log, the false-limit
+/// check and the lease service, answering from `buckets` under `rules`.
+fn build_app(
+    args: &RunArgs,
+    m: &ServiceMetrics,
+    auth: Auth,
+    rules: Arc<CurrentRules>,
+    buckets: &Arc<dyn Buckets>,
+    key_ids: KeyIds,
+) -> Result<App, RunError> {
+    let declog = DecisionLog::start(args.decision_log(), &agent_id(args), m.declog.clone())
+        .map_err(|e| ConfigError::DecisionLog(e.to_string()))?;
+    let false_limits = FalseLimits::start(
+        rules.clone(),
+        buckets.clone(),
+        m.false_limits.clone(),
+        key_ids,
+    );
+    false_limits.set_budget(args.false_limit_checks);
+    let leases = LeaseService::new(
+        rules.clone(),
+        buckets.clone(),
+        m.leases.clone(),
+        args.lease_settings(),
+        Some(false_limits.clone()),
+    );
+    Ok(App::new(AppParts {
+        rules,
+        leases,
+        false_limits,
+        declog,
+        reports: m.reports.clone(),
+        registry: m.registry.clone(),
+        auth,
+    })?)
+}
+
+/// Says what the agent serves, and warns when the operator views refuse
+/// every caller.
+fn log_serving(args: &RunArgs) {
+    if args.operator_token.is_none() {
+        tracing::info!("no --operator-token: /v1/explain and /v1/hot refuse every caller");
+    }
+    tracing::info!(
+        listen = %args.listen,
+        store = %args.store,
+        region = %args.region,
+        rules = %args.rules.display(),
+        "meshlimit-agent serving"
+    );
 }
 
 /// The services' metrics, each registered in the one registry `/metrics`

@@ -52,7 +52,12 @@ pub(crate) async fn a_share_scales_the_limit(store: &dyn Store) {
 }
 
 /// A batch gets one answer per item, in the items' order, whichever node (of a
-/// cluster) each key lives on; items of one key apply in order.
+/// cluster) each key lives on. Items of one key apply one at a time but not
+/// necessarily in the batch's order: the Redis store sends a call's items in
+/// as many pipelines as its batcher makes of them, side by side, and a
+/// pipeline that met a flushed script cache sends its items again. Nothing
+/// relies on that order: the agent puts at most one pooled ask per key in a
+/// call (the others wait on it), and exact asks for one key are alike.
 pub(crate) async fn a_batch_is_answered_in_order(store: &dyn Store) {
     let mut items = vec![
         ask("r", &["a"], slow(), 1, 4),
@@ -66,9 +71,16 @@ pub(crate) async fn a_batch_is_answered_in_order(store: &dyn Store) {
     let answers = store.acquire(&items).await;
     assert_eq!(answers.len(), items.len());
     let answers: Vec<Take> = answers.into_iter().map(Result::unwrap).collect();
-    assert_eq!(granted(&answers[0]), (4, 6));
+    // Key a's two asks (at most 4, then at most 100) share its 10 tokens in
+    // either order.
+    match (&answers[0], &answers[2]) {
+        (Take::Denied { .. }, second) => assert_eq!(granted(second), (10, 0)),
+        (first, second) => {
+            assert_eq!(granted(first).0, 4, "{answers:?}");
+            assert_eq!(granted(second), (6, 0), "{answers:?}");
+        }
+    }
     assert!(matches!(answers[1], Take::Denied { .. }), "{answers:?}");
-    assert_eq!(granted(&answers[2]), (6, 0));
     for n in 1..=8u32 {
         assert_eq!(granted(&answers[2 + n as usize]), (n, 10 - n), "item k{n}");
     }

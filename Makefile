@@ -41,11 +41,11 @@ WASI_RUNNER := node $(CURDIR)/tools/wasi-run.mjs
 # deploy/check.mk (optional, owned by deploy/) defines `deploy-check`.
 HAVE_DEPLOY_CHECK := $(shell grep -qsE '^deploy-check[[:space:]]*::?([^=]|$$)' deploy/check.mk && echo yes)
 
-.PHONY: tools tools-rust tools-nextest tools-envoy tools-grpc tools-mdbook tools-apt build lint test test-fast test-wasm docs reference demo clean-run help
+.PHONY: tools tools-rust tools-nextest tools-envoy tools-grpc tools-mdbook tools-apt build build-test lint test test-fast test-wasm docs reference demo clean-run help
 
 help:
 	@echo "make tools      install pinned tools (wasm target, cargo-nextest $(NEXTEST_VERSION), Envoy $(ENVOY_VERSION), grpcio $(GRPCIO_VERSION) and h2 in .venv, redis-server, wrk)"
-	@echo "make build      release agent + wasm filter"
+	@echo "make build      release agent, CLI and wasm filter"
 	@echo "make lint       rustfmt check, crate layers and import loops (tools/layers.py), one release version everywhere (tools/check-release.py), clippy (host and $(WASM_TARGET)) with -D warnings"
 	@echo "make test       tools, build, lint, all tests (host, wasm, deploy check): what CI runs"
 	@echo "make test-fast  the tests that need no Envoy, Redis or accuracy run (cargo-nextest)"
@@ -124,8 +124,14 @@ tools-apt:
 
 ## ---- build, lint, test
 
-build:
-	$(CARGO) build --release -p meshlimit-agent -p meshlimit-cli
+build: build-test
+	$(CARGO) build --release -p meshlimit-cli
+
+# What the end-to-end tests start, as it ships: the release agent and the
+# filter (a test of rates measures the limiter as deployed). The tests take
+# the operator CLI from the test build.
+build-test:
+	$(CARGO) build --release -p meshlimit-agent
 	$(CARGO) build --release --target $(WASM_TARGET) -p meshlimit-filter -p meshlimit-bench-floor
 
 lint:
@@ -161,19 +167,23 @@ test-wasm: tools-rust
 # tests (from its JUnit file), the steps that failed, and the summary again.
 # Any failure fails `make test`, after the report.
 NEXTEST_CI := target/nextest/ci
+# Two test slots per core; .config/nextest.toml says which tests take two
+# (a core) or all of them.
+TEST_SLOTS := $(shell echo $$(( 2 * $$(nproc) )))
 ifeq ($(HAVE_DEPLOY_CHECK),yes)
-TEST_DEPLOY_CHECK := $(MAKE) --no-print-directory deploy-check
+TEST_DEPLOY_CHECK := $(MAKE) --no-print-directory deploy-check DEPLOY_CLI_BIN=target/debug/meshlimit
 else
 TEST_DEPLOY_CHECK := echo "test: deploy/check.mk defines no deploy-check target; skipping it"
 endif
 
-test: tools build lint
+test: tools build-test lint
 	@failed=""; \
+	$(CARGO) nextest run --workspace --profile ci --no-run || failed="$$failed test-build"; \
 	$(MAKE) --no-print-directory test-wasm || failed="$$failed test-wasm"; \
 	$(TEST_DEPLOY_CHECK) || failed="$$failed deploy-check"; \
 	$(MAKE) --no-print-directory docs || failed="$$failed docs"; \
 	mkdir -p $(NEXTEST_CI); rm -f $(NEXTEST_CI)/junit.xml; \
-	$(CARGO) nextest run --workspace --profile ci 2>&1 | tee $(NEXTEST_CI)/run.log \
+	$(CARGO) nextest run --workspace --profile ci --test-threads $(TEST_SLOTS) 2>&1 | tee $(NEXTEST_CI)/run.log \
 		|| failed="$$failed host-tests"; \
 	$(PYTHON) tools/slowest-tests.py $(NEXTEST_CI)/junit.xml || failed="$$failed slowest-report"; \
 	[ -z "$$failed" ] || echo "test: failed:$$failed"; \
@@ -192,7 +202,7 @@ FAST_TESTS := (kind(lib) | kind(bin) \
 	| binary_id(meshlimit-cli::it)) \
 	- (binary_id(meshlimit-store) & test(/^redis::control::/))
 test-fast: tools-nextest
-	$(CARGO) nextest run --workspace -E '$(FAST_TESTS)'
+	$(CARGO) nextest run --workspace --test-threads $(TEST_SLOTS) -E '$(FAST_TESTS)'
 
 ## ---- local run
 

@@ -177,14 +177,17 @@ pub fn agent_bin() -> PathBuf {
         .clone()
 }
 
-/// The release operator CLI, `meshlimit`, that `make build` produces (the
-/// offline commands and `override`); refused when older than its sources.
+/// The operator CLI, `meshlimit` (the offline commands and `override`), as
+/// the test build makes it (`cargo nextest run --workspace` or `cargo build -p
+/// meshlimit-cli`): unlike the agent's, its speed is not what a test measures,
+/// so the suite does not wait for a release build of it. Refused when older
+/// than its sources.
 pub fn cli_bin() -> PathBuf {
     static CHECKED: OnceLock<PathBuf> = OnceLock::new();
     CHECKED
         .get_or_init(|| {
             fresh(
-                target_dir().join("release").join("meshlimit"),
+                target_dir().join("debug").join("meshlimit"),
                 &["cli", "agent", "core"],
             )
         })
@@ -233,7 +236,7 @@ fn fresh(binary: PathBuf, crates: &[&str]) -> PathBuf {
     }
     if let Err(stale) = check_fresh(built, &sources) {
         panic!(
-            "{} is older than {}: run `make build` (cargo test does not rebuild it)",
+            "{} is older than {}: rebuild it (`make build`; the CLI: `cargo build -p meshlimit-cli`)",
             binary.display(),
             stale.display()
         );

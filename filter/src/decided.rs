@@ -3,13 +3,18 @@
 
 use meshlimit_core::decision::RuleResult;
 use meshlimit_core::secret::{KeyId, KeyIdText, KeyIds};
+use meshlimit_core::stack_text::StackText;
 use meshlimit_core::{DescriptorKey, Outcome, Verdict};
 
-/// The filter-state names the decision is set under (Envoy shows them to an
-/// access log as `wasm.<name>`).
-pub const RULE: &str = "meshlimit_rule";
-pub const DECISION: &str = "meshlimit_decision";
-pub const KEY_ID: &str = "meshlimit_key_id";
+/// The filter-state name the decision is set under (Envoy shows it to an
+/// access log as `wasm.meshlimit`). One value holds the three fields, so
+/// naming a request's decision is one host call.
+pub const PROPERTY: &str = "meshlimit";
+
+/// Room for the value of every valid rule's decision (a rule name of at most
+/// 70 bytes, an outcome, a 32-digit id and the field names); a longer one is
+/// written on the heap.
+const VALUE_MAX: usize = 192;
 
 /// The decision a request is known by: the deciding rule, its outcome, and
 /// the id of the key it counted (hashed once, for the access log and the
@@ -50,16 +55,53 @@ impl<'e> Decided<'e> {
         }
     }
 
-    /// The request's properties for the access log: the deciding rule, its
-    /// outcome and its key's id (the keyed hash metrics name keys by).
-    pub fn properties(&self) -> impl Iterator<Item = (&'static str, &str)> {
-        [
-            (RULE, Some(self.rule)),
-            (DECISION, Some(self.outcome.as_str())),
-            (KEY_ID, self.key_id.as_ref().map(KeyIdText::as_str)),
-        ]
-        .into_iter()
-        .filter_map(|(name, value)| Some((name, value?)))
+    /// Hands `emit` the request's value for the access log, written on the
+    /// stack: `rule=<rule> decision=<outcome> key_id=<id>`, the deciding
+    /// rule, its outcome and its key's id (the keyed hash metrics name keys
+    /// by; `-` without a key). Rule names and outcomes hold no space, so the
+    /// fields split on spaces.
+    pub fn with_value(&self, emit: impl FnOnce(&str)) {
+        let mut text = StackText::<VALUE_MAX>::default();
+        self.write_value(&mut text);
+        match text.as_str() {
+            Some(value) => emit(value),
+            None => {
+                let mut value = String::new();
+                self.write_value(&mut value);
+                emit(&value);
+            }
+        }
+    }
+
+    fn write_value(&self, out: &mut impl Sink) {
+        let key_id = self.key_id.as_ref().map_or("-", KeyIdText::as_str);
+        for part in [
+            "rule=",
+            self.rule,
+            " decision=",
+            self.outcome.as_str(),
+            " key_id=",
+            key_id,
+        ] {
+            out.push(part);
+        }
+    }
+}
+
+/// Where [`Decided::write_value`] writes.
+trait Sink {
+    fn push(&mut self, s: &str);
+}
+
+impl<const N: usize> Sink for StackText<N> {
+    fn push(&mut self, s: &str) {
+        self.push_str(s);
+    }
+}
+
+impl Sink for String {
+    fn push(&mut self, s: &str) {
+        self.push_str(s);
     }
 }
 

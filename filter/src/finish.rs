@@ -18,7 +18,7 @@ use crate::pipeline::Evaluation;
 use crate::state::{Shared, Waiting};
 
 /// Counts every rule's decision, names it in the stream's filter state for the
-/// access log, and carries out the verdict: `Continue`, or a local answer sent
+/// access log (one value, [`crate::decided::PROPERTY`]), and carries out the verdict: `Continue`, or a local answer sent
 /// (`Pause`). The allowed request's quota goes in the request's quota cell for
 /// its response.
 pub(crate) fn finish<H: Proxy>(
@@ -55,8 +55,8 @@ pub(crate) fn finish<H: Proxy>(
         }
         decided
     };
-    for (name, value) in decided.iter().flat_map(Decided::properties) {
-        host.set_property(name, value);
+    if let Some(decided) = &decided {
+        decided.with_value(|value| host.set_property(crate::decided::PROPERTY, value));
     }
     let (protocol, quota) = (request.protocol, &request.quota);
     let style = config.response_headers;

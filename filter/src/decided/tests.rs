@@ -83,12 +83,8 @@ fn the_key_is_named_by_its_id_never_in_clear() {
     .unwrap();
     let id = ids.id(&key).to_string();
     assert_eq!(
-        decided.properties().collect::<Vec<_>>(),
-        [
-            (RULE, "per-key"),
-            (DECISION, "limited"),
-            (KEY_ID, id.as_str())
-        ]
+        value(&decided),
+        format!("rule=per-key decision=limited key_id={id}")
     );
     assert!(!id.contains("secret-customer"));
     // The id is handed on only for the very key it was computed from.
@@ -138,4 +134,33 @@ fn a_cached_id_is_the_keys_own_and_a_newer_key_in_its_entry_takes_it_over() {
     assert_eq!(cache.id(&ids, 3, &a), ids.id(&a));
     // Other entries are other keys'.
     assert_eq!(cache.id(&ids, 4, &b), ids.id(&b));
+}
+
+fn value(decided: &Decided<'_>) -> String {
+    let mut out = String::new();
+    decided.with_value(|v| out = v.to_string());
+    out
+}
+
+#[test]
+fn one_value_names_a_decision_without_a_key_and_one_past_the_stack_room() {
+    let ids = KeyIds::placeholder();
+    let long = "r".repeat(300);
+    for (rule, want) in [
+        (
+            "open",
+            "rule=open decision=failed_open key_id=-".to_string(),
+        ),
+        (&long, format!("rule={long} decision=failed_open key_id=-")),
+    ] {
+        let rs = [result(
+            rule,
+            Mode::Enforce,
+            allow(5),
+            Some(Outcome::FailedOpen),
+        )];
+        let verdict = decide(&rs);
+        let decided = Decided::of(&verdict, &rs, |_| None, |k, _| ids.id(k)).unwrap();
+        assert_eq!(value(&decided), want);
+    }
 }

@@ -35,7 +35,9 @@ fn a_rejection_names_one_key_id_to_the_access_log_and_the_decision_log() {
     assert!(
         stream
             .properties
-            .contains(&("meshlimit_key_id".into(), denied.clone())),
+            .iter()
+            .any(|(name, value)| name == "meshlimit"
+                && value.ends_with(&format!(" key_id={denied}"))),
         "{:?}",
         stream.properties
     );

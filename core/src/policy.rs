@@ -300,6 +300,47 @@ impl LeasePolicy {
     }
 }
 
+/// How much of a key's demand at a node one Envoy worker takes from the
+/// node's shared lease at once: 10 ms of it, a tenth of the default lease
+/// period, so a lease of a period's demand is ten slices or more.
+pub const WORKER_SLICE_NS: u64 = 10 * NANOS_PER_MS;
+/// A worker's slice is at most this part of the rule's burst (a hundredth),
+/// a tenth of a lease's cap ([`BURST_PARTS`]).
+pub const WORKER_SLICE_PARTS: u32 = 100;
+
+/// The tokens an Envoy worker takes from the node's shared lease (proxy-wasm
+/// shared data) for a request of `cost` on a key of `limit`: `cost` alone,
+/// or a slice of more that the worker keeps in its own VM's memory and
+/// spends on its next requests of the key with no host call. The key's
+/// demand at the node is `demand_per_sec` (tokens a second, every worker's)
+/// and the lease holds `usable` unexpired tokens.
+///
+/// A slice is [`WORKER_SLICE_NS`] of the demand, at most a hundredth of the
+/// burst and half of what the lease holds; one of fewer than two requests'
+/// cost is not taken. So the tokens a worker holds unspent are fewer than
+/// `burst / 100` ([`WORKER_SLICE_PARTS`]), and those of a node's `W` workers
+/// fewer than `W × burst / 100`; they expire with the lease they came from.
+/// A key is worker-local only when its node demand is at least `200 × cost`
+/// tokens a second: a warmer key takes `cost` from the shared lease on every
+/// request, as without slices, and its calls to the agent are unchanged. A
+/// hot key's slice is a tenth of its lease at most (both are the same
+/// demand's share of the period, capped at a tenth and a hundredth of the
+/// burst), so its lease still lasts ten slices and the node calls the agent
+/// for it as often as before.
+pub fn worker_slice(limit: &Limit, cost: u32, demand_per_sec: f64, usable: u32) -> u32 {
+    let by_demand = (demand_per_sec.max(0.0) * secs(WORKER_SLICE_NS)).floor();
+    // Finite and non-negative; the cap keeps the cast in range.
+    let by_demand = by_demand.min(f64::from(u32::MAX)) as u32;
+    let slice = by_demand
+        .min(limit.burst() / WORKER_SLICE_PARTS)
+        .min(usable / 2);
+    if slice >= cost.saturating_mul(2) {
+        slice
+    } else {
+        cost
+    }
+}
+
 /// A tenth of `limit`'s burst ([`BURST_PARTS`]), one token at least.
 fn tenth(limit: &Limit) -> u32 {
     (limit.burst() / BURST_PARTS).max(1)

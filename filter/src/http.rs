@@ -16,7 +16,7 @@ use crate::backoff;
 use crate::config::FilterConfig;
 use crate::finish::{fail_queued, finish};
 use crate::host::{AgentCall, AgentRequest, Proxy};
-use crate::pipeline::Evaluation;
+use crate::pipeline::{Evaluation, LocalStep};
 use crate::state::{Asked, QuotaCell, Shared, Waiting};
 use crate::usage;
 
@@ -266,10 +266,18 @@ impl<H: Proxy> HttpContext for Http<H> {
         let host = &*host;
         let queue = self.vm.borrow().call_queue;
         let step = {
-            // A cold start's call goes out with the VM's batch.
             let mut vm = self.vm.borrow_mut();
-            let cold = queue.is_some().then_some(&mut vm.cold_starts);
-            eval.local_step(host, &self.config, cold)
+            let vm = &mut *vm;
+            // A key hot at this worker is decided from its slice, no host call.
+            if eval.slice_pass(&mut vm.slices) {
+                LocalStep::default()
+            } else {
+                // A cold start's call goes out with the VM's batch.
+                let cold = queue.is_some().then_some(&mut vm.cold_starts);
+                let step = eval.local_step(host, &self.config, cold);
+                eval.keep_slices(&mut vm.slices);
+                step
+            }
         };
         if let Some(queue) = queue.filter(|_| !step.backed_off) {
             return self.join_flights(eval, queue, &asked);

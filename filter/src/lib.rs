@@ -6,7 +6,8 @@
 //! through (`Host`: clock and shared data; `Proxy`: the rest) and `ProxyHost`,
 //! the only code that calls hostcalls. `pipeline` is the request path as plain
 //! code over `Host`; `flights` the VM's lease calls, `backoff` when misses skip
-//! the agent, `reload` a new rules version compiled a slice at a time, `usage`
+//! the agent, `reload` a new rules version compiled a slice at a time,
+//! `slices` a worker's own slices of its hot keys' leases, `usage`
 //! the usage path, `decided` a decision's name for the access log and `declog`
 //! the VM's buffer of decision log records, over the same trait. `root` and `http` are the proxy-wasm
 //! contexts, generic over `Proxy`: Envoy runs them over `ProxyHost`, the tests
@@ -26,6 +27,7 @@ mod http;
 pub mod pipeline;
 mod reload;
 mod root;
+pub mod slices;
 pub mod slots;
 mod state;
 #[cfg(any(test, feature = "test-util"))]

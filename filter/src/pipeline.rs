@@ -29,6 +29,8 @@ pub struct Evaluation {
     /// First the request's own read (`RequestInfo::now_ns`), which the local
     /// pass runs on.
     pub(crate) decided_at_ns: u64,
+    /// The local pass may take worker slices (set by [`Evaluation::slice_pass`]).
+    slicing: bool,
 }
 
 /// One item of a lease call, with the slot it fills.
@@ -75,6 +77,8 @@ struct Check {
     state: State,
     /// Where the decision was made, once decided.
     source: DecisionSource,
+    /// The slice of the key's lease the local pass took for this worker, to keep.
+    slice: Option<crate::slices::Slice>,
 }
 
 impl Check {
@@ -140,6 +144,7 @@ impl Evaluation {
                 want: None,
                 state: State::Miss,
                 source: DecisionSource::FailurePolicy,
+                slice: None,
             })
         })?;
         Ok((!checks.is_empty()).then_some(Self {
@@ -148,6 +153,7 @@ impl Evaluation {
             refills: Vec::new(),
             rounds: 0,
             decided_at_ns: req.now_ns,
+            slicing: false,
         }))
     }
 

@@ -17,6 +17,7 @@ use crate::counts::Counts;
 use crate::decided::IdCache;
 use crate::declog::DecisionLog;
 use crate::flights::Flights;
+use crate::slices::Slices;
 use crate::usage::UsageAnswers;
 
 pub type Shared = Rc<RefCell<VmState>>;
@@ -64,13 +65,18 @@ pub struct VmState {
     pub usage: UsageAnswers,
     /// The ids of keys decided lately (by `config.key_ids`).
     pub key_ids: IdCache,
+    /// This worker's slices of its hot keys' leases (by `config.slot_hasher`'s
+    /// fingerprints).
+    pub slices: Slices,
 }
 
 impl VmState {
-    /// Puts `config` in force (ids cached by the one before are dropped).
+    /// Puts `config` in force (ids cached and slices taken under the one
+    /// before are dropped).
     pub fn set_config(&mut self, config: FilterConfig) {
         self.config = Rc::new(config);
         self.key_ids = IdCache::default();
+        self.slices = Slices::default();
     }
 }
 

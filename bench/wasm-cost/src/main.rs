@@ -335,8 +335,11 @@ mod tests {
 
     #[test]
     fn the_hot_key_is_decided_by_its_lease_and_costs_more_than_the_floor() {
+        // A thousand requests at 10,000 a second make the key hot at the
+        // worker: it takes slices of its lease.
+        let n = 1_000;
         let mut vm = meshlimit(&module(FILTER), false).unwrap();
-        let row = measure("meshlimit", &mut vm, 60, HOT).unwrap();
+        let row = measure("meshlimit", &mut vm, n, HOT).unwrap();
         // One lease call at most warmed the key; the measured requests were
         // decided in the filter, each setting its one access-log value and
         // its two RateLimit fields.
@@ -345,24 +348,30 @@ mod tests {
             row.calls
                 .iter()
                 .find(|(n, _)| n == name)
-                .map_or(0, |(_, c)| *c)
-                / 60
+                .map_or(0, |(_, c)| *c) as f64
+                / n as f64
         };
-        assert_eq!(per("proxy_set_property"), 1);
-        assert_eq!(per("proxy_add_header_map_value"), 2);
-        assert_eq!(per("proxy_http_call"), 0);
+        assert_eq!(per("proxy_set_property"), 1.0);
+        assert_eq!(per("proxy_add_header_map_value"), 2.0);
+        assert_eq!(per("proxy_http_call"), 0.0);
         // The clock read once, with the request's headers: its schedules,
         // the local pass, the slot's write and the decision log's time.
-        assert_eq!(per("proxy_get_current_time_nanoseconds"), 1);
-        // Eight host calls in all (each a crossing into Envoy): one more
-        // on the hot path fails here, not unseen in a noisy benchmark.
-        let host: u64 = row.burned.iter().map(|b| b.host_calls).sum();
-        assert_eq!(host, 8 * 60);
+        assert_eq!(per("proxy_get_current_time_nanoseconds"), 1.0);
+        // The key's slot is read and written once a slice, not once a
+        // request: most requests are decided in the worker's own memory.
+        let reads = per("proxy_get_shared_data");
+        assert!(reads < 0.2, "{reads} slot reads a request");
+        // Six host calls on the median request (each a crossing into Envoy):
+        // the headers, the clock, the counter, the access-log value and the
+        // two RateLimit fields. One more fails here, not unseen in a noisy
+        // benchmark.
+        let calls = median(row.burned.iter().map(|b| b.host_calls).collect());
+        assert_eq!(calls, 6);
         // The count is deterministic: a second VM burns exactly the same.
         let again = measure(
             "meshlimit",
             &mut meshlimit(&module(FILTER), false).unwrap(),
-            60,
+            n,
             HOT,
         )
         .unwrap();

@@ -313,3 +313,42 @@ fn with_turns_a_node_that_found_the_bucket_fuller_than_its_lease_calls_sooner() 
     // Nearer its share: no hold, turns or not.
     assert_eq!(p.hold_ns(10, 2, 0, &bucket, false), 0);
 }
+
+#[test]
+fn a_worker_slices_only_a_hot_key_and_holds_under_a_hundredth_of_the_burst() {
+    let l = limit(1_000_000, 1_000 * MS, 1_000_000);
+    // 10 ms of 10,000 tokens a second: 100 tokens, well within every cap.
+    assert_eq!(worker_slice(&l, 1, 10_000.0, 5_000), 100);
+    // Capped at a hundredth of the burst, and at half of the lease.
+    assert_eq!(worker_slice(&l, 1, 1e9, u32::MAX), 10_000);
+    assert_eq!(worker_slice(&l, 1, 10_000.0, 60), 30);
+    // A warm key (10 ms of its demand under two requests) takes its cost
+    // alone, as an empty or thin lease does.
+    assert_eq!(worker_slice(&l, 1, 199.0, 5_000), 1);
+    assert_eq!(worker_slice(&l, 1, 10_000.0, 3), 1);
+    assert_eq!(worker_slice(&l, 5, 999.0, 5_000), 5);
+    assert_eq!(worker_slice(&l, 5, 1_000.0, 5_000), 10);
+    // A small burst is never sliced: a hundredth of 150 is one token.
+    let small = limit(1_000, 1_000 * MS, 150);
+    assert_eq!(worker_slice(&small, 1, 1e9, u32::MAX), 1);
+    // What a worker holds unspent after the request is under burst / 100,
+    // and a slice is a tenth of the lease the same demand sizes at most.
+    let policy = LeasePolicy::default();
+    let set = rule_set();
+    let fast = set.rule("fast").unwrap();
+    for demand in [0.0, 150.0, 1_000.0, 20_000.0, 1e7] {
+        for (cost, l) in [(1, l), (3, l), (1, limit(1_000, 1_000 * MS, 1_000))] {
+            let slice = worker_slice(&l, cost, demand, u32::MAX);
+            assert!(slice >= cost);
+            assert!(slice == cost || slice - cost < l.burst() / WORKER_SLICE_PARTS);
+            let lease = policy.lease_size(fast, &l, cost, demand, None, 0.0);
+            assert!(
+                slice == cost || slice * 10 <= lease,
+                "{demand} {slice} {lease}"
+            );
+        }
+    }
+    // Negative or broken demand takes the cost alone.
+    assert_eq!(worker_slice(&l, 1, -5.0, 5_000), 1);
+    assert_eq!(worker_slice(&l, 1, f64::NAN, 5_000), 1);
+}

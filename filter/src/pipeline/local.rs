@@ -2,8 +2,9 @@
 //! denial cache, the lease, a denial that just ended, a cold start), and the
 //! step a request runs around it while the agent may be backed off.
 
+use meshlimit_core::policy::worker_slice;
 use meshlimit_core::rules::{Accuracy, ColdStart, Mode, Rule, Scope};
-use meshlimit_core::slot::LocalCheck;
+use meshlimit_core::slot::{LocalCheck, SlotState, MAX_LEASE_TTL_NS};
 use meshlimit_core::wire::DecisionSource;
 use meshlimit_core::{Limit, RuleVerdict};
 
@@ -11,10 +12,11 @@ use super::{decided, Evaluation, State};
 use crate::allowance::Allowance;
 use crate::config::FilterConfig;
 use crate::host::Host;
+use crate::slices::{Slice, Slices};
 use crate::{backoff, slots};
 
 /// What a request's local pass ([`Evaluation::local_step`]) left to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LocalStep {
     /// Some rule waits for the agent.
     pub ask: bool,
@@ -24,6 +26,41 @@ pub struct LocalStep {
 }
 
 impl Evaluation {
+    /// Decides, in order, the rules this worker's slices hold tokens for
+    /// ([`crate::slices`]), with no host call, and stops at the first they
+    /// cannot: the local pass decides the rest, as if these had taken from
+    /// the shared lease. A rule of `accuracy: exact` (every request checked
+    /// at the store) never has a slice. Lets the local pass take slices
+    /// ([`Evaluation::keep_slices`] keeps them). True when every rule was
+    /// decided.
+    pub fn slice_pass(&mut self, slices: &mut Slices) -> bool {
+        self.slicing = true;
+        let now = self.decided_at_ns;
+        for c in &mut self.checks {
+            if self.rules.rules()[c.rule].accuracy == Accuracy::Exact {
+                return false;
+            }
+            let Some(spent) = slices.take(c.fingerprint, now, c.cost) else {
+                return false;
+            };
+            c.source = DecisionSource::FilterLease;
+            c.state = decided(RuleVerdict::Allow {
+                remaining: spent.remaining,
+                reset_ns: spent.reset_ns,
+            });
+        }
+        true
+    }
+
+    /// Hands the slices the local pass took to the worker's `slices`.
+    pub fn keep_slices(&mut self, slices: &mut Slices) {
+        for c in &mut self.checks {
+            if let Some(slice) = c.slice.take() {
+                slices.keep(slice);
+            }
+        }
+    }
+
     /// Decides what local state can: the denial cache, then the lease. Stops at
     /// the first enforcing denial, so no further tokens are spent on a request that
     /// is rejected anyway. Returns true when the agent must be asked.
@@ -48,6 +85,10 @@ impl Evaluation {
         let now = self.decided_at_ns;
         let mut rejected = false;
         for i in 0..self.checks.len() {
+            // Decided from this worker's slice (`slice_pass`).
+            if matches!(self.checks[i].state, State::Decided { .. }) {
+                continue;
+            }
             let enforcing = self.rule(i).mode == Mode::Enforce;
             let max_wait_ns = max_wait_ns(self.rule(i), &self.checks[i].limit, now);
             let c = &mut self.checks[i];
@@ -69,8 +110,20 @@ impl Evaluation {
             let hold = rule.until_change_ns(now.saturating_sub(HOLD_EDGE_NS)) > HOLD_EDGE_NS;
             let mut want = None;
             let mut started_cold = false;
+            let slicing = self.slicing && !exact;
+            let mut slice = None;
             let local = slots::update(host, now, c.fingerprint, cfg.slots, |s| {
-                let check = s.check(now, c.cost, max_wait_ns, refill_timeout, hold);
+                let take = match slicing {
+                    true => worker_slice(
+                        &c.limit,
+                        c.cost,
+                        s.lease.demand_per_sec(now),
+                        s.lease.usable(now),
+                    ),
+                    false => c.cost,
+                };
+                let check = s.check(now, take, max_wait_ns, refill_timeout, hold);
+                slice = taken_slice(s, &check, c.fingerprint, take - c.cost, now);
                 started_cold = may_start_cold
                     && check == (LocalCheck::Miss { in_flight: false })
                     && s.cold_start(now, call_timeout);
@@ -86,6 +139,7 @@ impl Evaluation {
                 check
             });
             c.want = want;
+            c.slice = slice;
             if started_cold && local.is_some() {
                 if let Some(b) = cold.as_deref_mut() {
                     b.take(cfg.cold_starts_per_second, now);
@@ -119,8 +173,10 @@ impl Evaluation {
                     ..
                 } => {
                     c.source = DecisionSource::FilterLease;
+                    // The slice's tokens are this node's still: reported as left.
+                    let sliced = c.slice.map_or(0, |s| s.tokens);
                     decided(RuleVerdict::Allow {
-                        remaining,
+                        remaining: remaining.saturating_add(sliced),
                         reset_ns,
                     })
                 }
@@ -198,6 +254,26 @@ impl Evaluation {
             rule.cold_start == ColdStart::Admit && rule.accuracy != Accuracy::Exact
         })
     }
+}
+
+/// The slice a take of one request's cost and `extra` tokens more left this
+/// worker, when `check` took them from the lease in `s` (`None` without
+/// extra tokens): they expire with the lease.
+fn taken_slice(
+    s: &SlotState,
+    check: &LocalCheck,
+    fingerprint: u64,
+    extra: u32,
+    now: u64,
+) -> Option<Slice> {
+    let taken = matches!(check, LocalCheck::Taken { .. });
+    (taken && extra > 0).then(|| Slice {
+        fingerprint,
+        tokens: extra,
+        expires_ns: s.lease.expires_ns.min(now.saturating_add(MAX_LEASE_TTL_NS)),
+        base_remaining: s.store_remaining.saturating_add(s.lease.tokens),
+        reset_at_ns: s.store_reset_at_ns,
+    })
 }
 
 /// A key is not held at a denial that ended ([`LocalCheck::Held`]) when its

@@ -28,6 +28,7 @@ mod failures;
 mod leases;
 mod request_info;
 mod rules_sync;
+mod slices;
 
 const ROOT: u32 = 1;
 const MS: u64 = 1_000_000;

@@ -2,7 +2,7 @@
 //! how, and the id of the key it counted (never the key in clear).
 
 use meshlimit_core::decision::RuleResult;
-use meshlimit_core::secret::{KeyId, KeyIdText, KeyIds};
+use meshlimit_core::secret::{KeyIdText, KeyIds};
 use meshlimit_core::stack_text::StackText;
 use meshlimit_core::{DescriptorKey, Outcome, Verdict};
 
@@ -12,9 +12,9 @@ use meshlimit_core::{DescriptorKey, Outcome, Verdict};
 pub const PROPERTY: &str = "meshlimit";
 
 /// Room for the value of every valid rule's decision (a rule name of at most
-/// 70 bytes, an outcome, a 32-digit id and the field names); a longer one is
-/// written on the heap.
-const VALUE_MAX: usize = 192;
+/// 76 bytes, an outcome, a 32-digit id and the field names); a longer one is
+/// written on the heap. No larger: the module zeroes it for every request.
+const VALUE_MAX: usize = 160;
 
 /// The decision a request is known by: the deciding rule, its outcome, and
 /// the id of the key it counted (hashed once, for the access log and the
@@ -34,7 +34,7 @@ impl<'e> Decided<'e> {
         verdict: &Verdict<'e>,
         results: &[RuleResult<'e>],
         key_of: impl FnOnce(&str) -> Option<(&'e DescriptorKey, u64)>,
-        id: impl FnOnce(&DescriptorKey, u64) -> KeyId,
+        id: impl FnOnce(&DescriptorKey, u64) -> KeyIdText,
     ) -> Option<Self> {
         let (rule, outcome) = deciding(verdict, results)?;
         let keyed = key_of(rule);
@@ -42,7 +42,7 @@ impl<'e> Decided<'e> {
             rule,
             outcome,
             key: keyed.map(|(k, _)| k),
-            key_id: keyed.map(|(k, fingerprint)| id(k, fingerprint).text()),
+            key_id: keyed.map(|(k, fingerprint)| id(k, fingerprint)),
         })
     }
 
@@ -105,7 +105,7 @@ impl Sink for String {
     }
 }
 
-/// Entries of [`IdCache`]: 8 KiB a VM.
+/// Entries of [`IdCache`]: 12 KiB a VM.
 const CACHED_IDS: usize = 256;
 
 /// The ids of the keys a VM decided lately, by their slot fingerprint. An id
@@ -114,9 +114,10 @@ const CACHED_IDS: usize = 256;
 /// same id on every request. Direct-mapped (a key's entry is its fingerprint
 /// modulo the size; a newer key there takes it over), so its memory is fixed.
 /// Two keys are told apart by their 64-bit keyed fingerprint alone, the same
-/// identity a shared-data slot trusts to tell its owner.
+/// identity a shared-data slot trusts to tell its owner. An id is kept as its
+/// text, which the access log prints on every request.
 pub struct IdCache {
-    entries: Box<[Option<(u64, KeyId)>]>,
+    entries: Box<[Option<(u64, KeyIdText)>]>,
 }
 
 impl Default for IdCache {
@@ -129,16 +130,16 @@ impl Default for IdCache {
 
 impl IdCache {
     /// The id of `key`, whose fingerprint is `fingerprint`, by `ids`.
-    pub fn id(&mut self, ids: &KeyIds, fingerprint: u64, key: &DescriptorKey) -> KeyId {
+    pub fn id(&mut self, ids: &KeyIds, fingerprint: u64, key: &DescriptorKey) -> KeyIdText {
         let at = usize::try_from(fingerprint % CACHED_IDS as u64).unwrap_or(0);
         match self.entries.get_mut(at) {
             Some(Some((cached, id))) if *cached == fingerprint => *id,
             Some(entry) => {
-                let id = ids.id(key);
+                let id = ids.id(key).text();
                 *entry = Some((fingerprint, id));
                 id
             }
-            None => ids.id(key),
+            None => ids.id(key).text(),
         }
     }
 }

@@ -48,13 +48,14 @@ impl DecisionLog {
     /// Records the decisions of `eval` the log keeps: every rejection
     /// (`limited`, `shadow_limited`, `failed_closed`, a `failed_local` that
     /// rejected) and each allowed decision with its rule's `log_sample`.
-    /// The deciding rule's key id is taken from `decided`, not hashed again.
-    pub fn record(
+    /// The deciding rule's key id is taken from `decided`, not hashed again;
+    /// the request id is looked up (`request_id`) only for a record kept.
+    pub fn record<'r>(
         &mut self,
         key_ids: &KeyIds,
         eval: &Evaluation,
         decided: Option<&Decided<'_>>,
-        request_id: Option<&str>,
+        request_id: impl Fn() -> Option<&'r str>,
         now_ns: u64,
     ) {
         for d in eval.logged() {
@@ -91,7 +92,7 @@ impl DecisionLog {
                 tokens,
                 retry_after_ms,
                 sample_rate,
-                request_id: request_id.map(|r| cut(r, MAX_REQUEST_ID).to_string()),
+                request_id: request_id().map(|r| cut(r, MAX_REQUEST_ID).to_string()),
             };
             self.bytes += size(&record);
             self.records.push(record);

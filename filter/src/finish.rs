@@ -6,7 +6,8 @@
 use std::rc::Rc;
 
 use meshlimit_core::decision::{decide, HeldQuota};
-use meshlimit_core::{headers, Verdict};
+use meshlimit_core::headers::Protocol;
+use meshlimit_core::{headers, RequestInfo, Verdict};
 use proxy_wasm::types::Action;
 
 use crate::config::FilterConfig;
@@ -15,21 +16,22 @@ use crate::declog;
 use crate::flights::Call;
 use crate::host::Proxy;
 use crate::pipeline::Evaluation;
-use crate::state::{Shared, Waiting};
+use crate::state::Shared;
 
 /// Counts every rule's decision, names it in the stream's filter state for the
-/// access log (one value, [`crate::decided::PROPERTY`]), and carries out the verdict: `Continue`, or a local answer sent
-/// (`Pause`). The allowed request's quota goes in the request's quota cell for
-/// its response.
+/// access log (one value, [`crate::decided::PROPERTY`]), and carries out the
+/// verdict for the request `info`: `Continue`, or a local answer in the
+/// `protocol`'s form sent (`Pause`). An allowed request's quota is returned,
+/// for its response.
 pub(crate) fn finish<H: Proxy>(
     host: &H,
     vm: &Shared,
     config: &FilterConfig,
-    request: &Waiting,
+    protocol: Protocol,
+    info: &RequestInfo,
     eval: &Evaluation,
-) -> Action {
+) -> (Action, Option<HeldQuota>) {
     let results = eval.results();
-    let asked = &request.asked;
     let verdict = decide(&results);
     let decided = {
         let mut vm = vm.borrow_mut();
@@ -44,7 +46,7 @@ pub(crate) fn finish<H: Proxy>(
             vm.counts.record(host, r.rule, r.outcome());
         }
         if config.decision_log {
-            let request_id = asked.info.header(declog::REQUEST_ID_HEADER);
+            let request_id = || info.header(declog::REQUEST_ID_HEADER);
             vm.declog.record(
                 &config.key_ids,
                 eval,
@@ -58,12 +60,11 @@ pub(crate) fn finish<H: Proxy>(
     if let Some(decided) = &decided {
         decided.with_value(|value| host.set_property(crate::decided::PROPERTY, value));
     }
-    let (protocol, quota) = (request.protocol, &request.quota);
     let style = config.response_headers;
     match verdict {
         Verdict::Allow { tightest } => {
-            *quota.borrow_mut() = tightest.as_ref().and_then(HeldQuota::keep);
-            Action::Continue
+            let quota = tightest.as_ref().and_then(HeldQuota::keep);
+            (Action::Continue, quota)
         }
         Verdict::Deny {
             rule,
@@ -77,11 +78,11 @@ pub(crate) fn finish<H: Proxy>(
                 &limit,
                 retry_after_ns,
             ));
-            Action::Pause
+            (Action::Pause, None)
         }
         Verdict::Unavailable { rule } => {
             host.send_answer(headers::unavailable(protocol, rule));
-            Action::Pause
+            (Action::Pause, None)
         }
     }
 }
@@ -99,7 +100,10 @@ pub(crate) fn finish_waiting<H: Proxy>(
             continue;
         };
         host.act_for(id);
-        if let Action::Continue = finish(host, vm, config, &waiting, &eval) {
+        let info = &waiting.asked.info;
+        let (action, quota) = finish(host, vm, config, waiting.protocol, info, &eval);
+        *waiting.quota.borrow_mut() = quota;
+        if let Action::Continue = action {
             host.resume_request();
         }
     }

@@ -4,6 +4,7 @@
 use std::rc::Rc;
 
 use log::debug;
+use meshlimit_core::decision::HeldQuota;
 use meshlimit_core::header_list::MalformedHeaders;
 use meshlimit_core::headers::{self, HeaderStyle, Protocol};
 use meshlimit_core::rules::{Needs, RequestError};
@@ -26,16 +27,17 @@ pub struct Http<H> {
     config: Rc<FilterConfig>,
     context_id: u32,
     /// The evaluation waiting for this request's own agent call (a host without
-    /// shared queues, where the root context cannot call for it).
-    pending: Option<Evaluation>,
-    /// The quota the allowed response reports (set by whoever finishes the request).
-    quota: QuotaCell,
+    /// shared queues, where the root context cannot call for it), and the
+    /// request as its rules saw it.
+    pending: Option<(Evaluation, RequestInfo)>,
+    /// The quota the allowed response reports, when this context finished
+    /// the request (held inline: no allocation on the request path)...
+    quota: Option<HeldQuota>,
+    /// ...or the cell the root context sets it in, once the request waited
+    /// on the VM's lease calls.
+    parked: Option<QuotaCell>,
     /// Whether a local answer takes the gRPC form.
     protocol: Protocol,
-    /// Waiting on the VM's lease calls (the root context finishes it).
-    parked: bool,
-    /// The request as the rules saw it, once its headers came.
-    asked: Option<Rc<Asked>>,
 }
 
 impl<H: Proxy> Http<H> {
@@ -47,10 +49,9 @@ impl<H: Proxy> Http<H> {
             config,
             context_id,
             pending: None,
-            quota: QuotaCell::default(),
+            quota: None,
+            parked: None,
             protocol: Protocol::Http,
-            parked: false,
-            asked: None,
         }
     }
 
@@ -106,38 +107,37 @@ impl<H: Proxy> Http<H> {
         Ok((info, protocol))
     }
 
-    /// Takes the request's evaluation to the VM's lease calls: it waits there
-    /// (returns `Pause`) or is decided at once.
-    /// What finishing this request needs (known once its headers came).
-    fn waiting(&self, asked: &Rc<Asked>) -> Waiting {
-        Waiting {
-            protocol: self.protocol,
-            quota: Rc::clone(&self.quota),
-            asked: Rc::clone(asked),
-        }
+    /// Finishes the request `info` in this context; an allowed one keeps its
+    /// quota for the response.
+    fn finish(&mut self, info: &RequestInfo, eval: &Evaluation) -> Action {
+        let (host, vm, config) = (&*self.host, &self.vm, &self.config);
+        let (action, quota) = finish(host, vm, config, self.protocol, info, eval);
+        self.quota = quota;
+        action
     }
 
-    fn join_flights(&mut self, eval: Evaluation, queue: u32, asked: &Rc<Asked>) -> Action {
+    /// Takes the request's evaluation to the VM's lease calls: it waits there
+    /// (returns `Pause`; the root context finishes it) or is decided at once.
+    fn join_flights(&mut self, eval: Evaluation, queue: u32, info: RequestInfo) -> Action {
         let admitted =
             self.vm
                 .borrow_mut()
                 .flights
                 .admit(&*self.host, &self.config, self.context_id, eval);
         let action = match admitted {
-            Some(eval) => finish(
-                &*self.host,
-                &self.vm,
-                &self.config,
-                &self.waiting(asked),
-                &eval,
-            ),
+            Some(eval) => self.finish(&info, &eval),
             None => {
-                let waiting = self.waiting(asked);
+                let quota = QuotaCell::default();
+                let waiting = Waiting {
+                    protocol: self.protocol,
+                    quota: Rc::clone(&quota),
+                    asked: Rc::new(Asked { info }),
+                };
                 self.vm
                     .borrow_mut()
                     .waiting
                     .insert(self.context_id, waiting);
-                self.parked = true;
+                self.parked = Some(quota);
                 Action::Pause
             }
         };
@@ -168,7 +168,7 @@ fn wake_root<H: Proxy>(host: &H, vm: &Shared, queue: u32) {
 
 impl<H> Drop for Http<H> {
     fn drop(&mut self) {
-        if self.parked {
+        if self.parked.is_some() {
             if let Ok(mut vm) = self.vm.try_borrow_mut() {
                 vm.flights.forget(self.context_id);
                 vm.waiting.remove(&self.context_id);
@@ -185,7 +185,7 @@ impl<H: Proxy> Context for Http<H> {
         body_size: usize,
         _trailers: usize,
     ) {
-        let Some(mut eval) = self.pending.take() else {
+        let Some((mut eval, info)) = self.pending.take() else {
             return;
         };
         let (status, body) = self.host.call_response(body_size);
@@ -208,11 +208,7 @@ impl<H: Proxy> Context for Http<H> {
                 eval.fail_misses(&*self.host, &self.config);
             }
         }
-        let Some(asked) = self.asked.clone() else {
-            return;
-        };
-        let waiting = self.waiting(&asked);
-        if let Action::Continue = finish(&*self.host, &self.vm, &self.config, &waiting, &eval) {
+        if let Action::Continue = self.finish(&info, &eval) {
             self.host.resume_request();
         }
     }
@@ -260,8 +256,6 @@ impl<H: Proxy> HttpContext for Http<H> {
                 return Action::Pause;
             }
         };
-        let asked = Rc::new(Asked { info });
-        self.asked = Some(Rc::clone(&asked));
         let host = Rc::clone(&self.host);
         let host = &*host;
         let queue = self.vm.borrow().call_queue;
@@ -280,24 +274,27 @@ impl<H: Proxy> HttpContext for Http<H> {
             }
         };
         if let Some(queue) = queue.filter(|_| !step.backed_off) {
-            return self.join_flights(eval, queue, &asked);
+            return self.join_flights(eval, queue, info);
         }
         if step.ask {
             let body = serde_json::to_vec(&eval.lease_request()).unwrap_or_default();
             let cfg = &self.config;
             let call = AgentCall::to_agent(cfg, LEASE_PATH, AgentRequest::Post(&body), cfg.timeout);
             if host.dispatch(call).is_some() {
-                self.pending = Some(eval);
+                self.pending = Some((eval, info));
                 return Action::Pause;
             }
             backoff::failed(host, self.config.agent_backoff);
             eval.fail_misses(host, &self.config);
         }
-        finish(host, &self.vm, &self.config, &self.waiting(&asked), &eval)
+        self.finish(&info, &eval)
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        let quota = self.quota.borrow();
+        let quota = match &self.parked {
+            Some(cell) => *cell.borrow(),
+            None => self.quota,
+        };
         if let Some(held) = quota.as_ref() {
             if self.config.response_headers != HeaderStyle::Off {
                 let quota = held.quota();

@@ -11,15 +11,19 @@ use meshlimit_core::wire::{
     AnsweredFrom, DecisionSource, LeaseAnswer, LeaseItem, LeaseRequest, WIRE_VERSION,
 };
 use meshlimit_core::{DescriptorKey, Limit, Outcome, RequestInfo, RuleSet, RuleVerdict};
+use smallvec::SmallVec;
 
 use crate::config::FilterConfig;
 use crate::host::Host;
 use crate::slots;
 
+/// Rules a request's checks and results hold inline: more go on the heap.
+const INLINE_RULES: usize = 2;
+
 /// One request's evaluation; it survives the pause while the agent answers.
 pub struct Evaluation {
     rules: Rc<RuleSet>,
-    checks: Vec<Check>,
+    checks: SmallVec<[Check; INLINE_RULES]>,
     /// Refills the local pass started (each key's lease crossed its mark).
     refills: Vec<Item>,
     /// Agent calls this request has waited on so far.
@@ -131,7 +135,7 @@ impl Evaluation {
         req: &RequestInfo,
         cfg: &FilterConfig,
     ) -> Result<Option<Self>, RequestError> {
-        let mut checks: Vec<Check> = Vec::new();
+        let mut checks = SmallVec::new();
         rules.each_applicable(req, |a| {
             checks.push(Check {
                 // The rule's position, not a search of the set by address.
@@ -288,7 +292,7 @@ impl Evaluation {
     }
 
     /// Each decided rule's result, for counting.
-    pub fn results(&self) -> Vec<RuleResult<'_>> {
+    pub fn results(&self) -> SmallVec<[RuleResult<'_>; INLINE_RULES]> {
         self.checks.iter().filter_map(|c| self.result(c)).collect()
     }
 

@@ -39,7 +39,8 @@ pub const AGENT_ALIVE_NS: u64 = 200_000_000;
 /// Shared-data key: a counter giving each VM a distinct number.
 pub const VM_SEQ_KEY: &str = "meshlimit.vm_seq";
 
-/// The quota an allowed response reports (held without an allocation).
+/// The quota the allowed response of a request that waited on the VM's lease
+/// calls reports, set by the root context that finished it.
 pub type QuotaCell = Rc<RefCell<Option<HeldQuota>>>;
 
 #[derive(Default)]

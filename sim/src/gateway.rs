@@ -351,7 +351,7 @@ impl Gateway {
         let now = self.host.now_ns();
         self.declog
             .borrow_mut()
-            .record(&self.records.key_ids, eval, None, None, now);
+            .record(&self.records.key_ids, eval, None, || None, now);
         let decision = decision_of(eval);
         self.rec.decide(pending, decision, local, self.record_ns());
     }

@@ -377,6 +377,9 @@ mod tests {
         .unwrap();
         assert_eq!(row.burned, again.burned);
         let first = median(row.burned.iter().map(Burned::total).collect());
+        // The hot key's own work, held: no allocation for its access-log
+        // value, its quota, its rules' checks and results, or its request.
+        assert!(first < 50_000, "{first} instructions a request");
         let mut floor = Vm::start(
             &module(FLOOR),
             r#"{"mode":"floor"}"#,

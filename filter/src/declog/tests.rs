@@ -54,7 +54,7 @@ fn a_rejection_is_recorded_with_its_source_key_id_and_request_id_never_the_key()
     let e = answered(&rs, &host, deny());
     let ids = KeyIds::placeholder();
     let mut log = DecisionLog::default();
-    log.record(&ids, &e, None, Some("req-1"), 5_000_000_000);
+    log.record(&ids, &e, None, || Some("req-1"), 5_000_000_000);
     let batch = log.take_batch("node/vm1").unwrap();
     assert_eq!(batch.records.len(), 1);
     let r = &batch.records[0];
@@ -80,7 +80,7 @@ fn a_rejection_is_recorded_with_its_source_key_id_and_request_id_never_the_key()
         .unwrap()
         .unwrap();
     assert!(!e.local_pass(&host, &cfg));
-    log.record(&ids, &e, None, None, 0);
+    log.record(&ids, &e, None, || None, 0);
     let batch = log.take_batch("node/vm1").unwrap();
     assert_eq!(batch.records[0].source, DecisionSource::DenialCache);
     assert_eq!(batch.records[0].request_id, None);
@@ -92,7 +92,7 @@ fn the_key_is_in_clear_only_where_the_rule_opts_in() {
     let rs = rules(serde_json::json!({"log_key": "clear"}));
     let e = answered(&rs, &host, deny());
     let mut log = DecisionLog::default();
-    log.record(&KeyIds::placeholder(), &e, None, None, 0);
+    log.record(&KeyIds::placeholder(), &e, None, || None, 0);
     let batch = log.take_batch("f").unwrap();
     assert_eq!(
         batch.records[0].key.as_deref(),
@@ -120,7 +120,7 @@ fn allowed_decisions_are_kept_at_the_rules_sample_rate() {
     let mut kept = 0;
     let n = 20_000;
     let mut sources = Vec::new();
-    log.record(&ids, &first, None, None, 1);
+    log.record(&ids, &first, None, || None, 1);
     for i in 1..n {
         let mut e = Evaluation::new(Rc::clone(&rs), &req("customer-42"), &cfg)
             .unwrap()
@@ -128,7 +128,7 @@ fn allowed_decisions_are_kept_at_the_rules_sample_rate() {
         if e.local_pass(&host, &cfg) {
             e.apply_answers(&host, &cfg, vec![grant.clone()]);
         }
-        log.record(&ids, &e, None, None, 1 + i);
+        log.record(&ids, &e, None, || None, 1 + i);
         while let Some(b) = log.take_batch("f") {
             kept += b.records.len();
             sources.extend(b.records.iter().map(|r| (r.source, r.sample_rate)));
@@ -150,7 +150,7 @@ fn a_full_buffer_drops_and_counts_and_batches_stay_bounded() {
     let mut log = DecisionLog::default();
     let ids = KeyIds::placeholder();
     for _ in 0..BUFFER_RECORDS + 10 {
-        log.record(&ids, &e, None, Some("r"), 0);
+        log.record(&ids, &e, None, || Some("r"), 0);
     }
     assert_eq!(log.len(), BUFFER_RECORDS);
     assert_eq!(log.take_uncounted(), 10);
@@ -209,8 +209,8 @@ fn a_failed_open_decision_carries_no_tokens_and_an_allowed_one_its_remaining() {
     );
     let mut log = DecisionLog::default();
     let ids = KeyIds::placeholder();
-    log.record(&ids, &failed, None, None, 0);
-    log.record(&ids, &granted, None, None, 0);
+    log.record(&ids, &failed, None, || None, 0);
+    log.record(&ids, &granted, None, || None, 0);
     let batch = log.take_batch("f").unwrap();
     let seen: Vec<_> = batch
         .records
@@ -231,7 +231,7 @@ fn long_request_ids_fill_a_batch_to_half_the_body_cap_before_its_record_count() 
     let ids = KeyIds::placeholder();
     let long_id = "r".repeat(MAX_REQUEST_ID);
     for _ in 0..MAX_DECISION_RECORDS {
-        log.record(&ids, &e, None, Some(&long_id), 0);
+        log.record(&ids, &e, None, || Some(&long_id), 0);
     }
     let first = log.take_batch("f").unwrap();
     // The bytes bind first: fewer than the record cap, within half the body cap.
@@ -252,8 +252,8 @@ fn a_long_request_id_is_cut_on_a_character_boundary() {
     let mut log = DecisionLog::default();
     // 127 ASCII bytes then two-byte characters: byte 128 falls inside one.
     let id = format!("{}{}", "r".repeat(MAX_REQUEST_ID - 1), "é".repeat(100));
-    log.record(&KeyIds::placeholder(), &e, None, Some(&id), 0);
-    log.record(&KeyIds::placeholder(), &e, None, Some("short"), 0);
+    log.record(&KeyIds::placeholder(), &e, None, || Some(&id), 0);
+    log.record(&KeyIds::placeholder(), &e, None, || Some("short"), 0);
     let batch = log.take_batch("f").unwrap();
     let ids: Vec<_> = batch
         .records

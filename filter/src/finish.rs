@@ -6,7 +6,6 @@
 use std::rc::Rc;
 
 use meshlimit_core::decision::{decide, HeldQuota};
-use meshlimit_core::headers::Protocol;
 use meshlimit_core::{headers, RequestInfo, Verdict};
 use proxy_wasm::types::Action;
 
@@ -15,19 +14,19 @@ use crate::decided::Decided;
 use crate::declog;
 use crate::flights::Call;
 use crate::host::Proxy;
+use crate::http::protocol_of;
 use crate::pipeline::Evaluation;
 use crate::state::Shared;
 
 /// Counts every rule's decision, names it in the stream's filter state for the
 /// access log (one value, [`crate::decided::PROPERTY`]), and carries out the
-/// verdict for the request `info`: `Continue`, or a local answer in the
-/// `protocol`'s form sent (`Pause`). An allowed request's quota is returned,
+/// verdict for the request `info`: `Continue`, or a local answer in its
+/// protocol's form sent (`Pause`). An allowed request's quota is returned,
 /// for its response.
 pub(crate) fn finish<H: Proxy>(
     host: &H,
     vm: &Shared,
     config: &FilterConfig,
-    protocol: Protocol,
     info: &RequestInfo,
     eval: &Evaluation,
 ) -> (Action, Option<HeldQuota>) {
@@ -72,7 +71,7 @@ pub(crate) fn finish<H: Proxy>(
             retry_after_ns,
         } => {
             host.send_answer(headers::rejection(
-                protocol,
+                protocol_of(info),
                 style,
                 rule,
                 &limit,
@@ -81,7 +80,7 @@ pub(crate) fn finish<H: Proxy>(
             (Action::Pause, None)
         }
         Verdict::Unavailable { rule } => {
-            host.send_answer(headers::unavailable(protocol, rule));
+            host.send_answer(headers::unavailable(protocol_of(info), rule));
             (Action::Pause, None)
         }
     }
@@ -101,7 +100,7 @@ pub(crate) fn finish_waiting<H: Proxy>(
         };
         host.act_for(id);
         let info = &waiting.asked.info;
-        let (action, quota) = finish(host, vm, config, waiting.protocol, info, &eval);
+        let (action, quota) = finish(host, vm, config, info, &eval);
         *waiting.quota.borrow_mut() = quota;
         if let Action::Continue = action {
             host.resume_request();

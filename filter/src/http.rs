@@ -36,8 +36,6 @@ pub struct Http<H> {
     /// ...or the cell the root context sets it in, once the request waited
     /// on the VM's lease calls.
     parked: Option<QuotaCell>,
-    /// Whether a local answer takes the gRPC form.
-    protocol: Protocol,
 }
 
 impl<H: Proxy> Http<H> {
@@ -51,21 +49,16 @@ impl<H: Proxy> Http<H> {
             pending: None,
             quota: None,
             parked: None,
-            protocol: Protocol::Http,
         }
     }
 
-    /// The request as the rules see it, and the protocol it speaks. Stream
+    /// The request as the rules see it. Stream
     /// properties are host calls, so they are fetched only when some rule keys
     /// on them.
-    fn request_info(
-        &self,
-        rules: Option<&RuleSet>,
-    ) -> Result<(RequestInfo, Protocol), MalformedHeaders> {
+    fn request_info(&self, rules: Option<&RuleSet>) -> Result<RequestInfo, MalformedHeaders> {
         let none = Needs::default();
         let needs = rules.map_or(&none, RuleSet::needs);
         let headers = self.host.request_headers()?;
-        let protocol = Protocol::of_content_type(headers.get("content-type"));
         let mut info = RequestInfo::from_headers(headers);
         // The host's clock (Unix time): which schedule window is in force.
         info.now_ns = self.host.now_ns();
@@ -104,14 +97,14 @@ impl<H: Proxy> Http<H> {
                     .collect();
             }
         }
-        Ok((info, protocol))
+        Ok(info)
     }
 
     /// Finishes the request `info` in this context; an allowed one keeps its
     /// quota for the response.
     fn finish(&mut self, info: &RequestInfo, eval: &Evaluation) -> Action {
         let (host, vm, config) = (&*self.host, &self.vm, &self.config);
-        let (action, quota) = finish(host, vm, config, self.protocol, info, eval);
+        let (action, quota) = finish(host, vm, config, info, eval);
         self.quota = quota;
         action
     }
@@ -129,7 +122,6 @@ impl<H: Proxy> Http<H> {
             None => {
                 let quota = QuotaCell::default();
                 let waiting = Waiting {
-                    protocol: self.protocol,
                     quota: Rc::clone(&quota),
                     asked: Rc::new(Asked { info }),
                 };
@@ -144,6 +136,12 @@ impl<H: Proxy> Http<H> {
         wake_root(&*self.host, &self.vm, queue);
         action
     }
+}
+
+/// Whether a local answer to the request takes the gRPC form: read only
+/// when one is sent, not for every request.
+pub(crate) fn protocol_of(info: &RequestInfo) -> Protocol {
+    Protocol::of_content_type(info.headers.get("content-type"))
 }
 
 /// Asks the root context to send the VM's queued items, and a whole batch of
@@ -220,16 +218,15 @@ impl<H: Proxy> HttpContext for Http<H> {
         if rules.is_none() && self.config.usage_path.is_none() {
             return Action::Continue;
         }
-        let (info, protocol) = match self.request_info(rules.as_deref()) {
+        let info = match self.request_info(rules.as_deref()) {
             Ok(read) => read,
             Err(e) => {
                 let e = RequestError::from(e);
                 self.host
-                    .send_answer(headers::bad_request(self.protocol, &e));
+                    .send_answer(headers::bad_request(Protocol::Http, &e));
                 return Action::Pause;
             }
         };
-        self.protocol = protocol;
         if usage::is_usage(&self.config, &info) {
             let now = self.host.now_ns();
             let per_second = self.config.usage_per_second;
@@ -239,6 +236,7 @@ impl<H: Proxy> HttpContext for Http<H> {
                 .usage
                 .admit(&*self.host, per_second, now);
             self.host.send_answer(if admitted {
+                let protocol = protocol_of(&info);
                 usage::answer(&*self.host, &self.config, rules.as_deref(), &info, protocol)
             } else {
                 usage::limited()
@@ -252,7 +250,8 @@ impl<H: Proxy> HttpContext for Http<H> {
             Ok(Some(eval)) => eval,
             Ok(None) => return Action::Continue,
             Err(e) => {
-                self.host.send_answer(headers::bad_request(protocol, &e));
+                self.host
+                    .send_answer(headers::bad_request(protocol_of(&info), &e));
                 return Action::Pause;
             }
         };

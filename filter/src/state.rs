@@ -8,7 +8,6 @@ use std::rc::Rc;
 use std::collections::HashMap;
 
 use meshlimit_core::decision::HeldQuota;
-use meshlimit_core::headers::Protocol;
 use meshlimit_core::{RequestInfo, RuleSet};
 
 use crate::allowance::Allowance;
@@ -83,7 +82,6 @@ impl VmState {
 
 /// A request paused for the agent, as the root context finishes it.
 pub struct Waiting {
-    pub protocol: Protocol,
     pub quota: QuotaCell,
     pub asked: Rc<Asked>,
 }

@@ -378,8 +378,9 @@ mod tests {
         assert_eq!(row.burned, again.burned);
         let first = median(row.burned.iter().map(Burned::total).collect());
         // The hot key's own work, held: no allocation for its access-log
-        // value, its quota, its rules' checks and results, or its request.
-        assert!(first < 50_000, "{first} instructions a request");
+        // value, its quota, its rules' checks and results, or its request;
+        // its key part copied whole; its protocol read only for an answer.
+        assert!(first < 47_000, "{first} instructions a request");
         let mut floor = Vm::start(
             &module(FLOOR),
             r#"{"mode":"floor"}"#,

@@ -6,7 +6,8 @@
 use std::rc::Rc;
 
 use meshlimit_core::decision::{decide, HeldQuota};
-use meshlimit_core::{headers, RequestInfo, Verdict};
+use meshlimit_core::headers::{self, Protocol};
+use meshlimit_core::{RequestInfo, Verdict};
 use proxy_wasm::types::Action;
 
 use crate::config::FilterConfig;
@@ -14,9 +15,14 @@ use crate::decided::Decided;
 use crate::declog;
 use crate::flights::Call;
 use crate::host::Proxy;
-use crate::http::protocol_of;
 use crate::pipeline::Evaluation;
 use crate::state::Shared;
+
+/// Whether a local answer to the request takes the gRPC form: read only
+/// when one is sent, not for every request.
+pub(crate) fn protocol_of(info: &RequestInfo) -> Protocol {
+    Protocol::of_content_type(info.headers.get("content-type"))
+}
 
 /// Counts every rule's decision, names it in the stream's filter state for the
 /// access log (one value, [`crate::decided::PROPERTY`]), and carries out the

@@ -15,7 +15,7 @@ use proxy_wasm::types::Action;
 
 use crate::backoff;
 use crate::config::FilterConfig;
-use crate::finish::{fail_queued, finish};
+use crate::finish::{fail_queued, finish, protocol_of};
 use crate::host::{AgentCall, AgentRequest, Proxy};
 use crate::pipeline::{Evaluation, LocalStep};
 use crate::state::{Asked, QuotaCell, Shared, Waiting};
@@ -136,12 +136,6 @@ impl<H: Proxy> Http<H> {
         wake_root(&*self.host, &self.vm, queue);
         action
     }
-}
-
-/// Whether a local answer to the request takes the gRPC form: read only
-/// when one is sent, not for every request.
-pub(crate) fn protocol_of(info: &RequestInfo) -> Protocol {
-    Protocol::of_content_type(info.headers.get("content-type"))
 }
 
 /// Asks the root context to send the VM's queued items, and a whole batch of

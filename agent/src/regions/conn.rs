@@ -1,7 +1,13 @@
 //! A connection to one region's Redis (a single Redis or a Redis Cluster) for the
 //! background region tasks, separate from the lease path's batchers so that a
-//! slow peer can never hold up a lease. Every call has a deadline and is never
-//! retried: the next tick is the retry.
+//! slow peer can never hold up a lease. Every call has a deadline. A call that
+//! finds its connection lost is tried once more, on the new connection, within
+//! the same deadline: a connection is made again only when a call finds it lost,
+//! so without the second try the first call after a region returns would fail
+//! and its shares wait a period. Every call is safe to send twice but a demand
+//! flush, which a connection lost after Redis ran it counts twice: that moves
+//! one period's split, never its sum. Nothing else is retried: the next tick is
+//! the retry.
 
 use std::time::Duration;
 
@@ -124,31 +130,43 @@ impl RegionConn {
 
     async fn run<T, F, Fut>(&self, f: F) -> Result<T, RegionError>
     where
-        F: FnOnce(Conn) -> Fut,
+        F: Fn(Conn) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
         let call = async {
-            let conn = self.conn().await?;
-            f(conn).await
+            match self.attempt(&f).await {
+                Err(e) if connection_lost(&e) => self.attempt(&f).await,
+                done => done,
+            }
         };
         match timeout(self.deadline, call).await {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => {
-                if let Kind::Cluster(cluster) = &self.kind {
-                    if e.is_io_error() || e.is_connection_dropped() {
-                        *cluster.conn.lock().await = None;
-                    }
-                }
-                Err(RegionError::Redis {
-                    region: self.region.clone(),
-                    reason: e.to_string(),
-                })
-            }
+            Ok(Err(e)) => Err(RegionError::Redis {
+                region: self.region.clone(),
+                reason: e.to_string(),
+            }),
             Err(_) => Err(RegionError::Timeout {
                 region: self.region.clone(),
                 after: self.deadline,
             }),
         }
+    }
+
+    /// One try of a call. A single Redis's manager starts a new connection when
+    /// a call finds its own lost; a cluster's is dropped here and made again on
+    /// the next try.
+    async fn attempt<T, F, Fut>(&self, f: &F) -> redis::RedisResult<T>
+    where
+        F: Fn(Conn) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        let result = f(self.conn().await?).await;
+        if let (Err(e), Kind::Cluster(cluster)) = (&result, &self.kind) {
+            if connection_lost(e) {
+                *cluster.conn.lock().await = None;
+            }
+        }
+        result
     }
 
     async fn conn(&self) -> redis::RedisResult<Conn> {
@@ -165,6 +183,12 @@ impl RegionConn {
             }
         }
     }
+}
+
+/// True when the call's connection is gone (the errors on which a single
+/// Redis's manager connects again).
+fn connection_lost(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error()
 }
 
 /// A cheap clone of a multiplexed connection.

@@ -15,5 +15,6 @@ mod bounds_api;
 mod bounds_process;
 mod cli;
 mod region_credentials;
+mod region_reconnect;
 mod regions_lease;
 mod rules_fixtures;

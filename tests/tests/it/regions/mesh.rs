@@ -5,6 +5,7 @@ use std::process::Command;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use super::relay::Relay;
 use meshlimit_tests::{
     sample, try_request, wait_for, Agent, AgentOptions, Probe, RedisCluster, RedisServer,
 };
@@ -61,12 +62,21 @@ pub struct Mesh {
     redis_pids: Vec<String>,
     /// Agents per region.
     pub agents: Vec<Vec<Agent>>,
+    /// The relays every link to or from a severable region goes through.
+    links: Vec<Relay>,
 }
 
 impl Mesh {
     /// Regions `a`, `b`, `c`, … with this many agents each.
     pub fn start(agents_per_region: &[usize]) -> Mesh {
-        Mesh::start_with(agents_per_region, None, &[])
+        Mesh::start_with(agents_per_region, None, &[], None)
+    }
+
+    /// Like [`Mesh::start`], the other regions reaching region `r`'s Redis, and
+    /// region `r` theirs, through relays that [`Mesh::sever`] cuts; region `r`'s
+    /// own agents reach their Redis directly.
+    pub fn start_severable(agents_per_region: &[usize], r: usize) -> Mesh {
+        Mesh::start_with(agents_per_region, None, &[], Some(r))
     }
 
     /// Like [`Mesh::start`], every agent waiting up to 250 ms for its store
@@ -74,18 +84,25 @@ impl Mesh {
     /// machine a store call can miss 3 ms, and the rule's fail-local bucket then
     /// answers, so the count would measure the machine, not the regions.
     pub fn start_patient(agents_per_region: &[usize]) -> Mesh {
-        Mesh::start_with(agents_per_region, None, &["--store-deadline-ms", "250"])
+        Mesh::start_with(
+            agents_per_region,
+            None,
+            &["--store-deadline-ms", "250"],
+            None,
+        )
     }
 
     /// Like [`Mesh::start`], region `a` on a Redis Cluster of `masters` nodes.
     pub fn start_clustered(agents_per_region: &[usize], masters: usize) -> Mesh {
-        Mesh::start_with(agents_per_region, Some(RedisCluster::start(masters)), &[])
+        let cluster = Some(RedisCluster::start(masters));
+        Mesh::start_with(agents_per_region, cluster, &[], None)
     }
 
     fn start_with(
         agents_per_region: &[usize],
         cluster: Option<RedisCluster>,
         args: &[&str],
+        severable: Option<usize>,
     ) -> Mesh {
         let names: Vec<String> = (0..agents_per_region.len())
             .map(|i| char::from(b'a' + i as u8).to_string())
@@ -97,12 +114,30 @@ impl Mesh {
             .map(RedisCluster::url)
             .chain(redis.iter().map(RedisServer::url))
             .collect();
+        // One relay in front of each Redis a link to or from the severable
+        // region reaches: region s's for the others, the others' for s.
+        assert!(
+            cluster.is_none() || severable.is_none(),
+            "relays front single servers"
+        );
+        let links: Vec<Relay> = match severable {
+            Some(_) => redis.iter().map(|r| Relay::start(r.port())).collect(),
+            None => Vec::new(),
+        };
+        let peer_url = |from: usize, to: usize| match severable {
+            Some(s) if from == s || to == s => links[to].url(),
+            _ => urls[to].clone(),
+        };
         let agents = agents_per_region
             .iter()
             .enumerate()
             .map(|(r, n)| {
+                let peers: Vec<(String, String)> = (0..names.len())
+                    .filter(|p| *p != r)
+                    .map(|p| (names[p].clone(), peer_url(r, p)))
+                    .collect();
                 (0..*n)
-                    .map(|_| start_agent(&names, &urls, r, args))
+                    .map(|_| start_agent(&urls[r], &names[r], &peers, args))
                     .collect()
             })
             .collect();
@@ -113,7 +148,18 @@ impl Mesh {
             cluster,
             redis_pids,
             agents,
+            links,
         }
+    }
+
+    /// Cuts every link to and from the severable region.
+    pub fn sever(&self) {
+        self.links.iter().for_each(Relay::cut);
+    }
+
+    /// Restores the links [`Mesh::sever`] cut.
+    pub fn heal(&self) {
+        self.links.iter().for_each(Relay::restore);
     }
 
     /// The first agent of region `r`.
@@ -161,13 +207,14 @@ fn pid(redis: &RedisServer) -> String {
         .to_string()
 }
 
-fn start_agent(names: &[String], urls: &[String], r: usize, args: &[&str]) -> Agent {
+/// An agent of `region` on the Redis at `url`, told of its `peers` (name, URL).
+fn start_agent(url: &str, region: &str, peers: &[(String, String)], args: &[&str]) -> Agent {
     // The agent's own 3 ms store deadline unless a test passes one: a
     // stalled region's store is what some of these tests stop.
     let mut opts = AgentOptions::new(RULES)
         .shipped_store_deadline()
-        .store(&urls[r])
-        .region(&names[r])
+        .store(url)
+        .region(region)
         .arg("--log")
         .arg("info,meshlimit_agent=debug");
     for arg in args {
@@ -176,8 +223,8 @@ fn start_agent(names: &[String], urls: &[String], r: usize, args: &[&str]) -> Ag
     if let Ok(bin) = std::env::var("MESHLIMIT_AGENT_BIN") {
         opts = opts.binary(bin);
     }
-    for (p, name) in names.iter().enumerate().filter(|(p, _)| *p != r) {
-        opts = opts.arg("--peer-region").arg(format!("{name}={}", urls[p]));
+    for (name, url) in peers {
+        opts = opts.arg("--peer-region").arg(format!("{name}={url}"));
     }
     Agent::start_with(opts)
 }
@@ -197,16 +244,30 @@ pub fn share_of(metrics: &str, key: &str) -> Option<f64> {
 /// Waits until region `r`'s first agent holds `share` of `key`; returns when the
 /// agent put that share in force (its own timestamp, Unix seconds).
 pub fn adopted_at(mesh: &Mesh, r: usize, key: &str, share: f64, timeout: Duration) -> f64 {
+    let what = format!("at least {share}");
+    in_force_at(mesh, r, key, &what, |s| s >= share, timeout)
+}
+
+/// Waits until region `r`'s first agent holds a share of `key` that is `what`
+/// (`want` says when); returns when the agent put it in force (Unix seconds).
+pub fn in_force_at(
+    mesh: &Mesh,
+    r: usize,
+    key: &str,
+    what: &str,
+    want: impl Fn(f64) -> bool,
+    timeout: Duration,
+) -> f64 {
     let started = Instant::now();
     loop {
         let m = mesh.agent(r).metrics();
-        if share_of(&m, key).is_some_and(|s| s >= share) {
+        if share_of(&m, key).is_some_and(&want) {
             let name = "meshlimit_region_shares_refreshed_timestamp_seconds";
             return sample(&m, name, &[]).unwrap();
         }
         assert!(
             started.elapsed() < timeout,
-            "region {} never reached {share} of {key}: {:?}",
+            "region {} never held {what} of {key}: {:?}",
             mesh.names[r],
             mesh.shares(key)
         );

@@ -14,8 +14,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod load;
+mod lost;
 mod mesh;
 mod plot;
+mod relay;
 mod watch;
 
 use std::process::Child;

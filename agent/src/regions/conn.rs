@@ -1,19 +1,22 @@
 //! A connection to one region's Redis (a single Redis or a Redis Cluster) for the
 //! background region tasks, separate from the lease path's batchers so that a
-//! slow peer can never hold up a lease. Every call has a deadline. A call that
-//! finds its connection lost is tried once more, on the new connection, within
-//! the same deadline: a connection is made again only when a call finds it lost,
-//! so without the second try the first call after a region returns would fail
-//! and its shares wait a period. Every call is safe to send twice but a demand
-//! flush, which a connection lost after Redis ran it counts twice: that moves
-//! one period's split, never its sum. Nothing else is retried: the next tick is
-//! the retry.
+//! slow peer can never hold up a lease. Every call has a deadline and is never
+//! retried: the next tick is the retry. A call that finds its connection lost
+//! starts a probe instead: a `PING` every [`PROBE_EVERY`], each under the
+//! deadline, until one is answered, so the connection is made again while the
+//! region is away and the first call after it returns finds one (without it,
+//! that call would fail on the connection the outage broke, and the shares
+//! would wait a period more). A probe sends no command of the region's; one
+//! runs at a time per connection.
 
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use redis::{Cmd, FromRedisValue, Pipeline};
 use tokio::sync::Mutex;
 use tokio::time::timeout;
@@ -36,18 +39,24 @@ pub enum RegionError {
     NotSealed { region: String, period: u64 },
 }
 
+/// How often a lost connection is probed until it answers.
+pub const PROBE_EVERY: Duration = Duration::from_millis(100);
+
 /// One region's Redis.
 pub struct RegionConn {
     region: String,
     deadline: Duration,
     kind: Kind,
+    /// A probe of a lost connection runs.
+    probing: Arc<AtomicBool>,
 }
 
+#[derive(Clone)]
 enum Kind {
     Single(ConnectionManager),
     /// Connected on first use and again after a failure, so an agent starts while
     /// a peer is down.
-    Cluster(Box<Cluster>),
+    Cluster(Arc<Cluster>),
 }
 
 struct Cluster {
@@ -78,7 +87,7 @@ impl RegionConn {
         let kind = if target.cluster {
             let client = client::cluster_client(&target.nodes, connect, deadline)
                 .map_err(|e| config_error(e.to_string()))?;
-            Kind::Cluster(Box::new(Cluster {
+            Kind::Cluster(Arc::new(Cluster {
                 client,
                 conn: Mutex::new(None),
             }))
@@ -98,6 +107,7 @@ impl RegionConn {
             region: region.to_string(),
             deadline,
             kind,
+            probing: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -130,14 +140,18 @@ impl RegionConn {
 
     async fn run<T, F, Fut>(&self, f: F) -> Result<T, RegionError>
     where
-        F: Fn(Conn) -> Fut,
+        F: FnOnce(Conn) -> Fut,
         Fut: std::future::Future<Output = redis::RedisResult<T>>,
     {
         let call = async {
-            match self.attempt(&f).await {
-                Err(e) if connection_lost(&e) => self.attempt(&f).await,
-                done => done,
+            let result = f(self.kind.conn().await?).await;
+            if let Err(e) = &result {
+                if connection_lost(e) {
+                    self.kind.forget().await;
+                    self.probe();
+                }
             }
+            result
         };
         match timeout(self.deadline, call).await {
             Ok(Ok(value)) => Ok(value),
@@ -152,25 +166,45 @@ impl RegionConn {
         }
     }
 
-    /// One try of a call. A single Redis's manager starts a new connection when
-    /// a call finds its own lost; a cluster's is dropped here and made again on
-    /// the next try.
-    async fn attempt<T, F, Fut>(&self, f: &F) -> redis::RedisResult<T>
-    where
-        F: Fn(Conn) -> Fut,
-        Fut: std::future::Future<Output = redis::RedisResult<T>>,
-    {
-        let result = f(self.conn().await?).await;
-        if let (Err(e), Kind::Cluster(cluster)) = (&result, &self.kind) {
-            if connection_lost(e) {
-                *cluster.conn.lock().await = None;
-            }
+    /// Starts the probe of a lost connection, unless one runs.
+    fn probe(&self) {
+        if self.probing.swap(true, Ordering::SeqCst) {
+            return;
         }
-        result
+        let (kind, probing, deadline) = (self.kind.clone(), self.probing.clone(), self.deadline);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(PROBE_EVERY).await;
+                let ping = async {
+                    let conn = kind.conn().await?;
+                    let cmd = redis::cmd("PING");
+                    match conn {
+                        Conn::Single(mut c) => cmd.query_async::<()>(&mut c).await,
+                        Conn::Cluster(mut c) => cmd.query_async::<()>(&mut c).await,
+                    }
+                };
+                match timeout(deadline, ping).await {
+                    Ok(Ok(())) => break,
+                    Ok(Err(e)) if connection_lost(&e) => kind.forget().await,
+                    _ => {}
+                }
+            }
+            probing.store(false, Ordering::SeqCst);
+        });
+    }
+}
+
+impl Kind {
+    /// Drops a cluster's lost connection, to be made again on next use (a
+    /// single Redis's manager makes its own again).
+    async fn forget(&self) {
+        if let Kind::Cluster(cluster) = self {
+            *cluster.conn.lock().await = None;
+        }
     }
 
     async fn conn(&self) -> redis::RedisResult<Conn> {
-        match &self.kind {
+        match self {
             Kind::Single(c) => Ok(Conn::Single(c.clone())),
             Kind::Cluster(cluster) => {
                 let mut held = cluster.conn.lock().await;

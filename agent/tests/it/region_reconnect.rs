@@ -1,13 +1,14 @@
 //! A peer region's Redis that goes away and comes back answers the first call
-//! after its return (`RegionConn`): a rebalancer reads every region once a
-//! period, so a first call that failed would hold the shares a period longer.
+//! made a probe's reach after its return (`RegionConn`): a rebalancer reads
+//! every region once a period, so a first call that failed would hold the
+//! shares a period longer.
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
 use std::time::Duration;
 
 use meshlimit_agent::config::StoreSpec;
-use meshlimit_agent::regions::conn::RegionConn;
+use meshlimit_agent::regions::conn::{RegionConn, PROBE_EVERY};
 use meshlimit_store::redis::client::Connect;
 use meshlimit_tests::RedisServer;
 
@@ -29,5 +30,9 @@ async fn the_first_call_after_a_peer_returns_is_answered() {
         tokio::time::sleep(Duration::from_millis(600)).await;
     }
     peer.restart();
+    // The probe reconnects within two of its periods (the first ping after a
+    // failed reconnection starts the next one) and a deadline: the property's
+    // own bound, not a wait for something a test could see.
+    tokio::time::sleep(2 * PROBE_EVERY + deadline).await;
     assert_eq!(ping().await.unwrap(), "PONG");
 }

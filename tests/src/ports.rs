@@ -1,6 +1,6 @@
 //! Free loopback ports for the processes a test starts.
 //!
-//! cargo-nextest runs every test in a process of its own, two at a time, so a
+//! cargo-nextest runs every test in a process of its own, several at a time, so a
 //! port must be unique across processes, not only within one: a port this
 //! process handed out but whose server has not bound it yet (or that an agent
 //! is restarting on) looks free to another test process. Each port handed out

@@ -16,8 +16,8 @@
 //! about ten calls per second per node whatever its request rate; never more than
 //! a tenth of the burst per node, so what idle nodes hold stays a small part of
 //! the limit (with `--pool-turns`, a node twice over its share takes exactly its
-//! part of a lease period, see [`LeasePolicy::paced`]); and a cold key starts at one token (every request checked) until its
-//! demand shows. A node at least twice over its share of the limit caches a
+//! part of a lease period, see [`LeasePolicy::paced`]); and a cold key starts
+//! at one token (every request checked) until its demand shows. A node at least twice over its share of the limit caches a
 //! store denial until a whole lease's worth of tokens is back, and for one
 //! lease period (`target`) at least, so a key well over its limit costs the
 //! store ten calls per second per node however many nodes share it; a

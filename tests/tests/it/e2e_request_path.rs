@@ -24,9 +24,9 @@ fn stat(stack: &Stack, name: &str) -> u64 {
 fn requests_for_one_key_wait_on_its_one_agent_call() {
     // One worker, and an agent that does not answer (stopped) for longer than
     // the filter's timeout: every request for the key arrives while the first
-    // one's call is out. The harness's 5 s deadline: with a release build
-    // beside the suite, ten requests sent at once took longer than 1.5 s to
-    // reach the filter, and the late ones made calls of their own.
+    // one's call is out. The harness's 5 s deadline, so that on a busy
+    // machine all ten reach the filter before the call times out (a later
+    // one would make a call of its own).
     let stack = Stack::start_with(AgentOptions::new(RULES), |c| c.concurrency(1));
     let pid = stack.agent.pid().unwrap();
     let (calls, waits) = (stat(&stack, "lease_calls"), stat(&stack, "lease_waits"));

@@ -109,6 +109,8 @@ pub struct Figures {
     /// The busiest Redis node's script calls per second over the steady part
     /// (the shard holding the hot key).
     pub hottest_node_scripts_per_sec: f64,
+    /// All nodes' script calls per second over the steady part.
+    pub steady_scripts_per_sec: f64,
     pub seconds: Vec<Second>,
 }
 
@@ -167,7 +169,8 @@ pub fn figures(plan: &Plan, rec: &Recorded, script_calls: u64, limits: &[f64]) -
         cold_starts_unpaid: rec.cold_starts_unpaid,
         agent_failures: a.timeouts + a.transport_errors + a.bad_status + a.bad_body,
         script_calls,
-        hottest_node_scripts_per_sec: hottest_node(&rec.scripts_per_second, plan),
+        hottest_node_scripts_per_sec: steady_nodes(&rec.scripts_per_second, plan).0,
+        steady_scripts_per_sec: steady_nodes(&rec.scripts_per_second, plan).1,
         seconds,
     }
 }
@@ -336,25 +339,25 @@ fn sizes(mut values: Vec<u64>) -> Sizes {
     }
 }
 
-/// The busiest node's mean script calls per second over the steady seconds.
-fn hottest_node(scripts: &[Vec<u64>], plan: &Plan) -> f64 {
+/// Mean script calls per second over the steady seconds: the busiest node's,
+/// and all nodes' together.
+fn steady_nodes(scripts: &[Vec<u64>], plan: &Plan) -> (f64, f64) {
     let first = plan.scenario.warmup.0.ceil() as usize;
     let last = (plan.scenario.duration.0.floor() as usize).min(scripts.len());
     let steady = scripts.get(first..last).unwrap_or(&[]);
     if steady.is_empty() {
-        return 0.0;
+        return (0.0, 0.0);
     }
     let nodes = steady.iter().map(Vec::len).max().unwrap_or(0);
-    (0..nodes)
-        .map(|n| {
-            steady
-                .iter()
-                .map(|s| s.get(n).copied().unwrap_or(0))
-                .sum::<u64>()
-        })
-        .max()
-        .unwrap_or(0) as f64
-        / steady.len() as f64
+    let per_node: Vec<u64> = (0..nodes)
+        .map(|n| steady.iter().map(|s| s.get(n).copied().unwrap_or(0)).sum())
+        .collect();
+    let seconds = steady.len() as f64;
+    let busiest = per_node.iter().copied().max().unwrap_or(0) as f64;
+    (
+        busiest / seconds,
+        per_node.iter().sum::<u64>() as f64 / seconds,
+    )
 }
 
 #[cfg(test)]

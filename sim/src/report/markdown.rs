@@ -194,9 +194,10 @@ fn cost_rows(r: &RunReport) -> Vec<Row> {
         (
             "Redis lease-script calls",
             format!(
-                "{} (**{:.2} per 1,000 requests**, {:.1}/s); busiest node {:.1}/s in the steady part",
+                "{} (**{:.2} per 1,000 requests**, {:.1}/s); busiest node {:.1}/s, all nodes {:.1}/s in the steady part",
                 f.script_calls, f.per_1000(f.script_calls),
-                f.script_calls as f64 / s.duration.max(1e-9), f.hottest_node_scripts_per_sec
+                f.script_calls as f64 / s.duration.max(1e-9), f.hottest_node_scripts_per_sec,
+                f.steady_scripts_per_sec
             ),
         ),
         (

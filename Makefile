@@ -50,6 +50,8 @@ help:
 	@echo "make test       tools, build, lint, all tests (host, wasm, deploy check): what CI runs"
 	@echo "make test-fast  the tests that need no Envoy, Redis or accuracy run (cargo-nextest)"
 	@echo "make test-wasm  meshlimit-core's unit tests on $(WASM_TARGET) under node's WASI"
+	@echo "make capacity   the capacity model's tables (1M and 10M checks/s over 1, 3, 5 regions); tools/capacity.py --help for your own figures"
+	@echo "make capacity-check  the capacity model beside the simulator at 10,000 gateways x 100 agents (bench/results/capacity-check.md)"
 	@echo "make accuracy-seeds  the accuracy scenarios in virtual time over ACCURACY_SEEDS seeds each (default 200)"
 	@echo "make docs       the book (docs/, mdBook $(MDBOOK_VERSION)) into target/book, then every Markdown link and anchor checked"
 	@echo "make reference  regenerate the book's generated reference pages (CLI, metrics, rules file) from the code"
@@ -139,6 +141,7 @@ lint:
 	$(PYTHON) tools/layers.py .
 	$(PYTHON) tools/check-release.py .
 	PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m unittest discover -s tools -p 'test_layers.py'
+	PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m unittest discover -s tools -p 'test_capacity.py'
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy --target $(WASM_TARGET) -p meshlimit-core -p meshlimit-filter -- -D warnings
 
@@ -260,7 +263,19 @@ ACCURACY_FLEET ?= scenarios/leased-hot-key-3x.yaml scenarios/zipf-keys.yaml
 
 ACCURACY_SEEDS ?= 200
 
-.PHONY: accuracy accuracy-seeds
+.PHONY: accuracy accuracy-seeds capacity capacity-check
+
+# The capacity model (docs/operations/capacity.md, tools/capacity.py):
+# `capacity` prints its tables from the inputs measured in bench/results/;
+# `capacity-check` runs it beside the simulator at 10,000 gateways over 100
+# agents (scenarios/capacity/) into bench/results/capacity-check.md, and fails
+# when they differ by more than 20%.
+capacity:
+	$(PYTHON) tools/capacity.py
+
+capacity-check:
+	$(CARGO) build --release -p meshlimit-sim
+	$(PYTHON) tools/capacity.py check
 
 accuracy-seeds:
 	MESHLIMIT_SIM_SEEDS=$(ACCURACY_SEEDS) $(CARGO) test --release -p meshlimit-sim --test it virtual_fleet::

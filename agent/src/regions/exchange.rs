@@ -32,6 +32,13 @@ pub(crate) async fn flush(
     period: u64,
     demand: HashMap<String, u64>,
 ) -> Result<(), RegionError> {
+    each_partition::<redis::Value>(conn, flush_pipes(period, demand))
+        .await
+        .map(drop)
+}
+
+/// The pipelines of one flush, one per partition that has demand.
+pub(crate) fn flush_pipes(period: u64, demand: HashMap<String, u64>) -> Vec<(usize, Pipeline)> {
     let mut pipes: Vec<Option<Pipeline>> = vec![None; PARTITIONS];
     for (key, tokens) in demand {
         let b = keys::partition(&key);
@@ -51,12 +58,11 @@ pub(crate) async fn flush(
             .arg(tokens);
         }
     }
-    let pipes = pipes
+    pipes
         .into_iter()
         .enumerate()
         .filter_map(|(b, p)| p.map(|p| (b, p)))
-        .collect();
-    each_partition::<redis::Value>(conn, pipes).await.map(drop)
+        .collect()
 }
 
 /// The leader: seals its region's demand for `period`, then says so in the meta.

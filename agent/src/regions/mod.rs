@@ -185,6 +185,22 @@ impl Shares {
     }
 }
 
+/// How many demand flushes each agent sends its region's Redis a second.
+pub fn flushes_per_second() -> f64 {
+    cache::FLUSH_EVERY.as_secs_f64().recip()
+}
+
+/// The bytes one demand flush sends to the region's Redis for `demand` (key →
+/// tokens, keys as [`keys::exchange_key`] names them) counted in `period`:
+/// every partition's pipeline as encoded on the wire. The capacity figures
+/// (`make capacity-inputs`) read it.
+pub fn flush_bytes(period: u64, demand: std::collections::HashMap<String, u64>) -> usize {
+    exchange::flush_pipes(period, demand)
+        .iter()
+        .map(|(_, p)| p.get_packed_pipeline().len())
+        .sum()
+}
+
 /// Starts the region tasks of this agent and turns `shares` on.
 pub(crate) fn start(
     cfg: &RegionsConfig,

@@ -135,3 +135,28 @@ fn a_setup_is_refused_when_it_cannot_work() {
         "--region-floor 0.6 cannot hold for 2 regions: it must be above 0 and at most 1/2"
     );
 }
+
+#[test]
+fn a_flush_carries_the_script_once_a_partition_and_every_key_in_it() {
+    let ids = KeyIds::placeholder();
+    let demand = |n: usize| {
+        (0..n)
+            .map(|i| {
+                let key = DescriptorKey::new("g", [format!("k{i}")]);
+                (keys::exchange_key(&ids, &key), 7)
+            })
+            .collect::<std::collections::HashMap<_, _>>()
+    };
+    let one = flush_bytes(5, demand(1));
+    let script = meshlimit_store::redis::script::FLUSH_SCRIPT.len();
+    assert!(one > script, "{one} bytes for one key");
+    assert!(one < 2 * script, "{one} bytes for one key: one pipeline");
+    let key = keys::exchange_key(&ids, &DescriptorKey::new("g", ["k0"])).len();
+    let many = flush_bytes(5, demand(1_000));
+    let per_key = (many - one) as f64 / 999.0;
+    assert!(per_key > key as f64, "{per_key} bytes a key of {key}");
+    assert!(
+        flush_bytes(5, demand(0)) == 0,
+        "nothing to flush sends nothing"
+    );
+}

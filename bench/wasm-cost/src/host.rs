@@ -84,6 +84,17 @@ impl State {
     }
 }
 
+impl State {
+    /// The shared-data entries whose key starts with `prefix`: how many, and
+    /// the bytes of their keys and values together.
+    pub fn shared_bytes(&self, prefix: &str) -> (usize, usize) {
+        self.shared
+            .iter()
+            .filter(|(k, _)| k.starts_with(prefix))
+            .fold((0, 0), |(n, b), (k, (v, _))| (n + 1, b + k.len() + v.len()))
+    }
+}
+
 /// A linker defining every import of a proxy-wasm module built for
 /// wasm32-wasip1, over [`State`].
 pub fn linker(engine: &Engine, module: &wasmi::Module) -> Result<Linker<State>, Error> {

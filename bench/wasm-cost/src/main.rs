@@ -27,21 +27,30 @@ const FILTER: &str = "target/wasm32-wasip1/release/meshlimit_filter.wasm";
 const FLOOR: &str = "target/wasm32-wasip1/release/meshlimit_bench_floor.wasm";
 /// The benchmark's key header (`bench/driver`'s `KEY_HEADER`).
 const KEY_HEADER: &str = "x-bench-key";
+/// What the shared-data key of every per-key slot starts with (the filter's
+/// `slots::SLOT_PREFIX`).
+const SLOT_PREFIX: &str = "meshlimit.slot.";
+/// The filter's `slots` when its configuration does not say (`{}` here).
+const DEFAULT_SLOTS: usize = 16_384;
 
 const USAGE: &str =
-    "usage: meshlimit-wasm-cost [--filter F.wasm] [--floor F.wasm] [--requests N] [--checkpoints]
+    "usage: meshlimit-wasm-cost [--filter F.wasm] [--floor F.wasm] [--requests N] [--checkpoints] [--memory]
 
 Runs N requests (20,000 by default, after as many to warm up) through each
 module and prints a Markdown table of the Wasm instructions per request.
 --checkpoints also prints the last hot-key, 429 and new-key request's instructions up to
 each host call (in order, `→ name`) and each `cp:<label>` the filter logged at
-critical level (add such logs to find where the work is; never commit them).";
+critical level (add such logs to find where the work is; never commit them).
+--memory instead sends the filter one key, then N distinct keys in all, and prints
+as JSON its linear memory and its per-key slots' shared-data bytes after each
+(`make capacity-inputs` reads it).";
 
 struct Options {
     filter: String,
     floor: String,
     requests: usize,
     checkpoints: bool,
+    memory: bool,
 }
 
 fn options(args: &[String]) -> Result<Options, String> {
@@ -50,6 +59,7 @@ fn options(args: &[String]) -> Result<Options, String> {
         floor: FLOOR.into(),
         requests: 20_000,
         checkpoints: false,
+        memory: false,
     };
     let mut args = args.iter();
     while let Some(arg) = args.next() {
@@ -61,6 +71,7 @@ fn options(args: &[String]) -> Result<Options, String> {
                 o.requests = value()?.parse().map_err(|e| format!("--requests: {e}"))?
             }
             "--checkpoints" => o.checkpoints = true,
+            "--memory" => o.memory = true,
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other}\n\n{USAGE}")),
         }
@@ -77,7 +88,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(&opts) {
+    let result = match opts.memory {
+        true => memory(&opts),
+        false => run(&opts),
+    };
+    match result {
         Ok(report) => {
             print!("{report}");
             ExitCode::SUCCESS
@@ -136,6 +151,50 @@ fn meshlimit(filter: &[u8], deny: bool) -> Result<Vm, Error> {
         deny,
     };
     Vm::start(filter, "{}", env, agent)
+}
+
+/// The filter's memory for per-key state, measured on the module as built: its
+/// linear memory and its slots' shared-data entries (key and value bytes)
+/// after one key and after `o.requests` distinct keys, each a new key (one
+/// agent call, its grant kept in the key's slot), as one JSON object.
+fn memory(o: &Options) -> Result<String, Error> {
+    let filter = std::fs::read(&o.filter)
+        .map_err(|e| Error::new(format!("{}: {e} (make build)", o.filter)))?;
+    let mut vm = meshlimit(&filter, false)?;
+    let one = memory_after(&mut vm, 0, 1)?;
+    let many = memory_after(&mut vm, 1, o.requests.max(2))?;
+    if let Some(w) = vm.warnings().first() {
+        return Err(Error::new(format!("the module warned: {w}")));
+    }
+    let out = serde_json::json!({"slots": DEFAULT_SLOTS, "one_key": one, "many_keys": many});
+    Ok(format!("{out}\n"))
+}
+
+/// Sends keys `from..to` (each admitted), then reads the memory.
+fn memory_after(vm: &mut Vm, from: usize, to: usize) -> Result<serde_json::Value, Error> {
+    for i in from..to {
+        let fresh = headers(&format!("key-{i}"));
+        let fresh: Vec<(&str, &str)> = fresh
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        vm.advance(100_000);
+        if i % 10_000 == 0 {
+            vm.tick()?;
+        }
+        if let Some(status) = vm.request(&fresh)?.replied {
+            return Err(Error::new(format!("key {i} got {status}, not admitted")));
+        }
+    }
+    let (slots_used, slot_bytes) = vm.shared_bytes(SLOT_PREFIX);
+    let (_, shared_bytes) = vm.shared_bytes("");
+    Ok(serde_json::json!({
+        "keys": to,
+        "linear_memory": vm.linear_memory()?,
+        "slots_used": slots_used,
+        "slot_bytes": slot_bytes,
+        "other_shared_bytes": shared_bytes - slot_bytes,
+    }))
 }
 
 /// What a scenario sends and what each measured request must get.
@@ -463,5 +522,20 @@ mod tests {
         assert!(args(&["--nope"]).err().unwrap().contains("usage:"));
         assert!(args(&["--requests", "x"]).is_err());
         assert_eq!(args(&["--requests", "5"]).unwrap().requests, 5);
+        assert!(args(&["--memory"]).unwrap().memory);
+    }
+
+    #[test]
+    fn each_new_key_takes_a_slot_of_its_own_until_the_slots_run_out() {
+        let mut vm = meshlimit(&module(FILTER), false).unwrap();
+        let one = memory_after(&mut vm, 0, 1).unwrap();
+        assert_eq!(one["slots_used"], 1, "{one}");
+        let many = memory_after(&mut vm, 1, 200).unwrap();
+        // 200 keys in 16,384 slots: a few may share one.
+        let used = many["slots_used"].as_u64().unwrap();
+        assert!((190..=200).contains(&used), "{many}");
+        let per_slot = many["slot_bytes"].as_u64().unwrap() / used;
+        assert!(per_slot > SLOT_PREFIX.len() as u64, "{many}");
+        assert!(many["linear_memory"].as_u64().unwrap() >= 65_536, "{many}");
     }
 }

@@ -296,6 +296,21 @@ impl Vm {
         &self.store.data().tally
     }
 
+    /// The module's linear memory now, in bytes.
+    pub fn linear_memory(&self) -> Result<usize, Error> {
+        let memory = self
+            .instance
+            .get_memory(&self.store, "memory")
+            .ok_or_else(|| Error::new("no memory export"))?;
+        Ok(memory.data(&self.store).len())
+    }
+
+    /// The shared-data entries whose key starts with `prefix`: how many, and
+    /// the bytes of their keys and values.
+    pub fn shared_bytes(&self, prefix: &str) -> (usize, usize) {
+        self.store.data().shared_bytes(prefix)
+    }
+
     /// What the module logged at warning or above.
     pub fn warnings(&self) -> &[String] {
         &self.store.data().warnings

@@ -52,6 +52,7 @@ help:
 	@echo "make test-wasm  meshlimit-core's unit tests on $(WASM_TARGET) under node's WASI"
 	@echo "make capacity   the capacity model's tables (1M and 10M checks/s over 1, 3, 5 regions); tools/capacity.py --help for your own figures"
 	@echo "make capacity-check  the capacity model beside the simulator at 10,000 gateways x 100 agents (bench/results/capacity-check.md)"
+	@echo "make capacity-inputs  the capacity model's inputs measured (Redis work, bytes and memory per item, filter memory, region bytes) into bench/results/capacity-inputs.{md,json}"
 	@echo "make accuracy-seeds  the accuracy scenarios in virtual time over ACCURACY_SEEDS seeds each (default 200)"
 	@echo "make docs       the book (docs/, mdBook $(MDBOOK_VERSION)) into target/book, then every Markdown link and anchor checked"
 	@echo "make reference  regenerate the book's generated reference pages (CLI, metrics, rules file) from the code"
@@ -224,7 +225,7 @@ clean-run:
 ## Settings: BENCH_ROUNDS, BENCH_SECONDS, BENCH_STORE=auto|memory|redis, … (see
 ## `target/release/meshlimit-bench --help`).
 
-.PHONY: bench bench-smoke bench-build wasm-cost
+.PHONY: bench bench-smoke bench-build wasm-cost capacity-inputs
 
 bench-build:
 	$(CARGO) build --release -p meshlimit-bench -p meshlimit-loadgen -p meshlimit-wasm-cost
@@ -244,6 +245,16 @@ wasm-cost: build bench-build
 
 bench-smoke: tools build bench-build
 	BENCH_SMOKE=1 target/release/meshlimit-bench
+
+# The capacity model's inputs (docs/operations/capacity.md), measured on a
+# loopback redis-server with the store's own client, the filter module and the
+# agent's region encoder: bench/results/capacity-inputs.{md,json}, in about
+# two minutes. Settings: CAPACITY_ROUNDS, CAPACITY_SECONDS, CAPACITY_BUCKETS.
+capacity-inputs:
+	$(CARGO) build --release --target $(WASM_TARGET) -p meshlimit-filter
+	$(CARGO) build --release -p meshlimit-bench -p meshlimit-wasm-cost
+	target/release/meshlimit-capacity
+	@cat bench/results/capacity-inputs.json
 
 ## ---- accuracy (sim/): simulated gateways running the filter's decision code
 ## against real agents and a real Redis. `make accuracy` runs the full-length

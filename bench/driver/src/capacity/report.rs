@@ -213,7 +213,10 @@ Written by `make capacity-inputs` (`target/release/meshlimit-capacity`; bench/RE
 Machine: {cpus} CPUs ({model}), {redis}, commit {commit}. The machine was shared: other \
 builds ran during the run (load average {start} at the start, {end} at the end). The \
 per-CPU-second figures divide by the CPU time Redis itself reports (`INFO cpu`: \
-`used_cpu_user` + `used_cpu_sys`), so a busy machine slows the run but moves them little.\n",
+`used_cpu_user` + `used_cpu_sys`): other processes that only take turns on the CPUs slow \
+the run without moving them, but one that shares Redis's core while it runs (caches, the \
+other hyperthread) makes each item cost Redis more, which shows as a low round below; the \
+median leaves such a round out.\n",
         rounds = opts.rounds,
         cpus = machine.cpus,
         model = machine.cpu_model,
@@ -270,6 +273,16 @@ stats` (`total_net_input_bytes`, `total_net_output_bytes`, less one `INFO`'s own
                 .map(|r| r.sent.failed)
                 .sum::<u64>(),
         );
+    }
+    out.push_str("\nItems per Redis CPU-second, round by round:\n\n");
+    for shape in SHAPES {
+        let rounds: Vec<String> = m
+            .loads
+            .iter()
+            .filter(|r| r.shape.name == shape.name)
+            .map(|r| format!("{:.0}", items_per_cpu_s(r)))
+            .collect();
+        let _ = writeln!(out, "- {}: {}", shape.name, rounds.join(", "));
     }
     let _ = write!(
         out,

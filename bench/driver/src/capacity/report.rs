@@ -215,8 +215,8 @@ builds ran during the run (load average {start} at the start, {end} at the end).
 per-CPU-second figures divide by the CPU time Redis itself reports (`INFO cpu`: \
 `used_cpu_user` + `used_cpu_sys`): other processes that only take turns on the CPUs slow \
 the run without moving them, but one that shares Redis's core while it runs (caches, the \
-other hyperthread) makes each item cost Redis more, which shows as a low round below; the \
-median leaves such a round out.\n",
+other hyperthread) makes each item cost Redis more, and shows as low rounds below: the \
+highest rounds are closest to what an idle machine gives, the median is what this one gave.\n",
         rounds = opts.rounds,
         cpus = machine.cpus,
         model = machine.cpu_model,

@@ -1,9 +1,10 @@
 //! `meshlimit-capacity`, behind `make capacity-inputs`: measures the inputs of
 //! the capacity model (docs/operations/capacity.md) on this machine and writes
 //! them to `bench/results/capacity-inputs.md` and `.json`. Redis's work per
-//! item comes from Redis's own accounting (`INFO`), so other processes on a
-//! shared machine slow the run but move the figures little. Loopback only; it
-//! stops by itself in a few minutes. bench/README.md says what each figure is.
+//! item comes from Redis's own accounting (`INFO`), so other processes taking
+//! turns on a shared machine's CPUs slow the run without moving the figures.
+//! Loopback only; it stops by itself in a few minutes. bench/README.md says
+//! what each figure is.
 
 mod info;
 mod load;

@@ -81,6 +81,9 @@ class Mix:
     limit: float  # requests a second per key (burst = limit)
     refill_s: float  # the time the burst takes to refill
     weights: object  # callable(rate) -> iterable of (count, per-key rate)
+    # `scope: global` (a customer's quota across regions) or `region` (the
+    # default: each region enforces the whole limit, as per-IP limits do).
+    global_scope: bool = True
 
 
 def hot_keys(keys=8, over=2.5):
@@ -109,6 +112,7 @@ def cold_keys(seen_every_s=20.0, limit_per_min=60.0, keys=None):
             limit_per_min / 60.0,
             60.0,
             lambda r: [(n, r / n)],
+            global_scope=False,
         )
 
     return mix
@@ -165,7 +169,8 @@ def predict(fleet: Fleet, mix: Mix, p: Protocol):
     r_rate = fleet.rate / fleet.regions
     gw = max(1, fleet.gateways // fleet.regions)
     nodes = max(1, fleet.nodes // fleet.regions)
-    limit = mix.limit / fleet.regions  # a global rule's share, demand even
+    # A global rule's share follows demand, which is even here.
+    limit = mix.limit / fleet.regions if mix.global_scope else mix.limit
     agent = store = hottest = node_keys = buckets = 0.0
     for count, r in mix.weights(r_rate):
         agent += count * gw * agent_calls(r / gw, limit / gw, p)
@@ -217,8 +222,11 @@ def size(fleet: Fleet, mix: Mix, p: Protocol, inputs):
     bpi = inputs["redis_bytes_per_item"]
     bucket = inputs["redis_bytes_per_bucket"]["token_bucket"]
     per_node_calls = f["agent_calls"] / f["nodes"]
-    node_keys = min(f["node_keys"] / f["nodes"], MAX_KEYS)
-    global_keys = f["buckets"] if fleet.regions > 1 else 0.0
+    node_keys = min(f["node_keys"], MAX_KEYS)
+    exchanged = fleet.regions > 1 and mix.global_scope
+    global_keys = f["buckets"] if exchanged else 0.0
+    # Each agent flushes the demand of the global keys it saw to its region.
+    flushed_keys = f["node_keys"] * f["nodes"] if exchanged else 0.0
     return {
         "primaries": shards,
         "store_calls_per_shard": f["store_calls"] / shards,
@@ -226,7 +234,12 @@ def size(fleet: Fleet, mix: Mix, p: Protocol, inputs):
         "agent_calls_per_1000": 1000.0 * f["agent_calls"] / f["rate"],
         "agents": f["nodes"],
         "agent_cores": per_node_calls * inputs["agent_cpu_s_per_call"],
-        "agent_redis_mbit": f["store_calls"] * (bpi["in"] + bpi["out"]) * 8 / 1e6,
+        "agent_redis_mbit": (
+            f["store_calls"] * (bpi["in"] + bpi["out"])
+            + flushed_keys * inputs["region_bytes_per_key"] * inputs["region_messages_per_second"]
+        )
+        * 8
+        / 1e6,
         "region_mbit": global_keys
         * inputs["region_bytes_per_key"]
         * (fleet.regions - 1)

@@ -170,6 +170,16 @@ test-wasm: tools-rust
 # so the log ends with nextest's summary line: after the run, the ten slowest
 # tests (from its JUnit file), the steps that failed, and the summary again.
 # Any failure fails `make test`, after the report.
+#
+# Before the tests, two chains of builds run at once (test-prepare, make -j2),
+# each in its own cargo build directory so neither waits on the other's lock:
+# the release agent and modules, then the wasm tests and the book; the lint
+# (rustfmt, layers, clippy), then the test binaries. Alone, each chain leaves
+# a core idle while one crate compiles or links; together they keep both
+# cores busy. Each target's output is printed when it ends (make -O). Cargo
+# is kept off make's job slots (which -j2 would make two in all, one rustc
+# per chain): each cargo runs its usual one job per core.
+CARGO_OWN_JOBS := env -u MAKEFLAGS -u MFLAGS $(CARGO)
 NEXTEST_CI := target/nextest/ci
 # Two test slots per core; .config/nextest.toml says which tests take two
 # (a core) or all of them.
@@ -180,12 +190,11 @@ else
 TEST_DEPLOY_CHECK := echo "test: deploy/check.mk defines no deploy-check target; skipping it"
 endif
 
-test: tools build-test lint
+test: tools
 	@failed=""; \
-	$(CARGO) nextest run --workspace --profile ci --no-run || failed="$$failed test-build"; \
-	$(MAKE) --no-print-directory test-wasm || failed="$$failed test-wasm"; \
+	$(MAKE) --no-print-directory -j2 -k -Otarget test-prepare CARGO='$(CARGO_OWN_JOBS)' \
+		|| failed="$$failed prepare"; \
 	$(TEST_DEPLOY_CHECK) || failed="$$failed deploy-check"; \
-	$(MAKE) --no-print-directory docs || failed="$$failed docs"; \
 	mkdir -p $(NEXTEST_CI); rm -f $(NEXTEST_CI)/junit.xml; \
 	$(CARGO) nextest run --workspace --profile ci --test-threads $(TEST_SLOTS) 2>&1 | tee $(NEXTEST_CI)/run.log \
 		|| failed="$$failed host-tests"; \
@@ -193,6 +202,15 @@ test: tools build-test lint
 	[ -z "$$failed" ] || echo "test: failed:$$failed"; \
 	grep -E '^ *Summary \[' $(NEXTEST_CI)/run.log | tail -n 1 || true; \
 	[ -z "$$failed" ]
+
+.PHONY: test-prepare test-wasm-after-build docs-after-wasm test-binaries
+test-prepare: docs-after-wasm test-binaries
+test-wasm-after-build: build-test
+	@$(MAKE) --no-print-directory test-wasm
+docs-after-wasm: test-wasm-after-build
+	@$(MAKE) --no-print-directory docs
+test-binaries: lint
+	$(CARGO) nextest run --workspace --profile ci --no-run
 
 # Unit, property and in-process tests: every crate's library and binary tests
 # (but the one that starts redis-server), the agent's in-process API tests,

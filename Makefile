@@ -34,7 +34,6 @@ export MESHLIMIT_ENVOY
 MESHLIMIT_PYTHON ?= $(VENV)/bin/python
 export MESHLIMIT_PYTHON
 
-AGENT_BIN := target/release/meshlimit-agent
 FILTER_WASM := target/$(WASM_TARGET)/release/meshlimit_filter.wasm
 WASI_RUNNER := node $(CURDIR)/tools/wasi-run.mjs
 
@@ -128,13 +127,13 @@ tools-apt:
 ## ---- build, lint, test
 
 build: build-test
-	$(CARGO) build --release -p meshlimit-cli
+	$(CARGO) build --release -p meshlimit-agent -p meshlimit-cli
 
-# What the end-to-end tests start, as it ships: the release agent and the
-# filter (a test of rates measures the limiter as deployed). The tests take
-# the operator CLI from the test build.
+# The filter modules the end-to-end tests load into Envoy, built as they
+# ship. The tests take the agent and the operator CLI from the test build
+# (tests/src/lib.rs): a release agent would cost `make test` a second build
+# of every dependency.
 build-test:
-	$(CARGO) build --release -p meshlimit-agent
 	$(CARGO) build --release --target $(WASM_TARGET) -p meshlimit-filter -p meshlimit-bench-floor
 
 lint:
@@ -173,7 +172,7 @@ test-wasm: tools-rust
 #
 # Before the tests, two chains of builds run at once (test-prepare, make -j2),
 # each in its own cargo build directory so neither waits on the other's lock:
-# the release agent and modules, then the wasm tests and the book; the lint
+# the release filter modules, then the wasm tests and the book; the lint
 # (rustfmt, layers, clippy), then the test binaries. Alone, each chain leaves
 # a core idle while one crate compiles or links; together they keep both
 # cores busy. Each target's output is printed when it ends (make -O). Cargo
@@ -185,7 +184,7 @@ NEXTEST_CI := target/nextest/ci
 # (a core) or all of them.
 TEST_SLOTS := $(shell echo $$(( 2 * $$(nproc) )))
 ifeq ($(HAVE_DEPLOY_CHECK),yes)
-TEST_DEPLOY_CHECK := $(MAKE) --no-print-directory deploy-check DEPLOY_CLI_BIN=target/debug/meshlimit
+TEST_DEPLOY_CHECK := $(MAKE) --no-print-directory deploy-check DEPLOY_CLI_BIN=target/debug/meshlimit DEPLOY_AGENT_BIN=target/debug/meshlimit-agent
 else
 TEST_DEPLOY_CHECK := echo "test: deploy/check.mk defines no deploy-check target; skipping it"
 endif
@@ -313,6 +312,7 @@ accuracy: tools build
 	$(CARGO) build --release -p meshlimit-sim
 	target/release/meshlimit-sim run --out $(ACCURACY_OUT) $(ACCURACY_SCENARIOS)
 	target/release/meshlimit-sim run --gateways 400 --agents 8 --out $(ACCURACY_OUT)/fleet $(ACCURACY_FLEET)
+	$(CARGO) build -p meshlimit-agent
 	$(CARGO) nextest run -p meshlimit-sim --test it --run-ignored all accuracy::
 
 ## ---- fuzzing (fuzz/): cargo-fuzz targets on attacker-controlled input. Their

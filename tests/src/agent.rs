@@ -1,4 +1,5 @@
-//! The real agent binary (`target/release/meshlimit-agent`), started per test.
+//! The real agent binary ([`agent_bin`]: the test build's under `cargo test`),
+//! started per test.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};

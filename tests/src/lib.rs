@@ -163,14 +163,24 @@ pub fn target_dir() -> PathBuf {
     }
 }
 
-/// The release agent binary that `make build` produces; a test refuses one
-/// older than its sources (see [`fresh`]).
+/// The agent binary of the build this crate is part of: the test build's
+/// (`target/debug`, which `cargo nextest run --workspace` makes beside the
+/// agent's own tests) for the tests, the release build's for the benchmark
+/// and the accuracy harness, which measure speed. The tests check what the
+/// agent decides, not how fast: the test build's agent is the same code with
+/// overflow checks and debug assertions on, and the suite waits for no
+/// release build. Refused when older than its sources (see [`fresh`]).
 pub fn agent_bin() -> PathBuf {
     static CHECKED: OnceLock<PathBuf> = OnceLock::new();
+    let profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
     CHECKED
         .get_or_init(|| {
             fresh(
-                target_dir().join("release").join("meshlimit-agent"),
+                target_dir().join(profile).join("meshlimit-agent"),
                 &["agent", "core"],
             )
         })
@@ -236,7 +246,7 @@ fn fresh(binary: PathBuf, crates: &[&str]) -> PathBuf {
     }
     if let Err(stale) = check_fresh(built, &sources) {
         panic!(
-            "{} is older than {}: rebuild it (`make build`; the CLI: `cargo build -p meshlimit-cli`)",
+            "{} is older than {}: rebuild it (the test build: `cargo build -p meshlimit-agent -p meshlimit-cli`; the release agent: `make build`)",
             binary.display(),
             stale.display()
         );

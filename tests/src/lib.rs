@@ -182,6 +182,7 @@ pub fn agent_bin() -> PathBuf {
             fresh(
                 target_dir().join(profile).join("meshlimit-agent"),
                 &["agent", "core"],
+                "cargo build -p meshlimit-agent (release: make build)",
             )
         })
         .clone()
@@ -199,6 +200,7 @@ pub fn cli_bin() -> PathBuf {
             fresh(
                 target_dir().join("debug").join("meshlimit"),
                 &["cli", "agent", "core"],
+                "cargo build -p meshlimit-cli",
             )
         })
         .clone()
@@ -218,6 +220,7 @@ pub fn filter_wasm() -> PathBuf {
                         .join("release")
                         .join("meshlimit_filter.wasm"),
                     &["filter", "core"],
+                    "make build-test",
                 )
             })
             .clone(),
@@ -227,11 +230,12 @@ pub fn filter_wasm() -> PathBuf {
 /// `binary`, after checking that it was built after every source it is built
 /// from (the files cargo's dep-info beside it lists, else the crates' `src/`;
 /// the crates' `Cargo.toml`, and `Cargo.lock`): `cargo test` alone does not
-/// rebuild the release binaries the tests start, and a stale one would test
-/// old code. Dep-info leaves out what the binary is not built from (a test
-/// module), which `make build` would not rebuild for. A missing binary is left
-/// to the caller's start, which names it.
-fn fresh(binary: PathBuf, crates: &[&str]) -> PathBuf {
+/// rebuild the release filter, nor the agent and CLI when it builds another
+/// package's tests, and a stale binary would test old code. Dep-info leaves
+/// out what the binary is not built from (a test module), which a rebuild
+/// would not change. A missing binary is left to the caller's start, which
+/// names it. `rebuild` is the command that makes it.
+fn fresh(binary: PathBuf, crates: &[&str], rebuild: &str) -> PathBuf {
     let Ok(built) = std::fs::metadata(&binary).and_then(|m| m.modified()) else {
         return binary;
     };
@@ -246,7 +250,7 @@ fn fresh(binary: PathBuf, crates: &[&str]) -> PathBuf {
     }
     if let Err(stale) = check_fresh(built, &sources) {
         panic!(
-            "{} is older than {}: rebuild it (the test build: `cargo build -p meshlimit-agent -p meshlimit-cli`; the release agent: `make build`)",
+            "{} is older than {}: rebuild it (`{rebuild}`)",
             binary.display(),
             stale.display()
         );

@@ -196,18 +196,27 @@ fn a_region_with_no_demand_keeps_its_floor_and_a_new_key_starts_at_it() {
     // 10% of the burst of 50 and of the rate of 100/s. Twenty asks in a row
     // drain the floor's burst of 5, and get what it refills while they run:
     // 10 tokens a second of their time, plus one for the refill's fraction.
+    // The store decides that; an ask whose store call failed (the shipped 3 ms
+    // deadline, on a busy machine) takes the rule's failure policy, `local`,
+    // whose bucket is the agent's own, so those answers are counted apart.
     let asked = Instant::now();
-    let granted: u64 = (0..20)
+    let answers: Vec<serde_json::Value> = (0..20)
         .filter_map(|_| lease(mesh.agent(1), "ge|fresh", 1))
-        .filter(|a| a["result"] == "grant")
+        .collect();
+    let took = asked.elapsed().as_secs_f64();
+    let by_policy = |a: &serde_json::Value| a["local"] == true || a["result"] == "unavailable";
+    let granted: u64 = answers
+        .iter()
+        .filter(|a| a["result"] == "grant" && !by_policy(a))
         .map(|a| a["tokens"].as_u64().unwrap())
         .sum();
-    let refilled = (L * FLOOR * asked.elapsed().as_secs_f64()).floor() as u64;
+    let undecided = 20 - answers.iter().filter(|a| !by_policy(a)).count() as u64;
+    let refilled = (L * FLOOR * took).floor() as u64;
     let most = (BURST * FLOOR) as u64 + refilled + 1;
     assert!(
-        (5..=most).contains(&granted),
-        "{granted} granted at the floor, at most {most} in {:.3} s",
-        asked.elapsed().as_secs_f64()
+        granted <= most && granted + undecided >= 5,
+        "{granted} granted at the floor by the store (at most {most} in {took:.3} s), \
+         {undecided} asks not decided by it: {answers:?}"
     );
     let a = Offer::start(mesh.agent(0), KEY, 3.0 * L);
     mesh.wait_share(0, KEY, CONVERGED, Duration::from_secs(8));

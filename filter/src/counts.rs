@@ -3,18 +3,17 @@
 //! Each VM is single-threaded, so plain maps suffice; nothing here touches shared
 //! data on the request path.
 
-use std::collections::HashMap;
-
 use meshlimit_core::wire::DecisionCount;
 use meshlimit_core::Outcome;
 
+use crate::fast_map::FastMap;
 use crate::host::{Metric, Proxy};
 
 /// Counts kept by one VM.
 #[derive(Default)]
 pub struct Counts {
     /// By rule name, each outcome seen.
-    rules: HashMap<String, Vec<Tally>>,
+    rules: FastMap<String, Vec<Tally>>,
 }
 
 /// One rule's outcome: its Envoy counter and what the agent has not heard of.

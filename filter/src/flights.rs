@@ -23,12 +23,12 @@
 //!   then every request waiting on it is decided or queued again; a request
 //!   that has waited [`MAX_ROUNDS`] calls takes its rules' failure policies.
 
-use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 
 use meshlimit_core::wire::{lease_batch_len, LeaseAnswer, LeaseRequest, WIRE_VERSION};
 
 use crate::config::FilterConfig;
+use crate::fast_map::{FastMap, FastSet};
 use crate::host::Host;
 use crate::pipeline::{apply_answer, Evaluation, Item};
 use crate::slots;
@@ -63,11 +63,11 @@ pub struct FlightStats {
 /// The VM's lease calls and the requests waiting on them.
 pub struct Flights<W> {
     queued: Vec<Item>,
-    calls: HashMap<u32, Vec<Item>>,
+    calls: FastMap<u32, Vec<Item>>,
     /// Items queued or in flight per key (leased rules: at most one).
-    busy: HashMap<u64, u32>,
-    parked: HashMap<W, Evaluation>,
-    waiters: HashMap<u64, Waiting<W>>,
+    busy: FastMap<u64, u32>,
+    parked: FastMap<W, Evaluation>,
+    waiters: FastMap<u64, Waiting<W>>,
     pub stats: FlightStats,
 }
 
@@ -75,10 +75,10 @@ impl<W> Default for Flights<W> {
     fn default() -> Self {
         Self {
             queued: Vec::new(),
-            calls: HashMap::new(),
-            busy: HashMap::new(),
-            parked: HashMap::new(),
-            waiters: HashMap::new(),
+            calls: FastMap::default(),
+            busy: FastMap::default(),
+            parked: FastMap::default(),
+            waiters: FastMap::default(),
             stats: FlightStats::default(),
         }
     }
@@ -166,7 +166,7 @@ impl<W: Copy + Eq + Hash> Flights<W> {
         };
         let mut answers = answers.map(Vec::into_iter);
         let mut woken: Vec<W> = Vec::new();
-        let mut seen: HashSet<W> = HashSet::new();
+        let mut seen: FastSet<W> = FastSet::default();
         for item in items {
             let answer = answers.as_mut().and_then(Iterator::next);
             let paid = matches!(answer, Some(LeaseAnswer::Grant { local: false, .. }));
@@ -272,14 +272,14 @@ impl<W: Copy + Eq + Hash> Flights<W> {
 /// simulator's gateways spent their time there, seconds behind their load).
 struct Waiting<W> {
     order: Vec<W>,
-    members: HashSet<W>,
+    members: FastSet<W>,
 }
 
 impl<W> Default for Waiting<W> {
     fn default() -> Self {
         Waiting {
             order: Vec::new(),
-            members: HashSet::new(),
+            members: FastSet::default(),
         }
     }
 }

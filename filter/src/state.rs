@@ -5,8 +5,6 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use std::collections::HashMap;
-
 use meshlimit_core::decision::HeldQuota;
 use meshlimit_core::{RequestInfo, RuleSet};
 
@@ -53,7 +51,7 @@ pub struct VmState {
     /// them are named by their context id.
     pub flights: Flights<u32>,
     /// What the root context needs to finish a waiting request.
-    pub waiting: HashMap<u32, Waiting>,
+    pub waiting: crate::fast_map::FastMap<u32, Waiting>,
     /// The shared queue that wakes the root context to send queued items
     /// (`None`: the host has no queues; each request calls for itself).
     pub call_queue: Option<u32>,

@@ -52,7 +52,7 @@ impl Decimal {
         // Only ASCII digits were written.
         self.digits
             .get(self.start..)
-            .and_then(|d| std::str::from_utf8(d).ok())
+            .and_then(crate::text::utf8)
             .unwrap_or("0")
     }
 }

@@ -53,7 +53,7 @@ impl HeaderList {
                 let len = u32_at(&buf, len_at).ok_or(MalformedHeaders)?;
                 let end = data.checked_add(len).ok_or(MalformedHeaders)?;
                 let field = buf.get(data..end).ok_or(MalformedHeaders)?;
-                if j == 0 && std::str::from_utf8(field).is_err() {
+                if j == 0 && crate::text::utf8(field).is_none() {
                     return Err(MalformedHeaders);
                 }
                 if buf.get(end) != Some(&0) {
@@ -130,7 +130,7 @@ impl HeaderList {
     pub fn iter(&self) -> impl Iterator<Item = (&str, &[u8])> + '_ {
         // Names were checked to be UTF-8 when the list was made.
         self.raw()
-            .map(|(n, v)| (std::str::from_utf8(n).unwrap_or_default(), v))
+            .map(|(n, v)| (crate::text::utf8(n).unwrap_or_default(), v))
     }
 
     /// The headers with their names as bytes: what matching compares, without

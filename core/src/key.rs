@@ -136,7 +136,7 @@ fn push_part(key: &mut String, part: &[u8]) {
         .iter()
         .all(|&b| b.is_ascii() && !b.is_ascii_control() && !matches!(b, b'%' | b'|' | b'#'))
     {
-        if let Ok(plain) = std::str::from_utf8(part) {
+        if let Some(plain) = crate::text::utf8(part) {
             key.push_str(plain);
             return;
         }

@@ -68,7 +68,7 @@ fn resolve(raw: &[u8]) -> String {
 fn already_normal(raw: &[u8]) -> Option<&str> {
     let rest = raw.strip_prefix(b"/")?;
     if rest.is_empty() {
-        return std::str::from_utf8(raw).ok();
+        return crate::text::utf8(raw);
     }
     let kept = |b: &u8| b.is_ascii_graphic() && !matches!(b, b'%' | b'\\' | b';');
     if !rest.iter().all(kept) {
@@ -78,7 +78,7 @@ fn already_normal(raw: &[u8]) -> Option<&str> {
     if !rest.split(|b| *b == b'/').all(plain) {
         return None;
     }
-    std::str::from_utf8(raw).ok()
+    crate::text::utf8(raw)
 }
 
 /// Decodes what must be decoded and escapes what must be escaped, in one pass;

@@ -232,7 +232,7 @@ pub struct KeyIdText([u8; 32]);
 impl KeyIdText {
     pub fn as_str(&self) -> &str {
         // Only ASCII hex digits were written.
-        std::str::from_utf8(&self.0).unwrap_or_default()
+        crate::text::utf8(&self.0).unwrap_or_default()
     }
 }
 

@@ -47,7 +47,7 @@ impl<const N: usize> StackText<N> {
             return None;
         }
         // Whole `&str`s were copied in, so the bytes are UTF-8.
-        std::str::from_utf8(self.bytes.get(..self.len)?).ok()
+        crate::text::utf8(self.bytes.get(..self.len)?)
     }
 }
 

@@ -69,7 +69,7 @@ impl<H: Proxy> Http<H> {
             let xff = info
                 .headers
                 .get("x-forwarded-for")
-                .and_then(|v| std::str::from_utf8(v).ok());
+                .and_then(meshlimit_core::text::utf8);
             let client_ip =
                 client_ip::resolve(downstream.as_deref(), xff, self.config.trusted_hops);
             info.client_ip = client_ip;

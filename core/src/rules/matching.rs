@@ -110,7 +110,7 @@ impl RequestInfo {
     pub fn from_headers(headers: HeaderList) -> Self {
         let path = headers.get(":path").unwrap_or_default();
         let method = headers.get(":method").unwrap_or_default();
-        let method = std::str::from_utf8(method).unwrap_or_default();
+        let method = crate::text::utf8(method).unwrap_or_default();
         let mut info = Self::build(path, method, HeaderList::default());
         info.headers = headers;
         info
@@ -171,9 +171,7 @@ impl RequestInfo {
 
     /// The first value of a header as text (names compared as in matching).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.values(name)
-            .next()
-            .and_then(|v| std::str::from_utf8(v).ok())
+        self.values(name).next().and_then(crate::text::utf8)
     }
 }
 

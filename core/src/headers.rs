@@ -8,7 +8,6 @@ use crate::decision::Quota;
 use crate::digits::{Decimal, HEX_LOWER};
 use crate::header_list::HeaderList;
 use crate::limit::Limit;
-use crate::stack_text::StackText;
 use crate::NANOS_PER_SEC;
 
 /// Which quota fields responses carry.
@@ -40,10 +39,10 @@ pub fn quota_fields(style: HeaderStyle, quota: &Quota<'_>) -> Vec<(&'static str,
     fields
 }
 
-/// Hands each quota field for `quota` in `style` to `emit`, in order, each
-/// value written on the stack: an allowed response's fields cost no
-/// allocation, where a list of owned fields costs one each and one more for
-/// the list.
+/// Hands each quota field for `quota` in `style` to `emit`, in order. The
+/// IETF fields are written into one buffer, reused: an allowed response's two
+/// fields cost one allocation, where a list of owned fields costs one each and
+/// one more for the list.
 pub fn write_quota_fields(
     style: HeaderStyle,
     quota: &Quota<'_>,
@@ -52,14 +51,15 @@ pub fn write_quota_fields(
     let reset = quota.reset_ns.div_ceil(NANOS_PER_SEC);
     match style {
         HeaderStyle::Ietf => {
+            // The quoted name and two parameters of at most 18 bytes each.
+            let mut field = String::with_capacity(48 + quota.rule.len());
             let (q, w) = quota.limit.window_quota();
-            with_structured(quota.rule, [("q", q), ("w", w)], |v| {
-                emit("ratelimit-policy", v)
-            });
+            write_structured(&mut field, quota.rule, [("q", q), ("w", w)]);
+            emit("ratelimit-policy", &field);
+            field.clear();
             let r = u64::from(quota.remaining);
-            with_structured(quota.rule, [("r", r), ("t", reset)], |v| {
-                emit("ratelimit", v)
-            });
+            write_structured(&mut field, quota.rule, [("r", r), ("t", reset)]);
+            emit("ratelimit", &field);
         }
         HeaderStyle::Legacy => {
             let limit = u64::from(quota.limit.requests());
@@ -71,44 +71,6 @@ pub fn write_quota_fields(
             emit("x-ratelimit-reset", Decimal::of(reset).as_str());
         }
         HeaderStyle::Off => {}
-    }
-}
-
-/// Hands [`write_structured`]'s member to `emit`, written on the stack when it
-/// fits (every valid rule's does: a name of at most 70 bytes, escaped to at
-/// most twice that, and two parameters of at most 18 bytes each), on the heap
-/// when it does not.
-fn with_structured<const N: usize>(
-    name: &str,
-    params: [(&'static str, u64); N],
-    emit: impl FnOnce(&str),
-) {
-    let mut field = StackText::<256>::default();
-    write_structured(&mut field, name, params);
-    match field.as_str() {
-        Some(value) => emit(value),
-        None => {
-            let mut value = String::new();
-            write_structured(&mut value, name, params);
-            emit(&value);
-        }
-    }
-}
-
-/// Where [`write_structured`] writes.
-trait FieldSink {
-    fn push_str(&mut self, s: &str);
-}
-
-impl FieldSink for String {
-    fn push_str(&mut self, s: &str) {
-        String::push_str(self, s);
-    }
-}
-
-impl<const N: usize> FieldSink for StackText<N> {
-    fn push_str(&mut self, s: &str) {
-        StackText::push_str(self, s);
     }
 }
 
@@ -391,29 +353,36 @@ fn structured<const N: usize>(name: &str, params: [(&'static str, u64); N]) -> S
 /// names are `[a-z0-9._-]`); a key outside the key syntax is left out; a value
 /// above the largest sf-integer (999,999,999,999,999) is written as that.
 fn write_structured<const N: usize>(
-    out: &mut impl FieldSink,
+    out: &mut String,
     name: &str,
     params: [(&'static str, u64); N],
 ) {
-    out.push_str("\"");
-    if name.bytes().all(|b| (0x20..=0x7e).contains(&b)) {
+    out.push('"');
+    let printable = |b: &u8| (0x20..=0x7e).contains(b);
+    if name
+        .bytes()
+        .all(|b| printable(&b) && b != b'"' && b != b'\\')
+    {
+        // Every rule's name ([a-z0-9._-]): nothing to escape, copied whole.
+        out.push_str(name);
+    } else if name.as_bytes().iter().all(printable) {
         let mut rest = name;
         while let Some(at) = rest.find(['"', '\\']) {
             let (plain, escaped) = rest.split_at(at);
             let (one, after) = escaped.split_at(1);
             out.push_str(plain);
-            out.push_str("\\");
+            out.push('\\');
             out.push_str(one);
             rest = after;
         }
         out.push_str(rest);
     }
-    out.push_str("\"");
+    out.push('"');
     for (key, value) in params {
         if is_sf_key(key) {
-            out.push_str(";");
+            out.push(';');
             out.push_str(key);
-            out.push_str("=");
+            out.push('=');
             out.push_str(Decimal::of(value.min(SF_INTEGER_MAX)).as_str());
         }
     }

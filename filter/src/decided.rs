@@ -3,7 +3,6 @@
 
 use meshlimit_core::decision::RuleResult;
 use meshlimit_core::secret::{KeyIdText, KeyIds};
-use meshlimit_core::stack_text::StackText;
 use meshlimit_core::{DescriptorKey, Outcome, Verdict};
 
 /// The filter-state name the decision is set under (Envoy shows it to an
@@ -12,8 +11,7 @@ use meshlimit_core::{DescriptorKey, Outcome, Verdict};
 pub const PROPERTY: &str = "meshlimit";
 
 /// Room for the value of every valid rule's decision (a rule name of at most
-/// 76 bytes, an outcome, a 32-digit id and the field names); a longer one is
-/// written on the heap. No larger: the module zeroes it for every request.
+/// 76 bytes, an outcome, a 32-digit id and the field names): one allocation.
 const VALUE_MAX: usize = 160;
 
 /// The decision a request is known by: the deciding rule, its outcome, and
@@ -55,25 +53,18 @@ impl<'e> Decided<'e> {
         }
     }
 
-    /// Hands `emit` the request's value for the access log, written on the
-    /// stack: `rule=<rule> decision=<outcome> key_id=<id>`, the deciding
+    /// Hands `emit` the request's value for the access log:
+    /// `rule=<rule> decision=<outcome> key_id=<id>`, the deciding
     /// rule, its outcome and its key's id (the keyed hash metrics name keys
     /// by; `-` without a key). Rule names and outcomes hold no space, so the
     /// fields split on spaces.
     pub fn with_value(&self, emit: impl FnOnce(&str)) {
-        let mut text = StackText::<VALUE_MAX>::default();
+        let mut text = String::with_capacity(VALUE_MAX);
         self.write_value(&mut text);
-        match text.as_str() {
-            Some(value) => emit(value),
-            None => {
-                let mut value = String::new();
-                self.write_value(&mut value);
-                emit(&value);
-            }
-        }
+        emit(&text);
     }
 
-    fn write_value(&self, out: &mut impl Sink) {
+    fn write_value(&self, out: &mut String) {
         let key_id = self.key_id.as_ref().map_or("-", KeyIdText::as_str);
         for part in [
             "rule=",
@@ -83,25 +74,8 @@ impl<'e> Decided<'e> {
             " key_id=",
             key_id,
         ] {
-            out.push(part);
+            out.push_str(part);
         }
-    }
-}
-
-/// Where [`Decided::write_value`] writes.
-trait Sink {
-    fn push(&mut self, s: &str);
-}
-
-impl<const N: usize> Sink for StackText<N> {
-    fn push(&mut self, s: &str) {
-        self.push_str(s);
-    }
-}
-
-impl Sink for String {
-    fn push(&mut self, s: &str) {
-        self.push_str(s);
     }
 }
 

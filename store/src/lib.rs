@@ -50,13 +50,40 @@ pub struct Acquire {
 impl Acquire {
     /// The limit the store enforces: `limit` scaled by `share`, never below one token.
     pub fn enforced_limit(&self) -> Limit {
-        if self.share >= 1.0 {
-            self.limit
-        } else {
-            self.limit.scaled(self.share)
-        }
+        enforced(&self.limit, self.share)
     }
 }
+
+/// Unspent tokens handed back to `key`'s bucket: what an agent's node pool
+/// still holds when the agent stops ([`Buckets::give_back`]). The limit and
+/// share are those of the grant the tokens came from, so the bucket is
+/// capped at the same burst the lease script keeps it under.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GiveBack {
+    pub key: DescriptorKey,
+    pub limit: Limit,
+    pub share: f64,
+    pub tokens: u32,
+}
+
+impl GiveBack {
+    /// The limit the store enforces (see [`Acquire::enforced_limit`]).
+    pub fn enforced_limit(&self) -> Limit {
+        enforced(&self.limit, self.share)
+    }
+}
+
+/// `limit` scaled by `share`, never below one token.
+fn enforced(limit: &Limit, share: f64) -> Limit {
+    if share >= 1.0 {
+        *limit
+    } else {
+        limit.scaled(share)
+    }
+}
+
+/// One hand-back's answer: the whole tokens the bucket took.
+pub type GivenBack = Result<u32, StoreError>;
 
 /// A bucket as the store holds it now, read without changing it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -205,11 +232,29 @@ pub trait Buckets: Backend {
         )))
     }
 
+    /// Adds each item's tokens back to its key's bucket, atomically per key,
+    /// in whole tokens and never past the bucket's burst, and answers in the
+    /// same order how many each bucket took. A key the store holds no bucket
+    /// for is full and takes none; a window's count takes none either (its
+    /// tokens belong to a window that ends on its own). For an agent that
+    /// stops with tokens pooled: one call, its deadline, never retried.
+    async fn give_back(&self, items: &[GiveBack]) -> Vec<GivenBack> {
+        let refused = StoreError::Failed(format!("the {} store takes no tokens back", self.name()));
+        vec![Err(refused); items.len()]
+    }
+
     /// Announces this agent (`agent_id`) as alive and answers how many agents of
     /// the region are; `None` when the store cannot tell (the embedded store is
     /// one node's alone).
     async fn heartbeat(&self, _agent_id: &str) -> Result<Option<u32>, StoreError> {
         Ok(None)
+    }
+
+    /// Takes this agent (`agent_id`) out of the region's live agents at once,
+    /// as it stops, rather than when its last heartbeat ages out: the agents
+    /// left size their share of each limit by the count.
+    async fn leave(&self, _agent_id: &str) -> Result<(), StoreError> {
+        Ok(())
     }
 }
 

@@ -34,11 +34,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use meshlimit_core::secret::KeyIds;
-use meshlimit_core::{Counter, DescriptorKey, Limit};
+use meshlimit_core::{Bucket, Counter, DescriptorKey, Limit};
 use tokio::time::Instant;
 
 use super::control::{self, AuditEntry, AUDIT_KEEP};
-use super::{Acquire, Acquired, Audited, Backend, Buckets, FleetState, Peeked, StoreError};
+use super::{
+    Acquire, Acquired, Audited, Backend, Buckets, FleetState, GiveBack, GivenBack, Peeked,
+    StoreError,
+};
 use crate::fleet::Override;
 use crate::trial::{StoredTrial, TrialAction, TrialClock};
 use meshlimit_core::rules::trial::TrialPlan;
@@ -193,6 +196,28 @@ impl MemoryStore {
         entry.limit = limit;
         Ok(entry.counter.take(&limit, now, item.min, item.max))
     }
+
+    /// Adds `item`'s tokens back to its bucket, as the Redis give-back script
+    /// does: refilled up to `now` first, then whole tokens up to the burst. An
+    /// absent key is a full bucket and a window takes none: nothing changes.
+    fn give_back_one(&self, item: &GiveBack, now: u64) -> u32 {
+        let limit = item.enforced_limit();
+        let mut map = lock(self.shard(&item.key));
+        let Some(Entry {
+            counter: Counter::Bucket(bucket),
+            limit: held,
+        }) = map.get_mut(&item.key)
+        else {
+            return 0;
+        };
+        let tokens = bucket.tokens_at(&limit, now);
+        let room = (f64::from(limit.burst()) - tokens + 1e-9).floor().max(0.0);
+        let taken = f64::from(item.tokens).min(room);
+        let (_, updated) = bucket.parts();
+        *bucket = Bucket::from_parts(tokens + taken, updated.max(now));
+        *held = limit;
+        taken as u32
+    }
 }
 
 impl Default for MemoryStore {
@@ -218,6 +243,14 @@ impl Buckets for MemoryStore {
         // One clock reading for the batch, as one Redis TIME serves one script call.
         let now = self.now_ns();
         items.iter().map(|item| self.take(item, now)).collect()
+    }
+
+    async fn give_back(&self, items: &[GiveBack]) -> Vec<GivenBack> {
+        let now = self.now_ns();
+        items
+            .iter()
+            .map(|item| Ok(self.give_back_one(item, now)))
+            .collect()
     }
 
     async fn peek(

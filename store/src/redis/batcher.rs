@@ -209,7 +209,7 @@ fn args(p: &mut Pipeline, job: &Job) {
         .arg(l.algorithm().name());
 }
 
-fn server_error(e: &redis::ServerError) -> StoreError {
+pub(super) fn server_error(e: &redis::ServerError) -> StoreError {
     let details = e.details().unwrap_or_default();
     match e.code() {
         // `MOVED <hash slot> <host:port>`: the redirect, by type, not by its text.

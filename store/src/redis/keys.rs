@@ -13,7 +13,7 @@
 //! | key | type | written by |
 //! |---|---|---|
 //! | `ml:{<key id>}:<rule>` | hash `t` (tokens), `u` (µs of the server's `TIME`); a window rule's `w` (window index), `c` (count), `p` (previous window's count) | the lease script |
-//! | `ml:{agents}` | sorted set, agent id → ms of its last heartbeat | the heartbeat script |
+//! | `ml:{agents}` | sorted set, agent id → ms of its last heartbeat | the heartbeat script; `ZREM` by an agent as it stops |
 //! | `ml:{fleet}:override` | string, sealed (`<MAC> <JSON>`): JSON `{"mode":"shadow"\|"pin","set_by":…,"at":…}` (`"version"` too for pin); absent when off | `meshlimit override` (the override script) |
 //! | `ml:{fleet}:trial:<version>` | hash `start_ms` (the server's `TIME`), `period_ms`, `plan` (JSON), `plan_mac`, `mac`; `ended_ms`, `held`, `control_mac` | the trial script (the first agent to install the version: HSETNX), `override end-trial\|hold-trial` (the trial control script) |
 //! | `ml:{fleet}:trial` | string, sealed: the version whose trial started last | the trial script; read by `override end-trial\|hold-trial` |

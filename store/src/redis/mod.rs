@@ -6,6 +6,7 @@
 mod batcher;
 pub mod client;
 mod control;
+mod give_back;
 mod health;
 pub mod keys;
 mod nodes;
@@ -30,7 +31,10 @@ use tasks::{cluster_slots, prewarm, probe, refresher};
 use topology::{hash_slot, HashSlotMap};
 
 use super::control::{Record, Refusal};
-use super::{Acquire, Acquired, Audited, Backend, Buckets, FleetState, Peeked, StoreError};
+use super::{
+    Acquire, Acquired, Audited, Backend, Buckets, FleetState, GiveBack, GivenBack, Peeked,
+    StoreError,
+};
 use crate::fleet::Override;
 use crate::trial::{StoredTrial, TrialAction};
 use meshlimit_core::rules::trial::TrialPlan;
@@ -199,6 +203,10 @@ impl Buckets for RedisStore {
         answers
     }
 
+    async fn give_back(&self, items: &[GiveBack]) -> Vec<GivenBack> {
+        self.give_back_all(items).await
+    }
+
     async fn heartbeat(&self, agent_id: &str) -> Result<Option<u32>, StoreError> {
         let beat = redis::cmd("EVAL")
             .arg(script::HEARTBEAT_SCRIPT)
@@ -208,6 +216,11 @@ impl Buckets for RedisStore {
             .arg(HEARTBEAT_WINDOW_MS)
             .clone();
         self.control::<u32>(keys::AGENTS, beat).await.map(Some)
+    }
+
+    async fn leave(&self, agent_id: &str) -> Result<(), StoreError> {
+        let leave = redis::cmd("ZREM").arg(keys::AGENTS).arg(agent_id).clone();
+        self.control::<u32>(keys::AGENTS, leave).await.map(|_| ())
     }
 
     async fn peek(

@@ -213,6 +213,52 @@ pub(crate) fn parse_reply(value: &Value) -> Result<Take, StoreError> {
     })
 }
 
+/// Unspent tokens handed back to a token bucket (an agent stopping with
+/// tokens pooled), on the server's clock, atomic: the bucket is refilled up
+/// to now as the lease script would, then takes whole tokens up to its burst.
+/// Constant time: one HMGET, at most one HSET and one PEXPIRE.
+///
+/// - `KEYS[1]`: the bucket (as [`LEASE_SCRIPT`]'s).
+/// - `ARGV[1]`: requests per period; `ARGV[2]`: the period in ms; `ARGV[3]`:
+///   burst; `ARGV[4]`: the share of the limit this region enforces (as the
+///   lease script's, so the cap is the same burst); `ARGV[5]`: the tokens.
+/// - Returns the tokens the bucket took. An absent key is a full bucket, and
+///   a key without bucket fields (a window's counts) or with corrupt ones is
+///   left as it is (the lease script repairs it): they take none. Bad ARGV is
+///   an error before any write.
+pub(crate) const GIVE_BACK_SCRIPT: &str = r"
+local requests = tonumber(ARGV[1])
+local period_ms = tonumber(ARGV[2])
+local share = tonumber(ARGV[4])
+local n = tonumber(ARGV[5])
+local function finite(x) return x ~= nil and x == x and x > -math.huge and x < math.huge end
+if not (finite(requests) and finite(period_ms) and finite(tonumber(ARGV[3])) and finite(share)
+    and finite(n) and requests > 0 and period_ms > 0 and share > 0 and tonumber(ARGV[3]) >= 1
+    and n >= 0) then
+  return redis.error_reply('ERR give-back script: bad arguments')
+end
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+local rate = requests * share / (period_ms * 1000)
+local burst = math.max(1, math.floor(tonumber(ARGV[3]) * share))
+local state = redis.call('HMGET', KEYS[1], 't', 'u')
+local tokens, updated = tonumber(state[1]), tonumber(state[2])
+if not (finite(tokens) and finite(updated) and tokens >= 0 and tokens <= burst and updated >= 0) then
+  return 0
+end
+if updated > now then updated = now end
+tokens = math.min(burst, tokens + (now - updated) * rate)
+local taken = math.max(0, math.min(math.floor(n), math.floor(burst - tokens + 1e-9)))
+if taken == 0 then return 0 end
+tokens = tokens + taken
+local ttl = math.ceil((burst - tokens) / rate / 1000) + 1000
+local cap = 400 * 86400 * 1000
+if not (ttl == ttl and ttl <= cap) then ttl = cap end
+redis.call('HSET', KEYS[1], 't', string.format('%.6f', tokens), 'u', string.format('%.0f', now))
+redis.call('PEXPIRE', KEYS[1], string.format('%d', ttl))
+return taken
+";
+
 /// Agent heartbeat, on the server's clock: records this agent's beat, forgets
 /// agents not heard from within the window.
 ///

@@ -5,7 +5,7 @@
 //!
 //! Each behaviour is a function over `&dyn Store` (every store trait at
 //! once), in a module per concept (`buckets`, `asks`, `windows`, `fleet`,
-//! `control`, `peek`); the macro at the end makes a test of it per backend (`memory::…`, `redis::…`, `redis_cluster::…`), each
+//! `control`, `peek`, `stopping`); the macro at the end makes a test of it per backend (`memory::…`, `redis::…`, `redis_cluster::…`), each
 //! with its own fresh store. Time passes on the store's own clock (tokio's for
 //! the memory store, the Redis server's `TIME` for Redis), so bounds on waits
 //! leave room for a loaded machine where they must, and are exact elsewhere:
@@ -24,6 +24,7 @@ mod buckets;
 mod control;
 mod fleet;
 mod peek;
+mod stopping;
 mod windows;
 
 use std::num::{NonZeroU32, NonZeroU64};
@@ -119,6 +120,8 @@ macro_rules! conformance {
                 fleet::the_previous_rules_version_reads_back,
                 control::every_change_is_audited_and_a_clear_keeps_the_history,
                 peek::a_peek_judges_a_rejection_at_its_moment_without_spending,
+                stopping::given_back_tokens_refill_the_bucket_up_to_its_burst,
+                stopping::a_leaving_agent_is_no_longer_counted,
             );
         }
     };

@@ -1,6 +1,7 @@
 //! `meshlimit-agent run`: wires the store, the rules watcher, the metrics refresher
 //! and the server together, then waits for SIGTERM or SIGINT and shuts down in
-//! order (stop accepting, drain connections, stop the background tasks).
+//! order (stop accepting, hand the connections over and drain them, stop the
+//! background tasks).
 
 use meshlimit_core::secret::{KeyIds, Secret};
 use std::net::SocketAddr;
@@ -8,7 +9,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
 use crate::api::{ApiMetrics, App, AppParts, Auth};
@@ -100,12 +100,6 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         region_setup,
     } = Checked::load(&args)?;
     let stores = start_store(&args, &m, &secret, &mut tasks, &shutdown)?;
-    let listener = TcpListener::bind(args.listen)
-        .await
-        .map_err(|source| RunError::Bind {
-            addr: args.listen,
-            source,
-        })?;
     let mut signals = Signals::install().map_err(RunError::Signals)?;
     let rules = Arc::new(CurrentRules::empty());
     start_rules(&args, &rules, &m.rules, stores.fleet, &mut tasks, &shutdown).await?;
@@ -122,10 +116,9 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         m.leases,
         shutdown.clone(),
     ));
-    log_serving(&args);
     tasks.spawn(sweep_pools(app.clone(), POOL_SWEEP_EVERY, shutdown.clone()));
-    let limits = args.server_limits();
-    let server = tokio::spawn(server::serve_with(listener, app, shutdown.clone(), limits));
+    let server = start_server(&args, &app, &shutdown)?;
+    log_serving(&args);
     let signal = signals.recv().await;
     tracing::info!("{signal}: shutting down");
     trigger.trigger();
@@ -133,6 +126,28 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     while tasks.join_next().await.is_some() {}
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Binds the listen address and serves the API on it. Bound last, once the
+/// agent can answer: beside an agent still serving the port (an upgrade),
+/// connections the kernel gives this one from the moment it binds would
+/// otherwise wait for the rules to load.
+fn start_server(
+    args: &RunArgs,
+    app: &App,
+    shutdown: &Shutdown,
+) -> Result<tokio::task::JoinHandle<()>, RunError> {
+    let listener = server::bind(args.listen).map_err(|source| RunError::Bind {
+        addr: args.listen,
+        source,
+    })?;
+    let limits = args.server_limits();
+    Ok(tokio::spawn(server::serve_with(
+        listener,
+        app.clone(),
+        shutdown.clone(),
+        limits,
+    )))
 }
 
 /// What `run` reads and checks of its configuration before anything binds or

@@ -1,7 +1,18 @@
 //! The socket side: accepts connections on the listen address and serves each with
 //! hyper (HTTP/1.1, keep-alive: Envoy keeps a few connections to the agent open and
-//! reuses them for every lease call). On shutdown it stops accepting, lets requests
-//! in flight finish, and closes idle connections.
+//! reuses them for every lease call).
+//!
+//! The listener binds with SO_REUSEPORT ([`bind`]): a new agent binds the same
+//! port while the old one still serves, and the kernel spreads new connections
+//! over both until the old one closes its listener (an upgrade on the node,
+//! docs/operations/upgrading.md). On shutdown the server stops accepting (what
+//! the kernel had already queued for this listener is accepted and served
+//! first: closing the listener would reset it); then every response carries
+//! `Connection: close`, so each open connection ends after its next answer and
+//! its peer opens the next one to whoever still listens; connections the peer
+//! leaves idle are closed by the peer (Envoy's cluster `idle_timeout`, below
+//! `header_timeout`) or, after [`HANDOVER`], by the drain: requests in flight
+//! finish, idle connections close, for at most [`DRAIN_TIMEOUT`].
 //!
 //! Bounded ([`ServerLimits`]): at most `max_connections` open at once, a connection
 //! past that is closed as soon as it is accepted (counted in
@@ -23,6 +34,8 @@
 //! cluster `idle_timeout` below `header_timeout` removes even that.
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,15 +48,27 @@ use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::api::{ApiResponse, App};
 use crate::config::defaults;
 use crate::shutdown::Shutdown;
 
-/// How long connections may take to finish their requests after shutdown begins.
+/// How long, after shutdown begins, open connections are left to end on
+/// their own (after their next answer, or closed by the peer when idle) before
+/// the drain closes the idle ones. Closing an idle connection races a request
+/// its peer may be sending on it; a connection in use ends after its next
+/// answer, and one a filter's sync (every second) keeps would by then have.
+pub(crate) const HANDOVER: Duration = Duration::from_secs(2);
+
+/// How long connections may take to finish their requests once the drain
+/// closes them.
 pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The listener's accept queue: connections the kernel holds for the agent
+/// before it accepts them.
+const LISTEN_BACKLOG: u32 = 1024;
 
 /// The most bytes of one request's header (request line and fields) the agent
 /// buffers; a longer header gets 431. The filters send a few hundred bytes; 8 KiB
@@ -92,30 +117,50 @@ fn timed_out(deadline: Duration) -> ApiResponse {
     resp
 }
 
-/// Serves `app` on `listener` within `limits` until `shutdown`, then drains.
+/// Binds `addr` with SO_REUSEPORT (see the module docs) and SO_REUSEADDR.
+pub(crate) fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.set_reuseport(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
+/// What the server's connections share: the app, their limits, the open
+/// connections (for the drain) and their cap, and whether shutdown has begun.
+struct Conns {
+    app: App,
+    limits: ServerLimits,
+    graceful: GracefulShutdown,
+    open: Arc<Semaphore>,
+    closing: Arc<AtomicBool>,
+}
+
+/// Serves `app` on `listener` within `limits` until `shutdown`, then hands
+/// the connections over and drains (see the module docs).
 pub(crate) async fn serve_with(
     listener: TcpListener,
     app: App,
     mut shutdown: Shutdown,
     limits: ServerLimits,
 ) {
-    let graceful = GracefulShutdown::new();
-    let open = Arc::new(Semaphore::new(
-        limits.max_connections.clamp(1, Semaphore::MAX_PERMITS),
-    ));
+    let conns = Conns {
+        app,
+        limits,
+        graceful: GracefulShutdown::new(),
+        open: Arc::new(Semaphore::new(
+            limits.max_connections.clamp(1, Semaphore::MAX_PERMITS),
+        )),
+        closing: Arc::new(AtomicBool::new(false)),
+    };
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => {
-                    // At the cap the socket is dropped (closed) at once: a client
-                    // sees a reset or EOF and can retry, and nothing queues.
-                    let Ok(permit) = open.clone().try_acquire_owned() else {
-                        app.metrics().connection_refused();
-                        drop(stream);
-                        continue;
-                    };
-                    serve_connection(stream, &app, limits, &graceful, permit);
-                }
+                Ok((stream, _peer)) => conns.serve(stream),
                 Err(e) => {
                     // Typically out of file descriptors: back off instead of spinning.
                     tracing::warn!("accept failed: {e}");
@@ -125,39 +170,84 @@ pub(crate) async fn serve_with(
             _ = shutdown.wait() => break,
         }
     }
-    drop(listener);
-    drain(graceful).await;
+    conns.closing.store(true, Ordering::SeqCst);
+    accept_queued(listener, &conns);
+    hand_over(&conns.graceful, HANDOVER).await;
+    drain(conns.graceful).await;
 }
 
-/// Serves `app` on one accepted connection, in a task of its own that holds
-/// `permit` (its place under `max_connections`) until the connection ends.
-fn serve_connection(
-    stream: TcpStream,
-    app: &App,
-    limits: ServerLimits,
-    graceful: &GracefulShutdown,
-    permit: OwnedSemaphorePermit,
-) {
+impl Conns {
+    /// Serves one accepted connection, within `max_connections`.
+    fn serve(&self, stream: TcpStream) {
+        // At the cap the socket is dropped (closed) at once: a client
+        // sees a reset or EOF and can retry, and nothing queues.
+        let Ok(permit) = self.open.clone().try_acquire_owned() else {
+            self.app.metrics().connection_refused();
+            drop(stream);
+            return;
+        };
+        serve_connection(stream, self, permit);
+    }
+}
+
+/// Accepts, without waiting, what the kernel queued for `listener`, then
+/// closes it: a connection left in the queue would be reset with it.
+fn accept_queued(listener: TcpListener, conns: &Conns) {
+    let Ok(listener) = listener.into_std() else {
+        return;
+    };
+    let mut queued = 0usize;
+    while let Ok((stream, _)) = listener.accept() {
+        let stream = stream
+            .set_nonblocking(true)
+            .and_then(|()| TcpStream::from_std(stream));
+        if let Ok(stream) = stream {
+            conns.serve(stream);
+            queued += 1;
+        }
+    }
+    tracing::info!(queued, "stopped accepting");
+}
+
+/// Waits, at most `within`, for the open connections to end on their own.
+async fn hand_over(graceful: &GracefulShutdown, within: Duration) {
+    let until = tokio::time::Instant::now() + within;
+    while graceful.count() > 0 && tokio::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Serves one accepted connection, in a task of its own that holds `permit`
+/// (its place under `max_connections`) until the connection ends. Once
+/// shutdown has begun, every answer carries `Connection: close`.
+fn serve_connection(stream: TcpStream, conns: &Conns, permit: OwnedSemaphorePermit) {
     // Lease answers are small and latency-bound: never wait for Nagle.
     let _ = stream.set_nodelay(true);
-    let app = app.clone();
-    let deadline = limits.header_timeout;
+    let app = conns.app.clone();
+    let closing = conns.closing.clone();
+    let deadline = conns.limits.header_timeout;
     let service = service_fn(move |req: Request<Incoming>| {
         let app = app.clone();
+        let closing = closing.clone();
         async move {
             // The body too must arrive in time: a request whose
             // body trickles would otherwise hold its connection.
             let resp = tokio::time::timeout(deadline, app.handle(req)).await;
-            Ok::<_, Infallible>(resp.unwrap_or_else(|_| timed_out(deadline)))
+            let mut resp = resp.unwrap_or_else(|_| timed_out(deadline));
+            if closing.load(Ordering::SeqCst) {
+                resp.headers_mut()
+                    .insert(CONNECTION, HeaderValue::from_static("close"));
+            }
+            Ok::<_, Infallible>(resp)
         }
     });
     let conn = http1::Builder::new()
         .keep_alive(true)
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout)
+        .header_read_timeout(deadline)
         .max_buf_size(MAX_HEADER_BYTES)
         .serve_connection(TokioIo::new(stream), service);
-    let conn = graceful.watch(conn);
+    let conn = conns.graceful.watch(conn);
     tokio::spawn(async move {
         if let Err(e) = conn.await {
             tracing::debug!("connection ended with an error: {e}");
@@ -175,5 +265,98 @@ async fn drain(graceful: GracefulShutdown) {
         _ = tokio::time::sleep(DRAIN_TIMEOUT) => {
             tracing::warn!("connections still open after {DRAIN_TIMEOUT:?}; closing them");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+
+    use meshlimit_core::secret::Secret;
+    use meshlimit_store::MemoryStore;
+
+    use super::*;
+    use crate::api::Auth;
+    use crate::leases::LeaseSettings;
+    use crate::rules_watch::CurrentRules;
+
+    fn app() -> App {
+        let secret = Secret::new(&[7; 32]).unwrap();
+        let store = Arc::new(MemoryStore::new());
+        let rules = Arc::new(CurrentRules::empty());
+        App::standalone(rules, store, LeaseSettings::default(), Auth::new(&secret)).unwrap()
+    }
+
+    /// `GET /healthz` on `stream` (blocking, off the runtime's threads);
+    /// the answer's head, lower-cased.
+    async fn healthz(mut stream: std::net::TcpStream) -> String {
+        tokio::task::spawn_blocking(move || {
+            stream
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            stream
+                .write_all(b"GET /healthz HTTP/1.1\r\nhost: agent\r\n\r\n")
+                .unwrap();
+            let mut answer = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = stream.read(&mut buf).unwrap();
+                assert!(n > 0, "closed before an answer: {answer:?}");
+                answer.extend_from_slice(&buf[..n]);
+            }
+            String::from_utf8_lossy(&answer).to_lowercase()
+        })
+        .await
+        .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_second_agent_binds_the_port_and_a_stopping_one_answers_then_closes() {
+        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (trigger, shutdown) = crate::shutdown::channel();
+        let server = tokio::spawn(serve_with(
+            listener,
+            app(),
+            shutdown,
+            ServerLimits::default(),
+        ));
+        let kept = std::net::TcpStream::connect(addr).unwrap();
+        let first = healthz(kept.try_clone().unwrap()).await;
+        assert!(first.starts_with("http/1.1 200"), "{first}");
+        assert!(!first.contains("connection: close"), "{first}");
+        // The new agent binds the same port while the old one serves.
+        let beside = bind(addr).unwrap();
+        trigger.trigger();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The kept connection is still answered, and told to close.
+        let last = healthz(kept).await;
+        assert!(last.starts_with("http/1.1 200"), "{last}");
+        assert!(last.contains("connection: close"), "{last}");
+        // With its connection gone, the server ends without waiting out the handover.
+        tokio::time::timeout(HANDOVER / 2, server)
+            .await
+            .unwrap()
+            .unwrap();
+        drop(beside);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn connections_queued_at_shutdown_are_answered_not_reset() {
+        let listener = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        // Connected in the kernel's queue, not yet accepted.
+        let queued = std::net::TcpStream::connect(addr).unwrap();
+        let conns = Conns {
+            app: app(),
+            limits: ServerLimits::default(),
+            graceful: GracefulShutdown::new(),
+            open: Arc::new(Semaphore::new(8)),
+            closing: Arc::new(AtomicBool::new(true)),
+        };
+        accept_queued(listener, &conns);
+        let answer = healthz(queued).await;
+        assert!(answer.starts_with("http/1.1 200"), "{answer}");
+        assert!(answer.contains("connection: close"), "{answer}");
     }
 }

@@ -6,6 +6,7 @@
 //! with the service's settings in `settings`. One request's
 //! items and answers: `answer`. What a store answer leaves in the node pool and
 //! how long a denial holds: `settle`. The pool's background refills: `refill`.
+//! The pool's tokens back to the store as the agent stops: `hand_back`.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -25,12 +26,14 @@ use crate::rules_watch::CurrentRules;
 use meshlimit_store::Buckets;
 
 mod answer;
+mod hand_back;
 pub mod metrics;
 mod refill;
 mod settings;
 mod settle;
 
 use answer::Pass;
+pub use hand_back::HandedBack;
 pub use metrics::LeaseMetrics;
 pub use settings::{LeaseSettings, DEFAULT_MAX_KEYS};
 

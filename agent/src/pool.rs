@@ -2,6 +2,8 @@
 //! tokens it took from the store beyond what the asking filter needed, and serves
 //! the node's next asks from them; only pool misses go to the store. Pooled
 //! tokens expire with the lease TTL: unspent tokens are dropped, never hoarded.
+//! When the agent stops, the unspent tokens of token buckets go back to the
+//! store ([`Pools::hand_back`]), so an upgrade loses none of them.
 //!
 //! It also keeps the node's demand per key (the tokens its filters asked for,
 //! served or not, as a decaying count with a time constant of 1 s), which
@@ -21,7 +23,7 @@
 //!
 //! Bounded: at most `max_keys` keys (`--max-keys`; its default in
 //! `config::defaults`; enforced per lock shard), about 1.2 KiB each at worst (a key of at most 1 KiB and its
-//! 144-byte entry; see `meshlimit_store::memory` for the sum). `run` sweeps it every
+//! 168-byte entry; see `meshlimit_store::memory` for the sum). `run` sweeps it every
 //! second ([`Pools::sweep`]). Dropping an entry, by the sweep or at the cap, only
 //! loses unspent pooled tokens (they expire with their lease anyway), a denial
 //! cache (the next ask goes to the store) and a demand estimate (the next lease
@@ -29,10 +31,12 @@
 //! asks the store.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use meshlimit_core::lease::Lease;
-use meshlimit_core::DescriptorKey;
+use meshlimit_core::{DescriptorKey, Limit};
+use meshlimit_store::GiveBack;
 use tokio::sync::broadcast;
 
 mod take;
@@ -53,6 +57,9 @@ pub struct Pools {
     /// asks (half a lease's life: it asks for that much of its demand).
     /// `None`: no turns.
     turns: Option<u64>,
+    /// Set once the pooled tokens are handed back: nothing is fetched ahead
+    /// of an ask after.
+    closed: AtomicBool,
 }
 
 /// What the store granted: tokens, what it kept, and when its bucket is full.
@@ -108,6 +115,10 @@ struct Entry {
     /// constant of one second (tokens a second).
     intake: f64,
     intake_at_ns: u64,
+    /// The token bucket's limit of the last grant: what the pooled tokens go
+    /// back under when the agent stops (`None`: a window's count, whose
+    /// tokens are not handed back).
+    bucket: Option<Limit>,
 }
 
 impl Default for Pools {
@@ -124,6 +135,7 @@ impl Pools {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             max_per_shard: max_keys.div_ceil(SHARDS).max(1),
             turns: None,
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -179,6 +191,7 @@ impl Pools {
             call_timeout_ns,
             count,
             turns: self.turns,
+            refills: !self.closed.load(Ordering::Relaxed),
         };
         self.with(key, now_ns, |e| e.take(&ask))
             .unwrap_or(PoolTake::Miss {
@@ -291,9 +304,61 @@ impl Pools {
         });
     }
 
+    /// Records the limit of `key`'s last grant, for [`Pools::hand_back`]: a
+    /// token bucket's only.
+    pub fn note_bucket(&self, key: &DescriptorKey, now_ns: u64, limit: Limit) {
+        let bucket = (!limit.algorithm().is_window()).then_some(limit);
+        self.with(key, now_ns, |e| e.bucket = bucket);
+    }
+
+    /// Takes every unexpired pooled token of a token bucket out of the pool,
+    /// as what goes back to the store when the agent stops, and stops
+    /// fetching ahead: no background refill starts after, and an ask that
+    /// finds the pool empty asks the store for what its filter takes (the
+    /// lease service's `may_prefetch`); what a grant pools all the same goes
+    /// at the next hand-back. Tokens the filters hold are theirs, not the
+    /// pool's: they are not here. `share_of` is the region's share of a key's
+    /// limit now (`None`: its rule is gone, and with it the bucket's cap: its
+    /// tokens are dropped, as they would expire).
+    pub fn hand_back(
+        &self,
+        now_ns: u64,
+        share_of: impl Fn(&DescriptorKey) -> Option<f64>,
+    ) -> Vec<GiveBack> {
+        self.closed.store(true, Ordering::Relaxed);
+        let mut back = Vec::new();
+        for shard in &self.shards {
+            let Ok(mut map) = shard.lock() else { continue };
+            for (key, e) in map.iter_mut() {
+                let tokens = e.lease.usable(now_ns);
+                let Some(limit) = e.bucket.filter(|_| tokens > 0) else {
+                    continue;
+                };
+                e.lease.drop_tokens();
+                let Some(share) = share_of(key) else { continue };
+                back.push(GiveBack {
+                    key: key.clone(),
+                    limit,
+                    share,
+                    tokens,
+                });
+            }
+        }
+        back
+    }
+
+    /// Whether the pool has been handed back ([`Pools::hand_back`]).
+    pub fn is_handed_back(&self) -> bool {
+        self.closed.load(Ordering::Relaxed)
+    }
+
     /// Marks a background refill of `key` in flight, when its hold is over,
-    /// no call is in flight and it has an entry. False: nothing to do.
+    /// no call is in flight, it has an entry and the pools are not handed
+    /// back. False: nothing to do.
     pub fn begin_refill(&self, key: &DescriptorKey, now_ns: u64, call_timeout_ns: u64) -> bool {
+        if self.closed.load(Ordering::Relaxed) {
+            return false;
+        }
         self.with(key, now_ns, |e| {
             if e.lease.denied_until_ns() > now_ns || !e.lease.begin_call(now_ns, call_timeout_ns) {
                 return false;

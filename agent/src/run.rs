@@ -1,7 +1,7 @@
 //! `meshlimit-agent run`: wires the store, the rules watcher, the metrics refresher
 //! and the server together, then waits for SIGTERM or SIGINT and shuts down in
-//! order (stop accepting, hand the connections over and drain them, stop the
-//! background tasks).
+//! order (stop accepting, hand the connections over and drain them, hand the
+//! node pool's unspent tokens back to the store, stop the background tasks).
 
 use meshlimit_core::secret::{KeyIds, Secret};
 use std::net::SocketAddr;
@@ -109,6 +109,10 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         regions::start(cfg, &app.shares_handle(), &m.regions, &mut tasks, &shutdown)
             .map_err(|e| ConfigError::Regions(e.to_string()))?;
     }
+    let leaving = Leaving {
+        store: stores.buckets.clone(),
+        agent_id: agent_id(&args),
+    };
     tasks.spawn(heartbeat(
         stores.buckets,
         agent_id(&args),
@@ -122,10 +126,14 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let signal = signals.recv().await;
     tracing::info!("{signal}: shutting down");
     trigger.trigger();
-    let _ = server.await;
-    while tasks.join_next().await.is_some() {}
-    tracing::info!("stopped");
+    stop(&app, server, tasks, leaving).await;
     Ok(())
+}
+
+/// What a stopping agent leaves the region's live agents with.
+struct Leaving {
+    store: Arc<dyn Buckets>,
+    agent_id: String,
 }
 
 /// Binds the listen address and serves the API on it. Bound last, once the
@@ -148,6 +156,41 @@ fn start_server(
         shutdown.clone(),
         limits,
     )))
+}
+
+/// Shuts down in order, once triggered: hands the node pool back to the
+/// store and leaves the region's live agents (the heartbeat has stopped), so
+/// the agents left take the whole share at their next heartbeat, while the
+/// server hands its connections over and drains them; then hands back what
+/// the last asks left and waits for the background tasks.
+async fn stop(
+    app: &App,
+    server: tokio::task::JoinHandle<()>,
+    mut tasks: JoinSet<()>,
+    leaving: Leaving,
+) {
+    let first = app.hand_back_pool().await;
+    if let Err(e) = leaving.store.leave(&leaving.agent_id).await {
+        tracing::warn!("cannot leave the live agents (the count drops within 5 s): {e}");
+    }
+    let _ = server.await;
+    let done = first.and(app.hand_back_pool().await);
+    log_handed_back(done);
+    while tasks.join_next().await.is_some() {}
+    tracing::info!("stopped");
+}
+
+/// Logs what the node pool handed back to the store: the figures of
+/// `meshlimit_pool_handed_back_tokens_total`, which no scrape reads once the
+/// listener has closed.
+fn log_handed_back(done: crate::leases::HandedBack) {
+    tracing::info!(
+        keys = done.keys,
+        tokens = done.tokens,
+        capped = done.capped,
+        failed = done.failed,
+        "node pool handed back to the store"
+    );
 }
 
 /// What `run` reads and checks of its configuration before anything binds or

@@ -168,6 +168,12 @@ impl App {
         self.inner.parts.leases.sweep_pools();
     }
 
+    /// Hands the node pool's unspent tokens back to the store (`run`, as
+    /// shutdown begins, then once the server has drained).
+    pub async fn hand_back_pool(&self) -> crate::leases::HandedBack {
+        self.inner.parts.leases.hand_back().await
+    }
+
     /// Keys the node pool holds (for tests).
     pub fn pooled_keys(&self) -> usize {
         self.inner.parts.leases.pooled_keys()

@@ -60,6 +60,7 @@ struct TopologyMetrics {
 /// The node pool, and the region's live agents it is sized by.
 struct PoolMetrics {
     dropped: IntCounterVec,
+    handed_back: IntCounterVec,
     calls: IntCounterVec,
     live_nodes: IntGauge,
 }
@@ -178,6 +179,14 @@ impl PoolMetrics {
                 "Pooled lease tokens that expired unspent (dropped, never hoarded), by rule.",
                 &["rule"],
             )?,
+            handed_back: f.counters(
+                "meshlimit_pool_handed_back_tokens_total",
+                "Pooled lease tokens the agent handed back to the store as it stopped, by \
+                 result: `ok` (the bucket took them), `capped` (the bucket was full to its \
+                 burst), `timeout`, `error`, `shed` (not handed back: they expire with their \
+                 lease). The stopping agent also logs these figures.",
+                &["result"],
+            )?,
             calls: f.counters(
                 "meshlimit_pool_calls_total",
                 "Node-pool events by kind: `refill` (a store call started in the background \
@@ -263,6 +272,12 @@ impl LeaseMetrics {
     /// `asks` waited on the store call in flight for their key.
     pub(crate) fn pool_waits(&self, asks: usize) {
         inc(&self.pool.calls, &["wait"], asks as u64);
+    }
+
+    /// `tokens` of the node pool handed back to the store as the agent
+    /// stopped, with `result` (a fixed word).
+    pub(crate) fn pool_handed_back(&self, result: &str, tokens: u64) {
+        inc(&self.pool.handed_back, &[result], tokens);
     }
 
     /// An ask denied from the node's cached denial or hold (no store call).

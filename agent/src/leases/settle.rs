@@ -94,6 +94,7 @@ impl LeaseService {
         let (filter, next) = self
             .pools
             .fill_then_hold(&acquire.key, now, grant, ask, times);
+        self.pools.note_bucket(&acquire.key, now, acquire.limit);
         let settled = Take::Granted {
             tokens: filter,
             remaining,
@@ -162,7 +163,8 @@ impl LeaseService {
     }
 
     /// [`policy::may_prefetch`] for `key`, from what the store left at its
-    /// last answer here.
+    /// last answer here; never once the pool is handed back (the agent is
+    /// stopping: tokens taken ahead would expire in its pool).
     pub(super) fn may_prefetch(
         &self,
         key: &DescriptorKey,
@@ -171,6 +173,7 @@ impl LeaseService {
         lease: u32,
     ) -> bool {
         let left = self.pools.store_left(key);
-        policy::may_prefetch(enforced, demand, lease, self.live_nodes(), left)
+        !self.pools.is_handed_back()
+            && policy::may_prefetch(enforced, demand, lease, self.live_nodes(), left)
     }
 }

@@ -90,6 +90,9 @@ pub(super) struct Ask {
     pub(super) count: bool,
     /// The filters' ask period with turns (`Pools::with_turns`).
     pub(super) turns: Option<u64>,
+    /// Whether a take below the refill mark starts a refill (not once the
+    /// pool is handed back: `Pools::hand_back`).
+    pub(super) refills: bool,
 }
 
 impl Entry {
@@ -109,10 +112,11 @@ impl Entry {
         if ask.count {
             self.lease.add_demand(ask.now_ns, ask.asked);
         }
-        match self
-            .lease
-            .spend(ask.now_ns, tokens, Some(ask.call_timeout_ns))
-        {
+        match self.lease.spend(
+            ask.now_ns,
+            tokens,
+            ask.refills.then_some(ask.call_timeout_ns),
+        ) {
             Spend::Taken { left, refill } => self.serve(ask, tokens, left, refill),
             Spend::Denied { retry_after_ns } => self.turn_away_ask(ask, retry_after_ns),
             Spend::Empty { in_flight } => self.wait_or_miss(ask, in_flight),

@@ -376,4 +376,64 @@ fn a_key_is_thick_once_its_demand_fills_a_lease() {
     assert!(p.is_thick(&k, 1_000 * MS, life));
 }
 
+/// `requests` a second, a burst of as many.
+fn per_second(requests: u32) -> Limit {
+    let n = std::num::NonZeroU32::new(requests).unwrap();
+    Limit::new(n, std::num::NonZeroU64::new(1_000_000_000).unwrap(), n)
+}
+
+#[test]
+fn the_hand_back_takes_the_pools_unspent_bucket_tokens_and_only_those() {
+    let p = Pools::default();
+    let (bucket, window) = (key(), DescriptorKey::new("w", ["k"]));
+    let limit = per_second(100);
+    // 10 granted, 1 to the asking filter: 9 pooled, then 2 served.
+    assert_eq!(p.fill(&bucket, 0, grant(10, 50, 0), 1, 100 * MS), 1);
+    p.note_bucket(&bucket, 0, limit);
+    assert!(matches!(
+        p.take(&bucket, MS, 2, None, MS),
+        PoolTake::Served { tokens: 2, .. }
+    ));
+    // A window's count is not handed back.
+    p.fill(&window, 0, grant(10, 50, 0), 1, 100 * MS);
+    let fixed = limit.with_algorithm(meshlimit_core::Algorithm::FixedWindow);
+    p.note_bucket(&window, 0, fixed);
+    let half = |_: &DescriptorKey| Some(0.5);
+    let back = p.hand_back(2 * MS, half);
+    let expected = GiveBack {
+        key: bucket.clone(),
+        limit,
+        share: 0.5,
+        tokens: 7,
+    };
+    assert_eq!(back, [expected]);
+    // Taken out: not served again, not handed back twice.
+    assert_eq!(p.pooled(&bucket, 2 * MS), 0);
+    assert!(p.hand_back(2 * MS, half).is_empty());
+    // Nothing is fetched ahead after: an ask that finds the pool empty asks
+    // the store, and what its grant pools goes back at the next hand-back.
+    assert!(!p.begin_refill(&bucket, 3 * MS, MS));
+    assert!(matches!(
+        p.take(&bucket, 3 * MS, 1, None, MS),
+        PoolTake::Miss { .. }
+    ));
+    p.fill(&bucket, 4 * MS, grant(6, 40, 0), 1, 100 * MS);
+    assert!(matches!(
+        p.take(&bucket, 5 * MS, 4, None, MS),
+        PoolTake::Served { refill: false, .. }
+    ));
+    assert_eq!(p.hand_back(6 * MS, half)[0].tokens, 1);
+    // Tokens expired in the pool are gone, and so are those of a rule gone
+    // from the rules in force: neither is handed back.
+    let late = Pools::default();
+    late.fill(&bucket, 0, grant(10, 50, 0), 1, 100 * MS);
+    late.note_bucket(&bucket, 0, limit);
+    assert!(late.hand_back(100 * MS, half).is_empty());
+    let gone = Pools::default();
+    gone.fill(&bucket, 0, grant(10, 50, 0), 1, 100 * MS);
+    gone.note_bucket(&bucket, 0, limit);
+    assert!(gone.hand_back(MS, |_| None).is_empty());
+    assert_eq!(gone.pooled(&bucket, MS), 0);
+}
+
 mod turns;

@@ -244,8 +244,10 @@ clean-run:
 
 .PHONY: bench bench-smoke bench-build wasm-cost capacity-inputs
 
+# bench/rls builds alone: its hyper has HTTP/2, which the agent's leaves out.
 bench-build:
 	$(CARGO) build --release -p meshlimit-bench -p meshlimit-loadgen -p meshlimit-wasm-cost
+	$(CARGO) build --release -p meshlimit-bench-rls
 	$(CARGO) build --release --target $(WASM_TARGET) -p meshlimit-bench-floor
 	$(CARGO) bench -p meshlimit-core-bench --no-run
 

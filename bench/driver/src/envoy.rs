@@ -1,7 +1,8 @@
 //! Envoy per configuration: the repository's `envoy.yaml`, rendered by the test
 //! harness's `render_envoy_config` (ports, plugin configuration, module path, or
 //! the wasm filter removed), with Envoy's `local_ratelimit` put in its place for
-//! (b). One worker thread, pinned to the Envoy CPU.
+//! (b), and its `ratelimit` filter with a gRPC cluster to `bench/rls` for the
+//! remote check. One worker thread, pinned to the Envoy CPU.
 
 use std::collections::BTreeMap;
 use std::net::TcpStream;
@@ -37,7 +38,9 @@ pub fn render(scenario: &Scenario, ports: &EnvoyPorts, timeout_ms: u64) -> Resul
     let base = std::fs::read_to_string(&base_path).context(base_path.display())?;
     let config = EnvoyConfig::new(ports.agent);
     let config = match scenario.filter {
-        Filter::None | Filter::NativeLocal { .. } => config.without_filter(),
+        Filter::None | Filter::NativeLocal { .. } | Filter::RemoteCheck(_) => {
+            config.without_filter()
+        }
         Filter::Meshlimit => config.plugin("timeout_ms", timeout_ms),
         Filter::MeshlimitUnlogged => config
             .plugin("timeout_ms", timeout_ms)
@@ -49,6 +52,7 @@ pub fn render(scenario: &Scenario, ports: &EnvoyPorts, timeout_ms: u64) -> Resul
     let yaml = render_envoy_config(&base, ports, &config).context(base_path.display())?;
     match scenario.filter {
         Filter::NativeLocal { per_second } => with_local_ratelimit(&yaml, per_second),
+        Filter::RemoteCheck(header) => with_remote_check(&yaml, header, ports.agent, timeout_ms),
         _ => Ok(yaml),
     }
 }
@@ -75,8 +79,13 @@ typed_config:
     ))
     .context("local_ratelimit snippet")?;
     let mut doc: Yaml = serde_saphyr::from_str(yaml).context("rendered envoy.yaml")?;
-    let filters = doc
-        .get_mut("static_resources")
+    http_filters(&mut doc)?.insert(0, filter);
+    serde_saphyr::to_string(&doc).context("render local_ratelimit config")
+}
+
+/// The ingress listener's HTTP connection manager.
+fn ingress_manager(doc: &mut Yaml) -> Result<&mut Yaml> {
+    doc.get_mut("static_resources")
         .and_then(|s| s.get_mut("listeners"))
         .and_then(Yaml::as_array_mut)
         .and_then(|ls| {
@@ -88,17 +97,79 @@ typed_config:
         .and_then(|c| c.get_mut("filters"))
         .and_then(|f| f.get_mut(0))
         .and_then(|f| f.get_mut("typed_config"))
-        .and_then(|t| t.get_mut("http_filters"))
+        .ok_or_else(|| BenchError::new("envoy.yaml: no ingress listener"))
+}
+
+fn http_filters(doc: &mut Yaml) -> Result<&mut Vec<Yaml>> {
+    ingress_manager(doc)?
+        .get_mut("http_filters")
         .and_then(Yaml::as_array_mut)
-        .ok_or_else(|| BenchError::new("envoy.yaml: no ingress listener with http_filters"))?;
-    filters.insert(0, filter);
-    serde_saphyr::to_string(&doc).context("render local_ratelimit config")
+        .ok_or_else(|| BenchError::new("envoy.yaml: the ingress listener has no http_filters"))
+}
+
+/// The per-request remote check: `envoy.filters.http.ratelimit` first in the
+/// ingress listener's HTTP filters, asking the gRPC service on `port` (cluster
+/// `bench_ratelimit`, HTTP/2) about a descriptor `key` = the value of `header`
+/// (the ingress route's `rate_limits`) within `timeout_ms`, as meshlimit's
+/// lease calls. An error or a late answer admits the request
+/// (`failure_mode_deny: false`), counted in `failure_mode_allowed`.
+fn with_remote_check(yaml: &str, header: &str, port: u16, timeout_ms: u64) -> Result<String> {
+    let snippet = |text: String| -> Result<Yaml> {
+        serde_saphyr::from_str(&text).context("ratelimit snippet")
+    };
+    let filter = snippet(format!(
+        r#"
+name: envoy.filters.http.ratelimit
+typed_config:
+  "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+  domain: bench
+  failure_mode_deny: false
+  timeout: {secs}.{millis:03}s
+  rate_limit_service:
+    transport_api_version: V3
+    grpc_service: {{ envoy_grpc: {{ cluster_name: bench_ratelimit }} }}
+"#,
+        secs = timeout_ms / 1000,
+        millis = timeout_ms % 1000,
+    ))?;
+    let limits = snippet(format!(
+        "[{{ actions: [{{ request_headers: {{ header_name: {header}, descriptor_key: key }} }}] }}]"
+    ))?;
+    let cluster = snippet(format!(
+        r#"
+name: bench_ratelimit
+type: STATIC
+connect_timeout: 0.25s
+typed_extension_protocol_options:
+  envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+    "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+    explicit_http_config: {{ http2_protocol_options: {{}} }}
+load_assignment:
+  cluster_name: bench_ratelimit
+  endpoints:
+    - lb_endpoints:
+        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }}
+"#
+    ))?;
+    let mut doc: Yaml = serde_saphyr::from_str(yaml).context("rendered envoy.yaml")?;
+    http_filters(&mut doc)?.insert(0, filter);
+    let route = ingress_manager(&mut doc)?
+        .pointer_mut("/route_config/virtual_hosts/0/routes/0/route")
+        .and_then(Yaml::as_object_mut)
+        .ok_or_else(|| BenchError::new("envoy.yaml: the ingress listener has no route"))?;
+    route.insert("rate_limits".into(), limits);
+    doc.pointer_mut("/static_resources/clusters")
+        .and_then(Yaml::as_array_mut)
+        .ok_or_else(|| BenchError::new("envoy.yaml: no clusters"))?
+        .push(cluster);
+    serde_saphyr::to_string(&doc).context("render ratelimit config")
 }
 
 impl Envoy {
     /// Starts Envoy for `scenario` on `cpu` and waits until it is ready: admin
     /// `/ready`, the listener accepting, and (meshlimit) the worker's filter
-    /// holding the agent's rules.
+    /// holding the agent's rules. `agent_port` is the service the filter calls:
+    /// the agent, or for the remote check the rate limit service.
     pub fn start(
         scenario: &Scenario,
         agent_port: u16,
@@ -207,5 +278,44 @@ impl Envoy {
             );
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::{remote_check, COLD_HEADER};
+
+    #[test]
+    fn the_remote_check_asks_the_service_about_the_cold_header_over_http2() {
+        let ports = EnvoyPorts::free(4321);
+        let yaml = render(&remote_check(), &ports, 50).unwrap();
+        let doc: Yaml = serde_saphyr::from_str(&yaml).unwrap();
+        let hcm = "/static_resources/listeners/0/filter_chains/0/filters/0/typed_config";
+        let filters = doc.pointer(&format!("{hcm}/http_filters")).unwrap();
+        let names: Vec<&str> = filters
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|f| f.get("name")?.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            ["envoy.filters.http.ratelimit", "envoy.filters.http.router"]
+        );
+        let rl = &filters[0]["typed_config"];
+        assert_eq!(rl["failure_mode_deny"], false);
+        assert_eq!(rl["timeout"], "0.050s");
+        let action = format!("{hcm}/route_config/virtual_hosts/0/routes/0/route/rate_limits/0/actions/0/request_headers/header_name");
+        assert_eq!(doc.pointer(&action).unwrap(), COLD_HEADER);
+        let clusters = doc["static_resources"]["clusters"].as_array().unwrap();
+        let rls = clusters
+            .iter()
+            .find(|c| c["name"] == "bench_ratelimit")
+            .unwrap();
+        let socket = "/load_assignment/endpoints/0/lb_endpoints/0/endpoint/address/socket_address/port_value";
+        assert_eq!(rls.pointer(socket).unwrap(), 4321);
+        let h2 = "/typed_extension_protocol_options/envoy.extensions.upstreams.http.v3.HttpProtocolOptions/explicit_http_config/http2_protocol_options";
+        assert!(rls.pointer(h2).is_some());
     }
 }

@@ -1,5 +1,6 @@
 //! `meshlimit-bench`, the driver behind `make bench`: starts the agent (and
-//! Redis), then Envoy once per configuration and run, drives it with wrk and
+//! Redis, and on it the remote check's rate limit service), then Envoy once
+//! per configuration and run, drives it with wrk and
 //! meshlimit-loadgen, runs the criterion benchmarks, and writes
 //! `bench/results/latest.md` and `latest.csv`. It builds nothing: `make bench`
 //! builds first.
@@ -115,6 +116,10 @@ fn preflight() -> Result<()> {
         (
             phases::loadgen_bin(),
             "run `make bench` (it builds bench/loadgen)",
+        ),
+        (
+            services::rls_bin(),
+            "run `make bench` (it builds bench/rls)",
         ),
     ];
     for (path, fix) in files {

@@ -14,8 +14,10 @@ use crate::options::Options;
 use crate::procs::output;
 use crate::profile;
 use crate::records::{Latency, Results, Throughput};
-use crate::scenario::{self, Keys, Scenario};
-use crate::services::{script_and_total_calls, start_store_and_agent, Agent, CommandCounts, Redis};
+use crate::scenario::{self, Filter, Keys, Scenario};
+use crate::services::{
+    script_and_total_calls, start_store_and_agent, Agent, CommandCounts, RateLimitService, Redis,
+};
 use crate::wrk;
 
 /// Seconds of unmeasured load before each wrk run (connections, leases, JIT).
@@ -29,6 +31,9 @@ pub struct Bench<'a> {
     pub(crate) dir: &'a Path,
     pub(crate) redis: Option<Redis>,
     pub(crate) agent: Agent,
+    /// The per-request remote check's service, on the agent's Redis (none on
+    /// the memory store: its configurations are then skipped).
+    pub(crate) rls: Option<RateLimitService>,
     pub results: Results,
 }
 
@@ -39,6 +44,8 @@ struct Snapshot {
     redis: Option<CommandCounts>,
     /// Every `wasmcustom.meshlimit.*` stat of Envoy's admin.
     meshlimit: BTreeMap<String, u64>,
+    /// Envoy's ratelimit filter's counters ([`REMOTE_STATS`]).
+    remote: BTreeMap<String, u64>,
 }
 
 impl<'a> Bench<'a> {
@@ -51,23 +58,41 @@ impl<'a> Bench<'a> {
             ..Results::default()
         };
         results.step("agent", agent.command.clone());
+        let rls = match &redis {
+            Some(redis) => Some(RateLimitService::start(redis, &opts.agent_cpu, dir)?),
+            None => {
+                eprintln!("bench: no Redis, so no per-request remote check (r), (rl)");
+                None
+            }
+        };
+        if let Some(rls) = &rls {
+            results.step("rate limit service (r)", rls.command.clone());
+        }
         Ok(Bench {
             opts,
             dir,
             redis,
             agent,
+            rls,
             results,
         })
     }
 
+    /// Whether `sc` runs: selected, and its remote service there.
+    pub(crate) fn runs(&self, sc: &Scenario) -> bool {
+        self.opts.selected(sc.id)
+            && (self.rls.is_some() || !matches!(sc.filter, Filter::RemoteCheck(_)))
+    }
+
     /// (a)–(f), interleaved, `rounds` times.
     pub fn throughput(&mut self) -> Result<()> {
+        let planned: Vec<Scenario> = scenario::throughput_round()
+            .into_iter()
+            .filter(|s| self.runs(s))
+            .collect();
         for round in 1..=self.opts.rounds {
-            for sc in scenario::throughput_round()
-                .into_iter()
-                .filter(|s| self.opts.selected(s.id))
-            {
-                let t = self.measure(&sc, round)?;
+            for sc in &planned {
+                let t = self.measure(sc, round)?;
                 eprintln!(
                     "bench: throughput round {round} ({}) {:>9.0} req/s  non-2xx {}",
                     sc.id, t.wrk.rps, t.wrk.non_2xx
@@ -229,7 +254,8 @@ impl<'a> Bench<'a> {
         }
         let mut envoy = envoy;
         envoy.proc.check_running()?;
-        let decisions = decisions(&before.meshlimit, &after.meshlimit);
+        let mut decisions = decisions(&before.meshlimit, &after.meshlimit);
+        decisions.extend(remote_decisions(&before.remote, &after.remote));
         Ok(Throughput {
             scenario: sc.id,
             round,
@@ -275,6 +301,7 @@ impl<'a> Bench<'a> {
             agent_cpu: self.agent.proc.cpu_seconds()?,
             redis: self.redis.as_ref().map(Redis::command_counts).transpose()?,
             meshlimit: envoy.stats(MESHLIMIT_STATS)?,
+            remote: envoy.stats(REMOTE_STATS)?,
         })
     }
 
@@ -286,12 +313,22 @@ impl<'a> Bench<'a> {
         parse_loadgen(sc.id, round, &text)
     }
 
-    /// A fresh Envoy for `sc` on the agent at `agent_port`, recorded in the
-    /// report's commands.
+    /// A fresh Envoy for `sc` on the agent at `agent_port` (or, for the remote
+    /// check, on the rate limit service), recorded in the report's commands.
     pub(crate) fn start_envoy(&mut self, sc: &Scenario, agent_port: u16) -> Result<Envoy> {
+        let service_port = match (sc.filter, &self.rls) {
+            (Filter::RemoteCheck(_), Some(rls)) => rls.port,
+            (Filter::RemoteCheck(_), None) => {
+                return Err(BenchError::new(format!(
+                    "({}) needs the rate limit service, which runs on Redis only",
+                    sc.id
+                )))
+            }
+            _ => agent_port,
+        };
         let envoy = Envoy::start(
             sc,
-            agent_port,
+            service_port,
             self.opts.filter_timeout_ms,
             &self.opts.envoy_cpu,
             self.dir,
@@ -417,6 +454,35 @@ pub(crate) fn decisions(
             (d > 0).then(|| (name.to_string(), d))
         })
         .collect()
+}
+
+/// Envoy's ratelimit filter's counters, kept under the route's cluster
+/// (`backend`).
+pub(crate) const REMOTE_STATS: &str = "cluster.backend.ratelimit.";
+
+/// The ratelimit filter's answers that moved between two readings, named as
+/// meshlimit's decisions are (`<rule>.<outcome>`), so the tables count the
+/// remote check's failure-mode admissions as they count meshlimit's failure
+/// policies. Its `error` counter is left out: with `failure_mode_deny: false`
+/// every error is also a `failure_mode_allowed`.
+pub(crate) fn remote_decisions(
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+) -> BTreeMap<String, u64> {
+    [
+        ("ok", "remote.allowed"),
+        ("over_limit", "remote.limited"),
+        ("failure_mode_allowed", "remote.failed_open"),
+    ]
+    .into_iter()
+    .filter_map(|(stat, name)| {
+        let key = format!("{REMOTE_STATS}{stat}");
+        let d = after
+            .get(&key)?
+            .saturating_sub(before.get(&key).copied().unwrap_or(0));
+        (d > 0).then(|| (name.to_string(), d))
+    })
+    .collect()
 }
 
 /// A value unique to this run, for unique keys.

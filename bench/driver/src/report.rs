@@ -21,7 +21,7 @@ pub fn render(r: &Results, opts: &Options, machine: &Machine) -> String {
          (wrk, 1 thread, {conns} connections, after 1 s of warm-up); latency {lrounds} rounds × {lsecs} s \
          (meshlimit-loadgen, open loop, 64 connections, after 1 s of warm-up)\n\
          - **Pinning:** Envoy (`--concurrency 1`: one worker) on CPU {ecpu}; wrk and meshlimit-loadgen on CPU {lcpu}; \
-         the agent and redis-server on CPU {acpu}\n\
+         the agent, redis-server and the remote check's rate limit service on CPU {acpu}\n\
          - **Load average (1, 5, 15 min):** {load_start} at the start, {load_end} at the end (other work \
          on this shared machine shows here; every ratio is taken within a round to cancel what it can)\n\
          - **Agent store:** {store}; meshlimit's lease-call deadline `timeout_ms` = {timeout} (envoy.yaml: 5)\n\
@@ -104,7 +104,11 @@ pub fn render(r: &Results, opts: &Options, machine: &Machine) -> String {
     md.push_str(
         "- (b3), (c3): (b) and (c) with the limit at a third of (c)'s admitted rate\n\n\
          Every configuration is sent one request header (`x-bench-key: hot`; (d) a unique `x-bench-cold` per \
-         request from a wrk Lua script or `--unique-header`; (c3) `x-bench-limited: hot`). \
+         request from a wrk Lua script or `--unique-header`, as (r); (c3) `x-bench-limited: hot`). \
+         (r) and (rl) run Envoy's `ratelimit` filter (domain `bench`, a descriptor `key` = the cold keys' \
+         header, `failure_mode_deny: false`, the same timeout) calling bench/rls over HTTP/2 on loopback: \
+         per request one Redis round trip (INCRBY + EXPIRE of a fixed-window counter) on the agent's Redis, \
+         limit far above the load; its failure-mode admissions count as failed decisions. \
          meshlimit runs with envoy.yaml's plugin configuration (IETF response headers on) except \
          `timeout_ms`, raised to the driver's `--filter-timeout-ms` so that a saturated Envoy, whose own \
          event loop holds the agent's answer for several ms, measures the lease path rather than the \
@@ -150,7 +154,9 @@ fn request_path_section(r: &Results) -> String {
                  admitted at once, its lease asked behind it), at (kl)'s rate. All `accuracy: fast` on the agent's store, with a fresh agent for \
                  the phase. (kf), at (kl)'s rate, is no limiter: the floor filter (e) that also makes one HTTP call a request \
                  to the agent's `GET /healthz` and holds the request until it is answered, the least any filter pays to wait on a \
-                 local service; (kl) minus (kf) is what meshlimit adds to that wait (its Wasm work, the agent's lease and the store's round trip). (a) runs at each rate in the same round, just before the configurations \
+                 local service; (kl) minus (kf) is what meshlimit adds to that wait (its Wasm work, the agent's lease and the store's round trip). \
+                 (rl), at (kl)'s rate and on the same header, is the per-request remote check: Envoy's `ratelimit` filter asking \
+                 bench/rls, one Redis round trip a request; the headline divides (kl)'s added p50 by (rl)'s. (a) runs at each rate in the same round, just before the configurations \
                  compared with it; added = this configuration minus that (a) run.\n",
                 rate = fmt_num(p.rate, 0),
                 cold = fmt_num(p.cold_rate, 0),

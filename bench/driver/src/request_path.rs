@@ -1,7 +1,8 @@
 //! The request-path phase: a hot key on the lease path, all admitted (h) and at
 //! 3× its limit (h3), and cold keys of an `accuracy: fast` rule at half their
-//! saturation (k) and at a light load (kl), and the floor of a cold key's wait
-//! (kf: one HTTP call a request to the agent, which does nothing), each open
+//! saturation (k) and at a light load (kl), the per-request remote check at
+//! (kl)'s rate (rl), and the floor of a cold key's wait (kf: one HTTP call a
+//! request to the agent, which does nothing), each open
 //! loop beside (a) at the same rate in the same round. Around every run it reads
 //! Envoy's CPU, Redis's script calls, the agent's lease items and the filter's
 //! lease-call counters.
@@ -11,7 +12,9 @@ use std::time::Instant;
 
 use crate::counters::{agent_lease_items, lease_counts};
 use crate::error::Result;
-use crate::phases::{decisions, parse_loadgen, Bench, MESHLIMIT_STATS};
+use crate::phases::{
+    decisions, parse_loadgen, remote_decisions, Bench, MESHLIMIT_STATS, REMOTE_STATS,
+};
 use crate::records::{PathRun, PathSettings};
 use crate::scenario::{self, Scenario};
 use crate::services::{script_and_total_calls, Agent, CommandCounts};
@@ -32,10 +35,11 @@ struct Reading {
     redis: Option<CommandCounts>,
     agent: String,
     meshlimit: BTreeMap<String, u64>,
+    remote: BTreeMap<String, u64>,
 }
 
 impl Bench<'_> {
-    /// (a) (h) (h3) [(a) again] (k) [(a) again] (kl) (kc) (kf), `latency_rounds` times, on an agent of its
+    /// (a) (h) (h3) [(a) again] (k) [(a) again] (kl) (kc) (rl) (kf), `latency_rounds` times, on an agent of its
     /// own whose rules are sized from the throughput phase.
     pub fn request_path(&mut self) -> Result<()> {
         // Half of what meshlimit's filter sustains on a hot key ((c)), or of
@@ -69,7 +73,7 @@ impl Bench<'_> {
         for sc in scenario::request_path() {
             let this_rate = match sc.id {
                 "k" => cold_rate,
-                "kl" | "kc" | "kf" => LIGHT_COLD_RATE.min(cold_rate),
+                "kl" | "kc" | "kf" | "rl" => LIGHT_COLD_RATE.min(cold_rate),
                 _ => rate,
             };
             if let Some(a) = none {
@@ -79,8 +83,9 @@ impl Bench<'_> {
             }
             plan.push((sc, this_rate));
         }
+        plan.retain(|(s, _)| self.runs(s));
         for round in 1..=self.opts.latency_rounds {
-            for (sc, rate) in plan.iter().filter(|(s, _)| self.opts.selected(s.id)) {
+            for (sc, rate) in &plan {
                 let run = self.path_run(sc, round, *rate, &agent)?;
                 let l = &run.latency;
                 eprintln!(
@@ -120,6 +125,7 @@ impl Bench<'_> {
                     .transpose()?,
                 agent: agent.metrics()?,
                 meshlimit: envoy.stats(MESHLIMIT_STATS)?,
+                remote: envoy.stats(REMOTE_STATS)?,
             })
         };
         let before = read(self)?;
@@ -129,6 +135,8 @@ impl Bench<'_> {
         let after = read(self)?;
         envoy.proc.check_running()?;
         let uses_agent = sc.uses_agent();
+        let mut decisions = decisions(&before.meshlimit, &after.meshlimit);
+        decisions.extend(remote_decisions(&before.remote, &after.remote));
         Ok(PathRun {
             latency: parse_loadgen(sc.id, round, &text)?,
             envoy_cpu_s: after.envoy_cpu - before.envoy_cpu,
@@ -140,7 +148,7 @@ impl Bench<'_> {
             agent_leases: scenario::rule_of(sc.id)
                 .and_then(|rule| agent_lease_items(&before.agent, &after.agent, rule)),
             lease: lease_counts(&before.meshlimit, &after.meshlimit),
-            decisions: decisions(&before.meshlimit, &after.meshlimit),
+            decisions,
         })
     }
 }

@@ -37,6 +37,10 @@ pub enum Filter {
     MeshlimitUnlogged,
     /// The reference module in `bench/floor-filter`, in this mode.
     Floor(&'static str),
+    /// Envoy's `ratelimit` filter calling `bench/rls` (a gRPC rate limit
+    /// service, one Redis round trip a request) with a descriptor of this
+    /// request header's value: the per-request remote check.
+    RemoteCheck(&'static str),
 }
 
 /// Which request header carries the key, and its value.
@@ -153,9 +157,32 @@ pub fn attribution() -> Vec<Scenario> {
     ]
 }
 
-/// Every configuration a throughput round runs, in order.
+/// (r): the per-request remote check, on the cold keys' header of (d): Envoy's
+/// `ratelimit` filter asks `bench/rls` about every request, a new key each
+/// time, and the service counts it in Redis (limit far above the load).
+pub fn remote_check() -> Scenario {
+    Scenario {
+        id: "r",
+        label: REMOTE_CHECK_LABEL,
+        filter: Filter::RemoteCheck(COLD_HEADER),
+        keys: Keys::Unique(COLD_HEADER),
+        path: ROOT,
+    }
+}
+
+const REMOTE_CHECK_LABEL: &str =
+    "per-request remote check: Envoy ratelimit filter + gRPC service + Redis (every request a new key)";
+
+/// Every configuration a throughput round runs, in order: (r) right after (d),
+/// the two ways of asking a remote service about every request.
 pub fn throughput_round() -> Vec<Scenario> {
-    admitted().into_iter().chain(attribution()).collect()
+    let mut round = admitted();
+    let after_d = round
+        .iter()
+        .position(|s| s.id == "d")
+        .map_or(round.len(), |i| i + 1);
+    round.insert(after_d, remote_check());
+    round.into_iter().chain(attribution()).collect()
 }
 
 /// (b) and (c) again, offered about three times their limit of `limit`/s.
@@ -278,6 +305,13 @@ pub fn request_path() -> Vec<Scenario> {
             label: "meshlimit, cold keys at a light load, `cold_start: admit`",
             filter: Filter::Meshlimit,
             keys: Keys::Unique(COLD_START_HEADER),
+            path: ROOT,
+        },
+        Scenario {
+            id: "rl",
+            label: REMOTE_CHECK_LABEL,
+            filter: Filter::RemoteCheck(NEW_KEY_HEADER),
+            keys: Keys::Unique(NEW_KEY_HEADER),
             path: ROOT,
         },
         Scenario {
@@ -457,11 +491,40 @@ mod tests {
             let names: Vec<&str> = applicable.iter().map(|a| a.rule.name.as_str()).collect();
             match rule_of(sc.id) {
                 Some(rule) => assert_eq!(names, [rule], "({})", sc.id),
-                // (kf) runs no limiter: its requests meet none of the rules.
-                None => assert!(names.is_empty() && !sc.uses_agent(), "({})", sc.id),
+                // (kf) runs no limiter and (rl) Envoy's ratelimit filter: the
+                // agent's rules never see their requests.
+                None => assert!(!sc.uses_agent(), "({})", sc.id),
             }
         }
         assert!(set.rules().iter().all(|r| r.accuracy == Accuracy::Fast));
         Ok(())
+    }
+
+    #[test]
+    fn the_remote_check_asks_about_the_header_its_cold_keys_peer_sends() {
+        let peer = |id: &str| {
+            throughput_round()
+                .into_iter()
+                .chain(request_path())
+                .find(|s| s.id == id)
+        };
+        for (remote, cold) in [("r", "d"), ("rl", "kl")] {
+            let (Some(remote), Some(cold)) = (peer(remote), peer(cold)) else {
+                panic!("({remote}) or ({cold}) is missing");
+            };
+            let Keys::Unique(header) = cold.keys else {
+                panic!("({}) sends no unique keys", cold.id);
+            };
+            assert_eq!(
+                remote.filter,
+                Filter::RemoteCheck(header),
+                "({})",
+                remote.id
+            );
+            assert_eq!(remote.keys, cold.keys, "({})", remote.id);
+            assert!(!remote.uses_agent());
+        }
+        let ids: Vec<&str> = throughput_round().iter().map(|s| s.id).collect();
+        assert_eq!(ids[3..5], ["d", "r"]);
     }
 }

@@ -1,8 +1,10 @@
-//! The agent (and Redis for its store), pinned to the load generator's CPU so
+//! The agent (and Redis for its store), and the per-request remote check's
+//! rate limit service on the same Redis, pinned to the load generator's CPU so
 //! Envoy's CPU holds Envoy alone. Their CPU and Redis's command counts are read
 //! around each measured run.
 
 use std::collections::BTreeMap;
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -11,6 +13,7 @@ use meshlimit_tests::{free_port, try_request};
 
 use crate::error::{BenchError, Context, Result};
 use crate::procs::{output, wait_for, Pinned};
+use crate::scenario;
 
 /// The benchmark runs the host's (glibc) build of the agent, not the image's
 /// static musl one: two glibc arenas, trimmed from 64 KiB, keep its rules
@@ -176,6 +179,56 @@ impl Agent {
         let next = self.rules_path.with_extension("next");
         std::fs::write(&next, rules).context(next.display())?;
         std::fs::rename(&next, &self.rules_path).context(self.rules_path.display())
+    }
+}
+
+/// `bench/rls`, the per-request remote check's gRPC rate limit service.
+pub struct RateLimitService {
+    /// Held for its `Drop`: the service stops with this value.
+    _proc: Pinned,
+    pub port: u16,
+    pub command: String,
+}
+
+/// The release build of `bench/rls`.
+pub fn rls_bin() -> PathBuf {
+    meshlimit_tests::target_dir().join("release/meshlimit-bench-rls")
+}
+
+impl RateLimitService {
+    /// Starts the service on `redis`, every descriptor limited to
+    /// [`scenario::HIGH_LIMIT`] a second (every request admitted), and waits
+    /// until it accepts connections (it connects to Redis first).
+    pub fn start(redis: &Redis, cpu: &str, dir: &Path) -> Result<RateLimitService> {
+        let port = free_port();
+        let args: Vec<String> = vec![
+            "--listen".to_string(),
+            format!("127.0.0.1:{port}"),
+            "--redis".into(),
+            format!("redis://127.0.0.1:{}", redis.port),
+            "--limit".into(),
+            scenario::HIGH_LIMIT.to_string(),
+            "--window-seconds".into(),
+            "1".into(),
+        ];
+        let binary = rls_bin();
+        let command = format!("taskset -c {cpu} {} {}", binary.display(), args.join(" "));
+        let mut proc = Pinned::spawn("rls", cpu, &binary, &args, &[], dir)?;
+        wait_for(
+            Duration::from_secs(10),
+            "meshlimit-bench-rls to listen",
+            || {
+                proc.check_running()?;
+                Ok(TcpStream::connect(("127.0.0.1", port))
+                    .is_ok()
+                    .then_some(()))
+            },
+        )?;
+        Ok(RateLimitService {
+            _proc: proc,
+            port,
+            command,
+        })
     }
 }
 

@@ -68,6 +68,23 @@ pub(super) fn failure_policy_share<'a>(
     )
 }
 
+/// A target judged over a figure's whole range: met when min and max both
+/// meet it, missed when neither does, inconclusive when the range straddles it.
+pub(super) fn judged(s: Option<Spread>, ok: fn(f64) -> bool) -> &'static str {
+    match s.map(|s| (ok(s.min), ok(s.max))) {
+        None => "n/a",
+        Some((true, true)) => "met",
+        Some((false, false)) => "**missed**",
+        Some(_) => "inconclusive",
+    }
+}
+
+/// `num` ÷ `den`, when `den` is above zero: an added cost at or below zero is
+/// noise, and a ratio over it means nothing.
+pub(super) fn ratio(num: f64, den: f64) -> Option<f64> {
+    (den > 0.0).then(|| num / den)
+}
+
 pub(super) fn verdict(ok: Option<bool>) -> &'static str {
     match ok {
         Some(true) => "met",
@@ -87,6 +104,25 @@ pub(super) fn label(id: &str) -> String {
 }
 
 /// What the tables' unit tests build their runs from and read them with.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_target_is_inconclusive_when_the_range_straddles_it() {
+        let s = |median, min, max| Some(Spread { median, min, max });
+        let at_most_one: fn(f64) -> bool = |v| v <= 1.0;
+        assert_eq!(judged(s(0.8, 0.7, 0.9), at_most_one), "met");
+        assert_eq!(judged(s(1.2, 1.1, 1.3), at_most_one), "**missed**");
+        assert_eq!(judged(s(0.9, 0.8, 1.2), at_most_one), "inconclusive");
+        assert_eq!(judged(s(1.1, 0.9, 1.2), at_most_one), "inconclusive");
+        assert_eq!(judged(None, at_most_one), "n/a");
+        assert_eq!(ratio(1.0, 0.0), None);
+        assert_eq!(ratio(1.0, -2.0), None);
+        assert_eq!(ratio(1.0, 4.0), Some(0.25));
+    }
+}
+
 #[cfg(test)]
 mod fixtures {
     use crate::records::Latency;

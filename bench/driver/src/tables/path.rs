@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use super::{failure_policy_share, fmt_spread, label, verdict};
+use super::{failure_policy_share, fmt_spread, judged, label, ratio, verdict};
 use crate::number::fmt_num;
 use crate::records::{LeaseCounts, PathRun, Results, Spread};
 
@@ -61,7 +61,7 @@ fn rows(r: &Results) -> Vec<(&'static str, Option<f64>)> {
         .map(|x| ("a", Some(x)))
         .collect();
     rows.extend(
-        ["h", "h3", "k", "kl", "kc", "kf"]
+        ["h", "h3", "k", "kl", "kc", "rl", "kf"]
             .into_iter()
             .filter(|id| r.path_runs(id).next().is_some())
             .map(|id| (id, None)),
@@ -126,6 +126,44 @@ pub fn request_path_latency(r: &Results) -> String {
         );
     }
     out
+}
+
+/// `id`'s admitted p50 in `round` minus (a)'s at the same rate in that round.
+fn added_p50(r: &Results, id: &str, round: usize) -> Option<f64> {
+    let p = r.path_runs(id).find(|p| p.latency.round == round)?;
+    let a = r
+        .path_runs("a")
+        .find(|a| a.latency.round == round && (a.latency.rate - p.latency.rate).abs() < 0.5)?;
+    Some(p.latency.admitted_p50 - a.latency.admitted_p50)
+}
+
+/// Per round, a cold key's added p50 (kl) ÷ the per-request remote check's
+/// (rl), both open loop at the same rate, each against (a) at that rate in
+/// that round.
+pub fn cold_key_vs_remote_p50(r: &Results) -> Option<Spread> {
+    let mut rounds: Vec<usize> = r.path_runs("kl").map(|p| p.latency.round).collect();
+    rounds.sort_unstable();
+    rounds.dedup();
+    Spread::of(
+        rounds
+            .into_iter()
+            .filter_map(|n| ratio(added_p50(r, "kl", n)?, added_p50(r, "rl", n)?)),
+    )
+}
+
+/// The headline's open-loop figure: (kl) against the remote check (rl).
+pub fn remote_check_headline(r: &Results) -> String {
+    let rate = r
+        .path_runs("rl")
+        .next()
+        .map_or("n/a".into(), |p| fmt_num(p.latency.rate, 0));
+    let ratio = cold_key_vs_remote_p50(r);
+    format!(
+        "\n| figure (open loop, request path) | median [min–max] over rounds | target | met |\n|---|---|---|---|\n\
+         | cold key added p50 (kl) ÷ per-request remote check's (rl), both at {rate} req/s | {} | ≤ 1 | {} |\n",
+        fmt_spread(ratio, 2),
+        judged(ratio, |v| v <= 1.0),
+    )
 }
 
 /// Requests of a run, its open-loop warm-up included (the span every counter
@@ -283,5 +321,33 @@ mod tests {
         // A filter without the lease counters: n/a, not zero.
         let k = cells(&costs, "| (k)");
         assert_eq!(k[8..11], ["n/a", "n/a", "n/a"], "{costs}");
+    }
+
+    #[test]
+    fn the_cold_key_is_judged_against_the_remote_check_round_by_round() {
+        let mut r = Results::default();
+        let none = LeaseCounts::default();
+        // Added p50s (kl, rl): round 1 (300, 400), round 2 (375, 300).
+        for (round, a, kl, rl) in [(1, 100.0, 400.0, 500.0), (2, 120.0, 495.0, 420.0)] {
+            r.path.push(path("a", round, 1_000.0, [a, 0.0, 0.0], none));
+            r.path
+                .push(path("kl", round, 1_000.0, [kl, 0.0, 0.0], none));
+            r.path
+                .push(path("rl", round, 1_000.0, [rl, 0.0, 0.0], none));
+            // (a) at another rate in the same round is not (kl)'s baseline.
+            r.path
+                .push(path("a", round, 5_000.0, [10.0, 0.0, 0.0], none));
+        }
+        let ratio = cold_key_vs_remote_p50(&r).unwrap();
+        assert_eq!((ratio.min, ratio.max), (0.75, 1.25));
+        let text = remote_check_headline(&r);
+        let row = cells(&text, "| cold key added p50");
+        assert_eq!(
+            row[2..5],
+            ["1.00 [0.75–1.25]", "≤ 1", "inconclusive"],
+            "{text}"
+        );
+        assert!(row[1].ends_with("at 1,000 req/s"), "{text}");
+        assert!(request_path_latency(&r).contains("| (rl) per-request remote check"));
     }
 }

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use super::{added_us, admitted, cpu_us, failure_policy_share, fmt_spread, label, verdict};
+use super::{added_us, admitted, cpu_us, failure_policy_share, fmt_spread, judged, label, ratio};
 use crate::number::fmt_num;
 use crate::records::{Results, Spread, Throughput};
 
@@ -11,7 +11,10 @@ pub fn throughput(r: &Results) -> String {
     let mut out = String::from(
         "| configuration | admitted req/s | ÷ (a) | ÷ (b) | ÷ (e) | Envoy CPU µs/request (/proc) | added CPU µs/request vs (a): 1/(req/s) − 1/(req/s of a) | same, from /proc | non-2xx | meshlimit decisions by failure policy |\n|---|---|---|---|---|---|---|---|---|---|\n",
     );
-    for id in ["a", "b", "c", "d", "e", "f"] {
+    for id in ["a", "b", "c", "d", "r", "e", "f"] {
+        if id == "r" && r.runs(id).next().is_none() {
+            continue;
+        }
         let ratio = |base: &str| {
             if id == base {
                 "1".to_string()
@@ -103,6 +106,7 @@ pub fn headline(r: &Results) -> String {
             ("c", "e") => |g| Some(g("e")? / g("c")?),
             ("c", "a") => |g| Some(g("a")? / g("c")?),
             ("c", "b") => |g| Some(g("b")? / g("c")?),
+            ("r", "a") => |g| Some(g("a")? / g("r")?),
             _ => |g| Some(g("a")? / g("d")?),
         }
     };
@@ -132,7 +136,14 @@ pub fn headline(r: &Results) -> String {
             "capacity d/a (cold keys ÷ no filter)",
             capacity("d", "a"),
             3,
-            "— (per-request gRPC check ≈ 0.64)",
+            "—",
+            None,
+        ),
+        (
+            "capacity r/a (per-request remote check ÷ no filter)",
+            capacity("r", "a"),
+            3,
+            "—",
             None,
         ),
         (
@@ -153,8 +164,22 @@ pub fn headline(r: &Results) -> String {
             "added Envoy CPU µs/request, (d) per-request agent call",
             |g| Some(g("d")? - g("a")?),
             2,
-            "— (remote check ≈ 45 µs)",
+            "—",
             None,
+        ),
+        (
+            "added Envoy CPU µs/request, (r) per-request remote check",
+            |g| Some(g("r")? - g("a")?),
+            2,
+            "—",
+            None,
+        ),
+        (
+            "cold keys' added Envoy CPU (d) ÷ per-request remote check's (r)",
+            |g| ratio(g("d")? - g("a")?, g("r")? - g("a")?),
+            2,
+            "≤ 1",
+            Some(|v| v <= 1.0),
         ),
         (
             "added CPU (c) ÷ added CPU (e)",
@@ -164,7 +189,7 @@ pub fn headline(r: &Results) -> String {
             Some(|v| v <= 1.1),
         ),
         (
-            "added CPU (c) ÷ added CPU (d), a per-request remote check",
+            "added CPU (c) ÷ added CPU (d), a per-request agent call",
             |g| Some((g("c")? - g("a")?) / (g("d")? - g("a")?)),
             2,
             "≤ 0.33",
@@ -189,11 +214,7 @@ pub fn headline(r: &Results) -> String {
         let by_rps = per_round(r, rps_us, f);
         let by_proc = per_round(r, cpu_us, f);
         let met = match check {
-            Some(ok) => format!(
-                "{}, {}",
-                verdict(by_rps.map(|s| ok(s.median))),
-                verdict(by_proc.map(|s| ok(s.median)))
-            ),
+            Some(ok) => format!("{}, {}", judged(by_rps, ok), judged(by_proc, ok)),
             None => String::new(),
         };
         let _ = writeln!(
@@ -204,9 +225,12 @@ pub fn headline(r: &Results) -> String {
         );
     }
     out.push_str(
-        "\n(d)'s Envoy waits on the agent and is not saturated, so for (d) only the /proc column is \
-         its CPU; its req/s column is what the whole path (agent and Redis on the other core) sustains.\n",
+        "\nThe Envoys of (d) and (r) wait on a service (the agent; the rate limit service) and are not \
+         saturated, so for them only the /proc column is Envoy's CPU; their req/s column is what the \
+         whole path (service and Redis on the other core) sustains. Met: the whole min–max range meets \
+         the target; missed: none of it does; inconclusive: the range straddles the target.\n",
     );
+    out.push_str(&super::path::remote_check_headline(r));
     out
 }
 

@@ -70,10 +70,13 @@ fn a_20000_rule_set_is_swapped_while_requests_are_decided_and_reaches_every_vm()
     };
     stack.agent.update_rules(&many_rules(6));
     let mut new = None;
-    // A deadline only a broken agent misses: loading 20,000 rules takes
-    // seconds of CPU, which other tests and builds share.
+    // How long the load takes is not what this test holds (bench/results/
+    // rules-at-scale measures it on a quiet machine): the deadline only
+    // catches an agent that never puts the edited set in force. Loading
+    // 20,000 rules is seconds of one core, which on a 2-core machine other
+    // tests and builds share: tens of seconds when they crowd it.
     eventually(
-        Duration::from_secs(30),
+        Duration::from_secs(120),
         "the agent to load the edited 20,000 rules",
         || {
             new = version(&stack).filter(|v| *v != old);

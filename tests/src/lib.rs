@@ -249,8 +249,19 @@ fn fresh(binary: PathBuf, crates: &[&str], rebuild: &str) -> PathBuf {
         Err(_) => sources.extend(crates.iter().map(|c| root.join(c).join("src"))),
     }
     if let Err(stale) = check_fresh(built, &sources) {
+        // A lock change that moved none of this binary's dependencies leaves
+        // it fresh to cargo, which then rebuilds nothing.
+        let lock_only = if stale.ends_with("Cargo.lock") {
+            format!(
+                "; if cargo finds nothing to rebuild, the lock changed none of its \
+                 dependencies: `touch {}`",
+                binary.display()
+            )
+        } else {
+            String::new()
+        };
         panic!(
-            "{} is older than {}: rebuild it (`{rebuild}`)",
+            "{} is older than {}: rebuild it (`{rebuild}`){lock_only}",
             binary.display(),
             stale.display()
         );

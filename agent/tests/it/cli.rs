@@ -138,9 +138,15 @@ fn a_port_in_use_exits_64() {
     let path = rules_file(dir.path(), GOOD);
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
-    assert_usage_error(
-        run(&mut agent(&["run", "--rules", &path, "--listen", &addr])),
-        "cannot listen on",
+    // The agent binds its port once its rules are read (so a successor
+    // sharing the port answers what it accepts at once): the rules' log line
+    // comes first, the error last.
+    let (code, _, stderr) = run(&mut agent(&["run", "--rules", &path, "--listen", &addr]));
+    assert_eq!(code, 64, "stderr: {stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("cannot listen on") && last.contains(&addr),
+        "{stderr:?}"
     );
 }
 

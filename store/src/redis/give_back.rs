@@ -19,12 +19,7 @@ impl RedisStore {
         if let Err(e) = self.ensure_topology().await {
             return vec![Err(e); items.len()];
         }
-        let map = self
-            .shared
-            .map
-            .read()
-            .map(|m| m.clone())
-            .unwrap_or_default();
+        let map = self.slot_map();
         let unowned = StoreError::Unavailable("no node owns this hash slot".into());
         let mut answers: Vec<GivenBack> = vec![Err(unowned); items.len()];
         let mut by_node: HashMap<String, Vec<(usize, String)>> = HashMap::new();

@@ -327,6 +327,15 @@ impl RedisStore {
         Ok(())
     }
 
+    /// A copy of the slot map as last read (empty before the first read).
+    fn slot_map(&self) -> Arc<HashSlotMap> {
+        self.shared
+            .map
+            .read()
+            .map(|m| m.clone())
+            .unwrap_or_default()
+    }
+
     /// Runs one command on the node owning `key`, with [`PING_TIMEOUT`] for the
     /// whole call (connection included) and no retry: background and operator
     /// calls, off the request path.
@@ -337,12 +346,7 @@ impl RedisStore {
     ) -> Result<T, StoreError> {
         let call = async {
             self.ensure_topology().await?;
-            let map = self
-                .shared
-                .map
-                .read()
-                .map(|m| m.clone())
-                .unwrap_or_default();
+            let map = self.slot_map();
             let node = map
                 .node_of(hash_slot(key))
                 .and_then(|i| map.nodes.get(i).cloned())

@@ -63,11 +63,27 @@ pub struct Pools {
 }
 
 /// What the store granted: tokens, what it kept, and when its bucket is full.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StoreGrant {
     pub tokens: u32,
     pub remaining: u32,
     pub reset_ns: u64,
+    /// The token bucket the tokens came from: what the pooled ones go back
+    /// under when the agent stops ([`Pools::hand_back`]; `None`: a window's
+    /// count, whose tokens are not handed back).
+    pub bucket: Option<Limit>,
+}
+
+impl StoreGrant {
+    /// What the store granted for an ask under `limit`.
+    pub fn under(limit: Limit, tokens: u32, remaining: u32, reset_ns: u64) -> StoreGrant {
+        StoreGrant {
+            tokens,
+            remaining,
+            reset_ns,
+            bucket: (!limit.algorithm().is_window()).then_some(limit),
+        }
+    }
 }
 
 /// How long a store grant's tokens and the hold after them last: the pooled
@@ -250,6 +266,7 @@ impl Pools {
             tokens: granted,
             remaining,
             reset_ns,
+            bucket,
         } = grant;
         let GrantTimes {
             ttl_ns,
@@ -270,6 +287,7 @@ impl Pools {
                 e.lease.grant(now_ns, granted, filter, ttl_ns);
                 e.remaining = remaining;
                 e.reset_at_ns = now_ns.saturating_add(reset_ns);
+                e.bucket = bucket;
                 e.lease.deny_after_tokens(now_ns, hold_ns);
                 e.new_round(spacing_ns, filter);
                 e.end_call();
@@ -302,13 +320,6 @@ impl Pools {
             e.remaining = 0;
             e.end_call();
         });
-    }
-
-    /// Records the limit of `key`'s last grant, for [`Pools::hand_back`]: a
-    /// token bucket's only.
-    pub fn note_bucket(&self, key: &DescriptorKey, now_ns: u64, limit: Limit) {
-        let bucket = (!limit.algorithm().is_window()).then_some(limit);
-        self.with(key, now_ns, |e| e.bucket = bucket);
     }
 
     /// Takes every unexpired pooled token of a token bucket out of the pool,

@@ -69,11 +69,7 @@ async fn each_table_holds_at_most_max_keys_of_about_1_2_kib() {
 
     let before = rss();
     let pools = Pools::new(n);
-    let grant = StoreGrant {
-        tokens: 4,
-        remaining: 0,
-        reset_ns: NANOS_PER_SEC,
-    };
+    let grant = StoreGrant::under(limit, 4, 0, NANOS_PER_SEC);
     for i in 0..arriving {
         pools.fill(&key(i), 0, grant, 1, 300_000_000);
     }

@@ -45,11 +45,7 @@ impl LeaseService {
                 remaining,
                 reset_ns,
             } => {
-                let grant = StoreGrant {
-                    tokens,
-                    remaining,
-                    reset_ns,
-                };
+                let grant = StoreGrant::under(acquire.limit, tokens, remaining, reset_ns);
                 self.settle_grant(terms, acquire, now, grant, ask)
             }
             Take::Denied { retry_after_ns } => {
@@ -94,7 +90,6 @@ impl LeaseService {
         let (filter, next) = self
             .pools
             .fill_then_hold(&acquire.key, now, grant, ask, times);
-        self.pools.note_bucket(&acquire.key, now, acquire.limit);
         let settled = Take::Granted {
             tokens: filter,
             remaining,

@@ -8,6 +8,7 @@ fn grant(tokens: u32, remaining: u32, reset_ns: u64) -> StoreGrant {
         tokens,
         remaining,
         reset_ns,
+        bucket: None,
     }
 }
 
@@ -388,16 +389,15 @@ fn the_hand_back_takes_the_pools_unspent_bucket_tokens_and_only_those() {
     let (bucket, window) = (key(), DescriptorKey::new("w", ["k"]));
     let limit = per_second(100);
     // 10 granted, 1 to the asking filter: 9 pooled, then 2 served.
-    assert_eq!(p.fill(&bucket, 0, grant(10, 50, 0), 1, 100 * MS), 1);
-    p.note_bucket(&bucket, 0, limit);
+    let granted = |tokens, remaining| StoreGrant::under(limit, tokens, remaining, 0);
+    assert_eq!(p.fill(&bucket, 0, granted(10, 50), 1, 100 * MS), 1);
     assert!(matches!(
         p.take(&bucket, MS, 2, None, MS),
         PoolTake::Served { tokens: 2, .. }
     ));
     // A window's count is not handed back.
-    p.fill(&window, 0, grant(10, 50, 0), 1, 100 * MS);
     let fixed = limit.with_algorithm(meshlimit_core::Algorithm::FixedWindow);
-    p.note_bucket(&window, 0, fixed);
+    p.fill(&window, 0, StoreGrant::under(fixed, 10, 50, 0), 1, 100 * MS);
     let half = |_: &DescriptorKey| Some(0.5);
     let back = p.hand_back(2 * MS, half);
     let expected = GiveBack {
@@ -417,7 +417,7 @@ fn the_hand_back_takes_the_pools_unspent_bucket_tokens_and_only_those() {
         p.take(&bucket, 3 * MS, 1, None, MS),
         PoolTake::Miss { .. }
     ));
-    p.fill(&bucket, 4 * MS, grant(6, 40, 0), 1, 100 * MS);
+    p.fill(&bucket, 4 * MS, granted(6, 40), 1, 100 * MS);
     assert!(matches!(
         p.take(&bucket, 5 * MS, 4, None, MS),
         PoolTake::Served { refill: false, .. }
@@ -426,12 +426,10 @@ fn the_hand_back_takes_the_pools_unspent_bucket_tokens_and_only_those() {
     // Tokens expired in the pool are gone, and so are those of a rule gone
     // from the rules in force: neither is handed back.
     let late = Pools::default();
-    late.fill(&bucket, 0, grant(10, 50, 0), 1, 100 * MS);
-    late.note_bucket(&bucket, 0, limit);
+    late.fill(&bucket, 0, granted(10, 50), 1, 100 * MS);
     assert!(late.hand_back(100 * MS, half).is_empty());
     let gone = Pools::default();
-    gone.fill(&bucket, 0, grant(10, 50, 0), 1, 100 * MS);
-    gone.note_bucket(&bucket, 0, limit);
+    gone.fill(&bucket, 0, granted(10, 50), 1, 100 * MS);
     assert!(gone.hand_back(MS, |_| None).is_empty());
     assert_eq!(gone.pooled(&bucket, MS), 0);
 }

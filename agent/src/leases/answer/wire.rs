@@ -38,11 +38,7 @@ impl LeaseService {
                 remaining,
                 reset_ns,
             } => {
-                let grant = StoreGrant {
-                    tokens,
-                    remaining,
-                    reset_ns,
-                };
+                let grant = StoreGrant::under(acquire.limit, tokens, remaining, reset_ns);
                 self.answer_granted(p, acquire, now, grant)
             }
             Take::Denied { retry_after_ns } => self.answer_denied(p, acquire, now, retry_after_ns),
@@ -62,6 +58,7 @@ impl LeaseService {
             tokens,
             remaining,
             reset_ns,
+            ..
         } = grant;
         let algorithm = acquire.limit.algorithm();
         if !p.pooled {

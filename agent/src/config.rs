@@ -15,11 +15,12 @@ pub mod defaults;
 pub(crate) mod peers;
 mod run_args;
 mod secret;
-mod store;
 
+pub use meshlimit_store::redis::client::Password;
+use meshlimit_store::spec::PasswordFileError;
+pub use meshlimit_store::spec::StoreSpec;
 pub use peers::{PeerError, PeersFileError};
 pub use secret::SecretArgs;
-pub use store::{Password, PasswordFileError, RedisTarget, StoreSpec, StoreSpecError};
 
 /// The exit code for a bad flag or configuration (BSD `EX_USAGE`).
 pub const EXIT_USAGE: u8 = 64;
@@ -278,7 +279,7 @@ pub enum ConfigError {
     #[error("redis: {0}")]
     Redis(String),
     #[error("redis: {0}")]
-    PasswordFile(#[from] store::PasswordFileError),
+    PasswordFile(#[from] PasswordFileError),
     #[error("--decision-log: {0}")]
     DecisionLog(String),
     #[error("--operator-token: {0}")]

@@ -7,11 +7,12 @@ use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
 use meshlimit_agent::config::defaults;
-use meshlimit_agent::config::{ConfigError, Password, SecretArgs, StoreSpec};
+use meshlimit_agent::config::{ConfigError, Password, SecretArgs};
 use meshlimit_core::secret::KeyIds;
 use meshlimit_store::fleet::{Override, OverrideMode};
 use meshlimit_store::redis::client::Connect;
 use meshlimit_store::redis::{BatchConfig, RedisConfig, RedisStore};
+use meshlimit_store::spec::StoreSpec;
 use meshlimit_store::FleetState;
 
 /// `meshlimit`: the operator's tool for meshlimit's rules and agents.

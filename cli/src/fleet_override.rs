@@ -4,8 +4,8 @@
 
 use std::io::Write;
 
-use meshlimit_agent::config::StoreSpec;
 use meshlimit_store::fleet::{Override, OverrideMode};
+use meshlimit_store::spec::StoreSpec;
 use meshlimit_store::trial::TrialAction;
 use meshlimit_store::{FleetState, StoreError};
 

@@ -14,6 +14,7 @@ pub mod control;
 pub mod fleet;
 pub mod memory;
 pub mod redis;
+pub mod spec;
 pub mod trial;
 
 use std::time::Duration;

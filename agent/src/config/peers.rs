@@ -2,8 +2,8 @@
 //! the lines of `--peer-regions-file`. What the agent does with them is
 //! `regions::setup`'s.
 
-use super::store::StoreSpecError;
 use super::StoreSpec;
+use meshlimit_store::spec::StoreSpecError;
 use std::path::PathBuf;
 
 /// Why a peer region (`NAME=URL`) was refused.

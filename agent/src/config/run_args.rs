@@ -87,7 +87,7 @@ impl RunArgs {
     /// missing one stops the agent at start.
     pub fn redis_connect(&self) -> Result<Connect, ConfigError> {
         let password = match (&self.redis_password, &self.redis_password_file) {
-            (_, Some(path)) => Some(super::store::read_password_file(path)?),
+            (_, Some(path)) => Some(meshlimit_store::spec::read_password_file(path)?),
             (password, None) => password.clone(),
         };
         Ok(Connect {
@@ -121,7 +121,7 @@ impl RunArgs {
                 .filter(|p| p.exists())
         };
         let password = match file("password") {
-            Some(path) => Some(super::store::read_password_file(&path)?),
+            Some(path) => Some(meshlimit_store::spec::read_password_file(&path)?),
             None => env(&format!("MESHLIMIT_REDIS_PASSWORD_{suffix}"))
                 .map(|p| Password::parse(&p))
                 .transpose()

@@ -1,10 +1,11 @@
-//! Where the agent's buckets live (`--store`), and the Redis password file.
+//! How a store is named (`memory`, `redis://…`, `redis+cluster://…`, `rediss` for
+//! TLS: the agent's `--store`, a peer region's URL, the `meshlimit` commands
+//! that reach the store), and the Redis password file.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use meshlimit_store::redis::client::EmptyPassword;
-pub use meshlimit_store::redis::client::Password;
+use crate::redis::client::{EmptyPassword, Password};
 
 /// Which store backend `--store` names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,7 +58,7 @@ pub enum StoreSpecError {
 }
 
 /// Reads a password file: its text without one trailing newline.
-pub(crate) fn read_password_file(path: &Path) -> Result<Password, PasswordFileError> {
+pub fn read_password_file(path: &Path) -> Result<Password, PasswordFileError> {
     let text = std::fs::read_to_string(path).map_err(|source| PasswordFileError::Read {
         path: path.to_path_buf(),
         source,

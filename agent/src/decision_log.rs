@@ -18,7 +18,6 @@
 //! first), the hot keys [`HOT_KEYS`] counters. A flood of maximal records
 //! therefore holds at most about 5 MiB here, whoever sends it.
 
-mod line;
 mod recent;
 mod writer;
 
@@ -29,12 +28,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use meshlimit_core::wire::DecisionsRequest;
 
-pub use line::{LogLine, TIME_FORMAT};
+pub use meshlimit_core::log_line::{LogLine, TIME_FORMAT};
 pub use recent::{HotKey, HOT_KEYS, HOT_SHOWN, RECENT_BYTES, RECENT_RECORDS, RECENT_SHOWN};
 
 pub mod metrics;
 
-use line::LineRef;
+use meshlimit_core::log_line::LineRef;
 pub use metrics::DecisionLogMetrics;
 use recent::{Kept, Recent};
 
@@ -140,8 +139,9 @@ impl DecisionLog {
                     filter: &filter,
                     record: &record,
                 };
-                let mut bytes =
-                    crate::printable::json_escaped(serde_json::to_vec(&line).unwrap_or_default());
+                let mut bytes = meshlimit_core::printable::json_escaped(
+                    serde_json::to_vec(&line).unwrap_or_default(),
+                );
                 bytes.push(b'\n');
                 self.enqueue(tx, bytes);
             }

@@ -17,7 +17,6 @@ pub mod fleet_override;
 pub mod leases;
 pub mod metrics;
 pub mod pool;
-pub mod printable;
 pub mod regions;
 pub mod reports;
 pub mod rules_watch;

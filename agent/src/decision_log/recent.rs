@@ -11,8 +11,8 @@ use meshlimit_core::wire::DecisionRecord;
 use meshlimit_core::Outcome;
 use serde::Serialize;
 
-use super::line::utc_millis;
 use super::LogLine;
+use meshlimit_core::log_line::utc_millis;
 
 /// Records the ring keeps (about 400 bytes each).
 pub const RECENT_RECORDS: usize = 1_024;

@@ -4,7 +4,6 @@ use std::time::Duration;
 use meshlimit_core::wire::{DecisionRecord, DecisionSource, WIRE_VERSION};
 use meshlimit_core::Outcome;
 
-use super::line::utc_millis;
 use super::*;
 use crate::metrics::sample;
 use crate::test_support::Registered;
@@ -48,14 +47,6 @@ fn written(m: &Registered<DecisionLogMetrics>, n: f64) {
         std::thread::sleep(Duration::from_millis(10));
     }
     panic!("the writer did not write {n} lines");
-}
-
-#[test]
-fn times_are_utc_with_milliseconds() {
-    assert_eq!(utc_millis(0), "1970-01-01T00:00:00.000Z");
-    assert_eq!(utc_millis(1_796_133_723_123), "2026-12-01T14:02:03.123Z");
-    assert_eq!(utc_millis(951_782_400_001), "2000-02-29T00:00:00.001Z");
-    assert_eq!(TIME_FORMAT.len(), utc_millis(0).len());
 }
 
 #[test]
@@ -416,7 +407,7 @@ fn a_line_holds_no_character_that_does_not_print() {
         !text
             .trim_end_matches('\n')
             .chars()
-            .any(crate::printable::hidden),
+            .any(meshlimit_core::printable::hidden),
         "{text}"
     );
     let line: LogLine = serde_json::from_str(text.trim_end()).unwrap();

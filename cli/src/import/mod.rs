@@ -14,7 +14,7 @@
 //! before it is written, so it always passes `check-rules`.
 //!
 //! The peer's text is data, never YAML: a comment or message carries it with
-//! every character that does not print escaped ([`meshlimit_agent::printable`]), a value
+//! every character that does not print escaped ([`meshlimit_core::printable`]), a value
 //! holding such a character is refused, and the written text is read back by
 //! the agent's own parser and must give exactly the rules compiled, or
 //! nothing is written.
@@ -35,7 +35,7 @@ use crate::args::{ImportArgs, ImportFormat};
 use crate::{CliError, Reported};
 pub use mapping::MapError;
 pub(crate) use mapping::{Condition, Mapping, Target};
-use meshlimit_agent::printable::{hidden, one_line};
+use meshlimit_core::printable::{hidden, one_line};
 use rule::{rule_of, Names};
 
 /// The most limits read from one peer's file: envoyproxy/ratelimit's

@@ -9,7 +9,7 @@ use meshlimit_core::rules::config::{
 use meshlimit_core::rules::{RuleSet, MAX_RULE_NAME, SCHEMA_VERSION};
 
 use super::{Condition, Draft, Entry, Mapping, Report, Target};
-use meshlimit_agent::printable::hidden;
+use meshlimit_core::printable::hidden;
 
 /// What a rule is being built from: its conditions and key so far.
 #[derive(Default)]

@@ -5,7 +5,7 @@ use meshlimit_core::rules::config::DefaultsConfig;
 use meshlimit_core::rules::parse_rules;
 
 use super::*;
-use meshlimit_agent::printable::hidden;
+use meshlimit_core::printable::hidden;
 
 /// An envoyproxy/ratelimit file of one limit under `domain` (a YAML
 /// double-quoted scalar's contents).

@@ -52,7 +52,7 @@ pub fn one_line(text: &str) -> Cow<'_, str> {
 /// byte of it printable ASCII or a printing character. `serde_json` escapes
 /// only what JSON requires (below U+0020, `"` and `\`). A text of ASCII
 /// without DEL is returned as it is, allocating nothing.
-pub(crate) fn json_escaped(json: Vec<u8>) -> Vec<u8> {
+pub fn json_escaped(json: Vec<u8>) -> Vec<u8> {
     if !json.iter().any(|b| *b >= 0x7F) {
         return json;
     }

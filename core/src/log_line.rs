@@ -1,11 +1,12 @@
-//! One line of the decision log (docs/guide/why-limited.md): a JSON object with a
-//! fixed set of fields, so a log collector ingests it as is: the filter's
+//! One line of the agent's decision log (docs/guide/why-limited.md): the format
+//! the agent writes and serves (`GET /v1/explain`) and `meshlimit replay` reads
+//! back. A JSON object with a fixed set of fields, so a log collector ingests it as is: the filter's
 //! record ([`DecisionRecord`]) with the time written out, the node and the
 //! filter VM that decided.
 
 use std::fmt;
 
-use meshlimit_core::wire::DecisionRecord;
+use crate::wire::DecisionRecord;
 use serde::{Deserialize, Serialize, Serializer};
 
 /// How `time` is written: RFC 3339, UTC, milliseconds.
@@ -27,7 +28,7 @@ pub struct LogLine {
 }
 
 impl LogLine {
-    pub(crate) fn new(record: DecisionRecord, node: &str, filter: &str) -> LogLine {
+    pub fn new(record: DecisionRecord, node: &str, filter: &str) -> LogLine {
         LogLine {
             time: utc_millis(record.at_ms),
             node: node.to_string(),
@@ -52,10 +53,10 @@ impl Serialize for LogLine {
 /// every rejection of its node (thousands a second under overload), so a line
 /// costs no allocation but its bytes. `time` is rendered from `at_ms`.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct LineRef<'a> {
-    pub(crate) node: &'a str,
-    pub(crate) filter: &'a str,
-    pub(crate) record: &'a DecisionRecord,
+pub struct LineRef<'a> {
+    pub node: &'a str,
+    pub filter: &'a str,
+    pub record: &'a DecisionRecord,
 }
 
 impl Serialize for LineRef<'_> {
@@ -94,7 +95,7 @@ pub const REQUEST_ID_FROM: &str = "client";
 
 /// Milliseconds since the Unix epoch, displayed as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct UtcMillis(pub(crate) u64);
+pub struct UtcMillis(pub u64);
 
 impl fmt::Display for UtcMillis {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -115,7 +116,7 @@ impl fmt::Display for UtcMillis {
 }
 
 /// Milliseconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
-pub(crate) fn utc_millis(ms: u64) -> String {
+pub fn utc_millis(ms: u64) -> String {
     UtcMillis(ms).to_string()
 }
 
@@ -131,4 +132,17 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
     let y = yoe + era * 400 + i64::from(m <= 2);
     (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_utc_milliseconds_of_one_width() {
+        assert_eq!(utc_millis(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(utc_millis(1_796_133_723_123), "2026-12-01T14:02:03.123Z");
+        assert_eq!(utc_millis(951_782_400_001), "2000-02-29T00:00:00.001Z");
+        assert_eq!(TIME_FORMAT.len(), utc_millis(0).len());
+    }
 }

@@ -114,11 +114,6 @@ pub struct RunArgs {
     #[arg(long, env = "MESHLIMIT_STORE_DEADLINE_MS", default_value_t = defaults::STORE_DEADLINE_MS,
           value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub(crate) store_deadline_ms: u64,
-    /// Lease misses bound for one Redis node are gathered for at most this long
-    /// (microseconds) and sent as one pipeline; 0 sends what is queued at once.
-    #[arg(long, env = "MESHLIMIT_BATCH_WINDOW_US", default_value_t = defaults::BATCH_WINDOW_US,
-          value_parser = clap::value_parser!(u64).range(0..=10_000))]
-    pub(crate) batch_window_us: u64,
     /// The most lease items in one pipeline.
     #[arg(long, env = "MESHLIMIT_MAX_BATCH", default_value_t = defaults::MAX_BATCH,
           value_parser = clap::value_parser!(u32).range(1..=10_000))]

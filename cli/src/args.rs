@@ -316,7 +316,6 @@ impl OverrideArgs {
             },
             // No lease goes through this store: only the override's own call.
             batch: BatchConfig {
-                window: std::time::Duration::from_micros(defaults::BATCH_WINDOW_US),
                 max_batch: 1,
                 deadline: std::time::Duration::from_millis(defaults::STORE_DEADLINE_MS),
             },

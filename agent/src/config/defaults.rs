@@ -31,8 +31,6 @@ pub(crate) const OVERRIDE_POLL_MS: u64 = 1_000;
 pub(crate) const MAX_INFLIGHT: u32 = 1024;
 /// `--store-deadline-ms`: below the filter's 5 ms lease timeout.
 pub const STORE_DEADLINE_MS: u64 = 3;
-/// `--batch-window-us`: no wait; a batch is what queued while the last one was sent.
-pub const BATCH_WINDOW_US: u64 = 0;
 /// `--max-batch`.
 pub(crate) const MAX_BATCH: u32 = 256;
 /// `--log`.

@@ -15,10 +15,6 @@ impl RunArgs {
         Duration::from_millis(self.store_deadline_ms)
     }
 
-    pub(crate) fn batch_window(&self) -> Duration {
-        Duration::from_micros(self.batch_window_us)
-    }
-
     /// Where the decision log goes (`--decision-log` and its file flags).
     pub(crate) fn decision_log(&self) -> Option<crate::decision_log::Target> {
         use crate::decision_log::Target;
@@ -68,11 +64,9 @@ impl RunArgs {
         }
     }
 
-    /// The store's Redis pipelines: `--batch-window-us`, `--max-batch`,
-    /// `--store-deadline-ms`.
+    /// The store's Redis pipelines: `--max-batch`, `--store-deadline-ms`.
     pub(crate) fn batch(&self) -> BatchConfig {
         BatchConfig {
-            window: self.batch_window(),
             max_batch: usize::try_from(self.max_batch).unwrap_or(usize::MAX),
             deadline: self.store_deadline(),
         }

@@ -2,20 +2,20 @@
 //! of EVALSHA calls under one deadline, never retried. Each caller gets its
 //! answer as soon as its pipeline returns.
 //!
-//! By default (`--batch-window-us 0`) a batch is whatever is queued when its
-//! first job is taken: a lone miss goes at once, and under load the misses
-//! that arrived while the last pipeline was being sent go together, so the
-//! batch grows with the load and costs no wait. A window above zero waits for
-//! more after the first job; tokio's timers count whole milliseconds, so any
-//! window costs the first job up to the next millisecond tick or more, several
-//! times what an idle lease call takes without one.
+//! A batch is whatever is queued when its first job is taken: a lone miss
+//! goes at once, and under load the misses that arrived while the last
+//! pipeline was being sent go together, so the batch grows with the load and
+//! costs no wait. There is no window that waits for more after the first job:
+//! tokio's timers count whole milliseconds, so any window would cost the first
+//! job up to the next millisecond tick, several times what an idle lease call
+//! takes (decision record 0019).
 
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::{Pipeline, Value};
 use tokio::sync::{mpsc, oneshot};
-use tokio::time::{timeout, timeout_at, Instant};
+use tokio::time::{timeout, Instant};
 
 use super::script::{self, LEASE_SCRIPT};
 use crate::{Acquire, Acquired, StoreError};
@@ -31,7 +31,6 @@ pub(crate) struct Job {
 /// Batching settings.
 #[derive(Debug, Clone, Copy)]
 pub struct BatchConfig {
-    pub window: Duration,
     pub max_batch: usize,
     pub deadline: Duration,
 }
@@ -45,8 +44,8 @@ pub type BatchObserver =
 pub(crate) type NodeObserver =
     std::sync::Arc<dyn Fn(usize, Duration, Result<(), &StoreError>, bool) + Send + Sync>;
 
-/// Collects jobs for one node and sends them in windows; runs until every sender
-/// is dropped.
+/// Collects jobs for one node and sends them in batches; runs until every
+/// sender is dropped.
 pub async fn run(
     conn: ConnectionManager,
     mut jobs: mpsc::Receiver<Job>,
@@ -54,8 +53,8 @@ pub async fn run(
     observe: NodeObserver,
 ) {
     let sha = script::sha();
-    while let Some(batch) = next_batch(&mut jobs, cfg.window, cfg.max_batch).await {
-        // The pipeline runs on its own task so the next window starts at once.
+    while let Some(batch) = next_batch(&mut jobs, cfg.max_batch).await {
+        // The pipeline runs on its own task so the next batch is taken at once.
         tokio::spawn(send(
             conn.clone(),
             batch,
@@ -66,31 +65,16 @@ pub async fn run(
     }
 }
 
-/// The next batch: the first job to arrive, every job already queued behind
-/// it, and (for a `window` above zero) those that follow it within `window` of
-/// its arrival, at most `max_batch` in all. A zero window never starts a
-/// timer. `None` once every sender is gone and nothing is left.
-async fn next_batch<T>(
-    jobs: &mut mpsc::Receiver<T>,
-    window: Duration,
-    max_batch: usize,
-) -> Option<Vec<T>> {
+/// The next batch: the first job to arrive and every job already queued
+/// behind it, at most `max_batch` in all. `None` once every sender is gone
+/// and nothing is left.
+async fn next_batch<T>(jobs: &mut mpsc::Receiver<T>, max_batch: usize) -> Option<Vec<T>> {
     let first = jobs.recv().await?;
     let mut batch = vec![first];
     while batch.len() < max_batch {
         match jobs.try_recv() {
             Ok(job) => batch.push(job),
             Err(_) => break,
-        }
-    }
-    if window.is_zero() {
-        return Some(batch);
-    }
-    let until = Instant::now() + window;
-    while batch.len() < max_batch {
-        match timeout_at(until, jobs.recv()).await {
-            Ok(Some(job)) => batch.push(job),
-            _ => break,
         }
     }
     Some(batch)
@@ -231,42 +215,18 @@ pub(super) fn server_error(e: &redis::ServerError) -> StoreError {
 mod tests {
     use super::*;
 
-    // Tokio's timers count whole milliseconds.
-    const WINDOW: Duration = Duration::from_millis(5);
-
-    #[tokio::test(start_paused = true)]
-    async fn a_batch_takes_what_arrives_within_one_window_of_its_first_job() {
-        let (tx, mut rx) = mpsc::channel(16);
-        tx.send(1).await.unwrap();
-        let late = tx.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-            late.send(2).await.unwrap();
-            // After the window closed: the next batch's.
-            tokio::time::sleep(Duration::from_millis(4)).await;
-            late.send(3).await.unwrap();
-        });
-        assert_eq!(next_batch(&mut rx, WINDOW, 64).await, Some(vec![1, 2]));
-        drop(tx);
-        assert_eq!(next_batch(&mut rx, WINDOW, 64).await, Some(vec![3]));
-        assert_eq!(next_batch(&mut rx, WINDOW, 64).await, None);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_full_batch_goes_at_once_and_the_rest_waits_for_the_next() {
+    #[tokio::test]
+    async fn a_full_batch_goes_and_the_rest_waits_for_the_next() {
         let (tx, mut rx) = mpsc::channel(16);
         for job in 0..5 {
             tx.send(job).await.unwrap();
         }
-        let started = Instant::now();
-        assert_eq!(next_batch(&mut rx, WINDOW, 3).await, Some(vec![0, 1, 2]));
-        // Full: sent without waiting out the window.
-        assert_eq!(started.elapsed(), Duration::ZERO);
-        assert_eq!(next_batch(&mut rx, WINDOW, 3).await, Some(vec![3, 4]));
+        assert_eq!(next_batch(&mut rx, 3).await, Some(vec![0, 1, 2]));
+        assert_eq!(next_batch(&mut rx, 3).await, Some(vec![3, 4]));
     }
 
     #[tokio::test]
-    async fn without_a_window_a_batch_is_what_is_queued_and_nothing_waits() {
+    async fn a_batch_is_what_is_queued_and_nothing_waits() {
         use std::future::Future;
         use std::task::{Context, Poll, Waker};
         let (tx, mut rx) = mpsc::channel(16);
@@ -277,13 +237,13 @@ mod tests {
         // to the next millisecond), every queued job taken, the sender alive.
         let mut cx = Context::from_waker(Waker::noop());
         let mut first_poll = |rx: &mut mpsc::Receiver<i32>| {
-            let mut batch = std::pin::pin!(next_batch(rx, Duration::ZERO, 64));
+            let mut batch = std::pin::pin!(next_batch(rx, 64));
             batch.as_mut().poll(&mut cx)
         };
         assert_eq!(first_poll(&mut rx), Poll::Ready(Some(vec![0, 1, 2])));
         tx.send(3).await.unwrap();
         assert_eq!(first_poll(&mut rx), Poll::Ready(Some(vec![3])));
         drop(tx);
-        assert_eq!(next_batch(&mut rx, Duration::ZERO, 64).await, None);
+        assert_eq!(next_batch(&mut rx, 64).await, None);
     }
 }

@@ -529,7 +529,6 @@ mod tests {
             cluster: false,
             connect: Default::default(),
             batch: BatchConfig {
-                window: std::time::Duration::ZERO,
                 max_batch: 1,
                 deadline: std::time::Duration::from_secs(2),
             },

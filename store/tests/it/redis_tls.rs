@@ -137,7 +137,6 @@ fn store(t: &TlsRedis, ca: &str, client_cert: bool) -> RedisStore {
             ..Connect::default()
         },
         batch: BatchConfig {
-            window: Duration::ZERO,
             max_batch: 16,
             deadline: Duration::from_secs(2),
         },

@@ -69,7 +69,6 @@ pub fn store(addr: &str) -> Result<(Arc<RedisStore>, Arc<AtomicU64>), SecretErro
         cluster: false,
         connect: Default::default(),
         batch: BatchConfig {
-            window: Duration::ZERO,
             max_batch: 256,
             deadline: Duration::from_secs(2),
         },

@@ -17,7 +17,6 @@ pub fn redis_store_config(
         key_ids: meshlimit_core::secret::KeyIds::placeholder(),
         control: test_secret().control_mac(),
         batch: meshlimit_store::redis::BatchConfig {
-            window: std::time::Duration::ZERO,
             max_batch: 16,
             deadline: std::time::Duration::from_secs(2),
         },

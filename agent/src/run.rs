@@ -495,7 +495,8 @@ async fn refresh_gauges(app: App, mut shutdown: Shutdown) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::{render, sample};
+    use crate::metrics::render;
+    use meshlimit_tests::sample;
 
     #[test]
     fn every_service_registers_in_one_registry_with_the_agents_region() {

@@ -42,7 +42,8 @@ impl ApiMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::{render, sample};
+    use crate::metrics::render;
+    use meshlimit_tests::sample;
 
     #[test]
     fn refusals_are_counted_by_reason_and_refused_connections_in_all() {

@@ -5,8 +5,8 @@ use meshlimit_core::wire::{DecisionRecord, DecisionSource, WIRE_VERSION};
 use meshlimit_core::Outcome;
 
 use super::*;
-use crate::metrics::sample;
 use crate::test_support::Registered;
+use meshlimit_tests::sample;
 
 fn record(key_id: &str, decision: Outcome, sample_rate: f64) -> DecisionRecord {
     DecisionRecord {

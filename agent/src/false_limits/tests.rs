@@ -6,11 +6,11 @@ use meshlimit_core::wire::{DecisionRecord, DecisionSource};
 use meshlimit_core::{DescriptorKey, Limit, Outcome};
 
 use super::*;
-use crate::metrics::sample;
 use crate::test_support::wait_until;
 use crate::test_support::Registered;
 use meshlimit_core::secret::KeyIds;
 use meshlimit_store::{Acquire, MemoryStore};
+use meshlimit_tests::sample;
 
 const MS: u64 = 1_000_000;
 

@@ -7,11 +7,11 @@ use meshlimit_store::trial::{StoredTrial, TrialAction};
 use meshlimit_store::{Backend, MemoryStore, StoreError};
 
 use super::*;
-use crate::metrics::sample;
 use crate::rules_watch::RulesMetrics;
 use crate::shutdown;
 use crate::test_support::wait_until;
 use crate::test_support::Registered;
+use meshlimit_tests::sample;
 
 const RULES: &str = r"
 version: 1

@@ -202,22 +202,6 @@ impl Factory<'_> {
     }
 }
 
-/// The value of the sample `name{labels…}` in Prometheus text, if present. Labels
-/// not listed are ignored. For tests and debugging.
-pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.rsplit_once(' '))
-        .find(|(series, _)| {
-            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
-            metric == name
-                && labels
-                    .iter()
-                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")))
-        })
-        .and_then(|(_, value)| value.parse().ok())
-}
-
 /// `with_label_values` panics on a label count mismatch; a metric is never worth a
 /// crash, so a mismatch (a bug) only loses the increment.
 pub(crate) fn inc(vec: &IntCounterVec, labels: &[&str], n: u64) {

@@ -2,12 +2,12 @@ use std::fs;
 use std::os::unix::fs::symlink;
 
 use super::*;
-use crate::metrics::sample;
 use crate::rules_watch::RulesMetrics;
 use crate::shutdown;
 use crate::test_support::wait_until;
 use crate::test_support::Registered;
 use meshlimit_core::rules::config::Mode;
+use meshlimit_tests::sample;
 
 const GOOD_V1: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),

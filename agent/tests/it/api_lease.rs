@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hyper::StatusCode;
-use meshlimit_agent::metrics::sample;
 use meshlimit_core::wire::*;
 use meshlimit_core::DescriptorKey;
+use meshlimit_tests::sample;
 
 use common::*;
 

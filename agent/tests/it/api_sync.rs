@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hyper::StatusCode;
-use meshlimit_agent::metrics::sample;
 use meshlimit_core::rules::parse_rules;
 use meshlimit_core::wire::*;
 use meshlimit_core::Outcome;
+use meshlimit_tests::sample;
 
 use common::*;
 

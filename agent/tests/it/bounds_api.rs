@@ -10,12 +10,12 @@ use crate::common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use meshlimit_agent::metrics::sample;
 use meshlimit_agent::{App, CurrentRules, LeaseSettings};
 use meshlimit_core::rules::parse_rules;
 use meshlimit_core::wire::*;
 use meshlimit_core::DescriptorKey;
 use meshlimit_store::MemoryStore;
+use meshlimit_tests::sample;
 
 use common::*;
 

@@ -10,9 +10,9 @@ use meshlimit_core::{DescriptorKey, Take};
 use meshlimit_store::{Acquire, Acquired, Backend, StoreError};
 
 use super::*;
-use crate::metrics::sample;
 use crate::test_support::Registered;
 use crate::trial::metrics::TrialMetrics;
+use meshlimit_tests::sample;
 
 mod answers;
 mod handles;

@@ -19,6 +19,7 @@ use crate::reports::ReportMetrics;
 use crate::reports::{FILTER_TTL, MAX_FILTERS};
 use crate::rules_watch::RulesMetrics;
 use crate::trial::metrics::TrialMetrics;
+use meshlimit_tests::sample;
 
 mod decisions;
 mod filter_reports;
@@ -98,12 +99,4 @@ fn value(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
 
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() < 1e-9
-}
-
-#[test]
-fn sample_reads_labelled_and_bare_series() {
-    let text = "# HELP x y\nm_total{a=\"1\",b=\"2\"} 3\nn 4.5\n";
-    assert_eq!(sample(text, "m_total", &[("b", "2")]), Some(3.0));
-    assert_eq!(sample(text, "n", &[]), Some(4.5));
-    assert_eq!(sample(text, "m", &[]), None);
 }

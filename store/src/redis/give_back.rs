@@ -47,20 +47,18 @@ impl RedisStore {
         answers
     }
 
-    /// One pipeline of give-backs to `node`: connected within
-    /// [`CONTROL_TIMEOUT`], answered within the store's deadline.
+    /// One pipeline of give-backs to `node` on its control connection (made
+    /// within [`CONTROL_TIMEOUT`] if there is none yet), answered within the
+    /// store's deadline.
     async fn give_back_on(
         &self,
         node: &str,
         items: &[(&GiveBack, &str)],
     ) -> Result<Vec<GivenBack>, StoreError> {
-        let client = client(node, &self.shared.cfg)?;
-        let mut conn =
-            match timeout(CONTROL_TIMEOUT, client.get_multiplexed_async_connection()).await {
-                Ok(Ok(c)) => c,
-                Ok(Err(e)) => return Err(StoreError::Unavailable(format!("{node}: {e}"))),
-                Err(_) => return Err(StoreError::Timeout(CONTROL_TIMEOUT)),
-            };
+        let mut conn = match timeout(CONTROL_TIMEOUT, self.shared.control_conn(node)).await {
+            Ok(conn) => conn?,
+            Err(_) => return Err(StoreError::Timeout(CONTROL_TIMEOUT)),
+        };
         let mut p = redis::pipe();
         p.ignore_errors();
         for (item, key) in items {

@@ -106,6 +106,7 @@ impl RedisStore {
                 cfg,
                 map: RwLock::new(Arc::new(map)),
                 batchers: RwLock::default(),
+                control: RwLock::default(),
                 observe,
                 events: Arc::new(|_| {}),
                 health: Mutex::default(),
@@ -150,14 +151,16 @@ impl Backend for RedisStore {
             .map(|m| m.nodes.clone())
             .unwrap_or_default();
         for node in nodes {
-            let client = client(&node, &self.shared.cfg)?;
             let ping = async {
-                let mut c = client.get_multiplexed_async_connection().await?;
-                redis::cmd("PING").query_async::<String>(&mut c).await
+                let mut c = self.shared.control_conn(&node).await?;
+                redis::cmd("PING")
+                    .query_async::<String>(&mut c)
+                    .await
+                    .map_err(|e| StoreError::Unavailable(format!("{node}: {e}")))
             };
             match timeout(PING_TIMEOUT, ping).await {
                 Ok(Ok(_)) => {}
-                Ok(Err(e)) => return Err(StoreError::Unavailable(format!("{node}: {e}"))),
+                Ok(Err(e)) => return Err(e),
                 Err(_) => return Err(StoreError::Timeout(PING_TIMEOUT)),
             }
         }
@@ -336,9 +339,10 @@ impl RedisStore {
             .unwrap_or_default()
     }
 
-    /// Runs one command on the node owning `key`, with [`PING_TIMEOUT`] for the
-    /// whole call (connection included) and no retry: background and operator
-    /// calls, off the request path.
+    /// Runs one command on the node owning `key`, on that node's control
+    /// connection, with [`PING_TIMEOUT`] for the whole call (connecting
+    /// included) and no retry: background and operator calls, off the request
+    /// path.
     async fn control<T: redis::FromRedisValue>(
         &self,
         key: &str,
@@ -351,11 +355,7 @@ impl RedisStore {
                 .node_of(hash_slot(key))
                 .and_then(|i| map.nodes.get(i).cloned())
                 .ok_or_else(|| StoreError::Unavailable("topology unknown".into()))?;
-            let client = client(&node, &self.shared.cfg)?;
-            let mut c = client
-                .get_multiplexed_async_connection()
-                .await
-                .map_err(|e| StoreError::Unavailable(format!("{node}: {e}")))?;
+            let mut c = self.shared.control_conn(&node).await?;
             cmd.query_async::<T>(&mut c)
                 .await
                 .map_err(|e| StoreError::Unavailable(format!("{node}: {e}")))

@@ -10,6 +10,8 @@ pub(super) struct Shared {
     pub(super) cfg: RedisConfig,
     pub(super) map: RwLock<Arc<HashSlotMap>>,
     pub(super) batchers: RwLock<HashMap<String, mpsc::Sender<batcher::Job>>>,
+    /// Each node's connection for calls off the lease path ([`Shared::control_conn`]).
+    pub(super) control: RwLock<HashMap<String, ConnectionManager>>,
     pub(super) observe: BatchObserver,
     pub(super) events: EventObserver,
     pub(super) health: Mutex<Health>,
@@ -32,6 +34,26 @@ impl Shared {
         let conn = ConnectionManager::new_lazy_with_config(client, connection_config())
             .map_err(|e| StoreError::Failed(e.to_string()))?;
         Ok(self.install(node, conn))
+    }
+
+    /// The connection that calls off the lease path share to `node`: the
+    /// heartbeat, the fleet override's and a trial's reads, peeks, hand-backs
+    /// and readiness pings. Made on first use and kept, reconnecting on its
+    /// own like a batcher's, so that an agent's once-a-second calls open no
+    /// TCP connection (and no TLS handshake) each; at most one a node. The
+    /// first call connects: callers bound it with their deadline.
+    pub(super) async fn control_conn(&self, node: &str) -> Result<ConnectionManager, StoreError> {
+        if let Some(conn) = self.control.read().ok().and_then(|c| c.get(node).cloned()) {
+            return Ok(conn);
+        }
+        let conn =
+            ConnectionManager::new_with_config(client(node, &self.cfg)?, connection_config())
+                .await
+                .map_err(|e| StoreError::Unavailable(format!("{node}: {e}")))?;
+        if let Ok(mut c) = self.control.write() {
+            return Ok(c.entry(node.to_string()).or_insert(conn).clone());
+        }
+        Ok(conn)
     }
 
     /// Starts `node`'s batcher on `conn`, replacing any other.
@@ -94,6 +116,9 @@ impl Shared {
         if let Ok(mut b) = self.batchers.write() {
             b.remove(node);
         }
+        if let Ok(mut c) = self.control.write() {
+            c.remove(node);
+        }
         self.wake.notify_one();
         tokio::spawn(probe(Arc::downgrade(self), node.to_string()));
     }
@@ -117,7 +142,7 @@ impl Shared {
                 continue;
             }
             tried.push(node.clone());
-            match timeout(CONTROL_TIMEOUT, cluster_slots(node, &self.cfg)).await {
+            match timeout(CONTROL_TIMEOUT, cluster_slots(self, node)).await {
                 Ok(Ok(fresh)) => {
                     let old = self.map.read().map(|m| m.clone()).unwrap_or_default();
                     if *old != fresh {

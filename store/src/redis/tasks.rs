@@ -99,15 +99,8 @@ pub(super) async fn probe(shared: Weak<Shared>, node: String) {
     }
 }
 
-pub(super) async fn cluster_slots(
-    node: &str,
-    cfg: &RedisConfig,
-) -> Result<HashSlotMap, StoreError> {
-    let client = client(node, cfg).map_err(|e| StoreError::Failed(e.to_string()))?;
-    let mut c = client
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+pub(super) async fn cluster_slots(s: &Shared, node: &str) -> Result<HashSlotMap, StoreError> {
+    let mut c = s.control_conn(node).await?;
     let rows: Vec<redis::Value> = redis::cmd("CLUSTER")
         .arg("SLOTS")
         .query_async(&mut c)

@@ -1,7 +1,8 @@
 //! The store's integration tests, one binary: the conformance suite every
 //! backend passes (`conformance::memory::…`, `conformance::redis::…`,
 //! `conformance::redis_cluster::…`), the Lua bucket against core's
-//! (`redis_script`) and Redis over TLS (`redis_tls`).
+//! (`redis_script`), Redis over TLS (`redis_tls`) and the connections calls off
+//! the lease path open (`redis_connections`).
 //! `cargo nextest run -p meshlimit-store --test it MODULE::` runs one part.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -9,5 +10,6 @@
 mod common;
 
 mod conformance;
+mod redis_connections;
 mod redis_script;
 mod redis_tls;

@@ -4,7 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 /// A Redis store's configuration for tests: `nodes` (a single Redis, or a
-/// cluster's seeds), no batching window and a 2 s deadline (the tests check
+/// cluster's seeds) and a 2 s deadline (the tests check
 /// correctness, not latency, on a loaded machine), placeholder key ids.
 pub fn redis_store_config(
     nodes: Vec<String>,

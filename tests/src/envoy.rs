@@ -20,6 +20,8 @@ pub use render::render_envoy_config;
 /// The access log's file name in an Envoy's directory.
 const ACCESS_LOG: &str = "access.log";
 const REPLAY_LOG: &str = "replay.log";
+/// The listeners' file when they come from a file ([`EnvoyConfig::listeners_from_file`]).
+const LDS_FILE: &str = "lds.yaml";
 
 /// Where one Envoy listens and where it finds the agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +80,10 @@ pub struct EnvoyConfig {
     /// More Envoy arguments (e.g. `["-l", "debug"]`).
     pub args: Vec<String>,
     pub start_timeout: Duration,
+    /// The listeners served from a file Envoy watches (its LDS), so a test can
+    /// change them while Envoy runs ([`Envoy::roll_filter`]), as a control
+    /// plane rolls a new filter out.
+    pub listeners_from_file: bool,
     /// Where the file access logs of the bootstrap write (`None`: where it says).
     pub access_log: Option<PathBuf>,
     /// Request headers for a second access log on the listener that has one,
@@ -106,6 +112,7 @@ impl EnvoyConfig {
             secret: Some(crate::TEST_SECRET.to_string()),
             args: Vec::new(),
             start_timeout: Duration::from_secs(30),
+            listeners_from_file: false,
             access_log: None,
             replay_log_headers: None,
             replay_log_path: None,
@@ -148,6 +155,13 @@ impl EnvoyConfig {
     /// harness's: for tests of what a slow agent or store costs a request.
     pub fn shipped_deadline(mut self) -> Self {
         self.plugin.remove("timeout_ms");
+        self
+    }
+
+    /// Serves the listeners from a file Envoy watches (see
+    /// [`EnvoyConfig::listeners_from_file`]).
+    pub fn listeners_from_file(mut self) -> Self {
+        self.listeners_from_file = true;
         self
     }
 
@@ -218,6 +232,11 @@ impl Envoy {
         config.replay_log_path = Some(dir.path().join(REPLAY_LOG));
         let yaml = render_envoy_config(&base, &ports, &config)
             .unwrap_or_else(|e| panic!("{}: {e}", base_path.display()));
+        let yaml = if config.listeners_from_file {
+            listeners_to_file(&yaml, &dir.path().join(LDS_FILE))
+        } else {
+            yaml
+        };
         let config_path = dir.path().join("envoy.yaml");
         std::fs::write(&config_path, yaml).expect("write the Envoy config");
 
@@ -290,6 +309,24 @@ impl Envoy {
         self.stat(&format!("wasmcustom.meshlimit.{name}"))
     }
 
+    /// Rolls the filter's module out to `wasm` on the listeners of a file
+    /// ([`EnvoyConfig::listeners_from_file`]), the way a control plane pushes a
+    /// new version: the listeners file is replaced whole (a rename, which
+    /// Envoy's watch sees), naming the new module where it named the old.
+    pub fn roll_filter(&self, old: &Path, new: &Path) {
+        let path = self.dir.path().join(LDS_FILE);
+        let text = std::fs::read_to_string(&path).expect("the listeners file");
+        let (old, new) = (old.display().to_string(), new.display().to_string());
+        assert!(
+            text.contains(&old),
+            "{} does not name {old}",
+            path.display()
+        );
+        let staged = self.dir.path().join("lds.yaml.next");
+        std::fs::write(&staged, text.replace(&old, &new)).expect("write the listeners");
+        std::fs::rename(&staged, &path).expect("replace the listeners file");
+    }
+
     /// The generated config file.
     pub fn config_path(&self) -> &Path {
         &self.config_path
@@ -354,4 +391,42 @@ impl Envoy {
             panic!("{why}\nEnvoy log (last 40 lines):\n{log}");
         }
     }
+}
+
+/// Moves the listeners of bootstrap `yaml` to an LDS file at `lds` that Envoy
+/// watches, and returns the bootstrap that points at it.
+fn listeners_to_file(yaml: &str, lds: &Path) -> String {
+    const LISTENER: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
+    let mut doc: Json = serde_saphyr::from_str(yaml).expect("the rendered bootstrap");
+    let listeners = doc
+        .get_mut("static_resources")
+        .and_then(|s| s.as_object_mut())
+        .and_then(|s| s.remove("listeners"))
+        .expect("static_resources.listeners");
+    let resources: Vec<Json> = listeners
+        .as_array()
+        .expect("a list of listeners")
+        .iter()
+        .map(|l| {
+            let mut l = l.clone();
+            l["@type"] = LISTENER.into();
+            l
+        })
+        .collect();
+    let file = serde_json::json!({ "resources": resources });
+    std::fs::write(lds, serde_saphyr::to_string(&file).expect("yaml"))
+        .expect("write the listeners");
+    // Envoy names itself to a config source: a node id and cluster are needed.
+    for field in ["id", "cluster"] {
+        if doc["node"][field].is_null() {
+            doc["node"][field] = "meshlimit-test".into();
+        }
+    }
+    doc["dynamic_resources"] = serde_json::json!({
+        "lds_config": {
+            "path_config_source": { "path": lds.display().to_string() },
+            "resource_api_version": "V3",
+        }
+    });
+    serde_saphyr::to_string(&doc).expect("yaml")
 }

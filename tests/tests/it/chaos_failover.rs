@@ -5,6 +5,11 @@
 //! Per second: the healthy primaries' keys stay exact; the failed primary's keys
 //! stay under the node's fail-local ceiling (2 × 20 / 1 agent = 40/s) plus the
 //! stated first-second bound; exact again within a second of the promotion.
+//! The kill and the stall run again with the rule `accuracy: exact`, where
+//! every request is a store call: a healthy key's calls share the agent's
+//! lease requests with the failed primary's, and must not take their failure
+//! policy with them. The bounds stay the leased rule's (an exact key's per
+//! second count moves with the requests' latency across a second's edge).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::{Duration, Instant};
@@ -31,6 +36,8 @@ const EXACT_MAX: usize = LIMIT + 3 * 4;
 /// lease call times out) at one request, not a burst.
 const FIRST_SECOND: usize = 1 + 3 * 4;
 const RULES: &str = "version: 1\nrules:\n  - {name: per-key, key: [{header: x-api-key}], limit: {requests: 20, per: 1s}, on_failure: local}\n";
+/// [`RULES`] with every request checked in the store.
+const RULES_EXACT: &str = "version: 1\nrules:\n  - {name: per-key, key: [{header: x-api-key}], limit: {requests: 20, per: 1s}, accuracy: exact, on_failure: local}\n";
 
 #[derive(Clone, Copy, PartialEq)]
 enum Fault {
@@ -60,6 +67,10 @@ fn topology_events(stack: &Stack, event: &str) -> f64 {
 }
 
 fn run(fault: Fault) {
+    run_with(fault, RULES)
+}
+
+fn run_with(fault: Fault, rules: &str) {
     let _serial = ONE_AT_A_TIME
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -68,7 +79,7 @@ fn run(fault: Fault) {
     // this test is about a Redis node failing, not about lease calls timing out
     // on a busy machine (those take the filter's own fail-local bucket).
     let stack = Stack::start_with(
-        AgentOptions::new(RULES)
+        AgentOptions::new(rules)
             .shipped_store_deadline()
             .store(cluster.url()),
         |c| c.plugin("timeout_ms", 50),
@@ -286,4 +297,14 @@ fn a_stalled_primary_is_failed_over_and_rejoins_as_a_replica() {
 #[test]
 fn a_primary_restarted_empty_over_grants_at_most_one_burst() {
     run(Fault::RestartEmpty);
+}
+
+#[test]
+fn exact_a_killed_primary_fails_only_its_keys_and_its_replica_takes_over() {
+    run_with(Fault::Kill, RULES_EXACT);
+}
+
+#[test]
+fn exact_a_stalled_primary_is_failed_over_and_rejoins_as_a_replica() {
+    run_with(Fault::Stall, RULES_EXACT);
 }

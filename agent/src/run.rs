@@ -412,6 +412,7 @@ fn start_store(
             StoreEvent::NodeUp(d) => events.store_topology("node_up", Some(d)),
             StoreEvent::NodeReplaced(d) => events.store_topology("node_replaced", Some(d)),
             StoreEvent::ControlRefused(record, why) => control.control_refused(record, why),
+            StoreEvent::Redirected(kind) => events.store_redirect(kind.as_str()),
         })),
     )))
 }

@@ -185,6 +185,11 @@ pub enum StoreError {
     /// (`host:port`). Followed once by the caller; transient.
     #[error("hash slot moved to {node}")]
     Moved { node: String },
+    /// A Redis Cluster node answered ASK: the key's hash slot is migrating to
+    /// `node` (`host:port`) and the key is already there. Followed once by the
+    /// caller (`ASKING`, then the call); the hash slot map does not change yet.
+    #[error("hash slot migrating to {node}")]
+    Ask { node: String },
     /// Too much work in flight: the call was never made.
     #[error("shed: too many store calls in flight")]
     Shed,
@@ -317,9 +322,10 @@ impl StoreError {
         match self {
             StoreError::Timeout(_) => "timeout",
             StoreError::Shed => "shed",
-            StoreError::Unavailable(_) | StoreError::Moved { .. } | StoreError::Failed(_) => {
-                "error"
-            }
+            StoreError::Unavailable(_)
+            | StoreError::Moved { .. }
+            | StoreError::Ask { .. }
+            | StoreError::Failed(_) => "error",
         }
     }
 
@@ -328,7 +334,9 @@ impl StoreError {
         match self {
             StoreError::Timeout(_) => "store_timeout",
             StoreError::Shed => "shed",
-            StoreError::Unavailable(_) | StoreError::Moved { .. } => "store_unavailable",
+            StoreError::Unavailable(_) | StoreError::Moved { .. } | StoreError::Ask { .. } => {
+                "store_unavailable"
+            }
             StoreError::Failed(_) => "store_error",
         }
     }
@@ -349,11 +357,15 @@ mod tests {
             (StoreError::Shed.metric_result(), StoreError::Shed.reason()),
             ("shed", "shed")
         );
-        let moved = StoreError::Moved { node: "a:1".into() };
-        assert_eq!(
-            (moved.metric_result(), moved.reason()),
-            ("error", "store_unavailable")
-        );
+        for redirect in [
+            StoreError::Moved { node: "a:1".into() },
+            StoreError::Ask { node: "a:1".into() },
+        ] {
+            assert_eq!(
+                (redirect.metric_result(), redirect.reason()),
+                ("error", "store_unavailable")
+            );
+        }
         let failed = StoreError::Failed("NOSCRIPT".into());
         assert_eq!(
             (failed.metric_result(), failed.reason()),

@@ -238,6 +238,94 @@ impl RedisCluster {
             .unwrap_or_default()
     }
 
+    /// The port of the primary owning `slot` in node `asked`'s `CLUSTER SLOTS`.
+    pub fn slot_owner(&self, asked: usize, slot: u16) -> Option<u16> {
+        let Resp::Array(Some(rows)) = self.cmd(asked, &["CLUSTER", "SLOTS"]) else {
+            return None;
+        };
+        rows.iter().find_map(|row| {
+            let Resp::Array(Some(f)) = row else {
+                return None;
+            };
+            let (Some(Resp::Int(first)), Some(Resp::Int(last)), Some(Resp::Array(Some(owner)))) =
+                (f.first(), f.get(1), f.get(2))
+            else {
+                return None;
+            };
+            let Some(Resp::Int(port)) = owner.get(1) else {
+                return None;
+            };
+            (*first..=*last)
+                .contains(&i64::from(slot))
+                .then(|| u16::try_from(*port).ok())
+                .flatten()
+        })
+    }
+
+    /// Node `node`'s cluster id (`CLUSTER MYID`).
+    pub fn node_id(&self, node: usize) -> String {
+        self.cmd(node, &["CLUSTER", "MYID"])
+            .text()
+            .unwrap_or_else(|| panic!("CLUSTER MYID of node {node}"))
+    }
+
+    /// Starts moving hash slot `slot` from primary `from` to primary `to`, as
+    /// `redis-cli --cluster reshard` does: `to` imports it, then `from`
+    /// migrates it. From then on `from` answers ASK for the slot's keys it no
+    /// longer holds, and `to` serves them after `ASKING`.
+    pub fn start_slot_move(&self, slot: u16, from: usize, to: usize) {
+        let slot = slot.to_string();
+        let (from_id, to_id) = (self.node_id(from), self.node_id(to));
+        let port = |n: usize| self.nodes[n].port;
+        expect_ok(
+            port(to),
+            &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &from_id],
+        );
+        expect_ok(
+            port(from),
+            &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &to_id],
+        );
+    }
+
+    /// Moves `keys` of a migrating hash slot from `from` to `to` (`MIGRATE ...
+    /// KEYS`); keys `from` does not hold are skipped.
+    pub fn migrate_keys(&self, from: usize, to: usize, keys: &[String]) {
+        let port = self.nodes[to].port.to_string();
+        let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+        args.extend(keys.iter().map(String::as_str));
+        match self.cmd(from, &args) {
+            Resp::Simple(s) if s == "OK" || s == "NOKEY" => {}
+            other => panic!("MIGRATE {keys:?} from node {from} to node {to}: {other:?}"),
+        }
+    }
+
+    /// Ends a move begun by [`RedisCluster::start_slot_move`]: the slot's keys
+    /// left on `from` go to `to`, and every primary, `to` first, then `from`,
+    /// records `to` as the slot's owner (`CLUSTER SETSLOT <slot> NODE`).
+    pub fn finish_slot_move(&self, slot: u16, from: usize, to: usize) {
+        let slot_arg = slot.to_string();
+        loop {
+            let keys = match self.cmd(from, &["CLUSTER", "GETKEYSINSLOT", &slot_arg, "100"]) {
+                Resp::Array(Some(keys)) => keys.iter().filter_map(Resp::text).collect::<Vec<_>>(),
+                other => panic!("CLUSTER GETKEYSINSLOT {slot}: {other:?}"),
+            };
+            if keys.is_empty() {
+                break;
+            }
+            self.migrate_keys(from, to, &keys);
+        }
+        let to_id = self.node_id(to);
+        let others = (0..self.nodes.len()).filter(|n| *n != to && *n != from);
+        for n in [to, from].into_iter().chain(others) {
+            if self.flags_of(n, n).contains("master") {
+                expect_ok(
+                    self.nodes[n].port,
+                    &["CLUSTER", "SETSLOT", &slot_arg, "NODE", &to_id],
+                );
+            }
+        }
+    }
+
     fn create_with_redis_cli(&self, replicas: usize) {
         let mut cmd = Command::new("redis-cli");
         let replicas = replicas.to_string();

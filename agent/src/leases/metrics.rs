@@ -4,6 +4,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use meshlimit_core::secret::{KeyId, KeyIds};
+use meshlimit_store::redis::RedirectKind;
 use prometheus::{Histogram, IntCounterVec, IntGauge, IntGaugeVec};
 
 use crate::metrics::top_keys::TopKeys;
@@ -53,6 +54,7 @@ struct StoreMetrics {
 /// The Redis Cluster's nodes as the store sees them.
 struct TopologyMetrics {
     events: IntCounterVec,
+    redirects: IntCounterVec,
     nodes_down: IntGauge,
     node_down_ms: prometheus::IntCounter,
 }
@@ -153,12 +155,25 @@ impl StoreMetrics {
 
 impl TopologyMetrics {
     fn new(f: &Factory) -> Result<Self, MetricsError> {
+        let redirects = f.counters(
+            "meshlimit_store_redirects_total",
+            "Store calls sent once more to the Redis Cluster node a redirect named, by \
+             kind: `moved` (the hash slot lives there now; the slot map is read again) or \
+             `ask` (the hash slot is migrating and the key is already there). A call \
+             redirected twice takes the failure policy.",
+            &["kind"],
+        )?;
+        // Both series from the start, so a rate over a reshard has its zero.
+        for kind in [RedirectKind::Moved, RedirectKind::Ask] {
+            inc(&redirects, &[kind.as_str()], 0);
+        }
         Ok(Self {
             events: f.counters(
                 "meshlimit_store_topology_events_total",
                 "Redis Cluster events seen by the store: slot_map_changed, node_down, node_up, node_replaced.",
                 &["event"],
             )?,
+            redirects,
             nodes_down: f.gauge(
                 "meshlimit_store_nodes_down",
                 "Redis nodes marked down now (their keys take the failure policy).",
@@ -250,6 +265,11 @@ impl LeaseMetrics {
             }
             _ => {}
         }
+    }
+
+    /// A call sent once more where a MOVED or ASK named (`kind` is a fixed word).
+    pub(crate) fn store_redirect(&self, kind: &str) {
+        inc(&self.topology.redirects, &[kind], 1);
     }
 
     /// One store call of `items` items that took `latency`.

@@ -25,6 +25,9 @@ pub(crate) struct Job {
     pub(crate) redis_key: String,
     pub(crate) item: Acquire,
     pub share: f64,
+    /// Sent after `ASKING`: an ASK redirect named this node, whose hash slot
+    /// is still importing.
+    pub(crate) asking: bool,
     pub(crate) reply: oneshot::Sender<Acquired>,
 }
 
@@ -121,6 +124,7 @@ async fn pipeline(
     sha: &str,
 ) -> Result<Vec<Acquired>, PipeError> {
     let values = query(conn, batch.iter(), |p, job| {
+        asking(p, job);
         p.cmd("EVALSHA").arg(sha).arg(1);
         args(p, job);
     })
@@ -142,6 +146,7 @@ async fn pipeline(
             conn,
             missing.iter().filter_map(|i| batch.get(*i)),
             |p, job| {
+                asking(p, job);
                 p.cmd("EVAL").arg(LEASE_SCRIPT).arg(1);
                 args(p, job);
             },
@@ -181,6 +186,16 @@ struct PipeError {
     lost: bool,
 }
 
+/// `ASKING` before a job an ASK redirect sent here: it lets the next command on
+/// the connection (the job's, as a pipeline's commands go in order on one
+/// connection) run in a hash slot this node is still importing. Its `OK` is
+/// left out of the answers.
+fn asking(p: &mut Pipeline, job: &Job) {
+    if job.asking {
+        p.cmd("ASKING").ignore();
+    }
+}
+
 fn args(p: &mut Pipeline, job: &Job) {
     let l = &job.item.limit;
     p.arg(&job.redis_key)
@@ -195,16 +210,15 @@ fn args(p: &mut Pipeline, job: &Job) {
 
 pub(super) fn server_error(e: &redis::ServerError) -> StoreError {
     let details = e.details().unwrap_or_default();
-    match e.code() {
-        // `MOVED <hash slot> <host:port>`: the redirect, by type, not by its text.
-        "MOVED" => match details.split_whitespace().nth(1) {
-            Some(node) => StoreError::Moved {
-                node: node.to_string(),
-            },
-            None => StoreError::Unavailable(format!("MOVED {details}")),
-        },
-        // The cluster is moving hash slots or failing over: transient.
-        "ASK" | "TRYAGAIN" | "CLUSTERDOWN" | "LOADING" | "MASTERDOWN" => {
+    // `MOVED|ASK <hash slot> <host:port>`: the redirects, by type, not by their text.
+    let to = details.split_whitespace().nth(1).map(str::to_string);
+    match (e.code(), to) {
+        ("MOVED", Some(node)) => StoreError::Moved { node },
+        ("ASK", Some(node)) => StoreError::Ask { node },
+        // The cluster is moving hash slots or failing over: transient. (TRYAGAIN
+        // is a multi-key call in a migrating hash slot; every lease script is
+        // single-key.)
+        ("MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN" | "LOADING" | "MASTERDOWN", _) => {
             StoreError::Unavailable(format!("{} {}", e.code(), e.details().unwrap_or_default()))
         }
         _ => StoreError::Failed(format!("{} {}", e.code(), e.details().unwrap_or_default())),
@@ -214,6 +228,41 @@ pub(super) fn server_error(e: &redis::ServerError) -> StoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `reply`, a RESP error line, as the server sends it, mapped.
+    fn mapped(reply: &str) -> StoreError {
+        match redis::parse_redis_value(format!("-{reply}\r\n").as_bytes()).unwrap() {
+            Value::ServerError(e) => server_error(&e),
+            other => panic!("not an error: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn redirects_map_to_their_node_and_the_rest_to_unavailable() {
+        let node = || "127.0.0.1:7001".to_string();
+        assert_eq!(
+            mapped("MOVED 3999 127.0.0.1:7001"),
+            StoreError::Moved { node: node() }
+        );
+        assert_eq!(
+            mapped("ASK 3999 127.0.0.1:7001"),
+            StoreError::Ask { node: node() }
+        );
+        for transient in [
+            "ASK 3999",
+            "TRYAGAIN Multiple keys request during rehashing of slot",
+            "CLUSTERDOWN The cluster is down",
+        ] {
+            assert!(
+                matches!(mapped(transient), StoreError::Unavailable(_)),
+                "{transient}"
+            );
+        }
+        assert!(matches!(
+            mapped("ERR lease script: bad arguments"),
+            StoreError::Failed(_)
+        ));
+    }
 
     #[tokio::test]
     async fn a_full_batch_goes_and_the_rest_waits_for_the_next() {

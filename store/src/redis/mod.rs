@@ -22,7 +22,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::{mpsc, oneshot, Notify};
-use tokio::time::{timeout, Instant};
+use tokio::time::{timeout, timeout_at, Instant};
 
 pub use batcher::{BatchConfig, BatchObserver};
 use health::Health;
@@ -80,6 +80,51 @@ pub enum StoreEvent {
     NodeReplaced(Duration),
     /// A control record read back was ignored.
     ControlRefused(Record, Refusal),
+    /// A call was sent once more to the node a MOVED or ASK answer named.
+    Redirected(RedirectKind),
+}
+
+/// The two Redis Cluster redirects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedirectKind {
+    /// MOVED: the hash slot lives on another node now; the map is read again.
+    Moved,
+    /// ASK: the hash slot is migrating and this key is already on the target;
+    /// the map stays as it is until the migration ends.
+    Ask,
+}
+
+impl RedirectKind {
+    /// The `kind` label of `meshlimit_store_redirects_total`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RedirectKind::Moved => "moved",
+            RedirectKind::Ask => "ask",
+        }
+    }
+}
+
+/// Where a redirect sends a call once more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Redirect {
+    pub(crate) kind: RedirectKind,
+    /// `host:port`
+    pub(crate) node: String,
+}
+
+impl Redirect {
+    /// The redirect an error is, if it is one.
+    fn of(error: &StoreError) -> Option<Redirect> {
+        let (kind, node) = match error {
+            StoreError::Moved { node } => (RedirectKind::Moved, node),
+            StoreError::Ask { node } => (RedirectKind::Ask, node),
+            _ => return None,
+        };
+        Some(Redirect {
+            kind,
+            node: node.clone(),
+        })
+    }
 }
 
 /// Observes [`StoreEvent`]s.
@@ -185,25 +230,14 @@ impl Buckets for RedisStore {
         let _ = self.ensure_topology().await;
         self.start_refresher();
         let s = &self.shared;
+        let budget = s.cfg.batch.deadline;
+        let deadline = Instant::now() + budget;
         let pending: Vec<_> = items.iter().map(|i| s.submit(i, None)).collect();
-        let mut answers = Vec::with_capacity(items.len());
+        let mut firsts = Vec::with_capacity(items.len());
         for (item, rx) in items.iter().zip(pending) {
-            let answer = rx
-                .await
-                .unwrap_or(Err(StoreError::Unavailable("batcher stopped".into())));
-            answers.push(match moved_to(&answer) {
-                // Follow a hash slot's move once, as the cluster protocol asks of
-                // clients; the refresher learns the new map for the next calls.
-                Some(node) => {
-                    s.wake.notify_one();
-                    s.submit(item, Some(node))
-                        .await
-                        .unwrap_or(Err(StoreError::Unavailable("batcher stopped".into())))
-                }
-                None => answer,
-            });
+            firsts.push((item, rx.await.unwrap_or_else(|_| Err(stopped()))));
         }
-        answers
+        follow_redirects(firsts, |item, to| self.resend(item, to), deadline, budget).await
     }
 
     async fn give_back(&self, items: &[GiveBack]) -> Vec<GivenBack> {
@@ -339,10 +373,25 @@ impl RedisStore {
             .unwrap_or_default()
     }
 
+    /// Sends `item` once more, to the node a redirect named.
+    fn resend(&self, item: &Acquire, to: Redirect) -> oneshot::Receiver<Acquired> {
+        self.following(to.kind);
+        self.shared.submit(item, Some(to))
+    }
+
+    /// Counts a redirect being followed. A MOVED also wakes the refresher: the
+    /// hash slot map changed.
+    fn following(&self, kind: RedirectKind) {
+        (self.shared.events)(StoreEvent::Redirected(kind));
+        if kind == RedirectKind::Moved {
+            self.shared.wake.notify_one();
+        }
+    }
+
     /// Runs one command on the node owning `key`, on that node's control
     /// connection, with [`PING_TIMEOUT`] for the whole call (connecting
     /// included) and no retry: background and operator calls, off the request
-    /// path.
+    /// path. A MOVED or ASK answer is followed once, as on the lease path.
     async fn control<T: redis::FromRedisValue>(
         &self,
         key: &str,
@@ -355,29 +404,174 @@ impl RedisStore {
                 .node_of(hash_slot(key))
                 .and_then(|i| map.nodes.get(i).cloned())
                 .ok_or_else(|| StoreError::Unavailable("topology unknown".into()))?;
-            let mut c = self.shared.control_conn(&node).await?;
-            cmd.query_async::<T>(&mut c)
-                .await
-                .map_err(|e| StoreError::Unavailable(format!("{node}: {e}")))
+            let first = self.query_on::<T>(&node, &cmd, false).await;
+            let Some(to) = first.as_ref().err().and_then(Redirect::of) else {
+                return first;
+            };
+            self.following(to.kind);
+            let asking = to.kind == RedirectKind::Ask;
+            self.query_on::<T>(&to.node, &cmd, asking).await
         };
         match timeout(PING_TIMEOUT, call).await {
             Ok(answer) => answer,
             Err(_) => Err(StoreError::Timeout(PING_TIMEOUT)),
         }
     }
+
+    /// Runs `cmd` on `node`'s control connection, after `ASKING` when an ASK
+    /// redirect sent it there; a redirect answer is its [`StoreError`].
+    async fn query_on<T: redis::FromRedisValue>(
+        &self,
+        node: &str,
+        cmd: &redis::Cmd,
+        asking: bool,
+    ) -> Result<T, StoreError> {
+        let unavailable = |e: redis::RedisError| StoreError::Unavailable(format!("{node}: {e}"));
+        let mut c = self.shared.control_conn(node).await?;
+        let answer = if asking {
+            let mut p = redis::pipe();
+            p.cmd("ASKING").ignore().add_command(cmd.clone());
+            p.query_async::<(T,)>(&mut c).await.map(|(t,)| t)
+        } else {
+            cmd.query_async::<T>(&mut c).await
+        };
+        answer.map_err(|e| {
+            let to = e.redirect_node().map(|(to, _)| to.to_string());
+            match (e.kind(), to) {
+                (redis::ErrorKind::Server(redis::ServerErrorKind::Moved), Some(node)) => {
+                    StoreError::Moved { node }
+                }
+                (redis::ErrorKind::Server(redis::ServerErrorKind::Ask), Some(node)) => {
+                    StoreError::Ask { node }
+                }
+                _ => unavailable(e),
+            }
+        })
+    }
 }
 
-/// The node a MOVED answer points to. (An ASK, a hash slot in mid-migration, is
-/// not followed: its items take the failure policy for that moment.)
-fn moved_to(answer: &Acquired) -> Option<String> {
-    match answer {
-        Err(StoreError::Moved { node }) => Some(node.clone()),
-        _ => None,
+/// A batcher that stopped before answering (the store is being dropped).
+fn stopped() -> StoreError {
+    StoreError::Unavailable("batcher stopped".into())
+}
+
+/// One answer per item, after at most one redirect each. Every item answered
+/// MOVED or ASK is sent again at once (`resend`, which returns the channel its
+/// answer comes on), and what that call answers is final, another redirect
+/// included, so no item goes round between nodes. A resent item not answered
+/// by `deadline`, the one its first call had, is a timeout of `budget`.
+async fn follow_redirects<T>(
+    firsts: Vec<(&T, Acquired)>,
+    mut resend: impl FnMut(&T, Redirect) -> oneshot::Receiver<Acquired>,
+    deadline: Instant,
+    budget: Duration,
+) -> Vec<Acquired> {
+    enum Pending {
+        Answered(Acquired),
+        Resent(oneshot::Receiver<Acquired>),
     }
+    let pending: Vec<Pending> = firsts
+        .into_iter()
+        .map(
+            |(item, first)| match first.as_ref().err().and_then(Redirect::of) {
+                Some(to) => Pending::Resent(resend(item, to)),
+                None => Pending::Answered(first),
+            },
+        )
+        .collect();
+    let mut answers = Vec::with_capacity(pending.len());
+    for answer in pending {
+        answers.push(match answer {
+            Pending::Answered(first) => first,
+            Pending::Resent(again) => match timeout_at(deadline, again).await {
+                Ok(answer) => answer.unwrap_or_else(|_| Err(stopped())),
+                Err(_) => Err(StoreError::Timeout(budget)),
+            },
+        });
+    }
+    answers
 }
 
 /// A client for `node` with the configured credentials and TLS (kept out of
 /// every log line: errors name the node only).
 fn client(node: &str, cfg: &RedisConfig) -> Result<redis::Client, StoreError> {
     client::client(node, &cfg.connect).map_err(|e| StoreError::Failed(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answered(answer: Acquired) -> oneshot::Receiver<Acquired> {
+        let (tx, rx) = oneshot::channel();
+        let _ = tx.send(answer);
+        rx
+    }
+
+    #[tokio::test]
+    async fn a_redirect_is_followed_once_and_its_answer_is_final() {
+        let moved = |node: &str| StoreError::Moved { node: node.into() };
+        let ask = |node: &str| StoreError::Ask { node: node.into() };
+        let firsts: Vec<(&u8, Acquired)> = vec![
+            (&0, Err(StoreError::Shed)),
+            (&1, Err(ask("b:2"))),
+            (&2, Err(moved("c:3"))),
+        ];
+        let mut sent = Vec::new();
+        let budget = Duration::from_secs(1);
+        let answers = follow_redirects(
+            firsts,
+            |item, to| {
+                sent.push((*item, to));
+                // Item 1's target redirects again; item 2's answers.
+                answered(if *item == 1 {
+                    Err(moved("a:1"))
+                } else {
+                    Err(StoreError::Failed("answered".into()))
+                })
+            },
+            Instant::now() + budget,
+            budget,
+        )
+        .await;
+        let to = |kind, node: &str| Redirect {
+            kind,
+            node: node.into(),
+        };
+        assert_eq!(
+            sent,
+            [
+                (1, to(RedirectKind::Ask, "b:2")),
+                (2, to(RedirectKind::Moved, "c:3"))
+            ]
+        );
+        assert_eq!(
+            answers,
+            [
+                Err(StoreError::Shed),
+                Err(moved("a:1")),
+                Err(StoreError::Failed("answered".into()))
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_redirected_item_keeps_its_first_deadline() {
+        let budget = Duration::from_millis(3);
+        let started = Instant::now();
+        let mut unanswered = Vec::new();
+        let answers = follow_redirects(
+            vec![(&0u8, Err(StoreError::Ask { node: "b:2".into() }))],
+            |_, _| {
+                let (tx, rx) = oneshot::channel();
+                unanswered.push(tx);
+                rx
+            },
+            started + budget,
+            budget,
+        )
+        .await;
+        assert_eq!(answers, [Err(StoreError::Timeout(budget))]);
+        assert_eq!(started.elapsed(), budget);
+    }
 }

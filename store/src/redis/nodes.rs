@@ -171,16 +171,19 @@ impl Shared {
         Err(last)
     }
 
-    /// Sends one item to the node owning its hash slot (or to `node` when a MOVED
-    /// redirect named it); the answer arrives on the returned channel.
+    /// Sends one item to the node owning its hash slot (or to the node a MOVED or
+    /// ASK redirect named); the answer arrives on the returned channel.
     pub(super) fn submit(
         self: &Arc<Self>,
         item: &Acquire,
-        node: Option<String>,
+        redirect: Option<Redirect>,
     ) -> oneshot::Receiver<Acquired> {
         let (reply, rx) = oneshot::channel();
         let key = keys::bucket(&self.cfg.key_ids, &item.key);
-        let node = node.or_else(|| {
+        let asking = redirect
+            .as_ref()
+            .is_some_and(|r| r.kind == RedirectKind::Ask);
+        let node = redirect.map(|r| r.node).or_else(|| {
             let map = self.map.read().ok()?.clone();
             map.node_of(hash_slot(&key))
                 .and_then(|i| map.nodes.get(i).cloned())
@@ -199,6 +202,7 @@ impl Shared {
             redis_key: key,
             item: item.clone(),
             share: item.share,
+            asking,
             reply,
         };
         match self.batcher(&node) {

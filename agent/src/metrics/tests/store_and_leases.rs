@@ -96,6 +96,29 @@ fn a_redis_node_counts_as_down_from_its_event_until_it_is_back() {
 }
 
 #[test]
+fn store_redirects_count_by_kind_from_zero() {
+    let m = Fixture::new();
+    let redirects = |kind| {
+        sample(
+            &m.render().unwrap(),
+            "meshlimit_store_redirects_total",
+            &[("kind", kind)],
+        )
+    };
+    assert_eq!(
+        (redirects("moved"), redirects("ask")),
+        (Some(0.0), Some(0.0))
+    );
+    m.leases.store_redirect("ask");
+    m.leases.store_redirect("ask");
+    m.leases.store_redirect("moved");
+    assert_eq!(
+        (redirects("moved"), redirects("ask")),
+        (Some(1.0), Some(2.0))
+    );
+}
+
+#[test]
 fn refused_control_reads_count_by_record_and_reason_from_zero() {
     use meshlimit_store::control::{Record, Refusal};
     let m = Fixture::new();

@@ -9,6 +9,7 @@ mod chaos_agent;
 mod chaos_cluster;
 mod chaos_failover;
 mod chaos_redis;
+mod chaos_reshard;
 mod chaos_rollout;
 mod chaos_upgrade;
 mod e2e_aggregate;

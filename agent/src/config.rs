@@ -109,8 +109,10 @@ pub struct RunArgs {
     #[arg(long, env = "MESHLIMIT_MAX_INFLIGHT", default_value_t = defaults::MAX_INFLIGHT,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_inflight: u32,
-    /// Deadline of one Redis pipeline, in milliseconds; never retried. Keep it
-    /// below the filter's lease timeout (5 ms) so an answer can still arrive.
+    /// Deadline of a lease item's Redis call, in milliseconds: its pipeline,
+    /// and the one a MOVED or ASK redirect sends it on, together; never
+    /// retried. Keep it below the filter's lease timeout (5 ms) so an answer
+    /// can still arrive.
     #[arg(long, env = "MESHLIMIT_STORE_DEADLINE_MS", default_value_t = defaults::STORE_DEADLINE_MS,
           value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub(crate) store_deadline_ms: u64,

@@ -222,6 +222,14 @@ pub struct RunArgs {
     #[arg(long, env = "MESHLIMIT_HEADER_TIMEOUT_MS", default_value_t = defaults::HEADER_TIMEOUT_MS,
           value_parser = clap::value_parser!(u64).range(10..=600_000))]
     pub(crate) header_timeout_ms: u64,
+    /// After SIGTERM, go on serving this long, in milliseconds, before
+    /// stopping: a terminating pod stays in the node-local Service until
+    /// kube-proxy (or Istio) has heard of it, and a connection sent there
+    /// after the agent stopped accepting would be refused. A second signal
+    /// ends the wait. 0 stops at once.
+    #[arg(long, env = "MESHLIMIT_SHUTDOWN_DELAY_MS", default_value_t = defaults::SHUTDOWN_DELAY_MS,
+          value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub(crate) shutdown_delay_ms: u64,
     /// Where the decision log goes: `stdout`, or a file path (rotated by size).
     /// Every rejection the node's filters make and a sample of their allowed
     /// decisions (each rule's `log_sample`), one JSON object a line. Without

@@ -124,10 +124,25 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let server = start_server(&args, &app, &shutdown)?;
     log_serving(&args);
     let signal = signals.recv().await;
+    serve_on(&mut signals, signal, args.shutdown_delay()).await;
     tracing::info!("{signal}: shutting down");
     trigger.trigger();
     stop(&app, server, tasks, leaving).await;
     Ok(())
+}
+
+/// Serves on for `delay` after `signal` (`--shutdown-delay-ms`), or until a
+/// second signal: time for the node-local Service to stop sending new
+/// connections to a terminating pod, which stopping at once would refuse.
+async fn serve_on(signals: &mut Signals, signal: &str, delay: Duration) {
+    if delay.is_zero() {
+        return;
+    }
+    tracing::info!("{signal}: serving {delay:?} more before shutting down");
+    tokio::select! {
+        _ = tokio::time::sleep(delay) => {}
+        again = signals.recv() => tracing::info!("{again}: not waiting any longer"),
+    }
 }
 
 /// What a stopping agent leaves the region's live agents with.

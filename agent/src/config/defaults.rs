@@ -48,6 +48,8 @@ pub(crate) const MAX_KEYS: u32 = meshlimit_store::memory::DEFAULT_MAX_KEYS;
 pub(crate) const MAX_CONNECTIONS: u32 = MAX_INFLIGHT;
 /// `--header-timeout-ms`.
 pub(crate) const HEADER_TIMEOUT_MS: u64 = 5_000;
+/// `--shutdown-delay-ms`: none (the Kubernetes manifest sets its own).
+pub(crate) const SHUTDOWN_DELAY_MS: u64 = 0;
 
 /// [`MAX_KEYS`] as a size.
 pub(crate) fn max_keys() -> usize {

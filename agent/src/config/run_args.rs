@@ -36,6 +36,10 @@ impl RunArgs {
         Duration::from_millis(self.override_poll_ms)
     }
 
+    pub(crate) fn shutdown_delay(&self) -> Duration {
+        Duration::from_millis(self.shutdown_delay_ms)
+    }
+
     pub(crate) fn header_timeout(&self) -> Duration {
         Duration::from_millis(self.header_timeout_ms)
     }

@@ -241,6 +241,70 @@ fn run_serves_then_stops_cleanly_on_sigterm() {
     assert!(stderr.contains("SIGTERM: shutting down"), "{stderr}");
 }
 
+/// Waits for `agent` to exit; its exit code and when it exited.
+fn exit_of(agent: &mut Running, within: Duration) -> (Option<i32>, Instant) {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = agent.0.try_wait().unwrap() {
+            return (status.code(), Instant::now());
+        }
+        assert!(
+            start.elapsed() < within,
+            "agent still running after {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn with_a_shutdown_delay_the_agent_serves_new_connections_after_sigterm() {
+    const DELAY: Duration = Duration::from_millis(1_500);
+    let dir = tempfile::tempdir().unwrap();
+    let (mut agent, addr) = start_run(dir.path(), &["--shutdown-delay-ms", "1500"]);
+    let start = Instant::now();
+    while !http_get(&addr, "/readyz").is_some_and(|r| r.starts_with("HTTP/1.1 200")) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "agent not ready on {addr}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let termed = Instant::now();
+    let pid = agent.0.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    // A connection opened after SIGTERM, within the delay, is served.
+    std::thread::sleep(Duration::from_millis(300));
+    let reply = http_get(&addr, "/healthz").expect("a new connection after SIGTERM");
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(
+        termed.elapsed() < DELAY,
+        "the check came too late to mean anything"
+    );
+    let (code, exited) = exit_of(&mut agent, Duration::from_secs(10));
+    assert_eq!(code, Some(0));
+    assert!(
+        exited - termed >= DELAY,
+        "exited {:?} after SIGTERM",
+        exited - termed
+    );
+    let mut stderr = String::new();
+    agent
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(
+        stderr.contains("SIGTERM: serving 1.5s more before shutting down"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn run_refuses_to_start_without_a_secret() {
     let dir = tempfile::tempdir().unwrap();

@@ -36,7 +36,7 @@ pub use fleet::{
     FLEET_WITHIN,
 };
 pub use http::{get, post, raw_status, request, try_request, Response};
-pub use load::{count_between, latency_quantile, Load, Sample};
+pub use load::{assert_admitted_at_rate, count_between, latency_quantile, Load, Sample};
 pub use metrics::{label, sample};
 pub use ports::free_port;
 pub use process::signal;

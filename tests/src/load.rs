@@ -121,3 +121,39 @@ pub fn latency_quantile(samples: &[&Sample], q: f64) -> Duration {
     let i = ((l.len() as f64 * q).ceil() as usize).saturating_sub(1);
     l.get(i).copied().unwrap_or_default()
 }
+
+/// Asserts that a drained key's `samples` sent from `from` on admitted its
+/// rule's `rate` over their span, within 1%. The band widens only by what
+/// the count's two ends can shift by: a request counts by when it was sent,
+/// the store grants by when it ran the script, so each end moves by up to the
+/// latency of the requests there (times the rate), and by one token for the
+/// whole requests. For an exact rule, whose every request is a store call.
+pub fn assert_admitted_at_rate(samples: &[Sample], from: Instant, rate: f64) {
+    let counted: Vec<&Sample> = samples.iter().filter(|s| s.at >= from).collect();
+    let (first, last) = match (counted.first(), counted.last()) {
+        (Some(first), Some(last)) => (first, last),
+        _ => panic!("no request sent after the key drained"),
+    };
+    let span = last.at.duration_since(first.at).as_secs_f64();
+    let admitted = counted.iter().filter(|s| s.status == 200).count() as f64;
+    let ideal = rate * span;
+    let near = |end: Instant| {
+        counted
+            .iter()
+            .filter(|s| s.at.max(end).duration_since(s.at.min(end)) < Duration::from_millis(50))
+            .map(|s| s.latency)
+            .max()
+            .unwrap_or_default()
+    };
+    let edges = rate * (near(first.at) + near(last.at)).as_secs_f64() + 1.0;
+    let band = (ideal * 0.01).max(edges);
+    println!(
+        "admitted {admitted} in {span:.2} s at {rate}/s: {ideal:.1} ideal, off by {:.2} % \
+         (band ±{band:.1}: 1 % or the ends' latency, {edges:.1})",
+        100.0 * (admitted - ideal) / ideal
+    );
+    assert!(
+        (admitted - ideal).abs() <= band,
+        "admitted {admitted}, ideal {ideal:.1} ± {band:.1}"
+    );
+}

@@ -18,7 +18,8 @@
 use std::time::{Duration, Instant};
 
 use meshlimit_tests::{
-    sample, wait_for, AgentOptions, Load, Probe, RedisCluster, Resp, Sample, Stack,
+    assert_admitted_at_rate, sample, wait_for, AgentOptions, Load, Probe, RedisCluster, Resp,
+    Sample, Stack,
 };
 
 const RULE: &str = "per-key";
@@ -184,37 +185,6 @@ fn resharding_under_load_is_followed_without_a_failure_policy_decision() {
         let denied = samples.iter().filter(|s| s.status == 429).count();
         assert_eq!(denied, 0, "{k}, under its limit, was denied");
     }
-    assert_hot_key_admitted_at_its_rate(&hot, drained);
-}
-
-/// What the drained hot key admitted from `drained` to its last request is
-/// the rule's rate over that time. The band: 1% of it, widened only by what
-/// the two ends of the count can shift by: a request counts by when it was
-/// sent, the store grants by when it ran the script, so each end moves by up
-/// to the latency of the requests there (times the rate), and by one token
-/// for the whole requests.
-fn assert_hot_key_admitted_at_its_rate(hot: &[Sample], drained: Instant) {
-    let counted: Vec<&Sample> = hot.iter().filter(|s| s.at >= drained).collect();
-    let (first, last) = (counted.first().unwrap(), counted.last().unwrap());
-    let span = last.at.duration_since(first.at).as_secs_f64();
-    let admitted = counted.iter().filter(|s| s.status == 200).count() as f64;
-    let ideal = RATE * span;
-    let near = |end: Instant| {
-        counted
-            .iter()
-            .filter(|s| s.at.max(end).duration_since(s.at.min(end)) < Duration::from_millis(50))
-            .map(|s| s.latency)
-            .max()
-            .unwrap_or_default()
-    };
-    let edges = RATE * (near(first.at) + near(last.at)).as_secs_f64() + 1.0;
-    let band = (ideal * 0.01).max(edges);
-    println!(
-        "hot key: admitted {admitted} in {span:.2} s at {RATE}/s: {ideal:.1} ideal, off by {:.2} % (band ±{band:.1}: 1 % or the ends' latency, {edges:.1})",
-        100.0 * (admitted - ideal) / ideal
-    );
-    assert!(
-        (admitted - ideal).abs() <= band,
-        "admitted {admitted}, ideal {ideal:.1} ± {band:.1}"
-    );
+    // What the drained hot key admitted is its rate over that time.
+    assert_admitted_at_rate(&hot, drained, RATE);
 }

@@ -8,8 +8,8 @@
 use std::time::{Duration, Instant};
 
 use meshlimit_tests::{
-    count_between, eventually, key_id, redis_bucket_key, signal, Agent, AgentOptions, Load,
-    RedisServer, Resp, Sample, Stack,
+    assert_admitted_at_rate, count_between, eventually, key_id, redis_bucket_key, signal, wait_for,
+    Agent, AgentOptions, Load, Probe, RedisServer, Resp, Sample, Stack,
 };
 
 /// The hot key's limit, a second (its burst too).
@@ -211,3 +211,52 @@ fn assert_hot_key_admitted(hot: &[Sample], term: Instant) {
 /// top: about three lease periods), admitted together once it ends. So at
 /// most three lease periods of the limit either way: 0.3 of it.
 const UPGRADE_SECOND_TOLERANCE: f64 = 0.3;
+
+/// An exact rule's limit, a second (its burst too): every request is a store
+/// call, so what the key admits is the bucket's refill, exactly.
+const EXACT: f64 = 100.0;
+const EXACT_RULES: &str = "version: 1\nrules:\n  - {name: exact, key: [{header: x-api-key}], limit: {requests: 100, per: 1s}, accuracy: exact, on_failure: closed}\n";
+
+#[test]
+fn an_agent_upgrade_under_load_keeps_an_exact_key_at_its_rate() {
+    let redis = RedisServer::start();
+    let options = AgentOptions::new(EXACT_RULES).store(redis.url());
+    let mut stack = Stack::start_with(options.clone(), |c| c);
+    let max = Duration::from_secs(30);
+    let hot = Load::start(
+        &stack.envoy.url("/"),
+        &[("x-api-key", "hot")],
+        2.5 * EXACT,
+        2,
+        max,
+    );
+    // The key's bucket drained: from now on the store admits at its rate.
+    let drained = wait_for(Duration::from_secs(5), "the key's first denial", || {
+        if stack.decisions("exact", "limited") > 0 {
+            Probe::Ready(Instant::now())
+        } else {
+            Probe::Pending
+        }
+    })
+    .unwrap();
+    let new = Agent::start_with(options.port(stack.agent.port()));
+    eventually(Duration::from_secs(10), "the new agent to serve", || {
+        new.stderr().contains("meshlimit-agent serving")
+    });
+    signal(stack.agent.pid().unwrap(), "-TERM");
+    eventually(Duration::from_secs(10), "the old agent to exit", || {
+        !stack.agent.is_running()
+    });
+    // A second on the new agent alone.
+    std::thread::sleep(Duration::from_secs(1));
+    let hot = hot.stop();
+
+    assert_eq!(by_failure_policy(&stack, "exact"), 0);
+    let other = hot
+        .iter()
+        .filter(|s| s.status != 200 && s.status != 429)
+        .count();
+    assert_eq!(other, 0, "requests answered neither 200 nor 429");
+    // Across the whole upgrade, the key admitted its rate within 1%.
+    assert_admitted_at_rate(&hot, drained, EXACT);
+}

@@ -40,7 +40,7 @@ WASI_RUNNER := node $(CURDIR)/tools/wasi-run.mjs
 # deploy/check.mk (optional, owned by deploy/) defines `deploy-check`.
 HAVE_DEPLOY_CHECK := $(shell grep -qsE '^deploy-check[[:space:]]*::?([^=]|$$)' deploy/check.mk && echo yes)
 
-.PHONY: tools tools-rust tools-nextest tools-envoy tools-grpc tools-mdbook tools-apt build build-test lint test test-fast test-wasm docs reference demo clean-run help
+.PHONY: tools tools-rust tools-nextest tools-envoy tools-grpc tools-mdbook tools-apt build build-test lint test test-fast test-wasm docs reference demo clean-run help ops-hour
 
 help:
 	@echo "make tools      install pinned tools (wasm target, cargo-nextest $(NEXTEST_VERSION), Envoy $(ENVOY_VERSION), grpcio $(GRPCIO_VERSION) and h2 in .venv, redis-server, wrk)"
@@ -53,6 +53,7 @@ help:
 	@echo "make capacity-check  the capacity model beside the simulator at 10,000 gateways x 100 agents (bench/results/capacity-check.md)"
 	@echo "make capacity-inputs  the capacity model's inputs measured (Redis work, bytes and memory per item, filter memory, region bytes) into bench/results/capacity-inputs.{md,json}"
 	@echo "make accuracy-seeds  the accuracy scenarios in virtual time over ACCURACY_SEEDS seeds each (default 200)"
+	@echo "make ops-hour   an hour of operations at once (upgrades, a reshard, a primary killed, a rules trial, a filter rollout) under load: OPS_MINUTES (60), figures and a plot in bench/results/ops-hour/"
 	@echo "make docs       the book (docs/, mdBook $(MDBOOK_VERSION)) into target/book, then every Markdown link and anchor checked"
 	@echo "make reference  regenerate the book's generated reference pages (CLI, metrics, rules file) from the code"
 	@echo "make demo       run agent + Envoy locally and show a request being limited"
@@ -306,6 +307,16 @@ capacity:
 capacity-check:
 	$(CARGO) build --release -p meshlimit-sim
 	$(PYTHON) tools/capacity.py check
+
+# An hour of operations at once (not in `make test`; a quiet machine):
+# tests/tests/it/ops_hour.rs for OPS_MINUTES, its figures, each event's
+# effect and a plot into OPS_OUT (relative to the repository's root).
+# `cargo test`, not nextest, whose slow-test timeout would stop it.
+OPS_MINUTES ?= 60
+OPS_OUT ?= bench/results/ops-hour
+ops-hour: tools build build-test
+	$(CARGO) build -p meshlimit-agent -p meshlimit-cli
+	OPS_MINUTES=$(OPS_MINUTES) OPS_OUT=$(OPS_OUT) $(CARGO) test -p meshlimit-tests --test it ops_hour -- --ignored --nocapture
 
 accuracy-seeds:
 	MESHLIMIT_SIM_SEEDS=$(ACCURACY_SEEDS) $(CARGO) test --release -p meshlimit-sim --test it virtual_fleet::

@@ -350,6 +350,11 @@ impl Envoy {
         self.dir.path().join(REPLAY_LOG)
     }
 
+    /// Envoy's process id.
+    pub fn pid(&self) -> u32 {
+        self.proc.pid()
+    }
+
     /// Envoy's log (its stderr).
     pub fn log(&self) -> String {
         self.proc.stderr()

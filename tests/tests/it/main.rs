@@ -36,5 +36,6 @@ mod e2e_trial;
 mod e2e_trust;
 mod e2e_windows;
 mod harness;
+mod ops_hour;
 mod redis_store;
 mod regions;

@@ -220,8 +220,24 @@ fn run_with(fault: Fault, rules: &str) {
         if s >= 1 && hmax > EXACT_MAX {
             failures.push(format!("second {s}: a healthy key admitted {hmax}"));
         }
-        if s >= 1 && hmin < LIMIT / 2 {
-            failures.push(format!("second {s}: a healthy key admitted only {hmin}"));
+        // Too few admitted is judged against what was sent: a loaded machine
+        // can keep the load's own threads from offering the limit, and a
+        // key offered 8 requests in a second cannot be admitted 10.
+        let sent: Vec<usize> = samples
+            .iter()
+            .map(|v| v.iter().filter(|x| x.at >= from && x.at < to).count())
+            .collect();
+        let short = per_key
+            .iter()
+            .zip(&sent)
+            .zip(&dead)
+            .filter(|((n, sent), d)| !**d && **n < LIMIT.min(**sent) / 2)
+            .map(|((n, sent), _)| (*n, *sent))
+            .next();
+        if let (true, Some((n, sent))) = (s >= 1, short) {
+            failures.push(format!(
+                "second {s}: a healthy key admitted only {n} of {sent} sent"
+            ));
         }
         if fault == Fault::RestartEmpty {
             // An empty primary: each key's bucket starts full once.

@@ -138,9 +138,10 @@ impl RequestInfo {
 
     /// Every value of a header, under any spelling of its name.
     fn values<'a, 'n>(&'a self, name: &'n str) -> impl Iterator<Item = &'a [u8]> + use<'a, 'n> {
+        let wanted = spelling(name).as_bytes();
         self.headers
             .raw()
-            .filter(move |(n, _)| same_header(n, name))
+            .filter(move |(n, _)| same_spelling(n, wanted))
             .map(|(_, v)| v)
     }
 
@@ -175,30 +176,38 @@ impl RequestInfo {
     }
 }
 
-/// Whether header name `sent` is a spelling of `wanted` (a lowercase name from a
-/// rule): ASCII case and `_`/`-` are not told apart, and `host` is `:authority`.
-fn same_header(sent: &[u8], wanted: &str) -> bool {
-    let wanted = if wanted == "host" {
+/// The one spelling of a header name from a rule (lowercase): `host` is
+/// `:authority`.
+fn spelling(wanted: &str) -> &str {
+    if wanted == "host" {
         ":authority"
     } else {
         wanted
-    };
-    let sent = if sent.eq_ignore_ascii_case(b"host") {
+    }
+}
+
+/// Whether header name `sent` is a spelling of `wanted` (a rule's name in its
+/// [`spelling`]): ASCII case and `_`/`-` are not told apart, and `host` is
+/// `:authority`. Names of another length are told apart first, and a name
+/// sent as the rule spells it (Envoy's are lowercase) by one comparison: a
+/// lookup runs this on every header of every request.
+fn same_spelling(sent: &[u8], wanted: &[u8]) -> bool {
+    let sent: &[u8] = if sent.len() == 4 && sent.eq_ignore_ascii_case(b"host") {
         b":authority"
     } else {
         sent
     };
-    sent.len() == wanted.len()
-        && sent.iter().zip(wanted.bytes()).all(|(&a, b)| {
-            let fold = |c: u8| {
-                if c == b'_' {
-                    b'-'
-                } else {
-                    c.to_ascii_lowercase()
-                }
-            };
-            fold(a) == fold(b)
-        })
+    if sent.len() != wanted.len() {
+        return false;
+    }
+    let fold = |c: u8| {
+        if c == b'_' {
+            b'-'
+        } else {
+            c.to_ascii_lowercase()
+        }
+    };
+    sent == wanted || sent.iter().zip(wanted).all(|(&a, &b)| fold(a) == fold(b))
 }
 
 impl RuleSet {

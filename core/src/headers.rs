@@ -48,20 +48,17 @@ pub fn write_quota_fields(
     quota: &Quota<'_>,
     mut emit: impl FnMut(&'static str, &str),
 ) {
-    let reset = quota.reset_ns.div_ceil(NANOS_PER_SEC);
     match style {
         HeaderStyle::Ietf => {
-            // The quoted name and two parameters of at most 18 bytes each.
-            let mut field = String::with_capacity(48 + quota.rule.len());
-            let (q, w) = quota.limit.window_quota();
-            write_structured(&mut field, quota.rule, [("q", q), ("w", w)]);
+            let mut field = String::with_capacity(IETF_FIELD_ROOM + quota.rule.len());
+            write_policy_value(&mut field, quota.rule, &quota.limit);
             emit("ratelimit-policy", &field);
             field.clear();
-            let r = u64::from(quota.remaining);
-            write_structured(&mut field, quota.rule, [("r", r), ("t", reset)]);
+            write_ratelimit_value(&mut field, quota);
             emit("ratelimit", &field);
         }
         HeaderStyle::Legacy => {
+            let reset = quota.reset_ns.div_ceil(NANOS_PER_SEC);
             let limit = u64::from(quota.limit.requests());
             emit("x-ratelimit-limit", Decimal::of(limit).as_str());
             emit(
@@ -72,6 +69,25 @@ pub fn write_quota_fields(
         }
         HeaderStyle::Off => {}
     }
+}
+
+/// Room for an IETF field's value beside the rule's name: the quotes and two
+/// parameters of at most 18 bytes each.
+pub const IETF_FIELD_ROOM: usize = 48;
+
+/// Appends the `ratelimit-policy` value of `rule` under `limit`
+/// (`"name";q=100;w=60`): the same for every response the limit allows, so
+/// a caller may keep it.
+pub fn write_policy_value(out: &mut String, rule: &str, limit: &Limit) {
+    let (q, w) = limit.window_quota();
+    write_structured(out, rule, [("q", q), ("w", w)]);
+}
+
+/// Appends the `ratelimit` value of `quota` (`"name";r=0;t=30`).
+pub fn write_ratelimit_value(out: &mut String, quota: &Quota<'_>) {
+    let reset = quota.reset_ns.div_ceil(NANOS_PER_SEC);
+    let r = u64::from(quota.remaining);
+    write_structured(out, quota.rule, [("r", r), ("t", reset)]);
 }
 
 /// The fields of a 429 for `rule`, written straight into the list the proxy

@@ -289,10 +289,11 @@ impl<H: Proxy> HttpContext for Http<H> {
             None => self.quota,
         };
         if let Some(held) = quota.as_ref() {
-            if self.config.response_headers != HeaderStyle::Off {
-                let quota = held.quota();
+            let style = self.config.response_headers;
+            if style != HeaderStyle::Off {
                 let host = &self.host;
-                headers::write_quota_fields(self.config.response_headers, &quota, |name, value| {
+                let mut vm = self.vm.borrow_mut();
+                vm.quota_fields.write(style, &held.quota(), |name, value| {
                     host.add_response_header(name, value);
                 });
             }

@@ -21,6 +21,7 @@ mod counts;
 pub mod decided;
 pub mod declog;
 mod fast_map;
+mod fields;
 mod finish;
 pub mod flights;
 pub mod host;

@@ -13,6 +13,7 @@ use crate::config::FilterConfig;
 use crate::counts::Counts;
 use crate::decided::IdCache;
 use crate::declog::DecisionLog;
+use crate::fields::QuotaFields;
 use crate::flights::Flights;
 use crate::slices::Slices;
 use crate::usage::UsageAnswers;
@@ -66,6 +67,8 @@ pub struct VmState {
     /// This worker's slices of its hot keys' leases (by `config.slot_hasher`'s
     /// fingerprints).
     pub slices: Slices,
+    /// The allowed responses' quota field values.
+    pub quota_fields: QuotaFields,
 }
 
 impl VmState {

@@ -62,6 +62,16 @@ impl<H: Proxy> Http<H> {
         let mut info = RequestInfo::from_headers(headers);
         // The host's clock (Unix time): which schedule window is in force.
         info.now_ns = self.host.now_ns();
+        if needs.client_ip || needs.route || needs.cluster || !needs.metadata.is_empty() {
+            self.stream_facts(needs, &mut info);
+        }
+        Ok(info)
+    }
+
+    /// The stream properties some rule keys on (each a host call), read
+    /// into `info`.
+    #[inline(never)]
+    fn stream_facts(&self, needs: &Needs, info: &mut RequestInfo) {
         if needs.client_ip {
             let downstream = self.host.property(&["source", "address"]);
             // Read where the header list holds it, and only when a rule keys
@@ -97,7 +107,6 @@ impl<H: Proxy> Http<H> {
                     .collect();
             }
         }
-        Ok(info)
     }
 
     /// Finishes the request `info` in this context; an allowed one keeps its
@@ -119,22 +128,77 @@ impl<H: Proxy> Http<H> {
                 .admit(&*self.host, &self.config, self.context_id, eval);
         let action = match admitted {
             Some(eval) => self.finish(&info, &eval),
-            None => {
-                let quota = QuotaCell::default();
-                let waiting = Waiting {
-                    quota: Rc::clone(&quota),
-                    asked: Rc::new(Asked { info }),
-                };
-                self.vm
-                    .borrow_mut()
-                    .waiting
-                    .insert(self.context_id, waiting);
-                self.parked = Some(quota);
-                Action::Pause
-            }
+            None => self.park(info),
         };
         wake_root(&*self.host, &self.vm, queue);
         action
+    }
+}
+
+impl<H: Proxy> Http<H> {
+    // The rare ends of a request, each a function of its own: kept out of
+    // `on_http_request_headers`, whose code every request enters.
+
+    /// Answers a request the rules cannot be applied to (400).
+    #[cold]
+    #[inline(never)]
+    fn refuse(&self, protocol: Protocol, e: &RequestError) -> Action {
+        self.host.send_answer(headers::bad_request(protocol, e));
+        Action::Pause
+    }
+
+    /// Answers a request to the usage path (or its limit).
+    #[cold]
+    #[inline(never)]
+    fn answer_usage(&mut self, rules: Option<&RuleSet>, info: &RequestInfo) -> Action {
+        let now = self.host.now_ns();
+        let per_second = self.config.usage_per_second;
+        let admitted = self
+            .vm
+            .borrow_mut()
+            .usage
+            .admit(&*self.host, per_second, now);
+        self.host.send_answer(if admitted {
+            let protocol = protocol_of(info);
+            usage::answer(&*self.host, &self.config, rules, info, protocol)
+        } else {
+            usage::limited()
+        });
+        Action::Pause
+    }
+
+    /// Calls the agent for this request alone (a host without shared
+    /// queues): the request waits for the answer, or takes its failure
+    /// policy when the call cannot be made.
+    #[inline(never)]
+    fn call_alone(&mut self, mut eval: Evaluation, info: RequestInfo) -> Action {
+        let host = &*self.host;
+        let body = serde_json::to_vec(&eval.lease_request()).unwrap_or_default();
+        let cfg = &self.config;
+        let call = AgentCall::to_agent(cfg, LEASE_PATH, AgentRequest::Post(&body), cfg.timeout);
+        if host.dispatch(call).is_some() {
+            self.pending = Some((eval, info));
+            return Action::Pause;
+        }
+        backoff::failed(host, self.config.agent_backoff);
+        eval.fail_misses(host, &self.config);
+        self.finish(&info, &eval)
+    }
+    /// Leaves the request `info` waiting on the VM's lease calls: the root
+    /// context finishes it and sets its quota in the cell kept here.
+    #[inline(never)]
+    fn park(&mut self, info: RequestInfo) -> Action {
+        let quota = QuotaCell::default();
+        let waiting = Waiting {
+            quota: Rc::clone(&quota),
+            asked: Rc::new(Asked { info }),
+        };
+        self.vm
+            .borrow_mut()
+            .waiting
+            .insert(self.context_id, waiting);
+        self.parked = Some(quota);
+        Action::Pause
     }
 }
 
@@ -214,40 +278,18 @@ impl<H: Proxy> HttpContext for Http<H> {
         }
         let info = match self.request_info(rules.as_deref()) {
             Ok(read) => read,
-            Err(e) => {
-                let e = RequestError::from(e);
-                self.host
-                    .send_answer(headers::bad_request(Protocol::Http, &e));
-                return Action::Pause;
-            }
+            Err(e) => return self.refuse(Protocol::Http, &RequestError::from(e)),
         };
         if usage::is_usage(&self.config, &info) {
-            let now = self.host.now_ns();
-            let per_second = self.config.usage_per_second;
-            let admitted = self
-                .vm
-                .borrow_mut()
-                .usage
-                .admit(&*self.host, per_second, now);
-            self.host.send_answer(if admitted {
-                let protocol = protocol_of(&info);
-                usage::answer(&*self.host, &self.config, rules.as_deref(), &info, protocol)
-            } else {
-                usage::limited()
-            });
-            return Action::Pause;
+            return self.answer_usage(rules.as_deref(), &info);
         }
         let Some(rules) = rules else {
             return Action::Continue;
         };
-        let mut eval = match Evaluation::new(Rc::clone(&rules), &info, &self.config) {
+        let mut eval = match Evaluation::new(rules, &info, &self.config) {
             Ok(Some(eval)) => eval,
             Ok(None) => return Action::Continue,
-            Err(e) => {
-                self.host
-                    .send_answer(headers::bad_request(protocol_of(&info), &e));
-                return Action::Pause;
-            }
+            Err(e) => return self.refuse(protocol_of(&info), &e),
         };
         let host = Rc::clone(&self.host);
         let host = &*host;
@@ -270,15 +312,7 @@ impl<H: Proxy> HttpContext for Http<H> {
             return self.join_flights(eval, queue, info);
         }
         if step.ask {
-            let body = serde_json::to_vec(&eval.lease_request()).unwrap_or_default();
-            let cfg = &self.config;
-            let call = AgentCall::to_agent(cfg, LEASE_PATH, AgentRequest::Post(&body), cfg.timeout);
-            if host.dispatch(call).is_some() {
-                self.pending = Some((eval, info));
-                return Action::Pause;
-            }
-            backoff::failed(host, self.config.agent_backoff);
-            eval.fail_misses(host, &self.config);
+            return self.call_alone(eval, info);
         }
         self.finish(&info, &eval)
     }

@@ -51,11 +51,18 @@ mod raw {
 pub struct ProxyHost;
 
 impl Host for ProxyHost {
+    /// In `u64` arithmetic: `Duration::as_nanos` is a `u128`, whose
+    /// multiply is a software routine in Wasm, on every request.
     fn now_ns(&self) -> u64 {
         hostcalls::get_current_time()
             .ok()
             .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+            .map_or(0, |d| {
+                d.as_secs()
+                    .checked_mul(1_000_000_000)
+                    .and_then(|ns| ns.checked_add(u64::from(d.subsec_nanos())))
+                    .unwrap_or(u64::MAX)
+            })
     }
 
     fn shared_get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {

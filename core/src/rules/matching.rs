@@ -85,6 +85,20 @@ pub struct Applicable<'r> {
 /// The method in upper case, as rules name it; HTTP's own methods (nearly
 /// every request) without an allocation.
 fn upper_case_method(method: &str) -> Cow<'static, str> {
+    // As HTTP spells them (and Envoy hands them over): one comparison.
+    match method {
+        "GET" => Cow::Borrowed("GET"),
+        "POST" => Cow::Borrowed("POST"),
+        "PUT" => Cow::Borrowed("PUT"),
+        "DELETE" => Cow::Borrowed("DELETE"),
+        _ => other_method(method),
+    }
+}
+
+/// [`upper_case_method`] for any other spelling, out of the common path.
+#[cold]
+#[inline(never)]
+fn other_method(method: &str) -> Cow<'static, str> {
     const KNOWN: [&str; 9] = [
         "GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "CONNECT", "TRACE",
     ];

@@ -77,7 +77,8 @@ pub const IETF_FIELD_ROOM: usize = 48;
 
 /// Appends the `ratelimit-policy` value of `rule` under `limit`
 /// (`"name";q=100;w=60`): the same for every response the limit allows, so
-/// a caller may keep it.
+/// a caller may keep it. It starts with the rule's name as
+/// [`write_sf_string`] writes it, as the `ratelimit` value does.
 pub fn write_policy_value(out: &mut String, rule: &str, limit: &Limit) {
     let (q, w) = limit.window_quota();
     write_structured(out, rule, [("q", q), ("w", w)]);
@@ -85,9 +86,16 @@ pub fn write_policy_value(out: &mut String, rule: &str, limit: &Limit) {
 
 /// Appends the `ratelimit` value of `quota` (`"name";r=0;t=30`).
 pub fn write_ratelimit_value(out: &mut String, quota: &Quota<'_>) {
+    write_sf_string(out, quota.rule);
+    write_ratelimit_params(out, quota);
+}
+
+/// Appends the `ratelimit` value's parameters (`;r=0;t=30`): the value
+/// once its rule's name is written ([`write_sf_string`]).
+pub fn write_ratelimit_params(out: &mut String, quota: &Quota<'_>) {
     let reset = quota.reset_ns.div_ceil(NANOS_PER_SEC);
-    let r = u64::from(quota.remaining);
-    write_structured(out, quota.rule, [("r", r), ("t", reset)]);
+    push_param(out, "r", u64::from(quota.remaining));
+    push_param(out, "t", reset);
 }
 
 /// The fields of a 429 for `rule`, written straight into the list the proxy
@@ -373,35 +381,57 @@ fn write_structured<const N: usize>(
     name: &str,
     params: [(&'static str, u64); N],
 ) {
+    write_sf_string(out, name);
+    for (key, value) in params {
+        if is_sf_key(key) {
+            push_param(out, key, value);
+        }
+    }
+}
+
+/// Appends `name` as an sf-string ([`write_structured`]'s rules): quoted,
+/// `"` and `\` escaped, empty with a character outside visible ASCII and
+/// space.
+pub fn write_sf_string(out: &mut String, name: &str) {
     out.push('"');
-    let printable = |b: &u8| (0x20..=0x7e).contains(b);
     if name
         .bytes()
-        .all(|b| printable(&b) && b != b'"' && b != b'\\')
+        .all(|b| (0x20..=0x7e).contains(&b) && b != b'"' && b != b'\\')
     {
         // Every rule's name ([a-z0-9._-]): nothing to escape, copied whole.
         out.push_str(name);
-    } else if name.as_bytes().iter().all(printable) {
-        let mut rest = name;
-        while let Some(at) = rest.find(['"', '\\']) {
-            let (plain, escaped) = rest.split_at(at);
-            let (one, after) = escaped.split_at(1);
-            out.push_str(plain);
-            out.push('\\');
-            out.push_str(one);
-            rest = after;
-        }
-        out.push_str(rest);
+    } else {
+        push_escaped_sf_string(out, name);
     }
     out.push('"');
-    for (key, value) in params {
-        if is_sf_key(key) {
-            out.push(';');
-            out.push_str(key);
-            out.push('=');
-            out.push_str(Decimal::of(value.min(SF_INTEGER_MAX)).as_str());
-        }
+}
+
+/// The inside of an sf-string that needs escaping (no rule's name does).
+#[cold]
+#[inline(never)]
+fn push_escaped_sf_string(out: &mut String, name: &str) {
+    if !name.bytes().all(|b| (0x20..=0x7e).contains(&b)) {
+        return;
     }
+    let mut rest = name;
+    while let Some(at) = rest.find(['"', '\\']) {
+        let (plain, escaped) = rest.split_at(at);
+        let (one, after) = escaped.split_at(1);
+        out.push_str(plain);
+        out.push('\\');
+        out.push_str(one);
+        rest = after;
+    }
+    out.push_str(rest);
+}
+
+/// Appends `;key=value` (a key of the key syntax), the value at most the
+/// largest sf-integer.
+fn push_param(out: &mut String, key: &str, value: u64) {
+    out.push(';');
+    out.push_str(key);
+    out.push('=');
+    out.push_str(Decimal::of(value.min(SF_INTEGER_MAX)).as_str());
 }
 
 /// The largest sf-integer (15 decimal digits).

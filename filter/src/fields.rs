@@ -19,6 +19,9 @@ struct Policy {
     rule: String,
     limit: Limit,
     value: String,
+    /// The value's first bytes are the rule's name as an sf-string, which
+    /// the `ratelimit` value starts with too.
+    name_len: usize,
 }
 
 /// A VM's quota field values.
@@ -46,37 +49,50 @@ impl QuotaFields {
         quota: &Quota<'_>,
         mut emit: impl FnMut(&'static str, &str),
     ) {
-        if style != HeaderStyle::Ietf {
+        let policy = match style {
+            HeaderStyle::Ietf => policy(&mut self.policies, quota),
+            HeaderStyle::Legacy | HeaderStyle::Off => None,
+        };
+        let Some(policy) = policy else {
             headers::write_quota_fields(style, quota, emit);
             return;
-        }
-        emit("ratelimit-policy", policy(&mut self.policies, quota));
+        };
+        emit("ratelimit-policy", &policy.value);
         self.value.clear();
-        headers::write_ratelimit_value(&mut self.value, quota);
+        self.value
+            .push_str(policy.value.get(..policy.name_len).unwrap_or_default());
+        headers::write_ratelimit_params(&mut self.value, quota);
         emit("ratelimit", &self.value);
     }
 }
 
 /// The `ratelimit-policy` value of `quota`'s rule and limit: the kept one, or
 /// written into its entry (taking over another rule's).
-fn policy<'p>(policies: &'p mut [Option<Policy>], quota: &Quota<'_>) -> &'p str {
+fn policy<'p>(policies: &'p mut [Option<Policy>], quota: &Quota<'_>) -> Option<&'p Policy> {
     let at = usize::try_from(fnv1a(quota.rule.as_bytes()) % POLICIES as u64).unwrap_or(0);
-    let Some(entry) = policies.get_mut(at) else {
-        return "";
-    };
+    let entry = policies.get_mut(at)?;
     let kept = entry
         .as_ref()
         .is_some_and(|p| p.limit == quota.limit && p.rule == quota.rule);
     if !kept {
-        let mut value = String::with_capacity(IETF_FIELD_ROOM + quota.rule.len());
-        headers::write_policy_value(&mut value, quota.rule, &quota.limit);
-        *entry = Some(Policy {
-            rule: quota.rule.to_string(),
-            limit: quota.limit,
-            value,
-        });
+        *entry = Some(written(quota));
     }
-    entry.as_ref().map_or("", |p| p.value.as_str())
+    entry.as_ref()
+}
+
+/// The policy value of `quota`'s rule and limit, written.
+fn written(quota: &Quota<'_>) -> Policy {
+    let mut value = String::with_capacity(IETF_FIELD_ROOM + quota.rule.len());
+    headers::write_sf_string(&mut value, quota.rule);
+    let name_len = value.len();
+    value.clear();
+    headers::write_policy_value(&mut value, quota.rule, &quota.limit);
+    Policy {
+        rule: quota.rule.to_string(),
+        limit: quota.limit,
+        value,
+        name_len,
+    }
 }
 
 #[cfg(test)]

@@ -33,6 +33,19 @@ fn u32_at(buf: &[u8], at: usize) -> Option<usize> {
     usize::try_from(u32::from_le_bytes(word)).ok()
 }
 
+/// The name or value whose length is at `len_at` and whose bytes start at
+/// `data`, when it and its NUL fit the buffer; `data` moves past the NUL.
+fn field<'b>(buf: &'b [u8], len_at: usize, data: &mut usize) -> Result<&'b [u8], MalformedHeaders> {
+    let len = u32_at(buf, len_at).ok_or(MalformedHeaders)?;
+    let end = data.checked_add(len).ok_or(MalformedHeaders)?;
+    let bytes = buf.get(*data..end).ok_or(MalformedHeaders)?;
+    if buf.get(end) != Some(&0) {
+        return Err(MalformedHeaders);
+    }
+    *data = end + 1;
+    Ok(bytes)
+}
+
 impl HeaderList {
     /// Takes a serialized map as the host returned it (empty: no headers),
     /// after checking its layout: the count and lengths fit the buffer, each
@@ -49,18 +62,11 @@ impl HeaderList {
             .ok_or(MalformedHeaders)?;
         for i in 0..count {
             // `count * 8 + 4` fits the buffer, so these offsets do too.
-            for (j, len_at) in [4 + i * 8, 8 + i * 8].into_iter().enumerate() {
-                let len = u32_at(&buf, len_at).ok_or(MalformedHeaders)?;
-                let end = data.checked_add(len).ok_or(MalformedHeaders)?;
-                let field = buf.get(data..end).ok_or(MalformedHeaders)?;
-                if j == 0 && crate::text::utf8(field).is_none() {
-                    return Err(MalformedHeaders);
-                }
-                if buf.get(end) != Some(&0) {
-                    return Err(MalformedHeaders);
-                }
-                data = end + 1;
+            let name = field(&buf, 4 + i * 8, &mut data)?;
+            if !name.is_ascii() && std::str::from_utf8(name).is_err() {
+                return Err(MalformedHeaders);
             }
+            field(&buf, 8 + i * 8, &mut data)?;
         }
         Ok(Self { buf })
     }

@@ -1,33 +1,18 @@
 //! Bytes read as text. `str::from_utf8` costs the filter's Wasm hundreds of
 //! instructions a call, however short the text, and the request path reads a
 //! dozen short texts a request (header names, the method, a key part, digits),
-//! nearly always ASCII: a byte loop checks those.
+//! nearly always ASCII: an ASCII check passes those.
 
-/// `bytes` as text when they are UTF-8: ASCII by a byte loop, anything else
-/// by the standard library's validation.
+/// `bytes` as text when they are UTF-8: ASCII by the standard library's
+/// word-at-a-time check (`<[u8]>::is_ascii`), anything else by its full
+/// validation.
 pub fn utf8(bytes: &[u8]) -> Option<&str> {
-    if is_ascii(bytes) {
+    if bytes.is_ascii() {
         // SAFETY: every byte is ASCII, and ASCII is valid UTF-8.
         #[allow(unsafe_code)]
         return Some(unsafe { std::str::from_utf8_unchecked(bytes) });
     }
     std::str::from_utf8(bytes).ok()
-}
-
-/// Whether every byte is ASCII: eight at a time, as one word each.
-fn is_ascii(bytes: &[u8]) -> bool {
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let mut words = bytes.chunks_exact(8);
-    let mut high = 0;
-    for word in &mut words {
-        let mut eight = [0u8; 8];
-        eight.copy_from_slice(word);
-        high |= u64::from_le_bytes(eight);
-    }
-    for &b in words.remainder() {
-        high |= u64::from(b);
-    }
-    high & HIGH == 0
 }
 
 #[cfg(test)]

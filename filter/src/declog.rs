@@ -14,7 +14,7 @@ use meshlimit_core::wire::{
 use meshlimit_core::{Outcome, RuleVerdict, NANOS_PER_MS};
 
 use crate::decided::Decided;
-use crate::pipeline::Evaluation;
+use crate::pipeline::{Evaluation, Logged};
 
 /// Records one VM holds between two flushes (one tick, `sync_interval_ms`);
 /// past it new records are dropped and counted.
@@ -44,6 +44,15 @@ pub struct DecisionLog {
     in_flight: Option<(u32, usize)>,
 }
 
+/// The share of decisions like `d` the log keeps: every rejection, and its
+/// rule's `log_sample` of allowed ones.
+fn sample_rate(d: &Logged<'_>) -> f64 {
+    match d.verdict {
+        RuleVerdict::Allow { .. } => d.rule.log_sample,
+        _ => 1.0,
+    }
+}
+
 impl DecisionLog {
     /// Records the decisions of `eval` the log keeps: every rejection
     /// (`limited`, `shadow_limited`, `failed_closed`, a `failed_local` that
@@ -59,47 +68,60 @@ impl DecisionLog {
         now_ns: u64,
     ) {
         for d in eval.logged() {
-            let rejected = !matches!(d.verdict, RuleVerdict::Allow { .. });
-            let sample_rate = if rejected { 1.0 } else { d.rule.log_sample };
-            if !rejected && !self.sampled(sample_rate, now_ns) {
-                continue;
+            if self.sampled(sample_rate(&d), now_ns) {
+                self.keep(key_ids, eval, decided, &request_id, now_ns, &d);
             }
-            if self.records.len() >= BUFFER_RECORDS {
-                self.dropped += 1;
-                self.uncounted += 1;
-                continue;
-            }
-            let (tokens, retry_after_ms) = match d.verdict {
-                RuleVerdict::Allow { remaining, .. } if d.outcome != Outcome::FailedOpen => {
-                    (Some(remaining), None)
-                }
-                RuleVerdict::Allow { .. } | RuleVerdict::Unavailable => (None, None),
-                RuleVerdict::Deny { retry_after_ns } => {
-                    (Some(0), Some(retry_after_ns.div_ceil(NANOS_PER_MS)))
-                }
-            };
-            let record = DecisionRecord {
-                at_ms: now_ns / NANOS_PER_MS,
-                rule: d.rule.name.clone(),
-                rules_version: eval.rules_version().to_string(),
-                decision: d.outcome,
-                key_id: match decided.and_then(|x| x.id_of(d.key)) {
-                    Some(id) => id.to_string(),
-                    None => key_ids.id(d.key).to_string(),
-                },
-                key: (d.rule.log_key == LogKey::Clear).then(|| d.key.as_str().to_string()),
-                source: d.source,
-                tokens,
-                retry_after_ms,
-                sample_rate,
-                request_id: request_id().map(|r| cut(r, MAX_REQUEST_ID).to_string()),
-            };
-            self.bytes += size(&record);
-            self.records.push(record);
         }
     }
 
-    /// Whether an allowed decision is kept at `rate`.
+    /// Buffers the record of the decision `d` (or counts it dropped, the
+    /// buffer full). Out of the loop over a request's decisions, most of
+    /// which are not sampled.
+    #[inline(never)]
+    fn keep<'r>(
+        &mut self,
+        key_ids: &KeyIds,
+        eval: &Evaluation,
+        decided: Option<&Decided<'_>>,
+        request_id: &impl Fn() -> Option<&'r str>,
+        now_ns: u64,
+        d: &Logged<'_>,
+    ) {
+        if self.records.len() >= BUFFER_RECORDS {
+            self.dropped += 1;
+            self.uncounted += 1;
+            return;
+        }
+        let (tokens, retry_after_ms) = match d.verdict {
+            RuleVerdict::Allow { remaining, .. } if d.outcome != Outcome::FailedOpen => {
+                (Some(remaining), None)
+            }
+            RuleVerdict::Allow { .. } | RuleVerdict::Unavailable => (None, None),
+            RuleVerdict::Deny { retry_after_ns } => {
+                (Some(0), Some(retry_after_ns.div_ceil(NANOS_PER_MS)))
+            }
+        };
+        let record = DecisionRecord {
+            at_ms: now_ns / NANOS_PER_MS,
+            rule: d.rule.name.clone(),
+            rules_version: eval.rules_version().to_string(),
+            decision: d.outcome,
+            key_id: match decided.and_then(|x| x.id_of(d.key)) {
+                Some(id) => id.to_string(),
+                None => key_ids.id(d.key).to_string(),
+            },
+            key: (d.rule.log_key == LogKey::Clear).then(|| d.key.as_str().to_string()),
+            source: d.source,
+            tokens,
+            retry_after_ms,
+            sample_rate: sample_rate(d),
+            request_id: request_id().map(|r| cut(r, MAX_REQUEST_ID).to_string()),
+        };
+        self.bytes += size(&record);
+        self.records.push(record);
+    }
+
+    /// Whether a decision is kept at `rate` (a rejection's is 1: always).
     fn sampled(&mut self, rate: f64, now_ns: u64) -> bool {
         if rate >= 1.0 {
             return true;

@@ -11,7 +11,8 @@ use meshlimit_core::{DescriptorKey, Outcome, Verdict};
 pub const PROPERTY: &str = "meshlimit";
 
 /// Room for the value of every valid rule's decision (a rule name of at most
-/// 76 bytes, an outcome, a 32-digit id and the field names): one allocation.
+/// 76 bytes, an outcome, a 32-digit id and the field names): the buffer's
+/// one allocation.
 const VALUE_MAX: usize = 160;
 
 /// The decision a request is known by: the deciding rule, its outcome, and
@@ -57,11 +58,14 @@ impl<'e> Decided<'e> {
     /// `rule=<rule> decision=<outcome> key_id=<id>`, the deciding
     /// rule, its outcome and its key's id (the keyed hash metrics name keys
     /// by; `-` without a key). Rule names and outcomes hold no space, so the
-    /// fields split on spaces.
-    pub fn with_value(&self, emit: impl FnOnce(&str)) {
-        let mut text = String::with_capacity(VALUE_MAX);
-        self.write_value(&mut text);
-        emit(&text);
+    /// fields split on spaces. Written into `buf` (emptied first), which
+    /// the VM keeps from request to request: no allocation once it has
+    /// room.
+    pub fn with_value(&self, buf: &mut String, emit: impl FnOnce(&str)) {
+        buf.clear();
+        buf.reserve(VALUE_MAX);
+        self.write_value(buf);
+        emit(buf);
     }
 
     fn write_value(&self, out: &mut String) {

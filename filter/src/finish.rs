@@ -6,7 +6,7 @@
 use std::rc::Rc;
 
 use meshlimit_core::decision::{decide, HeldQuota};
-use meshlimit_core::headers::{self, Protocol};
+use meshlimit_core::headers::{self, HeaderStyle, Protocol};
 use meshlimit_core::{RequestInfo, Verdict};
 use proxy_wasm::types::Action;
 
@@ -63,33 +63,43 @@ pub(crate) fn finish<H: Proxy>(
         decided
     };
     if let Some(decided) = &decided {
-        decided.with_value(|value| host.set_property(crate::decided::PROPERTY, value));
+        let mut vm = vm.borrow_mut();
+        decided.with_value(&mut vm.decided_value, |value| {
+            host.set_property(crate::decided::PROPERTY, value);
+        });
     }
-    let style = config.response_headers;
     match verdict {
         Verdict::Allow { tightest } => {
             let quota = tightest.as_ref().and_then(HeldQuota::keep);
             (Action::Continue, quota)
         }
+        refused => {
+            answer_locally(host, info, config.response_headers, &refused);
+            (Action::Pause, None)
+        }
+    }
+}
+
+/// Sends the local answer of a request its `verdict` rejects (429) or
+/// fails closed (503), in the request's protocol's form. Out of `finish`,
+/// whose code every request enters.
+#[inline(never)]
+fn answer_locally<H: Proxy>(
+    host: &H,
+    info: &RequestInfo,
+    style: HeaderStyle,
+    verdict: &Verdict<'_>,
+) {
+    let answer = match *verdict {
         Verdict::Deny {
             rule,
             limit,
             retry_after_ns,
-        } => {
-            host.send_answer(headers::rejection(
-                protocol_of(info),
-                style,
-                rule,
-                &limit,
-                retry_after_ns,
-            ));
-            (Action::Pause, None)
-        }
-        Verdict::Unavailable { rule } => {
-            host.send_answer(headers::unavailable(protocol_of(info), rule));
-            (Action::Pause, None)
-        }
-    }
+        } => headers::rejection(protocol_of(info), style, rule, &limit, retry_after_ns),
+        Verdict::Unavailable { rule } => headers::unavailable(protocol_of(info), rule),
+        Verdict::Allow { .. } => return,
+    };
+    host.send_answer(answer);
 }
 
 /// Finishes requests the VM's lease calls decided, each acting as its own

@@ -69,6 +69,9 @@ pub struct VmState {
     pub slices: Slices,
     /// The allowed responses' quota field values.
     pub quota_fields: QuotaFields,
+    /// The buffer each request's access-log value is written into
+    /// (`crate::decided::Decided::with_value`).
+    pub decided_value: String,
 }
 
 impl VmState {

@@ -136,9 +136,11 @@ fn a_cached_id_is_the_keys_own_and_a_newer_key_in_its_entry_takes_it_over() {
     assert_eq!(cache.id(&ids, 4, &b), ids.id(&b).text());
 }
 
+/// The value, written into a buffer a request before used, as the VM's is.
 fn value(decided: &Decided<'_>) -> String {
+    let mut buf = "rule=an-earlier-rule decision=limited key_id=-".to_string();
     let mut out = String::new();
-    decided.with_value(|v| out = v.to_string());
+    decided.with_value(&mut buf, |v| out = v.to_string());
     out
 }
 

@@ -8,7 +8,7 @@ use meshlimit_core::decision::HeldQuota;
 use meshlimit_core::header_list::MalformedHeaders;
 use meshlimit_core::headers::{self, HeaderStyle, Protocol};
 use meshlimit_core::rules::{Needs, RequestError};
-use meshlimit_core::wire::{LeaseResponse, LEASE_PATH, WIRE_VERSION};
+use meshlimit_core::wire::{lease_request_json, read_lease_response, LEASE_PATH, WIRE_VERSION};
 use meshlimit_core::{client_ip, metadata, RequestInfo, RuleSet};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
@@ -173,7 +173,7 @@ impl<H: Proxy> Http<H> {
     #[inline(never)]
     fn call_alone(&mut self, mut eval: Evaluation, info: RequestInfo) -> Action {
         let host = &*self.host;
-        let body = serde_json::to_vec(&eval.lease_request()).unwrap_or_default();
+        let body = lease_request_json(eval.rules_version(), &eval.miss_items());
         let cfg = &self.config;
         let call = AgentCall::to_agent(cfg, LEASE_PATH, AgentRequest::Post(&body), cfg.timeout);
         if host.dispatch(call).is_some() {
@@ -246,7 +246,7 @@ impl<H: Proxy> Context for Http<H> {
         };
         let (status, body) = self.host.call_response(body_size);
         let answer = (status == Some(200))
-            .then(|| serde_json::from_slice::<LeaseResponse>(&body).ok())
+            .then(|| read_lease_response(&body).ok())
             .flatten()
             .filter(|r| r.v == WIRE_VERSION);
         match answer {

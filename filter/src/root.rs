@@ -8,8 +8,8 @@ use log::{debug, info, warn};
 use meshlimit_core::rules::lines::RulesLoad;
 use meshlimit_core::secret::{Secret, SECRET_ENV};
 use meshlimit_core::wire::{
-    lease_request_json, LeaseAnswer, LeaseResponse, SyncRequest, SyncResponse, DECISIONS_PATH,
-    LEASE_PATH, SYNC_PATH, WIRE_VERSION,
+    lease_request_json, read_lease_response, LeaseAnswer, SyncRequest, SyncResponse,
+    DECISIONS_PATH, LEASE_PATH, SYNC_PATH, WIRE_VERSION,
 };
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::ContextType;
@@ -301,7 +301,7 @@ impl<H: Proxy + 'static> Context for Root<H> {
             // Not the sync: a lease call of this VM's.
             let (status, body) = self.host.call_response(body_size);
             let answers = (status == Some(200))
-                .then(|| serde_json::from_slice::<LeaseResponse>(&body).ok())
+                .then(|| read_lease_response(&body).ok())
                 .flatten()
                 .filter(|r| r.v == WIRE_VERSION)
                 .map(|r| r.items);

@@ -165,12 +165,15 @@ impl RequestInfo {
     /// The one value of a header a rule keys on: `Ok(None)` when absent, an error
     /// when sent more than once.
     fn single(&self, name: &str) -> Result<Option<&[u8]>, RequestError> {
-        let mut values = self.values(name);
-        let first = values.next();
-        match values.next() {
-            Some(_) => Err(RequestError::RepeatedHeader(name.to_string())),
-            None => Ok(first),
+        // One walk of the list, the whole of it (a second value is an error).
+        let mut found = None;
+        for value in self.values(name) {
+            if found.is_some() {
+                return Err(repeated(name));
+            }
+            found = Some(value);
         }
+        Ok(found)
     }
 
     /// The value of a query parameter a rule keys on, decoded.
@@ -191,6 +194,13 @@ impl RequestInfo {
     pub fn header(&self, name: &str) -> Option<&str> {
         self.values(name).next().and_then(crate::text::utf8)
     }
+}
+
+/// The error of a key header sent more than once.
+#[cold]
+#[inline(never)]
+fn repeated(name: &str) -> RequestError {
+    RequestError::RepeatedHeader(name.to_string())
 }
 
 /// The one spelling of a header name from a rule (lowercase): `host` is

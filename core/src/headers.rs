@@ -93,9 +93,13 @@ pub fn write_ratelimit_value(out: &mut String, quota: &Quota<'_>) {
 /// Appends the `ratelimit` value's parameters (`;r=0;t=30`): the value
 /// once its rule's name is written ([`write_sf_string`]).
 pub fn write_ratelimit_params(out: &mut String, quota: &Quota<'_>) {
+    // `push_param`'s bytes for the two keys, each written whole: every
+    // allowed response writes them.
     let reset = quota.reset_ns.div_ceil(NANOS_PER_SEC);
-    push_param(out, "r", u64::from(quota.remaining));
-    push_param(out, "t", reset);
+    out.push_str(";r=");
+    out.push_str(Decimal::of(u64::from(quota.remaining).min(SF_INTEGER_MAX)).as_str());
+    out.push_str(";t=");
+    out.push_str(Decimal::of(reset.min(SF_INTEGER_MAX)).as_str());
 }
 
 /// The fields of a 429 for `rule`, written straight into the list the proxy

@@ -376,3 +376,20 @@ fn a_windows_fields_say_when_its_window_lets_requests_through() {
     let f = rejection_fields(HeaderStyle::Ietf, "sliding", &sliding, retry_after_ns);
     assert_eq!(get(&f, "retry-after"), "6");
 }
+
+proptest::proptest! {
+    /// The RateLimit value's writer, its two keys written whole, is the
+    /// general structured-field writer's bytes.
+    #[test]
+    fn the_ratelimit_value_is_the_structured_member(
+        rule in "[a-z0-9._-]{1,12}|\\PC{0,6}",
+        remaining in proptest::prelude::any::<u32>(),
+        reset_ns in proptest::prelude::any::<u64>(),
+    ) {
+        let quota = Quota { rule: &rule, limit: limit(1, NANOS_PER_SEC, 1), remaining, reset_ns };
+        let mut value = String::new();
+        write_ratelimit_value(&mut value, &quota);
+        let reset = reset_ns.div_ceil(NANOS_PER_SEC);
+        proptest::prop_assert_eq!(value, structured(&rule, [("r", u64::from(remaining)), ("t", reset)]));
+    }
+}

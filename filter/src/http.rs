@@ -28,8 +28,9 @@ pub struct Http<H> {
     context_id: u32,
     /// The evaluation waiting for this request's own agent call (a host without
     /// shared queues, where the root context cannot call for it), and the
-    /// request as its rules saw it.
-    pending: Option<(Evaluation, RequestInfo)>,
+    /// request as its rules saw it (boxed: most requests have none, and
+    /// their contexts' drop then tests one pointer).
+    pending: Option<Box<(Evaluation, RequestInfo)>>,
     /// The quota the allowed response reports, when this context finished
     /// the request (held inline: no allocation on the request path)...
     quota: Option<HeldQuota>,
@@ -177,7 +178,7 @@ impl<H: Proxy> Http<H> {
         let cfg = &self.config;
         let call = AgentCall::to_agent(cfg, LEASE_PATH, AgentRequest::Post(&body), cfg.timeout);
         if host.dispatch(call).is_some() {
-            self.pending = Some((eval, info));
+            self.pending = Some(Box::new((eval, info)));
             return Action::Pause;
         }
         backoff::failed(host, self.config.agent_backoff);
@@ -241,7 +242,7 @@ impl<H: Proxy> Context for Http<H> {
         body_size: usize,
         _trailers: usize,
     ) {
-        let Some((mut eval, info)) = self.pending.take() else {
+        let Some((mut eval, info)) = self.pending.take().map(|b| *b) else {
             return;
         };
         let (status, body) = self.host.call_response(body_size);

@@ -135,13 +135,19 @@ pub fn deciding<'a>(
         Verdict::Allow { tightest } => tightest.map(|q| q.rule),
     };
     let found = match named {
-        Some(rule) => results.iter().find(|r| r.rule == rule),
+        Some(rule) => results.iter().find(|r| same_name(r.rule, rule)),
         None => results
             .iter()
             .find(|r| r.outcome() != Outcome::Allowed)
             .or_else(|| results.first()),
     };
     found.map(|r| (r.rule, r.outcome()))
+}
+
+/// Whether two rule names are one: the same text in the rule set (one
+/// address), else compared.
+pub(crate) fn same_name(a: &str, b: &str) -> bool {
+    std::ptr::eq(a, b) || a == b
 }
 
 #[cfg(test)]

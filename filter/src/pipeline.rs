@@ -332,7 +332,8 @@ impl Evaluation {
         self.checks
             .iter()
             .find(|c| {
-                matches!(c.state, State::Decided { .. }) && self.rules.rules()[c.rule].name == rule
+                matches!(c.state, State::Decided { .. })
+                    && crate::decided::same_name(&self.rules.rules()[c.rule].name, rule)
             })
             .map(|c| (&c.key, c.fingerprint))
     }

@@ -185,6 +185,7 @@ impl<H: Proxy> Http<H> {
         eval.fail_misses(host, &self.config);
         self.finish(&info, &eval)
     }
+
     /// Leaves the request `info` waiting on the VM's lease calls: the root
     /// context finishes it and sets its quota in the cell kept here.
     #[inline(never)]

@@ -155,7 +155,7 @@ impl Proxy for ProxyHost {
         let status = hostcalls::get_map_value_bytes(MapType::HttpCallResponseHeaders, ":status")
             .ok()
             .flatten()
-            .and_then(|s| std::str::from_utf8(&s).ok()?.parse().ok());
+            .and_then(|s| meshlimit_core::text::utf8(&s)?.parse().ok());
         let body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size)
             .ok()
             .flatten()

@@ -435,3 +435,23 @@ fn listeners_to_file(yaml: &str, lds: &Path) -> String {
     });
     serde_saphyr::to_string(&doc).expect("yaml")
 }
+
+/// `module` with a custom section named `tag` appended, written into `dir`:
+/// the same filter, but another module to Envoy (its bytes, so its hash,
+/// differ), as a new build is. Envoy picks a plugin's VMs by `vm_id` and the
+/// module's hash, so identical bytes would make no new VM.
+pub fn rebuilt_module(module: &Path, dir: &Path, tag: &str) -> PathBuf {
+    const NAME: &[u8] = b"meshlimit-rollout";
+    let mut bytes = std::fs::read(module).expect("the filter module");
+    // Section id 0 (custom), its size, then the name's length and the name:
+    // every length under 128 is one LEB128 byte.
+    assert!(1 + NAME.len() + tag.len() < 128, "tag {tag:?} too long");
+    bytes.push(0);
+    bytes.push((1 + NAME.len() + tag.len()) as u8);
+    bytes.push(NAME.len() as u8);
+    bytes.extend_from_slice(NAME);
+    bytes.extend_from_slice(tag.as_bytes());
+    let path = dir.join(format!("meshlimit_filter-{tag}.wasm"));
+    std::fs::write(&path, bytes).expect("write the rebuilt module");
+    path
+}

@@ -30,13 +30,17 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 pub use agent::{Agent, AgentOptions, TEST_STORE_DEADLINE_MS};
-pub use envoy::{render_envoy_config, Envoy, EnvoyConfig, EnvoyPorts, TEST_TIMEOUT_MS};
+pub use envoy::{
+    rebuilt_module, render_envoy_config, Envoy, EnvoyConfig, EnvoyPorts, TEST_TIMEOUT_MS,
+};
 pub use fleet::{
     fleet_override_gauge, run_override, within, within_by, FILTERS_WITHIN, FILTER_SYNC,
     FLEET_WITHIN,
 };
 pub use http::{get, post, raw_status, request, try_request, Response};
-pub use load::{assert_admitted_at_rate, count_between, latency_quantile, Load, Sample};
+pub use load::{
+    assert_admitted_at_rate, assert_limit_kept, count_between, latency_quantile, Load, Sample,
+};
 pub use metrics::{label, sample};
 pub use ports::free_port;
 pub use process::signal;

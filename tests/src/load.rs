@@ -157,3 +157,41 @@ pub fn assert_admitted_at_rate(samples: &[Sample], from: Instant, rate: f64) {
         "admitted {admitted}, ideal {ideal:.1} ± {band:.1}"
     );
 }
+
+/// Asserts what a leased key with a token bucket of `limit` a second (its
+/// burst too), offered more than that, admitted across an event: over all of
+/// `samples`, at most its burst and what refills (no token made, whichever
+/// process decided); from `from` to `to`, the limit over that time within
+/// `tolerance` of a second's limit (the tokens filters and pools hold unspent
+/// at the two ends, which each test derives).
+pub fn assert_limit_kept(
+    samples: &[Sample],
+    limit: f64,
+    from: Instant,
+    to: Instant,
+    tolerance: f64,
+) {
+    let admitted = count_between(samples, from, to, 200);
+    let expected = limit * (to - from).as_secs_f64();
+    let (first, last) = match (samples.first(), samples.last()) {
+        (Some(first), Some(last)) => (first, last),
+        _ => panic!("no request sent"),
+    };
+    let span = (last.at + last.latency).duration_since(first.at);
+    let admitted_all = samples.iter().filter(|s| s.status == 200).count();
+    println!(
+        "{admitted} admitted in {:?} (limit {expected:.0}), {admitted_all} in {span:?}",
+        to - from
+    );
+    let bound = limit + limit * span.as_secs_f64();
+    assert!(
+        admitted_all as f64 <= bound,
+        "{admitted_all} admitted, bound {bound}"
+    );
+    let tolerance = tolerance * limit;
+    assert!(
+        (admitted as f64 - expected).abs() <= tolerance,
+        "{admitted} admitted in {:?}, limit {expected:.0} ± {tolerance}",
+        to - from
+    );
+}

@@ -82,6 +82,14 @@ impl Stack {
             .unwrap_or(0)
     }
 
+    /// Decisions of `rule` by its failure policy, in every form.
+    pub fn by_failure_policy(&self, rule: &str) -> u64 {
+        ["failed_open", "failed_closed", "failed_local"]
+            .iter()
+            .map(|o| self.decisions(rule, o))
+            .sum()
+    }
+
     /// `GET path` through Envoy with these headers.
     pub fn get(&self, path: &str, headers: &[(&str, &str)]) -> Response {
         get(&self.envoy.url(path), headers)

@@ -218,18 +218,8 @@ fn run_serves_then_stops_cleanly_on_sigterm() {
         .status()
         .unwrap()
         .success());
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = agent.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "agent ignored SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert_eq!(status.code(), Some(0));
+    let (code, _) = exit_of(&mut agent, Duration::from_secs(10));
+    assert_eq!(code, Some(0));
     let mut stderr = String::new();
     agent
         .0

@@ -507,20 +507,6 @@ const MAPS: [&str; 14] = [
     "m:get=method:GET",
 ];
 
-/// Whether `c` may not appear raw in a written rules file (a line end aside).
-fn hidden(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '\u{061C}'
-                | '\u{200B}'..='\u{200F}'
-                | '\u{2028}'..='\u{202E}'
-                | '\u{2060}'..='\u{2064}'
-                | '\u{2066}'..='\u{2069}'
-                | '\u{FEFF}'
-        )
-}
-
 /// Two bytes of `--map` choices, then arbitrary UTF-8 as the peer's file.
 /// Import never panics, and a file it writes holds only comments, `version`
 /// and `rules` at its top level, no hidden character, and reads back (as the
@@ -543,7 +529,10 @@ fn import(format: ImportFormat, data: &[u8]) {
         return;
     };
     let out = &written.text;
-    if let Some(c) = out.chars().find(|c| *c != '\n' && hidden(*c)) {
+    if let Some(c) = out
+        .chars()
+        .find(|c| *c != '\n' && meshlimit_core::printable::hidden(*c))
+    {
         panic!("U+{:04X} written raw\n{out}", u32::from(c));
     }
     for line in out.lines() {

@@ -7,10 +7,11 @@
 //! the keys' slots as the old ones left them.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use meshlimit_tests::{count_between, eventually, AgentOptions, EnvoyConfig, Load, Sample, Stack};
+use meshlimit_tests::{
+    assert_limit_kept, eventually, rebuilt_module, AgentOptions, EnvoyConfig, Load, Sample, Stack,
+};
 
 /// The hot key's limit, a second (its burst too).
 const HOT: f64 = 200.0;
@@ -24,37 +25,11 @@ rules:
     on_failure: closed
 "#;
 
-/// `module` with a custom section appended: the same filter, but another
-/// module to Envoy (its bytes, so its hash, differ), as a new build is.
-fn new_build(module: &Path, dir: &Path) -> PathBuf {
-    const NAME: &[u8] = b"meshlimit-rollout";
-    const PAYLOAD: &[u8] = b"v2";
-    let mut bytes = std::fs::read(module).unwrap();
-    // Section id 0 (custom), its size, then the name's length and the name:
-    // every length under 128 is one LEB128 byte.
-    bytes.push(0);
-    bytes.push((1 + NAME.len() + PAYLOAD.len()) as u8);
-    bytes.push(NAME.len() as u8);
-    bytes.extend_from_slice(NAME);
-    bytes.extend_from_slice(PAYLOAD);
-    let path = dir.join("meshlimit_filter-v2.wasm");
-    std::fs::write(&path, bytes).unwrap();
-    path
-}
-
-/// Decisions of `rule` by its failure policy, in every form.
-fn by_failure_policy(stack: &Stack, rule: &str) -> u64 {
-    ["failed_open", "failed_closed", "failed_local"]
-        .iter()
-        .map(|o| stack.decisions(rule, o))
-        .sum()
-}
-
 #[test]
 fn a_filter_rollout_under_load_keeps_the_limit_and_answers_every_request() {
     let stack = Stack::start_with(AgentOptions::new(RULES), |c| c.listeners_from_file());
     let old = EnvoyConfig::new(0).wasm_path();
-    let new = new_build(&old, stack.envoy.dir());
+    let new = rebuilt_module(&old, stack.envoy.dir(), "v2");
     let vms = |stack: &Stack| stack.envoy.stat("wasm.envoy.wasm.runtime.v8.created");
     let created = vms(&stack).unwrap_or(0);
     let updates = |stack: &Stack| stack.envoy.stat("listener_manager.lds.update_success");
@@ -93,7 +68,7 @@ fn a_filter_rollout_under_load_keeps_the_limit_and_answers_every_request() {
     );
     assert!(made >= 1, "no new VM: the rollout did not happen");
 
-    assert_eq!(by_failure_policy(&stack, "hot"), 0);
+    assert_eq!(stack.by_failure_policy("hot"), 0);
     let other: Vec<&Sample> = hot
         .iter()
         .filter(|s| s.status != 200 && s.status != 429)
@@ -104,7 +79,13 @@ fn a_filter_rollout_under_load_keeps_the_limit_and_answers_every_request() {
         other.len()
     );
     // From the file's change to a second after Envoy showed the new listeners.
-    assert_hot_key_admitted(&hot, rolled, took + Duration::from_secs(1));
+    assert_limit_kept(
+        &hot,
+        HOT,
+        rolled,
+        took + Duration::from_secs(1),
+        ROLLOUT_TOLERANCE,
+    );
 }
 
 fn wasm_stats(stack: &Stack) -> String {
@@ -115,36 +96,6 @@ fn wasm_stats(stack: &Stack) -> String {
         .filter(|l| l.starts_with("wasm.") || l.starts_with("listener_manager."))
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-/// No token made by the rollout (from `from` to `to`), and none lost past
-/// what the old VMs held unspent.
-fn assert_hot_key_admitted(hot: &[Sample], from: Instant, to: Instant) {
-    let admitted = count_between(hot, from, to, 200);
-    let limit = HOT * (to - from).as_secs_f64();
-    let (first, last) = (hot[0], hot[hot.len() - 1]);
-    let span = (last.at + last.latency).duration_since(first.at);
-    let admitted_all = hot.iter().filter(|s| s.status == 200).count();
-    println!(
-        "hot key: {admitted} admitted in the rollout's {:?} (limit {limit:.0}), \
-         {admitted_all} in {span:?}",
-        to - from
-    );
-    // None made: from its first request the key admits at most its burst and
-    // what refills, whichever VM decides.
-    let bound = HOT + HOT * span.as_secs_f64();
-    assert!(
-        admitted_all as f64 <= bound,
-        "{admitted_all} admitted, bound {bound}"
-    );
-    // None lost beyond the tolerance: the rollout's seconds admit the limit,
-    // less what the old VMs held when their connections moved to the new ones
-    // (ROLLOUT_TOLERANCE).
-    let tolerance = ROLLOUT_TOLERANCE * HOT;
-    assert!(
-        (admitted as f64 - limit).abs() <= tolerance,
-        "{admitted} admitted in the rollout, limit {limit:.0} ± {tolerance}"
-    );
 }
 
 /// A hot key offered twice its limit admits, over a span, what refills (the

@@ -8,8 +8,8 @@
 use std::time::{Duration, Instant};
 
 use meshlimit_tests::{
-    assert_admitted_at_rate, count_between, eventually, key_id, redis_bucket_key, signal, wait_for,
-    Agent, AgentOptions, Load, Probe, RedisServer, Resp, Sample, Stack,
+    assert_admitted_at_rate, assert_limit_kept, eventually, key_id, redis_bucket_key, signal,
+    wait_for, Agent, AgentOptions, Load, Probe, RedisServer, Resp, Sample, Stack,
 };
 
 /// The hot key's limit, a second (its burst too).
@@ -59,14 +59,6 @@ fn logged(log: &str, with: &[&str], field: &str) -> Option<u64> {
         .next()?
         .parse()
         .ok()
-}
-
-/// Decisions of `rule` by its failure policy, in every form.
-fn by_failure_policy(stack: &Stack, rule: &str) -> u64 {
-    ["failed_open", "failed_closed", "failed_local"]
-        .iter()
-        .map(|o| stack.decisions(rule, o))
-        .sum()
 }
 
 /// What an upgrade under load left to check.
@@ -134,7 +126,7 @@ fn an_agent_upgrade_under_load_loses_no_request_and_hands_its_pool_back() {
     // Nothing was decided by a failure policy, and every answer was a 200 or
     // a 429 (0: no answer at all).
     for rule in ["hot", "warm"] {
-        assert_eq!(by_failure_policy(&stack, rule), 0, "{rule}");
+        assert_eq!(stack.by_failure_policy(rule), 0, "{rule}");
     }
     let other: Vec<&Sample> = (up.hot.iter().chain(&up.warm))
         .filter(|s| s.status != 200 && s.status != 429)
@@ -146,7 +138,16 @@ fn an_agent_upgrade_under_load_loses_no_request_and_hands_its_pool_back() {
     );
 
     assert_pool_handed_back(&stack.agent.stderr(), up.before, up.after);
-    assert_hot_key_admitted(&up.hot, up.term);
+    // No hot key's token made or lost by the upgrade: from SIGTERM, its
+    // second admits the limit within what its two ends can hold back.
+    let term = up.term;
+    assert_limit_kept(
+        &up.hot,
+        HOT,
+        term,
+        term + Duration::from_secs(1),
+        UPGRADE_SECOND_TOLERANCE,
+    );
 }
 
 /// The warm key's pool was handed back: its bucket shows it, and agrees with
@@ -174,32 +175,6 @@ fn assert_pool_handed_back(old_log: &str, before: (f64, f64), after: (f64, f64))
         "bucket {in_bucket}, logged {logged_warm}"
     );
     assert!(logged_all.unwrap() >= logged_warm);
-}
-
-/// No hot key's token was made or lost by the upgrade (SIGTERM at `term`).
-fn assert_hot_key_admitted(hot: &[Sample], term: Instant) {
-    let admitted = count_between(hot, term, term + Duration::from_secs(1), 200);
-    let (first, last) = (hot[0], hot[hot.len() - 1]);
-    let span = (last.at + last.latency).duration_since(first.at);
-    let admitted_all = hot.iter().filter(|s| s.status == 200).count();
-    println!(
-        "hot key: {admitted} admitted in the upgrade's second (limit {HOT}), \
-         {admitted_all} in {span:?}"
-    );
-    // None made: from its first request the key admits at most its burst and
-    // what refills (a hand-back never takes a bucket past its burst).
-    let bound = HOT + HOT * span.as_secs_f64();
-    assert!(
-        admitted_all as f64 <= bound,
-        "{admitted_all} admitted, bound {bound}"
-    );
-    // None lost: the upgrade's second, from SIGTERM, admits the limit within
-    // what its two ends can hold back (UPGRADE_SECOND_TOLERANCE).
-    let tolerance = UPGRADE_SECOND_TOLERANCE * HOT;
-    assert!(
-        (admitted as f64 - HOT).abs() <= tolerance,
-        "{admitted} admitted in the upgrade's second, limit {HOT} ± {tolerance}"
-    );
 }
 
 /// A hot key offered twice its limit has its bucket drained: over a second,
@@ -251,7 +226,7 @@ fn an_agent_upgrade_under_load_keeps_an_exact_key_at_its_rate() {
     std::thread::sleep(Duration::from_secs(1));
     let hot = hot.stop();
 
-    assert_eq!(by_failure_policy(&stack, "exact"), 0);
+    assert_eq!(stack.by_failure_policy("exact"), 0);
     let other = hot
         .iter()
         .filter(|s| s.status != 200 && s.status != 429)

@@ -19,8 +19,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use meshlimit_tests::{
-    eventually, redis_bucket_key, sample, signal, try_request, Agent, AgentOptions, EnvoyConfig,
-    Load, RedisCluster, Resp, Stack,
+    eventually, rebuilt_module, redis_bucket_key, sample, signal, try_request, Agent, AgentOptions,
+    EnvoyConfig, Load, RedisCluster, Resp, Stack,
 };
 
 /// The hot key's limit a second (and burst), offered twice that in all.
@@ -418,16 +418,7 @@ fn change_rules(nodes: &mut [Node]) {
 /// A new build of the filter module, pushed to the node's Envoy.
 fn roll_filter(node: &Node) {
     let old = EnvoyConfig::new(0).wasm_path();
-    let mut bytes = std::fs::read(&old).unwrap();
-    // A custom section: another module to Envoy, the same filter.
-    let (name, payload) = (b"meshlimit-rollout".as_slice(), b"ops".as_slice());
-    bytes.push(0);
-    bytes.push((1 + name.len() + payload.len()) as u8);
-    bytes.push(name.len() as u8);
-    bytes.extend_from_slice(name);
-    bytes.extend_from_slice(payload);
-    let new = node.stack.envoy.dir().join("meshlimit_filter-ops.wasm");
-    std::fs::write(&new, bytes).unwrap();
+    let new = rebuilt_module(&old, node.stack.envoy.dir(), "ops");
     node.stack.envoy.roll_filter(&old, &new);
 }
 

@@ -11,6 +11,8 @@ use crate::{free_port, temp_dir};
 
 const START_TIMEOUT: Duration = Duration::from_secs(15);
 const CLUSTER_TIMEOUT: Duration = Duration::from_secs(60);
+/// A redis-cli run: a rebalance under load moves thousands of slots.
+const REDIS_CLI_TIMEOUT: Duration = Duration::from_secs(300);
 const SLOTS: usize = 16_384;
 
 /// One redis-server on 127.0.0.1 with no persistence, killed on drop.
@@ -97,6 +99,9 @@ impl RedisServer {
 #[derive(Debug)]
 pub struct RedisCluster {
     nodes: Vec<ClusterNode>,
+    /// How many nodes the cluster was created with (nodes `0..founders`);
+    /// [`RedisCluster::add_primary`] adds more.
+    founders: usize,
     dir: tempfile::TempDir,
 }
 
@@ -122,7 +127,11 @@ impl RedisCluster {
         let nodes = (0..masters * (1 + replicas))
             .map(|i| start_cluster_node(i, dir.path(), node_timeout_ms))
             .collect();
-        let cluster = RedisCluster { nodes, dir };
+        let cluster = RedisCluster {
+            founders: masters * (1 + replicas),
+            nodes,
+            dir,
+        };
         if masters >= 3 {
             cluster.create_with_redis_cli(replicas);
         } else {
@@ -132,6 +141,13 @@ impl RedisCluster {
         }
         cluster.wait_ok();
         cluster
+    }
+
+    /// How many nodes the cluster was created with: nodes `0..founders()`,
+    /// each primary among them with its replicas; a node
+    /// [`RedisCluster::add_primary`] added has none.
+    pub fn founders(&self) -> usize {
+        self.founders
     }
 
     pub fn ports(&self) -> Vec<u16> {
@@ -262,6 +278,14 @@ impl RedisCluster {
         })
     }
 
+    /// The hash slot of `key` (`CLUSTER KEYSLOT`).
+    pub fn slot_of(&self, key: &str) -> u16 {
+        match self.cmd(0, &["CLUSTER", "KEYSLOT", key]) {
+            Resp::Int(slot) => u16::try_from(slot).expect("a slot is below 16,384"),
+            other => panic!("CLUSTER KEYSLOT {key}: {other:?}"),
+        }
+    }
+
     /// Node `node`'s cluster id (`CLUSTER MYID`).
     pub fn node_id(&self, node: usize) -> String {
         self.cmd(node, &["CLUSTER", "MYID"])
@@ -327,24 +351,84 @@ impl RedisCluster {
     }
 
     fn create_with_redis_cli(&self, replicas: usize) {
+        let mut args = vec!["--cluster".to_string(), "create".to_string()];
+        args.extend(self.addrs());
+        args.extend(["--cluster-replicas".into(), replicas.to_string()]);
+        args.push("--cluster-yes".into());
+        self.redis_cli(&args);
+    }
+
+    /// Adds an empty primary (`redis-cli --cluster add-node`) and moves its
+    /// share of the slots to it, keys included (`--cluster rebalance
+    /// --cluster-use-empty-masters`): scaling out as an operator does it.
+    /// Answers the new node's index.
+    pub fn add_primary(&mut self) -> usize {
+        let index = self.nodes.len();
+        let node = start_cluster_node(index, self.dir.path(), self.nodes[0].node_timeout_ms);
+        let new = format!("127.0.0.1:{}", node.port);
+        self.nodes.push(node);
+        let seed = self.a_primary();
+        self.redis_cli(&["--cluster", "add-node", &new, &seed].map(String::from));
+        // rebalance refuses a cluster whose nodes do not agree yet.
+        self.wait_ok();
+        let seed = self.a_primary();
+        self.redis_cli(
+            &[
+                "--cluster",
+                "rebalance",
+                &seed,
+                "--cluster-use-empty-masters",
+            ]
+            .map(String::from),
+        );
+        index
+    }
+
+    /// Moves every slot of the primary added last to the others
+    /// (`--cluster rebalance --cluster-weight <id>=0`), then takes it out of
+    /// the cluster (`--cluster del-node`, which makes every other node
+    /// forget it and shuts it down): scaling in.
+    pub fn remove_last_primary(&mut self) {
+        let index = self.nodes.len() - 1;
+        let id = self.node_id(index);
+        let seed = format!("127.0.0.1:{}", self.nodes[index].port);
+        let weight = format!("{id}=0");
+        self.redis_cli(
+            &["--cluster", "rebalance", &seed, "--cluster-weight", &weight].map(String::from),
+        );
+        let other = (0..index)
+            .find(|n| self.flags_of(*n, *n).contains("master"))
+            .expect("another primary");
+        let seed = format!("127.0.0.1:{}", self.nodes[other].port);
+        self.redis_cli(&["--cluster", "del-node", &seed, &id].map(String::from));
+        let mut node = self.nodes.pop().expect("the node added last");
+        node.proc.kill();
+        self.wait_ok();
+    }
+
+    /// `127.0.0.1:<port>` of a node that is a primary now.
+    fn a_primary(&self) -> String {
+        let n = (0..self.nodes.len())
+            .find(|n| self.flags_of(*n, *n).contains("master"))
+            .expect("a primary");
+        format!("127.0.0.1:{}", self.nodes[n].port)
+    }
+
+    /// Runs `redis-cli` with `args` to its end; panics with its output if it
+    /// fails.
+    fn redis_cli(&self, args: &[String]) {
         let mut cmd = Command::new("redis-cli");
-        let replicas = replicas.to_string();
-        cmd.args(["--cluster", "create"]).args(self.addrs()).args([
-            "--cluster-replicas",
-            &replicas,
-            "--cluster-yes",
-        ]);
+        cmd.args(args);
+        let what = format!("redis-cli {}", args.join(" "));
         let mut proc = Proc::spawn("redis-cli", cmd, self.dir.path());
-        let done = wait_for(CLUSTER_TIMEOUT, "redis-cli --cluster create", || match proc
-            .exit_status()
-        {
+        let done = wait_for(REDIS_CLI_TIMEOUT, &what, || match proc.exit_status() {
             Some(status) => Probe::Ready(status),
             None => Probe::Pending,
         });
         match done {
             Ok(status) if status.success() => {}
             Ok(status) => panic!(
-                "redis-cli --cluster create failed ({status}):\n{}\n{}",
+                "{what} failed ({status}):\n{}\n{}",
                 proc.stdout_tail(30),
                 proc.stderr_tail(30)
             ),

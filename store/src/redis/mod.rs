@@ -44,6 +44,12 @@ use meshlimit_core::{Bucket, Counter, Limit, Window};
 /// How often the hash slot map is read again while every node is healthy (hash slot
 /// migrations, a failover this agent has not noticed).
 const REFRESH_EVERY: Duration = Duration::from_secs(5);
+/// After a MOVED or ASK the slot map is read every [`health::PROBE_EVERY`]
+/// for this long: slots are moving (a reshard, a scale-out or scale-in), and a
+/// slot moved after the last read sends its keys to its old owner, which a
+/// scale-in then shuts down. Two seconds cover `redis-cli --cluster`'s gap
+/// between one slot's move and the next.
+const MOVING_WATCH: Duration = Duration::from_secs(2);
 /// Deadline of one `CLUSTER SLOTS`, one probe, one connection.
 const CONTROL_TIMEOUT: Duration = Duration::from_millis(300);
 /// Deadline of one readiness ping or heartbeat (background calls, off the
@@ -156,6 +162,7 @@ impl RedisStore {
                 events: Arc::new(|_| {}),
                 health: Mutex::default(),
                 wake: Notify::new(),
+                moving_until: Mutex::new(None),
                 refresher: AtomicBool::new(false),
             }),
             refusing: Mutex::default(),
@@ -379,10 +386,16 @@ impl RedisStore {
         self.shared.submit(item, Some(to))
     }
 
-    /// Counts a redirect being followed. A MOVED also wakes the refresher: the
-    /// hash slot map changed.
+    /// Counts a redirect being followed, and has the refresher read the slot
+    /// map often for [`MOVING_WATCH`]: slots are moving. A MOVED also wakes
+    /// it at once (the map changed); an ASK does not, since the map changes
+    /// only when the slot's move ends, and a migration answers ASK for every
+    /// key already moved.
     fn following(&self, kind: RedirectKind) {
         (self.shared.events)(StoreEvent::Redirected(kind));
+        if let Ok(mut until) = self.shared.moving_until.lock() {
+            *until = Some(Instant::now() + MOVING_WATCH);
+        }
         if kind == RedirectKind::Moved {
             self.shared.wake.notify_one();
         }

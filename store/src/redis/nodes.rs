@@ -17,6 +17,8 @@ pub(super) struct Shared {
     pub(super) health: Mutex<Health>,
     /// Wakes the refresher at once (a node went down, a MOVED answer).
     pub(super) wake: Notify,
+    /// Until when the refresher reads the map often: slots are moving.
+    pub(super) moving_until: Mutex<Option<Instant>>,
     pub(super) refresher: AtomicBool,
 }
 

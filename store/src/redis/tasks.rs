@@ -10,12 +10,17 @@ use super::*;
 
 /// Reads the hash slot map off the request path: at once when woken (a node went
 /// down, a MOVED answer), every [`health::PROBE_EVERY`] while a node is down (so
-/// a promotion is seen within that), else every [`REFRESH_EVERY`].
+/// a promotion is seen within that) or slots are moving ([`MOVING_WATCH`]),
+/// else every [`REFRESH_EVERY`].
 pub(super) async fn refresher(shared: Weak<Shared>) {
     loop {
         let Some(s) = shared.upgrade() else { return };
         let _ = s.refresh().await;
-        let every = if s.health.lock().is_ok_and(|h| h.any_down()) {
+        let moving = s
+            .moving_until
+            .lock()
+            .is_ok_and(|u| u.is_some_and(|u| Instant::now() < u));
+        let every = if moving || s.health.lock().is_ok_and(|h| h.any_down()) {
             health::PROBE_EVERY
         } else {
             REFRESH_EVERY

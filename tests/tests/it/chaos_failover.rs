@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use meshlimit_tests::{
-    sample, signal, wait_for, AgentOptions, Load, Probe, RedisCluster, Resp, Sample, Stack,
+    sample, signal, wait_for, AgentOptions, Load, Probe, RedisCluster, Sample, Stack,
 };
 
 const LIMIT: usize = 20;
@@ -50,11 +50,7 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// The hash slot of `key`'s bucket, as the cluster itself computes it.
 fn slot_of(cluster: &RedisCluster, key: &str) -> u16 {
-    let bucket = meshlimit_tests::redis_bucket_key("per-key", &[key]);
-    match cluster.cmd(0, &["CLUSTER", "KEYSLOT", &bucket]) {
-        Resp::Int(slot) => u16::try_from(slot).unwrap(),
-        other => panic!("CLUSTER KEYSLOT answered {other:?}"),
-    }
+    cluster.slot_of(&meshlimit_tests::redis_bucket_key("per-key", &[key]))
 }
 
 fn topology_events(stack: &Stack, event: &str) -> f64 {

@@ -18,8 +18,8 @@
 use std::time::{Duration, Instant};
 
 use meshlimit_tests::{
-    assert_admitted_at_rate, sample, wait_for, AgentOptions, Load, Probe, RedisCluster, Resp,
-    Sample, Stack,
+    assert_admitted_at_rate, sample, wait_for, AgentOptions, Load, Probe, RedisCluster, Sample,
+    Stack,
 };
 
 const RULE: &str = "per-key";
@@ -82,11 +82,7 @@ fn until(what: &str, mut probe: impl FnMut() -> bool) {
 
 /// The hash slot of `key`'s bucket, as the cluster computes it.
 fn slot_of(cluster: &RedisCluster, key: &str) -> u16 {
-    let bucket = meshlimit_tests::redis_bucket_key(RULE, &[key]);
-    match cluster.cmd(0, &["CLUSTER", "KEYSLOT", &bucket]) {
-        Resp::Int(slot) => u16::try_from(slot).unwrap(),
-        other => panic!("CLUSTER KEYSLOT answered {other:?}"),
-    }
+    cluster.slot_of(&meshlimit_tests::redis_bucket_key(RULE, &[key]))
 }
 
 /// Moves `key`'s slot from its primary to the next one, meeting ASK while it

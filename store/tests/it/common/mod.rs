@@ -27,3 +27,20 @@ pub fn redis_store_config(
 pub fn test_secret() -> meshlimit_core::secret::Secret {
     meshlimit_core::secret::Secret::new(b"meshlimit-agent-tests-secret-0123456789").unwrap()
 }
+
+/// Waits until `condition` holds, checking every 10 ms; panics naming `what`
+/// once `deadline` has passed.
+pub async fn eventually(
+    deadline: std::time::Duration,
+    what: &str,
+    mut condition: impl FnMut() -> bool,
+) {
+    let start = tokio::time::Instant::now();
+    while !condition() {
+        assert!(
+            start.elapsed() < deadline,
+            "{what}: not within {deadline:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}

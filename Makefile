@@ -53,7 +53,7 @@ help:
 	@echo "make capacity-check  the capacity model beside the simulator at 10,000 gateways x 100 agents (bench/results/capacity-check.md)"
 	@echo "make capacity-inputs  the capacity model's inputs measured (Redis work, bytes and memory per item, filter memory, region bytes) into bench/results/capacity-inputs.{md,json}"
 	@echo "make accuracy-seeds  the accuracy scenarios in virtual time over ACCURACY_SEEDS seeds each (default 200)"
-	@echo "make ops-hour   an hour of operations at once (upgrades, a reshard, a primary killed, a rules trial, a filter rollout) under load: OPS_MINUTES (60), figures and a plot in bench/results/ops-hour/"
+	@echo "make ops-hour   a saturating soak (OPS_SOAK_MINUTES, 10), then an hour of operations at once (upgrades, a reshard, scaling, a primary killed, a rules trial, a filter rollout) under load: OPS_MINUTES (60), figures and a plot in bench/results/ops-hour/"
 	@echo "make docs       the book (docs/, mdBook $(MDBOOK_VERSION)) into target/book, then every Markdown link and anchor checked"
 	@echo "make reference  regenerate the book's generated reference pages (CLI, metrics, rules file) from the code"
 	@echo "make demo       run agent + Envoy locally and show a request being limited"
@@ -308,15 +308,19 @@ capacity-check:
 	$(CARGO) build --release -p meshlimit-sim
 	$(PYTHON) tools/capacity.py check
 
-# An hour of operations at once (not in `make test`; a quiet machine):
-# tests/tests/it/ops_hour.rs for OPS_MINUTES, its figures, each event's
-# effect and a plot into OPS_OUT (relative to the repository's root).
-# `cargo test`, not nextest, whose slow-test timeout would stop it.
+# An hour of operations at once (not in `make test`; a quiet machine): first
+# a healthy cluster under saturating load for OPS_SOAK_MINUTES
+# (tests/tests/it/ops_soak.rs), then tests/tests/it/ops_hour.rs for
+# OPS_MINUTES; their figures, each event's effect and a plot go to OPS_OUT
+# (relative to the repository's root). Release builds, as a DaemonSet runs
+# them; `cargo test`, not nextest, whose slow-test timeout would stop it.
 OPS_MINUTES ?= 60
+OPS_SOAK_MINUTES ?= 10
 OPS_OUT ?= bench/results/ops-hour
 ops-hour: tools build build-test
-	$(CARGO) build -p meshlimit-agent -p meshlimit-cli
-	OPS_MINUTES=$(OPS_MINUTES) OPS_OUT=$(OPS_OUT) $(CARGO) test -p meshlimit-tests --test it ops_hour -- --ignored --nocapture
+	$(CARGO) build --release -p meshlimit-loadgen
+	OPS_SOAK_MINUTES=$(OPS_SOAK_MINUTES) OPS_OUT=$(OPS_OUT) $(CARGO) test --release -p meshlimit-tests --test it ops_soak -- --ignored --nocapture
+	OPS_MINUTES=$(OPS_MINUTES) OPS_OUT=$(OPS_OUT) $(CARGO) test --release -p meshlimit-tests --test it ops_hour -- --ignored --nocapture
 
 accuracy-seeds:
 	MESHLIMIT_SIM_SEEDS=$(ACCURACY_SEEDS) $(CARGO) test --release -p meshlimit-sim --test it virtual_fleet::

@@ -37,6 +37,10 @@ struct Cli {
     /// A header given a value unique to each request.
     #[arg(long)]
     unique_header: Option<String>,
+    /// With --unique-header: its values drawn from this many keys, each
+    /// coming back once every KEYS requests.
+    #[arg(long)]
+    keys: Option<u64>,
     #[arg(long, value_enum, default_value_t = Format::Json)]
     format: Format,
 }
@@ -80,6 +84,7 @@ fn options(cli: &Cli) -> Result<LoadOptions, OptionsError> {
         return Err(OptionsError::Zero);
     }
     o.unique_header = cli.unique_header.clone();
+    o.keys = cli.keys;
     for h in &cli.headers {
         o = o.header(h)?;
     }

@@ -41,6 +41,10 @@ pub struct LoadOptions {
     pub headers: Vec<(String, String)>,
     /// A header whose value is unique to each request (`<run>-<seq>`).
     pub unique_header: Option<String>,
+    /// With `unique_header`: draw its value from this many keys instead
+    /// (`k<n>`, request `seq` taking key `seq × a prime mod keys`), so a key
+    /// comes back every `keys` requests, spread over the run.
+    pub keys: Option<u64>,
     run_id: String,
 }
 
@@ -83,6 +87,7 @@ impl LoadOptions {
             timeout: Duration::from_secs(2),
             headers: Vec::new(),
             unique_header: None,
+            keys: None,
             run_id: format!("{:x}", nanos & 0xffff_ffff_ffff),
         })
     }
@@ -111,8 +116,17 @@ impl LoadOptions {
         for (name, value) in &self.headers {
             let _ = write!(req, "{name}: {value}\r\n");
         }
-        if let Some(name) = &self.unique_header {
-            let _ = write!(req, "{name}: {}-{seq}\r\n", self.run_id);
+        match (&self.unique_header, self.keys) {
+            (Some(name), Some(keys)) if keys > 0 => {
+                // A prime stride visits every key once per `keys` requests
+                // (when `keys` is not its multiple) in a scattered order.
+                let k = seq.wrapping_mul(1_000_003) % keys;
+                let _ = write!(req, "{name}: k{k}\r\n");
+            }
+            (Some(name), _) => {
+                let _ = write!(req, "{name}: {}-{seq}\r\n", self.run_id);
+            }
+            (None, _) => {}
         }
         req.push_str("\r\n");
         req.into_bytes()
@@ -146,6 +160,20 @@ mod tests {
         assert_ne!(a, b);
         assert!(String::from_utf8_lossy(&a).contains("x-a: 1\r\n"));
         assert!(o.clone().header("bad header: x").is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn a_key_space_repeats_each_key_once_per_round() -> Result<(), OptionsError> {
+        let target = Target::parse("http://127.0.0.1:9/")?;
+        let mut o = LoadOptions::new(target, 1.0, Duration::from_secs(1))?;
+        o.unique_header = Some("x-key".into());
+        o.keys = Some(1_000);
+        let key = |seq| String::from_utf8_lossy(&o.request(seq)).into_owned();
+        let round: std::collections::HashSet<String> = (0..1_000).map(key).collect();
+        assert_eq!(round.len(), 1_000, "every key once in a round");
+        assert_eq!(key(7), key(1_007), "and again in the next");
+        assert_ne!(key(7), key(8));
         Ok(())
     }
 }

@@ -37,5 +37,6 @@ mod e2e_trust;
 mod e2e_windows;
 mod harness;
 mod ops_hour;
+mod ops_soak;
 mod redis_store;
 mod regions;

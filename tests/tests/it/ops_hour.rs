@@ -3,7 +3,8 @@
 //! an Envoy each, the Envoys' listeners from a file so a filter can be rolled
 //! out), steady load over a hot key, a zipf spread of keys and cold keys, and
 //! a schedule of events an operator causes or suffers: agent upgrades, a hash
-//! slot moved, a primary killed, a rules change with its trial, a filter
+//! slot moved, a primary added and later removed (each with a rebalance of
+//! the slots), a primary killed, a rules change with its trial, a filter
 //! rollout. Every second it records what each rule decided, by outcome, the
 //! store's topology events and redirects, and the agents' and Envoys'
 //! memory; at the end it writes the figures (`ops-hour.csv`), a table of each
@@ -20,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use meshlimit_tests::{
     eventually, rebuilt_module, redis_bucket_key, sample, signal, try_request, Agent, AgentOptions,
-    EnvoyConfig, Load, RedisCluster, Resp, Stack,
+    EnvoyConfig, Load, RedisCluster, Stack,
 };
 
 /// The hot key's limit a second (and burst), offered twice that in all.
@@ -49,7 +50,9 @@ rules:
   - { name: cold, match: { path_prefix: /cold }, key: [{ header: x-api-key }], limit: { requests: 100, per: 1m }, on_failure: open }
 ";
 const RULE_NAMES: [&str; 3] = ["hot", "zipf", "cold"];
-const OUTCOMES: [&str; 5] = [
+/// A rule's decisions as the filter counts them: the last three are by a
+/// failure policy.
+pub(super) const OUTCOMES: [&str; 5] = [
     "allowed",
     "limited",
     "failed_open",
@@ -113,11 +116,13 @@ fn an_hour_of_operations() {
     let loads = Loads::start(&nodes, length + Duration::from_secs(60));
     let recorder = Recorder::start(&nodes, t0);
 
-    let schedule: [&'static str; 6] = [
+    let schedule: [&'static str; 8] = [
         "agent upgrade, node 1",
         "hash slot of the hot key moved",
+        "primary added, slots rebalanced",
         "primary killed",
         "rules change with its trial",
+        "added primary drained, removed",
         "filter rollout, node 2",
         "agent upgrade, node 2",
     ];
@@ -131,9 +136,13 @@ fn an_hour_of_operations() {
         match i {
             0 => upgrade(&mut nodes[0], &cluster.url()),
             1 => move_hot_slot(&cluster),
-            2 => kill_a_primary(&mut cluster),
-            3 => change_rules(&mut nodes),
-            4 => roll_filter(&nodes[1]),
+            2 => {
+                cluster.add_primary();
+            }
+            3 => kill_a_primary(&mut cluster),
+            4 => change_rules(&mut nodes),
+            5 => cluster.remove_last_primary(),
+            6 => roll_filter(&nodes[1]),
             _ => upgrade(&mut nodes[1], &cluster.url()),
         }
         recorder.sync(&nodes);
@@ -368,10 +377,7 @@ fn upgrade(node: &mut Node, store: &str) {
 /// Moves the hot key's hash slot to the next primary, key by key.
 fn move_hot_slot(cluster: &RedisCluster) {
     let key = redis_bucket_key("hot", &["hot"]);
-    let slot = match cluster.cmd(0, &["CLUSTER", "KEYSLOT", &key]) {
-        Resp::Int(slot) => u16::try_from(slot).unwrap(),
-        other => panic!("CLUSTER KEYSLOT answered {other:?}"),
-    };
+    let slot = cluster.slot_of(&key);
     let from = cluster
         .index_of(cluster.slot_owner(0, slot).unwrap())
         .unwrap();
@@ -387,15 +393,21 @@ fn is_primary(cluster: &RedisCluster, node: usize) -> bool {
     cluster.flags_of(node, node).contains("master")
 }
 
-/// Kills the primary holding the zipf keys' first slot, waits for its
-/// replica's promotion, and restarts it (it rejoins as a replica).
+/// Kills a primary that has a replica (the one added by scaling out has
+/// none), the one holding the most-requested zipf key that such a primary
+/// holds, waits for its replica's promotion, and restarts it (it rejoins as a
+/// replica).
 fn kill_a_primary(cluster: &mut RedisCluster) {
-    let key = redis_bucket_key("zipf", &["z0"]);
-    let slot = match cluster.cmd(0, &["CLUSTER", "KEYSLOT", &key]) {
-        Resp::Int(slot) => u16::try_from(slot).unwrap(),
-        other => panic!("CLUSTER KEYSLOT answered {other:?}"),
-    };
-    let port = cluster.slot_owner(0, slot).unwrap();
+    let (slot, port) = (0..ZIPF_KEYS)
+        .find_map(|k| {
+            let slot = cluster.slot_of(&redis_bucket_key("zipf", &[&format!("z{k}")]));
+            let port = cluster.slot_owner(0, slot)?;
+            let replicated = cluster
+                .index_of(port)
+                .is_some_and(|n| n < cluster.founders());
+            replicated.then_some((slot, port))
+        })
+        .expect("a zipf key on a replicated primary");
     let victim = cluster.index_of(port).unwrap();
     let witness = (0..cluster.ports().len()).find(|n| *n != victim).unwrap();
     cluster.kill_node(victim);
@@ -492,6 +504,19 @@ fn failure_policy(d: &Second) -> u64 {
     d.decisions.iter().map(|r| r[2] + r[3] + r[4]).sum()
 }
 
+/// The hot key's admitted rate, both nodes together, and the decisions by a
+/// failure policy, in each whole second of the run (a node's interval counts
+/// in the second it ends in).
+fn whole_seconds(window: &[&Second]) -> std::collections::BTreeMap<u64, (f64, u64)> {
+    let mut by_second = std::collections::BTreeMap::new();
+    for d in window {
+        let entry = by_second.entry(d.at as u64).or_insert((0.0, 0));
+        entry.0 += rate(d.decisions[0][0], d);
+        entry.1 += failure_policy(d);
+    }
+    by_second
+}
+
 fn summary(deltas: &[Second], events: &[Event], minutes: f64, end: f64) -> String {
     let mut md = format!(
         "# An hour of operations ({minutes} minutes)\n\n`make ops-hour OPS_MINUTES={minutes}`: two nodes on a Redis Cluster of 3 primaries with a replica each; the hot key offered {} a second against {HOT}, {ZIPF_KEYS} zipf keys at {} a second against {ZIPF_LIMIT} each, cold keys at {} a second. Each event's row covers the time from it to the next event.\n\n",
@@ -499,7 +524,8 @@ fn summary(deltas: &[Second], events: &[Event], minutes: f64, end: f64) -> Strin
         2.0 * ZIPF_RATE,
         2.0 * COLD_RATE
     );
-    md.push_str("| event | at (s) | took (s) | failure-policy decisions | hot key admitted / limit | node_down | redirects |\n|---|---|---|---|---|---|---|\n");
+    md.push_str("A second is *disturbed* when a decision in it was taken by a failure policy or the hot key's admitted rate (both nodes) was more than 10% off its limit; *recovered* is when the last disturbed second before the next event ended, counted from the event's start.\n\n");
+    md.push_str("| event | at (s) | took (s) | failure-policy decisions | hot key admitted / limit | hot key's highest and lowest second / limit | recovered after (s) | node_down | redirects |\n|---|---|---|---|---|---|---|---|---|\n");
     let mut bounds: Vec<f64> = events.iter().map(|e| e.at).collect();
     bounds.push(end);
     for (i, e) in events.iter().enumerate() {
@@ -509,14 +535,25 @@ fn summary(deltas: &[Second], events: &[Event], minutes: f64, end: f64) -> Strin
             .filter(|d| d.at > from && d.at <= to)
             .collect();
         let hot: u64 = window.iter().map(|d| d.decisions[0][0]).sum();
+        let by_second = whole_seconds(&window);
+        let ratios = by_second.values().map(|(hot, _)| hot / HOT);
+        let (high, low) = ratios.fold((0.0_f64, f64::MAX), |(h, l), r| (h.max(r), l.min(r)));
+        let recovered = by_second
+            .iter()
+            .filter(|(_, (hot, failed))| *failed > 0 || (hot / HOT - 1.0).abs() > 0.1)
+            .map(|(second, _)| (*second + 1) as f64 - from)
+            .fold(0.0_f64, f64::max);
         let _ = writeln!(
             md,
-            "| {} | {:.0} | {:.1} | {} | {:.3} | {} | {} |",
+            "| {} | {:.0} | {:.1} | {} | {:.3} | {:.2} / {:.2} | {:.0} | {} | {} |",
             e.name,
             e.at,
             e.took.as_secs_f64(),
             window.iter().map(|d| failure_policy(d)).sum::<u64>(),
             hot as f64 / (HOT * (to - from)).max(1.0),
+            high,
+            if low == f64::MAX { 0.0 } else { low },
+            recovered,
             window.iter().map(|d| d.node_down).sum::<f64>(),
             window.iter().map(|d| d.redirects).sum::<f64>(),
         );
@@ -543,6 +580,12 @@ fn summary(deltas: &[Second], events: &[Event], minutes: f64, end: f64) -> Strin
         memory(end, |d| d.agent_rss_kib),
         memory(warm, |d| d.envoy_rss_kib),
         memory(end, |d| d.envoy_rss_kib),
+    );
+    let largest = deltas.iter().map(|d| d.agent_rss_kib).max().unwrap_or(0);
+    let _ = writeln!(
+        md,
+        "\nThe largest agent at any reading: {:.1} MiB, against the 256 MiB the DaemonSet limits an agent to.",
+        largest as f64 / 1024.0
     );
     md
 }

@@ -87,7 +87,7 @@ struct Second {
 
 /// What an event did, from its start to the next event's.
 struct Event {
-    name: &'static str,
+    name: String,
     at: f64,
     took: Duration,
 }
@@ -147,7 +147,7 @@ fn an_hour_of_operations() {
         }
         recorder.sync(&nodes);
         events.push(Event {
-            name,
+            name: name.to_string(),
             at: started.duration_since(t0).as_secs_f64(),
             took: started.elapsed(),
         });
@@ -161,6 +161,49 @@ fn an_hour_of_operations() {
     let seconds = recorder.stop();
     drop(loads);
     report(&out, &seconds, &events, minutes);
+}
+
+/// Draws the plot again from a run's `ops-hour.csv` and `summary.md` in
+/// `OPS_OUT`, for a change to the plot alone: `cargo test -p meshlimit-tests
+/// --test it ops_hour::replot -- --ignored`.
+#[test]
+#[ignore = "redraws a committed run's plot"]
+fn replot() {
+    let out = meshlimit_tests::repo_root()
+        .join(std::env::var("OPS_OUT").unwrap_or_else(|_| "bench/results/ops-hour".to_string()));
+    let csv = std::fs::read_to_string(out.join("ops-hour.csv")).unwrap();
+    let deltas: Vec<Second> = csv
+        .lines()
+        .skip(1)
+        .map(|line| {
+            let f: Vec<f64> = line.split(',').map(|v| v.parse().unwrap()).collect();
+            let mut d = Second {
+                node: f[0] as usize - 1,
+                at: f[1],
+                span: f[2],
+                ..Second::default()
+            };
+            d.decisions[0][0] = f[3] as u64;
+            d.decisions[0][2] = f[5] as u64;
+            d
+        })
+        .collect();
+    let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    let events: Vec<Event> = summary
+        .lines()
+        .filter_map(|line| {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            let at: f64 = cells.get(2)?.parse().ok()?;
+            let took: f64 = cells.get(3)?.parse().ok()?;
+            Some(Event {
+                name: cells[1].to_string(),
+                at,
+                took: Duration::from_secs_f64(took),
+            })
+        })
+        .collect();
+    let nodes = deltas.iter().map(|d| d.node + 1).max().unwrap_or(0);
+    plot(&out.join("ops-hour.png"), &deltas, &events, nodes);
 }
 
 /// The steady load: per node, the hot key at its share of twice the limit,
@@ -643,17 +686,19 @@ fn plot(path: &Path, deltas: &[Second], events: &[Event], nodes: usize) {
         .unwrap()
         .label("a node's share of the hot key's limit")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.mix(0.4)));
-    for e in events {
+    for (i, e) in events.iter().enumerate() {
         chart
             .draw_series(LineSeries::new(
                 [(e.at, 0.0), (e.at, top * 1.1)],
                 GREEN.mix(0.6),
             ))
             .unwrap();
+        // Three rows of labels, so neighbours do not overlap.
+        let row = [1.06, 0.99, 0.92][i % 3];
         chart
             .draw_series(std::iter::once(Text::new(
-                e.name.to_string(),
-                (e.at, top * 1.05),
+                e.name.clone(),
+                (e.at, top * row),
                 ("sans-serif", 13),
             )))
             .unwrap();

@@ -172,6 +172,61 @@ proptest! {
     }
 }
 
+/// A response the agent can write in its compact form: no `unavailable`
+/// answer (its reason is read a member at a time).
+fn as_written() -> impl Strategy<Value = LeaseResponse> {
+    response().prop_map(|mut r| {
+        r.items
+            .retain(|a| !matches!(a, LeaseAnswer::Unavailable { .. }));
+        r
+    })
+}
+
+proptest! {
+    #[test]
+    fn an_answer_as_the_agent_writes_it_is_matched_whole_to_the_same_value(response in as_written()) {
+        let body = serde_json::to_vec(&response).unwrap();
+        prop_assert_eq!(read_as_written(&body), Some(response.clone()));
+        prop_assert_eq!(read_any(&body), Ok(response));
+    }
+
+    #[test]
+    fn an_answer_as_written_cut_or_changed_reads_as_serde_json_reads_it(
+        response in as_written(),
+        at in any::<prop::sample::Index>(),
+        byte in prop_oneof![any::<u8>(), Just(b'0'), Just(b'9'), Just(b' '), Just(b'}'), Just(b',')],
+        cut in any::<bool>(),
+    ) {
+        let mut body = serde_json::to_vec(&response).unwrap();
+        let i = at.index(body.len());
+        if cut {
+            body.truncate(i);
+        } else {
+            body[i] = byte;
+        }
+        if let Some(matched) = read_as_written(&body) {
+            prop_assert_eq!(read_any(&body), Ok(matched), "{}", String::from_utf8_lossy(&body));
+        }
+        prop_assert_eq!(read_lease_response(&body).ok(), serde(&body), "{}", String::from_utf8_lossy(&body));
+    }
+}
+
+#[test]
+fn numbers_serde_json_would_refuse_are_left_to_the_general_reader() {
+    for body in [
+        &br#"{"v":01,"items":[]}"#[..],
+        br#"{"v":4294967296,"items":[]}"#,
+        br#"{"v":1,"items":[{"result":"grant","tokens":4294967296,"ttl_ms":1,"remaining":1,"reset_ms":1}]}"#,
+        br#"{"v":1,"items":[{"result":"deny","retry_after_ms":18446744073709551616}]}"#,
+        br#"{"v":1,"items":[{"result":"deny","retry_after_ms":}]}"#,
+    ] {
+        assert_eq!(read_as_written(body), None, "{}", String::from_utf8_lossy(body));
+        assert!(read_lease_response(body).is_err());
+    }
+    let max = br#"{"v":1,"items":[{"result":"deny","retry_after_ms":18446744073709551615}]}"#;
+    assert!(read_as_written(max).is_some());
+}
+
 #[test]
 fn the_agents_answers_read_back() {
     let response = LeaseResponse {

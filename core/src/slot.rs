@@ -22,7 +22,8 @@ use crate::lease::{Lease, Spend};
 use crate::limit::Limit;
 
 const FORMAT: u8 = 5;
-const ENCODED_LEN: usize = 110;
+/// The bytes of an encoded slot.
+pub const ENCODED_LEN: usize = 110;
 /// The longest a lease may be kept, whatever the agent or a stepped clock says.
 pub const MAX_LEASE_TTL_NS: u64 = 2_000_000_000;
 
@@ -92,27 +93,42 @@ impl SlotState {
     }
 
     pub fn encode(&self) -> Vec<u8> {
+        self.encoded().to_vec()
+    }
+
+    /// [`SlotState::encode`] on the stack: the filter writes a slot at
+    /// every step of a new key's request (its miss, its call, its answer,
+    /// the request's tokens), and a vector for each cost an allocation and
+    /// its free.
+    pub fn encoded(&self) -> [u8; ENCODED_LEN] {
+        let mut out = [0u8; ENCODED_LEN];
+        let mut at = 0;
+        let mut put = |bytes: &[u8]| {
+            if let Some(to) = out.get_mut(at..at + bytes.len()) {
+                to.copy_from_slice(bytes);
+            }
+            at += bytes.len();
+        };
         let l = &self.lease;
-        let mut out = Vec::with_capacity(ENCODED_LEN);
-        out.push(FORMAT);
-        out.extend_from_slice(&self.fingerprint.to_le_bytes());
-        out.extend_from_slice(&l.tokens.to_le_bytes());
-        out.extend_from_slice(&l.expires_ns.to_le_bytes());
-        out.extend_from_slice(&self.store_remaining.to_le_bytes());
-        out.extend_from_slice(&self.store_reset_at_ns.to_le_bytes());
-        out.extend_from_slice(&l.denied_until_ns.to_le_bytes());
+        put(&[FORMAT]);
+        put(&self.fingerprint.to_le_bytes());
+        put(&l.tokens.to_le_bytes());
+        put(&l.expires_ns.to_le_bytes());
+        put(&self.store_remaining.to_le_bytes());
+        put(&self.store_reset_at_ns.to_le_bytes());
+        put(&l.denied_until_ns.to_le_bytes());
         let (tokens, updated) = self.fallback.map_or((0.0, 0), |b| b.parts());
-        out.push(u8::from(self.fallback.is_some()));
-        out.extend_from_slice(&tokens.to_le_bytes());
-        out.extend_from_slice(&updated.to_le_bytes());
-        out.extend_from_slice(&l.granted.to_le_bytes());
-        out.extend_from_slice(&l.granted_at_ns.to_le_bytes());
-        out.extend_from_slice(&l.demand_at_ns.to_le_bytes());
-        out.extend_from_slice(&l.demand.to_le_bytes());
-        out.extend_from_slice(&self.fallback_full_ns.to_le_bytes());
-        out.extend_from_slice(&l.call_started_ns.to_le_bytes());
-        out.extend_from_slice(&l.call_deadline_ns.to_le_bytes());
-        out.extend_from_slice(&l.rtt_us.to_le_bytes());
+        put(&[u8::from(self.fallback.is_some())]);
+        put(&tokens.to_le_bytes());
+        put(&updated.to_le_bytes());
+        put(&l.granted.to_le_bytes());
+        put(&l.granted_at_ns.to_le_bytes());
+        put(&l.demand_at_ns.to_le_bytes());
+        put(&l.demand.to_le_bytes());
+        put(&self.fallback_full_ns.to_le_bytes());
+        put(&l.call_started_ns.to_le_bytes());
+        put(&l.call_deadline_ns.to_le_bytes());
+        put(&l.rtt_us.to_le_bytes());
         out
     }
 

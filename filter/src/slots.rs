@@ -59,7 +59,7 @@ pub fn update<H: Host, R>(
         if state == before {
             return Some(out);
         }
-        match host.shared_set(&key, &state.encode(), cas) {
+        match host.shared_set(&key, &state.encoded(), cas) {
             Ok(()) => return Some(out),
             Err(SharedError::CasMismatch) => continue,
             Err(SharedError::Host) => return None,

@@ -165,8 +165,7 @@ impl<W: Copy + Eq + Hash> Flights<W> {
             Call::Unsent(items) => items,
         };
         let mut answers = answers.map(Vec::into_iter);
-        let mut woken: Vec<W> = Vec::new();
-        let mut seen: FastSet<W> = FastSet::default();
+        let mut woken: Waiting<W> = Waiting::default();
         for item in items {
             let answer = answers.as_mut().and_then(Iterator::next);
             let paid = matches!(answer, Some(LeaseAnswer::Grant { local: false, .. }));
@@ -196,14 +195,12 @@ impl<W: Copy + Eq + Hash> Flights<W> {
             for id in now {
                 if let Some(eval) = self.parked.get_mut(&id) {
                     eval.resolve(host, cfg, fp, result);
-                    if seen.insert(id) {
-                        woken.push(id);
-                    }
+                    woken.push(id);
                 }
             }
         }
         let mut decided = Vec::new();
-        for id in woken {
+        for id in woken.order {
             let Some(mut eval) = self.parked.remove(&id) else {
                 continue;
             };
@@ -267,13 +264,19 @@ impl<W: Copy + Eq + Hash> Flights<W> {
 }
 
 /// The requests waiting on one key's call, in the order they came, with a set
-/// for membership: while the agent is slow thousands may wait on a hot key,
-/// and a search of the list for each of them cost the VM their square (the
-/// simulator's gateways spent their time there, seconds behind their load).
+/// for membership once [`SCANNED_WAITERS`] wait: while the
+/// agent is slow thousands may wait on a hot key, and a search of the list
+/// for each of them cost the VM their square (the simulator's gateways spent
+/// their time there, seconds behind their load). A new key has one waiter,
+/// and a set for one would cost its request an allocation and a hash.
 struct Waiting<W> {
     order: Vec<W>,
+    /// Empty until a push finds [`SCANNED_WAITERS`] in `order`.
     members: FastSet<W>,
 }
+
+/// The most waiters on one key looked up by a search of the list.
+const SCANNED_WAITERS: usize = 8;
 
 impl<W> Default for Waiting<W> {
     fn default() -> Self {
@@ -287,13 +290,25 @@ impl<W> Default for Waiting<W> {
 impl<W: Copy + Eq + Hash> Waiting<W> {
     /// Adds `id` unless it already waits here.
     fn push(&mut self, id: W) {
+        if self.order.len() < SCANNED_WAITERS {
+            if !self.order.contains(&id) {
+                self.order.push(id);
+            }
+            return;
+        }
+        if self.members.is_empty() {
+            self.members.extend(self.order.iter().copied());
+        }
         if self.members.insert(id) {
             self.order.push(id);
         }
     }
 
     fn contains(&self, id: &W) -> bool {
-        self.members.contains(id)
+        match self.members.is_empty() {
+            true => self.order.contains(id),
+            false => self.members.contains(id),
+        }
     }
 }
 

@@ -226,7 +226,7 @@ impl Evaluation {
     ) {
         let now = host.now_ns();
         self.decided_at_ns = now;
-        let misses: Vec<usize> = self
+        let misses: SmallVec<[usize; INLINE_RULES]> = self
             .misses()
             .filter(|i| self.checks[*i].fingerprint == fingerprint)
             .collect();

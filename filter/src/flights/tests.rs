@@ -279,3 +279,23 @@ fn a_lease_call_s_body_is_its_request_s_json() {
         .unwrap()
     );
 }
+
+#[test]
+fn waiters_keep_their_order_and_come_once_on_either_side_of_the_set() {
+    for n in [
+        1,
+        SCANNED_WAITERS - 1,
+        SCANNED_WAITERS,
+        SCANNED_WAITERS + 1,
+        100,
+    ] {
+        let mut w: Waiting<u32> = Waiting::default();
+        for id in (0..n as u32).chain((0..n as u32).rev()) {
+            w.push(id);
+        }
+        let want: Vec<u32> = (0..n as u32).collect();
+        assert_eq!(w.order, want, "{n}");
+        assert!(w.contains(&0) && !w.contains(&(n as u32)), "{n}");
+        assert_eq!(w.members.is_empty(), n < SCANNED_WAITERS, "{n}");
+    }
+}

@@ -63,6 +63,11 @@ pub fn lease_request_json<T: AsRef<LeaseItem>>(rules_version: &str, items: &[T])
 /// filter sends its queued items in such batches, so the agent never refuses a
 /// call for its size and no item fails for its neighbours.
 pub fn lease_batch_len<T: AsRef<LeaseItem>>(rules_version: &str, items: &[T]) -> usize {
+    // The first item always goes: one alone is its batch, without sizing
+    // its strings (a new key's call, which holds just its own item).
+    if items.len() <= 1 {
+        return items.len();
+    }
     // `{"v":4294967295,"rules_version":"…","items":[` … `]}`
     let mut bytes = 48 + json_str_bound(rules_version);
     let mut n = 0;
@@ -350,6 +355,7 @@ pub(crate) mod tests {
             .collect();
         assert_eq!(lease_batch_len("v1", &items), MAX_LEASE_ITEMS);
         assert_eq!(lease_batch_len("v1", &items[..3]), 3);
+        assert_eq!(lease_batch_len("v1", &items[..1]), 1);
         assert_eq!(lease_batch_len::<LeaseItem>("v1", &[]), 0);
     }
 

@@ -169,7 +169,7 @@ impl SlotState {
             // Only where the holder refills ahead (never on an exact rule).
             Spend::Empty { in_flight } => match refill_timeout_ns {
                 Some(timeout) if hold && max_wait_ns > 0 && l.denial_just_ended(now_ns) => {
-                    let refill = !in_flight && l.begin_call(now_ns, timeout);
+                    let refill = !in_flight && l.begin_call(now_ns, timeout.min(MAX_LEASE_TTL_NS));
                     let retry_after_ns = l
                         .call_deadline_ns
                         .saturating_sub(now_ns)
@@ -199,9 +199,16 @@ impl SlotState {
         }
     }
 
-    /// Marks a call for the key in flight; false when one already is.
+    /// Marks a call for the key in flight; false when one already is. The
+    /// mark lasts the call's timeout, at most [`MAX_LEASE_TTL_NS`]: `check`
+    /// takes a deadline further ahead for a stepped clock's and drops it, so
+    /// a longer mark (a `timeout_ms` over 2 s) would be dropped by the next
+    /// request, which would call again, or start cold again, while the first
+    /// call is out. Past 2 s a second call may go; the first still ends at
+    /// its own timeout.
     pub fn begin_call(&mut self, now_ns: u64, call_timeout_ns: u64) -> bool {
-        self.lease.begin_call(now_ns, call_timeout_ns)
+        self.lease
+            .begin_call(now_ns, call_timeout_ns.min(MAX_LEASE_TTL_NS))
     }
 
     /// A cold start: when the slot knows nothing of its key (never granted,
@@ -215,7 +222,7 @@ impl SlotState {
             || l.denied_until_ns != 0
             || l.call_started_ns != 0
             || self.fallback.is_some();
-        !known && self.lease.begin_call(now_ns, call_timeout_ns)
+        !known && self.begin_call(now_ns, call_timeout_ns)
     }
 
     /// Records a grant of which `cost` went to the current request (0 for a

@@ -221,6 +221,23 @@ fn only_a_key_the_slot_knows_nothing_of_starts_cold() {
 }
 
 #[test]
+fn a_call_with_a_timeout_over_two_seconds_stays_in_flight_until_its_answer() {
+    // timeout_ms of 5,000 (the end-to-end tests'): the next request, 1 ms
+    // later, finds the call out; it neither calls nor starts cold again.
+    let five_s = 5_000_000_000;
+    let mut s = SlotState::empty(42);
+    assert!(s.cold_start(1_000, five_s));
+    assert_eq!(
+        s.check(1_001_000, 1, u64::MAX, Some(five_s), true),
+        LocalCheck::Miss { in_flight: true }
+    );
+    assert!(!s.cold_start(1_002_000, five_s), "one cold start per key");
+    assert!(!s.begin_call(1_002_000, five_s));
+    // The mark ends 2 s on, whatever the timeout.
+    assert!(s.begin_call(1_000 + MAX_LEASE_TTL_NS, five_s));
+}
+
+#[test]
 fn a_key_denied_a_moment_ago_is_held_until_its_next_answer_not_made_to_wait() {
     const MS: u64 = 1_000_000;
     let call = Some(5 * MS);

@@ -26,12 +26,19 @@ const RULE_NAMES: [&str; 3] = ["hot", "keys", "cold"];
 /// The failure policy's share of decisions the soak allows: 0.001%.
 const MAX_FAILURE_SHARE: f64 = 1e-5;
 
-/// Each load: path, offered rate, connections, and its key space (`None`: a
-/// new key every request; `Some(0)`: one key).
-const LOADS: [(&str, f64, usize, Option<u64>); 3] = [
-    ("/hot", 2_000.0, 8, Some(0)),
-    ("/keys", 4_000.0, 8, Some(200_000)),
-    ("/cold", 500.0, 4, None),
+/// Which keys a load sends.
+#[derive(Clone, Copy)]
+enum Keys {
+    One,
+    Spread(u64),
+    NewEachRequest,
+}
+
+/// Each load: path, offered rate, connections and its keys.
+const LOADS: [(&str, f64, usize, Keys); 3] = [
+    ("/hot", 2_000.0, 8, Keys::One),
+    ("/keys", 4_000.0, 8, Keys::Spread(200_000)),
+    ("/cold", 500.0, 4, Keys::NewEachRequest),
 ];
 
 #[test]
@@ -64,9 +71,11 @@ fn a_healthy_cluster_under_saturating_load() {
                 .args(["--warmup", "0.1"])
                 .args(["--connections", &connections.to_string()]);
             match keys {
-                Some(0) => cmd.args(["--header", "x-api-key: hot"]),
-                Some(n) => cmd.args(["--unique-header", "x-api-key", "--keys", &n.to_string()]),
-                None => cmd.args(["--unique-header", "x-api-key"]),
+                Keys::One => cmd.args(["--header", "x-api-key: hot"]),
+                Keys::Spread(n) => {
+                    cmd.args(["--unique-header", "x-api-key", "--keys", &n.to_string()])
+                }
+                Keys::NewEachRequest => cmd.args(["--unique-header", "x-api-key"]),
             };
             cmd.stdout(Stdio::piped())
                 .spawn()

@@ -70,29 +70,30 @@ fn a_prefix_aggregate_rule_holds_every_matching_request_to_one_bucket() {
     assert_eq!(stack.get("/v2/search", &[]).status, 200);
 }
 
-const SEARCH_1000: &str = r#"
+const SEARCH_400: &str = r#"
 version: 1
 rules:
   - name: search-total
     match: { path_prefix: /v1/search }
     key: []
-    limit: { requests: 1000, per: 1s, burst: 100 }
+    limit: { requests: 400, per: 1s, burst: 40 }
 "#;
 
-/// A whole-endpoint limit at 1,000 a second on a path prefix, leased (`fast`),
+/// A whole-endpoint limit at 400 a second on a path prefix, leased (`fast`),
 /// offered 1.5 times that from three kinds of caller (other paths under the
 /// prefix, other API keys, other addresses): over the steady seconds the
-/// callers together get the limit. The band, ±5 % of 3,000, is the leased
-/// mode's: a node's lease (at most a tenth of the burst, 10 tokens) and the
+/// callers together get the limit. The band, ±5 % of 1,200, is the leased
+/// mode's: a node's lease (at most a tenth of the burst, 4 tokens) and the
 /// filter's slot can each hold at most one lease across a window's edge, far
-/// inside 150 requests; what the bound guards is the one bucket, since three
-/// buckets would admit 1,500 a second.
+/// inside 60 requests; what the bound guards is the one bucket, since three
+/// buckets would admit all 600 a second. The rate is one the load keeps to
+/// with a build running beside the suite on two cores.
 #[test]
-fn a_prefix_aggregate_rule_at_a_thousand_a_second_admits_the_limit_in_total() {
+fn a_prefix_aggregate_rule_at_four_hundred_a_second_admits_the_limit_in_total() {
     use meshlimit_tests::{count_between, Load};
     use std::time::{Duration, Instant};
 
-    let stack = Stack::start_with(AgentOptions::new(SEARCH_1000), |mut c| {
+    let stack = Stack::start_with(AgentOptions::new(SEARCH_400), |mut c| {
         c.plugin.insert("trusted_hops".into(), 1.into());
         c
     });
@@ -109,7 +110,7 @@ fn a_prefix_aggregate_rule_at_a_thousand_a_second_admits_the_limit_in_total() {
             Load::start(
                 &stack.envoy.url(path),
                 &headers,
-                500.0,
+                200.0,
                 4,
                 Duration::from_secs(4),
             )
@@ -128,7 +129,7 @@ fn a_prefix_aggregate_rule_at_a_thousand_a_second_admits_the_limit_in_total() {
     let admitted = count_between(&samples, from, to, 200);
     let limited = count_between(&samples, from, to, 429);
     assert!(
-        offered >= 4_000,
+        offered >= 1_600,
         "the load fell behind: {offered} requests offered in 3 s"
     );
     assert_eq!(
@@ -137,7 +138,7 @@ fn a_prefix_aggregate_rule_at_a_thousand_a_second_admits_the_limit_in_total() {
         "every request answered 200 or 429"
     );
     assert!(
-        (2_850..=3_150).contains(&admitted),
-        "{admitted} admitted of {offered} in 3 s at 1,000/s in total"
+        (1_140..=1_260).contains(&admitted),
+        "{admitted} admitted of {offered} in 3 s at 400/s in total"
     );
 }

@@ -30,7 +30,7 @@ use meshlimit_core::wire::{lease_batch_len, LeaseAnswer, LeaseRequest, WIRE_VERS
 use crate::config::FilterConfig;
 use crate::fast_map::{FastMap, FastSet};
 use crate::host::Host;
-use crate::pipeline::{apply_answer, Evaluation, Item};
+use crate::pipeline::{apply_answer, Evaluation, Item, Takes};
 use crate::slots;
 
 /// Calls a request may wait on before its failure policies decide.
@@ -172,7 +172,6 @@ impl<W: Copy + Eq + Hash> Flights<W> {
             if item.prepaid > 0 && !paid {
                 self.stats.cold_starts_unpaid += 1;
             }
-            let result = apply_answer(host, cfg, &item, answer);
             let fp = item.fingerprint;
             match self.busy.get_mut(&fp) {
                 Some(n) if *n > 1 => *n -= 1,
@@ -192,9 +191,23 @@ impl<W: Copy + Eq + Hash> Flights<W> {
             if !later.order.is_empty() {
                 self.waiters.insert(fp, later);
             }
+            // The answer fills the slot and the requests it wakes take from
+            // it, in order, in one write.
+            let parked = &self.parked;
+            let mut takes = Takes::new();
+            let applied = apply_answer(host, cfg, &item, answer, |s, at| {
+                takes.clear();
+                for id in &now {
+                    if let Some(eval) = parked.get(id) {
+                        eval.take_answered(s, at, fp, &mut takes);
+                    }
+                }
+            });
+            let mut takes = takes.into_iter();
             for id in now {
                 if let Some(eval) = self.parked.get_mut(&id) {
-                    eval.resolve(host, cfg, fp, result);
+                    let own = eval.waits_on(fp);
+                    eval.resolve(host, cfg, fp, applied, takes.by_ref().take(own).collect());
                     woken.push(id);
                 }
             }
@@ -244,22 +257,33 @@ impl<W: Copy + Eq + Hash> Flights<W> {
 
     /// Parks `eval` on the calls for its undecided keys, queueing an item for
     /// each key that has none (every key of an exact rule).
-    fn wait<H: Host>(&mut self, host: &H, cfg: &FilterConfig, id: W, eval: Evaluation) {
-        let now = host.now_ns();
+    fn wait<H: Host>(&mut self, host: &H, cfg: &FilterConfig, id: W, mut eval: Evaluation) {
+        let mut now = None;
         let timeout = crate::config::nanos(cfg.timeout);
         for item in eval.miss_items() {
             let fp = item.fingerprint;
             if !item.exact && self.busy.contains_key(&fp) {
                 self.stats.waits += 1;
             } else {
-                // Marks the slot too: the call's round trip is measured, and
-                // other workers do not start a refill meanwhile.
-                slots::update(host, now, fp, cfg.slots, |s| s.begin_call(now, timeout));
+                // Marks the slot too (unless the local pass did, in the write
+                // of the miss): the call's round trip is measured, and other
+                // workers do not start a refill meanwhile.
+                if !item.marked {
+                    let now = *now.get_or_insert_with(|| host.now_ns());
+                    slots::update(host, now, fp, cfg.slots, |s| s.begin_call(now, timeout));
+                }
                 self.enqueue(item);
             }
             self.waiters.entry(fp).or_default().push(id);
         }
+        eval.forget_marks();
         self.parked.insert(id, eval);
+    }
+
+    /// Whether an item for the key `fingerprint` is queued or in flight: a
+    /// miss of a leased rule waits for it ([`crate::pipeline::CallMark`]).
+    pub fn is_busy(&self, fingerprint: u64) -> bool {
+        self.busy.contains_key(&fingerprint)
     }
 }
 

@@ -305,7 +305,10 @@ impl<H: Proxy> HttpContext for Http<H> {
             } else {
                 // A cold start's call goes out with the VM's batch.
                 let cold = queue.is_some().then_some(&mut vm.cold_starts);
-                let step = eval.local_step(host, &self.config, cold);
+                let flights = &vm.flights;
+                let busy = |fp| flights.is_busy(fp);
+                let busy = queue.is_some().then_some(&busy as &dyn Fn(u64) -> bool);
+                let step = eval.local_step(host, &self.config, cold, busy);
                 eval.keep_slices(&mut vm.slices);
                 step
             }

@@ -6,7 +6,7 @@ use std::rc::Rc;
 
 use meshlimit_core::decision::RuleResult;
 use meshlimit_core::rules::{Accuracy, RequestError, Rule};
-use meshlimit_core::slot::LocalCheck;
+use meshlimit_core::slot::{LocalCheck, SlotState};
 use meshlimit_core::wire::{
     AnsweredFrom, DecisionSource, LeaseAnswer, LeaseItem, LeaseRequest, WIRE_VERSION,
 };
@@ -15,10 +15,13 @@ use smallvec::SmallVec;
 
 use crate::config::FilterConfig;
 use crate::host::Host;
-use crate::slots;
 
 /// Rules a request's checks and results hold inline: more go on the heap.
 const INLINE_RULES: usize = 2;
+
+/// The takes of the requests waiting on one key, from its answered slot
+/// ([`Evaluation::take_answered`]).
+pub type Takes = SmallVec<[LocalCheck; INLINE_RULES]>;
 
 /// One request's evaluation; it survives the pause while the agent answers.
 pub struct Evaluation {
@@ -48,6 +51,9 @@ pub struct Item {
     /// Tokens a request already spent before the answer (a cold start): the
     /// grant pays them first.
     pub prepaid: u32,
+    /// The local pass marked the key's call in flight in its slot, in the
+    /// write of its miss: the call is not marked again when it is queued.
+    pub marked: bool,
 }
 
 /// The lease item a call carries (`meshlimit_core::wire::lease_request_json`).
@@ -83,6 +89,9 @@ struct Check {
     source: DecisionSource,
     /// The slice of the key's lease the local pass took for this worker, to keep.
     slice: Option<crate::slices::Slice>,
+    /// The local pass marked the key's call in flight with its miss
+    /// ([`Item::marked`]), until the call is queued.
+    marked: bool,
 }
 
 impl Check {
@@ -101,6 +110,7 @@ impl Check {
             },
             exact: rule.accuracy == Accuracy::Exact,
             prepaid,
+            marked: self.marked,
         }
     }
 }
@@ -149,6 +159,7 @@ impl Evaluation {
                 state: State::Miss,
                 source: DecisionSource::FailurePolicy,
                 slice: None,
+                marked: false,
             })
         })?;
         Ok((!checks.is_empty()).then_some(Self {
@@ -181,6 +192,14 @@ impl Evaluation {
             .collect()
     }
 
+    /// Forgets the call marks of the local pass ([`Item::marked`]) once its
+    /// calls are queued: a call made again for a key is marked again.
+    pub fn forget_marks(&mut self) {
+        for c in &mut self.checks {
+            c.marked = false;
+        }
+    }
+
     /// The fingerprints of the keys still undecided.
     pub fn miss_fingerprints(&self) -> Vec<u64> {
         self.misses().map(|i| self.checks[i].fingerprint).collect()
@@ -197,8 +216,9 @@ impl Evaluation {
     }
 
     /// Applies the answers to this request's own call (in the order of
-    /// `lease_request`'s items): each fills its key's slot, then the request
-    /// decides from it. A missing answer takes the failure policy.
+    /// `lease_request`'s items): each fills its key's slot, and the request
+    /// takes from it in the same write, then decides. A missing answer takes
+    /// the failure policy.
     pub fn apply_answers<H: Host>(
         &mut self,
         host: &H,
@@ -208,42 +228,74 @@ impl Evaluation {
         let items = self.miss_items();
         let mut answers = answers.into_iter();
         for item in items {
-            let result = apply_answer(host, cfg, &item, answers.next());
-            self.resolve(host, cfg, item.fingerprint, result);
+            let mut takes = Takes::new();
+            let applied = apply_answer(host, cfg, &item, answers.next(), |s, now| {
+                takes.clear();
+                self.take_answered(s, now, item.fingerprint, &mut takes);
+            });
+            self.resolve(host, cfg, item.fingerprint, applied, takes);
         }
     }
 
+    /// Takes, from the answered slot `s` of the key `fingerprint`, what each
+    /// of this request's undecided rules of that key costs (their demand was
+    /// counted by the first check), in the order [`Evaluation::resolve`]
+    /// reads them.
+    pub fn take_answered(
+        &self,
+        s: &mut SlotState,
+        now_ns: u64,
+        fingerprint: u64,
+        takes: &mut Takes,
+    ) {
+        for i in self.misses() {
+            let c = &self.checks[i];
+            if c.fingerprint == fingerprint {
+                takes.push(s.take_answered(now_ns, c.cost));
+            }
+        }
+    }
+
+    /// How many of this request's undecided rules are of the key
+    /// `fingerprint`: the takes [`Evaluation::take_answered`] makes for it.
+    pub fn waits_on(&self, fingerprint: u64) -> usize {
+        self.misses()
+            .filter(|i| self.checks[*i].fingerprint == fingerprint)
+            .count()
+    }
+
     /// Decides the undecided rules of the key `fingerprint` from what its
-    /// answer did. After [`KeyResult::Answered`] the rule takes from the slot;
-    /// one that finds nothing there (another request took the grant) stays
-    /// undecided for another call.
+    /// answer did ([`apply_answer`]). After [`KeyResult::Answered`] each
+    /// rule decides by its take from the answered slot (`takes`, from
+    /// [`Evaluation::take_answered`] in the answer's write); one that found
+    /// nothing there (another request took the grant) stays undecided for
+    /// another call.
     pub fn resolve<H: Host>(
         &mut self,
         host: &H,
         cfg: &FilterConfig,
         fingerprint: u64,
-        result: KeyResult,
+        applied: Applied,
+        takes: Takes,
     ) {
-        let now = host.now_ns();
+        let now = applied.now_ns;
         self.decided_at_ns = now;
         let misses: SmallVec<[usize; INLINE_RULES]> = self
             .misses()
             .filter(|i| self.checks[*i].fingerprint == fingerprint)
             .collect();
+        // No take counts unless the answer's write stored it.
+        let mut takes = takes.into_iter().filter(|_| applied.written);
         for i in misses {
             let mut source = DecisionSource::FailurePolicy;
-            let state = match result {
+            let state = match applied.result {
                 KeyResult::Answered(from) => {
                     source = match from {
                         Some(AnsweredFrom::Pool) => DecisionSource::AgentPool,
                         Some(AnsweredFrom::Store) => DecisionSource::Store,
                         None => DecisionSource::Agent,
                     };
-                    let c = &self.checks[i];
-                    let local = slots::update(host, now, c.fingerprint, cfg.slots, |s| {
-                        s.take_answered(now, c.cost)
-                    });
-                    match local {
+                    match takes.next() {
                         Some(
                             LocalCheck::Denied { retry_after_ns }
                             | LocalCheck::Held { retry_after_ns, .. },
@@ -367,8 +419,8 @@ fn decided(verdict: RuleVerdict) -> State {
 mod answer;
 mod failure;
 mod local;
-pub use answer::apply_answer;
-pub use local::LocalStep;
+pub use answer::{apply_answer, Applied};
+pub use local::{CallMark, LocalStep};
 
 #[cfg(test)]
 mod tests;

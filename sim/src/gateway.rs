@@ -263,7 +263,9 @@ impl Gateway {
         let step = {
             // As the filter's HTTP context (one `local_step`).
             let mut cold = self.cold_starts.borrow_mut();
-            eval.local_step(&self.host, &self.cfg, Some(&mut *cold))
+            let flights = self.flights.borrow();
+            let busy = |fp| flights.is_busy(fp);
+            eval.local_step(&self.host, &self.cfg, Some(&mut *cold), Some(&busy))
         };
         if step.backed_off {
             return self.finish(pending, &eval, true);

@@ -255,6 +255,7 @@ fn a_lease_call_s_body_is_its_request_s_json() {
         },
         exact: false,
         prepaid: 0,
+        marked: false,
     };
     let items = vec![
         item("search", "k1", None, None),
@@ -298,4 +299,54 @@ fn waiters_keep_their_order_and_come_once_on_either_side_of_the_set() {
         assert!(w.contains(&0) && !w.contains(&(n as u32)), "{n}");
         assert_eq!(w.members.is_empty(), n < SCANNED_WAITERS, "{n}");
     }
+}
+
+/// A new key's request reads its slot once before its call (its miss marks
+/// the call in the same write) and once after (the answer and the
+/// request's take in one write); a miss that waits on a call already queued
+/// marks nothing, and the call is still marked in flight in the slot.
+#[test]
+fn a_new_keys_slot_is_read_once_before_its_call_and_once_after() {
+    let (host, cfg) = (MemoryHost::default(), FilterConfig::default());
+    let rs = rules("fast");
+    let fp = rs_fp(&rs, &cfg);
+    host.count_reads(&crate::slots::slot_key(fp, cfg.slots));
+    let mut flights: Flights<u32> = Flights::default();
+    let request = |flights: &Flights<u32>| {
+        let req = RequestInfo::new("/", "GET", vec![("x-k".to_string(), "a".to_string())]);
+        let mut e = Evaluation::new(Rc::clone(&rs), &req, &cfg)
+            .unwrap()
+            .unwrap();
+        let busy = |fp| flights.is_busy(fp);
+        let step = e.local_step(&host, &cfg, None, Some(&busy));
+        assert!(step.ask);
+        e
+    };
+    let first = request(&flights);
+    assert!(flights.admit(&host, &cfg, 1, first).is_none());
+    assert_eq!(host.reads_counted(), 1, "one read before the call");
+    let (bytes, _) = host.shared_get(&crate::slots::slot_key(fp, cfg.slots));
+    let slot = meshlimit_core::slot::SlotState::claim(bytes.as_deref(), fp, 0).unwrap();
+    assert!(slot.lease.in_flight(host.now_ns()), "the call is marked");
+    // A second request waits on the queued call: one read, no second call.
+    host.count_reads(&crate::slots::slot_key(fp, cfg.slots));
+    let second = request(&flights);
+    assert!(flights.admit(&host, &cfg, 2, second).is_none());
+    assert_eq!(host.reads_counted(), 1);
+    let items = flights.take_items("").unwrap();
+    assert_eq!(items.len(), 1);
+    assert!(items[0].marked);
+    let decided = flights.answered(&host, &cfg, Call::Unsent(items), Some(vec![grant(10)]));
+    assert_eq!(decided.len(), 2);
+    assert_eq!(
+        host.reads_counted(),
+        2,
+        "the answer and both takes: one read"
+    );
+    for (_, e) in &decided {
+        assert!(matches!(e.verdict(), Verdict::Allow { .. }));
+    }
+    let (bytes, _) = host.shared_get(&crate::slots::slot_key(fp, cfg.slots));
+    let slot = meshlimit_core::slot::SlotState::claim(bytes.as_deref(), fp, 0).unwrap();
+    assert_eq!(slot.lease.tokens, 8, "10 granted, 2 taken");
 }

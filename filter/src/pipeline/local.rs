@@ -2,6 +2,8 @@
 //! denial cache, the lease, a denial that just ended, a cold start), and the
 //! step a request runs around it while the agent may be backed off.
 
+use std::cell::Cell;
+
 use meshlimit_core::policy::worker_slice;
 use meshlimit_core::rules::{Accuracy, ColdStart, Mode, Rule, Scope};
 use meshlimit_core::slot::{LocalCheck, SlotState, MAX_LEASE_TTL_NS};
@@ -14,6 +16,19 @@ use crate::config::FilterConfig;
 use crate::host::Host;
 use crate::slices::{Slice, Slices};
 use crate::{backoff, slots};
+
+/// How the local pass marks a miss's call in flight in the slot write of the
+/// miss itself, where the VM's lease calls ([`crate::flights`]) will make
+/// the call: a new key's request then reads and writes its slot once before
+/// its call, not twice. `busy`: whether they already have an item for a key
+/// (its miss waits for it, and marks nothing); `backed_off`: whether misses
+/// skip the agent (the back-off's one read, kept for the rest of the step).
+/// Only the last rule's miss is marked in its write: a rule after it could
+/// reject the request, and then no call is made for the miss.
+pub struct CallMark<'a> {
+    pub busy: &'a dyn Fn(u64) -> bool,
+    pub backed_off: &'a dyn Fn() -> bool,
+}
 
 /// What a request's local pass ([`Evaluation::local_step`]) left to do.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -68,7 +83,7 @@ impl Evaluation {
     /// [`Evaluation::local_step`], on the clock its headers were read with).
     pub fn local_pass<H: Host>(&mut self, host: &H, cfg: &FilterConfig) -> bool {
         self.decided_at_ns = host.now_ns();
-        self.local_pass_with(host, cfg, None)
+        self.local_pass_with(host, cfg, None, None)
     }
 
     /// [`Evaluation::local_pass`], where a rule with `cold_start: admit` may
@@ -76,12 +91,16 @@ impl Evaluation {
     /// allowance (`None`: no cold starts, as while the agent is backed off).
     /// The key's call is queued as a refill that pays for the request. On
     /// the evaluation's clock (`decided_at_ns`, the request's own read).
+    /// With `mark`, the last rule's miss marks its call in flight in the
+    /// same write ([`CallMark`]).
     pub fn local_pass_with<H: Host>(
         &mut self,
         host: &H,
         cfg: &FilterConfig,
         mut cold: Option<&mut Allowance>,
+        mark: Option<&CallMark<'_>>,
     ) -> bool {
+        let last = self.checks.len().saturating_sub(1);
         let now = self.decided_at_ns;
         let mut rejected = false;
         for i in 0..self.checks.len() {
@@ -112,6 +131,8 @@ impl Evaluation {
             let mut started_cold = false;
             let slicing = self.slicing && !exact;
             let mut slice = None;
+            let mark = mark.filter(|m| i == last && (exact || !(m.busy)(c.fingerprint)));
+            let mut marked = false;
             let local = slots::update(host, now, c.fingerprint, cfg.slots, |s| {
                 let take = match slicing {
                     true => worker_slice(
@@ -136,10 +157,16 @@ impl Evaluation {
                 ) {
                     want = s.lease.next_ask(c.cost);
                 }
+                // The call this miss makes, marked as `Flights` would mark it.
+                marked = matches!(check, LocalCheck::Miss { .. })
+                    && !started_cold
+                    && mark.is_some_and(|m| !(m.backed_off)())
+                    && s.begin_call(now, call_timeout);
                 check
             });
             c.want = want;
             c.slice = slice;
+            c.marked = marked && local.is_some();
             if started_cold && local.is_some() {
                 if let Some(b) = cold.as_deref_mut() {
                     b.take(cfg.cold_starts_per_second, now);
@@ -206,7 +233,10 @@ impl Evaluation {
     /// ([`backoff::backing_off`]) no key starts cold, the refills the pass
     /// started are dropped (each slot's call marked failed) and every miss
     /// takes its failure policy, so nothing is left to send. `cold` is the
-    /// worker's allowance where the host can batch calls (`None`: none).
+    /// worker's allowance where the host can batch calls (`None`: none);
+    /// `busy` there says which keys the VM's lease calls already have an
+    /// item for, and the last rule's miss marks its call in its own write
+    /// ([`CallMark`]).
     ///
     /// The back-off is a shared-data read, made only when it matters: before
     /// the pass when some rule may start its key cold, else after it when the
@@ -217,14 +247,27 @@ impl Evaluation {
         host: &H,
         cfg: &FilterConfig,
         cold: Option<&mut Allowance>,
+        busy: Option<&dyn Fn(u64) -> bool>,
     ) -> LocalStep {
         // The request's own clock read (`RequestInfo::now_ns`): one a request.
         let now = self.decided_at_ns;
-        let backed_off = || backoff::backing_off(host, now);
+        let read = Cell::new(None);
+        let backed_off = || match read.get() {
+            Some(b) => b,
+            None => {
+                let b = backoff::backing_off(host, now);
+                read.set(Some(b));
+                b
+            }
+        };
         let may_start_cold = cold.is_some() && self.may_start_cold();
         let mut backed_off_now = may_start_cold && backed_off();
         let cold = cold.filter(|_| may_start_cold && !backed_off_now);
-        let ask = self.local_pass_with(host, cfg, cold);
+        let mark = busy.map(|busy| CallMark {
+            busy,
+            backed_off: &backed_off,
+        });
+        let ask = self.local_pass_with(host, cfg, cold, mark.as_ref());
         if !may_start_cold && (ask || !self.refills.is_empty()) {
             backed_off_now = backed_off();
         }

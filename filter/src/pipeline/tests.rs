@@ -404,7 +404,7 @@ fn a_request_reads_the_agents_back_off_only_when_it_would_call() {
 
     // A miss calls, so it reads the back-off first.
     let mut e = eval();
-    let step = e.local_step(&host, &cfg, None);
+    let step = e.local_step(&host, &cfg, None, None);
     assert_eq!((step.ask, step.backed_off), (true, false));
     assert_eq!(host.reads_counted(), 1);
     e.apply_answers(&host, &cfg, vec![grant(3), grant(100)]);
@@ -417,7 +417,7 @@ fn a_request_reads_the_agents_back_off_only_when_it_would_call() {
             crate::host::Host::shared_set(&host, down, &until.to_le_bytes(), None).unwrap();
         }
         let mut e = eval();
-        let step = e.local_step(&host, &cfg, None);
+        let step = e.local_step(&host, &cfg, None, None);
         if i < 2 {
             assert_eq!((step.ask, step.backed_off), (false, false), "{i}");
             assert!(matches!(e.verdict(), Verdict::Allow { .. }), "{i}");

@@ -34,7 +34,7 @@ fn eval(
     // As the HTTP context reads it, with the request's headers.
     req.now_ns = host.now_ns();
     let mut e = Evaluation::new(Rc::clone(rs), &req, cfg).unwrap().unwrap();
-    e.local_pass_with(host, cfg, Some(cold));
+    e.local_pass_with(host, cfg, Some(cold), None);
     e
 }
 

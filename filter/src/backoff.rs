@@ -55,16 +55,25 @@ pub fn agent_failed(status: Option<u32>) -> bool {
     !matches!(status, Some(400..=499))
 }
 
-/// A successful agent call ends a run of failures.
-pub fn answered<H: Host>(host: &H) {
+/// A successful agent call ends a run of failures, and dates the agent's
+/// last answer ([`AGENT_OK_KEY`]) when the date there is older than a
+/// quarter of [`AGENT_ALIVE_NS`]. `seen_ok` is the latest date this VM read
+/// or wrote there: a date only moves forward, so while that one is younger
+/// than a quarter the one in shared data is too, and it is not read (a new
+/// key's call is answered once a request, and the read was one of its
+/// shared-data reads).
+pub fn answered<H: Host>(host: &H, seen_ok: &mut u64) {
     let now = host.now_ns();
-    let (ok, _) = host.shared_get(AGENT_OK_KEY);
-    let stale = ok
-        .and_then(|b| b.try_into().ok())
-        .map(u64::from_le_bytes)
-        .is_none_or(|at| now.saturating_sub(at) >= AGENT_ALIVE_NS / 4);
-    if stale {
-        let _ = host.shared_set(AGENT_OK_KEY, &now.to_le_bytes(), None);
+    let fresh = |at: u64| now.saturating_sub(at) < AGENT_ALIVE_NS / 4;
+    if !fresh(*seen_ok) {
+        let (ok, _) = host.shared_get(AGENT_OK_KEY);
+        match ok.and_then(|b| b.try_into().ok()).map(u64::from_le_bytes) {
+            Some(at) if fresh(at) => *seen_ok = at,
+            _ => {
+                let _ = host.shared_set(AGENT_OK_KEY, &now.to_le_bytes(), None);
+                *seen_ok = now;
+            }
+        }
     }
     let (bytes, _) = host.shared_get(AGENT_FAILURES_KEY);
     let failures = bytes
@@ -116,7 +125,7 @@ mod tests {
         host.set_now(1_000 * MS);
         failed(&host, BACKOFF);
         failed(&host, BACKOFF);
-        answered(&host);
+        answered(&host, &mut 0);
         // Well past the alive window, two more failures are not three in a row.
         host.set_now(2_000 * MS);
         failed(&host, BACKOFF);
@@ -139,14 +148,14 @@ mod tests {
         let host = MemoryHost::default();
         let t0 = 1_000 * MS;
         host.set_now(t0);
-        answered(&host);
+        answered(&host, &mut 0);
         assert_eq!(alive_stamp(&host), Some(t0));
         // Within a quarter of the window the stamp is fresh enough: no write.
         host.set_now(t0 + AGENT_ALIVE_NS / 4 - 1);
-        answered(&host);
+        answered(&host, &mut 0);
         assert_eq!(alive_stamp(&host), Some(t0));
         host.set_now(t0 + AGENT_ALIVE_NS / 4);
-        answered(&host);
+        answered(&host, &mut 0);
         assert_eq!(alive_stamp(&host), Some(t0 + AGENT_ALIVE_NS / 4));
         // The refreshed stamp keeps failures soon after it from counting.
         host.set_now(t0 + AGENT_ALIVE_NS + AGENT_ALIVE_NS / 8);
@@ -162,7 +171,7 @@ mod tests {
         host.set_now(1_000 * MS);
         failed(&host, BACKOFF);
         failed(&host, BACKOFF);
-        answered(&host);
+        answered(&host, &mut 0);
         // Past the alive window: one failure after the answer is not the third.
         host.set_now(2_000 * MS);
         failed(&host, BACKOFF);
@@ -173,7 +182,7 @@ mod tests {
     fn failures_just_after_an_answer_do_not_back_off() {
         let host = MemoryHost::default();
         host.set_now(1_000 * MS);
-        answered(&host);
+        answered(&host, &mut 0);
         // Within the alive window the agent is up: one slow store node's keys
         // fail, the rest keep asking.
         host.set_now(1_000 * MS + AGENT_ALIVE_NS - 1);
@@ -185,5 +194,35 @@ mod tests {
         host.set_now(1_000 * MS + AGENT_ALIVE_NS);
         failed(&host, BACKOFF);
         assert!(backing_off(&host, host.now_ns()));
+    }
+
+    #[test]
+    fn a_vm_reads_the_stamp_only_once_the_date_it_saw_there_is_a_quarter_old() {
+        let host = MemoryHost::default();
+        let t0 = 1_000 * MS;
+        host.set_now(t0);
+        host.count_reads(AGENT_OK_KEY);
+        let mut seen = 0;
+        answered(&host, &mut seen);
+        assert_eq!((host.reads_counted(), seen), (1, t0));
+        // Another worker's newer stamp: this VM keeps the one it saw.
+        host.shared_set(AGENT_OK_KEY, &(t0 + MS).to_le_bytes(), None)
+            .unwrap();
+        host.set_now(t0 + AGENT_ALIVE_NS / 4 - 1);
+        answered(&host, &mut seen);
+        assert_eq!(host.reads_counted(), 1, "fresh: no read");
+        assert_eq!(alive_stamp(&host), Some(t0 + MS));
+        // A quarter past the date it saw, it reads the newer one, still
+        // fresh: no write.
+        host.count_reads(AGENT_OK_KEY);
+        host.set_now(t0 + AGENT_ALIVE_NS / 4);
+        answered(&host, &mut seen);
+        assert_eq!((host.reads_counted(), seen), (1, t0 + MS));
+        assert_eq!(alive_stamp(&host), Some(t0 + MS));
+        host.count_reads(AGENT_OK_KEY);
+        host.set_now(t0 + MS + AGENT_ALIVE_NS / 4);
+        answered(&host, &mut seen);
+        assert_eq!(host.reads_counted(), 1);
+        assert_eq!(alive_stamp(&host), Some(t0 + MS + AGENT_ALIVE_NS / 4));
     }
 }

@@ -306,7 +306,9 @@ impl<H: Proxy + 'static> Context for Root<H> {
                 .filter(|r| r.v == WIRE_VERSION)
                 .map(|r| r.items);
             if answers.is_some() {
-                backoff::answered(&*self.host);
+                let mut seen = self.vm.borrow().agent_ok_seen;
+                backoff::answered(&*self.host, &mut seen);
+                self.vm.borrow_mut().agent_ok_seen = seen;
             } else if backoff::agent_failed(status) {
                 debug!("meshlimit: lease call failed (status {status:?})");
                 let backoff = self.vm.borrow().config.agent_backoff;

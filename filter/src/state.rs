@@ -69,6 +69,9 @@ pub struct VmState {
     pub slices: Slices,
     /// The allowed responses' quota field values.
     pub quota_fields: QuotaFields,
+    /// The latest date of the agent's last answer this VM saw in shared
+    /// data (`crate::backoff::answered`).
+    pub agent_ok_seen: u64,
     /// The buffer each request's access-log value is written into
     /// (`crate::decided::Decided::with_value`).
     pub decided_value: String,

@@ -117,6 +117,8 @@ pub struct Gateway {
     next_id: Cell<u64>,
     /// The root context is already due to send the queued items.
     root_woken: Cell<bool>,
+    /// The date of the agent's last answer this VM saw (`backoff::answered`).
+    agent_ok_seen: Cell<u64>,
     inflight: Cell<usize>,
     /// The VM's decision records.
     declog: RefCell<DecisionLog>,
@@ -173,6 +175,7 @@ impl Gateway {
             waiting: RefCell::new(HashMap::new()),
             next_id: Cell::new(0),
             root_woken: Cell::new(false),
+            agent_ok_seen: Cell::new(0),
             inflight: Cell::new(0),
             declog: RefCell::new(DecisionLog::default()),
             records: Rc::new(RecordSetup {
@@ -322,7 +325,9 @@ impl Gateway {
         let answers = match result {
             Ok(resp) => {
                 self.rec.answers(&resp.items, self.record_ns());
-                backoff::answered(&self.host);
+                let mut seen = self.agent_ok_seen.get();
+                backoff::answered(&self.host, &mut seen);
+                self.agent_ok_seen.set(seen);
                 Some(resp.items)
             }
             Err(why) => {

@@ -317,8 +317,11 @@ impl<H: Proxy + 'static> Context for Root<H> {
                 warn!("meshlimit: the agent refused a lease call (status {status:?})");
             }
             self.answered(Call::Sent(token_id), answers);
-            // Requests a lost race left undecided wait on new calls.
-            self.send_queued();
+            // Requests a lost race left undecided wait on new calls (the
+            // answer's counts are reported already).
+            if self.vm.borrow().flights.has_queued() {
+                self.send_queued();
+            }
             // The requests decided by the answer may have filled a batch of
             // decision records.
             self.flush_if_due();

@@ -139,12 +139,14 @@ impl Proxy for ProxyHost {
             AgentRequest::Post(body) => ("POST", ("content-type", "application/json"), Some(body)),
             AgentRequest::Get { accept } => ("GET", ("accept", accept), None),
         };
-        let mut headers = vec![
+        // Room for the token too: growing the list for it moved it.
+        let mut headers = Vec::with_capacity(5);
+        headers.extend([
             (":method", method),
             (":path", call.path),
             (":authority", call.authority),
             content,
-        ];
+        ]);
         if let Some(auth) = call.auth {
             headers.push((meshlimit_core::secret::AUTH_HEADER, auth));
         }

@@ -115,7 +115,7 @@ pub(crate) fn finish_waiting<H: Proxy>(
             continue;
         };
         host.act_for(id);
-        let info = &waiting.asked.info;
+        let info = &waiting.info;
         let (action, quota) = finish(host, vm, config, info, &eval);
         *waiting.quota.borrow_mut() = quota;
         if let Action::Continue = action {

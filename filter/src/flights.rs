@@ -25,6 +25,8 @@
 
 use std::hash::Hash;
 
+use smallvec::SmallVec;
+
 use meshlimit_core::wire::{lease_batch_len, LeaseAnswer, LeaseRequest, WIRE_VERSION};
 
 use crate::config::FilterConfig;
@@ -182,7 +184,7 @@ impl<W: Copy + Eq + Hash> Flights<W> {
             // An exact rule's item answers one request; the others of its key
             // keep waiting for their own items.
             let waiting = self.waiters.remove(&fp).unwrap_or_default().order;
-            let (now, later): (Vec<W>, Waiting<W>) = if item.exact {
+            let (now, later): (Ids<W>, Waiting<W>) = if item.exact {
                 let mut w = waiting.into_iter();
                 (w.next().into_iter().collect(), w.collect())
             } else {
@@ -260,7 +262,7 @@ impl<W: Copy + Eq + Hash> Flights<W> {
     fn wait<H: Host>(&mut self, host: &H, cfg: &FilterConfig, id: W, mut eval: Evaluation) {
         let mut now = None;
         let timeout = crate::config::nanos(cfg.timeout);
-        for item in eval.miss_items() {
+        for item in eval.each_miss_item() {
             let fp = item.fingerprint;
             if !item.exact && self.busy.contains_key(&fp) {
                 self.stats.waits += 1;
@@ -287,6 +289,11 @@ impl<W: Copy + Eq + Hash> Flights<W> {
     }
 }
 
+/// Requests in the order they came: a new key's call has one, held inline
+/// (its list and the answer's list of requests it woke were two
+/// allocations of that request's).
+type Ids<W> = SmallVec<[W; 2]>;
+
 /// The requests waiting on one key's call, in the order they came, with a set
 /// for membership once [`SCANNED_WAITERS`] wait: while the
 /// agent is slow thousands may wait on a hot key, and a search of the list
@@ -294,7 +301,7 @@ impl<W: Copy + Eq + Hash> Flights<W> {
 /// their time there, seconds behind their load). A new key has one waiter,
 /// and a set for one would cost its request an allocation and a hash.
 struct Waiting<W> {
-    order: Vec<W>,
+    order: Ids<W>,
     /// Empty until a push finds [`SCANNED_WAITERS`] in `order`.
     members: FastSet<W>,
 }
@@ -305,7 +312,7 @@ const SCANNED_WAITERS: usize = 8;
 impl<W> Default for Waiting<W> {
     fn default() -> Self {
         Waiting {
-            order: Vec::new(),
+            order: Ids::new(),
             members: FastSet::default(),
         }
     }

@@ -18,7 +18,7 @@ use crate::config::FilterConfig;
 use crate::finish::{fail_queued, finish, protocol_of};
 use crate::host::{AgentCall, AgentRequest, Proxy};
 use crate::pipeline::{Evaluation, LocalStep};
-use crate::state::{Asked, QuotaCell, Shared, Waiting};
+use crate::state::{QuotaCell, Shared, Waiting};
 use crate::usage;
 
 pub struct Http<H> {
@@ -193,7 +193,7 @@ impl<H: Proxy> Http<H> {
         let quota = QuotaCell::default();
         let waiting = Waiting {
             quota: Rc::clone(&quota),
-            asked: Rc::new(Asked { info }),
+            info,
         };
         self.vm
             .borrow_mut()

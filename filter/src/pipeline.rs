@@ -184,12 +184,16 @@ impl Evaluation {
 
     /// The lease call items for every key local state could not decide.
     pub fn miss_items(&self) -> Vec<Item> {
-        self.misses()
-            .map(|i| {
-                let c = &self.checks[i];
-                c.item(self.rule(i), c.cost, 0)
-            })
-            .collect()
+        self.each_miss_item().collect()
+    }
+
+    /// [`Evaluation::miss_items`] one at a time, for a caller that moves
+    /// each where it goes (no list of them is allocated).
+    pub fn each_miss_item(&self) -> impl Iterator<Item = Item> + '_ {
+        self.misses().map(|i| {
+            let c = &self.checks[i];
+            c.item(self.rule(i), c.cost, 0)
+        })
     }
 
     /// Forgets the call marks of the local pass ([`Item::marked`]) once its

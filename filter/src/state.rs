@@ -90,10 +90,8 @@ impl VmState {
 /// A request paused for the agent, as the root context finishes it.
 pub struct Waiting {
     pub quota: QuotaCell,
-    pub asked: Rc<Asked>,
-}
-
-/// The request as the rules saw it (the decision log reads its request id).
-pub struct Asked {
+    /// The request as the rules saw it (the decision log reads its request
+    /// id), held here: nothing else holds it, so it is not given an
+    /// allocation of its own.
     pub info: RequestInfo,
 }

@@ -295,7 +295,7 @@ fn waiters_keep_their_order_and_come_once_on_either_side_of_the_set() {
             w.push(id);
         }
         let want: Vec<u32> = (0..n as u32).collect();
-        assert_eq!(w.order, want, "{n}");
+        assert_eq!(w.order.to_vec(), want, "{n}");
         assert!(w.contains(&0) && !w.contains(&(n as u32)), "{n}");
         assert_eq!(w.members.is_empty(), n < SCANNED_WAITERS, "{n}");
     }

@@ -15,6 +15,7 @@ use smallvec::SmallVec;
 
 use crate::config::FilterConfig;
 use crate::host::Host;
+use crate::slots;
 
 /// Rules a request's checks and results hold inline: more go on the heap.
 const INLINE_RULES: usize = 2;
@@ -288,8 +289,7 @@ impl Evaluation {
             .misses()
             .filter(|i| self.checks[*i].fingerprint == fingerprint)
             .collect();
-        // No take counts unless the answer's write stored it.
-        let mut takes = takes.into_iter().filter(|_| applied.written);
+        let mut takes = takes.into_iter();
         for i in misses {
             let mut source = DecisionSource::FailurePolicy;
             let state = match applied.result {
@@ -299,7 +299,19 @@ impl Evaluation {
                         Some(AnsweredFrom::Store) => DecisionSource::Store,
                         None => DecisionSource::Agent,
                     };
-                    match takes.next() {
+                    // The takes made in the answer's write, once it was
+                    // stored; else each takes in a write of its own, as
+                    // when the answer's write lost every race.
+                    let local = match applied.written {
+                        true => takes.next(),
+                        false => {
+                            let c = &self.checks[i];
+                            slots::update(host, now, c.fingerprint, cfg.slots, |s| {
+                                s.take_answered(now, c.cost)
+                            })
+                        }
+                    };
+                    match local {
                         Some(
                             LocalCheck::Denied { retry_after_ns }
                             | LocalCheck::Held { retry_after_ns, .. },

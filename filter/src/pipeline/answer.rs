@@ -15,8 +15,9 @@ use crate::slots;
 pub struct Applied {
     pub result: KeyResult,
     pub now_ns: u64,
-    /// The slot was written with the grant or denial and `then` ran in the
-    /// same write; false when no slot held it (then `then` made no change).
+    /// The slot holds the grant or denial, with what `then` did in the same
+    /// write; false when that write was not made (no slot for the key, or
+    /// every attempt lost its race), and what `then` did is void.
     pub written: bool,
 }
 

@@ -5,7 +5,8 @@
 //! `meshlimit-sim virtual --seed N SCENARIO`: runs it in the virtual fleet
 //! (`meshlimit_sim::vtime`) and prints its figures and verdict; with
 //! `--seeds K`, seeds N to N + K − 1, one line each, and the command that
-//! reproduces each seed that misses a target.
+//! reproduces each seed that misses a target; with `--json`, one JSON object a
+//! seed with the figures `tools/seeds.py` compares between two builds.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -56,6 +57,10 @@ enum Command {
         /// Runs this many seeds from `--seed` on, one line each.
         #[arg(long, default_value_t = 1)]
         seeds: u64,
+        /// One JSON object a seed (figures and per-second rows of all keys)
+        /// in place of the lines and misses.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         shape: Shape,
     },
@@ -112,10 +117,11 @@ fn main() -> ExitCode {
             scenario,
             seed,
             seeds,
+            json,
             shape,
         } => {
             let overrides = shape.overrides(Vec::new());
-            match virtual_runs(&scenario, seed, seeds, &overrides) {
+            match virtual_runs(&scenario, seed, seeds, json, &overrides) {
                 Ok(true) => ExitCode::SUCCESS,
                 Ok(false) => ExitCode::from(1),
                 Err(e) => {
@@ -133,6 +139,7 @@ fn virtual_runs(
     path: &std::path::Path,
     first: Option<u64>,
     count: u64,
+    json: bool,
     overrides: &Overrides,
 ) -> Result<bool, SimError> {
     let plan = Scenario::load(path)?.plan(overrides)?;
@@ -141,6 +148,13 @@ fn virtual_runs(
     let mut missed = Vec::new();
     for seed in first..first.saturating_add(count) {
         let r = meshlimit_sim::vtime::run(&plan, seed)?;
+        if json {
+            println!("{}", seed_json(seed, &r));
+            if !r.passed() {
+                missed.push(seed);
+            }
+            continue;
+        }
         if count == 1 {
             println!("{}", report::markdown::scenario(&r));
         } else {
@@ -166,11 +180,48 @@ fn virtual_runs(
             );
         }
     }
-    println!(
-        "{} of {count} seeds met every target",
-        count - missed.len() as u64
-    );
+    if !json {
+        println!(
+            "{} of {count} seeds met every target",
+            count - missed.len() as u64
+        );
+    }
     Ok(missed.is_empty())
+}
+
+/// One seed's figures for `tools/seeds.py`: the verdict, the steady part, the
+/// call counts and the all-keys second rows.
+fn seed_json(seed: u64, r: &RunReport) -> serde_json::Value {
+    let f = &r.figures;
+    let seconds: Vec<_> = f
+        .seconds
+        .iter()
+        .filter(|s| s.key.is_none())
+        .map(|s| {
+            serde_json::json!([
+                s.second,
+                s.offered,
+                s.admitted,
+                s.ideal,
+                s.wrongly_limited,
+                s.wrongly_allowed
+            ])
+        })
+        .collect();
+    serde_json::json!({
+        "seed": seed,
+        "passed": r.passed(),
+        "ratio": f.steady.ratio,
+        "requests": f.totals.requests,
+        "wrongly_limited": f.totals.wrongly_limited,
+        "steady_requests": f.steady.requests,
+        "steady_wrongly_limited": f.steady.wrongly_limited,
+        "steady_wrongly_allowed": f.steady.wrongly_allowed,
+        "script_calls": f.script_calls,
+        "agent_calls": f.agent_calls,
+        "hottest_node_scripts_per_sec": f.hottest_node_scripts_per_sec,
+        "seconds": seconds,
+    })
 }
 
 fn run(

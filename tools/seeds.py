@@ -8,7 +8,11 @@
         prints one Markdown table: per scenario and build, the seeds meeting
         every target, admitted ÷ limit, wrong decisions, calls; and the paired
         difference NEW − BASE (mean over seeds ± 2 standard errors) of each
-        figure, marked `worse` when it is worse by more than that
+        figure. A figure is marked `worse` when its mean is worse by more than
+        both 2 standard errors and the seed-to-seed spread (the standard
+        deviation of BASE's figure over the seeds), `worse (within spread)`
+        when only by more than 2 standard errors; fewer seeds meeting every
+        target is `worse`. Exit 1 when anything is `worse`.
 
 A seed meets every target as in `sim/tests/it/virtual_fleet.rs`: the verdict,
 plus that test's own bounds (the hot key's call counts, no wrong limit under
@@ -144,10 +148,20 @@ def compare(base_path, new_path):
                 dev = [abs(y - 1) - abs(x - 1) for x, y in zip(xs, ys)]
                 m2 = statistics.fmean(dev)
                 s2 = statistics.stdev(dev) / math.sqrt(len(dev)) if len(dev) > 1 else 0.0
-                bad = m2 > 2 * s2 and m2 > 0
+                spread = statistics.pstdev([abs(x - 1) for x in xs])
             else:
-                bad = mean > 2 * se and mean > 0
-            mark = "worse" if bad else ("better" if (higher_worse and mean < -2 * se) else "")
+                m2, s2 = mean, se
+                spread = statistics.pstdev(xs)
+            significant = m2 > 0 and m2 > 2 * s2
+            bad = significant and m2 > spread
+            if bad:
+                mark = "worse"
+            elif significant:
+                mark = "worse (within spread)"
+            elif higher_worse and mean < -2 * se:
+                mark = "better"
+            else:
+                mark = ""
             worse_any |= bad
             rng = lambda v: f"{fmt(statistics.median(v))} ({fmt(min(v))}–{fmt(max(v))})"
             print(f"| | {k} | {rng(xs)} | {rng(ys)} | {mean:+.4f} ± {2 * se:.4f} | {mark} |")

@@ -246,7 +246,7 @@ impl LeasePolicy {
     ///
     /// With turns (`--pool-turns`), such a node calls again sooner by the
     /// time the bucket took to gather what the grant left in it (`remaining`;
-    /// down to half a period): it was called after a long gap since the key's
+    /// at once when that is the whole hold): it was called after a long gap since the key's
     /// last call from any node, and the node after it gets a short one. So
     /// the nodes' calls spread out over the period, and each brings its part
     /// (see [`LeasePolicy::paced`]).
@@ -265,10 +265,8 @@ impl LeasePolicy {
                 let hold = refill_ns(lease - remaining, enforced)
                     .max(self.period_ns)
                     .min(full_ns(enforced));
-                if self.turns && remaining > 0 {
+                if self.turns {
                     hold.saturating_sub(refill_ns(remaining, enforced))
-                        .max(self.period_ns / 2)
-                        .min(hold)
                 } else {
                     hold
                 }

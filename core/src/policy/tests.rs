@@ -307,9 +307,8 @@ fn with_turns_a_node_that_found_the_bucket_fuller_than_its_lease_calls_sooner() 
     // One that left 2: held until the 8 missing refill (800 ms), less the
     // 200 ms the bucket took to gather the 2 it left.
     assert_eq!(p.hold_ns(10, 2, 0, &bucket, true), 600 * MS);
-    // One that left 9: the period (100 ms), less 900 ms, but half a period
-    // at least.
-    assert_eq!(p.hold_ns(10, 9, 0, &bucket, true), 50 * MS);
+    // One that left 9: the period (100 ms), less 900 ms: no hold.
+    assert_eq!(p.hold_ns(10, 9, 0, &bucket, true), 0);
     // Nearer its share: no hold, turns or not.
     assert_eq!(p.hold_ns(10, 2, 0, &bucket, false), 0);
 }

@@ -105,6 +105,8 @@ def figures(name, r):
         "store/1k": (1000 * r["script_calls"] / req, True),
         "agent/1k": (1000 * r["agent_calls"] / req, True),
     }
+    if "waits" in r:  # requests that waited on their key's agent call
+        f["waits/1k"] = (1000 * r["waits"] / req, True)
     if name == "burst":
         rows = [s for s in r["seconds"] if s[0] in BURST_SECONDS]
         off = sum(s[1] for s in rows) or 1

@@ -219,6 +219,7 @@ fn seed_json(seed: u64, r: &RunReport) -> serde_json::Value {
         "steady_wrongly_allowed": f.steady.wrongly_allowed,
         "script_calls": f.script_calls,
         "agent_calls": f.agent_calls,
+        "waits": f.waits,
         "hottest_node_scripts_per_sec": f.hottest_node_scripts_per_sec,
         "seconds": seconds,
     })

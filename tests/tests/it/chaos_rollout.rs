@@ -43,7 +43,7 @@ fn a_filter_rollout_under_load_keeps_the_limit_and_answers_every_request() {
         8,
         max,
     );
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(Duration::from_secs(2)); // the old module's phase, measured
     let rolled = Instant::now();
     stack.envoy.roll_filter(&old, &new);
     eventually(
@@ -56,7 +56,7 @@ fn a_filter_rollout_under_load_keeps_the_limit_and_answers_every_request() {
         "Envoy took the new listeners {:?} after the file changed",
         took - rolled
     );
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(Duration::from_secs(3)); // the new module's phase, measured
     let hot = hot.stop();
 
     // The new module runs: its VMs were made (one a worker and the main

@@ -83,13 +83,14 @@ fn upgrade_under_load(stack: &mut Stack, redis: &RedisServer, options: AgentOpti
     let warm_key = [("x-api-key", "w")];
     let warm_url = stack.envoy.url("/warm");
     let warm = Load::start(&warm_url, &warm_key, 4.0 * WARM_RATE, 2, max);
+    // The old agent alone, measured.
     std::thread::sleep(Duration::from_secs(2));
     // The new agent, on the same port, serving beside the old one.
     let new = Agent::start_with(options.port(stack.agent.port()));
     eventually(Duration::from_secs(10), "the new agent to serve", || {
         new.stderr().contains("meshlimit-agent serving")
     });
-    std::thread::sleep(Duration::from_millis(500));
+    std::thread::sleep(Duration::from_millis(500)); // both agents serving, measured
     let warm = warm.stop();
     // The last ask's store call, if it started one, has ended.
     std::thread::sleep(Duration::from_millis(30));
@@ -101,7 +102,7 @@ fn upgrade_under_load(stack: &mut Stack, redis: &RedisServer, options: AgentOpti
     });
     let exited = term.elapsed();
     let after = warm_bucket(redis);
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(Duration::from_secs(2)); // the new agent alone, measured
     Upgrade {
         hot: hot.stop(),
         warm,

@@ -53,7 +53,7 @@ fn a_load_shift_moves_the_share_within_two_seconds_and_the_total_stays_bounded()
     let watch = Watch::start(&mesh, KEY, t0);
     let a = Offer::start(mesh.agent(0), KEY, 3.0 * L);
     mesh.wait_share(0, KEY, CONVERGED, Duration::from_secs(8));
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(Duration::from_secs(2)); // a's converged phase, measured
     let b_before = mesh.share(1, KEY);
     // A shift comes at any instant of a period; where it falls decides how much
     // of the first period after it is already b's (docs/design/regions.md).
@@ -63,7 +63,7 @@ fn a_load_shift_moves_the_share_within_two_seconds_and_the_total_stays_bounded()
     let b = Offer::start(mesh.agent(1), KEY, 3.0 * L);
     let adopted = adopted_at(&mesh, 1, KEY, CONVERGED, Duration::from_secs(6));
     let converged = adopted - shift;
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(Duration::from_secs(3)); // b's converged phase, measured
     let b_grants = b.stop();
     let end = now();
     let shares = watch.stop();

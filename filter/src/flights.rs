@@ -65,6 +65,10 @@ pub struct FlightStats {
 /// The VM's lease calls and the requests waiting on them.
 pub struct Flights<W> {
     queued: Vec<Item>,
+    /// The buffer of the last answered batch, emptied: the queue's next
+    /// buffer when a whole queue goes out, so a new key's item is queued
+    /// and sent with no allocation of a list.
+    spare: Vec<Item>,
     calls: FastMap<u32, Vec<Item>>,
     /// Items queued or in flight per key (leased rules: at most one).
     busy: FastMap<u64, u32>,
@@ -77,6 +81,7 @@ impl<W> Default for Flights<W> {
     fn default() -> Self {
         Self {
             queued: Vec::new(),
+            spare: Vec::new(),
             calls: FastMap::default(),
             busy: FastMap::default(),
             parked: FastMap::default(),
@@ -126,7 +131,10 @@ impl<W: Copy + Eq + Hash> Flights<W> {
         let n = lease_batch_len(rules_version, &self.queued);
         match n {
             0 => None,
-            n if n == self.queued.len() => Some(std::mem::take(&mut self.queued)),
+            n if n == self.queued.len() => {
+                let next = std::mem::take(&mut self.spare);
+                Some(std::mem::replace(&mut self.queued, next))
+            }
             n => Some(self.queued.drain(..n).collect()),
         }
     }
@@ -162,13 +170,13 @@ impl<W: Copy + Eq + Hash> Flights<W> {
         call: Call,
         answers: Option<Vec<LeaseAnswer>>,
     ) -> Vec<(W, Evaluation)> {
-        let items = match call {
+        let mut items = match call {
             Call::Sent(token) => self.calls.remove(&token).unwrap_or_default(),
             Call::Unsent(items) => items,
         };
         let mut answers = answers.map(Vec::into_iter);
         let mut woken: Waiting<W> = Waiting::default();
-        for item in items {
+        for item in items.drain(..) {
             let answer = answers.as_mut().and_then(Iterator::next);
             let paid = matches!(answer, Some(LeaseAnswer::Grant { local: false, .. }));
             if item.prepaid > 0 && !paid {
@@ -214,6 +222,8 @@ impl<W: Copy + Eq + Hash> Flights<W> {
                 }
             }
         }
+        // Kept for the queue, which had it: no more memory than it held.
+        self.spare = items;
         let mut decided = Vec::new();
         for id in woken.order {
             let Some(mut eval) = self.parked.remove(&id) else {

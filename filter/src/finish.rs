@@ -13,7 +13,7 @@ use proxy_wasm::types::Action;
 use crate::config::FilterConfig;
 use crate::decided::Decided;
 use crate::declog;
-use crate::flights::Call;
+use crate::flights::{Call, Finished};
 use crate::host::Proxy;
 use crate::pipeline::Evaluation;
 use crate::state::Shared;
@@ -108,7 +108,7 @@ pub(crate) fn finish_waiting<H: Proxy>(
     host: &H,
     vm: &Shared,
     config: &FilterConfig,
-    decided: Vec<(u32, Evaluation)>,
+    decided: Finished<u32>,
 ) {
     for (id, eval) in decided {
         let Some(waiting) = vm.borrow_mut().waiting.remove(&id) else {
@@ -128,7 +128,7 @@ pub(crate) fn finish_waiting<H: Proxy>(
 /// them: every request waiting on them takes its failure policy.
 pub(crate) fn fail_queued<H: Proxy>(host: &H, vm: &Shared) {
     let config = Rc::clone(&vm.borrow().config);
-    let mut decided = Vec::new();
+    let mut decided = Finished::new();
     loop {
         // Each borrow ends before the next: a `while let` would hold the
         // first for the whole loop body, and the second would panic.

@@ -169,7 +169,7 @@ impl<W: Copy + Eq + Hash> Flights<W> {
         cfg: &FilterConfig,
         call: Call,
         answers: Option<Vec<LeaseAnswer>>,
-    ) -> Vec<(W, Evaluation)> {
+    ) -> Finished<W> {
         let mut items = match call {
             Call::Sent(token) => self.calls.remove(&token).unwrap_or_default(),
             Call::Unsent(items) => items,
@@ -224,7 +224,7 @@ impl<W: Copy + Eq + Hash> Flights<W> {
         }
         // Kept for the queue, which had it: no more memory than it held.
         self.spare = items;
-        let mut decided = Vec::new();
+        let mut decided = Finished::new();
         for id in woken.order {
             let Some(mut eval) = self.parked.remove(&id) else {
                 continue;
@@ -298,6 +298,11 @@ impl<W: Copy + Eq + Hash> Flights<W> {
         self.busy.contains_key(&fingerprint)
     }
 }
+
+/// The requests an answer decided, with their evaluations: a new key's
+/// answer decides one, held inline (a list of its own was an allocation of
+/// that request's).
+pub type Finished<W> = SmallVec<[(W, Evaluation); 1]>;
 
 /// Requests in the order they came: a new key's call has one, held inline
 /// (its list and the answer's list of requests it woke were two

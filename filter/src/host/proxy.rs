@@ -3,7 +3,7 @@
 //! binary cannot call hostcalls), so the end-to-end tests through Envoy are its
 //! tests, and `make mutants` leaves this file out (`.cargo/mutants.toml`).
 
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use meshlimit_core::header_list::{HeaderList, MalformedHeaders};
 use meshlimit_core::headers::Answer;
@@ -38,6 +38,8 @@ mod raw {
             grpc_status: i32,
         ) -> Status;
 
+        pub(super) fn proxy_get_current_time_nanoseconds(return_time: *mut u64) -> Status;
+
         pub(super) fn proxy_set_property(
             path_data: *const u8,
             path_size: usize,
@@ -51,18 +53,18 @@ mod raw {
 pub struct ProxyHost;
 
 impl Host for ProxyHost {
-    /// In `u64` arithmetic: `Duration::as_nanos` is a `u128`, whose
-    /// multiply is a software routine in Wasm, on every request.
+    /// The host's nanoseconds as it gives them (0 if it fails): the SDK's
+    /// wrapper makes them a `SystemTime`, which this would turn back into
+    /// nanoseconds, on every request and three times on a new key's.
     fn now_ns(&self) -> u64 {
-        hostcalls::get_current_time()
-            .ok()
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map_or(0, |d| {
-                d.as_secs()
-                    .checked_mul(1_000_000_000)
-                    .and_then(|ns| ns.checked_add(u64::from(d.subsec_nanos())))
-                    .unwrap_or(u64::MAX)
-            })
+        let mut now: u64 = 0;
+        // SAFETY: the host writes one u64 through the pointer, to a local
+        // that outlives the call.
+        #[allow(unsafe_code)]
+        match unsafe { raw::proxy_get_current_time_nanoseconds(&mut now) } {
+            Status::Ok => now,
+            _ => 0,
+        }
     }
 
     fn shared_get(&self, key: &str) -> (Option<Vec<u8>>, Option<u32>) {

@@ -246,8 +246,9 @@ impl LeasePolicy {
     ///
     /// With turns (`--pool-turns`), such a node calls again sooner by the
     /// time the bucket took to gather what the grant left in it (`remaining`;
-    /// at once when that is the whole hold): it was called after a long gap since the key's
-    /// last call from any node, and the node after it gets a short one. So
+    /// at once when that is the whole hold): it was called after a long gap
+    /// since the key's last call from any node, and the node after it gets a
+    /// short one. So
     /// the nodes' calls spread out over the period, and each brings its part
     /// (see [`LeasePolicy::paced`]).
     pub fn hold_ns(

@@ -169,8 +169,9 @@ impl SlotState {
             // Only where the holder refills ahead (never on an exact rule).
             Spend::Empty { in_flight } => match refill_timeout_ns {
                 Some(timeout) if hold && max_wait_ns > 0 && l.denial_just_ended(now_ns) => {
-                    let refill = !in_flight && l.begin_call(now_ns, timeout.min(MAX_LEASE_TTL_NS));
-                    let retry_after_ns = l
+                    let refill = !in_flight && self.begin_call(now_ns, timeout);
+                    let retry_after_ns = self
+                        .lease
                         .call_deadline_ns
                         .saturating_sub(now_ns)
                         .min(max_wait_ns)

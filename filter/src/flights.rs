@@ -300,13 +300,11 @@ impl<W: Copy + Eq + Hash> Flights<W> {
 }
 
 /// The requests an answer decided, with their evaluations: a new key's
-/// answer decides one, held inline (a list of its own was an allocation of
-/// that request's).
+/// answer decides one, held inline, so its request allocates no list.
 pub type Finished<W> = SmallVec<[(W, Evaluation); 1]>;
 
-/// Requests in the order they came: a new key's call has one, held inline
-/// (its list and the answer's list of requests it woke were two
-/// allocations of that request's).
+/// Requests in the order they came: a new key's call has one, held inline,
+/// so neither its waiters nor the requests its answer wakes allocate a list.
 type Ids<W> = SmallVec<[W; 2]>;
 
 /// The requests waiting on one key's call, in the order they came, with a set

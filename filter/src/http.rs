@@ -253,9 +253,7 @@ impl<H: Proxy> Context for Http<H> {
             .filter(|r| r.v == WIRE_VERSION);
         match answer {
             Some(resp) => {
-                let mut seen = self.vm.borrow().agent_ok_seen;
-                backoff::answered(&*self.host, &mut seen);
-                self.vm.borrow_mut().agent_ok_seen = seen;
+                backoff::answered(&*self.host, &mut self.vm.borrow_mut().agent_ok_seen);
                 eval.apply_answers(&*self.host, &self.config, resp.items);
             }
             None => {

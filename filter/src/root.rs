@@ -306,9 +306,7 @@ impl<H: Proxy + 'static> Context for Root<H> {
                 .filter(|r| r.v == WIRE_VERSION)
                 .map(|r| r.items);
             if answers.is_some() {
-                let mut seen = self.vm.borrow().agent_ok_seen;
-                backoff::answered(&*self.host, &mut seen);
-                self.vm.borrow_mut().agent_ok_seen = seen;
+                backoff::answered(&*self.host, &mut self.vm.borrow_mut().agent_ok_seen);
             } else if backoff::agent_failed(status) {
                 debug!("meshlimit: lease call failed (status {status:?})");
                 let backoff = self.vm.borrow().config.agent_backoff;

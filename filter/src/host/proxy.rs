@@ -141,7 +141,7 @@ impl Proxy for ProxyHost {
             AgentRequest::Post(body) => ("POST", ("content-type", "application/json"), Some(body)),
             AgentRequest::Get { accept } => ("GET", ("accept", accept), None),
         };
-        // Room for the token too: growing the list for it moved it.
+        // Room for the token too, so adding it does not move the list.
         let mut headers = Vec::with_capacity(5);
         headers.extend([
             (":method", method),

@@ -2,7 +2,7 @@
 //! denial cache, the lease, a denial that just ended, a cold start), and the
 //! step a request runs around it while the agent may be backed off.
 
-use std::cell::Cell;
+use std::cell::OnceCell;
 
 use meshlimit_core::policy::worker_slice;
 use meshlimit_core::rules::{Accuracy, ColdStart, Mode, Rule, Scope};
@@ -251,15 +251,9 @@ impl Evaluation {
     ) -> LocalStep {
         // The request's own clock read (`RequestInfo::now_ns`): one a request.
         let now = self.decided_at_ns;
-        let read = Cell::new(None);
-        let backed_off = || match read.get() {
-            Some(b) => b,
-            None => {
-                let b = backoff::backing_off(host, now);
-                read.set(Some(b));
-                b
-            }
-        };
+        // Read once, when first needed, and kept for the rest of the step.
+        let read = OnceCell::new();
+        let backed_off = || *read.get_or_init(|| backoff::backing_off(host, now));
         let may_start_cold = cold.is_some() && self.may_start_cold();
         let mut backed_off_now = may_start_cold && backed_off();
         let cold = cold.filter(|_| may_start_cold && !backed_off_now);

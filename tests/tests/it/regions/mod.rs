@@ -331,16 +331,18 @@ fn three_loaded_regions_together_admit_the_global_limit() {
     let offers: Vec<Offer> = (0..3)
         .map(|r| Offer::start(mesh.agent(r), KEY, 3.0 * L))
         .collect();
-    std::thread::sleep(Duration::from_secs(8));
-    let grants: Vec<Vec<Grant>> = offers.into_iter().map(Offer::stop).collect();
+    std::thread::sleep(Duration::from_secs(8)); // the phase being measured
+                                                // The window ends while all three still offer: a client stopped in the
+                                                // middle of a slow lease call would otherwise stretch it with no grants.
     let end = now();
+    let grants: Vec<Vec<Grant>> = offers.into_iter().map(Offer::stop).collect();
     // The steady part: after the first shares are in force (2 s), each region
     // offered three times the whole limit.
     let from = t0 + 2.0;
     let admitted: f64 = grants
         .iter()
         .flatten()
-        .filter(|g| g.at >= from)
+        .filter(|g| g.at >= from && g.at < end)
         .map(|g| f64::from(g.tokens))
         .sum();
     let rate = admitted / (end - from);

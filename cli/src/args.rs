@@ -133,7 +133,10 @@ pub enum FlagValueError {
     Metadata(String),
     /// Of that shape, but a path no filter reads: `why` says what is wrong.
     #[error("`{text}` is not FILTER:FIELD.FIELD=VALUE (e.g. envoy.filters.http.jwt_authn:payload.sub=alice): {why}")]
-    MetadataPath { text: String, why: String },
+    MetadataPath {
+        text: String,
+        why: meshlimit_core::metadata::MetadataPathError,
+    },
     #[error("`{0}`: expected `name: value`")]
     Header(String),
 }

@@ -32,6 +32,12 @@ pub fn normalize(raw: &[u8]) -> String {
     out
 }
 
+/// A host pattern a rule cannot use: the pattern as written. It borrows the
+/// text, so refusing one allocates nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not a host or `*.suffix` (letters, digits, `-` and `.`; no port, no other `*`)")]
+pub struct HostPatternError<'a>(pub &'a str);
+
 /// A rule's host condition: a host, or `*.suffix` (any host ending in
 /// `.suffix`, at any depth, not `suffix` itself).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,7 +49,7 @@ pub enum HostPattern {
 
 impl HostPattern {
     /// The pattern a rule writes; `Err` says what is wrong with it.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, HostPatternError<'_>> {
         let (wild, host) = match text.strip_prefix("*.") {
             Some(rest) => (true, rest),
             None => (false, text),
@@ -63,9 +69,7 @@ impl HostPattern {
                 && !name.split('.').any(str::is_empty)
                 && host.len() - name.len() <= 1);
         if !ok {
-            return Err(format!(
-                "`{text}` is not a host or `*.suffix` (letters, digits, `-` and `.`; no port, no other `*`)"
-            ));
+            return Err(HostPatternError(text));
         }
         let host = normalize(host.as_bytes());
         Ok(if wild {

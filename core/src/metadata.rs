@@ -29,6 +29,36 @@ pub const MAX_DEPTH: usize = 8;
 /// The longest name of a filter or a path field.
 pub const MAX_NAME_LEN: usize = 128;
 
+/// Why a metadata path names no value a filter can read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MetadataPathError {
+    #[error("filter `{0}` is not a filter name: 1 to {MAX_NAME_LEN} printable characters")]
+    FilterName(String),
+    #[error("`path` must name 1 to {MAX_DEPTH} fields below the filter's namespace")]
+    Depth,
+    #[error(
+        "field `{0}` is not a field name: 1 to {MAX_NAME_LEN} printable characters \
+         (`claim: a.b` is the claim `b` inside `a`; no field is empty)"
+    )]
+    FieldName(String),
+    /// A claim whose name holds `/` or `:` (a URL), read as nested `fields`.
+    #[error(
+        "`claim: {claim}` reads the nested fields {}; a claim named with dots (a URL) \
+         is one field: write `metadata: {{filter: {JWT_AUTHN}, path: [{JWT_PAYLOAD_FIELD}, \"{claim}\"]}}`",
+        nested(.fields)
+    )]
+    DottedClaim { claim: String, fields: Vec<String> },
+}
+
+/// Fields as `a` > `b`, outermost first.
+fn nested(fields: &[String]) -> String {
+    fields
+        .iter()
+        .map(|f| format!("`{f}`"))
+        .collect::<Vec<_>>()
+        .join(" > ")
+}
+
 /// Where a value is in the dynamic metadata: the filter's namespace, then the
 /// field names from its Struct down to the value.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -68,33 +98,24 @@ impl MetadataPath {
     }
 
     /// What is wrong with the path, if anything (for `check-rules`).
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), MetadataPathError> {
         let bad =
             |s: &str| s.is_empty() || s.len() > MAX_NAME_LEN || s.chars().any(char::is_control);
         if bad(&self.filter) {
-            return Err(format!(
-                "filter `{}` is not a filter name: 1 to {MAX_NAME_LEN} printable characters",
-                self.filter
-            ));
+            return Err(MetadataPathError::FilterName(self.filter.clone()));
         }
         if self.path.is_empty() || self.path.len() > MAX_DEPTH {
-            return Err(format!(
-                "`path` must name 1 to {MAX_DEPTH} fields below the filter's namespace"
-            ));
+            return Err(MetadataPathError::Depth);
         }
         if let Some(f) = self.path.iter().find(|f| bad(f)) {
-            return Err(format!(
-                "field `{f}` is not a field name: 1 to {MAX_NAME_LEN} printable characters \
-                 (`claim: a.b` is the claim `b` inside `a`; no field is empty)"
-            ));
+            return Err(MetadataPathError::FieldName(f.clone()));
         }
         if let Some(claim) = self.as_claim().filter(|c| c.contains(['/', ':'])) {
             // `https://example.com/plan` read as nested fields would never match.
-            return Err(format!(
-                "`claim: {claim}` reads the nested fields {}; a claim named with dots (a URL) \
-                 is one field: write `metadata: {{filter: {JWT_AUTHN}, path: [{JWT_PAYLOAD_FIELD}, \"{claim}\"]}}`",
-                self.path.iter().skip(1).map(|f| format!("`{f}`")).collect::<Vec<_>>().join(" > ")
-            ));
+            return Err(MetadataPathError::DottedClaim {
+                claim,
+                fields: self.path.iter().skip(1).cloned().collect(),
+            });
         }
         Ok(())
     }

@@ -108,7 +108,11 @@ fn a_path_is_checked() {
         filter: JWT_AUTHN.into(),
         path: vec![],
     };
-    assert!(empty.check().unwrap_err().contains("1 to 8 fields"));
+    assert!(empty
+        .check()
+        .unwrap_err()
+        .to_string()
+        .contains("1 to 8 fields"));
     let deep = MetadataPath {
         filter: JWT_AUTHN.into(),
         path: vec!["a".into(); 9],
@@ -118,12 +122,16 @@ fn a_path_is_checked() {
         filter: String::new(),
         path: vec!["a".into()],
     };
-    assert!(no_filter.check().unwrap_err().contains("filter"));
+    assert!(no_filter
+        .check()
+        .unwrap_err()
+        .to_string()
+        .contains("filter"));
     let blank = MetadataPath {
         filter: JWT_AUTHN.into(),
         path: vec!["payload".into(), String::new()],
     };
-    assert!(blank.check().unwrap_err().contains("field"));
+    assert!(blank.check().unwrap_err().to_string().contains("field"));
     // The bounds are inclusive: 8 fields and 128-byte names pass, one more not.
     let at_bounds = MetadataPath {
         filter: "f".repeat(MAX_NAME_LEN),
@@ -134,12 +142,20 @@ fn a_path_is_checked() {
         filter: "f".repeat(MAX_NAME_LEN + 1),
         ..at_bounds.clone()
     };
-    assert!(long_filter.check().unwrap_err().contains("filter"));
+    assert!(long_filter
+        .check()
+        .unwrap_err()
+        .to_string()
+        .contains("filter"));
     let long_field = MetadataPath {
         filter: JWT_AUTHN.into(),
         path: vec!["a".repeat(MAX_NAME_LEN + 1)],
     };
-    assert!(long_field.check().unwrap_err().contains("field"));
+    assert!(long_field
+        .check()
+        .unwrap_err()
+        .to_string()
+        .contains("field"));
     let control = MetadataPath {
         filter: "f\u{7}".into(),
         path: vec!["a".into()],
@@ -294,7 +310,7 @@ fn a_dotted_claim_is_nested_and_a_url_named_claim_is_refused() {
     assert!(literal.check().is_ok());
     // A URL-named claim split at its dots would never match: refused.
     let url = MetadataPath::claim("https://example.com/plan");
-    let e = url.check().unwrap_err();
+    let e = url.check().unwrap_err().to_string();
     assert!(
         e.contains("path: [payload, \"https://example.com/plan\"]"),
         "{e}"

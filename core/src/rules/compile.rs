@@ -8,8 +8,8 @@ use super::error::RuleError;
 use super::{Limits, Matcher, PathMatch, Rule};
 use crate::NANOS_PER_SEC;
 
-pub use limits::parse_period;
 use limits::{compile_limit, compile_plans};
+pub use limits::{parse_period, PeriodError};
 use schedule::compile_schedule;
 
 mod limits;
@@ -54,7 +54,7 @@ pub(super) fn compile_rule(
             ),
             KeyPartConfig::Metadata(m) => {
                 if let Err(e) = m.check() {
-                    err(&format!("key[{i}].{}", metadata_field(m)), e);
+                    err(&format!("key[{i}].{}", metadata_field(m)), e.to_string());
                 }
             }
             _ => {}
@@ -179,11 +179,15 @@ fn compile_match(m: &MatchConfig, err: &mut impl FnMut(&str, String)) -> Matcher
     };
     let authority = m.authority.as_deref().and_then(|a| {
         crate::authority::HostPattern::parse(a)
-            .map_err(|e| err("match.authority", e))
+            .map_err(|e| err("match.authority", e.to_string()))
             .ok()
     });
     let mut name_pattern = |text: Option<&str>, field: &str| {
-        text.and_then(|t| super::NamePattern::parse(t).map_err(|e| err(field, e)).ok())
+        text.and_then(|t| {
+            super::NamePattern::parse(t)
+                .map_err(|e| err(field, e.to_string()))
+                .ok()
+        })
     };
     let cluster = name_pattern(m.cluster.as_deref(), "match.cluster");
     let route = name_pattern(m.route.as_deref(), "match.route");

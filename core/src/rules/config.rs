@@ -99,7 +99,7 @@ impl ChangesConfig {
 
     /// `shadow_first` in milliseconds (the default when absent, 0 when off), or
     /// what is wrong with it.
-    pub fn shadow_first_ms(&self) -> Result<u64, String> {
+    pub fn shadow_first_ms(&self) -> Result<u64, super::PeriodError> {
         let text = self.shadow_first.as_deref().unwrap_or(DEFAULT_SHADOW_FIRST);
         let t = text.trim();
         let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());

@@ -28,7 +28,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 
 pub use builder::RuleSetBuilder;
-pub use compile::{parse_period, DEFAULT_LOG_SAMPLE, MAX_RULE_NAME, SCHEMA_VERSION};
+pub use compile::{parse_period, PeriodError, DEFAULT_LOG_SAMPLE, MAX_RULE_NAME, SCHEMA_VERSION};
 pub use config::{
     Accuracy, ApprovalConfig, ChangesConfig, ColdStart, FailurePolicy, KeyPartConfig as KeyPart,
     LogKey, Mode, RulesConfig, Scope,
@@ -37,7 +37,7 @@ pub use error::{RuleError, RulesError};
 pub use explain::{Explained, Explanation};
 pub use matching::{Applicable, RequestError, RequestInfo};
 #[cfg(feature = "yaml")]
-pub use parse::{check_yaml_text, parse_rules, read_yaml, MAX_RULES_FILE_BYTES};
+pub use parse::{check_yaml_text, parse_rules, read_yaml, YamlError, MAX_RULES_FILE_BYTES};
 
 use crate::limit::Limit;
 use crate::metadata::MetadataPath;
@@ -137,17 +137,21 @@ pub enum NamePattern {
     Suffix(String),
 }
 
+/// A name pattern a rule cannot use: the pattern as written (borrowed: refusing
+/// one allocates nothing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not a name or `*suffix`: printable characters, one `*` and only first")]
+pub struct NamePatternError<'a>(pub &'a str);
+
 impl NamePattern {
     /// The pattern as written; `*` is only meaningful first.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, NamePatternError<'_>> {
         let (wild, name) = match text.strip_prefix('*') {
             Some(rest) => (true, rest),
             None => (false, text),
         };
         if name.is_empty() || name.contains('*') || name.chars().any(char::is_control) {
-            return Err(format!(
-                "`{text}` is not a name or `*suffix`: printable characters, one `*` and only first"
-            ));
+            return Err(NamePatternError(text));
         }
         Ok(if wild {
             NamePattern::Suffix(name.to_string())

@@ -311,9 +311,15 @@ fn yaml_options() -> serde_saphyr::Options {
 /// Reads YAML (or JSON) text other than a rules file (a peer's configuration to
 /// import) with the rules file's reader and limits; give it a text that passed
 /// [`check_yaml_text`]. The error is one line: what is wrong, then where.
-pub fn read_yaml<T: DeserializeOwned>(text: &str) -> Result<T, String> {
-    serde_saphyr::from_str_with_options(text, yaml_options()).map_err(|e| plain_error(&e).0)
+pub fn read_yaml<T: DeserializeOwned>(text: &str) -> Result<T, YamlError> {
+    serde_saphyr::from_str_with_options(text, yaml_options()).map_err(YamlError)
 }
+
+/// A text [`read_yaml`] could not read as the type asked for; its `Display` is
+/// one line, what is wrong then where, without the reader's source snippet.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", plain_error(.0).0)]
+pub struct YamlError(serde_saphyr::Error);
 
 /// A YAML error as one line of text (no source snippet) and its line and column.
 fn plain_error(e: &serde_saphyr::Error) -> (String, Option<(usize, usize)>) {
@@ -522,7 +528,7 @@ mod tests {
             "r.yaml:2:8: not valid YAML or JSON: unclosed bracket '[' at line 2, column 8"
         );
         let err = read_yaml::<Vec<u32>>("[1, x]").unwrap_err();
-        assert_eq!(err, "invalid u32 at line 1, column 5");
+        assert_eq!(err.to_string(), "invalid u32 at line 1, column 5");
     }
 
     #[test]

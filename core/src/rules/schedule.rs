@@ -87,13 +87,8 @@ impl SpanKind {
     /// One end of a span, in seconds into the period: `HH:MM` of a day;
     /// `MM`, `MMmSSs` or `MM:00` of an hour. `MM:SS` with seconds is refused:
     /// `00:00-00:30` reads as half an hour and would be 30 seconds.
-    fn at(self, text: &str, t: &str) -> Result<u64, String> {
-        let bad = || {
-            format!(
-                "`{text}` is not a span: write FROM-TO as {}",
-                self.example()
-            )
-        };
+    fn at<'a>(self, text: &'a str, t: &str) -> Result<u64, SpanError<'a>> {
+        let bad = || SpanError::NotASpan { text, kind: self };
         let two = |s: &str| {
             (s.len() == 2 && s.bytes().all(|c| c.is_ascii_digit()))
                 .then(|| s.parse::<u64>().ok())
@@ -108,7 +103,7 @@ impl SpanKind {
             SpanKind::Minutes => match (t.split_once(':'), t.strip_suffix('s')) {
                 (Some((m, s)), _) => match (two(m), two(s)) {
                     (Some(m), Some(0)) => (m, 0),
-                    (Some(_), Some(s)) if s < 60 => return Err(ambiguous(text)),
+                    (Some(_), Some(s)) if s < 60 => return Err(SpanError::ClockSeconds(text)),
                     _ => return Err(bad()),
                 },
                 (None, Some(ms)) => {
@@ -126,40 +121,47 @@ impl SpanKind {
     }
 }
 
-/// Why `minutes: "MM:SS-MM:SS"` with seconds is refused, and how to write it.
-fn ambiguous(text: &str) -> String {
-    let minutes = text.replace(':', "m").replace('-', "s-");
-    format!(
-        "`{text}` reads as minutes of a clock but `MM:SS` counts seconds (`00:00-00:30` \
+/// Why a window's span was refused: the span as written (borrowed: refusing
+/// one allocates nothing), and how to write it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SpanError<'a> {
+    #[error("`{text}` is not a span: write FROM-TO as {}", .kind.example())]
+    NotASpan { text: &'a str, kind: SpanKind },
+    /// `minutes: "MM:SS-MM:SS"` with seconds: refused, saying how to write it.
+    #[error(
+        "`{0}` reads as minutes of a clock but `MM:SS` counts seconds (`00:00-00:30` \
          would be 30 seconds, not half an hour): write whole minutes as `MM-MM` (`00-30`), or \
          seconds with their units, `{}s`",
-        minutes.trim_end_matches('s')
-    )
+        with_units(.0)
+    )]
+    ClockSeconds(&'a str),
+    #[error("`{text}`: a span cannot open at the end of the period; write {}", .kind.example())]
+    OpensAtEnd { text: &'a str, kind: SpanKind },
+    #[error("`{0}` opens and closes at the same time: a window must last between one second and less than the whole period")]
+    Empty(&'a str),
+}
+
+/// `MM:SS-MM:SS` written with units, without its last `s`: `00m00s-00m30`.
+fn with_units(text: &str) -> String {
+    let minutes = text.replace(':', "m").replace('-', "s-");
+    minutes.trim_end_matches('s').to_string()
 }
 
 impl Span {
     /// Parses `FROM-TO` of `kind`. `TO` before `FROM` runs past the end of the
     /// hour (day) into the next; `FROM` equal to `TO` is refused (an empty or
     /// a whole span is said better otherwise).
-    pub fn parse(text: &str, kind: SpanKind) -> Result<Span, String> {
-        let (from, to) = text.split_once('-').ok_or_else(|| {
-            format!(
-                "`{text}` is not a span: write FROM-TO as {}",
-                kind.example()
-            )
-        })?;
+    pub fn parse(text: &str, kind: SpanKind) -> Result<Span, SpanError<'_>> {
+        let (from, to) = text
+            .split_once('-')
+            .ok_or(SpanError::NotASpan { text, kind })?;
         let period = kind.period();
         let (from, to) = (kind.at(text, from)?, kind.at(text, to)?);
         if from == period {
-            return Err(format!(
-                "`{text}`: a span cannot open at the end of the period; write {}",
-                kind.example()
-            ));
+            return Err(SpanError::OpensAtEnd { text, kind });
         }
         if from == to {
-            return Err(format!(
-                "`{text}` opens and closes at the same time: a window must last between one second and less than the whole period"
-            ));
+            return Err(SpanError::Empty(text));
         }
         let len = (to + period - from) % period;
         let len = if len == 0 { period } else { len };

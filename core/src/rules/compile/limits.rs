@@ -26,7 +26,7 @@ pub(super) fn compile_plans(
             match path.check() {
                 Ok(()) => Some(crate::rules::PlanSource::Metadata(path)),
                 Err(e) => {
-                    err("plans.claim", e);
+                    err("plans.claim", e.to_string());
                     None
                 }
             }
@@ -36,7 +36,7 @@ pub(super) fn compile_plans(
             match path.check() {
                 Ok(()) => Some(crate::rules::PlanSource::Metadata(path)),
                 Err(e) => {
-                    err("plans.metadata", e);
+                    err("plans.metadata", e.to_string());
                     None
                 }
             }
@@ -98,8 +98,8 @@ pub(super) fn compile_limit(
     }
     let per = match parse_period(&l.per) {
         Ok(ns) => NonZeroU64::new(ns),
-        Err(msg) => {
-            err(&format!("{field}.per"), msg);
+        Err(e) => {
+            err(&format!("{field}.per"), e.to_string());
             None
         }
     };
@@ -142,8 +142,17 @@ pub(super) fn compile_limit(
     Some(limit)
 }
 
+/// Why a period was refused: the period as written, and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PeriodError {
+    #[error("`{0}` is not a period: write a whole number and one of ms, s, m, h, d (e.g. 250ms, 1s, 1m)")]
+    Unreadable(String),
+    #[error("`{0}` must be between 1ms and 366d")]
+    OutOfRange(String),
+}
+
 /// Parses `250ms`, `1s`, `10s`, `1m`, `1h`, `1d` into nanoseconds.
-pub fn parse_period(text: &str) -> Result<u64, String> {
+pub fn parse_period(text: &str) -> Result<u64, PeriodError> {
     let t = text.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
@@ -153,10 +162,10 @@ pub fn parse_period(text: &str) -> Result<u64, String> {
         "m" => 60 * NANOS_PER_SEC,
         "h" => 3_600 * NANOS_PER_SEC,
         "d" => 86_400 * NANOS_PER_SEC,
-        _ => return Err(format!("`{text}` is not a period: write a whole number and one of ms, s, m, h, d (e.g. 250ms, 1s, 1m)")),
+        _ => return Err(PeriodError::Unreadable(text.to_string())),
     };
     match num.parse::<u64>().ok().and_then(|n| n.checked_mul(unit_ns)) {
         Some(ns) if (NANOS_PER_MS..=MAX_PERIOD_NS).contains(&ns) => Ok(ns),
-        _ => Err(format!("`{text}` must be between 1ms and 366d")),
+        _ => Err(PeriodError::OutOfRange(text.to_string())),
     }
 }

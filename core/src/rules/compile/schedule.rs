@@ -60,10 +60,10 @@ pub(super) fn compile_schedule(
         }
         let span = match (&w.minutes, &w.hours) {
             (Some(m), None) => Span::parse(m, SpanKind::Minutes)
-                .map_err(|e| err(&format!("{field}.minutes"), e))
+                .map_err(|e| err(&format!("{field}.minutes"), e.to_string()))
                 .ok(),
             (None, Some(h)) => Span::parse(h, SpanKind::Hours)
-                .map_err(|e| err(&format!("{field}.hours"), e))
+                .map_err(|e| err(&format!("{field}.hours"), e.to_string()))
                 .ok(),
             (Some(_), Some(_)) => {
                 err(

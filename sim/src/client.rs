@@ -15,6 +15,7 @@ use meshlimit_core::wire::{
     DecisionsRequest, LeaseRequest, LeaseResponse, DECISIONS_PATH, LEASE_PATH, WIRE_VERSION,
 };
 
+use crate::error::SimError;
 use crate::record::CallFailure;
 
 /// One gateway's connection pool to one agent.
@@ -29,12 +30,8 @@ pub struct AgentClient {
 
 impl AgentClient {
     /// A client for the agent on 127.0.0.1:`port`; each call has `timeout`.
-    pub fn new(port: u16, timeout: Duration) -> Result<AgentClient, String> {
-        let parse = |path: &str| {
-            format!("http://127.0.0.1:{port}{path}")
-                .parse::<Uri>()
-                .map_err(|e| format!("agent address: {e}"))
-        };
+    pub fn new(port: u16, timeout: Duration) -> Result<AgentClient, SimError> {
+        let parse = |path: &str| format!("http://127.0.0.1:{port}{path}").parse::<Uri>();
         let (uri, decisions_uri) = (parse(LEASE_PATH)?, parse(DECISIONS_PATH)?);
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);

@@ -163,7 +163,7 @@ fn gateways(
     (0..plan.scenario.gateways)
         .map(|g| {
             let port = ports.get(g % ports.len().max(1)).copied().unwrap_or(0);
-            let client = AgentClient::new(port, timeout).map_err(SimError::Run)?;
+            let client = AgentClient::new(port, timeout)?;
             Ok(Rc::new(
                 Gateway::new(
                     u16::try_from(g).unwrap_or(u16::MAX),

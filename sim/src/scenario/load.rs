@@ -4,6 +4,7 @@
 use serde::Deserialize;
 
 use super::time::Secs;
+use crate::error::ScenarioError;
 
 /// How traffic is offered.
 #[derive(Debug, Clone, Deserialize)]
@@ -128,33 +129,27 @@ impl Traffic {
         1_000
     }
 
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ScenarioError> {
         if self.keys == 0 || self.keys > u32::MAX as usize {
-            return Err("traffic.keys must be at least 1".into());
+            return Err(ScenarioError::Keys);
         }
         if !self.rate.is_valid() {
-            return Err("traffic.rate: rates must be finite and not negative".into());
+            return Err(ScenarioError::Rate);
         }
         let shares_ok = |s: f64| (0.0..=1.0).contains(&s);
         match self.popularity {
-            Popularity::Hot { share } if !shares_ok(share) => {
-                return Err("traffic.popularity.hot.share must be within [0, 1]".into())
-            }
+            Popularity::Hot { share } if !shares_ok(share) => return Err(ScenarioError::HotShare),
             Popularity::Zipf { s } if !(s.is_finite() && s >= 0.0) => {
-                return Err("traffic.popularity.zipf.s must be at least 0".into())
+                return Err(ScenarioError::ZipfExponent)
             }
             _ => {}
         }
         for spread in std::iter::once(self.spread).chain(self.shift.map(|s| s.to)) {
             match spread {
-                Spread::One { share } if !shares_ok(share) => {
-                    return Err("traffic.spread.one.share must be within [0, 1]".into())
-                }
-                Spread::Range { from, to } if from >= to => {
-                    return Err("traffic.spread.range needs from < to".into())
-                }
+                Spread::One { share } if !shares_ok(share) => return Err(ScenarioError::OneShare),
+                Spread::Range { from, to } if from >= to => return Err(ScenarioError::Range),
                 Spread::Skewed { s } if !(s.is_finite() && s >= 0.0) => {
-                    return Err("traffic.spread.skewed.s must be at least 0".into())
+                    return Err(ScenarioError::SkewedExponent)
                 }
                 _ => {}
             }

@@ -14,9 +14,9 @@ use meshlimit_filter::config::FilterConfig;
 use serde::Deserialize;
 
 pub use load::{Arrivals, Popularity, Rate, Shift, Spread, Traffic};
-pub use time::Secs;
+pub use time::{DurationError, Secs};
 
-use crate::error::SimError;
+use crate::error::{ScenarioError, SimError};
 
 /// What a scenario is, as written.
 #[derive(Debug, Clone, Deserialize)]
@@ -157,8 +157,8 @@ impl Scenario {
 
     /// Parses a scenario's text. Enums are written as YAML maps
     /// (`rate: { steady: 3000 }`), not tags.
-    pub fn parse(text: &str) -> Result<Scenario, String> {
-        serde_saphyr::from_str(text).map_err(|e| e.to_string())
+    pub fn parse(text: &str) -> Result<Scenario, ScenarioError> {
+        serde_saphyr::from_str(text).map_err(|e| ScenarioError::Syntax(Box::new(e)))
     }
 
     /// Applies the overrides, compiles the rules and checks what the run needs.
@@ -176,23 +176,21 @@ impl Scenario {
         self.gateways = o.gateways.unwrap_or(self.gateways);
         self.agents = o.agents.unwrap_or(self.agents);
         self.agent_args.extend(o.agent_args.iter().cloned());
-        let bad = |detail: String| SimError::Scenario {
+        let bad = |detail: ScenarioError| SimError::Scenario {
             file: self.name.clone(),
             detail,
         };
         if self.gateways == 0 || self.agents == 0 || self.gateways > u16::MAX.into() {
-            return Err(bad("gateways and agents must be at least 1".into()));
+            return Err(bad(ScenarioError::Fleet));
         }
         if self.duration.0 <= 0.0 || self.warmup.0 >= self.duration.0 {
-            return Err(bad(
-                "duration must be positive and longer than warmup".into()
-            ));
+            return Err(bad(ScenarioError::Duration));
         }
         if matches!(self.store, Store::Cluster(0)) {
-            return Err(bad("a cluster needs at least one master".into()));
+            return Err(bad(ScenarioError::EmptyCluster));
         }
         self.traffic.validate().map_err(bad)?;
-        let rules = parse_rules(&self.name, &self.rules).map_err(|e| bad(e.to_string()))?;
+        let rules = parse_rules(&self.name, &self.rules).map_err(|e| bad(e.into()))?;
         let filter = self.filter_config().map_err(bad)?;
         Ok(Plan {
             scenario: self,
@@ -202,18 +200,15 @@ impl Scenario {
         })
     }
 
-    fn filter_config(&self) -> Result<FilterConfig, String> {
+    fn filter_config(&self) -> Result<FilterConfig, ScenarioError> {
         let mut fields = serde_json::Map::new();
         fields.insert("timeout_ms".into(), 1_000.into());
         fields.insert("expected_nodes".into(), self.gateways.into());
         fields.extend(self.filter.clone());
         let text = serde_json::Value::Object(fields).to_string();
         // The harness's deployment secret, as the filter's VM would have it.
-        let secret = meshlimit_core::secret::Secret::new(meshlimit_tests::TEST_SECRET.as_bytes())
-            .map_err(|e| e.to_string())?;
-        FilterConfig::parse(Some(text.as_bytes()))
-            .map(|c| c.with_secret(&secret))
-            .map_err(|e| e.to_string())
+        let secret = meshlimit_core::secret::Secret::new(meshlimit_tests::TEST_SECRET.as_bytes())?;
+        Ok(FilterConfig::parse(Some(text.as_bytes()))?.with_secret(&secret))
     }
 }
 

@@ -46,7 +46,10 @@ fn shapes_spreads_and_overrides_read_as_maps() {
 #[test]
 fn mistakes_are_refused_with_the_field() {
     let typo = format!("{MINIMAL}gatways: 3\n");
-    assert!(Scenario::parse(&typo).unwrap_err().contains("gatways"));
+    assert!(Scenario::parse(&typo)
+        .unwrap_err()
+        .to_string()
+        .contains("gatways"));
     let bad_rules = MINIMAL.replace("requests: 10", "requests: 0");
     let err = Scenario::parse(&bad_rules)
         .unwrap()

@@ -2,6 +2,11 @@
 
 use serde::{Deserialize, Deserializer};
 
+/// A duration a scenario cannot use, as written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is not a duration (write 250ms, 10s or 1m)")]
+pub struct DurationError(pub String);
+
 /// A duration in seconds.
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Default)]
 pub struct Secs(pub f64);
@@ -12,7 +17,7 @@ impl Secs {
     }
 
     /// Parses `250ms`, `10s`, `1.5m` or `12`.
-    pub fn parse(text: &str) -> Result<Secs, String> {
+    pub fn parse(text: &str) -> Result<Secs, DurationError> {
         let t = text.trim();
         let split = t
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -22,17 +27,11 @@ impl Secs {
             "" | "s" => 1.0,
             "ms" => 1e-3,
             "m" => 60.0,
-            _ => {
-                return Err(format!(
-                    "`{text}` is not a duration (write 250ms, 10s or 1m)"
-                ))
-            }
+            _ => return Err(DurationError(text.to_string())),
         };
         match num.parse::<f64>() {
             Ok(n) if n.is_finite() && n >= 0.0 => Ok(Secs(n * scale)),
-            _ => Err(format!(
-                "`{text}` is not a duration (write 250ms, 10s or 1m)"
-            )),
+            _ => Err(DurationError(text.to_string())),
         }
     }
 }

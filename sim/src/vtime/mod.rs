@@ -140,7 +140,7 @@ async fn simulate(plan: &Plan, seed: u64) -> Result<(Recorded, Vec<String>), Sim
     )));
     let rules = parse_rules(&s.name, &s.rules).map_err(|e| SimError::Scenario {
         file: s.name.clone(),
-        detail: e.to_string(),
+        detail: e.into(),
     })?;
     let kit = AgentKit::new(rules, Arc::clone(&world), &s.agent_args, s.agents)?;
     let mut fleet = build(plan, seed, kit, &world, &keys, &rec)?;

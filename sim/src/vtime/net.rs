@@ -4,6 +4,7 @@
 use rand::rngs::SmallRng;
 use rand::Rng;
 
+use crate::error::ScenarioError;
 use crate::scenario::virtual_model::{Delay, Network};
 
 impl Delay {
@@ -23,12 +24,12 @@ impl Delay {
 }
 
 impl Network {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ScenarioError> {
         if !(self.gateway_agent.is_valid() && self.agent_store.is_valid()) {
-            return Err("network: delays must be finite and not negative".into());
+            return Err(ScenarioError::Delays);
         }
         if !(0.0..=1.0).contains(&self.loss) {
-            return Err("network.loss must be within [0, 1]".into());
+            return Err(ScenarioError::Loss);
         }
         Ok(())
     }

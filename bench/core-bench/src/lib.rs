@@ -3,17 +3,28 @@
 //! are type-checked and unit-tested with the workspace, not only under
 //! `cargo bench`.
 
-use meshlimit_core::rules::RulesConfig;
+use meshlimit_core::rules::{RulesConfig, RulesError};
 use meshlimit_core::{DescriptorKey, RequestInfo, RuleSet};
+
+/// A fixture that did not build: a bug in the fixture, not in what it measures.
+#[derive(Debug, thiserror::Error)]
+pub enum FixtureError {
+    /// The JSON written here is not a rules file.
+    #[error("{0}")]
+    Config(#[from] serde_json::Error),
+    /// The rules file does not compile.
+    #[error("{0}")]
+    Rules(#[from] RulesError),
+}
 
 /// `n` rules, one per API path prefix (`/api/<i>/`), each keyed on the API key:
 /// a request matches exactly one, and every rule is looked at.
-pub fn rule_set(n: usize) -> Result<RuleSet, String> {
-    RuleSet::compile(&rule_set_config(n)?).map_err(|e| e.to_string())
+pub fn rule_set(n: usize) -> Result<RuleSet, FixtureError> {
+    Ok(RuleSet::compile(&rule_set_config(n)?)?)
 }
 
 /// The rules file of [`rule_set`], before compiling.
-pub fn rule_set_config(n: usize) -> Result<RulesConfig, String> {
+pub fn rule_set_config(n: usize) -> Result<RulesConfig, FixtureError> {
     let rules: Vec<serde_json::Value> = (0..n)
         .map(|i| {
             serde_json::json!({
@@ -24,11 +35,10 @@ pub fn rule_set_config(n: usize) -> Result<RulesConfig, String> {
             })
         })
         .collect();
-    serde_json::from_value(serde_json::json!({
+    Ok(serde_json::from_value(serde_json::json!({
         "version": 1,
         "rules": rules,
-    }))
-    .map_err(|e| e.to_string())
+    }))?)
 }
 
 /// A request with the dozen headers a real one carries, for the last rule of a
@@ -109,13 +119,12 @@ pub fn metadata_of(req: &RequestInfo) -> Vec<u8> {
 }
 
 /// A set of one rule keyed on `key` (a key part as the rules file writes it).
-pub fn one_rule_keyed_on(key: serde_json::Value) -> Result<RuleSet, String> {
+pub fn one_rule_keyed_on(key: serde_json::Value) -> Result<RuleSet, FixtureError> {
     let config: RulesConfig = serde_json::from_value(serde_json::json!({
         "version": 1,
         "rules": [{"name": "one", "key": [key], "limit": {"requests": 100, "per": "1s"}}],
-    }))
-    .map_err(|e| e.to_string())?;
-    RuleSet::compile(&config).map_err(|e| e.to_string())
+    }))?;
+    Ok(RuleSet::compile(&config)?)
 }
 
 /// `n` distinct keys of one rule, as the filter builds them.
@@ -133,13 +142,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_request_matches_exactly_one_rule() -> Result<(), String> {
+    fn the_request_matches_exactly_one_rule() -> Result<(), Box<dyn std::error::Error>> {
         for n in [1, 10, 1_000] {
             let set = rule_set(n)?;
-            let applicable = set.applicable(&request(n)).map_err(|e| e.to_string())?;
+            let applicable = set.applicable(&request(n))?;
             assert_eq!(applicable.len(), 1, "{n} rules");
             assert_eq!(applicable[0].rule.name, format!("api-{}", n - 1));
-            let none = set.applicable(&request_none()).map_err(|e| e.to_string())?;
+            let none = set.applicable(&request_none())?;
             assert!(none.is_empty(), "{n} rules");
         }
         assert_eq!(keys(3).len(), 3);

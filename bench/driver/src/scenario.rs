@@ -417,7 +417,7 @@ pub fn scale_rules_yaml(n: usize, generation: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use meshlimit_core::rules::{parse_rules, Accuracy};
+    use meshlimit_core::rules::{parse_rules, Accuracy, RequestError};
     use meshlimit_core::RequestInfo;
 
     use super::*;
@@ -431,25 +431,24 @@ mod tests {
     }
 
     #[test]
-    fn a_scale_request_meets_exactly_one_rule_or_none() -> Result<(), String> {
+    fn a_scale_request_meets_exactly_one_rule_or_none() -> Result<(), Box<dyn std::error::Error>> {
         for n in [1, 10, 1_000, 20_000] {
             let text = scale_rules_yaml(n, 0);
-            let set = parse_rules("rules.yaml", &text).map_err(|e| e.to_string())?;
+            let set = parse_rules("rules.yaml", &text)?;
             assert_eq!(set.rules().len(), n);
             let hit = request(SCALE_PATH, &[(KEY_HEADER, HOT_VALUE)]);
-            let applicable = set.applicable(&hit).map_err(|e| e.to_string())?;
+            let applicable = set.applicable(&hit)?;
             let names: Vec<&str> = applicable.iter().map(|a| a.rule.name.as_str()).collect();
             assert_eq!(names, ["bench-match"], "{n} rules");
             let miss = request(NO_RULE_PATH, &[(KEY_HEADER, HOT_VALUE)]);
-            let applicable = set.applicable(&miss).map_err(|e| e.to_string())?;
+            let applicable = set.applicable(&miss)?;
             assert!(
                 applicable.is_empty(),
                 "{n} rules: {NO_RULE_PATH} is covered"
             );
             // The reload's next generation is another version, accepted as a
             // change (a limit raised, never cut).
-            let next =
-                parse_rules("rules.yaml", &scale_rules_yaml(n, 1)).map_err(|e| e.to_string())?;
+            let next = parse_rules("rules.yaml", &scale_rules_yaml(n, 1))?;
             if n > 1 {
                 assert_ne!(set.version(), next.version(), "{n} rules");
             }
@@ -460,11 +459,12 @@ mod tests {
     }
 
     #[test]
-    fn a_rejected_tenth_meets_bench_over_first_and_the_rest_only_bench_hot() -> Result<(), String> {
-        let set = parse_rules("rules.yaml", &rules_yaml(HIGH_LIMIT)).map_err(|e| e.to_string())?;
-        let names = |headers: &[(&str, &str)]| -> Result<Vec<String>, String> {
+    fn a_rejected_tenth_meets_bench_over_first_and_the_rest_only_bench_hot(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let set = parse_rules("rules.yaml", &rules_yaml(HIGH_LIMIT))?;
+        let names = |headers: &[(&str, &str)]| -> Result<Vec<String>, RequestError> {
             let req = request(ROOT, headers);
-            let applicable = set.applicable(&req).map_err(|e| e.to_string())?;
+            let applicable = set.applicable(&req)?;
             Ok(applicable.iter().map(|a| a.rule.name.clone()).collect())
         };
         assert_eq!(names(&[(KEY_HEADER, HOT_VALUE)])?, ["bench-hot"]);
@@ -479,15 +479,14 @@ mod tests {
     }
 
     #[test]
-    fn request_path_rules_each_take_one_configuration() -> Result<(), String> {
-        let set = parse_rules("rules.yaml", &request_path_rules(40_000, 3_333))
-            .map_err(|e| e.to_string())?;
+    fn request_path_rules_each_take_one_configuration() -> Result<(), Box<dyn std::error::Error>> {
+        let set = parse_rules("rules.yaml", &request_path_rules(40_000, 3_333))?;
         for sc in request_path() {
             let header = match sc.keys {
                 Keys::Fixed(name, _) | Keys::Unique(name) | Keys::TenthRejected(name, _) => name,
             };
             let req = request(sc.path, &[(header, "v")]);
-            let applicable = set.applicable(&req).map_err(|e| e.to_string())?;
+            let applicable = set.applicable(&req)?;
             let names: Vec<&str> = applicable.iter().map(|a| a.rule.name.as_str()).collect();
             match rule_of(sc.id) {
                 Some(rule) => assert_eq!(names, [rule], "({})", sc.id),

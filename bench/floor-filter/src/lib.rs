@@ -68,6 +68,11 @@ struct Http {
     config: Rc<FloorConfig>,
 }
 
+/// A plugin configuration that is not a [`FloorConfig`].
+#[derive(Debug, thiserror::Error)]
+#[error("floor filter configuration: {0}")]
+pub struct ConfigError(serde_json::Error);
+
 /// Shared-data keys are this prefix plus the header's value.
 const KEY_PREFIX: &str = "bench.floor.";
 
@@ -84,10 +89,10 @@ impl Default for FloorConfig {
 
 impl FloorConfig {
     /// Parses the plugin configuration; empty means the default (`floor`).
-    pub fn parse(bytes: Option<&[u8]>) -> Result<Self, String> {
+    pub fn parse(bytes: Option<&[u8]>) -> Result<Self, ConfigError> {
         match bytes {
             Some(b) if !b.iter().all(u8::is_ascii_whitespace) => {
-                serde_json::from_slice(b).map_err(|e| format!("floor filter configuration: {e}"))
+                serde_json::from_slice(b).map_err(ConfigError)
             }
             _ => Ok(Self::default()),
         }
@@ -107,7 +112,7 @@ impl RootContext for Root {
                 true
             }
             Err(e) => {
-                let _ = hostcalls::log(proxy_wasm::types::LogLevel::Error, &e);
+                let _ = hostcalls::log(proxy_wasm::types::LogLevel::Error, &e.to_string());
                 false
             }
         }
@@ -252,17 +257,18 @@ mod tests {
 
     #[test]
     fn configuration_selects_the_mode() {
-        assert_eq!(FloorConfig::parse(None), Ok(FloorConfig::default()));
-        let empty = FloorConfig::parse(Some(br#"{"mode": "empty"}"#));
-        assert_eq!(empty.map(|c| c.mode), Ok(Mode::Empty));
-        let floor = FloorConfig::parse(Some(br#"{"mode": "floor", "header": "x-k"}"#));
-        assert_eq!(floor.map(|c| c.header), Ok("x-k".to_string()));
-        let state = FloorConfig::parse(Some(br#"{"mode": "filter_state"}"#));
-        assert_eq!(state.map(|c| c.mode), Ok(Mode::FilterState));
-        let callout = FloorConfig::parse(Some(br#"{"mode": "callout"}"#));
+        let parse = |text: Option<&[u8]>| FloorConfig::parse(text).ok();
+        assert_eq!(parse(None), Some(FloorConfig::default()));
+        let empty = parse(Some(br#"{"mode": "empty"}"#));
+        assert_eq!(empty.map(|c| c.mode), Some(Mode::Empty));
+        let floor = parse(Some(br#"{"mode": "floor", "header": "x-k"}"#));
+        assert_eq!(floor.map(|c| c.header), Some("x-k".to_string()));
+        let state = parse(Some(br#"{"mode": "filter_state"}"#));
+        assert_eq!(state.map(|c| c.mode), Some(Mode::FilterState));
+        let callout = parse(Some(br#"{"mode": "callout"}"#));
         assert_eq!(
             callout.map(|c| (c.mode, c.cluster, c.path)),
-            Ok((Mode::Callout, "meshlimit_agent".into(), "/healthz".into()))
+            Some((Mode::Callout, "meshlimit_agent".into(), "/healthz".into()))
         );
         assert!(FloorConfig::parse(Some(br#"{"mode": "fast"}"#)).is_err());
     }

@@ -53,7 +53,22 @@ struct Options {
     memory: bool,
 }
 
-fn options(args: &[String]) -> Result<Options, String> {
+/// Why the command line was not run (exit status 2): the message says how to
+/// write it.
+#[derive(Debug, thiserror::Error)]
+enum OptionsError {
+    #[error("{0} needs a value")]
+    MissingValue(String),
+    #[error("--requests: {0}")]
+    Requests(std::num::ParseIntError),
+    /// `-h` or `--help`.
+    #[error("{USAGE}")]
+    Help,
+    #[error("unknown argument {0}\n\n{USAGE}")]
+    Unknown(String),
+}
+
+fn options(args: &[String]) -> Result<Options, OptionsError> {
     let mut o = Options {
         filter: FILTER.into(),
         floor: FLOOR.into(),
@@ -63,17 +78,19 @@ fn options(args: &[String]) -> Result<Options, String> {
     };
     let mut args = args.iter();
     while let Some(arg) = args.next() {
-        let mut value = || args.next().cloned().ok_or(format!("{arg} needs a value"));
+        let mut value = || {
+            args.next()
+                .cloned()
+                .ok_or_else(|| OptionsError::MissingValue(arg.clone()))
+        };
         match arg.as_str() {
             "--filter" => o.filter = value()?,
             "--floor" => o.floor = value()?,
-            "--requests" => {
-                o.requests = value()?.parse().map_err(|e| format!("--requests: {e}"))?
-            }
+            "--requests" => o.requests = value()?.parse().map_err(OptionsError::Requests)?,
             "--checkpoints" => o.checkpoints = true,
             "--memory" => o.memory = true,
-            "-h" | "--help" => return Err(USAGE.into()),
-            other => return Err(format!("unknown argument {other}\n\n{USAGE}")),
+            "-h" | "--help" => return Err(OptionsError::Help),
+            other => return Err(OptionsError::Unknown(other.to_string())),
         }
     }
     Ok(o)
@@ -543,7 +560,11 @@ mod tests {
     #[test]
     fn bad_arguments_are_refused_with_the_usage() {
         let args = |a: &[&str]| options(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-        assert!(args(&["--nope"]).err().unwrap().contains("usage:"));
+        assert!(args(&["--nope"])
+            .err()
+            .unwrap()
+            .to_string()
+            .contains("usage:"));
         assert!(args(&["--requests", "x"]).is_err());
         assert_eq!(args(&["--requests", "5"]).unwrap().requests, 5);
         assert!(args(&["--memory"]).unwrap().memory);

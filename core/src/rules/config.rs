@@ -105,8 +105,12 @@ impl ChangesConfig {
         let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
         let (num, unit) = t.split_at(digits);
         if !num.is_empty() && num.bytes().all(|b| b == b'0') {
-            // `0s` (any unit): off. The unit is still checked.
-            return super::parse_period(&format!("1{unit}")).map(|_| 0);
+            // `0s` (any unit): off. The unit is still checked, and a refusal
+            // quotes the text as written.
+            return match super::parse_period(&format!("1{unit}")) {
+                Ok(_) => Ok(0),
+                Err(_) => Err(super::PeriodError::Unreadable(text.to_string())),
+            };
         }
         super::parse_period(text).map(|ns| ns / crate::NANOS_PER_MS)
     }

@@ -179,7 +179,11 @@ fn shadow_first_reads_a_period_and_zero_turns_it_off() {
     assert_eq!(with(Some("10m")).shadow_first_ms(), Ok(600_000));
     assert_eq!(with(Some("3s")).shadow_first_ms(), Ok(3_000));
     assert_eq!(with(Some("0s")).shadow_first_ms(), Ok(0));
-    assert!(with(Some("0x")).shadow_first_ms().is_err());
+    // A zero with a unit that is not one is refused as written.
+    assert_eq!(
+        with(Some("0x")).shadow_first_ms(),
+        Err(crate::rules::PeriodError::Unreadable("0x".to_string()))
+    );
 }
 
 #[cfg(feature = "yaml")]

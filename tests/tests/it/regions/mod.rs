@@ -331,32 +331,51 @@ fn three_loaded_regions_together_admit_the_global_limit() {
     let offers: Vec<Offer> = (0..3)
         .map(|r| Offer::start(mesh.agent(r), KEY, 3.0 * L))
         .collect();
+    let watch = Watch::start(&mesh, KEY, t0);
     std::thread::sleep(Duration::from_secs(8)); // the phase being measured
-                                                // The window ends while all three still offer: a client stopped in the
-                                                // middle of a slow lease call would otherwise stretch it with no grants.
     let end = now();
     let grants: Vec<Vec<Grant>> = offers.into_iter().map(Offer::stop).collect();
+    let shares = watch.stop();
     // The steady part: after the first shares are in force (2 s), each region
-    // offered three times the whole limit.
+    // offered three times the whole limit. Its whole seconds, each with what
+    // it admitted and the regions' shares summed (their mean over the second).
     let from = t0 + 2.0;
-    let admitted: f64 = grants
-        .iter()
-        .flatten()
-        .filter(|g| g.at >= from && g.at < end)
-        .map(|g| f64::from(g.tokens))
-        .sum();
-    let rate = admitted / (end - from);
+    let seconds: Vec<(f64, f64)> = (0..(end - from).floor() as usize)
+        .map(|i| {
+            let (a, b) = (from + i as f64, from + i as f64 + 1.0);
+            let admitted = grants
+                .iter()
+                .flatten()
+                .filter(|g| g.at >= a && g.at < b)
+                .map(|g| f64::from(g.tokens))
+                .sum();
+            let sums: Vec<f64> = shares
+                .iter()
+                .filter(|(t, _)| t0 + t >= a && t0 + t < b)
+                .map(|(_, v)| v.iter().flatten().sum::<f64>())
+                .collect();
+            (
+                admitted,
+                sums.iter().sum::<f64>() / sums.len().max(1) as f64,
+            )
+        })
+        .collect();
+    let rate = seconds.iter().map(|s| s.0).sum::<f64>() / seconds.len() as f64;
     let bins = binned(&grants, t0, BIN, end);
     let worst = max_window(&bins, 10);
     eprintln!(
-        "three regions at 3 L each: {rate:.1}/s admitted in the steady part (L {L}); most in 1 s {worst}"
+        "three regions at 3 L each: {rate:.1}/s admitted in the steady part (L {L}); most in 1 s {worst}\nper second, admitted and the shares' mean sum: {seconds:.2?}"
     );
     // Each region alone would admit up to its whole offer if it ignored its
     // share: together they hold the one limit (at most 1.1 L), and no less
     // than 0.9 L. A node far over its share is held a lease period at least,
     // and a hold's end refills only an empty pool: both stop a node from
     // taking tokens it does not spend, which would leave the regions short of
-    // the limit.
+    // the limit. On a machine loaded far past its cores (a load of 8 to 11 on
+    // 2 cores) the floor is missed with the shares still summing to 1: single
+    // seconds admit 66 to 90. A hold lasts up to the whole burst's refill, so
+    // a store call that comes late after it finds a full bucket that spilled;
+    // the per-second line above tells that case from a share that fell short.
     assert!(
         (0.9 * L..=1.1 * L).contains(&rate),
         "{rate:.1}/s admitted, limit {L}/s"

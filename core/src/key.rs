@@ -131,17 +131,25 @@ fn push_part(key: &mut String, part: &[u8]) {
         return;
     }
     // Most parts are plain ASCII with nothing to escape: copied whole, not
-    // char by char (the filter's Wasm runs this for every request).
-    if part
-        .iter()
-        .all(|&b| b.is_ascii() && !b.is_ascii_control() && !matches!(b, b'%' | b'|' | b'#'))
-    {
+    // char by char (the filter's Wasm runs this for every request). Every
+    // byte is tested, with no exit on the first that is not plain: the
+    // compiler unrolls a loop that stops early into a body the Wasm
+    // interpreter charges whole at each turn, which cost a 9-byte part about
+    // 1,400 instructions, where this costs about 250 (`make wasm-cost`).
+    if part.iter().fold(true, |plain, &b| plain & plain_byte(b)) {
         if let Some(plain) = crate::text::utf8(part) {
             key.push_str(plain);
             return;
         }
     }
     push_escaped(key, part);
+}
+
+/// Whether `b` goes into a key as it is: printable ASCII other than the
+/// escape character, the separator and the fingerprint marker. Each test is
+/// made (`&`, not `&&`), so the check has no branch.
+fn plain_byte(b: u8) -> bool {
+    (0x20..0x7f).contains(&b) & (b != b'%') & (b != b'|') & (b != b'#')
 }
 
 /// [`push_part`] char by char, escaping what must be.

@@ -147,6 +147,14 @@ pub fn rejection_body(rule: &str, retry_after_ns: u64) -> String {
 /// `s` as a JSON string, escaped as serde_json escapes it.
 pub(crate) fn push_json_string(out: &mut String, s: &str) {
     out.push('"');
+    push_json_chars(out, s);
+    out.push('"');
+}
+
+/// `s` escaped as serde_json escapes a string's characters, without the
+/// quotes around them (a writer with text of its own on either side
+/// writes them with it).
+pub(crate) fn push_json_chars(out: &mut String, s: &str) {
     // Nearly every string has nothing to escape: tested whole, every byte
     // without an exit on the first to escape (see `plain_json`), then
     // copied at once.
@@ -155,7 +163,6 @@ pub(crate) fn push_json_string(out: &mut String, s: &str) {
     } else {
         push_json_escaped(out, s);
     }
-    out.push('"');
 }
 
 /// [`push_json_string`]'s characters of a string with some to escape.

@@ -19,7 +19,7 @@ use std::borrow::Cow;
 
 use super::{AnsweredFrom, LeaseAnswer, LeaseItem, LeaseResponse, WIRE_VERSION};
 use crate::digits::Decimal;
-use crate::headers::push_json_string;
+use crate::headers::push_json_chars;
 
 /// Why a lease answer body could not be read: what was wrong, and where.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -32,33 +32,42 @@ pub struct ReadError {
 /// The JSON of a lease request of `items` under `rules_version`: the bytes
 /// serde_json writes for the [`super::LeaseRequest`] (fields in declaration
 /// order, `plan` and `want` only when set).
+///
+/// The fixed text around its fields is written in as few pieces as it
+/// has: a string's quotes go with the names and punctuation beside them.
 pub fn write_lease_request<T: AsRef<LeaseItem>>(rules_version: &str, items: &[T]) -> Vec<u8> {
     let mut out = String::with_capacity(64 + rules_version.len() + items.len() * 96);
-    out.push_str("{\"v\":");
-    out.push_str(Decimal::of(u64::from(WIRE_VERSION)).as_str());
-    out.push_str(",\"rules_version\":");
-    push_json_string(&mut out, rules_version);
-    out.push_str(",\"items\":[");
+    out.push_str(REQUEST_START);
+    push_json_chars(&mut out, rules_version);
+    out.push_str("\",\"items\":[");
     for (i, item) in items.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
+        out.push_str(if i > 0 {
+            ",{\"rule\":\""
+        } else {
+            "{\"rule\":\""
+        });
         push_item(&mut out, item.as_ref());
     }
     out.push_str("]}");
     out.into_bytes()
 }
 
+/// What a lease request starts with: `v` ([`WIRE_VERSION`], checked below)
+/// and the opening quote of `rules_version`.
+const REQUEST_START: &str = "{\"v\":1,\"rules_version\":\"";
+const _: () = assert!(WIRE_VERSION == 1, "REQUEST_START writes the wire version");
+
+/// An item after its `{"rule":"`.
 fn push_item(out: &mut String, item: &LeaseItem) {
-    out.push_str("{\"rule\":");
-    push_json_string(out, &item.rule);
-    out.push_str(",\"key\":");
-    push_json_string(out, item.key.as_str());
-    out.push_str(",\"cost\":");
+    push_json_chars(out, &item.rule);
+    out.push_str("\",\"key\":\"");
+    push_json_chars(out, item.key.as_str());
+    out.push_str("\",\"cost\":");
     out.push_str(Decimal::of(u64::from(item.cost)).as_str());
     if let Some(plan) = &item.plan {
-        out.push_str(",\"plan\":");
-        push_json_string(out, plan);
+        out.push_str(",\"plan\":\"");
+        push_json_chars(out, plan);
+        out.push('"');
     }
     if let Some(want) = item.want {
         out.push_str(",\"want\":");

@@ -285,3 +285,54 @@ fn escapes_and_deep_unknown_values_read_as_serde_json_reads_them() {
     assert_eq!(read_lease_response(body).ok(), serde(body));
     assert!(serde(body).is_some());
 }
+
+#[test]
+fn representative_requests_are_written_byte_for_byte_as_before() {
+    let item = |rule: &str, key: &str, cost, plan: Option<&str>, want| LeaseItem {
+        rule: rule.into(),
+        key: DescriptorKey::from_wire(key.into()),
+        cost,
+        plan: plan.map(str::to_string),
+        want,
+    };
+    // A new key's call: one item, as the filter's wasm-cost run sends it.
+    let one = [item("bench-hot", "bench-hot|key-7", 1, None, Some(2))];
+    assert_eq!(
+        String::from_utf8(write_lease_request("r-7f3a", &one)).unwrap(),
+        r#"{"v":1,"rules_version":"r-7f3a","items":[{"rule":"bench-hot","key":"bench-hot|key-7","cost":1,"want":2}]}"#
+    );
+    // Escapes in keys, a plan, several items, an empty version.
+    let many = [
+        item("api", "api|a\"b\\c", 3, Some("gold"), None),
+        item("api", "api|tab\there\u{1}|caf\u{e9}|%7C", 1, None, None),
+        item(
+            "q\"r",
+            "q\"r|\u{7f}",
+            u32::MAX,
+            Some("p\\n"),
+            Some(u32::MAX),
+        ),
+    ];
+    let written = String::from_utf8(write_lease_request("", &many)).unwrap();
+    assert_eq!(
+        written,
+        concat!(
+            r#"{"v":1,"rules_version":"","items":["#,
+            r#"{"rule":"api","key":"api|a\"b\\c","cost":3,"plan":"gold"},"#,
+            r#"{"rule":"api","key":"api|tab\there\u0001|café|%7C","cost":1},"#,
+            "{\"rule\":\"q\\\"r\",\"key\":\"q\\\"r|\u{7f}\",\"cost\":4294967295,",
+            r#""plan":"p\\n","want":4294967295}]}"#
+        )
+    );
+    for (version, items) in [("r-7f3a", &one[..]), ("", &many[..]), ("v\"1", &many[1..])] {
+        let request = LeaseRequest {
+            v: WIRE_VERSION,
+            rules_version: version.into(),
+            items: items.to_vec(),
+        };
+        assert_eq!(
+            write_lease_request(version, items),
+            serde_json::to_vec(&request).unwrap()
+        );
+    }
+}

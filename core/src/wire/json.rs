@@ -169,6 +169,16 @@ struct Reader<'a> {
 
 const U32: u64 = u32::MAX as u64;
 
+/// The value of `digits` (ASCII digits), if it fits a `u64`.
+#[cold]
+#[inline(never)]
+fn checked_decimal(digits: &[u8]) -> Option<u64> {
+    digits.iter().try_fold(0u64, |n, &c| {
+        n.checked_mul(10)?
+            .checked_add(u64::from(c.wrapping_sub(b'0')))
+    })
+}
+
 impl<'a> Reader<'a> {
     fn error(&self, what: &'static str) -> ReadError {
         ReadError { at: self.at, what }
@@ -185,24 +195,31 @@ impl<'a> Reader<'a> {
     }
 
     /// An unsigned integer of at most `max` as serde_json writes it (no
-    /// leading zero), else `None`.
+    /// leading zero), else `None`. Any 19 digits fit a `u64`, so a digit
+    /// costs a multiply and an add, with no test of the range until the
+    /// end; only a number of more digits is read again, checked.
     fn plain_unsigned(&mut self, max: u64) -> Option<u64> {
         let start = self.at;
+        let mut at = start;
         let mut n: u64 = 0;
-        while let Some(&c) = self.b.get(self.at) {
+        while let Some(&c) = self.b.get(at) {
             let d = c.wrapping_sub(b'0');
             if d > 9 {
                 break;
             }
-            let d = u64::from(d);
-            if n > max.checked_sub(d)? / 10 {
-                return None;
-            }
-            n = n * 10 + d;
-            self.at += 1;
+            n = n.wrapping_mul(10).wrapping_add(u64::from(d));
+            at += 1;
         }
-        let digits = self.at - start;
-        (digits == 1 || (digits > 1 && self.b.get(start) != Some(&b'0'))).then_some(n)
+        let digits = at - start;
+        if digits > 19 {
+            n = checked_decimal(self.b.get(start..at)?)?;
+        }
+        let leading_zero = digits > 1 && self.b.get(start) == Some(&b'0');
+        if digits == 0 || leading_zero || n > max {
+            return None;
+        }
+        self.at = at;
+        Some(n)
     }
 
     /// One answer as the agent writes it ([`read_as_written`]).

@@ -226,7 +226,16 @@ fn wake_root<H: Proxy>(host: &H, vm: &Shared, queue: u32) {
 
 impl<H> Drop for Http<H> {
     fn drop(&mut self) {
-        if self.parked.is_some() {
+        // A parked request the root context finished is in neither of the
+        // VM's lists: its entry in `waiting`, which held the cell's other
+        // reference, went when it was finished (`finish_waiting`), after it
+        // left the lease calls' list. Only one that was not finished (the
+        // stream reset while it waited) is looked for.
+        if self
+            .parked
+            .as_ref()
+            .is_some_and(|q| Rc::strong_count(q) > 1)
+        {
             if let Ok(mut vm) = self.vm.try_borrow_mut() {
                 vm.flights.forget(self.context_id);
                 vm.waiting.remove(&self.context_id);

@@ -239,6 +239,12 @@ impl RuleIndex {
         }
     }
 
+    /// Whether some rule has a path condition (else every rule is in
+    /// [`RuleIndex::pathless`]).
+    pub(super) fn has_paths(&self) -> bool {
+        !self.exact.is_empty() || !self.prefixes.is_empty()
+    }
+
     /// Positions of the rules without a path condition, ascending.
     pub(super) fn pathless(&self) -> &[usize] {
         &self.any

@@ -263,6 +263,15 @@ impl RuleSet {
         req: &RequestInfo,
         mut each: impl FnMut(Applicable<'r>),
     ) -> Result<(), RequestError> {
+        // No rule has a path condition: every rule is a candidate, in order.
+        if !self.index.has_paths() {
+            for &i in self.index.pathless() {
+                if let Some(a) = self.check(i, req)? {
+                    each(a);
+                }
+            }
+            return Ok(());
+        }
         let mut by_path = Vec::new();
         self.index.by_path(&req.path, &mut by_path);
         by_path.sort_unstable();

@@ -121,3 +121,35 @@ proptest! {
         }
     }
 }
+
+/// A set with no path condition is matched without its path index: every
+/// rule, in the set's order (strictest first), as the linear scan has it.
+#[test]
+fn a_set_without_paths_answers_as_the_linear_scan() {
+    let set = compile(serde_json::json!({"version": 1, "rules": [
+        {"name": "keyed", "key": [{"header": "x-api-key"}], "limit": {"requests": 5, "per": "1s"}},
+        {"name": "posts", "match": {"methods": ["POST"]}, "key": ["method"],
+         "limit": {"requests": 2, "per": "1s"}},
+        {"name": "prod", "match": {"headers": {"x-env": {"equals": "prod"}}}, "key": ["path"],
+         "limit": {"requests": 3, "per": "1s"}},
+    ]}))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let reqs = [
+        request("/a", "GET", &[("x-api-key", "k1")]),
+        request("/a/b", "POST", &[("x-env", "prod"), ("x-api-key", "k2")]),
+        request("/", "POST", &[]),
+        request("/", "GET", &[("x-api-key", "k1"), ("x_api_key", "k2")]),
+    ];
+    let named = |a: &Answer| -> Vec<String> {
+        a.as_ref()
+            .map_or(vec![], |v| v.iter().map(|r| r.0.clone()).collect())
+    };
+    let answers: Vec<Answer> = reqs.iter().map(|r| answer(set.applicable(r))).collect();
+    for (req, indexed) in reqs.iter().zip(&answers) {
+        assert_eq!(*indexed, answer(set.applicable_linear(req)), "{req:?}");
+    }
+    assert_eq!(named(&answers[0]), ["keyed"]);
+    assert_eq!(named(&answers[1]), ["posts", "prod", "keyed"]);
+    assert_eq!(named(&answers[2]), ["posts"]);
+    assert!(answers[3].is_err(), "a key header sent twice");
+}

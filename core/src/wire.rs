@@ -46,12 +46,13 @@ pub struct LeaseRequest {
 }
 
 /// The JSON of a [`LeaseRequest`] of `items` under `rules_version`, written
-/// from the items where they are: a filter's queued items hold their lease
-/// items, and building the request first copied each one's rule, key and
-/// plan, and the version, on every call (every new key's request). Written
+/// from the items where they are ([`LeaseFields`]): a filter's queued items
+/// hold their fields in a form of their own, and building the request first
+/// copied each one's rule, key and plan, and the version, on every call
+/// (every new key's request). Written
 /// by hand (`json`), byte for byte what serde_json writes for the request
 /// (a property test holds the two together).
-pub fn lease_request_json<T: AsRef<LeaseItem>>(rules_version: &str, items: &[T]) -> Vec<u8> {
+pub fn lease_request_json<T: LeaseFields>(rules_version: &str, items: &[T]) -> Vec<u8> {
     json::write_lease_request(rules_version, items)
 }
 
@@ -62,7 +63,7 @@ pub fn lease_request_json<T: AsRef<LeaseItem>>(rules_version: &str, items: &[T])
 /// item's key is at most [`MAX_KEY_BYTES`], far inside the body's limit. A
 /// filter sends its queued items in such batches, so the agent never refuses a
 /// call for its size and no item fails for its neighbours.
-pub fn lease_batch_len<T: AsRef<LeaseItem>>(rules_version: &str, items: &[T]) -> usize {
+pub fn lease_batch_len<T: LeaseFields>(rules_version: &str, items: &[T]) -> usize {
     // The first item always goes: one alone is its batch, without sizing
     // its strings (a new key's call, which holds just its own item).
     if items.len() <= 1 {
@@ -72,12 +73,11 @@ pub fn lease_batch_len<T: AsRef<LeaseItem>>(rules_version: &str, items: &[T]) ->
     let mut bytes = 48 + json_str_bound(rules_version);
     let mut n = 0;
     for item in items.iter().take(MAX_LEASE_ITEMS) {
-        let item = item.as_ref();
         // `{"rule":"…","key":"…","cost":N,"plan":"…","want":N},`
         let size = 72
-            + json_str_bound(&item.rule)
-            + json_str_bound(item.key.as_str())
-            + item.plan.as_deref().map_or(0, json_str_bound);
+            + json_str_bound(item.rule())
+            + json_str_bound(item.key().as_str())
+            + item.plan().map_or(0, json_str_bound);
         if n > 0 && bytes + size > MAX_BODY_BYTES {
             break;
         }
@@ -116,9 +116,36 @@ pub struct LeaseItem {
     pub want: Option<u32>,
 }
 
-impl AsRef<LeaseItem> for LeaseItem {
-    fn as_ref(&self) -> &LeaseItem {
-        self
+/// The fields of one item of a lease request, as its JSON and its size are
+/// written from them: a [`LeaseItem`]'s, or those of an item a filter holds
+/// in a form of its own (which names its rule without a copy of the name).
+pub trait LeaseFields {
+    fn rule(&self) -> &str;
+    fn key(&self) -> &DescriptorKey;
+    fn cost(&self) -> u32;
+    fn plan(&self) -> Option<&str>;
+    fn want(&self) -> Option<u32>;
+}
+
+impl LeaseFields for LeaseItem {
+    fn rule(&self) -> &str {
+        &self.rule
+    }
+
+    fn key(&self) -> &DescriptorKey {
+        &self.key
+    }
+
+    fn cost(&self) -> u32 {
+        self.cost
+    }
+
+    fn plan(&self) -> Option<&str> {
+        self.plan.as_deref()
+    }
+
+    fn want(&self) -> Option<u32> {
+        self.want
     }
 }
 

@@ -147,7 +147,7 @@ impl<W: Copy + Eq + Hash> Flights<W> {
         let request = LeaseRequest {
             v: WIRE_VERSION,
             rules_version: rules_version.to_string(),
-            items: items.iter().map(|i| i.lease.clone()).collect(),
+            items: items.iter().map(Item::lease).collect(),
         };
         Some((request, items))
     }

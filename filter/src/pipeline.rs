@@ -8,7 +8,7 @@ use meshlimit_core::decision::RuleResult;
 use meshlimit_core::rules::{Accuracy, RequestError, Rule};
 use meshlimit_core::slot::{LocalCheck, SlotState};
 use meshlimit_core::wire::{
-    AnsweredFrom, DecisionSource, LeaseAnswer, LeaseItem, LeaseRequest, WIRE_VERSION,
+    AnsweredFrom, DecisionSource, LeaseAnswer, LeaseFields, LeaseItem, LeaseRequest, WIRE_VERSION,
 };
 use meshlimit_core::{DescriptorKey, Limit, Outcome, RequestInfo, RuleSet, RuleVerdict};
 use smallvec::SmallVec;
@@ -42,10 +42,19 @@ pub struct Evaluation {
 }
 
 /// One item of a lease call, with the slot it fills.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone)]
 pub struct Item {
     pub fingerprint: u64,
-    pub lease: LeaseItem,
+    /// The rule set the item's rule is in, and its position there: the
+    /// call names the rule from the set, not from a copy of its name made
+    /// for every new key.
+    rules: Rc<RuleSet>,
+    rule: usize,
+    pub key: DescriptorKey,
+    /// Tokens asked for (`LeaseItem::cost`).
+    pub cost: u32,
+    pub plan: Option<String>,
+    pub want: Option<u32>,
     /// Every request of the rule is checked at the store: no single flight
     /// (each request's item asks for its own cost), no refill ahead.
     pub exact: bool,
@@ -57,10 +66,88 @@ pub struct Item {
     pub marked: bool,
 }
 
-/// The lease item a call carries (`meshlimit_core::wire::lease_request_json`).
-impl AsRef<LeaseItem> for Item {
-    fn as_ref(&self) -> &LeaseItem {
-        &self.lease
+impl Item {
+    /// The name of the item's rule.
+    pub fn rule_name(&self) -> &str {
+        self.rules
+            .rules()
+            .get(self.rule)
+            .map_or("", |r| r.name.as_str())
+    }
+
+    /// The item as the wire's lease item (a copy of each field).
+    pub fn lease(&self) -> LeaseItem {
+        LeaseItem {
+            rule: self.rule_name().to_string(),
+            key: self.key.clone(),
+            cost: self.cost,
+            plan: self.plan.clone(),
+            want: self.want,
+        }
+    }
+}
+
+/// What a call carries of the item (`meshlimit_core::wire::lease_request_json`).
+impl LeaseFields for Item {
+    fn rule(&self) -> &str {
+        self.rule_name()
+    }
+
+    fn key(&self) -> &DescriptorKey {
+        &self.key
+    }
+
+    fn cost(&self) -> u32 {
+        self.cost
+    }
+
+    fn plan(&self) -> Option<&str> {
+        self.plan.as_deref()
+    }
+
+    fn want(&self) -> Option<u32> {
+        self.want
+    }
+}
+
+#[cfg(test)]
+impl Item {
+    /// An item of the rule named `rule` in `rules`, asking for 2 tokens.
+    pub(crate) fn of(
+        rules: &Rc<RuleSet>,
+        rule: &str,
+        key: DescriptorKey,
+        plan: Option<&str>,
+        want: Option<u32>,
+    ) -> Item {
+        Item {
+            fingerprint: 1,
+            rules: Rc::clone(rules),
+            rule: rules.rules().iter().position(|r| r.name == rule).unwrap(),
+            key,
+            cost: 2,
+            plan: plan.map(str::to_string),
+            want,
+            exact: false,
+            prepaid: 0,
+            marked: false,
+        }
+    }
+}
+
+impl std::fmt::Debug for Item {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Item")
+            .field("fingerprint", &self.fingerprint)
+            .field("rule", &self.rule_name())
+            .field("key", &self.key)
+            .field("cost", &self.cost)
+            .field("plan", &self.plan)
+            .field("want", &self.want)
+            .field("exact", &self.exact)
+            .field("prepaid", &self.prepaid)
+            .field("marked", &self.marked)
+            .finish()
     }
 }
 
@@ -96,20 +183,24 @@ struct Check {
 }
 
 impl Check {
-    /// A lease call item for this check's key: asking for `cost` (the
-    /// request's own, or 1 for a refill ahead), of which `prepaid` a request
-    /// already spent (a cold start), and for its `want`.
-    fn item(&self, rule: &Rule, cost: u32, prepaid: u32) -> Item {
+    /// A lease call item for this check's key, of its rule in `rules`:
+    /// asking for `cost` (the request's own, or 1 for a refill ahead), of
+    /// which `prepaid` a request already spent (a cold start), and for its
+    /// `want`.
+    fn item(&self, rules: &Rc<RuleSet>, cost: u32, prepaid: u32) -> Item {
+        let exact = rules
+            .rules()
+            .get(self.rule)
+            .is_some_and(|r| r.accuracy == Accuracy::Exact);
         Item {
             fingerprint: self.fingerprint,
-            lease: LeaseItem {
-                rule: rule.name.clone(),
-                key: self.key.clone(),
-                cost,
-                plan: self.plan.clone(),
-                want: self.want,
-            },
-            exact: rule.accuracy == Accuracy::Exact,
+            rules: Rc::clone(rules),
+            rule: self.rule,
+            key: self.key.clone(),
+            cost,
+            plan: self.plan.clone(),
+            want: self.want,
+            exact,
             prepaid,
             marked: self.marked,
         }
@@ -193,7 +284,7 @@ impl Evaluation {
     pub fn each_miss_item(&self) -> impl Iterator<Item = Item> + '_ {
         self.misses().map(|i| {
             let c = &self.checks[i];
-            c.item(self.rule(i), c.cost, 0)
+            c.item(&self.rules, c.cost, 0)
         })
     }
 
@@ -216,7 +307,7 @@ impl Evaluation {
         LeaseRequest {
             v: WIRE_VERSION,
             rules_version: self.rules.version().to_string(),
-            items: self.miss_items().into_iter().map(|i| i.lease).collect(),
+            items: self.each_miss_item().map(|i| i.lease()).collect(),
         }
     }
 

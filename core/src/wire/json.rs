@@ -17,7 +17,7 @@
 
 use std::borrow::Cow;
 
-use super::{AnsweredFrom, LeaseAnswer, LeaseItem, LeaseResponse, WIRE_VERSION};
+use super::{AnsweredFrom, LeaseAnswer, LeaseFields, LeaseResponse, WIRE_VERSION};
 use crate::digits::Decimal;
 use crate::headers::push_json_chars;
 
@@ -35,7 +35,7 @@ pub struct ReadError {
 ///
 /// The fixed text around its fields is written in as few pieces as it
 /// has: a string's quotes go with the names and punctuation beside them.
-pub fn write_lease_request<T: AsRef<LeaseItem>>(rules_version: &str, items: &[T]) -> Vec<u8> {
+pub fn write_lease_request<T: LeaseFields>(rules_version: &str, items: &[T]) -> Vec<u8> {
     let mut out = String::with_capacity(64 + rules_version.len() + items.len() * 96);
     out.push_str(REQUEST_START);
     push_json_chars(&mut out, rules_version);
@@ -46,7 +46,7 @@ pub fn write_lease_request<T: AsRef<LeaseItem>>(rules_version: &str, items: &[T]
         } else {
             "{\"rule\":\""
         });
-        push_item(&mut out, item.as_ref());
+        push_item(&mut out, item);
     }
     out.push_str("]}");
     out.into_bytes()
@@ -58,18 +58,18 @@ const REQUEST_START: &str = "{\"v\":1,\"rules_version\":\"";
 const _: () = assert!(WIRE_VERSION == 1, "REQUEST_START writes the wire version");
 
 /// An item after its `{"rule":"`.
-fn push_item(out: &mut String, item: &LeaseItem) {
-    push_json_chars(out, &item.rule);
+fn push_item(out: &mut String, item: &impl LeaseFields) {
+    push_json_chars(out, item.rule());
     out.push_str("\",\"key\":\"");
-    push_json_chars(out, item.key.as_str());
+    push_json_chars(out, item.key().as_str());
     out.push_str("\",\"cost\":");
-    out.push_str(Decimal::of(u64::from(item.cost)).as_str());
-    if let Some(plan) = &item.plan {
+    out.push_str(Decimal::of(u64::from(item.cost())).as_str());
+    if let Some(plan) = item.plan() {
         out.push_str(",\"plan\":\"");
         push_json_chars(out, plan);
         out.push('"');
     }
-    if let Some(want) = item.want {
+    if let Some(want) = item.want() {
         out.push_str(",\"want\":");
         out.push_str(Decimal::of(u64::from(want)).as_str());
     }

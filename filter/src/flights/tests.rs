@@ -244,18 +244,15 @@ mod cold;
 
 #[test]
 fn a_lease_call_s_body_is_its_request_s_json() {
-    let item = |rule: &str, key: &str, plan: Option<&str>, want: Option<u32>| Item {
-        fingerprint: 1,
-        lease: meshlimit_core::wire::LeaseItem {
-            rule: rule.into(),
-            key: meshlimit_core::DescriptorKey::new(rule, [key]),
-            cost: 2,
-            plan: plan.map(str::to_string),
-            want,
-        },
-        exact: false,
-        prepaid: 0,
-        marked: false,
+    let config: RulesConfig = serde_json::from_value(serde_json::json!({"version": 1, "rules": [
+        {"name": "search", "key": [{"header": "x-k"}], "limit": {"requests": 10, "per": "1s"}},
+        {"name": "per-plan", "key": [{"header": "x-k"}], "limit": {"requests": 20, "per": "1s"}},
+    ]}))
+    .unwrap();
+    let rs = Rc::new(RuleSet::compile(&config).unwrap());
+    let item = |rule: &str, key: &str, plan: Option<&str>, want: Option<u32>| {
+        let key = meshlimit_core::DescriptorKey::new(rule, [key]);
+        Item::of(&rs, rule, key, plan, want)
     };
     let items = vec![
         item("search", "k1", None, None),
@@ -264,7 +261,7 @@ fn a_lease_call_s_body_is_its_request_s_json() {
     let request = LeaseRequest {
         v: WIRE_VERSION,
         rules_version: "v\"1".into(),
-        items: items.iter().map(|i| i.lease.clone()).collect(),
+        items: items.iter().map(Item::lease).collect(),
     };
     assert_eq!(
         String::from_utf8(meshlimit_core::wire::lease_request_json("v\"1", &items)).unwrap(),

@@ -171,7 +171,7 @@ impl Evaluation {
                 if let Some(b) = cold.as_deref_mut() {
                     b.take(cfg.cold_starts_per_second, now);
                 }
-                self.refills.push(c.item(rule, c.cost, c.cost));
+                self.refills.push(c.item(&self.rules, c.cost, c.cost));
                 c.source = DecisionSource::ColdStart;
                 // What is left is the agent's to say: the response shows no
                 // quota for the rule (`RuleResult::quota_unknown`).
@@ -187,7 +187,7 @@ impl Evaluation {
             if let LocalCheck::Taken { refill: true, .. } | LocalCheck::Held { refill: true, .. } =
                 local
             {
-                self.refills.push(c.item(rule, 1, 0));
+                self.refills.push(c.item(&self.rules, 1, 0));
             }
             c.state = match local {
                 LocalCheck::Denied { retry_after_ns } | LocalCheck::Held { retry_after_ns, .. } => {

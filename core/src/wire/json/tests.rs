@@ -2,7 +2,7 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 
 use super::super::tests::answers;
-use super::super::{LeaseRequest, WIRE_VERSION};
+use super::super::{LeaseItem, LeaseRequest, WIRE_VERSION};
 use super::*;
 use crate::key::DescriptorKey;
 

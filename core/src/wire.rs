@@ -56,6 +56,12 @@ pub fn lease_request_json<T: LeaseFields>(rules_version: &str, items: &[T]) -> V
     json::write_lease_request(rules_version, items)
 }
 
+/// [`lease_request_json`] written into `out` (emptied first): a filter
+/// keeps one buffer a VM for its calls' bodies, which the host copies.
+pub fn lease_request_json_into<T: LeaseFields>(out: &mut String, rules_version: &str, items: &[T]) {
+    json::write_lease_request_into(out, rules_version, items);
+}
+
 /// How many of `items`, from the first, one lease request under
 /// `rules_version` carries: at most [`MAX_LEASE_ITEMS`], and no more than keep
 /// its JSON within [`MAX_BODY_BYTES`] (counted as the most bytes each string

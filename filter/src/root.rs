@@ -8,7 +8,7 @@ use log::{debug, info, warn};
 use meshlimit_core::rules::lines::RulesLoad;
 use meshlimit_core::secret::{Secret, SECRET_ENV};
 use meshlimit_core::wire::{
-    lease_request_json, read_lease_response, LeaseAnswer, SyncRequest, SyncResponse,
+    lease_request_json_into, read_lease_response, LeaseAnswer, SyncRequest, SyncResponse,
     DECISIONS_PATH, LEASE_PATH, SYNC_PATH, WIRE_VERSION,
 };
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
@@ -27,6 +27,11 @@ mod rules;
 
 /// Tick period until the first rules arrive, so a fresh Envoy limits quickly.
 const STARTUP_TICK_MS: u64 = 100;
+
+/// The largest lease call body whose buffer a VM keeps for its next call:
+/// a few items' worth (a new key's call is one, about 120 bytes); a batch's
+/// larger buffer (up to `MAX_BODY_BYTES`) is freed once it is sent.
+const MAX_KEPT_BODY: usize = 4096;
 
 pub struct Root<H> {
     context_id: u32,
@@ -112,16 +117,22 @@ impl<H: Proxy + 'static> Root<H> {
                 let Some(items) = vm.flights.take_items(version) else {
                     break;
                 };
-                let body = lease_request_json(version, &items);
+                let mut body = std::mem::take(&mut vm.call_body);
+                lease_request_json_into(&mut body, version, &items);
                 (Rc::clone(&vm.config), body, items)
             };
             let call = AgentCall::to_agent(
                 &config,
                 LEASE_PATH,
-                AgentRequest::Post(&body),
+                AgentRequest::Post(body.as_bytes()),
                 config.timeout,
             );
-            match self.host.dispatch(call) {
+            let dispatched = self.host.dispatch(call);
+            // Kept for the next call, unless a batch of many items grew it.
+            if body.capacity() <= MAX_KEPT_BODY {
+                self.vm.borrow_mut().call_body = body;
+            }
+            match dispatched {
                 Some(token) => self.vm.borrow_mut().flights.sent(token, items),
                 None => {
                     backoff::failed(&*self.host, config.agent_backoff);

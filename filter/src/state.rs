@@ -75,6 +75,9 @@ pub struct VmState {
     /// The buffer each request's access-log value is written into
     /// (`crate::decided::Decided::with_value`).
     pub decided_value: String,
+    /// The buffer each lease call's body is written into (the host copies
+    /// it when the call is made): `Root::send_queued`.
+    pub call_body: String,
 }
 
 impl VmState {

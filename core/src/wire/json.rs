@@ -37,8 +37,21 @@ pub struct ReadError {
 /// has: a string's quotes go with the names and punctuation beside them.
 pub fn write_lease_request<T: LeaseFields>(rules_version: &str, items: &[T]) -> Vec<u8> {
     let mut out = String::with_capacity(64 + rules_version.len() + items.len() * 96);
+    write_lease_request_into(&mut out, rules_version, items);
+    out.into_bytes()
+}
+
+/// [`write_lease_request`] into `out` (emptied first), for a caller that
+/// keeps one buffer for its calls.
+pub fn write_lease_request_into<T: LeaseFields>(
+    out: &mut String,
+    rules_version: &str,
+    items: &[T],
+) {
+    out.clear();
+    out.reserve(64 + rules_version.len() + items.len() * 96);
     out.push_str(REQUEST_START);
-    push_json_chars(&mut out, rules_version);
+    push_json_chars(out, rules_version);
     out.push_str("\",\"items\":[");
     for (i, item) in items.iter().enumerate() {
         out.push_str(if i > 0 {
@@ -46,10 +59,9 @@ pub fn write_lease_request<T: LeaseFields>(rules_version: &str, items: &[T]) -> 
         } else {
             "{\"rule\":\""
         });
-        push_item(&mut out, item);
+        push_item(out, item);
     }
     out.push_str("]}");
-    out.into_bytes()
 }
 
 /// What a lease request starts with: `v` ([`WIRE_VERSION`], checked below)

@@ -336,3 +336,21 @@ fn representative_requests_are_written_byte_for_byte_as_before() {
         );
     }
 }
+
+#[test]
+fn a_request_written_into_a_kept_buffer_is_the_same_bytes() {
+    let item = |key: &str| LeaseItem {
+        rule: "r".into(),
+        key: DescriptorKey::from_wire(key.into()),
+        cost: 1,
+        plan: None,
+        want: None,
+    };
+    let long = [item("r|a-long-key-of-a-first-call"), item("r|b")];
+    let short = [item("r|c")];
+    let mut kept = String::new();
+    write_lease_request_into(&mut kept, "v1", &long);
+    assert_eq!(kept.as_bytes(), write_lease_request("v1", &long));
+    write_lease_request_into(&mut kept, "v2", &short);
+    assert_eq!(kept.as_bytes(), write_lease_request("v2", &short));
+}

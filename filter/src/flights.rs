@@ -23,6 +23,7 @@
 //!   then every request waiting on it is decided or queued again; a request
 //!   that has waited [`MAX_ROUNDS`] calls takes its rules' failure policies.
 
+use std::collections::hash_map::Entry;
 use std::hash::Hash;
 
 use smallvec::SmallVec;
@@ -183,10 +184,13 @@ impl<W: Copy + Eq + Hash> Flights<W> {
                 self.stats.cold_starts_unpaid += 1;
             }
             let fp = item.fingerprint;
-            match self.busy.get_mut(&fp) {
-                Some(n) if *n > 1 => *n -= 1,
-                _ => {
-                    self.busy.remove(&fp);
+            // One lookup: the count goes down, or the key is no longer busy.
+            if let Entry::Occupied(mut busy) = self.busy.entry(fp) {
+                match *busy.get() > 1 {
+                    true => *busy.get_mut() -= 1,
+                    false => {
+                        busy.remove();
+                    }
                 }
             }
             // An exact rule's item answers one request; the others of its key
@@ -216,8 +220,11 @@ impl<W: Copy + Eq + Hash> Flights<W> {
             let mut takes = takes.into_iter();
             for id in now {
                 if let Some(eval) = self.parked.get_mut(&id) {
-                    let own = eval.waits_on(fp);
-                    eval.resolve(host, cfg, fp, applied, takes.by_ref().take(own).collect());
+                    // Its own takes, read in place: what it leaves unread
+                    // is still its own, not the next request's.
+                    let mut own = takes.by_ref().take(eval.waits_on(fp));
+                    eval.resolve(host, cfg, fp, applied, &mut own);
+                    own.for_each(drop);
                     woken.push(id);
                 }
             }

@@ -372,7 +372,7 @@ impl Evaluation {
         cfg: &FilterConfig,
         fingerprint: u64,
         applied: Applied,
-        takes: Takes,
+        takes: impl IntoIterator<Item = LocalCheck>,
     ) {
         let now = applied.now_ns;
         self.decided_at_ns = now;

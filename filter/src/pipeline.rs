@@ -376,12 +376,14 @@ impl Evaluation {
     ) {
         let now = applied.now_ns;
         self.decided_at_ns = now;
-        let misses: SmallVec<[usize; INLINE_RULES]> = self
-            .misses()
-            .filter(|i| self.checks[*i].fingerprint == fingerprint)
-            .collect();
         let mut takes = takes.into_iter();
-        for i in misses {
+        // Each check's state is read at its turn: deciding one changes no
+        // other, so these are the checks undecided when the answer came.
+        for i in 0..self.checks.len() {
+            let c = &self.checks[i];
+            if c.state != State::Miss || c.fingerprint != fingerprint {
+                continue;
+            }
             let mut source = DecisionSource::FailurePolicy;
             let state = match applied.result {
                 KeyResult::Answered(from) => {

@@ -215,9 +215,13 @@ impl KeyId {
     /// request about 1,900 instructions (`make wasm-cost`).
     pub fn text(&self) -> KeyIdText {
         let mut out = [b'0'; 32];
-        for (pair, byte) in out.chunks_exact_mut(2).zip(self.0.to_be_bytes()) {
-            pair[0] = HEX_LOWER[usize::from(byte >> 4)];
-            pair[1] = HEX_LOWER[usize::from(byte & 0xf)];
+        for (pair, byte) in out
+            .as_chunks_mut::<2>()
+            .0
+            .iter_mut()
+            .zip(self.0.to_be_bytes())
+        {
+            *pair = HEX_PAIRS[usize::from(byte)];
         }
         KeyIdText(out)
     }
@@ -228,6 +232,17 @@ impl fmt::Display for KeyId {
         f.write_str(self.text().as_str())
     }
 }
+
+/// Each byte's two lowercase hex digits.
+const HEX_PAIRS: [[u8; 2]; 256] = {
+    let mut pairs = [[0; 2]; 256];
+    let mut b = 0;
+    while b < 256 {
+        pairs[b] = [HEX_LOWER[b >> 4], HEX_LOWER[b & 0xf]];
+        b += 1;
+    }
+    pairs
+};
 
 /// A key id's 32 lowercase hex characters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,9 +4,7 @@
 
 use std::ops::Deref;
 
-use meshlimit_core::digits::Decimal;
 use meshlimit_core::slot::SlotState;
-use meshlimit_core::stack_text::StackText;
 
 use crate::host::{Host, SharedError};
 
@@ -17,26 +15,55 @@ const CAS_ATTEMPTS: usize = 8;
 /// What every slot's shared-data key starts with.
 pub const SLOT_PREFIX: &str = "meshlimit.slot.";
 
-/// The shared-data key of the slot for `fingerprint`.
+/// The shared-data key of the slot for `fingerprint`: the prefix and the
+/// slot's number in decimal. The digits go straight into their place after
+/// the prefix, which a constant holds (a new key's request forms its key
+/// twice, and in pieces it cost about 320 instructions each: `make
+/// wasm-cost`).
 pub fn slot_key(fingerprint: u64, slots: u32) -> SlotKey {
-    let n = Decimal::of(fingerprint % u64::from(slots.max(1)));
-    let mut key = StackText::default();
-    key.push_str(SLOT_PREFIX);
-    key.push_str(n.as_str());
-    SlotKey(key)
+    let mut n = fingerprint % u64::from(slots.max(1));
+    let digits = n.checked_ilog10().map_or(1, |d| d as usize + 1);
+    let len = SLOT_PREFIX.len() + digits;
+    let mut bytes = SLOT_KEY_START;
+    if let Some(number) = bytes.get_mut(SLOT_PREFIX.len()..len) {
+        for digit in number.iter_mut().rev() {
+            *digit = b'0' + (n % 10) as u8;
+            n /= 10;
+        }
+    }
+    SlotKey { bytes, len }
 }
 
-const SLOT_KEY_MAX: usize = SLOT_PREFIX.len() + 20;
+/// The prefix and room for a slot's number (below `u32::MAX`: 10 digits).
+const SLOT_KEY_MAX: usize = SLOT_PREFIX.len() + 10;
+
+/// A slot key's bytes before its number is written: the prefix.
+const SLOT_KEY_START: [u8; SLOT_KEY_MAX] = {
+    let mut bytes = [0; SLOT_KEY_MAX];
+    let prefix = SLOT_PREFIX.as_bytes();
+    let mut i = 0;
+    while i < prefix.len() {
+        bytes[i] = prefix[i];
+        i += 1;
+    }
+    bytes
+};
 
 /// A slot's shared-data key, on the stack: every request forms one per key.
-pub struct SlotKey(StackText<SLOT_KEY_MAX>);
+pub struct SlotKey {
+    bytes: [u8; SLOT_KEY_MAX],
+    len: usize,
+}
 
 impl Deref for SlotKey {
     type Target = str;
 
     fn deref(&self) -> &str {
-        // The prefix and at most 20 digits: always fits.
-        self.0.as_str().unwrap_or(SLOT_PREFIX)
+        // The prefix and ASCII digits: always text.
+        self.bytes
+            .get(..self.len)
+            .and_then(meshlimit_core::text::utf8)
+            .unwrap_or(SLOT_PREFIX)
     }
 }
 
@@ -104,5 +131,22 @@ mod tests {
                 .tokens,
             5
         );
+    }
+
+    #[test]
+    fn a_slot_key_is_the_prefix_and_the_slot_number_in_decimal() {
+        let mut fingerprints = vec![0, 1, 9, 10, 11, 99, 100, 12_345, u64::MAX];
+        fingerprints.extend(
+            (0..20)
+                .map(|p| 10u64.pow(p))
+                .flat_map(|t| [t - 1, t, t + 1]),
+        );
+        for slots in [1, 10, 16, 16_384, 1_000_000, u32::MAX - 1, u32::MAX] {
+            for &fp in &fingerprints {
+                let want = format!("{SLOT_PREFIX}{}", fp % u64::from(slots));
+                assert_eq!(&*slot_key(fp, slots), want, "{fp} of {slots}");
+            }
+        }
+        assert_eq!(&*slot_key(5, 0), "meshlimit.slot.0");
     }
 }

@@ -530,10 +530,14 @@ mod tests {
         // marks it) and once after (the answer pays the request), the
         // agent's answer date read only once the one its VM saw ages, the
         // clock read by its hostcall, its call's list and the list of the
-        // requests its answer decided not allocated (64,022 here).
+        // requests its answer decided not allocated, its rules (none with a
+        // path) matched without the path index, its call's item naming its
+        // rule without a copy and its body written into the VM's buffer,
+        // its key part and JSON strings checked without a branch a byte: at
+        // most 60,000 (58,957 here).
         let new_key = median(row.burned.iter().map(Burned::total).collect());
         assert!(
-            new_key < 66_000,
+            new_key <= 60_000,
             "{new_key} instructions a new key's request"
         );
     }

@@ -11,8 +11,8 @@
 //! not take their failure policy with them. Both rules are held to the leased
 //! rule's bounds (an exact key's per second count moves with the requests'
 //! latency across a second's edge). One run per fault holds both rules: the
-//! load through Envoy is the same 24 keys either way, and a second run would
-//! cost the suite another 14 s of a test that runs alone.
+//! load through Envoy is the same 24 keys either way, and a test that runs
+//! alone on the machine is not run twice for it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::{Duration, Instant};

@@ -371,11 +371,11 @@ fn three_loaded_regions_together_admit_the_global_limit() {
     // than 0.9 L. A node far over its share is held a lease period at least,
     // and a hold's end refills only an empty pool: both stop a node from
     // taking tokens it does not spend, which would leave the regions short of
-    // the limit. On a machine loaded far past its cores (a load of 8 to 11 on
-    // 2 cores) the floor is missed with the shares still summing to 1: single
-    // seconds admit 66 to 90. A hold lasts up to the whole burst's refill, so
-    // a store call that comes late after it finds a full bucket that spilled;
-    // the per-second line above tells that case from a share that fell short.
+    // the limit. On a machine loaded far past its cores the floor can be
+    // missed with the shares still summing to 1: a hold lasts up to the whole
+    // burst's refill, so a store call that comes late after it finds a full
+    // bucket that spilled. The per-second line above tells that case from a
+    // share that fell short.
     assert!(
         (0.9 * L..=1.1 * L).contains(&rate),
         "{rate:.1}/s admitted, limit {L}/s"

@@ -1,4 +1,6 @@
-//! The backends the suite runs against, each started fresh for one test.
+//! The backends the suite runs against: a store started fresh for one
+//! behaviour, or (Redis Cluster) a fresh store over a cluster shared by the
+//! behaviours of one test and emptied before each.
 
 use std::sync::Arc;
 
@@ -12,7 +14,7 @@ use super::{common, Store};
 pub(crate) struct Backend {
     pub(crate) store: Box<dyn Store>,
     _redis: Option<RedisServer>,
-    _cluster: Option<RedisCluster>,
+    _cluster: Option<Arc<RedisCluster>>,
 }
 
 impl Backend {
@@ -51,8 +53,16 @@ pub(crate) async fn redis() -> Backend {
     }
 }
 
-pub(crate) async fn redis_cluster() -> Backend {
-    let cluster = RedisCluster::start(3);
+/// A fresh store over `cluster`, emptied first (`FLUSHALL` on every node):
+/// to a behaviour, the same as a cluster of its own.
+pub(crate) async fn redis_cluster_on(cluster: &Arc<RedisCluster>) -> Backend {
+    for node in 0..cluster.ports().len() {
+        assert_eq!(
+            cluster.cmd(node, &["FLUSHALL", "SYNC"]),
+            Resp::Simple("OK".into()),
+            "FLUSHALL on node {node}"
+        );
+    }
     let store = RedisStore::new(
         common::redis_store_config(cluster.addrs(), true),
         Arc::new(|_, _, _| {}),
@@ -61,6 +71,6 @@ pub(crate) async fn redis_cluster() -> Backend {
     Backend {
         store: Box::new(store),
         _redis: None,
-        _cluster: Some(cluster),
+        _cluster: Some(Arc::clone(cluster)),
     }
 }

@@ -5,8 +5,12 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := build
 # cargo parallelises on its own; running two cargo commands at once only fights
-# over the build lock, and `test` must run its steps in order.
+# over the build lock, and `test` must run its steps in order. The one
+# exception is the sub-make `test` starts for its two chains of builds, and
+# the one for the deploy checks (MESHLIMIT_CHAINS=1, below).
+ifndef MESHLIMIT_CHAINS
 .NOTPARALLEL:
+endif
 
 CARGO ?= cargo
 PYTHON ?= python3
@@ -168,8 +172,9 @@ test-wasm: tools-rust
 
 # Every step runs even when an earlier one fails, and the host tests go last,
 # so the log ends with nextest's summary line: after the run, the ten slowest
-# tests (from its JUnit file), the steps that failed, and the summary again.
-# Any failure fails `make test`, after the report.
+# tests (from its JUnit file), the seconds each step took, the steps that
+# failed, and the summary again. Any failure fails `make test`, after the
+# report.
 #
 # Before the tests, two chains of builds run at once (test-prepare, make -j2),
 # each in its own cargo build directory so neither waits on the other's lock:
@@ -185,20 +190,24 @@ NEXTEST_CI := target/nextest/ci
 # (a core) or all of them.
 TEST_SLOTS := $(shell echo $$(( 2 * $$(nproc) )))
 ifeq ($(HAVE_DEPLOY_CHECK),yes)
-TEST_DEPLOY_CHECK := $(MAKE) --no-print-directory deploy-check DEPLOY_CLI_BIN=target/debug/meshlimit DEPLOY_AGENT_BIN=target/debug/meshlimit-agent
+TEST_DEPLOY_CHECK := $(MAKE) --no-print-directory -j2 -Otarget deploy-check MESHLIMIT_CHAINS=1 DEPLOY_CLI_BIN=target/debug/meshlimit DEPLOY_AGENT_BIN=target/debug/meshlimit-agent
 else
 TEST_DEPLOY_CHECK := echo "test: deploy/check.mk defines no deploy-check target; skipping it"
 endif
 
 test: tools
-	@failed=""; \
-	$(MAKE) --no-print-directory -j2 -k -Otarget test-prepare CARGO='$(CARGO_OWN_JOBS)' \
+	@failed=""; t0=$$SECONDS; \
+	$(MAKE) --no-print-directory -j2 -k -Otarget test-prepare MESHLIMIT_CHAINS=1 CARGO='$(CARGO_OWN_JOBS)' \
 		|| failed="$$failed prepare"; \
+	t1=$$SECONDS; \
 	$(TEST_DEPLOY_CHECK) || failed="$$failed deploy-check"; \
+	t2=$$SECONDS; \
 	mkdir -p $(NEXTEST_CI); rm -f $(NEXTEST_CI)/junit.xml; \
 	$(CARGO) nextest run --workspace --profile ci --test-threads $(TEST_SLOTS) 2>&1 | tee $(NEXTEST_CI)/run.log \
 		|| failed="$$failed host-tests"; \
+	t3=$$SECONDS; \
 	$(PYTHON) tools/slowest-tests.py $(NEXTEST_CI)/junit.xml || failed="$$failed slowest-report"; \
+	echo "test: builds and lint $$((t1-t0)) s, deploy checks $$((t2-t1)) s, tests $$((t3-t2)) s"; \
 	[ -z "$$failed" ] || echo "test: failed:$$failed"; \
 	grep -E '^ *Summary \[' $(NEXTEST_CI)/run.log | tail -n 1 || true; \
 	[ -z "$$failed" ]

@@ -44,7 +44,7 @@ mod turns;
 mod view;
 
 pub use take::PoolTake;
-pub use turns::MAX_TURNS;
+pub use turns::{MAX_QUEUE_NS, MAX_TURNS};
 pub use view::PoolView;
 
 const SHARDS: usize = 16;

@@ -23,19 +23,16 @@
 
 use super::Entry;
 
-/// The most lease periods after a hold's end that a node sends a filter
-/// away for: an ask turned away by the hold comes back at most this many
-/// periods after it ends (the spacing of
-/// [`Pools::fill_then_hold`](super::Pools::fill_then_hold)), and no turn is
-/// booked further ahead. It bounds how long a filter keeps a denial or waits
-/// for its turn once its key's demand has fallen (400 ms after the hold at
-/// the default `--lease-target-ms`): after a burst, the turns booked while
-/// it lasted end by then. Over seeds 1–300 of the virtual fleet's `burst`,
-/// with turns booked up to 1 s ahead instead, 21 seeds left the seconds
-/// after the burst short of what an ideal limiter admits (0 with this
-/// bound), and no scenario's figures moved beyond their spread
-/// (docs/design/decisions/0031-turns-end-four-periods-after-the-hold.md).
-pub const MAX_TURNS: u32 = 4;
+/// The most lease periods an ask turned away by a hold is sent back after the
+/// hold's end (the spacing of
+/// [`Pools::fill_then_hold`](super::Pools::fill_then_hold)): it bounds how
+/// long a filter keeps a denial once its key's demand has fallen (two
+/// periods, 200 ms at the default `--lease-target-ms`).
+pub const MAX_TURNS: u32 = 2;
+
+/// The furthest ahead a node books a filter's turn: it bounds how long a
+/// filter keeps rejecting once its key's demand has fallen.
+pub const MAX_QUEUE_NS: u64 = 1_000_000_000;
 
 /// Turns are booked this much faster than the store's tokens come. A queue
 /// that runs slower than the tokens leaves them to expire in the pool while
@@ -89,8 +86,8 @@ impl Entry {
     /// queue afresh: the node's filters do not come for what it takes, so
     /// its key's demand has fallen (a burst has ended), and the turns booked
     /// meanwhile are for asks that will not come. New turns booked behind
-    /// them, up to [`MAX_TURNS`] periods after the hold, would keep filters
-    /// whose key is back under its limit rejecting after the burst.
+    /// them, up to [`MAX_QUEUE_NS`] ahead, would keep filters whose key is
+    /// back under its limit rejecting for most of a second after the burst.
     /// A node far over its share claims every token it takes, so once it has
     /// settled its queue is not restarted.
     pub(super) fn pace(&mut self, now_ns: u64, hold_ns: u64, granted: u32, unclaimed: u32) {
@@ -119,8 +116,7 @@ impl Entry {
 
     /// Books `tokens` for an ask at `now_ns` in the node's queue of turns and
     /// returns when, from now, its turn comes: behind every turn booked
-    /// before it, and not before the hold ends (at most [`MAX_TURNS`] lease
-    /// periods after it).
+    /// before it, and not before the hold ends (at most [`MAX_QUEUE_NS`]).
     /// Tokens still pooled once the hold is over are booked too, the rounds
     /// then counted from now. `None` when the node keeps no queue (it is not
     /// far over its share) or the ask wants more than a period's tokens.
@@ -133,15 +129,17 @@ impl Entry {
         if u64::from(tokens).saturating_mul(self.ns_per_token) > self.spacing_ns {
             return None;
         }
-        let furthest = first.saturating_add(u64::from(MAX_TURNS).saturating_mul(self.spacing_ns));
-        let start = self.queue_end_ns.max(first).min(furthest);
+        let start = self
+            .queue_end_ns
+            .max(first)
+            .min(now_ns.saturating_add(MAX_QUEUE_NS));
         self.queue_end_ns =
             start.saturating_add(u64::from(tokens).saturating_mul(self.ns_per_token));
         // Turns come at the rounds' starts, when the node calls the store.
         let rounds = start.saturating_sub(first).div_ceil(self.spacing_ns.max(1));
         let start = first
             .saturating_add(rounds.saturating_mul(self.spacing_ns))
-            .min(furthest);
+            .min(now_ns.saturating_add(MAX_QUEUE_NS));
         Some(start.saturating_sub(now_ns))
     }
 

@@ -69,12 +69,14 @@ fn a_far_over_node_s_grants_carry_each_filter_s_turn() {
 #[test]
 fn asks_turned_away_are_booked_one_behind_the_other_at_the_store_s_pace() {
     let (p, _) = held(100 * MS);
-    let ms: Vec<u64> = retries(&p, 7, 5).iter().map(|r| r / MS).collect();
+    let ms: Vec<u64> = retries(&p, 12, 5).iter().map(|r| r / MS).collect();
     // Behind the two grants' 10 tokens, 5 tokens' time (48 ms) apart, each
     // at the start of its round (the hold's end and every 100 ms after): two
-    // a round, as 100 ms holds 2.1 asks' tokens (up to `MAX_TURNS` rounds
-    // after the hold: the next test).
-    assert_eq!(ms, [190, 290, 290, 390, 390, 490, 490]);
+    // a round, as 100 ms holds 2.1 asks' tokens.
+    assert_eq!(
+        ms,
+        [190, 290, 290, 390, 390, 490, 490, 590, 590, 690, 690, 790]
+    );
 }
 
 #[test]
@@ -105,27 +107,22 @@ fn turns_are_off_unless_asked_for() {
 }
 
 #[test]
-fn no_turn_is_booked_further_than_max_turns_periods_after_the_hold() {
-    // The hold ends 90 ms from now and the period is 100 ms: forty asks of
-    // 5 tokens book 2 s of turns at the queue's pace, but none is further
-    // than the hold's end plus `MAX_TURNS` periods.
+fn no_turn_is_booked_further_than_max_queue() {
     let (p, _) = held(100 * MS);
     let r = retries(&p, 40, 5);
-    let furthest = 90 * MS + u64::from(MAX_TURNS) * 100 * MS;
-    assert_eq!(*r.iter().max().unwrap(), furthest);
-    assert!(r.ends_with(&[furthest, furthest]));
+    assert_eq!(*r.iter().max().unwrap(), MAX_QUEUE_NS);
+    assert!(r.ends_with(&[MAX_QUEUE_NS, MAX_QUEUE_NS]));
 }
 
 #[test]
 fn an_ask_wanting_more_than_a_period_s_tokens_is_spaced_by_rounds() {
     // 20 tokens take 174 ms at the queue's pace, more than the 100 ms
     // period: the round (10 tokens served) spaces such asks, the first at
-    // the hold's end, the next two spacings later (20 tokens ahead of it),
-    // the last four (40 ahead; four is the most, `MAX_TURNS`).
-    assert_eq!(MAX_TURNS, 4);
+    // the hold's end, the rest two spacings later (the most, `MAX_TURNS`).
+    assert_eq!(MAX_TURNS, 2);
     let (p, _) = held(100 * MS);
-    let ms: Vec<u64> = retries(&p, 4, 20).iter().map(|r| r / MS).collect();
-    assert_eq!(ms, [90, 290, 490, 490]);
+    let ms: Vec<u64> = retries(&p, 3, 20).iter().map(|r| r / MS).collect();
+    assert_eq!(ms, [90, 290, 290]);
 }
 
 #[test]
@@ -188,10 +185,9 @@ fn per_token() -> f64 {
 
 #[test]
 fn a_store_answer_that_finds_tokens_unclaimed_starts_the_queue_afresh() {
-    // Twelve asks turned away at 10 ms book turns up to 500 ms, the most
-    // (above), and the queue past it. A refill at 200 ms pools 10 tokens,
-    // held until 300 ms; an ask at 210 ms served from them is booked behind
-    // the twelve, in the round that starts at 600 ms.
+    // Twelve asks turned away at 10 ms book turns up to 790 ms (above). A
+    // refill at 200 ms pools 10 tokens, held until 300 ms; an ask at 210 ms
+    // served from them is booked behind the twelve (800 ms).
     let (p, _) = held(100 * MS);
     let _ = retries(&p, 12, 5);
     let refill = |at_ns: u64| {
@@ -215,5 +211,5 @@ fn a_store_answer_that_finds_tokens_unclaimed_starts_the_queue_afresh() {
     // is the new hold's end (500 ms), not the old queue's.
     refill(400 * MS);
     let afresh = served_turn(410 * MS);
-    assert_eq!((behind, afresh), (Some(390 * MS), Some(90 * MS)));
+    assert_eq!((behind, afresh), (Some(590 * MS), Some(90 * MS)));
 }

@@ -166,10 +166,9 @@ macro_rules! each {
 /// each against a fresh store over the emptied cluster
 /// ([`backends::redis_cluster_on`]). A cluster's primaries refuse writes for
 /// their first 2 s (Redis's `CLUSTER_WRITABLE_DELAY`), so a cluster per
-/// behaviour held a test slot 2 s longer each: the 25 tests, tamperings
-/// included, took 71 s of the suite's slots, and the two that replace them
-/// take about 9 s. A behaviour that fails does not stop the others: the
-/// test fails at the end, naming each that failed with its message.
+/// behaviour would hold a test slot 2 s longer for each. A behaviour that
+/// fails does not stop the others: the test fails at the end, naming each
+/// that failed with its message.
 macro_rules! on_one_cluster {
     ($test:ident, $arg:ident; $($concept:ident::$behaviour:ident,)*) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,7 +3,7 @@
 //! calls are refills nobody waits for.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use meshlimit_tests::{eventually, signal, AgentOptions, Stack};
 
@@ -31,15 +31,25 @@ fn requests_for_one_key_wait_on_its_one_agent_call() {
     let pid = stack.agent.pid().unwrap();
     let (calls, waits) = (stat(&stack, "lease_calls"), stat(&stack, "lease_waits"));
     signal(pid, "-STOP");
-    let statuses: Vec<u16> = std::thread::scope(|s| {
+    let stopped = Instant::now();
+    // Each request's status, and when it was sent and answered (ms after the
+    // stop): a failure below says whether the requests spread past the call.
+    let answers: Vec<(u16, u128, u128)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..10)
-            .map(|_| s.spawn(|| stack.get("/x", &[("x-api-key", "shared")]).status))
+            .map(|_| {
+                s.spawn(|| {
+                    let sent = stopped.elapsed().as_millis();
+                    let status = stack.get("/x", &[("x-api-key", "shared")]).status;
+                    (status, sent, stopped.elapsed().as_millis())
+                })
+            })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     signal(pid, "-CONT");
     // The call timed out: the rule fails open for all ten.
-    assert_eq!(statuses, vec![200; 10]);
+    let statuses: Vec<u16> = answers.iter().map(|a| a.0).collect();
+    assert_eq!(statuses, vec![200; 10], "{answers:?}");
     eventually(Duration::from_secs(5), "the filter's counters", || {
         stat(&stack, "lease_waits") > waits
     });
@@ -47,7 +57,19 @@ fn requests_for_one_key_wait_on_its_one_agent_call() {
     let waits = stat(&stack, "lease_waits") - waits;
     // Single flight: at most a call or two (a request that came after the
     // timeout makes a new one), every other request waited on one of them.
-    assert!(calls <= 2, "{calls} calls for one key");
+    let agent_cluster: Vec<String> = stack
+        .envoy
+        .stats()
+        .lines()
+        .filter(|l| l.starts_with("cluster.meshlimit_agent.upstream_"))
+        .filter(|l| !l.ends_with(": 0"))
+        .map(str::to_string)
+        .collect();
+    assert!(
+        calls <= 2,
+        "{calls} calls for one key; requests (status, sent, answered ms after the stop): \
+         {answers:?}; the agent's cluster: {agent_cluster:?}"
+    );
     assert!(calls + waits >= 10, "{calls} calls, {waits} waits");
 }
 

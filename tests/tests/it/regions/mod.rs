@@ -360,25 +360,30 @@ fn three_loaded_regions_together_admit_the_global_limit() {
             )
         })
         .collect();
-    let rate = seconds.iter().map(|s| s.0).sum::<f64>() / seconds.len() as f64;
+    let steady = seconds.len() as f64;
+    let rate = seconds.iter().map(|s| s.0).sum::<f64>() / steady;
+    // Each region admits at least its share's refill less what its bucket,
+    // its agent's pool and a grant on its way hold at the ends of the steady
+    // part (`lost::assert_admitted` gives the terms); the shares sum to 1.
+    let least = L - 1.2 * BURST / steady;
     let bins = binned(&grants, t0, BIN, end);
     let worst = max_window(&bins, 10);
     eprintln!(
-        "three regions at 3 L each: {rate:.1}/s admitted in the steady part (L {L}); most in 1 s {worst}\nper second, admitted and the shares' mean sum: {seconds:.2?}"
+        "three regions at 3 L each: {rate:.1}/s admitted in the steady part (L {L}, at least {least:.1}); most in 1 s {worst}\nper second, admitted and the shares' mean sum: {seconds:.2?}"
     );
     // Each region alone would admit up to its whole offer if it ignored its
     // share: together they hold the one limit (at most 1.1 L), and no less
-    // than 0.9 L. A node far over its share is held a lease period at least,
-    // and a hold's end refills only an empty pool: both stop a node from
-    // taking tokens it does not spend, which would leave the regions short of
-    // the limit. On a machine loaded far past its cores the floor can be
-    // missed with the shares still summing to 1: a hold lasts up to the whole
-    // burst's refill, so a store call that comes late after it finds a full
-    // bucket that spilled. The per-second line above tells that case from a
-    // share that fell short.
+    // than the shares' refill less the ends (`least`, 90/s over 6 s). A node
+    // far over its share is held a lease period at least, and a hold's end
+    // refills only an empty pool: both stop a node from taking tokens it
+    // does not spend, which would leave the regions short of the limit. The
+    // floor assumes a machine that runs each agent at least every 400 ms (a
+    // bucket nobody draws from for B/L spills); one loaded far past its cores
+    // misses it with the shares still summing to 1, and the per-second line
+    // above tells that case from a share that fell short.
     assert!(
-        (0.9 * L..=1.1 * L).contains(&rate),
-        "{rate:.1}/s admitted, limit {L}/s"
+        (least..=1.1 * L).contains(&rate),
+        "{rate:.1}/s admitted, limit {L}/s, at least {least:.1}"
     );
     // No window of a second admits more than the limit and one burst (the
     // shift bound above allows for a share moving; here none moves far).

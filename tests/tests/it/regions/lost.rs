@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::load::{binned, max_window, Grant, Offer};
 use super::mesh::{in_force_at, now, serial, Mesh, BURST, FLOOR, KEY, L};
 use super::watch::until_phase;
-use super::{bound, BIN};
+use super::{bound, least_admitted, BIN};
 use meshlimit_tests::{eventually, sample};
 
 /// The share the one loaded region holds once the others offer nothing.
@@ -180,19 +180,11 @@ fn assert_admitted(cut: &Cut, b: Vec<Grant>, t0: f64, end: f64) {
         .sum();
     // c's own traffic, offered three times the limit, keeps its last share:
     // at most what the same bound allows c alone, and at least its share's
-    // refill less what the bucket, the agent's pool and a grant on its way
-    // can hold at the window's ends, `share · (L·W − 1.2·B)`: the bucket at
-    // most `share·B` more at the end than at the start; the pool at most a
-    // lease (a tenth of that burst), and one grant in flight as much. Nothing
-    // spills: a node far over its share calls the store once a lease period
-    // (100 ms), and its bucket takes B/L (500 ms) to fill. The bound has no
-    // statistical tail; it assumes a machine that runs the agent at least
-    // every 400 ms. It tells the share kept (0.45 here) from a fall to an even
-    // third or to the floor.
+    // `least_admitted`. A fall to an even third's refill, or the floor's, is under it.
     let c_window = cut.c_left - cut.frozen_at;
     let c_admitted = admitted(&cut.c, cut.frozen_at, cut.c_left);
     let c_most = share(2) * (L * c_window + 1.1 * BURST);
-    let c_least = share(2) * (L * c_window - 1.2 * BURST);
+    let c_least = least_admitted(share(2), c_window);
     eprintln!(
         "most in 1 s {worst:.0} (bound {limit}); {during:.0} admitted in {window:.1} s frozen (bound {most:.0}); c {c_admitted:.0} in {c_window:.1} s at share {:.3} ({c_least:.0}–{c_most:.0})",
         share(2)

@@ -40,6 +40,18 @@ fn bound(w: f64, regions: usize, agents_per_region: usize) -> f64 {
         + (1.0 + movable) * BURST / 10.0 * agents_per_region as f64
 }
 
+/// The least a region holding `share` of the limit admits in `w` seconds
+/// while offered more than it: its share's refill, less what can be held at
+/// the window's ends, `share · 1.2·B`: its bucket at most `share·B` more at
+/// the end than at the start, its agent's pool a lease (a tenth of that
+/// burst) and one grant on its way as much. Nothing spills: a node far over
+/// its share is held one lease period (100 ms; its lease refills in 50 ms),
+/// and its bucket takes B/L (500 ms) to fill. No statistical tail: it
+/// assumes a machine that runs the agent at least every 400 ms.
+fn least_admitted(share: f64, w: f64) -> f64 {
+    share * (L * w - 1.2 * BURST)
+}
+
 fn assert_near(got: Option<f64>, want: f64, what: &str) {
     let got = got.unwrap_or_else(|| panic!("{what}: no share shown"));
     assert!((got - want).abs() < 1e-9, "{what}: {got}, expected {want}");
@@ -362,10 +374,8 @@ fn three_loaded_regions_together_admit_the_global_limit() {
         .collect();
     let steady = seconds.len() as f64;
     let rate = seconds.iter().map(|s| s.0).sum::<f64>() / steady;
-    // Each region admits at least its share's refill less what its bucket,
-    // its agent's pool and a grant on its way hold at the ends of the steady
-    // part (`lost::assert_admitted` gives the terms); the shares sum to 1.
-    let least = L - 1.2 * BURST / steady;
+    // The shares sum to 1, so together the regions' floors are one.
+    let least = least_admitted(1.0, steady) / steady;
     let bins = binned(&grants, t0, BIN, end);
     let worst = max_window(&bins, 10);
     eprintln!(

@@ -34,17 +34,16 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use meshlimit_core::lease::Lease;
-use meshlimit_core::{DescriptorKey, Limit};
+use meshlimit_core::pool_entry::{Ask, PoolEntry};
+use meshlimit_core::DescriptorKey;
 use meshlimit_store::GiveBack;
 use tokio::sync::broadcast;
 
 mod take;
-mod turns;
 mod view;
 
+pub use meshlimit_core::pool_entry::{GrantTimes, StoreGrant, MAX_QUEUE_NS, MAX_TURNS};
 pub use take::PoolTake;
-pub use turns::{MAX_QUEUE_NS, MAX_TURNS};
 pub use view::PoolView;
 
 const SHARDS: usize = 16;
@@ -53,7 +52,7 @@ const SHARDS: usize = 16;
 pub struct Pools {
     shards: Vec<Mutex<HashMap<DescriptorKey, Entry>>>,
     max_per_shard: usize,
-    /// With `--pool-turns` (see `pool::turns`): how often a served filter
+    /// With `--pool-turns` (see `meshlimit_core::pool_entry`): how often a served filter
     /// asks (half a lease's life: it asks for that much of its demand).
     /// `None`: no turns.
     turns: Option<u64>,
@@ -62,47 +61,11 @@ pub struct Pools {
     closed: AtomicBool,
 }
 
-/// What the store granted: tokens, what it kept, and when its bucket is full.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StoreGrant {
-    pub tokens: u32,
-    pub remaining: u32,
-    pub reset_ns: u64,
-    /// The token bucket the tokens came from: what the pooled ones go back
-    /// under when the agent stops ([`Pools::hand_back`]; `None`: a window's
-    /// count, whose tokens are not handed back).
-    pub bucket: Option<Limit>,
-}
-
-impl StoreGrant {
-    /// What the store granted for an ask under `limit`.
-    pub fn under(limit: Limit, tokens: u32, remaining: u32, reset_ns: u64) -> StoreGrant {
-        StoreGrant {
-            tokens,
-            remaining,
-            reset_ns,
-            bucket: (!limit.algorithm().is_window()).then_some(limit),
-        }
-    }
-}
-
-/// How long a store grant's tokens and the hold after them last: the pooled
-/// tokens expire `ttl_ns` from the grant; once they are spent, asks are denied
-/// at the node until `hold_ns` from the grant (0: no hold), the ones turned
-/// away sent back `spacing_ns` apart (0: all at the hold's end). See
-/// [`Pools::fill_then_hold`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GrantTimes {
-    pub ttl_ns: u64,
-    pub hold_ns: u64,
-    pub spacing_ns: u64,
-}
-
+/// One key's entry: its policy state (`meshlimit_core::pool_entry`) and
+/// the channel its waiting asks are told on.
 #[derive(Debug, Default)]
 struct Entry {
-    lease: Lease,
-    remaining: u32,
-    reset_at_ns: u64,
+    key: PoolEntry,
     /// Told when the store call in flight ends (the asks waiting on it).
     /// Its end wakes the asks waiting on it in the order they came (a
     /// broadcast's waiters are a FIFO list; a watch channel's are spread over
@@ -110,31 +73,6 @@ struct Entry {
     /// pool's tokens first differed from run to run of one seed in the
     /// virtual fleet).
     call: Option<broadcast::Sender<()>>,
-    /// Asks that waited on the call in flight: the next call's lease covers them.
-    waited: u32,
-    /// Tokens served from the pool since the last store answer, and in the
-    /// round before it: how much one round serves.
-    served: u32,
-    last_served: u32,
-    /// Tokens the asks turned away by the hold since the last store answer
-    /// wanted.
-    turned: u32,
-    /// How far apart the turned-away asks are sent back (0: all at the
-    /// hold's end). See [`Pools::fill_then_hold`].
-    spacing_ns: u64,
-    /// The node's queue of turns while it is far over its share: the time by
-    /// which the tokens of the turns booked will have come from the store,
-    /// one every `ns_per_token` (0: no queue). See `pool::turns`.
-    queue_end_ns: u64,
-    ns_per_token: u64,
-    /// Tokens the store gave this node, a count decaying with a time
-    /// constant of one second (tokens a second).
-    intake: f64,
-    intake_at_ns: u64,
-    /// The token bucket's limit of the last grant: what the pooled tokens go
-    /// back under when the agent stops (`None`: a window's count, whose
-    /// tokens are not handed back).
-    bucket: Option<Limit>,
 }
 
 impl Default for Pools {
@@ -157,7 +95,7 @@ impl Pools {
 
     /// These pools, giving turns to filters that ask every `ask_period_ns`
     /// (half a lease's life) while they are served; `None`: no turns (see
-    /// `pool::turns`).
+    /// `meshlimit_core::pool_entry`).
     pub fn with_turns(mut self, ask_period_ns: Option<u64>) -> Self {
         self.turns = ask_period_ns;
         self
@@ -200,7 +138,7 @@ impl Pools {
         call_timeout_ns: u64,
         count: bool,
     ) -> PoolTake {
-        let ask = take::Ask {
+        let ask = Ask {
             now_ns,
             cost,
             asked: want.unwrap_or(cost).max(cost),
@@ -244,7 +182,7 @@ impl Pools {
     /// `cost` 0 is a refill: every token joins the pool. Ends the call in flight.
     ///
     /// `times.spacing_ns` (non-zero for a node far over its share, one lease
-    /// period) gives the node's filters turns while the hold lasts (`pool::turns`):
+    /// period) gives the node's filters turns while the hold lasts (`meshlimit_core::pool_entry`):
     /// each grant says when its filter may ask again, each ask turned away
     /// when to come back, behind the tokens booked before it, at the pace the
     /// store's tokens come. An ask wanting more than a period's tokens is
@@ -262,43 +200,13 @@ impl Pools {
         (cost, want): (u32, Option<u32>),
         times: GrantTimes,
     ) -> (u32, Option<u64>) {
-        let StoreGrant {
-            tokens: granted,
-            remaining,
-            reset_ns,
-            bucket,
-        } = grant;
-        let GrantTimes {
-            ttl_ns,
-            hold_ns,
-            spacing_ns,
-        } = times;
-        let filter = if cost == 0 {
-            0
-        } else {
-            want.unwrap_or(cost).max(cost).min(granted)
-        };
+        let filter = StoreGrant::filter_tokens(grant.tokens, (cost, want));
         let turns = self.turns;
         let next = self
             .with(key, now_ns, |e| {
-                let unclaimed = e.lease.usable(now_ns);
-                // Tokens already pooled are added to, never overwritten (that would
-                // lose granted tokens).
-                e.lease.grant(now_ns, granted, filter, ttl_ns);
-                e.remaining = remaining;
-                e.reset_at_ns = now_ns.saturating_add(reset_ns);
-                e.bucket = bucket;
-                e.lease.deny_after_tokens(now_ns, hold_ns);
-                e.new_round(spacing_ns, filter);
+                let next = e.key.fill(now_ns, grant, (cost, want), times, turns);
                 e.end_call();
-                let period = turns?;
-                e.pace(now_ns, hold_ns, granted, unclaimed);
-                if filter == 0 {
-                    return None;
-                }
-                let next = e.book(now_ns, filter)?;
-                e.count_skipped(now_ns, want.unwrap_or(cost).max(cost), next, period);
-                Some(next)
+                next
             })
             .flatten();
         (filter, next)
@@ -308,16 +216,9 @@ impl Pools {
     /// then, the turned-away ones spaced by `spacing_ns` (see
     /// [`Pools::fill_then_hold`]). Ends the call in flight.
     pub fn deny(&self, key: &DescriptorKey, now_ns: u64, retry_after_ns: u64, spacing_ns: u64) {
+        let turns = self.turns.is_some();
         self.with(key, now_ns, |e| {
-            e.new_round(spacing_ns, 0);
-            // A denial answering a concurrent ask must not strand tokens that
-            // another ask's grant just pooled: they are served first.
-            e.lease.deny(now_ns, retry_after_ns);
-            if self.turns.is_some() {
-                e.pace(now_ns, retry_after_ns, 0, 0);
-            }
-            // The store held less than an ask.
-            e.remaining = 0;
+            e.key.deny(now_ns, retry_after_ns, spacing_ns, turns);
             e.end_call();
         });
     }
@@ -341,11 +242,9 @@ impl Pools {
         for shard in &self.shards {
             let Ok(mut map) = shard.lock() else { continue };
             for (key, e) in map.iter_mut() {
-                let tokens = e.lease.usable(now_ns);
-                let Some(limit) = e.bucket.filter(|_| tokens > 0) else {
+                let Some((limit, tokens)) = e.key.take_back(now_ns) else {
                     continue;
                 };
-                e.lease.drop_tokens();
                 let Some(share) = share_of(key) else { continue };
                 back.push(GiveBack {
                     key: key.clone(),
@@ -371,11 +270,11 @@ impl Pools {
             return false;
         }
         self.with(key, now_ns, |e| {
-            if e.lease.denied_until_ns() > now_ns || !e.lease.begin_call(now_ns, call_timeout_ns) {
-                return false;
+            let begun = e.key.begin_refill(now_ns, call_timeout_ns);
+            if begun {
+                e.call = Some(broadcast::channel(1).0);
             }
-            e.call = Some(broadcast::channel(1).0);
-            true
+            begun
         })
         .unwrap_or(false)
     }
@@ -384,7 +283,7 @@ impl Pools {
     /// (and one of them calls).
     pub fn call_failed(&self, key: &DescriptorKey, now_ns: u64) {
         self.with(key, now_ns, |e| {
-            e.lease.failed();
+            e.key.call_failed();
             e.end_call();
         });
     }
@@ -399,38 +298,32 @@ impl Pools {
     /// What the store's bucket for `key` held after its last answer to this
     /// node (0 after a denial, and for a key without an entry).
     pub fn store_left(&self, key: &DescriptorKey) -> u32 {
-        self.read(key, |e| e.remaining).unwrap_or(0)
+        self.read(key, |e| e.key.store_left()).unwrap_or(0)
     }
 
     /// The unexpired tokens pooled for `key` (0 for a key without an entry).
     pub fn pooled(&self, key: &DescriptorKey, now_ns: u64) -> u32 {
-        self.read(key, |e| e.lease.usable(now_ns)).unwrap_or(0)
+        self.read(key, |e| e.key.pooled(now_ns)).unwrap_or(0)
     }
 
     /// The tokens the store gave this node for `key` over about the last
     /// second (counted with turns only; 0 without, and for a key without an
     /// entry).
     pub fn intake(&self, key: &DescriptorKey, now_ns: u64) -> f64 {
-        self.read(key, |e| e.intake_at(now_ns)).unwrap_or(0.0)
+        self.read(key, |e| e.key.intake(now_ns)).unwrap_or(0.0)
     }
 
     /// This node's recent demand for `key`, tokens per second (0 for a key
     /// without an entry).
     pub fn demand(&self, key: &DescriptorKey, now_ns: u64) -> f64 {
-        self.read(key, |e| e.lease.demand_per_sec(now_ns))
-            .unwrap_or(0.0)
+        self.read(key, |e| e.key.demand(now_ns)).unwrap_or(0.0)
     }
 
     /// Drops entries with nothing pooled, no denial and no recent demand.
     pub fn sweep(&self, now_ns: u64) {
         for shard in &self.shards {
             if let Ok(mut map) = shard.lock() {
-                map.retain(|_, e| {
-                    e.lease.expires_ns > now_ns
-                        || e.lease.denied_until_ns() > now_ns
-                        || e.lease.in_flight(now_ns)
-                        || e.lease.demand_per_sec(now_ns) >= 0.5
-                });
+                map.retain(|_, e| e.key.is_live(now_ns));
             }
         }
     }
@@ -463,11 +356,7 @@ impl Pools {
         let shard = self.shards.get(key.fingerprint() as usize % SHARDS)?;
         let mut map = shard.lock().ok()?;
         if !map.contains_key(key) && map.len() >= self.max_per_shard {
-            map.retain(|_, e| {
-                e.lease.expires_ns > now_ns
-                    || e.lease.denied_until_ns() > now_ns
-                    || e.lease.in_flight(now_ns)
-            });
+            map.retain(|_, e| e.key.is_busy(now_ns));
             if map.len() >= self.max_per_shard {
                 return None;
             }

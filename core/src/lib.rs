@@ -23,6 +23,7 @@ pub mod log_line;
 pub mod metadata;
 pub mod path;
 pub mod policy;
+pub mod pool_entry;
 pub mod printable;
 pub mod query;
 pub mod rules;

@@ -1,4 +1,5 @@
 use super::*;
+use meshlimit_core::Limit;
 use tokio::sync::broadcast::error::TryRecvError;
 
 const MS: u64 = 1_000_000;

@@ -28,20 +28,16 @@ impl Pools {
         for shard in &self.shards {
             let Ok(map) = shard.lock() else { continue };
             out.extend(map.iter().filter(|(k, _)| matches(k)).map(|(_, e)| {
+                let lease = e.key.lease();
                 PoolView {
-                    tokens: e.lease.usable(now_ns),
-                    expires_in_ms: e
-                        .lease
-                        .expires_ns
-                        .saturating_sub(now_ns)
-                        .div_ceil(1_000_000),
-                    denied_for_ms: e
-                        .lease
+                    tokens: lease.usable(now_ns),
+                    expires_in_ms: lease.expires_ns.saturating_sub(now_ns).div_ceil(1_000_000),
+                    denied_for_ms: lease
                         .denied_until_ns()
                         .saturating_sub(now_ns)
                         .div_ceil(1_000_000),
-                    call_in_flight: e.lease.in_flight(now_ns),
-                    demand_per_sec: e.lease.demand_per_sec(now_ns),
+                    call_in_flight: lease.in_flight(now_ns),
+                    demand_per_sec: lease.demand_per_sec(now_ns),
                 }
             }));
         }

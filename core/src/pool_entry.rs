@@ -1,0 +1,503 @@
+//! One key's entry in a node's pool: the policy by which an agent serves its
+//! filters' asks for a key from the tokens it took from the store, holds the
+//! key after a drained grant or a denial, and gives a node far over its share
+//! of the key's limit turns. The agent keeps one per key (`agent/src/pool.rs`
+//! keeps them in a bounded map, with the channel its asks wait on); the
+//! simulator runs the agent's. The entry's state is private: only the
+//! methods below change it.
+//!
+//! **Turns.** A node far over its share calls the store once a lease period,
+//! and each call brings about the node's share of a period's tokens, fewer
+//! than its filters want. It gives its filters turns: each grant it makes,
+//! and each ask it turns away, books the ask's tokens in a queue that moves at
+//! the rate the store's tokens come (a little faster, [`PACE_AHEAD`]), and
+//! tells the filter when its turn comes, at the start of the lease period it
+//! falls in (when the node calls the store): a grant carries it (the filter
+//! spends its tokens, then rejects locally until then, and asks no sooner), a
+//! denial waits until it. Without turns a filter asks as soon as it has spent
+//! its grant, is turned away by the node's hold, and asks again at the hold's
+//! end with every other: a key far over its limit costs more denied asks than
+//! grants. The queue is used with `--pool-turns` (on by default); the rounds
+//! of [`PoolEntry::turn_away`] always.
+//!
+//! An ask wanting more than a period's tokens (one gateway taking most of a
+//! node's traffic) is not booked: its turn would push every other back by
+//! more than a period. The node's hold spaces it instead, by rounds.
+//!
+//! Time is a parameter (`now_ns`).
+
+use crate::lease::{Lease, Spend};
+use crate::Limit;
+
+/// The most lease periods an ask turned away by a hold is sent back after the
+/// hold's end (the spacing of [`PoolEntry::fill`]): it bounds how long a
+/// filter keeps a denial once its key's demand has fallen (two periods,
+/// 200 ms at the default `--lease-target-ms`).
+pub const MAX_TURNS: u32 = 2;
+
+/// The furthest ahead a node books a filter's turn: it bounds how long a
+/// filter keeps rejecting once its key's demand has fallen.
+pub const MAX_QUEUE_NS: u64 = 1_000_000_000;
+
+/// Turns are booked this much faster than the store's tokens come. A queue
+/// that runs slower than the tokens leaves them to expire in the pool while
+/// the filters wait for their turns, and the key admits less than its limit;
+/// one that runs faster turns some filters away at their turn, a call each.
+/// With each store call bringing the node's part (`LeasePolicy::paced`), a
+/// small lead keeps the tokens spent and turns the fewest away (the
+/// `one-gateway-40` runs behind the choice: bench/results/accuracy/).
+const PACE_AHEAD: f64 = 1.05;
+
+/// The time constant of the node's intake count.
+const INTAKE_TAU_NS: f64 = 1e9;
+
+/// What the store granted: tokens, what it kept, and when its bucket is full.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StoreGrant {
+    pub tokens: u32,
+    pub remaining: u32,
+    pub reset_ns: u64,
+    /// The token bucket the tokens came from: what the pooled ones go back
+    /// under when the agent stops (`None`: a window's count, whose tokens
+    /// are not handed back).
+    pub bucket: Option<Limit>,
+}
+
+impl StoreGrant {
+    /// What the store granted for an ask under `limit`.
+    pub fn under(limit: Limit, tokens: u32, remaining: u32, reset_ns: u64) -> StoreGrant {
+        StoreGrant {
+            tokens,
+            remaining,
+            reset_ns,
+            bucket: (!limit.algorithm().is_window()).then_some(limit),
+        }
+    }
+
+    /// The tokens of a grant of `granted` that go to the filter that asked
+    /// for `cost` and said it will spend `want`: its want, at least its cost,
+    /// at most the grant (`cost` 0: a refill, whose tokens all join the pool).
+    pub fn filter_tokens(granted: u32, (cost, want): (u32, Option<u32>)) -> u32 {
+        if cost == 0 {
+            0
+        } else {
+            want.unwrap_or(cost).max(cost).min(granted)
+        }
+    }
+}
+
+/// How long a store grant's tokens and the hold after them last: the pooled
+/// tokens expire `ttl_ns` from the grant; once they are spent, asks are denied
+/// at the node until `hold_ns` from the grant (0: no hold), the ones turned
+/// away sent back `spacing_ns` apart (0: all at the hold's end). See
+/// [`PoolEntry::fill`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GrantTimes {
+    pub ttl_ns: u64,
+    pub hold_ns: u64,
+    pub spacing_ns: u64,
+}
+
+/// One ask as a key's entry takes it.
+#[derive(Debug, Clone, Copy)]
+pub struct Ask {
+    pub now_ns: u64,
+    pub cost: u32,
+    /// What the filter asked for: its want, at least its cost. This is the
+    /// ask's demand, not what the pool happens to hold.
+    pub asked: u32,
+    /// The time a store call this ask starts (a miss, a refill) is given.
+    pub call_timeout_ns: u64,
+    /// Whether the ask's demand is counted: a retake after a wait was
+    /// counted by its first take.
+    pub count: bool,
+    /// The filters' ask period with turns (half a lease's life); `None`: no
+    /// turns.
+    pub turns: Option<u64>,
+    /// Whether a take below the refill mark starts a refill (not once the
+    /// pool is handed back).
+    pub refills: bool,
+}
+
+/// What the entry can do for one ask.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Take {
+    /// Served from the pool: `tokens` for the filter. `refill`: the pool fell
+    /// below its refill mark and has a store call marked in flight; the
+    /// caller starts it (in the background) and reports its end.
+    Served {
+        tokens: u32,
+        remaining: u32,
+        reset_ns: u64,
+        refill: bool,
+        /// The filter's next turn, for a node far over its share: it asks
+        /// again no sooner.
+        next_ask_ns: Option<u64>,
+    },
+    /// The node knows the key is over its limit until `retry_after_ns` from now.
+    Denied { retry_after_ns: u64 },
+    /// A store call for the key is in flight: wait for its end, then take again.
+    Wait,
+    /// Ask the store (the call is marked in flight: report its end);
+    /// `demand_per_sec` is this node's recent demand for the key; `dropped`
+    /// pooled tokens expired unspent; `waited`: asks that waited on the last
+    /// call and may still want tokens (the lease should cover them too).
+    Miss {
+        demand_per_sec: f64,
+        dropped: u32,
+        waited: u32,
+    },
+}
+
+/// One key at a node: its pooled lease, what the store's bucket held after
+/// its last answer, and the rounds and queue of turns of a node far over its
+/// share.
+#[derive(Debug, Default, Clone)]
+pub struct PoolEntry {
+    lease: Lease,
+    remaining: u32,
+    reset_at_ns: u64,
+    /// Asks that waited on the call in flight: the next call's lease covers them.
+    waited: u32,
+    /// Tokens served from the pool since the last store answer, and in the
+    /// round before it: how much one round serves.
+    served: u32,
+    last_served: u32,
+    /// Tokens the asks turned away by the hold since the last store answer
+    /// wanted.
+    turned: u32,
+    /// How far apart the turned-away asks are sent back (0: all at the
+    /// hold's end).
+    spacing_ns: u64,
+    /// The node's queue of turns while it is far over its share: the time by
+    /// which the tokens of the turns booked will have come from the store,
+    /// one every `ns_per_token` (0: no queue).
+    queue_end_ns: u64,
+    ns_per_token: u64,
+    /// Tokens the store gave this node, a count decaying with a time
+    /// constant of one second (tokens a second).
+    intake: f64,
+    intake_at_ns: u64,
+    /// The token bucket's limit of the last grant: what the pooled tokens go
+    /// back under when the agent stops (`None`: a window's count, whose
+    /// tokens are not handed back).
+    bucket: Option<Limit>,
+}
+
+impl PoolEntry {
+    /// Serves `ask` from the pool if it can; otherwise it is turned away, waits
+    /// on the store call in flight (`waitable`: the holder has one to wait
+    /// on), or starts one.
+    pub fn take(&mut self, ask: &Ask, waitable: bool) -> Take {
+        // Pooled tokens first: a hold set at the last grant starts once they
+        // are spent. A filter gets what it says it will spend (`want`), at
+        // least the cost; one that does not know yet gets its cost, so no
+        // tokens sit in a filter that will not spend them.
+        let usable = self.lease.usable(ask.now_ns);
+        let tokens = if usable >= ask.cost {
+            usable.min(ask.asked)
+        } else {
+            ask.cost
+        };
+        if ask.count {
+            self.lease.add_demand(ask.now_ns, ask.asked);
+        }
+        match self.lease.spend(
+            ask.now_ns,
+            tokens,
+            ask.refills.then_some(ask.call_timeout_ns),
+        ) {
+            Spend::Taken { left, refill } => self.serve(ask, tokens, left, refill),
+            Spend::Denied { retry_after_ns } => self.turn_away_ask(ask, retry_after_ns),
+            Spend::Empty { in_flight } => self.wait_or_miss(ask, in_flight && waitable),
+        }
+    }
+
+    /// The ask took `tokens`, leaving `left` pooled; `refill`: the pool fell
+    /// below its refill mark and a store call is marked in flight. With
+    /// turns, the grant carries the filter's next turn.
+    fn serve(&mut self, ask: &Ask, tokens: u32, left: u32, refill: bool) -> Take {
+        self.served = self.served.saturating_add(tokens);
+        let next_ask_ns = ask.turns.and_then(|period| {
+            let next = self.book(ask.now_ns, tokens)?;
+            if ask.count {
+                self.count_skipped(ask.now_ns, ask.asked, next, period);
+            }
+            Some(next)
+        });
+        Take::Served {
+            tokens,
+            remaining: self.remaining.saturating_add(left),
+            reset_ns: self.reset_at_ns.saturating_sub(ask.now_ns),
+            refill,
+            next_ask_ns,
+        }
+    }
+
+    /// The node holds the key for `retry_after_ns`: the ask is sent back at
+    /// its turn when one is booked, else after the hold, spaced by rounds.
+    fn turn_away_ask(&mut self, ask: &Ask, retry_after_ns: u64) -> Take {
+        let (now_ns, asked) = (ask.now_ns, ask.asked);
+        if let Some((turn, period)) = ask
+            .turns
+            .and_then(|period| Some((self.book(now_ns, asked)?, period)))
+        {
+            if ask.count {
+                self.count_skipped(now_ns, asked, turn, period);
+            }
+            return Take::Denied {
+                retry_after_ns: turn,
+            };
+        }
+        let rounds = self.turn_away(asked);
+        // The asks this filter would have made meanwhile, one a round, count
+        // as they would have: the node's demand, which sizes its leases and
+        // tells whether it is far over its share, does not fall because fewer
+        // ask.
+        if ask.count {
+            self.lease.add_demand(now_ns, asked.saturating_mul(rounds));
+        }
+        Take::Denied {
+            retry_after_ns: retry_after_ns
+                .saturating_add(self.spacing_ns.saturating_mul(u64::from(rounds))),
+        }
+    }
+
+    /// Nothing pooled for the ask: it waits on the store call in flight
+    /// (`wait`), or starts one (a miss).
+    fn wait_or_miss(&mut self, ask: &Ask, wait: bool) -> Take {
+        if wait {
+            self.waited = self.waited.saturating_add(1);
+            return Take::Wait;
+        }
+        let now_ns = ask.now_ns;
+        // Expired tokens are dropped (and said to be); unexpired ones fewer
+        // than the cost join the next grant.
+        let dropped = if self.lease.expires_ns <= now_ns {
+            std::mem::take(&mut self.lease.tokens)
+        } else {
+            0
+        };
+        self.lease.begin_call(now_ns, ask.call_timeout_ns);
+        // The demand before this ask: a key nobody asked for is cold.
+        let own = if ask.count { f64::from(ask.asked) } else { 0.0 };
+        let demand = self.lease.demand_per_sec(now_ns) - own;
+        Take::Miss {
+            demand_per_sec: demand.max(0.0),
+            dropped,
+            waited: std::mem::take(&mut self.waited),
+        }
+    }
+
+    /// Records a store grant for an ask of `cost` that says it will spend
+    /// `want`: the filter gets [`StoreGrant::filter_tokens`], the pool keeps
+    /// the rest until `times.ttl_ns`; once the pooled tokens are spent, asks
+    /// are denied at the node until `times.hold_ns` from now. `turns`: the
+    /// filters' ask period with turns. Returns the filter's next turn (with
+    /// turns only).
+    pub fn fill(
+        &mut self,
+        now_ns: u64,
+        grant: StoreGrant,
+        (cost, want): (u32, Option<u32>),
+        times: GrantTimes,
+        turns: Option<u64>,
+    ) -> Option<u64> {
+        let filter = StoreGrant::filter_tokens(grant.tokens, (cost, want));
+        let unclaimed = self.lease.usable(now_ns);
+        // Tokens already pooled are added to, never overwritten (that would
+        // lose granted tokens).
+        self.lease.grant(now_ns, grant.tokens, filter, times.ttl_ns);
+        self.remaining = grant.remaining;
+        self.reset_at_ns = now_ns.saturating_add(grant.reset_ns);
+        self.bucket = grant.bucket;
+        self.lease.deny_after_tokens(now_ns, times.hold_ns);
+        self.new_round(times.spacing_ns, filter);
+        let period = turns?;
+        self.pace(now_ns, times.hold_ns, grant.tokens, unclaimed);
+        if filter == 0 {
+            return None;
+        }
+        let next = self.book(now_ns, filter)?;
+        self.count_skipped(now_ns, want.unwrap_or(cost).max(cost), next, period);
+        Some(next)
+    }
+
+    /// Records a store denial: asks are denied at the node until
+    /// `retry_after_ns` from now, the turned-away ones spaced by
+    /// `spacing_ns`; `turns`: whether the node gives turns.
+    pub fn deny(&mut self, now_ns: u64, retry_after_ns: u64, spacing_ns: u64, turns: bool) {
+        self.new_round(spacing_ns, 0);
+        // A denial answering a concurrent ask must not strand tokens that
+        // another ask's grant just pooled: they are served first.
+        self.lease.deny(now_ns, retry_after_ns);
+        if turns {
+            self.pace(now_ns, retry_after_ns, 0, 0);
+        }
+        // The store held less than an ask.
+        self.remaining = 0;
+    }
+
+    /// Takes the unexpired pooled tokens of a token bucket out of the entry:
+    /// what goes back to the store when the agent stops, with the bucket's
+    /// limit. `None` (and nothing taken) for a window's count or an empty pool.
+    pub fn take_back(&mut self, now_ns: u64) -> Option<(Limit, u32)> {
+        let tokens = self.lease.usable(now_ns);
+        let limit = self.bucket.filter(|_| tokens > 0)?;
+        self.lease.drop_tokens();
+        Some((limit, tokens))
+    }
+
+    /// Marks a background refill in flight, when the hold is over and no call
+    /// is in flight. False: nothing to do.
+    pub fn begin_refill(&mut self, now_ns: u64, call_timeout_ns: u64) -> bool {
+        self.lease.denied_until_ns() <= now_ns && self.lease.begin_call(now_ns, call_timeout_ns)
+    }
+
+    /// The store call failed: the asks waiting on it take again.
+    pub fn call_failed(&mut self) {
+        self.lease.failed();
+    }
+
+    /// What the store's bucket held after its last answer (0 after a denial).
+    pub fn store_left(&self) -> u32 {
+        self.remaining
+    }
+
+    /// The unexpired tokens pooled.
+    pub fn pooled(&self, now_ns: u64) -> u32 {
+        self.lease.usable(now_ns)
+    }
+
+    /// The node's recent demand, tokens per second.
+    pub fn demand(&self, now_ns: u64) -> f64 {
+        self.lease.demand_per_sec(now_ns)
+    }
+
+    /// The lease the entry keeps (read only).
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// Whether the entry holds anything that losing it would lose: tokens,
+    /// a hold or a call in flight.
+    pub fn is_busy(&self, now_ns: u64) -> bool {
+        self.lease.expires_ns > now_ns
+            || self.lease.denied_until_ns() > now_ns
+            || self.lease.in_flight(now_ns)
+    }
+
+    /// Whether a sweep keeps the entry: busy, or with a demand of at least
+    /// one token every two seconds.
+    pub fn is_live(&self, now_ns: u64) -> bool {
+        self.is_busy(now_ns) || self.lease.demand_per_sec(now_ns) >= 0.5
+    }
+
+    /// A store answer starts a round: the tokens the last one served are how
+    /// many the asks sent back at its end may want (a round that served none
+    /// keeps the figure of the one before); `first`: the tokens the answer
+    /// itself served.
+    fn new_round(&mut self, spacing_ns: u64, first: u32) {
+        if self.served > 0 {
+            self.last_served = self.served;
+        }
+        self.served = first;
+        self.turned = 0;
+        self.spacing_ns = spacing_ns;
+    }
+
+    /// How many spacings after the hold's end an ask wanting `want` tokens,
+    /// turned away now, should come back: behind the tokens the asks turned
+    /// away before it this round want, one spacing per round's worth (what
+    /// the last round served, or this one if it served more: the first round
+    /// has no last), at most [`MAX_TURNS`]; 0 without spacing.
+    fn turn_away(&mut self, want: u32) -> u32 {
+        if self.spacing_ns == 0 {
+            return 0;
+        }
+        let ahead = self.turned;
+        self.turned = self.turned.saturating_add(want);
+        let round = self.last_served.max(self.served).max(1);
+        (ahead / round).min(MAX_TURNS)
+    }
+
+    /// Counts a store answer's `granted` tokens (0 for a denial) in the
+    /// node's intake and sets the pace of its queue of turns: none unless
+    /// the answer set a hold (`hold_ns`) and the node spaces its asks (it is
+    /// far over its share). The intake is a count decaying with a time
+    /// constant of one second (tokens a second), started at the first
+    /// answer's tokens over its hold when that answer set one.
+    ///
+    /// An answer that finds tokens still pooled (`unclaimed`) starts the
+    /// queue afresh: the node's filters do not come for what it takes, so
+    /// its key's demand has fallen (a burst has ended), and the turns booked
+    /// meanwhile are for asks that will not come. New turns booked behind
+    /// them, up to [`MAX_QUEUE_NS`] ahead, would keep filters whose key is
+    /// back under its limit rejecting for most of a second after the burst.
+    /// A node far over its share claims every token it takes, so once it has
+    /// settled its queue is not restarted.
+    fn pace(&mut self, now_ns: u64, hold_ns: u64, granted: u32, unclaimed: u32) {
+        if self.intake_at_ns == 0 && hold_ns > 0 {
+            self.intake = f64::from(granted) * 1e9 / hold_ns as f64;
+        } else {
+            self.intake = self.intake(now_ns) + f64::from(granted);
+        }
+        self.intake_at_ns = now_ns.max(1);
+        if self.spacing_ns == 0 || hold_ns == 0 || self.intake < 1.0 {
+            self.ns_per_token = 0;
+            self.queue_end_ns = 0;
+        } else {
+            self.ns_per_token = (1e9 / (self.intake * PACE_AHEAD)) as u64;
+            if unclaimed > 0 {
+                self.queue_end_ns = 0;
+            }
+        }
+    }
+
+    /// The tokens the store gave this node over about the last second
+    /// (counted with turns only; 0 without).
+    pub fn intake(&self, now_ns: u64) -> f64 {
+        let age = now_ns.saturating_sub(self.intake_at_ns) as f64;
+        self.intake * (-age / INTAKE_TAU_NS).exp()
+    }
+
+    /// Books `tokens` for an ask at `now_ns` in the node's queue of turns and
+    /// returns when, from now, its turn comes: behind every turn booked
+    /// before it, and not before the hold ends (at most [`MAX_QUEUE_NS`]).
+    /// Tokens still pooled once the hold is over are booked too, the rounds
+    /// then counted from now. `None` when the node keeps no queue (it is not
+    /// far over its share) or the ask wants more than a period's tokens.
+    fn book(&mut self, now_ns: u64, tokens: u32) -> Option<u64> {
+        // Rounds start at the hold's end, or now once it is over.
+        let first = self.lease.denied_until_ns().max(now_ns);
+        if self.ns_per_token == 0 {
+            return None;
+        }
+        if u64::from(tokens).saturating_mul(self.ns_per_token) > self.spacing_ns {
+            return None;
+        }
+        let start = self
+            .queue_end_ns
+            .max(first)
+            .min(now_ns.saturating_add(MAX_QUEUE_NS));
+        self.queue_end_ns =
+            start.saturating_add(u64::from(tokens).saturating_mul(self.ns_per_token));
+        // Turns come at the rounds' starts, when the node calls the store.
+        let rounds = start.saturating_sub(first).div_ceil(self.spacing_ns.max(1));
+        let start = first
+            .saturating_add(rounds.saturating_mul(self.spacing_ns))
+            .min(now_ns.saturating_add(MAX_QUEUE_NS));
+        Some(start.saturating_sub(now_ns))
+    }
+
+    /// Counts in the node's demand the asks a filter sent to its turn
+    /// `next_ns` from now skips (one of `asked` tokens each `period_ns`, half
+    /// a lease's life), as it would have made them: the node's demand, which
+    /// sizes its leases and tells whether it is far over its share, does not
+    /// fall because fewer ask.
+    fn count_skipped(&mut self, now_ns: u64, asked: u32, next_ns: u64, period_ns: u64) {
+        let skipped = (u128::from(asked) * u128::from(next_ns) / u128::from(period_ns.max(1)))
+            .min(u128::from(u32::MAX)) as u32;
+        self.lease.add_demand(now_ns, skipped);
+    }
+}

@@ -29,7 +29,11 @@
 //!
 //! Time is a parameter (`now_ns`).
 
-const DEMAND_TAU_NS: f64 = 1e9;
+/// The time constant of every rate a holder keeps as a decaying count: a
+/// key's demand at each holder, and a node's intake of a key's tokens
+/// (`crate::pool_entry`). Lease sizes follow demand about this late; a
+/// count reads as tokens per second as `count × 1 s ÷ τ`.
+pub(crate) const RATE_TAU_NS: f64 = 1e9;
 /// A refill starts when the tokens left would last this many round trips.
 pub const REFILL_ROUND_TRIPS: f64 = 2.0;
 /// A holder leases ahead (asks for more than its cost, refills before it runs
@@ -283,7 +287,7 @@ impl Lease {
     /// The demand at `now_ns`, in tokens per second.
     pub fn demand_per_sec(&self, now_ns: u64) -> f64 {
         let age = now_ns.saturating_sub(self.demand_at_ns) as f64;
-        f64::from(self.demand) * (-age / DEMAND_TAU_NS).exp() * 1e9 / DEMAND_TAU_NS
+        f64::from(self.demand) * (-age / RATE_TAU_NS).exp() * 1e9 / RATE_TAU_NS
     }
 
     /// Adds `cost` tokens asked for at `now_ns` to the decaying count (what
@@ -299,9 +303,9 @@ impl Lease {
     /// while other holders found the store's bucket empty.
     pub fn add_demand(&mut self, now_ns: u64, cost: u32) {
         let age = now_ns.saturating_sub(self.demand_at_ns) as f64;
-        let mut decayed = f64::from(self.demand) * (-age / DEMAND_TAU_NS).exp();
+        let mut decayed = f64::from(self.demand) * (-age / RATE_TAU_NS).exp();
         if let Some(spent) = self.spent_per_sec(now_ns, cost) {
-            decayed = decayed.min(spent * DEMAND_TAU_NS / 1e9);
+            decayed = decayed.min(spent * RATE_TAU_NS / 1e9);
         }
         self.demand = (decayed + f64::from(cost)) as f32;
         self.demand_at_ns = now_ns;

@@ -26,7 +26,7 @@
 //!
 //! Time is a parameter (`now_ns`).
 
-use crate::lease::{Lease, Spend};
+use crate::lease::{Lease, Spend, RATE_TAU_NS};
 use crate::Limit;
 
 /// The most lease periods an ask turned away by a hold is sent back after the
@@ -47,9 +47,6 @@ pub const MAX_QUEUE_NS: u64 = 1_000_000_000;
 /// small lead keeps the tokens spent and turns the fewest away (the
 /// `one-gateway-40` runs behind the choice: bench/results/accuracy/).
 const PACE_AHEAD: f64 = 1.05;
-
-/// The time constant of the node's intake count.
-const INTAKE_TAU_NS: f64 = 1e9;
 
 /// What the store granted: tokens, what it kept, and when its bucket is full.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -174,8 +171,8 @@ pub struct PoolEntry {
     /// one every `ns_per_token` (0: no queue).
     queue_end_ns: u64,
     ns_per_token: u64,
-    /// Tokens the store gave this node, a count decaying with a time
-    /// constant of one second (tokens a second).
+    /// Tokens the store gave this node, a count decaying with
+    /// [`RATE_TAU_NS`].
     intake: f64,
     intake_at_ns: u64,
     /// The token bucket's limit of the last grant: what the pooled tokens go
@@ -424,9 +421,9 @@ impl PoolEntry {
     /// Counts a store answer's `granted` tokens (0 for a denial) in the
     /// node's intake and sets the pace of its queue of turns: none unless
     /// the answer set a hold (`hold_ns`) and the node spaces its asks (it is
-    /// far over its share). The intake is a count decaying with a time
-    /// constant of one second (tokens a second), started at the first
-    /// answer's tokens over its hold when that answer set one.
+    /// far over its share). The intake is a count decaying with
+    /// [`RATE_TAU_NS`], started at the first answer's tokens over its hold
+    /// when that answer set one.
     ///
     /// An answer that finds tokens still pooled (`unclaimed`) starts the
     /// queue afresh: the node's filters do not come for what it takes, so
@@ -437,17 +434,20 @@ impl PoolEntry {
     /// A node far over its share claims every token it takes, so once it has
     /// settled its queue is not restarted.
     fn pace(&mut self, now_ns: u64, hold_ns: u64, granted: u32, unclaimed: u32) {
-        if self.intake_at_ns == 0 && hold_ns > 0 {
-            self.intake = f64::from(granted) * 1e9 / hold_ns as f64;
+        let count = if self.intake_at_ns == 0 && hold_ns > 0 {
+            // The first answer's tokens over its hold, as a rate, as a count.
+            f64::from(granted) * 1e9 / hold_ns as f64 * (RATE_TAU_NS / 1e9)
         } else {
-            self.intake = self.intake(now_ns) + f64::from(granted);
-        }
+            self.decayed_intake(now_ns) + f64::from(granted)
+        };
+        self.intake = count;
         self.intake_at_ns = now_ns.max(1);
-        if self.spacing_ns == 0 || hold_ns == 0 || self.intake < 1.0 {
+        let rate = self.intake(now_ns);
+        if self.spacing_ns == 0 || hold_ns == 0 || rate < 1.0 {
             self.ns_per_token = 0;
             self.queue_end_ns = 0;
         } else {
-            self.ns_per_token = (1e9 / (self.intake * PACE_AHEAD)) as u64;
+            self.ns_per_token = (1e9 / (rate * PACE_AHEAD)) as u64;
             if unclaimed > 0 {
                 self.queue_end_ns = 0;
             }
@@ -457,8 +457,13 @@ impl PoolEntry {
     /// The tokens the store gave this node over about the last second
     /// (counted with turns only; 0 without).
     pub fn intake(&self, now_ns: u64) -> f64 {
+        self.decayed_intake(now_ns) * (1e9 / RATE_TAU_NS)
+    }
+
+    /// The intake count at `now_ns`.
+    fn decayed_intake(&self, now_ns: u64) -> f64 {
         let age = now_ns.saturating_sub(self.intake_at_ns) as f64;
-        self.intake * (-age / INTAKE_TAU_NS).exp()
+        self.intake * (-age / RATE_TAU_NS).exp()
     }
 
     /// Books `tokens` for an ask at `now_ns` in the node's queue of turns and

@@ -115,8 +115,9 @@ pub trait Proxy: Host {
     fn register_queue(&self, name: &str) -> Option<u32>;
     /// Wakes the queue's root context; false when the host refused.
     fn enqueue(&self, queue: u32) -> bool;
-    /// Empties the queue.
-    fn drain_queue(&self, queue: u32);
+    /// Takes the one item a wake put in the queue: the host tells the root
+    /// context once per item, so one call each keeps the queue empty.
+    fn take_wake(&self, queue: u32);
 
     /// Dispatches a call; `None` when the host refused it (unknown cluster, bad
     /// headers): the caller applies the failure policy.

@@ -406,7 +406,7 @@ impl<H: Proxy + 'static> RootContext for Root<H> {
     }
 
     fn on_queue_ready(&mut self, queue_id: u32) {
-        self.host.drain_queue(queue_id);
+        self.host.take_wake(queue_id);
         self.vm.borrow_mut().wake_queued = false;
         self.send_queued();
         // A request may have filled a batch of decision records.

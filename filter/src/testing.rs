@@ -380,10 +380,10 @@ impl Proxy for MemoryHost {
         true
     }
 
-    fn drain_queue(&self, queue: u32) {
+    fn take_wake(&self, queue: u32) {
         let mut queues = self.queues.borrow_mut();
         if let Some((_, len)) = usize::try_from(queue).ok().and_then(|i| queues.get_mut(i)) {
-            *len = 0;
+            *len = len.saturating_sub(1);
         }
     }
 

@@ -132,8 +132,8 @@ impl Proxy for ProxyHost {
         hostcalls::enqueue_shared_queue(queue, Some(&[1])).is_ok()
     }
 
-    fn drain_queue(&self, queue: u32) {
-        while let Ok(Some(_)) = hostcalls::dequeue_shared_queue(queue) {}
+    fn take_wake(&self, queue: u32) {
+        let _ = hostcalls::dequeue_shared_queue(queue);
     }
 
     fn dispatch(&self, call: AgentCall<'_>) -> Option<u32> {

@@ -1,17 +1,14 @@
 //! The node's fail-local ceiling while the store is unreachable. Several filters
 //! (sidecars) may share one agent, so the ceiling lives here, once per node: a
-//! bucket per key at the rule's limit × region share × safety factor (2) / live
+//! bucket per key at the rule's limit × region share × safety factor (`FAIL_LOCAL_SAFETY`, 2) / live
 //! agents in the region. The filter's own fail-local bucket (its slot's `fallback`) takes over only when
 //! the agent itself is unreachable.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use meshlimit_core::policy::FAIL_LOCAL_SAFETY;
 use meshlimit_core::{Bucket, DescriptorKey, Limit, Take};
-
-/// The safety factor: the fleet may admit up to this multiple of the limit
-/// while its store is down, so uneven traffic between nodes is not over-limited.
-pub(crate) const SAFETY: f64 = 2.0;
 
 pub struct FailLocal {
     buckets: Mutex<HashMap<DescriptorKey, Bucket>>,
@@ -90,7 +87,7 @@ impl FailLocal {
 
     /// This node's slice of `limit` given the region's `share` and live agents.
     pub(crate) fn node_limit(limit: &Limit, share: f64, live_nodes: u32) -> Limit {
-        limit.scaled(share.min(1.0) * SAFETY / f64::from(live_nodes.max(1)))
+        limit.scaled(share.min(1.0) * FAIL_LOCAL_SAFETY / f64::from(live_nodes.max(1)))
     }
 }
 

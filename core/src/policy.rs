@@ -47,6 +47,18 @@ pub const BURST_PARTS: u32 = 10;
 /// key offered up to about its limit never is.
 pub const FAR_OVER_SHARE: f64 = 2.0;
 
+/// The fail-local safety factor: while the store (at the agent) or the agent
+/// (at the filter) is unreachable, the fleet may admit up to this multiple of
+/// a limit, so uneven traffic between nodes is not over-limited. The agent's
+/// node ceiling uses it; the filter's `local_safety_factor` defaults to it.
+pub const FAIL_LOCAL_SAFETY: f64 = 2.0;
+
+/// `--region-floor`'s default: the least share of a global limit a region
+/// holds. A filter does not know its agent's floor, so it cuts a global
+/// rule's cached denials to the wait at this share (a lower floor set at the
+/// agent cuts long waits short: extra asks, no extra admission).
+pub const DEFAULT_REGION_FLOOR: f64 = 0.1;
+
 /// `--lease-ttl-ms`'s default: how long a granted lease may be spent.
 pub const DEFAULT_LEASE_TTL_MS: u64 = 300;
 /// `--lease-target-ms`'s default: the lease period.

@@ -84,7 +84,7 @@ impl Default for FilterConfig {
             trusted_hops: 0,
             response_headers: HeaderStyle::Ietf,
             expected_nodes: 1,
-            local_safety_factor: 2.0,
+            local_safety_factor: meshlimit_core::policy::FAIL_LOCAL_SAFETY,
             agent_backoff: Duration::from_millis(500),
             slots: 16_384,
             cold_starts_per_second: 1_000,

@@ -38,7 +38,7 @@ pub(crate) const LOG: &str = "info";
 /// `--log-format`.
 pub(crate) const LOG_FORMAT: LogFormat = LogFormat::Text;
 /// `--region-floor`.
-pub(crate) const REGION_FLOOR: f64 = 0.1;
+pub(crate) const REGION_FLOOR: f64 = meshlimit_core::policy::DEFAULT_REGION_FLOOR;
 /// `--region-timeout-ms`.
 pub(crate) const REGION_TIMEOUT_MS: u64 = 250;
 /// `--max-keys`: each per-key table's cap, the memory store's default (see

@@ -314,17 +314,19 @@ fn taken_slice(
 }
 
 /// A key is not held at a denial that ended ([`LocalCheck::Held`]) when its
-/// rule's limit changed this recently: longer than any lease call's round
-/// trip, so the denial and the call behind it fall within it.
-const HOLD_EDGE_NS: u64 = 2 * meshlimit_core::NANOS_PER_SEC;
+/// rule's limit changed this recently: as long as a slot keeps a call marked
+/// in flight at most ([`MAX_LEASE_TTL_NS`]), so the denial and the call
+/// behind it fall within it.
+const HOLD_EDGE_NS: u64 = MAX_LEASE_TTL_NS;
 
 /// The longest the rule can make a request wait: a cached denial is never kept
 /// longer, whatever the clock does. A global rule's region may hold as little as
-/// its floor share (10%), which stretches its waits tenfold. Nor is a denial
-/// kept past the rule's next schedule edge, where its limit may change.
+/// its floor share (`DEFAULT_REGION_FLOOR`, 10%), which stretches its waits
+/// tenfold. Nor is a denial kept past the rule's next schedule edge, where its
+/// limit may change.
 fn max_wait_ns(rule: &Rule, limit: &Limit, now_ns: u64) -> u64 {
     let min_share = match rule.scope {
-        Scope::Global => 0.1,
+        Scope::Global => meshlimit_core::policy::DEFAULT_REGION_FLOOR,
         Scope::Region => 1.0,
     };
     limit

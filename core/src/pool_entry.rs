@@ -116,9 +116,10 @@ pub struct Ask {
     pub refills: bool,
 }
 
-/// What the entry can do for one ask.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Take {
+/// What the entry can do for one ask. `W` is what a wait holds: nothing
+/// here; the agent's pool puts in it the receiver the call's end is told on.
+#[derive(Debug)]
+pub enum Take<W = ()> {
     /// Served from the pool: `tokens` for the filter. `refill`: the pool fell
     /// below its refill mark and has a store call marked in flight; the
     /// caller starts it (in the background) and reports its end.
@@ -134,7 +135,7 @@ pub enum Take {
     /// The node knows the key is over its limit until `retry_after_ns` from now.
     Denied { retry_after_ns: u64 },
     /// A store call for the key is in flight: wait for its end, then take again.
-    Wait,
+    Wait(W),
     /// Ask the store (the call is marked in flight: report its end);
     /// `demand_per_sec` is this node's recent demand for the key; `dropped`
     /// pooled tokens expired unspent; `waited`: asks that waited on the last
@@ -144,6 +145,82 @@ pub enum Take {
         dropped: u32,
         waited: u32,
     },
+}
+
+impl<W> Take<W> {
+    /// The same answer, a wait holding `wait()` instead.
+    pub fn with_wait<V>(self, wait: impl FnOnce(W) -> V) -> Take<V> {
+        match self {
+            Take::Served {
+                tokens,
+                remaining,
+                reset_ns,
+                refill,
+                next_ask_ns,
+            } => Take::Served {
+                tokens,
+                remaining,
+                reset_ns,
+                refill,
+                next_ask_ns,
+            },
+            Take::Denied { retry_after_ns } => Take::Denied { retry_after_ns },
+            Take::Wait(w) => Take::Wait(wait(w)),
+            Take::Miss {
+                demand_per_sec,
+                dropped,
+                waited,
+            } => Take::Miss {
+                demand_per_sec,
+                dropped,
+                waited,
+            },
+        }
+    }
+
+    /// Whether the answer marked a store call in flight (a refill, a miss).
+    pub fn starts_call(&self) -> bool {
+        matches!(self, Take::Served { refill: true, .. } | Take::Miss { .. })
+    }
+}
+
+impl<W> PartialEq for Take<W> {
+    /// Equal answers; two waits are never equal (each waits on its own call).
+    fn eq(&self, other: &Self) -> bool {
+        use Take::*;
+        match (self, other) {
+            (
+                Served {
+                    tokens: a,
+                    remaining: b,
+                    reset_ns: c,
+                    refill: d,
+                    next_ask_ns: e,
+                },
+                Served {
+                    tokens: f,
+                    remaining: g,
+                    reset_ns: h,
+                    refill: i,
+                    next_ask_ns: j,
+                },
+            ) => (a, b, c, d, e) == (f, g, h, i, j),
+            (Denied { retry_after_ns: a }, Denied { retry_after_ns: b }) => a == b,
+            (
+                Miss {
+                    demand_per_sec: a,
+                    dropped: b,
+                    waited: c,
+                },
+                Miss {
+                    demand_per_sec: d,
+                    dropped: e,
+                    waited: f,
+                },
+            ) => (a, b, c) == (d, e, f),
+            _ => false,
+        }
+    }
 }
 
 /// One key at a node: its pooled lease, what the store's bucket held after
@@ -265,7 +342,7 @@ impl PoolEntry {
     fn wait_or_miss(&mut self, ask: &Ask, wait: bool) -> Take {
         if wait {
             self.waited = self.waited.saturating_add(1);
-            return Take::Wait;
+            return Take::Wait(());
         }
         let now_ns = ask.now_ns;
         // Expired tokens are dropped (and said to be); unexpired ones fewer

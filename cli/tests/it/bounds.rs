@@ -61,12 +61,25 @@ fn refused_by_check_rules(dir: &Path, text: &str) -> (Option<i32>, String, u64) 
     let is_cli = || {
         std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe.ends_with("meshlimit"))
     };
-    let start = Instant::now();
-    // Once it runs the CLI, its peak only grows until it blocks on stderr.
+    // Once it runs the CLI, its peak only grows until it blocks on stderr:
+    // read it until the kernel shows it waiting there (`pipe_write`, or
+    // `anon_pipe_write` on newer kernels), however long a loaded machine
+    // takes to get there (a fixed window of 500 ms once closed before a
+    // fresh build's first run had read its file). A kernel that hides
+    // `wchan` leaves the deadline to end it.
+    let blocked = || {
+        std::fs::read_to_string(format!("/proc/{pid}/wchan"))
+            .is_ok_and(|w| w.contains("pipe_write"))
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
     let mut peak = 0;
-    while start.elapsed() < Duration::from_millis(500) {
+    while Instant::now() < deadline {
         if is_cli() {
+            let done = blocked();
             peak = peak.max(proc_bytes(pid, "VmHWM").unwrap_or(0));
+            if done {
+                break;
+            }
         }
         std::thread::sleep(Duration::from_millis(5));
     }

@@ -583,3 +583,6 @@ impl PoolEntry {
         self.lease.add_demand(now_ns, skipped);
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -434,5 +434,3 @@ fn the_hand_back_takes_the_pools_unspent_bucket_tokens_and_only_those() {
     assert!(gone.hand_back(MS, |_| None).is_empty());
     assert_eq!(gone.pooled(&bucket, MS), 0);
 }
-
-mod turns;

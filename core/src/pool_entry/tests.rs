@@ -180,6 +180,17 @@ fn no_turn_is_booked_further_than_max_queue() {
 }
 
 #[test]
+fn turns_are_booked_a_little_faster_than_the_store_s_tokens_come() {
+    // The store brings this node 10 tokens a 100 ms round (its intake, 100
+    // a second); asks of one token are booked 5% faster (`PACE_AHEAD`),
+    // 10.5 a round: behind the first turn (190 ms), the five rounds up to
+    // 690 ms take 53 asks, where booking at the store's pace would take 50.
+    let (mut p, _) = held(100 * MS);
+    let r = retries(&mut p, 60, 1);
+    assert_eq!(r.iter().filter(|&&w| w <= 690 * MS).count(), 54);
+}
+
+#[test]
 fn an_ask_wanting_more_than_a_period_s_tokens_is_spaced_by_rounds() {
     // 20 tokens take 174 ms at the queue's pace, more than the 100 ms
     // period: the round (10 tokens served) spaces such asks, the first at

@@ -1,8 +1,9 @@
-//! The node's fail-local ceiling while the store is unreachable. Several filters
-//! (sidecars) may share one agent, so the ceiling lives here, once per node: a
-//! bucket per key at the rule's limit × region share × safety factor (`FAIL_LOCAL_SAFETY`, 2) / live
-//! agents in the region. The filter's own fail-local bucket (its slot's `fallback`) takes over only when
-//! the agent itself is unreachable.
+//! The node's fail-local ceiling while the store is unreachable. Several
+//! filters (sidecars) may share one agent, so the ceiling lives here, once per
+//! node: a bucket per key at the rule's limit × region share × safety factor
+//! (`FAIL_LOCAL_SAFETY`, 2) ÷ live agents in the region. The filter's own
+//! fail-local bucket (its slot's `fallback`) takes over only when the agent
+//! itself is unreachable.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

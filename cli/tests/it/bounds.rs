@@ -64,9 +64,9 @@ fn refused_by_check_rules(dir: &Path, text: &str) -> (Option<i32>, String, u64) 
     // Once it runs the CLI, its peak only grows until it blocks on stderr:
     // read it until the kernel shows it waiting there (`pipe_write`, or
     // `anon_pipe_write` on newer kernels), however long a loaded machine
-    // takes to get there (a fixed window of 500 ms once closed before a
-    // fresh build's first run had read its file). A kernel that hides
-    // `wchan` leaves the deadline to end it.
+    // takes to get there: a fixed window closes early on a loaded machine,
+    // before a fresh build's first run has read its file. A kernel that
+    // hides `wchan` leaves the deadline to end it.
     let blocked = || {
         std::fs::read_to_string(format!("/proc/{pid}/wchan"))
             .is_ok_and(|w| w.contains("pipe_write"))

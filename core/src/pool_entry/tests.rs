@@ -163,8 +163,8 @@ fn tokens_still_pooled_after_the_hold_carry_turns() {
 
 #[test]
 fn turns_are_off_unless_asked_for() {
-    // `--pool-turns` is off by default: no turn in a grant, and asks turned
-    // away are spaced by rounds.
+    // Without turns (`--pool-turns false`): no turn in a grant, and asks
+    // turned away are spaced by rounds.
     let (mut p, turns) = held_by(Node::new(None), 100 * MS);
     assert_eq!(turns, [None, None]);
     let ms: Vec<u64> = retries(&mut p, 4, 5).iter().map(|r| r / MS).collect();

@@ -82,6 +82,7 @@ pub fn render(r: &Results) -> String {
             ("lease_calls", p.lease.calls),
             ("lease_refills", p.lease.refills),
             ("lease_waits", p.lease.waits),
+            ("lease_waits_measured", p.measured_lease.waits),
         ];
         for (name, value) in lease {
             if let Some(v) = value {

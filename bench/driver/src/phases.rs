@@ -6,12 +6,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::envoy::Envoy;
 use crate::error::{BenchError, Context, Result};
 use crate::options::Options;
-use crate::procs::output;
+use crate::procs::{output, Running};
 use crate::profile;
 use crate::records::{Latency, Results, Throughput};
 use crate::scenario::{self, Filter, Keys, Scenario};
@@ -22,6 +22,8 @@ use crate::wrk;
 
 /// Seconds of unmeasured load before each wrk run (connections, leases, JIT).
 pub(crate) const WARMUP_SECONDS: u32 = 1;
+/// meshlimit-loadgen's open-loop warm-up before the measured seconds.
+pub(crate) const LOADGEN_WARMUP: Duration = Duration::from_secs(1);
 /// Open-loop connections: enough that a stall of a few ms does not starve the
 /// schedule of free connections at half of saturation.
 const LOADGEN_CONNECTIONS: u32 = 64;
@@ -359,7 +361,7 @@ impl<'a> Bench<'a> {
             "--duration".into(),
             format!("{seconds}"),
             "--warmup".into(),
-            "1".into(),
+            format!("{}", LOADGEN_WARMUP.as_secs_f64()),
             "--connections".into(),
             LOADGEN_CONNECTIONS.to_string(),
         ];
@@ -395,6 +397,11 @@ impl<'a> Bench<'a> {
     /// Runs meshlimit-loadgen to completion; its JSON output.
     pub(crate) fn run_loadgen(&mut self, sc: &Scenario, args: &[String]) -> Result<String> {
         output(&mut self.loadgen_command(sc, args))
+    }
+
+    /// Starts meshlimit-loadgen; [`Running::finish`] gives its JSON output.
+    pub(crate) fn start_loadgen(&mut self, sc: &Scenario, args: &[String]) -> Result<Running> {
+        Running::start(&mut self.loadgen_command(sc, args))
     }
 }
 

@@ -148,6 +148,39 @@ pub fn wait_for<T>(
 pub fn output(cmd: &mut Command) -> Result<String> {
     let shown = format!("{cmd:?}");
     let out = cmd.output().context(format!("run {shown}"))?;
+    stdout_of(&shown, out)
+}
+
+/// A command started with [`Command::spawn`], running while the caller reads
+/// what it must read meanwhile; [`Running::finish`] is [`output`]'s end.
+pub struct Running {
+    shown: String,
+    child: Child,
+}
+
+impl Running {
+    /// Starts `cmd` with its stdout and stderr captured.
+    pub fn start(cmd: &mut Command) -> Result<Self> {
+        let shown = format!("{cmd:?}");
+        let child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context(format!("run {shown}"))?;
+        Ok(Self { shown, child })
+    }
+
+    /// Waits for the command to end; its stdout, or an error if it failed.
+    pub fn finish(self) -> Result<String> {
+        let out = self
+            .child
+            .wait_with_output()
+            .context(format!("run {}", self.shown))?;
+        stdout_of(&self.shown, out)
+    }
+}
+
+fn stdout_of(shown: &str, out: std::process::Output) -> Result<String> {
     if !out.status.success() {
         return Err(BenchError::new(format!(
             "{shown} failed ({}): {}",

@@ -71,6 +71,9 @@ pub struct PathRun {
     /// denied, from its /metrics).
     pub agent_leases: Option<u64>,
     pub lease: LeaseCounts,
+    /// The same counters over the measured seconds only (from the end of the
+    /// open-loop warm-up second), the span of `latency.completed`.
+    pub measured_lease: LeaseCounts,
     /// meshlimit's decision counters that moved, by `<rule>.<outcome>`.
     pub decisions: BTreeMap<String, u64>,
 }

@@ -186,12 +186,38 @@ fn lease(r: &Results, id: &str, f: fn(&LeaseCounts) -> Option<u64>) -> String {
     per_thousand(r, id, |p| f(&p.lease))
 }
 
+/// Requests per 1,000 of the measured seconds (the warm-up second left out)
+/// that waited on a call in flight, by round.
+fn measured_waits(r: &Results, id: &str) -> Option<Spread> {
+    Spread::of(r.path_runs(id).filter_map(|p| {
+        Some(p.measured_lease.waits? as f64 / p.latency.completed.max(1) as f64 * 1e3)
+    }))
+}
+
+/// The headline's figure for the hot key at 1× and 3× its limit: no request
+/// waits on an agent call once the first second is over.
+pub fn hot_key_waits_headline(r: &Results) -> String {
+    let mut out = String::from(
+        "\n| figure (open loop, hot key) | waited on a call in flight per 1,000 requests after the first second, median [min–max] over rounds | target | met |\n|---|---|---|---|\n",
+    );
+    for (id, what) in [("h", "at 1× (all admitted)"), ("h3", "at 3× its limit")] {
+        let waits = measured_waits(r, id);
+        let _ = writeln!(
+            out,
+            "| ({id}) hot key {what} | {} | 0 | {} |",
+            fmt_spread(waits, 1),
+            judged(waits, |v| v == 0.0),
+        );
+    }
+    out
+}
+
 pub fn request_path_costs(r: &Results) -> String {
     if r.path.is_empty() {
         return "Not run.\n".into();
     }
     let mut out = String::from(
-        "| configuration | Envoy CPU µs/request (/proc) | added vs (a) | Redis script calls per second | target | | agent lease items per 1,000 requests | filter lease calls per 1,000 | started ahead of need per 1,000 | waited on a call in flight per 1,000 | decisions by failure policy |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| configuration | Envoy CPU µs/request (/proc) | added vs (a) | Redis script calls per second | target | | agent lease items per 1,000 requests | filter lease calls per 1,000 | started ahead of need per 1,000 | waited on a call in flight per 1,000 | of them after the first second, per 1,000 measured | decisions by failure policy |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let cpu_us = |p: &PathRun| p.envoy_cpu_s / requests(p) * 1e6;
     for (id, rate) in rows(r) {
@@ -209,7 +235,7 @@ pub fn request_path_costs(r: &Results) -> String {
         let dash = |text: String| if id == "a" { "—".to_string() } else { text };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {target} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {target} | {} | {} | {} | {} | {} | {} | {} |",
             row_label(id, rate),
             fmt_spread(spread_at(r, id, rate, cpu_us), 2),
             dash(fmt_spread(
@@ -228,6 +254,13 @@ pub fn request_path_costs(r: &Results) -> String {
             dash(lease(r, id, |l| l.calls)),
             dash(lease(r, id, |l| l.refills)),
             dash(lease(r, id, |l| l.waits)),
+            dash(
+                if r.path_runs(id).any(|p| p.measured_lease.waits.is_some()) {
+                    fmt_spread(measured_waits(r, id), 1)
+                } else {
+                    "n/a".into()
+                }
+            ),
             failure_policy_share(r.path_runs(id).flat_map(|p| p.decisions.iter())),
         );
     }
@@ -251,6 +284,10 @@ mod tests {
             redis: meshlimit.then_some((20, 25)),
             agent_leases: meshlimit.then_some(30),
             lease,
+            measured_lease: LeaseCounts {
+                waits: lease.waits.map(|w| w / 5),
+                ..lease
+            },
             decisions: BTreeMap::from([
                 (format!("bench.{id}.allowed"), 99),
                 (format!("bench.{id}.failed_local"), 1),
@@ -317,10 +354,21 @@ mod tests {
         assert_eq!(h[6], "met", "{costs}");
         // Per 1,000 of the 10,000 requests: agent items, calls, refills, waits.
         assert_eq!(h[7..11], ["3.0", "5.0", "2.0", "0.5"], "{costs}");
-        assert_eq!(h[11], "1.00% of 200", "{costs}");
+        // The measured seconds' one wait of 9,000 requests.
+        assert_eq!(h[11], "0.1", "{costs}");
+        assert_eq!(h[12], "1.00% of 200", "{costs}");
         // A filter without the lease counters: n/a, not zero.
         let k = cells(&costs, "| (k)");
-        assert_eq!(k[8..11], ["n/a", "n/a", "n/a"], "{costs}");
+        assert_eq!(k[8..12], ["n/a", "n/a", "n/a", "n/a"], "{costs}");
+        // The hot key's headline: (h) waited after its first second, (h3) is
+        // not in this run.
+        let head = hot_key_waits_headline(&r);
+        assert_eq!(
+            cells(&head, "| (h)")[2..5],
+            ["0.1", "0", "**missed**"],
+            "{head}"
+        );
+        assert_eq!(cells(&head, "| (h3)")[2..5], ["n/a", "0", "n/a"], "{head}");
     }
 
     #[test]

@@ -231,6 +231,7 @@ pub fn headline(r: &Results) -> String {
          the target; missed: none of it does; inconclusive: the range straddles the target.\n",
     );
     out.push_str(&super::path::remote_check_headline(r));
+    out.push_str(&super::path::hot_key_waits_headline(r));
     out
 }
 

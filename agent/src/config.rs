@@ -83,16 +83,6 @@ pub struct RunArgs {
     #[arg(long, env = "MESHLIMIT_LEASE_TARGET_MS", default_value_t = defaults::LEASE_TARGET_MS,
           value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub(crate) lease_target_ms: u64,
-    /// A node far over its share of a key's limit takes its part of each
-    /// lease period from the store and gives its filters turns: each grant
-    /// says when the filter may ask again, and the filter rejects locally
-    /// until then once it has spent its tokens. It cuts the filters' agent
-    /// calls on keys over their limit, at the same store calls
-    /// (docs/performance/accuracy.md). `--pool-turns false`: off (every
-    /// filter asks again once it has spent its tokens).
-    #[arg(long, env = "MESHLIMIT_POOL_TURNS", default_value_t = defaults::POOL_TURNS,
-          action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    pub(crate) pool_turns: bool,
     /// Rules slower than this many requests per second get leases of one request.
     #[arg(long, env = "MESHLIMIT_EXACT_BELOW_RPS", default_value_t = defaults::EXACT_BELOW_RPS, value_parser = parse_rate)]
     pub(crate) exact_below_rps: f64,

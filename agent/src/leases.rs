@@ -89,7 +89,7 @@ impl LeaseService {
             // `Semaphore::new` panics above MAX_PERMITS; clamp rather than trust the caller.
             inflight: Semaphore::new(settings.max_inflight.clamp(1, Semaphore::MAX_PERMITS)),
             settings,
-            pools: Pools::new(settings.max_keys).with_turns(settings.policy.ask_period_ns()),
+            pools: Pools::new(settings.max_keys, settings.policy.ask_period_ns()),
             epoch: Instant::now(),
             shares: Shares::default(),
             fail_local: FailLocal::new(settings.max_keys),

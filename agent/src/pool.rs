@@ -34,6 +34,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
+use meshlimit_core::policy::LeasePolicy;
 use meshlimit_core::pool_entry::{Ask, PoolEntry};
 use meshlimit_core::DescriptorKey;
 use meshlimit_store::GiveBack;
@@ -42,7 +43,7 @@ use tokio::sync::broadcast;
 mod take;
 mod view;
 
-pub use meshlimit_core::pool_entry::{GrantTimes, StoreGrant, MAX_QUEUE_NS, MAX_TURNS};
+pub use meshlimit_core::pool_entry::{GrantTimes, StoreGrant, MAX_QUEUE_NS};
 pub use take::PoolTake;
 pub use view::PoolView;
 
@@ -52,10 +53,10 @@ const SHARDS: usize = 16;
 pub struct Pools {
     shards: Vec<Mutex<HashMap<DescriptorKey, Entry>>>,
     max_per_shard: usize,
-    /// With `--pool-turns` (see `meshlimit_core::pool_entry`): how often a served filter
-    /// asks (half a lease's life: it asks for that much of its demand).
-    /// `None`: no turns.
-    turns: Option<u64>,
+    /// How often a served filter asks (half a lease's life: it asks for that
+    /// much of its demand): what a turn counts the asks it skips by (see
+    /// `meshlimit_core::pool_entry`).
+    ask_period_ns: u64,
     /// Set once the pooled tokens are handed back: nothing is fetched ahead
     /// of an ask after.
     closed: AtomicBool,
@@ -77,28 +78,24 @@ struct Entry {
 
 impl Default for Pools {
     fn default() -> Self {
-        Self::new(crate::config::defaults::max_keys())
+        Self::new(
+            crate::config::defaults::max_keys(),
+            LeasePolicy::default().ask_period_ns(),
+        )
     }
 }
 
 impl Pools {
-    /// Pools for at most about `max_keys` keys; past that, asks go to the store
-    /// unpooled (correct, only costlier).
-    pub fn new(max_keys: usize) -> Self {
+    /// Pools for at most about `max_keys` keys (past that, asks go to the
+    /// store unpooled: correct, only costlier), whose filters ask every
+    /// `ask_period_ns` while they are served.
+    pub fn new(max_keys: usize, ask_period_ns: u64) -> Self {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             max_per_shard: max_keys.div_ceil(SHARDS).max(1),
-            turns: None,
+            ask_period_ns,
             closed: AtomicBool::new(false),
         }
-    }
-
-    /// These pools, giving turns to filters that ask every `ask_period_ns`
-    /// (half a lease's life) while they are served; `None`: no turns (see
-    /// `meshlimit_core::pool_entry`).
-    pub fn with_turns(mut self, ask_period_ns: Option<u64>) -> Self {
-        self.turns = ask_period_ns;
-        self
     }
 
     /// Serves an ask of `cost` tokens from the pool if it can. A store call it
@@ -144,7 +141,7 @@ impl Pools {
             asked: want.unwrap_or(cost).max(cost),
             call_timeout_ns,
             count,
-            turns: self.turns,
+            period_ns: self.ask_period_ns,
             refills: !self.closed.load(Ordering::Relaxed),
         };
         self.with(key, now_ns, |e| e.take(&ask))
@@ -186,12 +183,10 @@ impl Pools {
     /// each grant says when its filter may ask again, each ask turned away
     /// when to come back, behind the tokens booked before it, at the pace the
     /// store's tokens come. An ask wanting more than a period's tokens is
-    /// spaced by rounds instead: asks wanting as many tokens as the last
-    /// round served come back at its end, the next as many one spacing
-    /// later, and so on, up to [`MAX_TURNS`] spacings. Without either, every
-    /// turned-away filter asks again at the hold's end, and all but the few
-    /// the next round serves are turned away again: a call each per round
-    /// for nothing. Returns the filter's tokens and its turn.
+    /// not booked, and comes back at the hold's end. Without turns, every
+    /// turned-away filter would ask again at the hold's end, and all but the
+    /// few the next round serves would be turned away again: a call each per
+    /// round for nothing. Returns the filter's tokens and its turn.
     pub fn fill_then_hold(
         &self,
         key: &DescriptorKey,
@@ -201,10 +196,10 @@ impl Pools {
         times: GrantTimes,
     ) -> (u32, Option<u64>) {
         let filter = StoreGrant::filter_tokens(grant.tokens, (cost, want));
-        let turns = self.turns;
+        let period_ns = self.ask_period_ns;
         let next = self
             .with(key, now_ns, |e| {
-                let next = e.key.fill(now_ns, grant, (cost, want), times, turns);
+                let next = e.key.fill(now_ns, grant, (cost, want), times, period_ns);
                 e.end_call();
                 next
             })
@@ -213,12 +208,11 @@ impl Pools {
     }
 
     /// Records a store denial: asks for the key are denied at the node until
-    /// then, the turned-away ones spaced by `spacing_ns` (see
+    /// then, with turns at the starts of periods `spacing_ns` long (see
     /// [`Pools::fill_then_hold`]). Ends the call in flight.
     pub fn deny(&self, key: &DescriptorKey, now_ns: u64, retry_after_ns: u64, spacing_ns: u64) {
-        let turns = self.turns.is_some();
         self.with(key, now_ns, |e| {
-            e.key.deny(now_ns, retry_after_ns, spacing_ns, turns);
+            e.key.deny(now_ns, retry_after_ns, spacing_ns);
             e.end_call();
         });
     }
@@ -307,8 +301,7 @@ impl Pools {
     }
 
     /// The tokens the store gave this node for `key` over about the last
-    /// second (counted with turns only; 0 without, and for a key without an
-    /// entry).
+    /// second (0 for a key without an entry).
     pub fn intake(&self, key: &DescriptorKey, now_ns: u64) -> f64 {
         self.read(key, |e| e.key.intake(now_ns)).unwrap_or(0.0)
     }

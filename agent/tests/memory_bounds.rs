@@ -68,7 +68,10 @@ async fn each_table_holds_at_most_max_keys_of_about_1_2_kib() {
     per_key.push(("memory store", (rss() - before) / held as u64));
 
     let before = rss();
-    let pools = Pools::new(n);
+    let pools = Pools::new(
+        n,
+        meshlimit_core::policy::LeasePolicy::default().ask_period_ns(),
+    );
     let grant = StoreGrant::under(limit, 4, 0, NANOS_PER_SEC);
     for i in 0..arriving {
         pools.fill(&key(i), 0, grant, 1, 300_000_000);

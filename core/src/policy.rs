@@ -15,7 +15,7 @@
 //! `lease_target` (100 ms) of what the node spends, so a hot key costs the store
 //! about ten calls per second per node whatever its request rate; never more than
 //! a tenth of the burst per node, so what idle nodes hold stays a small part of
-//! the limit (with `--pool-turns`, a node twice over its share takes exactly its
+//! the limit (a node twice over its share takes exactly its
 //! part of a lease period, see [`LeasePolicy::paced`]); and a cold key starts
 //! at one token (every request checked) until its demand shows. A node at least twice over its share of the limit caches a
 //! store denial until a whole lease's worth of tokens is back, and for one
@@ -65,8 +65,6 @@ pub const DEFAULT_LEASE_TTL_MS: u64 = 300;
 pub const DEFAULT_LEASE_TARGET_MS: u64 = 100;
 /// `--exact-below-rps`'s default: no rule is made exact by its rate alone.
 pub const DEFAULT_EXACT_BELOW_RPS: f64 = 0.0;
-/// `--pool-turns`' default: on.
-pub const DEFAULT_TURNS: bool = true;
 
 /// The tunables of the lease policy.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -78,8 +76,6 @@ pub struct LeasePolicy {
     pub period_ns: u64,
     /// Rules slower than this (requests per second) get leases of one request.
     pub exact_below_rps: f64,
-    /// A node far over its share gives its filters turns (`--pool-turns`).
-    pub turns: bool,
 }
 
 impl Default for LeasePolicy {
@@ -88,7 +84,6 @@ impl Default for LeasePolicy {
             ttl_ns: ms_to_ns(DEFAULT_LEASE_TTL_MS),
             period_ns: ms_to_ns(DEFAULT_LEASE_TARGET_MS),
             exact_below_rps: DEFAULT_EXACT_BELOW_RPS,
-            turns: DEFAULT_TURNS,
         }
     }
 }
@@ -121,15 +116,16 @@ impl LeasePolicy {
         }
     }
 
-    /// The period a node giving turns expects each filter to ask in (half a
-    /// lease's life), or `None` without turns.
-    pub fn ask_period_ns(&self) -> Option<u64> {
-        self.turns.then_some(self.ttl_ns / 2)
+    /// The period a node giving turns expects each filter to ask in: half a
+    /// lease's life.
+    pub fn ask_period_ns(&self) -> u64 {
+        self.ttl_ns / 2
     }
 
     /// Whether a node far over its share of a key (`far_over_of`, see
-    /// [`far_over_of`]) is paced: with turns, it takes its part
-    /// of each lease period from the store, one call a period, and no more.
+    /// [`far_over_of`]) is paced: it gives its filters turns and takes its
+    /// part of each lease period from the store, one call a period, and no
+    /// more.
     ///
     /// Why its part: the nodes of a key call the store at phases of
     /// their own, and a call takes what the bucket gathered since the last
@@ -144,7 +140,7 @@ impl LeasePolicy {
     /// the key) would otherwise take its part a call, and call the store as
     /// often as its part goes into what it gets.
     pub fn paced(&self, far_over_of: Option<u32>) -> bool {
-        self.turns && far_over_of.is_some()
+        far_over_of.is_some()
     }
 
     /// True when every request of `rule` must be checked in the store.
@@ -156,10 +152,10 @@ impl LeasePolicy {
     /// for the key in tokens per second (see the module docs). At most a
     /// tenth of the burst; for a node far over its share (`far_over_of`: the
     /// live nodes), at most its part of one lease period of the limit's rate
-    /// (and of the burst), if that is more ([`BURST_PARTS`]); with turns
+    /// (and of the burst), if that is more ([`BURST_PARTS`]); paced
     /// ([`LeasePolicy::paced`]), that part, or a lease period of `intake`
     /// (the tokens a second the store gave this node for the key lately) if
-    /// more, up to what it would be without turns.
+    /// more, up to the larger of the part and a tenth of the burst.
     pub fn lease_size(
         &self,
         rule: &Rule,
@@ -192,9 +188,6 @@ impl LeasePolicy {
             .burst()
             .min((limit.rate_per_sec() * period).floor() as u32);
         let unpaced = tenth(limit).max(whole / nodes.max(1));
-        if !self.turns {
-            return unpaced;
-        }
         // Rounded up: the parts add up to the whole period at least.
         let part = whole.div_ceil(nodes.max(1));
         // Finite and non-negative; the cast saturates.
@@ -233,9 +226,10 @@ impl LeasePolicy {
             .max(lease)
     }
 
-    /// How far apart a node far over its share (`far_over`) spaces the asks
-    /// its hold turns away: a lease period; a fixed window's hold ends with
-    /// the whole limit back, for every ask at once (0: no spacing).
+    /// The period at whose starts a node far over its share (`far_over`)
+    /// gives its filters turns: a lease period. 0: no turns, for a node
+    /// nearer its share, and for a fixed window, whose hold ends with the
+    /// whole limit back, for every ask at once.
     pub fn spacing_ns(&self, algorithm: Algorithm, far_over: bool) -> u64 {
         if far_over && algorithm != Algorithm::FixedWindow {
             self.period_ns
@@ -256,7 +250,7 @@ impl LeasePolicy {
     /// [`full_ns`]). It is not held at all otherwise (the next ask goes to the
     /// store, whose denial says when a token is back).
     ///
-    /// With turns (`--pool-turns`), such a node calls again sooner by the
+    /// Such a node calls again sooner by the
     /// time the bucket took to gather what the grant left in it (`remaining`;
     /// at once when that is the whole hold): it was called after a long gap
     /// since the key's last call from any node, and the node after it gets a
@@ -278,11 +272,7 @@ impl LeasePolicy {
                 let hold = refill_ns(lease - remaining, enforced)
                     .max(self.period_ns)
                     .min(full_ns(enforced));
-                if self.turns {
-                    hold.saturating_sub(refill_ns(remaining, enforced))
-                } else {
-                    hold
-                }
+                hold.saturating_sub(refill_ns(remaining, enforced))
             }
             _ => 0,
         }

@@ -14,7 +14,7 @@ use crate::Limit;
 
 mod turns;
 
-pub use turns::{MAX_QUEUE_NS, MAX_TURNS};
+pub use turns::MAX_QUEUE_NS;
 
 /// What the store granted: tokens, what it kept, and when its bucket is full.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -53,8 +53,9 @@ impl StoreGrant {
 
 /// How long a store grant's tokens and the hold after them last: the pooled
 /// tokens expire `ttl_ns` from the grant; once they are spent, asks are denied
-/// at the node until `hold_ns` from the grant (0: no hold), the ones turned
-/// away sent back `spacing_ns` apart (0: all at the hold's end). See
+/// at the node until `hold_ns` from the grant (0: no hold), and a node far
+/// over its share gives turns at the starts of periods `spacing_ns` long (0:
+/// no turns; the asks turned away come back at the hold's end). See
 /// [`PoolEntry::fill`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GrantTimes {
@@ -76,9 +77,9 @@ pub struct Ask {
     /// Whether the ask's demand is counted: a retake after a wait was
     /// counted by its first take.
     pub count: bool,
-    /// The filters' ask period with turns (half a lease's life); `None`: no
-    /// turns.
-    pub turns: Option<u64>,
+    /// The filters' ask period (half a lease's life): what a turn counts
+    /// the asks it skips by.
+    pub period_ns: u64,
     /// Whether a take below the refill mark starts a refill (not once the
     /// pool is handed back).
     pub refills: bool,
@@ -192,8 +193,7 @@ impl<W> PartialEq for Take<W> {
 }
 
 /// One key at a node: its pooled lease, what the store's bucket held after
-/// its last answer, and the rounds and queue of turns of a node far over its
-/// share.
+/// its last answer, and the queue of turns of a node far over its share.
 #[derive(Debug, Default, Clone)]
 pub struct PoolEntry {
     lease: Lease,
@@ -201,15 +201,7 @@ pub struct PoolEntry {
     reset_at_ns: u64,
     /// Asks that waited on the call in flight: the next call's lease covers them.
     waited: u32,
-    /// Tokens served from the pool since the last store answer, and in the
-    /// round before it: how much one round serves.
-    served: u32,
-    last_served: u32,
-    /// Tokens the asks turned away by the hold since the last store answer
-    /// wanted.
-    turned: u32,
-    /// How far apart the turned-away asks are sent back (0: all at the
-    /// hold's end).
+    /// The period at whose starts turns come (0: no turns).
     spacing_ns: u64,
     /// The node's queue of turns while it is far over its share: the time by
     /// which the tokens of the turns booked will have come from the store,
@@ -259,14 +251,10 @@ impl PoolEntry {
     /// below its refill mark and a store call is marked in flight. With
     /// turns, the grant carries the filter's next turn.
     fn serve(&mut self, ask: &Ask, tokens: u32, left: u32, refill: bool) -> Take {
-        self.served = self.served.saturating_add(tokens);
-        let next_ask_ns = ask.turns.and_then(|period| {
-            let next = self.book(ask.now_ns, tokens)?;
-            if ask.count {
-                self.count_skipped(ask.now_ns, ask.asked, next, period);
-            }
-            Some(next)
-        });
+        let next_ask_ns = self.book(ask.now_ns, tokens);
+        if let Some(next) = next_ask_ns.filter(|_| ask.count) {
+            self.count_skipped(ask.now_ns, ask.asked, next, ask.period_ns);
+        }
         Take::Served {
             tokens,
             remaining: self.remaining.saturating_add(left),
@@ -277,31 +265,16 @@ impl PoolEntry {
     }
 
     /// The node holds the key for `retry_after_ns`: the ask is sent back at
-    /// its turn when one is booked, else after the hold, spaced by rounds.
+    /// its turn when one is booked, else at the hold's end.
     fn turn_away_ask(&mut self, ask: &Ask, retry_after_ns: u64) -> Take {
-        let (now_ns, asked) = (ask.now_ns, ask.asked);
-        if let Some((turn, period)) = ask
-            .turns
-            .and_then(|period| Some((self.book(now_ns, asked)?, period)))
-        {
-            if ask.count {
-                self.count_skipped(now_ns, asked, turn, period);
-            }
-            return Take::Denied {
-                retry_after_ns: turn,
-            };
-        }
-        let rounds = self.turn_away(asked);
-        // The asks this filter would have made meanwhile, one a round, count
-        // as they would have: the node's demand, which sizes its leases and
-        // tells whether it is far over its share, does not fall because fewer
-        // ask.
+        let Some(turn) = self.book(ask.now_ns, ask.asked) else {
+            return Take::Denied { retry_after_ns };
+        };
         if ask.count {
-            self.lease.add_demand(now_ns, asked.saturating_mul(rounds));
+            self.count_skipped(ask.now_ns, ask.asked, turn, ask.period_ns);
         }
         Take::Denied {
-            retry_after_ns: retry_after_ns
-                .saturating_add(self.spacing_ns.saturating_mul(u64::from(rounds))),
+            retry_after_ns: turn,
         }
     }
 
@@ -334,16 +307,16 @@ impl PoolEntry {
     /// Records a store grant for an ask of `cost` that says it will spend
     /// `want`: the filter gets [`StoreGrant::filter_tokens`], the pool keeps
     /// the rest until `times.ttl_ns`; once the pooled tokens are spent, asks
-    /// are denied at the node until `times.hold_ns` from now. `turns`: the
-    /// filters' ask period with turns. Returns the filter's next turn (with
-    /// turns only).
+    /// are denied at the node until `times.hold_ns` from now. `period_ns`:
+    /// the filters' ask period. Returns the filter's next turn, for a node
+    /// that gives turns.
     pub fn fill(
         &mut self,
         now_ns: u64,
         grant: StoreGrant,
         (cost, want): (u32, Option<u32>),
         times: GrantTimes,
-        turns: Option<u64>,
+        period_ns: u64,
     ) -> Option<u64> {
         let filter = StoreGrant::filter_tokens(grant.tokens, (cost, want));
         let unclaimed = self.lease.usable(now_ns);
@@ -354,28 +327,25 @@ impl PoolEntry {
         self.reset_at_ns = now_ns.saturating_add(grant.reset_ns);
         self.bucket = grant.bucket;
         self.lease.deny_after_tokens(now_ns, times.hold_ns);
-        self.new_round(times.spacing_ns, filter);
-        let period = turns?;
+        self.spacing_ns = times.spacing_ns;
         self.pace(now_ns, times.hold_ns, grant.tokens, unclaimed);
         if filter == 0 {
             return None;
         }
         let next = self.book(now_ns, filter)?;
-        self.count_skipped(now_ns, want.unwrap_or(cost).max(cost), next, period);
+        self.count_skipped(now_ns, want.unwrap_or(cost).max(cost), next, period_ns);
         Some(next)
     }
 
     /// Records a store denial: asks are denied at the node until
-    /// `retry_after_ns` from now, the turned-away ones spaced by
-    /// `spacing_ns`; `turns`: whether the node gives turns.
-    pub fn deny(&mut self, now_ns: u64, retry_after_ns: u64, spacing_ns: u64, turns: bool) {
-        self.new_round(spacing_ns, 0);
+    /// `retry_after_ns` from now; a node far over its share gives turns at
+    /// the starts of periods `spacing_ns` long (0: none).
+    pub fn deny(&mut self, now_ns: u64, retry_after_ns: u64, spacing_ns: u64) {
+        self.spacing_ns = spacing_ns;
         // A denial answering a concurrent ask must not strand tokens that
         // another ask's grant just pooled: they are served first.
         self.lease.deny(now_ns, retry_after_ns);
-        if turns {
-            self.pace(now_ns, retry_after_ns, 0, 0);
-        }
+        self.pace(now_ns, retry_after_ns, 0, 0);
         // The store held less than an ask.
         self.remaining = 0;
     }

@@ -3,6 +3,8 @@ use meshlimit_core::Limit;
 use tokio::sync::broadcast::error::TryRecvError;
 
 const MS: u64 = 1_000_000;
+/// Filters ask every 150 ms while served (half the default lease's life).
+const ASK_PERIOD_NS: u64 = 150 * MS;
 
 fn grant(tokens: u32, remaining: u32, reset_ns: u64) -> StoreGrant {
     StoreGrant {
@@ -131,7 +133,7 @@ fn demand_settles_at_the_offered_rate() {
 
 #[test]
 fn memory_is_bounded() {
-    let p = Pools::new(64);
+    let p = Pools::new(64, ASK_PERIOD_NS);
     for i in 0..10_000 {
         let k = DescriptorKey::new("r", [i.to_string().as_str()]);
         p.fill(&k, 0, grant(2, 0, 0), 1, 100 * MS);
@@ -143,7 +145,7 @@ fn memory_is_bounded() {
 
 #[test]
 fn a_sweep_drops_only_idle_entries_and_a_swept_key_asks_the_store() {
-    let p = Pools::new(1_000);
+    let p = Pools::new(1_000, ASK_PERIOD_NS);
     let (pooled, denied) = (
         DescriptorKey::new("r", ["a"]),
         DescriptorKey::new("r", ["b"]),
@@ -175,7 +177,7 @@ fn a_sweep_drops_only_idle_entries_and_a_swept_key_asks_the_store() {
 #[test]
 fn at_the_cap_a_new_key_is_served_unpooled_and_nothing_is_handed_out() {
     // One key per shard at most.
-    let p = Pools::new(1);
+    let p = Pools::new(1, ASK_PERIOD_NS);
     let shard = |k: &DescriptorKey| k.fingerprint() % SHARDS as u64;
     let first = DescriptorKey::new("r", ["0"]);
     let second = (1..)
@@ -196,7 +198,7 @@ fn at_the_cap_a_new_key_is_served_unpooled_and_nothing_is_handed_out() {
     ));
     assert_eq!(p.len(), 1);
     // A key held by a denial, with nothing pooled, keeps its place too.
-    let p = Pools::new(1);
+    let p = Pools::new(1, ASK_PERIOD_NS);
     p.deny(&first, 0, 5_000 * MS, 0);
     assert_eq!(p.fill(&second, 0, grant(10, 0, 0), 1, 300 * MS), 1);
     assert!(matches!(
@@ -347,7 +349,7 @@ fn one_background_refill_at_a_time_and_none_while_a_denial_holds() {
 
 #[test]
 fn a_sweep_keeps_a_key_whose_call_is_in_flight() {
-    let p = Pools::new(1_000);
+    let p = Pools::new(1_000, ASK_PERIOD_NS);
     let k = key();
     // A refill in flight, long after the key's tokens and demand are gone.
     p.fill(&k, 0, grant(2, 0, 0), 1, 300 * MS);

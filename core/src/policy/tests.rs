@@ -44,29 +44,24 @@ fn the_defaults_are_the_flags_defaults() {
     assert_eq!(p.ttl_ns, 300 * MS);
     assert_eq!(p.period_ns, 100 * MS);
     assert_eq!(p.exact_below_rps, 0.0);
-    assert!(p.turns);
-    assert_eq!(p.ask_period_ns(), Some(150 * MS), "half a lease's life");
-    let off = LeasePolicy { turns: false, ..p };
-    assert_eq!(off.ask_period_ns(), None);
+    assert_eq!(p.ask_period_ns(), 150 * MS, "half a lease's life");
 }
 
 #[test]
 fn a_node_far_over_its_share_leases_its_part_of_a_lease_period_of_the_rate() {
-    let p = LeasePolicy {
-        turns: false,
-        ..LeasePolicy::default()
-    };
+    let p = LeasePolicy::default();
     let set = rule_set();
     let rule = set.rule("tiny-burst").unwrap();
     let limit = rule.limit_in_force(None, 0).limit;
     // 1,000 a second, burst 50: a tenth of the burst is 5; far over its share,
     // the only node may take 100 ms of the rate, held to the burst (50); one
-    // of four nodes its part, 12; one of twenty never below the tenth.
+    // of four nodes its part, 13 (rounded up, so the parts cover the
+    // period); one of twenty its part, 3, below the tenth.
     let lease = |of| p.lease_size(rule, &limit, 1, 10_000.0, of, 0.0);
     assert_eq!(lease(None), 5);
     assert_eq!(lease(Some(1)), 50);
-    assert_eq!(lease(Some(4)), 12);
-    assert_eq!(lease(Some(20)), 5);
+    assert_eq!(lease(Some(4)), 13);
+    assert_eq!(lease(Some(20)), 3);
     // A region's third of the limit (333 a second, burst 333): a lease
     // period of its rate (33), not its whole burst, which would hold the
     // node for a second at a time.
@@ -80,10 +75,7 @@ fn limit_333() -> Limit {
 
 #[test]
 fn a_paced_node_leases_its_part_of_a_lease_period_or_what_it_got_if_more() {
-    let p = LeasePolicy {
-        turns: true,
-        ..LeasePolicy::default()
-    };
+    let p = LeasePolicy::default();
     let set = rule_set();
     let fast = set.rule("fast").unwrap();
     let limit = fast.limit_in_force(None, 0).limit;
@@ -94,18 +86,17 @@ fn a_paced_node_leases_its_part_of_a_lease_period_or_what_it_got_if_more() {
     assert_eq!(lease(Some(4)), 25);
     assert_eq!(lease(Some(8)), 13);
     assert_eq!(lease(Some(20)), 5);
-    // Not far over its share: sized as without turns.
+    // Not far over its share: sized by its demand, at most a tenth of the
+    // burst.
     assert_eq!(lease(None), 100);
     // A lease period of what the store gave it lately, if more than its
-    // part, up to the lease without turns (a tenth of the burst, 100).
+    // part, up to a tenth of the burst (100) or its part if more.
     let got = |intake| p.lease_size(fast, &limit, 1, 10_000.0, Some(4), intake);
     assert_eq!(got(200.0), 25);
     assert_eq!(got(333.0), 34);
     assert_eq!(got(5_000.0), 100);
     assert!(p.paced(Some(4)));
     assert!(!p.paced(None));
-    let off = LeasePolicy { turns: false, ..p };
-    assert!(!off.paced(Some(4)), "no turns, no pacing");
     // A paced store call takes one lease (the filter's ask, if more).
     assert_eq!(p.store_max(25, 10, 1_000.0, true), 25);
     assert_eq!(p.store_max(25, 30, 1_000.0, true), 30);
@@ -227,7 +218,7 @@ fn a_refill_takes_its_tokens_at_the_rate_and_a_full_bucket_its_burst() {
 }
 
 #[test]
-fn only_a_far_over_bucket_spaces_its_turned_away_asks() {
+fn only_a_far_over_bucket_gives_turns_a_lease_period_apart() {
     let p = LeasePolicy::default();
     assert_eq!(p.spacing_ns(Algorithm::TokenBucket, true), 100 * MS);
     assert_eq!(p.spacing_ns(Algorithm::SlidingWindow, true), 100 * MS);
@@ -237,11 +228,7 @@ fn only_a_far_over_bucket_spaces_its_turned_away_asks() {
 
 #[test]
 fn a_fixed_window_holds_a_drained_key_until_the_window_ends_and_no_longer() {
-    // Without turns (with them, see the next test).
-    let p = LeasePolicy {
-        turns: false,
-        ..LeasePolicy::default()
-    };
+    let p = LeasePolicy::default();
     // 10 a second, burst 100.
     let l = |algorithm| limit(100, 10_000_000_000, 100).with_algorithm(algorithm);
     let (fixed, bucket) = (l(Algorithm::FixedWindow), l(Algorithm::TokenBucket));
@@ -257,9 +244,10 @@ fn a_fixed_window_holds_a_drained_key_until_the_window_ends_and_no_longer() {
         );
     }
     // A bucket (and a sliding window) of a node far over its share holds
-    // until 8 have refilled at 10/s; a denial of an ask of one adds a lease's
-    // refill (9 tokens).
-    assert_eq!(p.hold_ns(10, 2, 4_000 * MS, &bucket, true), 800 * MS);
+    // until 8 have refilled at 10/s (800 ms), less the 200 ms the bucket
+    // took to gather the 2 left (see below); a denial of an ask of one adds
+    // a lease's refill (9 tokens).
+    assert_eq!(p.hold_ns(10, 2, 4_000 * MS, &bucket, true), 600 * MS);
     assert_eq!(
         p.denial_hold_ns(10, 1, 4_000 * MS, &bucket, true),
         4_900 * MS
@@ -275,10 +263,7 @@ fn a_fixed_window_holds_a_drained_key_until_the_window_ends_and_no_longer() {
 
 #[test]
 fn a_far_over_hold_lasts_a_lease_period_at_least_and_the_burst_s_refill_at_most() {
-    let p = LeasePolicy {
-        turns: false,
-        ..LeasePolicy::default()
-    };
+    let p = LeasePolicy::default();
     // 1,000 a second, burst 50: full again in 50 ms.
     let short = limit(1_000, 1_000_000_000, 50);
     assert_eq!(
@@ -294,22 +279,19 @@ fn a_far_over_hold_lasts_a_lease_period_at_least_and_the_burst_s_refill_at_most(
 }
 
 #[test]
-fn with_turns_a_node_that_found_the_bucket_fuller_than_its_lease_calls_sooner() {
-    let p = LeasePolicy {
-        turns: true,
-        ..LeasePolicy::default()
-    };
+fn a_node_that_found_the_bucket_fuller_than_its_lease_calls_sooner() {
+    let p = LeasePolicy::default();
     // 10 a second, burst 100; a lease period is 100 ms.
     let bucket = limit(100, 10_000_000_000, 100);
     // A grant that drained the bucket: held until a lease (10) has
-    // refilled, as without turns.
+    // refilled.
     assert_eq!(p.hold_ns(10, 0, 0, &bucket, true), 1_000 * MS);
     // One that left 2: held until the 8 missing refill (800 ms), less the
     // 200 ms the bucket took to gather the 2 it left.
     assert_eq!(p.hold_ns(10, 2, 0, &bucket, true), 600 * MS);
     // One that left 9: the period (100 ms), less 900 ms: no hold.
     assert_eq!(p.hold_ns(10, 9, 0, &bucket, true), 0);
-    // Nearer its share: no hold, turns or not.
+    // Nearer its share: no hold.
     assert_eq!(p.hold_ns(10, 2, 0, &bucket, false), 0);
 }
 

@@ -1,24 +1,25 @@
-//! A far-over node's turns: the queue its grants and denials book, the rounds
-//! that space asks too large for it, and the demand the skipped asks still
-//! count. One key's entry, driven as the agent's pool drives it.
+//! A far-over node's turns: the queue its grants and denials book, the asks
+//! too large for it, and the demand the skipped asks still count. One key's
+//! entry, driven as the agent's pool drives it.
 
 use super::*;
 
 const MS: u64 = 1_000_000;
 
-/// One key at a node: its entry, the filters' ask period with turns, and
-/// whether a store call is out (the agent's pool keeps a channel for it).
+/// Filters ask every 500 ms while served (half the 1 s lease below).
+const PERIOD: u64 = 500 * MS;
+
+/// One key at a node: its entry, and whether a store call is out (the
+/// agent's pool keeps a channel for it).
 struct Node {
     e: PoolEntry,
-    turns: Option<u64>,
     call: bool,
 }
 
 impl Node {
-    fn new(turns: Option<u64>) -> Node {
+    fn new() -> Node {
         Node {
             e: PoolEntry::default(),
-            turns,
             call: false,
         }
     }
@@ -32,7 +33,7 @@ impl Node {
             asked: want.unwrap_or(cost).max(cost),
             call_timeout_ns: MS,
             count: true,
-            turns: self.turns,
+            period_ns: PERIOD,
             refills: true,
         };
         let take = self.e.take(&ask, self.call);
@@ -56,7 +57,7 @@ impl Node {
             bucket: None,
         };
         self.call = false;
-        let turn = self.e.fill(now_ns, grant, ask, times, self.turns);
+        let turn = self.e.fill(now_ns, grant, ask, times, PERIOD);
         (StoreGrant::filter_tokens(granted, ask), turn)
     }
 
@@ -81,11 +82,7 @@ fn times(ttl_ns: u64, hold_ns: u64, spacing_ns: u64) -> GrantTimes {
 /// is held until 100 ms, spacing its asks by `spacing_ns` (0: a node near
 /// its share, which keeps no queue). Returns the node and the two asks' turns.
 fn held(spacing_ns: u64) -> (Node, [Option<u64>; 2]) {
-    // Filters ask every 500 ms while served (half the 1 s lease below).
-    held_by(Node::new(Some(500 * MS)), spacing_ns)
-}
-
-fn held_by(mut p: Node, spacing_ns: u64) -> (Node, [Option<u64>; 2]) {
+    let mut p = Node::new();
     let first = filled(&mut p, 10, spacing_ns);
     let Take::Served {
         tokens: 5,
@@ -150,7 +147,7 @@ fn tokens_still_pooled_after_the_hold_carry_turns() {
     // 150 ms (the hold over, 15 tokens pooled) are still booked: the first
     // is the queue's next (now), the second one 5 tokens' time (48 ms)
     // behind it, at its round's start, 100 ms on.
-    let mut p = Node::new(Some(500 * MS));
+    let mut p = Node::new();
     assert_eq!(filled(&mut p, 20, 100 * MS), Some(100 * MS));
     let turns: Vec<Option<u64>> = (0..2)
         .map(|_| match p.take(150 * MS, 1, Some(5)) {
@@ -159,16 +156,6 @@ fn tokens_still_pooled_after_the_hold_carry_turns() {
         })
         .collect();
     assert_eq!(turns, [Some(0), Some(100 * MS)]);
-}
-
-#[test]
-fn turns_are_off_unless_asked_for() {
-    // Without turns (`--pool-turns false`): no turn in a grant, and asks
-    // turned away are spaced by rounds.
-    let (mut p, turns) = held_by(Node::new(None), 100 * MS);
-    assert_eq!(turns, [None, None]);
-    let ms: Vec<u64> = retries(&mut p, 4, 5).iter().map(|r| r / MS).collect();
-    assert_eq!(ms, [90, 90, 190, 190]);
 }
 
 #[test]
@@ -191,14 +178,13 @@ fn turns_are_booked_a_little_faster_than_the_store_s_tokens_come() {
 }
 
 #[test]
-fn an_ask_wanting_more_than_a_period_s_tokens_is_spaced_by_rounds() {
+fn an_ask_wanting_more_than_a_period_s_tokens_comes_back_at_the_hold_s_end() {
     // 20 tokens take 174 ms at the queue's pace, more than the 100 ms
-    // period: the round (10 tokens served) spaces such asks, the first at
-    // the hold's end, the rest two spacings later (the most, `MAX_TURNS`).
-    assert_eq!(MAX_TURNS, 2);
+    // period: such asks are not booked (each would push every turn behind
+    // it back by more than a period) and come back when the hold ends.
     let (mut p, _) = held(100 * MS);
     let ms: Vec<u64> = retries(&mut p, 3, 20).iter().map(|r| r / MS).collect();
-    assert_eq!(ms, [90, 290, 290]);
+    assert_eq!(ms, [90, 90, 90]);
 }
 
 #[test]
@@ -248,7 +234,7 @@ fn a_booked_ask_counts_the_asks_it_will_not_make() {
 
 /// What one token asked adds to the demand (tokens a second) read at once.
 fn per_token() -> f64 {
-    let mut one = Node::new(None);
+    let mut one = Node::new();
     let _ = one.take(10 * MS, 1, None);
     one.demand(10 * MS)
 }

@@ -1,5 +1,4 @@
-//! The turns of a key's entry at a node far over its share, and the rounds
-//! that space the asks its hold turns away.
+//! The turns of a key's entry at a node far over its share.
 //!
 //! A node far over its share calls the store once a lease period,
 //! and each call brings about the node's share of a period's tokens, fewer
@@ -12,21 +11,14 @@
 //! denial waits until it. Without turns a filter asks as soon as it has spent
 //! its grant, is turned away by the node's hold, and asks again at the hold's
 //! end with every other: a key far over its limit costs more denied asks than
-//! grants. The queue is used with `--pool-turns` (on by default); the rounds
-//! of [`PoolEntry::turn_away`] always.
+//! grants.
 //!
 //! An ask wanting more than a period's tokens (one gateway taking most of a
 //! node's traffic) is not booked: its turn would push every other back by
-//! more than a period. The node's hold spaces it instead, by rounds.
+//! more than a period. It comes back at the hold's end.
 
 use super::PoolEntry;
 use crate::lease::RATE_TAU_NS;
-
-/// The most lease periods an ask turned away by a hold is sent back after the
-/// hold's end (the spacing of [`PoolEntry::fill`]): it bounds how long a
-/// filter keeps a denial once its key's demand has fallen (two periods,
-/// 200 ms at the default `--lease-target-ms`).
-pub const MAX_TURNS: u32 = 2;
 
 /// The furthest ahead a node books a filter's turn: it bounds how long a
 /// filter keeps rejecting once its key's demand has fallen.
@@ -42,34 +34,6 @@ pub const MAX_QUEUE_NS: u64 = 1_000_000_000;
 const PACE_AHEAD: f64 = 1.05;
 
 impl PoolEntry {
-    /// A store answer starts a round: the tokens the last one served are how
-    /// many the asks sent back at its end may want (a round that served none
-    /// keeps the figure of the one before); `first`: the tokens the answer
-    /// itself served.
-    pub(super) fn new_round(&mut self, spacing_ns: u64, first: u32) {
-        if self.served > 0 {
-            self.last_served = self.served;
-        }
-        self.served = first;
-        self.turned = 0;
-        self.spacing_ns = spacing_ns;
-    }
-
-    /// How many spacings after the hold's end an ask wanting `want` tokens,
-    /// turned away now, should come back: behind the tokens the asks turned
-    /// away before it this round want, one spacing per round's worth (what
-    /// the last round served, or this one if it served more: the first round
-    /// has no last), at most [`MAX_TURNS`]; 0 without spacing.
-    pub(super) fn turn_away(&mut self, want: u32) -> u32 {
-        if self.spacing_ns == 0 {
-            return 0;
-        }
-        let ahead = self.turned;
-        self.turned = self.turned.saturating_add(want);
-        let round = self.last_served.max(self.served).max(1);
-        (ahead / round).min(MAX_TURNS)
-    }
-
     /// Counts a store answer's `granted` tokens (0 for a denial) in the
     /// node's intake and sets the pace of its queue of turns: none unless
     /// the answer set a hold (`hold_ns`) and the node spaces its asks (it is
@@ -106,8 +70,7 @@ impl PoolEntry {
         }
     }
 
-    /// The tokens the store gave this node over about the last second
-    /// (counted with turns only; 0 without).
+    /// The tokens the store gave this node over about the last second.
     pub fn intake(&self, now_ns: u64) -> f64 {
         self.decayed_intake(now_ns) * (1e9 / RATE_TAU_NS)
     }

@@ -118,11 +118,6 @@ pub fn lease_settings(args: &[String]) -> Result<LeaseSettings, SimError> {
             "--max-inflight" => {
                 s.max_inflight = value()?.parse().map_err(|_| bad(flag, "is a count"))?
             }
-            "--pool-turns" => {
-                s.policy.turns = value()?
-                    .parse()
-                    .map_err(|_| bad(flag, "is true or false"))?
-            }
             // Logs go nowhere in the virtual fleet.
             "--log" => {
                 value()?;

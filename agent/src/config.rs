@@ -83,9 +83,6 @@ pub struct RunArgs {
     #[arg(long, env = "MESHLIMIT_LEASE_TARGET_MS", default_value_t = defaults::LEASE_TARGET_MS,
           value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub(crate) lease_target_ms: u64,
-    /// Rules slower than this many requests per second get leases of one request.
-    #[arg(long, env = "MESHLIMIT_EXACT_BELOW_RPS", default_value_t = defaults::EXACT_BELOW_RPS, value_parser = parse_rate)]
-    pub(crate) exact_below_rps: f64,
     /// How often the rules file is read for changes, in milliseconds.
     #[arg(long, env = "MESHLIMIT_RULES_POLL_MS", default_value_t = defaults::RULES_POLL_MS,
           value_parser = clap::value_parser!(u64).range(10..=600_000))]
@@ -346,15 +343,13 @@ fn one_line(rendered: &str) -> String {
     line.strip_prefix("error: ").unwrap_or(&line).to_string()
 }
 
-/// Why a value of `--region`, `--region-floor` or `--exact-below-rps` was refused.
+/// Why a value of `--region` or `--region-floor` was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 enum FlagValueError {
     #[error("a region is 1 to 63 characters of [A-Za-z0-9._-]")]
     Region,
     #[error("expected a share above 0 and at most 0.5 (e.g. 0.1)")]
     Floor,
-    #[error("expected a number of requests per second, 0 or more")]
-    Rate,
 }
 
 fn parse_region(text: &str) -> Result<String, FlagValueError> {
@@ -373,13 +368,6 @@ fn parse_floor(text: &str) -> Result<f64, FlagValueError> {
     match text.trim().parse::<f64>() {
         Ok(v) if v > 0.0 && v <= 0.5 => Ok(v),
         _ => Err(FlagValueError::Floor),
-    }
-}
-
-fn parse_rate(text: &str) -> Result<f64, FlagValueError> {
-    match text.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
-        _ => Err(FlagValueError::Rate),
     }
 }
 

@@ -4,9 +4,8 @@
 //! limit, the node's demand, the live nodes and what the store left, so the
 //! agent's pool, the filter and the simulator share one definition.
 //!
-//! Lease sizing: a rule marked `accuracy: exact`, or slower than
-//! `--exact-below-rps`, gets leases of exactly the request's cost, so every request
-//! is checked in the store. Any other rule goes through the node pool
+//! Lease sizing: a rule marked `accuracy: exact` gets leases of exactly the
+//! request's cost, so every request is checked in the store. Any other rule goes through the node pool
 //! and, on a pool miss, takes from the store
 //! `max(cost, min(ceil(demand × lease_target), max(1, burst / 10)))` tokens (for
 //! a node twice over its share, its part of a lease period of the rate and of
@@ -63,8 +62,6 @@ pub const DEFAULT_REGION_FLOOR: f64 = 0.1;
 pub const DEFAULT_LEASE_TTL_MS: u64 = 300;
 /// `--lease-target-ms`'s default: the lease period.
 pub const DEFAULT_LEASE_TARGET_MS: u64 = 100;
-/// `--exact-below-rps`'s default: no rule is made exact by its rate alone.
-pub const DEFAULT_EXACT_BELOW_RPS: f64 = 0.0;
 
 /// The tunables of the lease policy.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -74,8 +71,6 @@ pub struct LeasePolicy {
     /// The lease period: a lease holds about this much of the rule's rate
     /// (`--lease-target-ms`).
     pub period_ns: u64,
-    /// Rules slower than this (requests per second) get leases of one request.
-    pub exact_below_rps: f64,
 }
 
 impl Default for LeasePolicy {
@@ -83,7 +78,6 @@ impl Default for LeasePolicy {
         Self {
             ttl_ns: ms_to_ns(DEFAULT_LEASE_TTL_MS),
             period_ns: ms_to_ns(DEFAULT_LEASE_TARGET_MS),
-            exact_below_rps: DEFAULT_EXACT_BELOW_RPS,
         }
     }
 }
@@ -143,11 +137,6 @@ impl LeasePolicy {
         far_over_of.is_some()
     }
 
-    /// True when every request of `rule` must be checked in the store.
-    pub fn is_exact(&self, rule: &Rule, limit: &Limit) -> bool {
-        rule.accuracy == Accuracy::Exact || limit.rate_per_sec() < self.exact_below_rps
-    }
-
     /// The store lease for `cost` under `rule`'s `limit`, given this node's demand
     /// for the key in tokens per second (see the module docs). At most a
     /// tenth of the burst; for a node far over its share (`far_over_of`: the
@@ -165,7 +154,7 @@ impl LeasePolicy {
         far_over_of: Option<u32>,
         intake: f64,
     ) -> u32 {
-        if self.is_exact(rule, limit) {
+        if rule.accuracy == Accuracy::Exact {
             return cost;
         }
         let period = secs(self.period_ns);

@@ -19,8 +19,6 @@ pub(crate) const REGION: &str = "local";
 pub(crate) const LEASE_TTL_MS: u64 = policy::DEFAULT_LEASE_TTL_MS;
 /// `--lease-target-ms`.
 pub(crate) const LEASE_TARGET_MS: u64 = policy::DEFAULT_LEASE_TARGET_MS;
-/// `--exact-below-rps`: no rule is made exact by its rate alone.
-pub(crate) const EXACT_BELOW_RPS: f64 = policy::DEFAULT_EXACT_BELOW_RPS;
 /// `--rules-poll-ms`.
 pub(crate) const RULES_POLL_MS: u64 = 500;
 /// `--override-poll-ms`: every agent applies a fleet override within about a second.

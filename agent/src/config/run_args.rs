@@ -45,13 +45,12 @@ impl RunArgs {
     }
 
     /// Lease sizing and handling, from `--lease-ttl-ms`, `--lease-target-ms`,
-    /// `--exact-below-rps`, `--max-inflight` and `--max-keys`.
+    /// `--max-inflight` and `--max-keys`.
     pub(crate) fn lease_settings(&self) -> LeaseSettings {
         LeaseSettings {
             policy: LeasePolicy {
                 ttl_ns: policy::ms_to_ns(self.lease_ttl_ms),
                 period_ns: policy::ms_to_ns(self.lease_target_ms),
-                exact_below_rps: self.exact_below_rps,
             },
             max_inflight: usize::try_from(self.max_inflight).unwrap_or(usize::MAX),
             max_keys: self.max_keys(),

@@ -7,7 +7,7 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use meshlimit_core::policy;
-use meshlimit_core::rules::{FailurePolicy, Rule};
+use meshlimit_core::rules::{Accuracy, FailurePolicy, Rule};
 use meshlimit_core::wire::{LeaseAnswer, LeaseItem, LeaseRequest};
 use meshlimit_core::Limit;
 
@@ -146,7 +146,7 @@ impl LeaseService {
                 rule,
                 limit,
                 share,
-                pooled: !self.settings.policy.is_exact(rule, &limit),
+                pooled: rule.accuracy != Accuracy::Exact,
             };
             let (demand, waited) = if ask.pooled {
                 match self.pool_step(&ask, &turn) {

@@ -15,8 +15,7 @@ pub const DEFAULT_MAX_KEYS: usize = defaults::MAX_KEYS as usize;
 /// The tunables of lease sizing and handling.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LeaseSettings {
-    /// Lease sizing and holds: `--lease-ttl-ms`, `--lease-target-ms`,
-    /// `--exact-below-rps`, `--pool-turns`.
+    /// Lease sizing and holds: `--lease-ttl-ms`, `--lease-target-ms`.
     pub policy: LeasePolicy,
     /// Lease requests served at once; more are shed.
     pub max_inflight: usize,

@@ -43,7 +43,6 @@ fn the_defaults_are_the_flags_defaults() {
     let p = LeasePolicy::default();
     assert_eq!(p.ttl_ns, 300 * MS);
     assert_eq!(p.period_ns, 100 * MS);
-    assert_eq!(p.exact_below_rps, 0.0);
     assert_eq!(p.ask_period_ns(), 150 * MS, "half a lease's life");
 }
 
@@ -120,17 +119,6 @@ fn sizing() {
         "a tenth of a burst of 5 rounds to one"
     );
     assert_eq!(size(&p, "heavy", 200), 200, "never below the cost");
-    let exact_below = LeasePolicy {
-        exact_below_rps: 1001.0,
-        ..p
-    };
-    assert_eq!(size(&exact_below, "fast", 2), 2);
-    // A rule at exactly the rate is not slower than it: pooled.
-    let at_the_rate = LeasePolicy {
-        exact_below_rps: 1000.0,
-        ..p
-    };
-    assert_eq!(size(&at_the_rate, "fast", 2), 100);
 }
 
 #[test]

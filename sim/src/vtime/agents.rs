@@ -110,11 +110,6 @@ pub fn lease_settings(args: &[String]) -> Result<LeaseSettings, SimError> {
             "--lease-ttl-ms" => s.policy.ttl_ns = ms_to_ns(ms(value()?)?),
             "--lease-target-ms" => s.policy.period_ns = ms_to_ns(ms(value()?)?),
             "--store-deadline-ms" => s.store_deadline = Duration::from_millis(ms(value()?)?),
-            "--exact-below-rps" => {
-                s.policy.exact_below_rps = value()?
-                    .parse()
-                    .map_err(|_| bad(flag, "is a rate per second"))?
-            }
             "--max-inflight" => {
                 s.max_inflight = value()?.parse().map_err(|_| bad(flag, "is a count"))?
             }

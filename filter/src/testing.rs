@@ -8,7 +8,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use meshlimit_core::header_list::{HeaderList, MalformedHeaders};
 use meshlimit_core::headers::Answer;
@@ -22,8 +22,8 @@ type Interference = (String, Box<dyn Fn(&[u8]) -> Vec<u8>>);
 enum Clock {
     /// Set by hand (`set_now`).
     At(u64),
-    /// Nanoseconds since this instant.
-    Since(Instant),
+    /// The wall clock's nanoseconds since this Unix time, in nanoseconds.
+    Wall { zero_unix_ns: u64 },
     /// Moves `step` nanoseconds at every look.
     Ticking { now: u64, step: u64 },
 }
@@ -114,10 +114,13 @@ impl Default for MemoryHost {
 }
 
 impl MemoryHost {
-    /// A host whose clock reads nanoseconds since `epoch` (real time).
-    pub fn since(epoch: Instant) -> Self {
+    /// A host whose clock reads the wall clock's nanoseconds since the Unix
+    /// time `zero_unix_ns`, as Envoy's clock reads the wall clock (and a
+    /// store's `TIME` does): a wall clock slewed or stepped against the
+    /// monotonic one moves the filter's clock with the store's.
+    pub fn wall_since(zero_unix_ns: u64) -> Self {
         let host = Self::default();
-        host.clock.set(Clock::Since(epoch));
+        host.clock.set(Clock::Wall { zero_unix_ns });
         host
     }
 
@@ -270,11 +273,18 @@ impl MemoryHost {
     }
 }
 
+/// The wall clock, in nanoseconds since the Unix epoch (0 before it).
+pub fn unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
 impl Host for MemoryHost {
     fn now_ns(&self) -> u64 {
         match self.clock.get() {
             Clock::At(ns) => ns,
-            Clock::Since(epoch) => u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX),
+            Clock::Wall { zero_unix_ns } => unix_ns().saturating_sub(zero_unix_ns),
             Clock::Ticking { now, step } => {
                 let now = now.saturating_add(step);
                 self.clock.set(Clock::Ticking { now, step });

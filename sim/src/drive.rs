@@ -5,7 +5,7 @@
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use meshlimit_filter::testing::MemoryHost;
+use meshlimit_filter::testing::{unix_ns, MemoryHost};
 use tokio::task::LocalSet;
 
 use crate::arrivals::{key_cdf, ArrivalGen};
@@ -51,12 +51,13 @@ const DECISIONS_EVERY: Duration = Duration::from_secs(1);
 async fn drive(plan: &Plan, stack: &Stack, show_progress: bool) -> Result<Recorded, SimError> {
     let s = &plan.scenario;
     let keys = Rc::new(Keys::new(&s.traffic.key_header, s.traffic.keys));
+    // The gateways' clocks, and so the judge's, read the wall clock from
+    // `unix_at_epoch`, as the store's `TIME` does; the arrivals are scheduled
+    // on the monotonic clock from `epoch`.
     let epoch = Instant::now();
-    let unix_at_epoch = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(0));
+    let unix_at_epoch = unix_ns();
     let rec = Rc::new(Recorder::new(judges(plan, &keys, unix_at_epoch)));
-    let gateways = gateways(plan, stack, &keys, &rec, epoch)?;
+    let gateways = gateways(plan, stack, &keys, &rec, unix_at_epoch)?;
     let started = tokio::time::Instant::from_std(epoch);
     let mut progress = Progress::new(plan, stack, show_progress);
     match s.kind {
@@ -147,7 +148,7 @@ fn gateways(
     stack: &Stack,
     keys: &Rc<Keys>,
     rec: &Rc<Recorder>,
-    epoch: Instant,
+    unix_at_epoch: u64,
 ) -> Result<Vec<Rc<Gateway>>, SimError> {
     let ports = stack.agent_ports();
     let timeout = plan.filter.timeout;
@@ -155,10 +156,7 @@ fn gateways(
         .map_err(|e| SimError::Run(format!("the agents' secret: {e}")))?;
     let records = Rc::new(RecordSetup {
         key_ids: secret.key_ids(),
-        unix_ms_at_zero: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .saturating_sub(u64::try_from(epoch.elapsed().as_millis()).unwrap_or(0)),
+        unix_ms_at_zero: unix_at_epoch / 1_000_000,
     });
     (0..plan.scenario.gateways)
         .map(|g| {
@@ -167,7 +165,7 @@ fn gateways(
             Ok(Rc::new(
                 Gateway::new(
                     u16::try_from(g).unwrap_or(u16::MAX),
-                    MemoryHost::since(epoch),
+                    MemoryHost::wall_since(unix_at_epoch),
                     plan.filter.clone(),
                     Rc::clone(&plan.rules),
                     Rc::clone(keys),

@@ -195,14 +195,11 @@ impl Gateway {
     /// Offers the planned arrivals at their times (open loop: a request waiting
     /// for the agent never delays the next arrival).
     pub async fn run(self: Rc<Self>, arrivals: ArrivalGen, start: tokio::time::Instant) {
-        let offset = self
-            .host
-            .now_ns()
-            .saturating_sub(u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX));
         for a in arrivals {
             tokio::time::sleep_until(start + Duration::from_nanos(a.at_ns)).await;
-            self.rec
-                .lag(offset.saturating_add(a.at_ns), self.host.now_ns());
+            // On the schedule's clock (monotonic), not the host's (wall).
+            let offered_ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.rec.lag(a.at_ns, offered_ns);
             self.arrive(a.key);
         }
     }

@@ -166,7 +166,7 @@ impl Pools {
         let times = GrantTimes {
             ttl_ns,
             hold_ns: 0,
-            spacing_ns: 0,
+            turn_period_ns: 0,
         };
         self.fill_then_hold(key, now_ns, grant, (cost, None), times)
             .0
@@ -178,7 +178,7 @@ impl Pools {
     /// it again before a lease's worth has refilled would only fetch crumbs.
     /// `cost` 0 is a refill: every token joins the pool. Ends the call in flight.
     ///
-    /// `times.spacing_ns` (non-zero for a node far over its share, one lease
+    /// `times.turn_period_ns` (non-zero for a node far over its share, one lease
     /// period) gives the node's filters turns while the hold lasts (`meshlimit_core::pool_entry`):
     /// each grant says when its filter may ask again, each ask turned away
     /// when to come back, behind the tokens booked before it, at the pace the
@@ -208,11 +208,11 @@ impl Pools {
     }
 
     /// Records a store denial: asks for the key are denied at the node until
-    /// then, with turns at the starts of periods `spacing_ns` long (see
+    /// then, with turns at the starts of periods `turn_period_ns` long (see
     /// [`Pools::fill_then_hold`]). Ends the call in flight.
-    pub fn deny(&self, key: &DescriptorKey, now_ns: u64, retry_after_ns: u64, spacing_ns: u64) {
+    pub fn deny(&self, key: &DescriptorKey, now_ns: u64, retry_after_ns: u64, turn_period_ns: u64) {
         self.with(key, now_ns, |e| {
-            e.key.deny(now_ns, retry_after_ns, spacing_ns);
+            e.key.deny(now_ns, retry_after_ns, turn_period_ns);
             e.end_call();
         });
     }

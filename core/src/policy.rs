@@ -176,12 +176,11 @@ impl LeasePolicy {
         let whole = limit
             .burst()
             .min((limit.rate_per_sec() * period).floor() as u32);
-        let unpaced = tenth(limit).max(whole / nodes.max(1));
         // Rounded up: the parts add up to the whole period at least.
         let part = whole.div_ceil(nodes.max(1));
         // Finite and non-negative; the cast saturates.
         let got = (intake * period).ceil() as u32;
-        part.max(got).min(unpaced.max(part))
+        part.max(got).min(part.max(tenth(limit)))
     }
 
     /// The most one store call for a pooled key takes, for a `lease` of which
@@ -219,7 +218,7 @@ impl LeasePolicy {
     /// gives its filters turns: a lease period. 0: no turns, for a node
     /// nearer its share, and for a fixed window, whose hold ends with the
     /// whole limit back, for every ask at once.
-    pub fn spacing_ns(&self, algorithm: Algorithm, far_over: bool) -> u64 {
+    pub fn turn_period_ns(&self, algorithm: Algorithm, far_over: bool) -> u64 {
         if far_over && algorithm != Algorithm::FixedWindow {
             self.period_ns
         } else {

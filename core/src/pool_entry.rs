@@ -54,14 +54,14 @@ impl StoreGrant {
 /// How long a store grant's tokens and the hold after them last: the pooled
 /// tokens expire `ttl_ns` from the grant; once they are spent, asks are denied
 /// at the node until `hold_ns` from the grant (0: no hold), and a node far
-/// over its share gives turns at the starts of periods `spacing_ns` long (0:
+/// over its share gives turns at the starts of periods `turn_period_ns` long (0:
 /// no turns; the asks turned away come back at the hold's end). See
 /// [`PoolEntry::fill`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GrantTimes {
     pub ttl_ns: u64,
     pub hold_ns: u64,
-    pub spacing_ns: u64,
+    pub turn_period_ns: u64,
 }
 
 /// One ask as a key's entry takes it.
@@ -202,7 +202,7 @@ pub struct PoolEntry {
     /// Asks that waited on the call in flight: the next call's lease covers them.
     waited: u32,
     /// The period at whose starts turns come (0: no turns).
-    spacing_ns: u64,
+    turn_period_ns: u64,
     /// The node's queue of turns while it is far over its share: the time by
     /// which the tokens of the turns booked will have come from the store,
     /// one every `ns_per_token` (0: no queue).
@@ -327,7 +327,7 @@ impl PoolEntry {
         self.reset_at_ns = now_ns.saturating_add(grant.reset_ns);
         self.bucket = grant.bucket;
         self.lease.deny_after_tokens(now_ns, times.hold_ns);
-        self.spacing_ns = times.spacing_ns;
+        self.turn_period_ns = times.turn_period_ns;
         self.pace(now_ns, times.hold_ns, grant.tokens, unclaimed);
         if filter == 0 {
             return None;
@@ -339,9 +339,9 @@ impl PoolEntry {
 
     /// Records a store denial: asks are denied at the node until
     /// `retry_after_ns` from now; a node far over its share gives turns at
-    /// the starts of periods `spacing_ns` long (0: none).
-    pub fn deny(&mut self, now_ns: u64, retry_after_ns: u64, spacing_ns: u64) {
-        self.spacing_ns = spacing_ns;
+    /// the starts of periods `turn_period_ns` long (0: none).
+    pub fn deny(&mut self, now_ns: u64, retry_after_ns: u64, turn_period_ns: u64) {
+        self.turn_period_ns = turn_period_ns;
         // A denial answering a concurrent ask must not strand tokens that
         // another ask's grant just pooled: they are served first.
         self.lease.deny(now_ns, retry_after_ns);

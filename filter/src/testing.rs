@@ -22,7 +22,7 @@ type Interference = (String, Box<dyn Fn(&[u8]) -> Vec<u8>>);
 enum Clock {
     /// Set by hand (`set_now`).
     At(u64),
-    /// The wall clock's nanoseconds since this Unix time, in nanoseconds.
+    /// The wall clock's nanoseconds since the Unix time `zero_unix_ns`.
     Wall { zero_unix_ns: u64 },
     /// Moves `step` nanoseconds at every look.
     Ticking { now: u64, step: u64 },

@@ -73,7 +73,7 @@ impl LeaseService {
         grant: StoreGrant,
         ask: (u32, Option<u32>),
     ) -> (Take, u64, Option<u64>) {
-        let (far_over, spacing_ns) = self.spacing(acquire, now);
+        let (far_over, turn_period_ns) = self.turn_period(acquire, now);
         let policy = &self.settings.policy;
         let enforced = acquire.enforced_limit();
         let StoreGrant {
@@ -85,7 +85,7 @@ impl LeaseService {
         let times = GrantTimes {
             ttl_ns: policy.lease_life_ns(acquire.limit.algorithm(), reset_ns),
             hold_ns,
-            spacing_ns,
+            turn_period_ns,
         };
         let (filter, next) = self
             .pools
@@ -106,7 +106,7 @@ impl LeaseService {
         now: u64,
         retry_after_ns: u64,
     ) -> u64 {
-        let (far_over, spacing_ns) = self.spacing(acquire, now);
+        let (far_over, turn_period_ns) = self.turn_period(acquire, now);
         let enforced = acquire.enforced_limit();
         let wait = self
             .settings
@@ -119,7 +119,7 @@ impl LeaseService {
                 far_over,
             )
             .min(terms.until_change_ns);
-        self.pools.deny(&acquire.key, now, wait, spacing_ns);
+        self.pools.deny(&acquire.key, now, wait, turn_period_ns);
         wait
     }
 
@@ -136,14 +136,14 @@ impl LeaseService {
     }
 
     /// Whether this node asks for `acquire`'s key far over its share, and so
-    /// how far apart the asks a hold turns away are sent back
+    /// the period at whose starts it gives its filters turns
     /// (`Pools::fill_then_hold`).
-    fn spacing(&self, acquire: &Acquire, now: u64) -> (bool, u64) {
+    fn turn_period(&self, acquire: &Acquire, now: u64) -> (bool, u64) {
         let far_over = self.far_over(acquire, now);
         let algorithm = acquire.limit.algorithm();
         (
             far_over,
-            self.settings.policy.spacing_ns(algorithm, far_over),
+            self.settings.policy.turn_period_ns(algorithm, far_over),
         )
     }
 

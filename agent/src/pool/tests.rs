@@ -15,11 +15,11 @@ fn grant(tokens: u32, remaining: u32, reset_ns: u64) -> StoreGrant {
     }
 }
 
-fn times(ttl_ns: u64, hold_ns: u64, spacing_ns: u64) -> GrantTimes {
+fn times(ttl_ns: u64, hold_ns: u64, turn_period_ns: u64) -> GrantTimes {
     GrantTimes {
         ttl_ns,
         hold_ns,
-        spacing_ns,
+        turn_period_ns,
     }
 }
 

@@ -208,10 +208,10 @@ fn a_refill_takes_its_tokens_at_the_rate_and_a_full_bucket_its_burst() {
 #[test]
 fn only_a_far_over_bucket_gives_turns_a_lease_period_apart() {
     let p = LeasePolicy::default();
-    assert_eq!(p.spacing_ns(Algorithm::TokenBucket, true), 100 * MS);
-    assert_eq!(p.spacing_ns(Algorithm::SlidingWindow, true), 100 * MS);
-    assert_eq!(p.spacing_ns(Algorithm::FixedWindow, true), 0);
-    assert_eq!(p.spacing_ns(Algorithm::TokenBucket, false), 0);
+    assert_eq!(p.turn_period_ns(Algorithm::TokenBucket, true), 100 * MS);
+    assert_eq!(p.turn_period_ns(Algorithm::SlidingWindow, true), 100 * MS);
+    assert_eq!(p.turn_period_ns(Algorithm::FixedWindow, true), 0);
+    assert_eq!(p.turn_period_ns(Algorithm::TokenBucket, false), 0);
 }
 
 #[test]

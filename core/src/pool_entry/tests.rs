@@ -66,11 +66,11 @@ impl Node {
     }
 }
 
-fn times(ttl_ns: u64, hold_ns: u64, spacing_ns: u64) -> GrantTimes {
+fn times(ttl_ns: u64, hold_ns: u64, turn_period_ns: u64) -> GrantTimes {
     GrantTimes {
         ttl_ns,
         hold_ns,
-        spacing_ns,
+        turn_period_ns,
     }
 }
 
@@ -79,11 +79,11 @@ fn times(ttl_ns: u64, hold_ns: u64, spacing_ns: u64) -> GrantTimes {
 // 9.5 ms a token: an ask of 5 books 48 ms.
 
 /// A node that served two asks of 5 (the fill's and one from the pool) and
-/// is held until 100 ms, spacing its asks by `spacing_ns` (0: a node near
+/// is held until 100 ms, giving turns every `turn_period_ns` (0: a node near
 /// its share, which keeps no queue). Returns the node and the two asks' turns.
-fn held(spacing_ns: u64) -> (Node, [Option<u64>; 2]) {
+fn held(turn_period_ns: u64) -> (Node, [Option<u64>; 2]) {
     let mut p = Node::new();
-    let first = filled(&mut p, 10, spacing_ns);
+    let first = filled(&mut p, 10, turn_period_ns);
     let Take::Served {
         tokens: 5,
         next_ask_ns: second,
@@ -97,13 +97,13 @@ fn held(spacing_ns: u64) -> (Node, [Option<u64>; 2]) {
 
 /// An ask of 5 at 0 ms that misses, and the store's grant of `granted`
 /// for it, held until 100 ms; returns the filter's turn.
-fn filled(p: &mut Node, granted: u32, spacing_ns: u64) -> Option<u64> {
+fn filled(p: &mut Node, granted: u32, turn_period_ns: u64) -> Option<u64> {
     assert!(matches!(p.take(0, 1, Some(5)), Take::Miss { .. }));
     let (filter, turn) = p.fill(
         0,
         granted,
         (1, Some(5)),
-        times(1_000 * MS, 100 * MS, spacing_ns),
+        times(1_000 * MS, 100 * MS, turn_period_ns),
     );
     assert_eq!(filter, 5);
     turn
@@ -189,7 +189,7 @@ fn an_ask_wanting_more_than_a_period_s_tokens_comes_back_at_the_hold_s_end() {
 
 #[test]
 fn a_node_near_its_share_keeps_no_queue() {
-    // No spacing: grants carry no turn, and every ask turned away comes
+    // No turn period: grants carry no turn, and every ask turned away comes
     // back at the hold's end.
     let (mut p, turns) = held(0);
     assert_eq!(turns, [None, None]);

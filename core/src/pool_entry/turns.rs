@@ -59,7 +59,7 @@ impl PoolEntry {
         self.intake = count;
         self.intake_at_ns = now_ns.max(1);
         let rate = self.intake(now_ns);
-        if self.spacing_ns == 0 || hold_ns == 0 || rate < 1.0 {
+        if self.turn_period_ns == 0 || hold_ns == 0 || rate < 1.0 {
             self.ns_per_token = 0;
             self.queue_end_ns = 0;
         } else {
@@ -84,16 +84,16 @@ impl PoolEntry {
     /// Books `tokens` for an ask at `now_ns` in the node's queue of turns and
     /// returns when, from now, its turn comes: behind every turn booked
     /// before it, and not before the hold ends (at most [`MAX_QUEUE_NS`]).
-    /// Tokens still pooled once the hold is over are booked too, the rounds
+    /// Tokens still pooled once the hold is over are booked too, the periods
     /// then counted from now. `None` when the node keeps no queue (it is not
     /// far over its share) or the ask wants more than a period's tokens.
     pub(super) fn book(&mut self, now_ns: u64, tokens: u32) -> Option<u64> {
-        // Rounds start at the hold's end, or now once it is over.
+        // Periods start at the hold's end, or now once it is over.
         let first = self.lease.denied_until_ns().max(now_ns);
         if self.ns_per_token == 0 {
             return None;
         }
-        if u64::from(tokens).saturating_mul(self.ns_per_token) > self.spacing_ns {
+        if u64::from(tokens).saturating_mul(self.ns_per_token) > self.turn_period_ns {
             return None;
         }
         let start = self
@@ -102,10 +102,12 @@ impl PoolEntry {
             .min(now_ns.saturating_add(MAX_QUEUE_NS));
         self.queue_end_ns =
             start.saturating_add(u64::from(tokens).saturating_mul(self.ns_per_token));
-        // Turns come at the rounds' starts, when the node calls the store.
-        let rounds = start.saturating_sub(first).div_ceil(self.spacing_ns.max(1));
+        // Turns come at the periods' starts, when the node calls the store.
+        let periods = start
+            .saturating_sub(first)
+            .div_ceil(self.turn_period_ns.max(1));
         let start = first
-            .saturating_add(rounds.saturating_mul(self.spacing_ns))
+            .saturating_add(periods.saturating_mul(self.turn_period_ns))
             .min(now_ns.saturating_add(MAX_QUEUE_NS));
         Some(start.saturating_sub(now_ns))
     }
